@@ -1,0 +1,3 @@
+from kvcalc.cli import app
+
+app(prog_name="kvcalc")

@@ -1,0 +1,260 @@
+"""One configuration in, every analytical figure out: the engine behind `estimate`.
+
+`estimate()` gathers the formulas (cache, parameters, decode step, Shazeer's
+ratio) and, with a hardware preset, the roofline and the fit. `as_dict()` is the
+public JSON of `kvcalc estimate`; `as_row()` the flat CSV row `kvcalc sweep`
+reproduces column for column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvcalc import formulas, roofline
+from kvcalc.errors import KvcalcError
+from kvcalc.spec import DType, Hardware, ModelSpec, dtype as _dtype
+
+
+@dataclass(frozen=True)
+class Estimate:
+    spec: ModelSpec
+    seq_len: int
+    batch: int
+    kv_dtype: DType
+    weight_dtype: DType
+    tp: int
+    cache: formulas.KVCache
+    params: formulas.ParamCounts
+    decode: formulas.DecodeCost
+    shazeer: formulas.ShazeerRatio | None
+    hardware: Hardware | None = None
+    roofline: roofline.Roofline | None = None
+    fit: roofline.Fit | None = None
+    min_tp_that_fits: int = 0  # 0: none of the valid tp values fits (or no hardware)
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.weight_dtype.nbytes(self.params.total)
+
+    def as_dict(self) -> dict:
+        """The public JSON object (names are an interface: keep them)."""
+        s, c, d = self.spec, self.cache, self.decode
+        out: dict = {
+            "model": {
+                "name": s.name,
+                "attention": s.attention_kind,
+                "layers": s.layers,
+                "d_model": s.d_model,
+                "heads": s.heads,
+                "kv_heads": s.kv_heads,
+                "head_dim": s.head_dim,
+                "v_head_dim": s.v_head_dim,
+                "sliding_window": s.sliding_window,
+                "sliding_layers": s.sliding_layers,
+                "source": s.source,
+            },
+            "inputs": {
+                "seq_len": self.seq_len,
+                "batch": self.batch,
+                "kv_dtype": self.kv_dtype.name,
+                "weight_dtype": self.weight_dtype.name,
+                "tp": self.tp,
+                "gpu": self.hardware.name if self.hardware else None,
+            },
+            "kv_bytes_per_token": c.bytes_per_token,
+            "kv_bytes_per_token_per_layer": c.bytes_per_token_per_layer,
+            "kv_cache_bytes": c.bytes,
+            "kv_cache_bytes_full": c.bytes_full,
+            "kv_cache_bytes_per_device": c.bytes_per_device,
+            "kv_cache_bytes_all_devices": c.bytes_all_devices,
+            "kv_heads_per_device": c.kv_heads_per_device,
+            "params": {
+                "total": self.params.total,
+                "attention": self.params.attention,
+                "active": self.params.active,
+                "embedding": self.params.embedding,
+                "breakdown": dict(self.params.breakdown),
+            },
+            "weight_bytes": self.weight_bytes,
+            "decode": {
+                "flops": d.flops,
+                "bytes": d.bytes,
+                "arithmetic_intensity": d.arithmetic_intensity,
+                "attention_flops": d.attention_flops,
+                "attention_bytes": d.attention_bytes,
+                "attention_arithmetic_intensity": d.attention_intensity,
+                "prefill_flops": d.prefill_flops,
+                "bytes_breakdown": dict(d.bytes_breakdown),
+                "flops_breakdown": dict(d.flops_breakdown),
+                "per_device_bytes": d.per_device_bytes,
+                "per_device_flops": d.per_device_flops,
+            },
+        }
+        if self.shazeer is not None:
+            out["shazeer"] = {
+                "mode": self.shazeer.mode,
+                "ratio": self.shazeer.ratio,
+                "terms": self.shazeer.terms,
+                "dominant_term": self.shazeer.dominant_term,
+            }
+        if self.roofline is not None:
+            r = self.roofline
+            out["roofline"] = {
+                "time_s": r.time_s,
+                "memory_s": r.memory_s,
+                "compute_s": r.compute_s,
+                "bound": r.bound,
+                "tokens_per_s": r.tokens_per_s,
+                "ridge_flops_per_byte": r.ridge_flops_per_byte,
+                "bandwidth_bytes_per_s": r.bandwidth_bytes_per_s,
+                "peak_flops_per_s": r.peak_flops_per_s,
+            }
+        if self.fit is not None:
+            f = self.fit
+            out["fit"] = {
+                "fits": f.fits,
+                "usable_bytes_per_device": f.usable_bytes,
+                "weight_bytes_per_device": f.weight_bytes,
+                "free_for_kv_bytes_per_device": f.free_for_kv_bytes,
+                "max_batch": f.max_batch,
+                "max_seq_len": f.max_seq_len,
+                "max_seq_len_unbounded": f.max_seq_len_unbounded,
+                "min_tp_that_fits": self.min_tp_that_fits,
+            }
+        out["notes"] = list(self.notes())
+        return out
+
+    def as_row(self) -> dict:
+        """One flat row: the columns `kvcalc sweep` writes (exact ints for bytes)."""
+        s, c, d = self.spec, self.cache, self.decode
+        row = {
+            "model": s.name,
+            "attention": s.attention_kind,
+            "layers": s.layers,
+            "heads": s.heads,
+            "kv_heads": s.kv_heads,
+            "head_dim": s.head_dim,
+            "seq_len": self.seq_len,
+            "batch": self.batch,
+            "kv_dtype": self.kv_dtype.name,
+            "weight_dtype": self.weight_dtype.name,
+            "tp": self.tp,
+            "kv_bytes_per_token": c.bytes_per_token,
+            "kv_cache_bytes": c.bytes,
+            "kv_cache_bytes_full": c.bytes_full,
+            "kv_cache_bytes_per_device": c.bytes_per_device,
+            "params_total": self.params.total,
+            "params_attention": self.params.attention,
+            "weight_bytes": self.weight_bytes,
+            "decode_flops": d.flops,
+            "decode_bytes": d.bytes,
+            "arithmetic_intensity": d.arithmetic_intensity,
+            "attention_arithmetic_intensity": d.attention_intensity,
+        }
+        if self.hardware is not None:
+            r, f = self.roofline, self.fit
+            row.update({
+                "gpu": self.hardware.name,
+                "roofline_s": r.time_s,
+                "roofline_bound": r.bound,
+                "tokens_per_s": r.tokens_per_s,
+                "free_for_kv_bytes_per_device": f.free_for_kv_bytes,
+                "fits": f.fits,
+            })
+        return row
+
+    def notes(self) -> tuple[str, ...]:
+        out = list(self.decode.notes)
+        s = self.spec
+        if s.sliding_layers:
+            out.append(
+                f"{s.sliding_layers} of {s.layers} layers use a {s.sliding_window}-token sliding "
+                f"window: kv_cache_bytes holds min(seq_len, window) tokens there; "
+                f"kv_cache_bytes_full is the figure without the window"
+            )
+        if s.mla is not None:
+            out.append("MLA caches one latent of kv_lora_rank + qk_rope_head_dim per token per "
+                       "layer, replicated on every TP device")
+        if self.tp > 1 and self.cache.bytes_all_devices > self.cache.bytes:
+            out.append(f"tp={self.tp} > kv_heads: K/V heads are replicated, so the devices "
+                       f"together hold {self.cache.bytes_all_devices / self.cache.bytes:.3g}x the cache")
+        if s.max_context and self.seq_len > s.max_context:
+            out.append(f"seq_len {self.seq_len} exceeds the model's max context {s.max_context}")
+        return tuple(out)
+
+
+def valid_tps(spec: ModelSpec, upper: int = 1024) -> list[int]:
+    """TP degrees the model can use: divisors of heads that suit the K/V heads."""
+    out = []
+    for tp in range(1, min(spec.heads, upper) + 1):
+        if spec.heads % tp:
+            continue
+        if spec.mla is None and spec.kv_heads % tp and tp % spec.kv_heads:
+            continue
+        out.append(tp)
+    return out
+
+
+def estimate(
+    spec: ModelSpec,
+    seq_len: int,
+    batch: int = 1,
+    kv_dtype: DType | str = "bf16",
+    weight_dtype: DType | str = "bf16",
+    tp: int = 1,
+    hardware: Hardware | None = None,
+    scale_bytes: int = 0,
+    encoder_seq_len: int | None = None,
+    memory_fraction: float | str = 1,
+    reserve_bytes: int = 0,
+) -> Estimate:
+    kdt = kv_dtype if isinstance(kv_dtype, DType) else _dtype(kv_dtype)
+    wdt = weight_dtype if isinstance(weight_dtype, DType) else _dtype(weight_dtype)
+    cache = formulas.kv_cache(spec, seq_len, batch, kdt, tp, scale_bytes, encoder_seq_len)
+    params = formulas.param_counts(spec)
+    act = "bf16" if wdt.name in ("int8", "int4", "fp8") else wdt.name
+    decode = formulas.decode_step(spec, seq_len, batch, wdt, kdt, act, tp, scale_bytes,
+                                  encoder_seq_len)
+    shazeer = None
+    if spec.mla is None:
+        shazeer = formulas.shazeer_ratio("incremental", batch, seq_len, spec.d_model, spec.heads,
+                                         spec.kv_heads, spec.head_dim, spec.v_head_dim)
+    roof = fit = None
+    min_tp = 0
+    if hardware is not None:
+        roof = roofline.decode_roofline(decode, hardware, roofline.compute_dtype_for(wdt))
+        fit = roofline.fit(spec, hardware, seq_len, batch, wdt, kdt, tp, scale_bytes,
+                           memory_fraction, reserve_bytes)
+        for candidate in valid_tps(spec):
+            if roofline.fit(spec, hardware, seq_len, batch, wdt, kdt, candidate, scale_bytes,
+                            memory_fraction, reserve_bytes).fits:
+                min_tp = candidate
+                break
+    return Estimate(spec, seq_len, batch, kdt, wdt, tp, cache, params, decode, shazeer,
+                    hardware, roof, fit, min_tp)
+
+
+def default_gqa_kv_heads(heads: int) -> int:
+    """The GQA variant shown by --compare when the model has none: 8 groups
+    (Ainslie et al. 2023 use 8 for T5-XXL) if heads allows, else the divisor of
+    heads nearest heads/4."""
+    if heads % 8 == 0 and 1 < 8 < heads:
+        return 8
+    divisors = [g for g in range(2, heads) if heads % g == 0]
+    if not divisors:
+        raise KvcalcError(f"{heads} heads have no GQA grouping between MQA and MHA")
+    return min(divisors, key=lambda g: abs(g - heads / 4))
+
+
+def attention_variants(spec: ModelSpec, kv_heads: int | None = None) -> list[ModelSpec]:
+    """MHA, GQA and MQA of the same model (same query heads, head_dim and MLP)."""
+    if spec.mla is not None:
+        raise KvcalcError(f"{spec.name} uses MLA; --compare needs MHA/GQA/MQA attention")
+    g = kv_heads or spec.kv_heads
+    if g in (1, spec.heads):
+        g = default_gqa_kv_heads(spec.heads)
+    out = []
+    for kv in (spec.heads, g, 1):
+        if kv not in [v.kv_heads for v in out]:
+            out.append(spec.with_kv_heads(kv))
+    return out

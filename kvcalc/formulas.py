@@ -1,0 +1,666 @@
+"""Pure integer math: KV-cache bytes, parameter counts, decode-step FLOPs and bytes.
+
+Every function takes plain values or a ModelSpec and returns Python ints (ratios
+only where a ratio is the point). Units are bytes, elements and FLOPs, where one
+multiply-add is 2 FLOPs. Nothing here formats, prints or imports torch.
+
+Sources, cited per function:
+- Shazeer 2019, "Fast Transformer Decoding: One Write-Head is All You Need"
+  (arXiv:1911.02150), sections 2.3-3.1: MHA/MQA einsums and their memory/arithmetic.
+- Ainslie et al. 2023, "GQA" (arXiv:2305.13245): kv_heads between 1 and heads.
+- DeepSeek-AI 2024, "DeepSeek-V2" (arXiv:2405.04434) section 2.1: MLA caches
+  (d_c + d_h^R) elements per token per layer.
+- Kaplan et al. 2020 (arXiv:2001.08361) Table 1 / Chinchilla: forward FLOPs about
+  2 x parameters per token plus the attention term.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvcalc.errors import KvcalcError
+from kvcalc.spec import (
+    MAX_BATCH,
+    MAX_SEQ_LEN,
+    MAX_TP,
+    DType,
+    ModelSpec,
+    dtype as _dtype,
+)
+
+
+def _as_dtype(d: DType | str) -> DType:
+    return d if isinstance(d, DType) else _dtype(d)
+
+
+def check_size(name: str, value: int, upper: int) -> int:
+    """A positive integer below a sanity limit, or a KvcalcError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise KvcalcError(f"{name} must be an integer, got {value!r}")
+    if value <= 0:
+        raise KvcalcError(f"{name} must be positive, got {value}")
+    if value > upper:
+        raise KvcalcError(f"{name}={value} is absurdly large (limit {upper})")
+    return value
+
+
+# --------------------------------------------------------------------------------
+# Tensor parallelism
+# --------------------------------------------------------------------------------
+def kv_heads_per_device(spec: ModelSpec, tp: int) -> int:
+    """K/V heads each of `tp` devices stores.
+
+    Megatron-style TP splits heads across devices. When tp divides kv_heads each
+    device holds kv_heads/tp; when tp exceeds kv_heads (tp a multiple of it) every
+    device still needs one whole K/V head, so heads are replicated tp/kv_heads
+    times (vLLM, TensorRT-LLM). MLA's latent is shared by all heads: every device
+    holds all of it (DeepSeek-V2 sec. 2.1; replicated under TP in vLLM/SGLang).
+    """
+    check_size("tp", tp, MAX_TP)
+    if spec.heads % tp:
+        raise KvcalcError(f"tp={tp} must divide the query heads ({spec.heads})")
+    if spec.mla is not None:
+        return 1  # one latent "head", replicated
+    if spec.kv_heads % tp == 0:
+        return spec.kv_heads // tp
+    if tp % spec.kv_heads == 0:
+        return 1
+    raise KvcalcError(
+        f"tp={tp} neither divides kv_heads={spec.kv_heads} nor is a multiple of it"
+    )
+
+
+# --------------------------------------------------------------------------------
+# KV cache
+# --------------------------------------------------------------------------------
+def kv_bytes_per_token_per_layer(
+    spec: ModelSpec, kv_dtype: DType | str, scale_bytes: int = 0, kv_heads: int | None = None
+) -> int:
+    """Bytes one token adds to one layer's cache.
+
+    MHA/GQA/MQA: K is kv_heads x head_dim and V kv_heads x v_head_dim elements
+    (Shazeer 2019 sec. 3: MQA keeps one head, h times less; GQA keeps g heads).
+    MLA: one latent of kv_lora_rank plus one decoupled RoPE key of qk_rope_head_dim
+    elements, shared by all heads (DeepSeek-V2 eq. 9-10 and Table 1).
+    `scale_bytes`: a quantization scale stored per token per head for K and for V
+    (per token for MLA's single latent), e.g. 2 for an fp16 scale with int8/int4.
+    """
+    dt = _as_dtype(kv_dtype)
+    if scale_bytes < 0:
+        raise KvcalcError(f"scale_bytes must be >= 0, got {scale_bytes}")
+    if spec.mla is not None:
+        return dt.nbytes(spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) + scale_bytes
+    g = spec.kv_heads if kv_heads is None else kv_heads
+    k_bytes = dt.nbytes(g * spec.head_dim)
+    v_bytes = dt.nbytes(g * spec.v_head_dim)
+    return k_bytes + v_bytes + 2 * g * scale_bytes
+
+
+def cached_tokens(seq_len: int, window: int) -> int:
+    """Tokens a layer keeps: a sliding-window layer keeps at most `window` (0 = no window)."""
+    return min(seq_len, window) if window else seq_len
+
+
+def layer_token_sum(spec: ModelSpec, seq_len: int) -> int:
+    """Sum over decoder layers of the tokens each layer caches at `seq_len`.
+
+    Full layers hold seq_len tokens; sliding-window layers min(seq_len, window),
+    as an engine that honours the window allocates (Mistral 7B paper sec. 2,
+    rolling buffer cache; Gemma 2 alternates local and global layers).
+    """
+    sliding = spec.sliding_layers
+    return (spec.layers - sliding) * seq_len + sliding * cached_tokens(seq_len, spec.sliding_window)
+
+
+@dataclass(frozen=True)
+class KVCache:
+    """The KV cache of `batch` sequences at `seq_len` tokens (bytes, exact ints)."""
+
+    seq_len: int
+    batch: int
+    tp: int
+    kv_dtype: str
+    bytes_per_token_per_layer: int  # one full-attention layer, all K/V heads
+    bytes_per_token: int  # all decoder layers, no window applied
+    bytes_per_sequence: int  # window-aware self-attention cache + cross-attention cache
+    bytes_per_sequence_full: int  # as if no layer had a window
+    cross_attention_bytes_per_sequence: int  # encoder-decoder only
+    bytes: int  # the whole batch, window-aware, the model's own heads (no TP replication)
+    bytes_full: int  # the whole batch, ignoring sliding windows
+    kv_heads_per_device: int
+    bytes_per_device: int  # one TP device's share for the whole batch
+    bytes_all_devices: int  # bytes_per_device x tp (>= bytes when heads are replicated)
+
+
+def kv_cache(
+    spec: ModelSpec,
+    seq_len: int,
+    batch: int = 1,
+    kv_dtype: DType | str = "bf16",
+    tp: int = 1,
+    scale_bytes: int = 0,
+    encoder_seq_len: int | None = None,
+) -> KVCache:
+    """KV cache for a batch, per device under tensor parallelism and in total.
+
+    Example (GPT-3 175B, 2048 tokens, fp16, batch 1):
+    2 (K,V) x 96 layers x 96 heads x 128 x 2048 x 2 bytes = 9,663,676,416 bytes.
+    Encoder-decoder models also cache the encoder's K/V for cross-attention in
+    every decoder layer: encoder_seq_len tokens (default seq_len), computed once.
+    """
+    check_size("seq_len", seq_len, MAX_SEQ_LEN)
+    check_size("batch", batch, MAX_BATCH)
+    dt = _as_dtype(kv_dtype)
+    per_dev_heads = kv_heads_per_device(spec, tp)
+    per_layer = kv_bytes_per_token_per_layer(spec, dt, scale_bytes)
+    per_layer_dev = kv_bytes_per_token_per_layer(spec, dt, scale_bytes, kv_heads=per_dev_heads)
+
+    cross_tokens = 0
+    if spec.encoder_layers:
+        enc_len = seq_len if encoder_seq_len is None else check_size(
+            "encoder_seq_len", encoder_seq_len, MAX_SEQ_LEN)
+        cross_tokens = spec.layers * enc_len
+    tokens = layer_token_sum(spec, seq_len)
+    tokens_full = spec.layers * seq_len
+
+    per_seq = per_layer * (tokens + cross_tokens)
+    per_seq_dev = per_layer_dev * (tokens + cross_tokens)
+    return KVCache(
+        seq_len=seq_len,
+        batch=batch,
+        tp=tp,
+        kv_dtype=dt.name,
+        bytes_per_token_per_layer=per_layer,
+        bytes_per_token=per_layer * spec.layers,
+        bytes_per_sequence=per_seq,
+        bytes_per_sequence_full=per_layer * (tokens_full + cross_tokens),
+        cross_attention_bytes_per_sequence=per_layer * cross_tokens,
+        bytes=per_seq * batch,
+        bytes_full=per_layer * (tokens_full + cross_tokens) * batch,
+        kv_heads_per_device=per_dev_heads,
+        bytes_per_device=per_seq_dev * batch,
+        bytes_all_devices=per_seq_dev * batch * tp,
+    )
+
+
+# --------------------------------------------------------------------------------
+# Parameters
+# --------------------------------------------------------------------------------
+def _linear(fan_in: int, fan_out: int, bias: bool) -> int:
+    """nn.Linear(fan_in, fan_out, bias): weight plus optional bias."""
+    return fan_in * fan_out + (fan_out if bias else 0)
+
+
+def norm_params(spec: ModelSpec, width: int | None = None) -> int:
+    """RMSNorm has a weight; LayerNorm a weight and (unless bias-free) a bias."""
+    w = spec.d_model if width is None else width
+    return 2 * w if spec.norm == "layernorm" and spec.norm_bias else w
+
+
+def attention_params(spec: ModelSpec, kv_heads: int | None = None) -> dict[str, int]:
+    """One self-attention block by matrix: q, k, v, o (and qk-norm weights).
+
+    q: d_model -> heads*head_dim; k: d_model -> kv_heads*head_dim;
+    v: d_model -> kv_heads*v_head_dim; o: heads*v_head_dim -> d_model.
+    MQA/GQA shrink k and v only (Shazeer 2019 sec. 3; Ainslie et al. 2023 sec. 2.2).
+    MLA (DeepSeek-V2 sec. 2.1): q_a, q_a_norm, q_b (or full q), kv_a (latent +
+    shared RoPE key), kv_a_norm, kv_b (latent -> per-head k_nope and v), o.
+    """
+    d = spec.d_model
+    if spec.mla is not None:
+        m = spec.mla
+        qk_head = m.qk_nope_head_dim + m.qk_rope_head_dim
+        out: dict[str, int] = {}
+        if m.q_lora_rank:
+            out["q_a"] = d * m.q_lora_rank
+            out["q_a_norm"] = m.q_lora_rank  # RMSNorm
+            out["q_b"] = m.q_lora_rank * spec.heads * qk_head
+        else:
+            out["q"] = d * spec.heads * qk_head
+        out["kv_a"] = d * (m.kv_lora_rank + m.qk_rope_head_dim)
+        out["kv_a_norm"] = m.kv_lora_rank
+        out["kv_b"] = m.kv_lora_rank * spec.heads * (m.qk_nope_head_dim + m.v_head_dim)
+        out["o"] = spec.heads * m.v_head_dim * d
+        return out
+    g = spec.kv_heads if kv_heads is None else kv_heads
+    out = {
+        "q": _linear(d, spec.heads * spec.head_dim, spec.qkv_bias),
+        "k": _linear(d, g * spec.head_dim, spec.qkv_bias),
+        "v": _linear(d, g * spec.v_head_dim, spec.qkv_bias),
+        "o": _linear(spec.heads * spec.v_head_dim, d, spec.out_bias),
+    }
+    if spec.qk_norm:
+        out["qk_norm"] = 2 * spec.head_dim
+    return out
+
+
+def mlp_params(spec: ModelSpec, width: int) -> int:
+    """Gated (SwiGLU/GeGLU): gate and up d->width, down width->d. Plain: up, down."""
+    d = spec.d_model
+    if spec.mlp == "gated":
+        return 2 * _linear(d, width, spec.mlp_bias) + _linear(width, d, spec.mlp_bias)
+    return _linear(d, width, spec.mlp_bias) + _linear(width, d, spec.mlp_bias)
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Parameters by name, summed over layers. `total` counts every stored weight."""
+
+    breakdown: dict[str, int]
+    total: int
+    attention: int  # all attention projections (self and cross), every layer
+    active: int  # used for one token: MoE counts only the routed experts it visits
+    embedding: int  # input table + learned positions (+ T5 relative bias)
+    per_layer: int  # one dense decoder layer (the first), attention + MLP + norms
+
+    @property
+    def non_embedding(self) -> int:
+        """Total less the input/position tables (an untied lm_head stays in)."""
+        return self.total - self.embedding
+
+
+def param_counts(spec: ModelSpec) -> ParamCounts:
+    """Exact parameter count of the architecture, matrix by matrix.
+
+    Equals sum(p.numel() for p in model.parameters()) of the reference PyTorch
+    implementation (tests build the torch.nn modules on the meta device).
+    Conventions: a tied lm_head is the embedding (counted once); biases and norm
+    weights are counted; T5's relative-position bias is buckets x heads per stack.
+    """
+    d = spec.d_model
+    b: dict[str, int] = {}
+
+    def add(key: str, n: int) -> None:
+        if n:
+            b[key] = b.get(key, 0) + n
+
+    attn = attention_params(spec)
+    for key, n in attn.items():
+        add(f"attention/{key}", n * spec.layers)
+    if spec.encoder_layers:
+        # Encoder self-attention, and the decoder's cross-attention (MHA over encoder states).
+        for key, n in attn.items():
+            add(f"encoder/attention/{key}", n * spec.encoder_layers)
+            add(f"cross_attention/{key}", n * spec.layers)
+
+    dense_layers = spec.layers if spec.moe is None else spec.moe.dense_layers
+    add("mlp", mlp_params(spec, spec.d_ff) * dense_layers)
+    if spec.encoder_layers:
+        add("encoder/mlp", mlp_params(spec, spec.d_ff) * spec.encoder_layers)
+    if spec.moe is not None:
+        m = spec.moe
+        moe_layers = spec.moe_layers
+        add("moe/router", (m.experts * d + (m.experts if m.router_bias else 0)) * moe_layers)
+        add("moe/experts", m.experts * mlp_params(spec, m.expert_d_ff) * moe_layers)
+        add("moe/shared_experts", m.shared_experts * mlp_params(spec, m.expert_d_ff) * moe_layers)
+
+    norm = norm_params(spec)
+    cross_norms = 1 if spec.encoder_layers else 0
+    add("norms", (spec.norms_per_layer + cross_norms) * norm * spec.layers)
+    if spec.final_norm:
+        add("norms", norm)
+    if spec.encoder_layers:
+        add("encoder/norms", spec.norms_per_layer * norm * spec.encoder_layers + norm)
+
+    add("embedding", spec.vocab * d)
+    add("position_embedding", spec.learned_pos * d)
+    stacks = 2 if spec.encoder_layers else 1
+    add("relative_position_bias", spec.relative_attention_buckets * spec.heads * stacks)
+    if not spec.tied_embeddings:
+        add("lm_head", spec.vocab * d)
+
+    total = sum(b.values())
+    attention = sum(n for k, n in b.items() if "attention/" in k)
+    inactive = 0
+    if spec.moe is not None:
+        m = spec.moe
+        inactive = (m.experts - m.active) * mlp_params(spec, m.expert_d_ff) * spec.moe_layers
+    embedding = b.get("embedding", 0) + b.get("position_embedding", 0) + b.get(
+        "relative_position_bias", 0)
+    per_layer = (sum(attn.values()) + mlp_params(spec, spec.d_ff) * (1 if dense_layers else 0)
+                 + spec.norms_per_layer * norm)
+    return ParamCounts(
+        breakdown=b,
+        total=total,
+        attention=attention,
+        active=total - inactive,
+        embedding=embedding,
+        per_layer=per_layer,
+    )
+
+
+# --------------------------------------------------------------------------------
+# One decode step
+# --------------------------------------------------------------------------------
+def attention_flops_per_token(spec: ModelSpec, context: int) -> int:
+    """FLOPs of one query token attending over `context` cached tokens in one layer.
+
+    Scores q.K^T: 2*heads*head_dim*context; weighted sum of V: 2*heads*v_head_dim*context.
+    MLA, weights absorbed (DeepSeek-V2 sec. 2.1.3, the decode form): scores over
+    kv_lora_rank + qk_rope_head_dim, values over kv_lora_rank, for every head.
+    Softmax and scaling (about 5 FLOPs per score) are not counted.
+    """
+    if spec.mla is not None:
+        m = spec.mla
+        return 2 * spec.heads * context * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
+    return 2 * spec.heads * context * (spec.head_dim + spec.v_head_dim)
+
+
+def _layer_matmuls(spec: ModelSpec) -> list[tuple[int, int, int]]:
+    """(fan_in, fan_out, count) of every matmul one token runs in one decoder layer.
+
+    Used for FLOPs (2 x fan_in x fan_out) and for activation traffic (each matmul
+    reads its input and writes its output once). Norms, residual adds and the MLP
+    activation are assumed fused into neighbouring kernels.
+    """
+    d = spec.d_model
+    mm: list[tuple[int, int, int]] = []
+    if spec.mla is not None:
+        m = spec.mla
+        qk_head = m.qk_nope_head_dim + m.qk_rope_head_dim
+        if m.q_lora_rank:
+            mm += [(d, m.q_lora_rank, 1), (m.q_lora_rank, spec.heads * qk_head, 1)]
+        else:
+            mm.append((d, spec.heads * qk_head, 1))
+        mm.append((d, m.kv_lora_rank + m.qk_rope_head_dim, 1))
+        mm.append((m.kv_lora_rank, spec.heads * (m.qk_nope_head_dim + m.v_head_dim), 1))
+        mm.append((spec.heads * m.v_head_dim, d, 1))
+    else:
+        kv_out = spec.kv_heads * (spec.head_dim + spec.v_head_dim)
+        mm.append((d, spec.heads * spec.head_dim + kv_out, 1))  # fused qkv
+        mm.append((spec.heads * spec.v_head_dim, d, 1))
+    return mm
+
+
+def _mlp_matmuls(spec: ModelSpec, width: int, count: int) -> list[tuple[int, int, int]]:
+    d = spec.d_model
+    up = 2 * width if spec.mlp == "gated" else width
+    return [(d, up, count), (width, d, count)]
+
+
+@dataclass(frozen=True)
+class DecodeCost:
+    """One decode step: one new token for each of `batch` sequences at `seq_len`.
+
+    The step attends over seq_len positions (the new token's K/V included),
+    reads the cache at its current length and writes one token's K/V. Bytes are
+    what must cross the memory bus at least once: weights read once per step,
+    KV cache read, new K/V written, activations in and out of each matmul.
+    """
+
+    seq_len: int
+    batch: int
+    flops: int
+    bytes: int
+    flops_breakdown: dict[str, int]
+    bytes_breakdown: dict[str, int]
+    attention_flops: int  # score and value products over the context only
+    attention_bytes: int  # K/V read + new K/V written + q in + attention output out
+    prefill_flops: int  # processing a seq_len-token prompt for each sequence
+    experts_read_per_layer: int = 0  # MoE: distinct routed experts a step touches (bound)
+    per_device_bytes: int = 0  # with TP: one device's share
+    per_device_flops: int = 0
+    tp: int = 1
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOPs per byte moved for the whole step."""
+        return self.flops / self.bytes
+
+    @property
+    def attention_intensity(self) -> float:
+        return self.attention_flops / self.attention_bytes
+
+
+def prefill_attention_positions(seq_len: int, window: int) -> int:
+    """Sum over a causal prompt of the positions each token attends to: sum_i min(i, W)."""
+    if not window or window >= seq_len:
+        return seq_len * (seq_len + 1) // 2
+    return window * (window + 1) // 2 + (seq_len - window) * window
+
+
+def decode_step(
+    spec: ModelSpec,
+    seq_len: int,
+    batch: int = 1,
+    weight_dtype: DType | str = "bf16",
+    kv_dtype: DType | str = "bf16",
+    act_dtype: DType | str = "bf16",
+    tp: int = 1,
+    scale_bytes: int = 0,
+    encoder_seq_len: int | None = None,
+) -> DecodeCost:
+    """FLOPs and minimum bytes moved by one decode step of the whole model.
+
+    FLOPs: 2 x fan_in x fan_out for every matmul the token runs (projections,
+    MLP or its active experts, lm_head) plus the attention over the context
+    (Kaplan et al. 2020 Table 1: 2N + 2 n_layer n_ctx d_attn per token).
+    Bytes: weights once per step (the embedding table only for the batch's rows
+    unless tied to the lm_head; MoE: at most min(experts, batch x active) routed
+    experts per layer), the KV cache at its current length (window-aware), one
+    new token's K/V, and activations (each matmul reads its input, writes its output).
+    """
+    check_size("seq_len", seq_len, MAX_SEQ_LEN)
+    check_size("batch", batch, MAX_BATCH)
+    wdt, kdt, adt = _as_dtype(weight_dtype), _as_dtype(kv_dtype), _as_dtype(act_dtype)
+    d = spec.d_model
+    params = param_counts(spec)
+    cache = kv_cache(spec, seq_len, batch, kdt, tp, scale_bytes, encoder_seq_len)
+    notes: list[str] = []
+
+    # --- matmuls one token runs ---
+    experts_touched = 0
+    mm = [(i, o, c * spec.layers) for i, o, c in _layer_matmuls(spec)]
+    if spec.moe is None:
+        mm += _mlp_matmuls(spec, spec.d_ff, spec.layers)
+    else:
+        m = spec.moe
+        mm += _mlp_matmuls(spec, spec.d_ff, m.dense_layers)
+        per_token_experts = m.active + m.shared_experts
+        mm += _mlp_matmuls(spec, m.expert_d_ff, per_token_experts * spec.moe_layers)
+        mm.append((d, m.experts, spec.moe_layers))  # router
+        experts_touched = min(m.experts, batch * m.active)
+        notes.append(
+            f"MoE weights: up to {experts_touched} of {m.experts} routed experts read per layer "
+            f"(min(experts, batch x active), an upper bound)"
+        )
+    if spec.encoder_layers:
+        # Cross-attention at decode: q and o run per token; the encoder's K/V are cached.
+        q_out = spec.heads * spec.head_dim
+        mm += [(d, q_out, spec.layers), (spec.heads * spec.v_head_dim, d, spec.layers)]
+    mm.append((d, spec.vocab, 1))  # lm_head
+
+    proj_flops_per_token = sum(2 * i * o * c for i, o, c in mm)
+    sliding = spec.sliding_layers
+    full = spec.layers - sliding
+    attn_flops_per_token = full * attention_flops_per_token(spec, seq_len) + sliding * (
+        attention_flops_per_token(spec, cached_tokens(seq_len, spec.sliding_window)))
+    if spec.encoder_layers:
+        enc_len = seq_len if encoder_seq_len is None else encoder_seq_len
+        attn_flops_per_token += spec.layers * attention_flops_per_token(spec, enc_len)
+
+    flops_breakdown = {
+        "projections_and_mlp": proj_flops_per_token * batch,
+        "attention": attn_flops_per_token * batch,
+    }
+    flops = sum(flops_breakdown.values())
+
+    # --- weights read once per step ---
+    read_params = params.total
+    if not spec.tied_embeddings:
+        # Untied input table: only the rows of this step's tokens are read.
+        read_params -= spec.vocab * d
+        read_params += min(batch, spec.vocab) * d
+    if spec.learned_pos:
+        read_params -= spec.learned_pos * d
+        read_params += min(batch, spec.learned_pos) * d
+    if spec.encoder_layers:
+        # The encoder ran at prefill; cross-attention K/V projections ran then too.
+        read_params -= sum(n for k, n in params.breakdown.items() if k.startswith("encoder/"))
+        read_params -= params.breakdown.get("cross_attention/k", 0)
+        read_params -= params.breakdown.get("cross_attention/v", 0)
+    if spec.moe is not None:
+        m = spec.moe
+        read_params -= (m.experts - experts_touched) * mlp_params(spec, m.expert_d_ff) * spec.moe_layers
+    weight_bytes = wdt.nbytes(read_params)
+
+    kv_read = cache.bytes  # self-attention (window-aware) and cross-attention caches
+    kv_write = cache.bytes_per_token * batch
+    act_elems = sum((i + o) * c for i, o, c in mm) * batch
+    # Attention reads q and writes its output for every layer (K/V counted above).
+    q_elems = spec.heads * (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim
+                            if spec.mla else spec.head_dim)
+    o_elems = spec.heads * (spec.mla.kv_lora_rank if spec.mla else spec.v_head_dim)
+    attn_layers = spec.layers * (2 if spec.encoder_layers else 1)
+    attn_act_bytes = adt.nbytes((q_elems + o_elems) * attn_layers * batch)
+    act_bytes = adt.nbytes(act_elems) + attn_act_bytes
+
+    bytes_breakdown = {
+        "weights": weight_bytes,
+        "kv_read": kv_read,
+        "kv_write": kv_write,
+        "activations": act_bytes,
+    }
+    total_bytes = sum(bytes_breakdown.values())
+
+    # Per device under TP: weights and activations split evenly, K/V as stored per device.
+    kv_write_dev = kv_bytes_per_token_per_layer(
+        spec, kdt, scale_bytes, kv_heads=cache.kv_heads_per_device) * spec.layers * batch
+    per_device_bytes = (-(-weight_bytes // tp) + cache.bytes_per_device + kv_write_dev + -(-act_bytes // tp))
+
+    prefill_attn = 0
+    for layers_n, window in ((full, 0), (sliding, spec.sliding_window)):
+        if layers_n:
+            positions = prefill_attention_positions(seq_len, window)
+            prefill_attn += layers_n * attention_flops_per_token(spec, 1) * positions
+    # The lm_head runs for the last prompt position only (logits for the next token).
+    lm_head_flops = 2 * d * spec.vocab
+    prefill = ((proj_flops_per_token - lm_head_flops) * seq_len + lm_head_flops + prefill_attn) * batch
+    if spec.encoder_layers:
+        notes.append("encoder-decoder: prefill FLOPs cover the decoder only")
+
+    return DecodeCost(
+        seq_len=seq_len,
+        batch=batch,
+        flops=flops,
+        bytes=total_bytes,
+        flops_breakdown=flops_breakdown,
+        bytes_breakdown=bytes_breakdown,
+        attention_flops=attn_flops_per_token * batch,
+        attention_bytes=kv_read + kv_write + attn_act_bytes,
+        prefill_flops=prefill,
+        experts_read_per_layer=experts_touched,
+        per_device_bytes=per_device_bytes,
+        per_device_flops=-(-flops // tp),
+        tp=tp,
+        notes=tuple(notes),
+    )
+
+
+# --------------------------------------------------------------------------------
+# The bare attention step kvcalc measure times
+# --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AttentionStepCost:
+    """One decode-attention call: `batch` query tokens, `heads` query heads, over a
+    cache of `seq_len` tokens with `kv_heads` K/V heads (no projections)."""
+
+    flops: int
+    kv_bytes: int  # K and V at the current length, read once
+    q_bytes: int
+    o_bytes: int
+
+    @property
+    def bytes(self) -> int:
+        return self.kv_bytes + self.q_bytes + self.o_bytes
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        return self.flops / self.bytes
+
+
+def attention_step(
+    batch: int, seq_len: int, heads: int, kv_heads: int, head_dim: int,
+    dtype: DType | str = "bf16", v_head_dim: int | None = None,
+) -> AttentionStepCost:
+    """Minimum traffic and FLOPs of one decode-attention call.
+
+    A kernel that reads each K/V head once (grouped queries, flash-decoding) moves
+    batch x seq_len x kv_heads x (head_dim + v_head_dim) elements of cache plus q
+    and o; the FLOPs do not depend on kv_heads: 2 x batch x heads x seq_len x
+    (head_dim + v_head_dim). Hence intensity about 2 x heads/kv_heads FLOPs per
+    element (Shazeer 2019 sec. 3.1).
+    """
+    spec = ModelSpec(name="attention", layers=1, d_model=heads * head_dim, heads=heads,
+                     kv_heads=kv_heads, head_dim=head_dim, v_head_dim=v_head_dim or head_dim,
+                     d_ff=1, vocab=1)
+    dt = _as_dtype(dtype)
+    check_size("seq_len", seq_len, MAX_SEQ_LEN)
+    check_size("batch", batch, MAX_BATCH)
+    return AttentionStepCost(
+        flops=batch * attention_flops_per_token(spec, seq_len),
+        kv_bytes=batch * seq_len * kv_bytes_per_token_per_layer(spec, dt),
+        q_bytes=dt.nbytes(batch * heads * head_dim),
+        o_bytes=dt.nbytes(batch * heads * spec.v_head_dim),
+    )
+
+
+# --------------------------------------------------------------------------------
+# Shazeer's memory-to-arithmetic ratio
+# --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ShazeerRatio:
+    """Memory accesses (elements) over arithmetic operations (multiply-adds)."""
+
+    mode: str  # "batched" or "incremental"
+    memory_elements: int
+    arithmetic_ops: int
+    terms: dict[str, float]  # Shazeer's asymptotic terms, for which one dominates
+
+    @property
+    def ratio(self) -> float:
+        return self.memory_elements / self.arithmetic_ops
+
+    @property
+    def dominant_term(self) -> str:
+        return max(self.terms, key=self.terms.__getitem__)
+
+
+def shazeer_ratio(mode: str, b: int, n: int, d: int, h: int, g: int, k: int,
+                  v: int | None = None) -> ShazeerRatio:
+    """Exact counts of Shazeer's einsum programs, generalised to g K/V heads.
+
+    b batch, n tokens (sequence length), d model width, h query heads, g K/V
+    heads (h: MHA, 1: MQA, between: GQA), k key and v value head dims.
+
+    batched (sec. 2.3, all n positions at once; self-attention, m = n):
+      memory X, M: 2bnd; P_q, P_o: 2dhk; P_k, P_v: 2dgk; Q, O: 2bhnk; K, V: 2bgnk;
+      logits and weights: 2bhn^2; Y: bnd.
+      arithmetic: bnd*hk (Q) + 2 bnd*gk (K,V) + 2 bhn^2 k (logits, O) + bnhk*d (Y).
+      Shazeer: ratio O(1/k + 1/(bn)).
+    incremental (sec. 2.4 and 3.1, n calls, call i reads a cache of i tokens):
+      per call x, y: 2bd; q, o: 2bhk; new k, v: 2bgk; weights: 2dhk + 2dgk;
+      K, V read: 2bgk*i. arithmetic per call: bd(hk + 2gk + hk) + 2bhk*i.
+      Shazeer: MHA ratio Theta(n/d + 1/b); MQA Theta(1/d + n/(dh) + 1/b); with g
+      heads the middle term is n g/(d h).
+    """
+    v = k if v is None else v
+    for name, val in (("b", b), ("n", n), ("d", d), ("h", h), ("g", g), ("k", k), ("v", v)):
+        check_size(name, val, MAX_SEQ_LEN)
+    if h % g:
+        raise KvcalcError(f"h ({h}) must be divisible by g ({g})")
+    if mode == "batched":
+        memory = (3 * b * n * d + d * h * (k + v) + d * g * (k + v) + b * h * n * (k + v)
+                  + b * g * n * (k + v) + 2 * b * h * n * n)
+        arith = b * n * d * h * k + b * n * d * g * (k + v) + b * h * n * n * (k + v) + b * n * h * v * d
+        terms = {"1/k": 1 / k, "1/(b*n)": 1 / (b * n)}
+    elif mode == "incremental":
+        tri = n * (n + 1) // 2  # sum of cache lengths over the n calls
+        memory = (n * (2 * b * d + b * h * (k + v) + b * g * (k + v))
+                  + n * d * (h * (k + v) + g * (k + v)) + b * g * (k + v) * tri)
+        arith = n * b * d * (h * k + g * (k + v) + h * v) + b * h * (k + v) * tri
+        terms = {"1/d": 1 / d, "n*g/(d*h)": n * g / (d * h), "1/b": 1 / b}
+    else:
+        raise KvcalcError(f"mode must be 'batched' or 'incremental', got {mode!r}")
+    return ShazeerRatio(mode=mode, memory_elements=memory, arithmetic_ops=arith, terms=terms)

@@ -1,0 +1,323 @@
+"""Rows to text: units, CSV, JSON, rich tables, and safe report files.
+
+The only module that formats numbers for people. Bytes stay exact ints in CSV and
+JSON; tables show the exact count beside decimal (GB = 1e9) and binary
+(GiB = 2^30) units, each labelled. rich is imported lazily (tables only).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from kvcalc.errors import KvcalcError
+
+DECIMAL_UNITS = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3))
+BINARY_UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+def _scaled(n: int, units: tuple[tuple[str, int], ...], suffix: str = "B") -> str:
+    for name, size in units:
+        if abs(n) >= size:
+            return f"{n / size:.3g} {name}"
+    return f"{n} {suffix}"
+
+
+def human_bytes(n: int) -> str:
+    """'9.66 GB / 9 GiB': decimal and binary, both named."""
+    if abs(n) < 1000:
+        return f"{n} B"
+    return f"{_scaled(n, DECIMAL_UNITS)} / {_scaled(n, BINARY_UNITS)}"
+
+
+def exact_bytes(n: int) -> str:
+    """'9,663,676,416 B (9.66 GB / 9 GiB)'."""
+    return f"{n:,} B" if abs(n) < 1000 else f"{n:,} B ({human_bytes(n)})"
+
+
+def human_count(n: float, unit: str = "") -> str:
+    """1.75e11 -> '175 G' (SI prefixes, for parameters and FLOPs)."""
+    for name, size in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.4g} {name}{unit}"
+    return f"{n:.4g} {unit}".rstrip()
+
+
+def human_seconds(s: float) -> str:
+    if not math.isfinite(s):
+        return str(s)
+    for name, size in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(s) >= size:
+            return f"{s / size:.4g} {name}"
+    return f"{s * 1e9:.4g} ns"
+
+
+def human_rate(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / 1e9:,.1f} GB/s"
+
+
+# --------------------------------------------------------------------------------
+# Machine-readable output
+# --------------------------------------------------------------------------------
+def flatten(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'params': {'total': 1}} -> {'params_total': 1}, for CSV columns."""
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{name}_"))
+        elif isinstance(value, (list, tuple)):
+            out[name] = "; ".join(map(str, value))
+        else:
+            out[name] = value
+    return out
+
+
+def rows_to_csv(rows: Iterable[Mapping[str, Any]]) -> str:
+    """CSV with a header from the union of the rows' keys, in first-seen order."""
+    rows = [flatten(r) for r in rows]
+    columns: dict[str, None] = {}
+    for r in rows:
+        columns.update(dict.fromkeys(r))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def to_json(obj: Any) -> str:
+    return json.dumps(obj, indent=2, default=_json_default, allow_nan=False) + "\n"
+
+
+def atomic_write(path: str | os.PathLike, text: str | bytes, force: bool = False) -> Path:
+    """Write a file whole or not at all; never replace an existing file unless `force`.
+
+    The data goes to a temporary file in the same folder, then is linked into
+    place (which fails if the name exists: no race between check and write) or,
+    with force, renamed over the old file.
+    """
+    path = Path(path)
+    if path.exists() and not force:
+        raise KvcalcError(f"{path} exists; pass --force to overwrite it")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise KvcalcError(f"cannot write {path}: folder {folder} does not exist")
+    data = text.encode() if isinstance(text, str) else text
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        if force:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise KvcalcError(f"{path} exists; pass --force to overwrite it") from None
+            except OSError:  # file systems without hard links
+                if path.exists():
+                    raise KvcalcError(f"{path} exists; pass --force to overwrite it") from None
+                os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def emit(text: str, output: str | os.PathLike | None = None, force: bool = False) -> None:
+    """Data to stdout, or atomically to a file (then a one-line note on stderr)."""
+    if output is None or str(output) == "-":
+        import sys
+
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        path = atomic_write(output, text, force)
+        error_console().print(f"wrote {path}", highlight=False)
+
+
+# --------------------------------------------------------------------------------
+# Consoles (rich, imported on first use)
+# --------------------------------------------------------------------------------
+_consoles: dict[bool, Any] = {}
+
+
+def console(stderr: bool = False):
+    """The rich console for data (stdout) or diagnostics (stderr)."""
+    if stderr not in _consoles:
+        from rich.console import Console
+
+        _consoles[stderr] = Console(stderr=stderr, highlight=False)
+    return _consoles[stderr]
+
+
+def error_console():
+    return console(stderr=True)
+
+
+def table(title: str, columns: list[str], rows: list[list[str]], caption: str | None = None):
+    """A rich Table; numbers right-aligned."""
+    from rich.table import Table
+
+    t = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
+    for i, col in enumerate(columns):
+        t.add_column(col, justify="left" if i == 0 else "right", overflow="fold")
+    for r in rows:
+        t.add_row(*r)
+    return t
+
+
+# --------------------------------------------------------------------------------
+# Tables for the analytical commands
+# --------------------------------------------------------------------------------
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.3g}x" if b else "-"
+
+
+def estimate_tables(est) -> list:
+    """Rich renderables for one `Estimate` (kvcalc.estimate)."""
+    s, c, d, p = est.spec, est.cache, est.decode, est.params
+    src = f"  source: {s.source}" if s.source else ""
+    head = (f"[bold]{s.name}[/bold]  {s.attention_kind}: {s.heads} query heads, "
+            f"{s.kv_heads if s.mla is None else '-'} K/V heads, head_dim {s.head_dim}, "
+            f"{s.layers} layers, d_model {s.d_model}\n"
+            f"seq_len {est.seq_len:,}, batch {est.batch}, KV {est.kv_dtype.name}, "
+            f"weights {est.weight_dtype.name}, tp {est.tp}"
+            + (f", {est.hardware.name}" if est.hardware else "") + f"\n{src}")
+    out: list = [head]
+
+    rows = [["per token per layer", exact_bytes(c.bytes_per_token_per_layer)],
+            ["per token (all layers)", exact_bytes(c.bytes_per_token)],
+            ["per sequence", exact_bytes(c.bytes_per_sequence)],
+            [f"batch of {est.batch} (kv_cache_bytes)", exact_bytes(c.bytes)]]
+    if c.bytes_full != c.bytes:
+        rows.append(["without sliding window", exact_bytes(c.bytes_full)])
+    if c.cross_attention_bytes_per_sequence:
+        rows.append(["cross-attention, per sequence", exact_bytes(c.cross_attention_bytes_per_sequence)])
+    if est.tp > 1:
+        rows.append([f"per device ({c.kv_heads_per_device} K/V heads each)", exact_bytes(c.bytes_per_device)])
+        rows.append([f"all {est.tp} devices", exact_bytes(c.bytes_all_devices)])
+    out.append(table("KV cache", ["", "bytes"], rows))
+
+    prow = [[name, f"{n:,}", f"{n / p.total:.1%}"] for name, n in p.breakdown.items()]
+    prow.append(["[bold]total[/bold]", f"[bold]{p.total:,}[/bold]", human_count(p.total)])
+    prow.append(["attention (all projections)", f"{p.attention:,}", f"{p.attention / p.total:.1%}"])
+    if p.active != p.total:
+        prow.append(["active per token (MoE)", f"{p.active:,}", human_count(p.active)])
+    prow.append([f"weights in {est.weight_dtype.name}", exact_bytes(est.weight_bytes), ""])
+    out.append(table("Parameters", ["", "count", "share"], prow))
+
+    drow = [["FLOPs", f"{d.flops:,}", human_count(d.flops, "FLOP")]]
+    for name, n in d.bytes_breakdown.items():
+        drow.append([f"bytes: {name}", f"{n:,}", human_bytes(n)])
+    drow.append(["[bold]bytes moved[/bold]", f"[bold]{d.bytes:,}[/bold]", human_bytes(d.bytes)])
+    drow.append(["arithmetic intensity (step)", f"{d.arithmetic_intensity:.4g}", "FLOP/byte"])
+    drow.append(["arithmetic intensity (attention)", f"{d.attention_intensity:.4g}", "FLOP/byte"])
+    drow.append([f"prefill FLOPs ({est.seq_len:,} tokens)", f"{d.prefill_flops:,}",
+                 human_count(d.prefill_flops, "FLOP")])
+    out.append(table("One decode step (one token per sequence)", ["", "exact", ""], drow,
+                     caption="; ".join(d.notes) or None))
+
+    if est.shazeer is not None:
+        sz = est.shazeer
+        srow = [[name, f"{v:.4g}", "<- dominates" if name == sz.dominant_term else ""]
+                for name, v in sz.terms.items()]
+        srow.append(["exact ratio (memory / arithmetic)", f"{sz.ratio:.4g}", ""])
+        out.append(table("Shazeer (2019) memory-to-arithmetic ratio, incremental decoding",
+                         ["term", "value", ""], srow,
+                         caption=f"b={est.batch}, n={est.seq_len}, d={s.d_model}, h={s.heads}, "
+                                 f"g={s.kv_heads}, k={s.head_dim}; n*g/(d*h) is the K/V reload term"))
+    if est.roofline is not None:
+        r, f = est.roofline, est.fit
+        hw = est.hardware
+        rrow = [["memory time (bytes / bandwidth)", human_seconds(r.memory_s)],
+                ["compute time (FLOPs / dense peak)", human_seconds(r.compute_s)],
+                ["[bold]bound[/bold]", f"[bold]{r.bound}[/bold] (ridge {r.ridge_flops_per_byte:.0f} FLOP/byte)"],
+                ["time per token (per step)", human_seconds(r.time_s)],
+                ["tokens/s (whole batch)", f"{r.tokens_per_s:,.1f}"]]
+        out.append(table(f"Roofline on {hw.name} ({human_rate(hw.memory_bandwidth_bytes_per_s)}, "
+                         f"{human_count(r.peak_flops_per_s, 'FLOP/s')} dense)",
+                         ["", "lower bound"], rrow, caption=f"datasheet figures: {hw.source}"))
+        frow = [["device memory usable", exact_bytes(f.usable_bytes)],
+                ["weights per device", exact_bytes(f.weight_bytes)],
+                ["free for KV cache per device", exact_bytes(f.free_for_kv_bytes)],
+                [f"max batch at {est.seq_len:,} tokens", f"{f.max_batch:,}"],
+                [f"max context at batch {est.batch}",
+                 "unbounded (every layer slides)" if f.max_seq_len_unbounded else f"{f.max_seq_len:,}"],
+                ["fits as asked", "yes" if f.fits else "[red]no[/red]"]]
+        if est.min_tp_that_fits != est.tp:
+            frow.append(["smallest tp that fits",
+                         str(est.min_tp_that_fits) if est.min_tp_that_fits else "none"])
+        out.append(table(f"Fit on {est.tp} x {hw.name}", ["", ""], frow))
+    notes = [n for n in est.notes() if n not in d.notes]
+    if notes:
+        out.append("\n".join(f"note: {n}" for n in notes))
+    return out
+
+
+def compare_table(estimates: list) -> Any:
+    """MHA / GQA / MQA side by side with reduction factors against the first (MHA)."""
+    base = estimates[0]
+    cols = [""] + [f"{e.spec.attention_kind} ({e.spec.kv_heads} KV)" for e in estimates]
+    cols += [f"MHA / {e.spec.attention_kind}" for e in estimates[1:]]
+
+    def line(label, get, fmt, reduce=True, gain=False):
+        vals = [get(e) for e in estimates]
+        cells = [fmt(v) for v in vals]
+        if reduce:
+            cells += [_ratio(v, vals[0]) if gain else _ratio(vals[0], v) for v in vals[1:]]
+        else:
+            cells += ["" for _ in vals[1:]]
+        return [label] + cells
+
+    rows = [
+        line("KV bytes per token", lambda e: e.cache.bytes_per_token, lambda v: f"{v:,}"),
+        line("kv_cache_bytes", lambda e: e.cache.bytes, human_bytes),
+        line("params total", lambda e: e.params.total, lambda v: f"{v:,}"),
+        line("params attention", lambda e: e.params.attention, lambda v: f"{v:,}"),
+        line("decode bytes", lambda e: e.decode.bytes, human_bytes),
+        line("decode FLOPs", lambda e: e.decode.flops, lambda v: human_count(v, "FLOP")),
+        line("arithmetic intensity", lambda e: e.decode.arithmetic_intensity, lambda v: f"{v:.4g}",
+             gain=True),
+        line("attention intensity", lambda e: e.decode.attention_intensity, lambda v: f"{v:.4g}",
+             gain=True),
+    ]
+    if base.roofline is not None:
+        rows.append(line("roofline time per step", lambda e: e.roofline.time_s, human_seconds))
+        rows.append(line("tokens/s", lambda e: e.roofline.tokens_per_s, lambda v: f"{v:,.0f}",
+                         gain=True))
+        rows.append(line("bound", lambda e: e.roofline.bound, str, reduce=False))
+        rows.append(line("max batch (fit)", lambda e: e.fit.max_batch, lambda v: f"{v:,}", reduce=False))
+    return table(f"{base.spec.name.split('[')[0]}: MHA vs GQA vs MQA at seq_len {base.seq_len:,}, "
+                 f"batch {base.batch}", cols, rows,
+                 caption="MHA / X: how many times smaller X makes it (for intensity and tokens/s: how many times larger)")
+
+
+def fit_table(est) -> Any:
+    f, hw = est.fit, est.hardware
+    rows = [["weights per device", exact_bytes(f.weight_bytes)],
+            ["free for KV cache per device", exact_bytes(f.free_for_kv_bytes)],
+            [f"KV per sequence per device at {est.seq_len:,}", exact_bytes(f.kv_bytes_per_sequence)],
+            [f"max batch at {est.seq_len:,} tokens", f"{f.max_batch:,}"],
+            [f"max context at batch {est.batch}",
+             "unbounded (every layer slides)" if f.max_seq_len_unbounded else f"{f.max_seq_len:,}"],
+            ["fits as asked", "yes" if f.fits else "no"],
+            ["smallest tp that fits", str(est.min_tp_that_fits) if est.min_tp_that_fits else "none"]]
+    return table(f"{est.spec.name} on {est.tp} x {hw.name} ({human_bytes(hw.memory_bytes)} each), "
+                 f"weights {est.weight_dtype.name}, KV {est.kv_dtype.name}", ["", ""], rows)

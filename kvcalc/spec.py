@@ -1,0 +1,282 @@
+"""Frozen descriptions of what kvcalc reasons about: models, hardware, dtypes.
+
+Everything here is plain data plus validation. Sizes are Python ints; nothing is
+derived (head_dim is a field of its own, never d_model // heads).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from kvcalc.errors import KvcalcError
+
+# Upper bounds that catch typos (an extra zero or three), not real models.
+MAX_LAYERS = 10_000
+MAX_WIDTH = 1 << 22  # d_model, d_ff, vocab, head_dim, heads
+MAX_SEQ_LEN = 1 << 34  # 17 billion tokens
+MAX_BATCH = 1 << 24
+MAX_TP = 4096
+
+
+@dataclass(frozen=True)
+class DType:
+    """A storage type. Size is in bits so that int4 (half a byte) stays exact."""
+
+    name: str
+    bits: int
+
+    def nbytes(self, elements: int) -> int:
+        """Bytes for `elements` values, rounded up to whole bytes (packed int4)."""
+        return -(-elements * self.bits // 8)
+
+
+DTYPES: dict[str, DType] = {
+    d.name: d
+    for d in (
+        DType("fp32", 32),
+        DType("bf16", 16),
+        DType("fp16", 16),
+        DType("fp8", 8),
+        DType("int8", 8),
+        DType("int4", 4),
+    )
+}
+DTYPE_ALIASES = {
+    "float32": "fp32",
+    "float": "fp32",
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "float8": "fp8",
+    "fp8_e4m3": "fp8",
+    "fp8_e5m2": "fp8",
+}
+
+
+def dtype(name: str) -> DType:
+    """Look a dtype up by name or common alias; a KvcalcError names the choices."""
+    key = DTYPE_ALIASES.get(name.lower(), name.lower())
+    try:
+        return DTYPES[key]
+    except KeyError:
+        raise KvcalcError(
+            f"unknown dtype {name!r}; choose one of: {', '.join(DTYPES)}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class MLA:
+    """Multi-head latent attention (DeepSeek-V2 section 2.1, DeepSeek-V3 config).
+
+    The cache holds one compressed latent (kv_lora_rank) plus one shared RoPE key
+    (qk_rope_head_dim) per token per layer, for all heads together.
+    """
+
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int = 0  # 0: queries use a full-rank d_model x heads*qk_head_dim matrix
+
+
+@dataclass(frozen=True)
+class MoE:
+    """Mixture of experts replacing the MLP of every layer but the first `dense_layers`."""
+
+    experts: int  # routed experts per MoE layer
+    active: int  # routed experts each token goes to
+    expert_d_ff: int  # width of one routed expert's MLP
+    shared_experts: int = 0  # always-on experts of width expert_d_ff (DeepSeek)
+    dense_layers: int = 0  # leading layers with an ordinary MLP of width d_ff
+    router_bias: bool = False  # a per-expert bias (DeepSeek-V3's e_score_correction_bias)
+
+
+NORM_KINDS = ("rmsnorm", "layernorm")
+MLP_KINDS = ("gated", "plain")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One transformer, as its config file describes it.
+
+    Counts are for the decoder stack unless `encoder_layers` is set, in which case
+    the model is an encoder-decoder (T5) whose decoder layers also cross-attend.
+    """
+
+    name: str
+    layers: int
+    d_model: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    d_ff: int
+    vocab: int
+    v_head_dim: int = 0  # 0: same as head_dim
+    mlp: str = "gated"  # gated: gate, up, down (SwiGLU/GeGLU); plain: up, down
+    qkv_bias: bool = False
+    out_bias: bool = False
+    mlp_bias: bool = False
+    norm: str = "rmsnorm"  # rmsnorm: weight only; layernorm: weight and bias
+    norm_bias: bool = False  # layernorm bias (False for T5-style or bias-free layernorms)
+    norms_per_layer: int = 2  # 1 for parallel attention+MLP sharing a norm, 4 for Gemma 2
+    final_norm: bool = True
+    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3), head_dim weights each
+    tied_embeddings: bool = False
+    learned_pos: int = 0  # rows of a learned position table (GPT-2/3), 0 for RoPE/ALiBi
+    relative_attention_buckets: int = 0  # T5: a buckets x heads bias table per stack
+    max_context: int = 0  # 0: unknown
+    sliding_window: int = 0  # 0: full attention in every layer
+    global_every: int = 0  # 0: all layers slide; n: every n-th layer is global (Gemma 2: 2)
+    encoder_layers: int = 0  # T5: encoder stack depth (decoder depth is `layers`)
+    mla: MLA | None = None
+    moe: MoE | None = None
+    source: str = ""
+    notes: str = ""
+    published_params: int = 0  # the headline count the source gives, for checks
+    extra: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.v_head_dim:
+            object.__setattr__(self, "v_head_dim", self.head_dim)
+        _positive(self, "layers", MAX_LAYERS)
+        for name in ("d_model", "heads", "kv_heads", "head_dim", "d_ff", "vocab", "v_head_dim"):
+            _positive(self, name, MAX_WIDTH)
+        for name in ("learned_pos", "max_context", "sliding_window", "global_every",
+                     "encoder_layers", "relative_attention_buckets", "published_params"):
+            if getattr(self, name) < 0:
+                raise KvcalcError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.mlp not in MLP_KINDS:
+            raise KvcalcError(f"mlp must be one of {MLP_KINDS}, got {self.mlp!r}")
+        if self.norm not in NORM_KINDS:
+            raise KvcalcError(f"norm must be one of {NORM_KINDS}, got {self.norm!r}")
+        if not 0 <= self.norms_per_layer <= 8:
+            raise KvcalcError(f"norms_per_layer must be 0..8, got {self.norms_per_layer}")
+        if self.kv_heads > self.heads:
+            raise KvcalcError(
+                f"kv_heads ({self.kv_heads}) cannot exceed heads ({self.heads})"
+            )
+        if self.heads % self.kv_heads:
+            raise KvcalcError(
+                f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})"
+            )
+        if self.global_every and not self.sliding_window:
+            raise KvcalcError("global_every needs a sliding_window")
+        if self.moe is not None:
+            m = self.moe
+            if not 1 <= m.active <= m.experts:
+                raise KvcalcError(f"moe.active must be 1..experts ({m.experts}), got {m.active}")
+            if not 0 <= m.dense_layers <= self.layers:
+                raise KvcalcError("moe.dense_layers must be between 0 and layers")
+            if m.expert_d_ff <= 0 or m.shared_experts < 0:
+                raise KvcalcError("moe.expert_d_ff must be > 0 and shared_experts >= 0")
+        if self.mla is not None:
+            for f in dataclasses.fields(MLA):
+                v = getattr(self.mla, f.name)
+                if v < 0 or (f.name != "q_lora_rank" and v == 0):
+                    raise KvcalcError(f"mla.{f.name} must be positive, got {v}")
+
+    # --- derived counts (pure, cheap) -------------------------------------------
+    @property
+    def group_size(self) -> int:
+        """Query heads sharing one K/V head: 1 for MHA, heads for MQA."""
+        return self.heads // self.kv_heads
+
+    @property
+    def attention_kind(self) -> str:
+        if self.mla is not None:
+            return "MLA"
+        if self.kv_heads == self.heads:
+            return "MHA"
+        if self.kv_heads == 1:
+            return "MQA"
+        return "GQA"
+
+    @property
+    def sliding_layers(self) -> int:
+        """Layers whose attention (and cache) is limited to `sliding_window` tokens."""
+        if not self.sliding_window:
+            return 0
+        if not self.global_every:
+            return self.layers
+        return self.layers - self.layers // self.global_every
+
+    @property
+    def moe_layers(self) -> int:
+        return 0 if self.moe is None else self.layers - self.moe.dense_layers
+
+    def with_kv_heads(self, kv_heads: int) -> "ModelSpec":
+        """The same model with another number of K/V heads (its GQA/MQA/MHA variant)."""
+        if self.mla is not None:
+            raise KvcalcError(f"{self.name} uses MLA: it has no K/V heads to change")
+        return self.replace(kv_heads=kv_heads, name=_variant_name(self.name, kv_heads, self.heads))
+
+    def replace(self, **changes) -> "ModelSpec":
+        return dataclasses.replace(self, **changes)
+
+
+def _variant_name(name: str, kv_heads: int, heads: int) -> str:
+    base = name.split("[")[0]
+    kind = "MHA" if kv_heads == heads else "MQA" if kv_heads == 1 else f"GQA-{kv_heads}"
+    return f"{base}[{kind}]"
+
+
+def _positive(obj: object, name: str, upper: int) -> None:
+    value = getattr(obj, name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise KvcalcError(f"{name} must be an integer, got {value!r}")
+    if value <= 0:
+        raise KvcalcError(f"{name} must be positive, got {value}")
+    if value > upper:
+        raise KvcalcError(f"{name}={value} is absurdly large (limit {upper})")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One accelerator (or CPU socket) from its datasheet.
+
+    FLOP/s are dense (no 2:4 sparsity); `flops_per_s` maps a dtype name to that
+    dtype's dense peak. Bandwidth and capacity are in bytes (decimal units on
+    datasheets: 3.35 TB/s = 3_350_000_000_000 bytes/s; 80 GB HBM = 80e9 bytes,
+    except where a vendor means GiB, which the preset says).
+    """
+
+    name: str
+    memory_bytes: int
+    memory_bandwidth_bytes_per_s: int
+    flops_per_s: dict[str, int]
+    l2_bytes: int = 0
+    sparse_flops_per_s: dict[str, int] = field(default_factory=dict)
+    source: str = ""
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("memory_bytes", "memory_bandwidth_bytes_per_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise KvcalcError(f"hardware {self.name}: {name} must be a positive integer")
+        if not self.flops_per_s:
+            raise KvcalcError(f"hardware {self.name}: flops_per_s needs at least one dtype")
+        for key, v in {**self.flops_per_s, **self.sparse_flops_per_s}.items():
+            dtype(key)  # validates the name
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise KvcalcError(f"hardware {self.name}: flops_per_s.{key} must be a positive integer")
+
+    def peak_flops(self, dtype_name: str) -> int:
+        """Dense peak for a dtype; falls back to the closest wider type the chip has.
+
+        int4 falls back to int8, fp8 to fp16/bf16, fp16 to bf16 and back, bf16 to
+        fp32: a chip without a native unit runs the wider one.
+        """
+        fallbacks = {
+            "int4": ("int4", "int8", "fp8", "bf16", "fp16", "fp32"),
+            "int8": ("int8", "fp8", "bf16", "fp16", "fp32"),
+            "fp8": ("fp8", "bf16", "fp16", "fp32"),
+            "fp16": ("fp16", "bf16", "fp32"),
+            "bf16": ("bf16", "fp16", "fp32"),
+            "fp32": ("fp32",),
+        }
+        for name in fallbacks[dtype(dtype_name).name]:
+            if name in self.flops_per_s:
+                return self.flops_per_s[name]
+        raise KvcalcError(f"hardware {self.name} gives no FLOP/s usable for {dtype_name}")
