@@ -1,0 +1,314 @@
+"""Presets: strict loading of the YAML files under presets/ into specs.
+
+Every preset is a plain YAML mapping whose keys are exactly the fields of
+`ModelSpec` (models) or `Hardware` (hardware), with `mla:` and `moe:` nested
+mappings for the fields of `MLA` and `MoE`. Loading is deliberately strict: a
+misspelt key, a string where a number belongs or a missing `source:` is an
+error that names the file and the key, never a silently used default.
+
+Only `yaml.safe_load`-level constructors are available (a `!!python/...` tag is
+refused), and nothing here imports torch or pandas.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kvcalc.errors import KvcalcError
+from kvcalc.spec import MLA, Hardware, ModelSpec, MoE, dtype
+
+__all__ = [
+    "hardware_from_mapping",
+    "hardware_from_yaml_file",
+    "hardware_names",
+    "load_hardware",
+    "load_model",
+    "model_from_mapping",
+    "model_from_yaml_file",
+    "model_names",
+    "presets_dir",
+]
+
+# Dataclass fields that are not YAML keys: `extra` is for values a loader
+# (such as the HF config.json reader) wants to carry along, not for presets.
+_NOT_YAML_KEYS = {ModelSpec: {"extra"}, Hardware: set(), MLA: set(), MoE: set()}
+
+
+# --- where presets live --------------------------------------------------------
+def presets_dir() -> Path:
+    """The presets folder: `kvcalc/presets` in an installed wheel, else the checkout's `presets/`."""
+    packaged = Path(__file__).resolve().parent / "presets"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "presets"
+
+
+def model_names() -> list[str]:
+    """Names of the model presets (file stems of presets/models/*.yaml), sorted."""
+    return _names("models")
+
+
+def hardware_names() -> list[str]:
+    """Names of the hardware presets (file stems of presets/hardware/*.yaml), sorted."""
+    return _names("hardware")
+
+
+def _names(kind: str) -> list[str]:
+    folder = presets_dir() / kind
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+# --- named presets ---------------------------------------------------------------
+def load_model(name: str) -> ModelSpec:
+    """The model preset called `name` (case-insensitive); a KvcalcError suggests near names."""
+    return _load_model(_resolve(name, model_names(), "model"))
+
+
+def load_hardware(name: str) -> Hardware:
+    """The hardware preset called `name` (case-insensitive); a KvcalcError suggests near names."""
+    return _load_hardware(_resolve(name, hardware_names(), "hardware"))
+
+
+@functools.lru_cache(maxsize=None)
+def _load_model(stem: str) -> ModelSpec:
+    spec = model_from_yaml_file(presets_dir() / "models" / f"{stem}.yaml")
+    _check_name_matches_file(spec.name, stem, "models")
+    return spec
+
+
+@functools.lru_cache(maxsize=None)
+def _load_hardware(stem: str) -> Hardware:
+    hw = hardware_from_yaml_file(presets_dir() / "hardware" / f"{stem}.yaml")
+    _check_name_matches_file(hw.name, stem, "hardware")
+    return hw
+
+
+def _check_name_matches_file(name: str, stem: str, kind: str) -> None:
+    if name != stem:
+        raise KvcalcError(
+            f"presets/{kind}/{stem}.yaml: name {name!r} differs from the file name; "
+            f"drop the `name:` key or rename the file"
+        )
+
+
+def _resolve(name: str, names: list[str], kind: str) -> str:
+    """The preset stem matching `name` case-insensitively, or a did-you-mean error."""
+    by_lower = {n.lower(): n for n in names}
+    key = name.strip().lower()
+    if key in by_lower:
+        return by_lower[key]
+    raise KvcalcError(f"unknown {kind} preset {name!r}; {_suggest(key, list(by_lower))}")
+
+
+def _suggest(key: str, names: list[str]) -> str:
+    """'did you mean: a, b?' from close and substring matches, else the full list."""
+    close = difflib.get_close_matches(key, names, n=4, cutoff=0.6)
+    contained = [n for n in names if key and (key in n or n in key)]
+    picks = list(dict.fromkeys(close + contained))[:6]
+    if picks:
+        return f"did you mean: {', '.join(picks)}?"
+    return f"available: {', '.join(sorted(names))}" if names else "no presets are installed"
+
+
+# --- files -------------------------------------------------------------------------
+def model_from_yaml_file(path: str | Path, *, require_source: bool = True) -> ModelSpec:
+    """A ModelSpec from one YAML file; `name` defaults to the file stem."""
+    path = Path(path)
+    return model_from_mapping(_read_yaml(path), _display(path), default_name=path.stem,
+                              require_source=require_source)
+
+
+def hardware_from_yaml_file(path: str | Path, *, require_source: bool = True) -> Hardware:
+    """A Hardware from one YAML file; `name` defaults to the file stem."""
+    path = Path(path)
+    return hardware_from_mapping(_read_yaml(path), _display(path), default_name=path.stem,
+                                 require_source=require_source)
+
+
+def _display(path: Path) -> str:
+    """A path for messages: 'presets/models/x.yaml' for presets, else as given."""
+    try:
+        return f"presets/{path.resolve().relative_to(presets_dir().resolve()).as_posix()}"
+    except ValueError:
+        return str(path)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that also refuses duplicate keys (the later one would silently win)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, typing.Hashable):
+                continue  # SafeLoader itself reports unhashable keys
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_yaml(path: Path) -> Any:
+    where = _display(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise KvcalcError(f"{where}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise KvcalcError(f"{where}: cannot read: {e}") from None
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        raise KvcalcError(f"{where}: malformed YAML: {_yaml_problem(e)}") from None
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """One line out of PyYAML's multi-line error text."""
+    if isinstance(e, yaml.MarkedYAMLError):
+        problem = e.problem or e.context or "syntax error"
+        mark = e.problem_mark or e.context_mark
+        if "could not determine a constructor" in problem:
+            problem = problem.replace("could not determine a constructor for the tag",
+                                      "tag not allowed in plain data:")
+        line = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        return " ".join(problem.split()) + line
+    return " ".join(str(e).split())
+
+
+# --- mappings ---------------------------------------------------------------------------
+def model_from_mapping(d: Any, where: str, *, default_name: str | None = None,
+                       require_source: bool = True) -> ModelSpec:
+    """A ModelSpec from a parsed YAML mapping; `where` prefixes every error message."""
+    values = _fields_from_mapping(d, ModelSpec, where, default_name, require_source)
+    return _construct(ModelSpec, values, where)
+
+
+def hardware_from_mapping(d: Any, where: str, *, default_name: str | None = None,
+                          require_source: bool = True) -> Hardware:
+    """A Hardware from a parsed YAML mapping; `where` prefixes every error message."""
+    values = _fields_from_mapping(d, Hardware, where, default_name, require_source)
+    for table in ("flops_per_s", "sparse_flops_per_s"):
+        for key in values.get(table, {}):
+            canonical = _construct(dtype, {"name": key}, where).name
+            if canonical != key:  # peak_flops() looks canonical names up
+                raise KvcalcError(f"{where}: {table}.{key}: write the dtype as {canonical!r}")
+    return _construct(Hardware, values, where)
+
+
+def _fields_from_mapping(d: Any, cls: type, where: str, default_name: str | None,
+                         require_source: bool) -> dict[str, Any]:
+    if d is None:
+        raise KvcalcError(f"{where}: empty; expected a mapping of {cls.__name__} keys")
+    values = _checked_mapping(d, cls, where, prefix="")
+    if "name" not in values:
+        values["name"] = default_name if default_name is not None else Path(where).stem
+    if require_source and not str(values.get("source", "")).strip():
+        raise KvcalcError(
+            f"{where}: `source:` is required: name the config file, paper table or datasheet "
+            f"the values come from"
+        )
+    return values
+
+
+def _checked_mapping(d: Any, cls: type, where: str, prefix: str) -> dict[str, Any]:
+    """Keys checked against the fields of `cls` by name, values by type; nested specs recursed."""
+    label = prefix.rstrip(".") or "top level"
+    if not isinstance(d, Mapping):
+        raise KvcalcError(
+            f"{where}: {label} must be a mapping of keys, got {_describe(d)}"
+        )
+    fields = _yaml_fields(cls)
+    for key in d:
+        if not isinstance(key, str):
+            raise KvcalcError(f"{where}: keys must be strings, got {_describe(key)} in {label}")
+        if key not in fields:
+            raise KvcalcError(f"{where}: unknown key {prefix + key!r}{_hint(key, fields, prefix)}")
+    missing = [
+        prefix + f.name for f in fields.values()
+        if f.name not in d and f.name != "name" and _is_required(f)
+    ]
+    if missing:
+        raise KvcalcError(f"{where}: missing required key{'s' * (len(missing) > 1)}: "
+                          f"{', '.join(missing)}")
+    hints = typing.get_type_hints(cls)
+    return {key: _checked_value(value, hints[key], prefix + key, where) for key, value in d.items()}
+
+
+@functools.lru_cache(maxsize=None)
+def _yaml_fields(cls: type) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(cls) if f.name not in _NOT_YAML_KEYS[cls]}
+
+
+def _is_required(f: dataclasses.Field) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def _hint(key: str, fields: Mapping[str, Any], prefix: str) -> str:
+    close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.6)
+    if close:
+        return f" (did you mean {prefix + close[0]!r}?)"
+    return f" (allowed: {', '.join(prefix + k for k in fields)})"
+
+
+def _checked_value(value: Any, hint: Any, key: str, where: str) -> Any:
+    """`value` if it has the type `hint` asks for; nested MLA/MoE mappings become dataclasses."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if args and type(None) in args:  # `X | None`: null or an X
+        if value is None:
+            return None
+        (hint,) = [a for a in args if a is not type(None)]
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        return hint(**_checked_mapping(value, hint, where, prefix=f"{key}."))
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise KvcalcError(f"{where}: {key} must be a mapping, got {_describe(value)}")
+        key_type, value_type = args
+        return {
+            _checked_value(k, key_type, f"{key} key", where):
+                _checked_value(v, value_type, f"{key}.{k}", where)
+            for k, v in value.items()
+        }
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise KvcalcError(f"{where}: {key} must be true or false, got {_describe(value)}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            tip = ""
+            if isinstance(value, float) and value.is_integer():
+                tip = " (write it as an integer, e.g. 3_350_000_000_000, not in float notation)"
+            raise KvcalcError(f"{where}: {key} must be an integer, got {_describe(value)}{tip}")
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise KvcalcError(f"{where}: {key} must be a string, got {_describe(value)}")
+        return value
+    raise KvcalcError(f"{where}: {key}: unsupported field type {hint!r}")  # a spec.py change
+
+
+def _describe(value: Any) -> str:
+    kinds = {bool: "a boolean", int: "an integer", float: "a number", str: "the string",
+             list: "a list", dict: "a mapping", type(None): "null"}
+    kind = next((v for k, v in kinds.items() if type(value) is k), type(value).__name__)
+    if isinstance(value, (list, dict)):
+        return kind
+    return f"{kind} {value!r}" if value is not None else kind
+
+
+def _construct(make: Any, values: dict[str, Any], where: str) -> Any:
+    """`make(**values)`, with `where` put in front of any KvcalcError it raises."""
+    try:
+        return make(**values)
+    except KvcalcError as e:
+        raise KvcalcError(f"{where}: {e}") from None

@@ -1,0 +1,185 @@
+"""The analytical CLI: the public JSON, CSV piping, error handling, fast start-up."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvcalc.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def kvcalc(*args: str, timeout: int = 60) -> subprocess.CompletedProcess:
+    """The real console entry point, stdout and stderr kept apart."""
+    return subprocess.run([sys.executable, "-m", "kvcalc", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_estimate_gpt3_json_public_interface():
+    r = kvcalc("estimate", "--preset", "gpt3", "--seq-len", "2048", "--kv-dtype", "fp16",
+               "--format", "json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    # 2 (K,V) x 96 layers x 96 heads x 128 x 2048 tokens x 2 bytes, written out by hand.
+    assert out["kv_cache_bytes"] == 9_663_676_416
+    assert out["kv_bytes_per_token"] == 2 * 96 * 96 * 128 * 2
+    assert out["kv_cache_bytes_per_device"] == 9_663_676_416
+    assert isinstance(out["params"]["total"], int) and isinstance(out["params"]["attention"], int)
+    assert abs(out["params"]["total"] - 175e9) / 175e9 < 0.005
+    # Attention: 4 x d^2 weights + 4 x d biases per layer.
+    assert out["params"]["attention"] == 96 * (4 * 12288 * 12288 + 4 * 12288)
+    for key in ("flops", "bytes", "arithmetic_intensity"):
+        assert key in out["decode"]
+    assert out["decode"]["arithmetic_intensity"] == out["decode"]["flops"] / out["decode"]["bytes"]
+    assert out["roofline"]["bound"] == "memory"
+
+
+def test_estimate_gpt3_table_starts_without_torch_or_pandas():
+    code = ("import sys; from typer.testing import CliRunner; from kvcalc.cli import app;"
+            "r = CliRunner().invoke(app, ['estimate', '--preset', 'gpt3']);"
+            "assert r.exit_code == 0, r.output;"
+            "print(' '.join(m for m in ('torch', 'pandas', 'numpy') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_csv_and_json_pipe_cleanly(fmt):
+    r = kvcalc("estimate", "--preset", "llama3-8b", "--seq-len", "8192", "--batch", "4",
+               "--format", fmt)
+    assert r.returncode == 0, r.stderr
+    if fmt == "json":
+        json.loads(r.stdout)
+    else:
+        rows = list(csv.DictReader(io.StringIO(r.stdout)))
+        assert len(rows) == 1
+        # Llama-3-8B: 32 layers x 8 KV heads x 128 x 2 (K,V) x 2 bytes x 8192 x 4.
+        assert int(rows[0]["kv_cache_bytes"]) == 32 * 8 * 128 * 2 * 2 * 8192 * 4
+
+
+def test_compare_gives_mha_gqa_mqa_with_reductions():
+    r = kvcalc("estimate", "--preset", "llama2-7b", "--compare", "--kv-heads", "8",
+               "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert [int(row["kv_heads"]) for row in rows] == [32, 8, 1]
+    assert [float(row["kv_bytes_reduction"]) for row in rows] == [1.0, 4.0, 32.0]
+
+
+def test_tp_replication_visible_in_json():
+    r = kvcalc("estimate", "--preset", "llama3-70b", "--seq-len", "8192", "--tp", "16",
+               "--format", "json")
+    out = json.loads(r.stdout)
+    assert out["kv_heads_per_device"] == 1
+    assert out["kv_cache_bytes_per_device"] * 8 == out["kv_cache_bytes"]
+    assert any("replicated" in n for n in out["notes"])
+
+
+def test_fit_llama3_70b_on_h100():
+    r = kvcalc("fit", "--preset", "llama3-70b", "--gpu", "h100-sxm", "--tp", "4",
+               "--seq-len", "8192", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["max_batch"] > 0 and out["max_seq_len"] > 0
+    per_seq = 80 * 2 * 128 * 2 * 2 * 8192  # 2 of 8 KV heads per device, bf16
+    assert out["max_batch"] == out["free_for_kv_bytes_per_device"] // per_seq
+
+
+def test_output_file_is_not_overwritten(tmp_path):
+    target = tmp_path / "gpt3.json"
+    assert kvcalc("estimate", "--preset", "gpt3", "--format", "json", "-o", str(target)).returncode == 0
+    before = target.read_text()
+    r = kvcalc("estimate", "--preset", "gpt3", "--batch", "2", "--format", "json", "-o", str(target))
+    assert r.returncode == 2 and "--force" in r.stderr
+    assert target.read_text() == before
+    r = kvcalc("estimate", "--preset", "gpt3", "--batch", "2", "--format", "json", "-o",
+               str(target), "--force")
+    assert r.returncode == 0 and json.loads(target.read_text())["inputs"]["batch"] == 2
+
+
+BAD_INPUT = [
+    (["estimate", "--preset", "llama-7b"], "did you mean"),
+    (["estimate", "--layers", "32", "--d-model", "4096", "--heads", "32", "--kv-heads", "3"],
+     "divisible"),
+    (["estimate", "--preset", "gpt3", "--seq-len", "0"], "seq_len"),
+    (["estimate", "--preset", "gpt3", "--seq-len", "-5"], "seq_len"),
+    (["estimate", "--preset", "gpt3", "--batch", "100000000000"], "batch"),
+    (["estimate", "--preset", "gpt3", "--kv-dtype", "fp12"], "unknown dtype"),
+    (["estimate", "--preset", "gpt3", "--gpu", "h1000"], "did you mean"),
+    (["estimate", "--config", "/nonexistent/config.json"], "config.json"),
+    (["estimate", "--preset", "llama3-70b", "--tp", "3"], "tp=3"),
+    (["estimate", "--layers", "32"], "--preset"),
+    (["estimate", "--preset", "gpt3", "--nope"], "No such option"),
+    (["presets", "show", "lama2-7b"], "did you mean"),
+]
+
+
+@pytest.mark.parametrize("args, fragment", BAD_INPUT, ids=lambda a: " ".join(a) if isinstance(a, list) else None)
+def test_bad_input_one_line_exit_2(args, fragment):
+    r = kvcalc(*args)
+    assert r.returncode == 2
+    assert r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kvcalc: error: "), r.stderr
+    assert fragment in lines[0]
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_yaml_files(tmp_path):
+    unknown = tmp_path / "m.yaml"
+    unknown.write_text("name: m\nsource: test\nlayers: 2\nd_model: 64\nheads: 4\nkv_head: 4\n"
+                       "kv_heads: 4\nhead_dim: 16\nd_ff: 128\nvocab: 100\n")
+    r = kvcalc("estimate", "--config", str(unknown))
+    assert r.returncode == 2 and "kv_head" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    evil = tmp_path / "evil.yaml"
+    evil.write_text("!!python/object/apply:os.system ['echo pwned']\n")
+    r = kvcalc("estimate", "--config", str(evil))
+    assert r.returncode == 2 and "pwned" not in r.stdout + r.stderr
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("layers: [1, 2\n")
+    assert kvcalc("estimate", "--config", str(broken)).returncode == 2
+
+
+def test_config_json_missing_field_is_named(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+                               "intermediate_size": 11008, "vocab_size": 32000}))
+    r = kvcalc("estimate", "--config", str(cfg))
+    assert r.returncode == 2 and "num_attention_heads" in r.stderr
+
+
+def test_presets_list_and_show():
+    r = kvcalc("presets", "--format", "json")
+    out = json.loads(r.stdout)
+    names = {m["name"] for m in out["models"]}
+    assert {"gpt3", "llama2-7b", "llama2-70b", "mistral-7b", "deepseek-v3", "t5-11b"} <= names
+    assert {"h100-sxm", "h200", "a100-80gb"} <= {h["name"] for h in out["hardware"]}
+    assert all(m["source"] for m in out["models"] + out["hardware"])
+    shown = kvcalc("presets", "show", "gpt3")
+    assert shown.returncode == 0 and "source:" in shown.stdout
+
+
+def test_version_and_module_entry():
+    r = kvcalc("--version")
+    assert r.returncode == 0 and r.stdout.startswith("kvcalc ")
+
+
+def test_every_preset_estimates(tmp_path):
+    from kvcalc import presets
+
+    for name in presets.model_names():
+        r = run("estimate", "--preset", name, "--format", "json")
+        assert r.exit_code == 0, (name, r.output)
