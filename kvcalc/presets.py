@@ -110,9 +110,9 @@ def _resolve(name: str, names: list[str], kind: str) -> str:
 
 def _suggest(key: str, names: list[str]) -> str:
     """'did you mean: a, b?' from close and substring matches, else the full list."""
+    contained = sorted(n for n in names if key and (key in n or n in key))
     close = difflib.get_close_matches(key, names, n=4, cutoff=0.6)
-    contained = [n for n in names if key and (key in n or n in key)]
-    picks = list(dict.fromkeys(close + contained))[:6]
+    picks = list(dict.fromkeys(contained + close))[:6]
     if picks:
         return f"did you mean: {', '.join(picks)}?"
     return f"available: {', '.join(sorted(names))}" if names else "no presets are installed"

@@ -1,0 +1,382 @@
+"""Presets: strict loading, and facts checked by hand against published configs and papers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvcalc import formulas
+from kvcalc.errors import KvcalcError
+from kvcalc.presets import (
+    hardware_from_mapping,
+    hardware_from_yaml_file,
+    hardware_names,
+    load_hardware,
+    load_model,
+    model_from_mapping,
+    model_from_yaml_file,
+    model_names,
+    presets_dir,
+)
+from kvcalc.spec import MLA, Hardware, ModelSpec, MoE
+
+REQUIRED_MODELS = {
+    "gpt3", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama2-7b", "llama2-13b",
+    "llama2-70b", "llama3-8b", "llama3-70b", "llama3.1-405b", "mistral-7b", "mixtral-8x7b",
+    "falcon-7b", "falcon-40b", "falcon-180b", "palm-540b", "starcoder", "gemma-2b",
+    "gemma-7b", "gemma2-9b", "gemma2-27b", "qwen2-7b", "qwen2.5-72b", "phi3-mini",
+    "deepseek-v2", "deepseek-v3", "t5-11b",
+}
+REQUIRED_HARDWARE = {
+    "h100-sxm", "h100-pcie", "h200", "a100-80gb", "a100-40gb", "l4", "rtx4090", "mi300x",
+}
+
+# Presets whose counted total may miss published_params by more than 0.5%, and why.
+# Each reason is also in the preset's `notes:`.
+PARAM_COUNT_EXCEPTIONS = {
+    "falcon-7b": "the checkpoint total stores the tied embedding twice (as lm_head too)",
+    "falcon-40b": "'40B' is a rounded name; the architecture counts 41.3B",
+    "falcon-180b": "'180B' is a rounded name; the architecture counts 178.6B",
+}
+TOLERANCE = 0.005
+
+MINIMAL_MODEL = """\
+source: test
+layers: 2
+d_model: 64
+heads: 4
+kv_heads: 2
+head_dim: 16
+d_ff: 128
+vocab: 100
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "m.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# --- every preset ------------------------------------------------------------------
+def test_presets_dir_is_the_checkout_folder() -> None:
+    assert (presets_dir() / "models").is_dir()
+    assert (presets_dir() / "hardware").is_dir()
+
+
+def test_required_presets_exist() -> None:
+    assert REQUIRED_MODELS <= set(model_names())
+    assert REQUIRED_HARDWARE <= set(hardware_names())
+    cpu = [n for n in hardware_names() if "cpu" in n or "epyc" in n or "xeon" in n]
+    assert cpu, "a CPU hardware preset"
+
+
+def test_names_are_sorted_and_unique_ignoring_case() -> None:
+    for names in (model_names(), hardware_names()):
+        assert names == sorted(names)
+        assert len({n.lower() for n in names}) == len(names)
+    assert not set(model_names()) & set(hardware_names())
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_every_model_preset_loads_with_a_source(name: str) -> None:
+    spec = load_model(name)
+    assert isinstance(spec, ModelSpec)
+    assert spec.name == name
+    assert spec.source.strip()
+    assert spec.published_params > 0
+
+
+@pytest.mark.parametrize("name", hardware_names())
+def test_every_hardware_preset_loads_with_a_source(name: str) -> None:
+    hw = load_hardware(name)
+    assert isinstance(hw, Hardware)
+    assert hw.name == name
+    assert hw.source.strip()
+    assert hw.notes.strip()
+    for dense_key, sparse in hw.sparse_flops_per_s.items():
+        assert sparse > hw.flops_per_s[dense_key], "sparse figures are above the dense ones"
+
+
+def test_loading_is_case_insensitive_and_cached() -> None:
+    assert load_model("LLaMA2-7B") is load_model("llama2-7b")
+    assert load_hardware("H100-SXM") is load_hardware("h100-sxm")
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_param_count_matches_published(name: str) -> None:
+    spec = load_model(name)
+    total = formulas.param_counts(spec).total
+    miss = abs(total / spec.published_params - 1)
+    if name in PARAM_COUNT_EXCEPTIONS:
+        assert spec.notes, f"{name}: an exception needs notes saying why"
+        pytest.skip(f"{name}: {PARAM_COUNT_EXCEPTIONS[name]} (off by {miss:.1%})")
+    assert miss <= TOLERANCE, (
+        f"{name}: counted {total:,} vs published {spec.published_params:,} ({miss:.2%})"
+    )
+
+
+def test_param_count_exceptions_are_real_and_explained() -> None:
+    for name in PARAM_COUNT_EXCEPTIONS:
+        spec = load_model(name)
+        miss = abs(formulas.param_counts(spec).total / spec.published_params - 1)
+        assert miss > TOLERANCE, f"{name} is within tolerance; drop it from the exceptions"
+
+
+def test_falcon_7b_checkpoint_total_is_the_count_plus_a_second_embedding() -> None:
+    # vLLM PR #3590: the falcon-7b checkpoint stores lm_head.weight although it is tied.
+    spec = load_model("falcon-7b")
+    total = formulas.param_counts(spec).total
+    assert total + spec.vocab * spec.d_model == spec.published_params == 7_217_189_760
+
+
+# --- facts from published configs and papers, written out by hand ------------------------
+def test_llama2_7b_is_mha_and_70b_is_gqa() -> None:
+    # huggingface.co/meta-llama/Llama-2-7b-hf and Llama-2-70b-hf config.json
+    small, big = load_model("llama2-7b"), load_model("llama2-70b")
+    assert (small.heads, small.kv_heads, small.attention_kind) == (32, 32, "MHA")
+    assert (big.heads, big.kv_heads, big.attention_kind) == (64, 8, "GQA")
+    assert (big.layers, big.d_model, big.d_ff, big.vocab) == (80, 8192, 28672, 32000)
+
+
+def test_gemma_7b_heads_are_wider_than_d_model() -> None:
+    spec = load_model("gemma-7b")  # google/gemma-7b config.json
+    assert (spec.d_model, spec.heads, spec.head_dim) == (3072, 16, 256)
+    assert spec.heads * spec.head_dim == 4096 != spec.d_model
+
+
+def test_gpt3_matches_paper_table_2_1() -> None:
+    spec = load_model("gpt3")
+    assert (spec.layers, spec.d_model, spec.heads, spec.head_dim) == (96, 12288, 96, 128)
+    assert spec.kv_heads == 96
+    assert spec.d_ff == 4 * 12288
+    assert spec.vocab == 50257
+    assert spec.learned_pos == 2048 and spec.max_context == 2048
+    assert spec.mlp == "plain" and spec.norm == "layernorm" and spec.norm_bias
+    assert spec.qkv_bias and spec.out_bias and spec.mlp_bias
+    assert spec.tied_embeddings
+
+
+def test_gpt3_kv_cache_by_hand() -> None:
+    # K and V, 96 layers, 96 heads of 128, 2048 tokens, 2 bytes (fp16), batch 1.
+    spec = load_model("gpt3")
+    tokens, fp16_bytes = 2048, 2
+    by_hand = 2 * spec.layers * spec.kv_heads * spec.head_dim * tokens * fp16_bytes
+    assert by_hand == 2 * 96 * 96 * 128 * 2048 * 2 == 9_663_676_416
+    assert formulas.kv_cache(spec, tokens, batch=1, kv_dtype="fp16").bytes == by_hand
+
+
+def test_mla_cache_is_the_latent_plus_the_rope_key() -> None:
+    # DeepSeek-V2 paper, Table 1: (d_c + d_h^R) = 512 + 64 values per token and layer.
+    spec = load_model("deepseek-v2")
+    per_layer = formulas.kv_cache(spec, 1, kv_dtype="bf16").bytes_per_token_per_layer
+    assert per_layer == (512 + 64) * 2
+
+
+def test_other_published_facts() -> None:
+    f7, f180 = load_model("falcon-7b"), load_model("falcon-180b")
+    assert (f7.kv_heads, f7.norms_per_layer, f7.head_dim) == (1, 1, 64)
+    assert (f180.heads, f180.kv_heads, f180.norms_per_layer) == (232, 8, 2)
+    mistral = load_model("mistral-7b")
+    assert mistral.sliding_window == 4096 and mistral.sliding_layers == 32
+    g9, g27 = load_model("gemma2-9b"), load_model("gemma2-27b")
+    assert (g9.head_dim, g27.head_dim) == (256, 128)
+    assert g27.sliding_window == 4096 and g27.global_every == 2 and g27.norms_per_layer == 4
+    assert g27.sliding_layers == 23
+    qwen = load_model("qwen2-7b")
+    assert qwen.qkv_bias and not qwen.out_bias and qwen.sliding_window == 0
+    palm = load_model("palm-540b")
+    assert (palm.layers, palm.d_model, palm.heads, palm.head_dim) == (118, 18432, 48, 256)
+    assert palm.kv_heads == 1 and palm.d_ff == 4 * palm.d_model and palm.tied_embeddings
+    assert load_model("starcoder").attention_kind == "MQA"
+    assert load_model("gemma-2b").attention_kind == "MQA"
+    t5 = load_model("t5-11b")
+    assert (t5.encoder_layers, t5.layers, t5.heads, t5.head_dim, t5.d_ff) == (24, 24, 128, 128, 65536)
+    assert t5.relative_attention_buckets == 32 and t5.mlp == "plain" and t5.tied_embeddings
+
+
+def test_deepseek_mla_and_moe_fields() -> None:
+    v2, v3 = load_model("deepseek-v2"), load_model("deepseek-v3")
+    assert v2.mla == MLA(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
+                         v_head_dim=128, q_lora_rank=1536)
+    assert v2.moe == MoE(experts=160, active=6, expert_d_ff=1536, shared_experts=2,
+                         dense_layers=1, router_bias=False)
+    assert v2.d_ff == 12288 and v2.attention_kind == "MLA"
+    assert v3.moe == MoE(experts=256, active=8, expert_d_ff=2048, shared_experts=1,
+                         dense_layers=3, router_bias=True)
+    assert v3.d_ff == 18432 and v3.layers == 61 and v3.moe_layers == 58
+    # The MLA cache per token and layer: the latent plus the shared RoPE key.
+    assert v2.mla.kv_lora_rank + v2.mla.qk_rope_head_dim == 576
+
+
+def test_h100_sxm_datasheet_figures() -> None:
+    hw = load_hardware("h100-sxm")
+    assert hw.memory_bandwidth_bytes_per_s == 3_350_000_000_000
+    assert hw.flops_per_s["bf16"] == 989_400_000_000_000
+    # The whitepaper rounds each figure: 989.4 dense, 1,978.9 sparse.
+    assert hw.sparse_flops_per_s["bf16"] == pytest.approx(2 * hw.flops_per_s["bf16"], rel=1e-3)
+    assert hw.memory_bytes == 80 * 2**30
+    assert hw.l2_bytes == 50 * 2**20
+    h200 = load_hardware("h200")
+    assert h200.flops_per_s == hw.flops_per_s
+    assert h200.memory_bandwidth_bytes_per_s == 4_800_000_000_000
+
+
+# --- strict loading -----------------------------------------------------------------------
+def test_unknown_preset_suggests_near_names() -> None:
+    with pytest.raises(KvcalcError, match=r"unknown model preset 'llama-7b'; did you mean: ") as e:
+        load_model("llama-7b")
+    assert "llama2-7b" in str(e.value)
+    with pytest.raises(KvcalcError, match=r"unknown hardware preset 'h100'; did you mean: .*h100-sxm"):
+        load_hardware("h100")
+
+
+def test_unknown_preset_without_near_names_lists_all() -> None:
+    with pytest.raises(KvcalcError, match=r"available: .*gpt3"):
+        load_model("zzzzzzzz")
+
+
+def test_minimal_file_loads_with_defaults_and_the_stem_as_name(tmp_path: Path) -> None:
+    spec = model_from_yaml_file(write(tmp_path, MINIMAL_MODEL, "tiny-model.yaml"))
+    assert spec.name == "tiny-model"
+    assert spec.v_head_dim == 16 and spec.mlp == "gated" and spec.mla is None
+
+
+def test_unknown_key_is_named_with_a_suggestion(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL_MODEL + "kv_head: 8\n")
+    with pytest.raises(KvcalcError, match=r"m\.yaml: unknown key 'kv_head' \(did you mean 'kv_heads'\?\)"):
+        model_from_yaml_file(path)
+
+
+def test_extra_is_not_a_yaml_key(tmp_path: Path) -> None:
+    with pytest.raises(KvcalcError, match=r"unknown key 'extra'"):
+        model_from_yaml_file(write(tmp_path, MINIMAL_MODEL + "extra: {a: 1}\n"))
+
+
+def test_nested_unknown_key_is_named(tmp_path: Path) -> None:
+    text = MINIMAL_MODEL + "moe:\n  experts: 8\n  actve: 2\n  expert_d_ff: 64\n"
+    with pytest.raises(KvcalcError, match=r"unknown key 'moe\.actve' \(did you mean 'moe\.active'\?\)"):
+        model_from_yaml_file(write(tmp_path, text))
+
+
+def test_nested_missing_key_is_named(tmp_path: Path) -> None:
+    text = MINIMAL_MODEL + "mla:\n  kv_lora_rank: 64\n  qk_rope_head_dim: 8\n  v_head_dim: 16\n"
+    with pytest.raises(KvcalcError, match=r"missing required key: mla\.qk_nope_head_dim"):
+        model_from_yaml_file(write(tmp_path, text))
+
+
+def test_nested_mappings_become_dataclasses(tmp_path: Path) -> None:
+    text = MINIMAL_MODEL + (
+        "mla: {kv_lora_rank: 64, qk_rope_head_dim: 8, qk_nope_head_dim: 16, v_head_dim: 16}\n"
+        "moe: {experts: 8, active: 2, expert_d_ff: 64, router_bias: true}\n"
+    )
+    spec = model_from_yaml_file(write(tmp_path, text))
+    assert spec.mla == MLA(64, 8, 16, 16) and spec.moe == MoE(8, 2, 64, router_bias=True)
+
+
+def test_missing_required_keys_are_named(tmp_path: Path) -> None:
+    text = MINIMAL_MODEL.replace("d_ff: 128\n", "").replace("vocab: 100\n", "")
+    with pytest.raises(KvcalcError, match=r"missing required keys: d_ff, vocab"):
+        model_from_yaml_file(write(tmp_path, text))
+
+
+def test_source_is_required_and_non_empty(tmp_path: Path) -> None:
+    for text in (MINIMAL_MODEL.replace("source: test\n", ""),
+                 MINIMAL_MODEL.replace("source: test", "source: '  '")):
+        with pytest.raises(KvcalcError, match=r"`source:` is required"):
+            model_from_yaml_file(write(tmp_path, text))
+    text = MINIMAL_MODEL.replace("source: test\n", "")
+    assert model_from_yaml_file(write(tmp_path, text), require_source=False).source == ""
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("layers: '2'", r"layers must be an integer, got the string '2'"),
+        ("layers: true", r"layers must be an integer, got a boolean True"),
+        ("layers: 2.0", r"layers must be an integer, got a number 2\.0 \(write it as an integer"),
+        ("qkv_bias: 1", r"qkv_bias must be true or false, got an integer 1"),
+        ("notes: [a, b]", r"notes must be a string, got a list"),
+        ("moe: 8", r"moe must be a mapping of keys, got an integer 8"),
+    ],
+)
+def test_wrong_types_are_named(tmp_path: Path, line: str, message: str) -> None:
+    key = line.split(":")[0]
+    text = "".join(l for l in MINIMAL_MODEL.splitlines(True) if not l.startswith(key + ":"))
+    with pytest.raises(KvcalcError, match=message):
+        model_from_yaml_file(write(tmp_path, text + line + "\n"))
+
+
+def test_spec_validation_errors_carry_the_path(tmp_path: Path) -> None:
+    text = MINIMAL_MODEL.replace("kv_heads: 2", "kv_heads: 3")
+    with pytest.raises(KvcalcError, match=r"m\.yaml: heads \(4\) must be divisible by kv_heads \(3\)"):
+        model_from_yaml_file(write(tmp_path, text))
+
+
+def test_python_object_tags_are_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL_MODEL + "notes: !!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(KvcalcError) as e:
+        model_from_yaml_file(path)
+    message = str(e.value)
+    assert "\n" not in message and str(path) in message
+    assert "python/object/apply:os.system" in message
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("layers: [1, 2\n", r"malformed YAML: .*\(line \d+, column \d+\)"),
+        ("a: 1\n  b: 2\n", r"malformed YAML"),
+        ("layers: 1\nlayers: 2\n", r"malformed YAML: duplicate key 'layers'"),
+        ("", r"empty; expected a mapping"),
+        ("- 1\n- 2\n", r"top level must be a mapping of keys, got a list"),
+        ("just a string\n", r"top level must be a mapping of keys, got the string"),
+    ],
+)
+def test_malformed_files_name_the_path_in_one_line(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(KvcalcError, match=message) as e:
+        model_from_yaml_file(path)
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_missing_file_names_the_path(tmp_path: Path) -> None:
+    with pytest.raises(KvcalcError, match=r"nope\.yaml: no such file"):
+        model_from_yaml_file(tmp_path / "nope.yaml")
+
+
+def test_mapping_entry_points() -> None:
+    spec = model_from_mapping({"source": "s", "layers": 1, "d_model": 8, "heads": 2,
+                               "kv_heads": 1, "head_dim": 4, "d_ff": 16, "vocab": 10}, "inline")
+    assert spec.name == "inline" and spec.attention_kind == "MQA"
+    hw = hardware_from_mapping({"source": "s", "memory_bytes": 1, "memory_bandwidth_bytes_per_s": 2,
+                                "flops_per_s": {"bf16": 3}}, "x.yaml", default_name="gpu")
+    assert hw.name == "gpu" and hw.peak_flops("fp16") == 3
+
+
+def test_hardware_dtype_keys_are_checked(tmp_path: Path) -> None:
+    base = "source: s\nmemory_bytes: 1\nmemory_bandwidth_bytes_per_s: 2\n"
+    with pytest.raises(KvcalcError, match=r"unknown dtype 'bf61'"):
+        hardware_from_yaml_file(write(tmp_path, base + "flops_per_s: {bf61: 3}\n"))
+    with pytest.raises(KvcalcError, match=r"flops_per_s\.bfloat16: write the dtype as 'bf16'"):
+        hardware_from_yaml_file(write(tmp_path, base + "flops_per_s: {bfloat16: 3}\n"))
+    with pytest.raises(KvcalcError, match=r"flops_per_s\.bf16 must be an integer, got the string"):
+        hardware_from_yaml_file(write(tmp_path, base + "flops_per_s: {bf16: 3.35e12}\n"))
+    with pytest.raises(KvcalcError, match=r"unknown key 'memory_bandwidth' \(did you mean"):
+        hardware_from_yaml_file(write(tmp_path, base.replace("_bytes_per_s", "")
+                                      + "flops_per_s: {bf16: 3}\n"))
+
+
+def test_preset_name_must_match_its_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvcalc import presets
+
+    (tmp_path / "models").mkdir()
+    write(tmp_path / "models", MINIMAL_MODEL + "name: other\n", "tiny.yaml")
+    monkeypatch.setattr(presets, "presets_dir", lambda: tmp_path)
+    presets._load_model.cache_clear()
+    try:
+        with pytest.raises(KvcalcError, match=r"name 'other' differs from the file name"):
+            presets.load_model("tiny")
+    finally:
+        presets._load_model.cache_clear()
