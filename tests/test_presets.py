@@ -110,8 +110,10 @@ def test_param_count_matches_published(name: str) -> None:
     total = formulas.param_counts(spec).total
     miss = abs(total / spec.published_params - 1)
     if name in PARAM_COUNT_EXCEPTIONS:
+        # A known, explained convention gap (see the preset's notes and the README), still small.
         assert spec.notes, f"{name}: an exception needs notes saying why"
-        pytest.skip(f"{name}: {PARAM_COUNT_EXCEPTIONS[name]} (off by {miss:.1%})")
+        assert miss < 0.05, f"{name}: off by {miss:.1%}, more than its explanation covers"
+        return
     assert miss <= TOLERANCE, (
         f"{name}: counted {total:,} vs published {spec.published_params:,} ({miss:.2%})"
     )
