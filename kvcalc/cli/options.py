@@ -77,7 +77,7 @@ class ModelRequest:
             elif self.config.suffix.lower() == ".json":
                 spec = hfconfig.spec_from_hf_config_file(self.config)
             else:
-                spec = presets.model_from_yaml_file(self.config)
+                spec = presets.model_from_yaml_file(self.config, require_source=False)
             if overrides:
                 if spec.mla is not None and {"heads", "head_dim"} & overrides.keys():
                     raise KvcalcError(f"{spec.name} uses MLA: --heads/--head-dim do not apply")
