@@ -25,23 +25,13 @@ from kvcalc.spec import (
     MAX_TP,
     DType,
     ModelSpec,
+    check_size,
     dtype as _dtype,
 )
 
 
 def _as_dtype(d: DType | str) -> DType:
     return d if isinstance(d, DType) else _dtype(d)
-
-
-def check_size(name: str, value: int, upper: int) -> int:
-    """A positive integer below a sanity limit, or a KvcalcError naming it."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise KvcalcError(f"{name} must be an integer, got {value!r}")
-    if value <= 0:
-        raise KvcalcError(f"{name} must be positive, got {value}")
-    if value > upper:
-        raise KvcalcError(f"{name}={value} is absurdly large (limit {upper})")
-    return value
 
 
 # --------------------------------------------------------------------------------

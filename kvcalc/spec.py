@@ -221,14 +221,19 @@ def _variant_name(name: str, kv_heads: int, heads: int) -> str:
     return f"{base}[{kind}]"
 
 
-def _positive(obj: object, name: str, upper: int) -> None:
-    value = getattr(obj, name)
+def check_size(name: str, value: int, upper: int) -> int:
+    """A positive integer below a sanity limit, or a KvcalcError naming it."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise KvcalcError(f"{name} must be an integer, got {value!r}")
     if value <= 0:
         raise KvcalcError(f"{name} must be positive, got {value}")
     if value > upper:
         raise KvcalcError(f"{name}={value} is absurdly large (limit {upper})")
+    return value
+
+
+def _positive(obj: object, name: str, upper: int) -> None:
+    check_size(name, getattr(obj, name), upper)
 
 
 @dataclass(frozen=True)
