@@ -25,7 +25,8 @@ BINARY_UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 def _scaled(n: int, units: tuple[tuple[str, int], ...], suffix: str = "B") -> str:
     for name, size in units:
         if abs(n) >= size:
-            return f"{n / size:.3g} {name}"
+            x = n / size
+            return f"{x:.3g} {name}" if abs(x) < 1000 else f"{x:,.0f} {name}"
     return f"{n} {suffix}"
 
 

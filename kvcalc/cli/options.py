@@ -164,7 +164,7 @@ def resolve_gpu(name: Optional[str]) -> Optional[Hardware]:
 
 # Workload options, as Annotated aliases the commands list explicitly.
 SeqLenOpt = Annotated[Optional[int], typer.Option(
-    "--seq-len", help=f"Context length in tokens [default: the model's max context, or {DEFAULT_SEQ_LEN}].")]
+    "--seq-len", help=f"Context length in tokens (default: the model's max context, or {DEFAULT_SEQ_LEN}).")]
 BatchOpt = Annotated[int, typer.Option("--batch", help="Sequences decoded together.")]
 KvDtypeOpt = Annotated[str, typer.Option("--kv-dtype", help=f"KV cache dtype: {DTYPE_HELP}.")]
 WeightDtypeOpt = Annotated[str, typer.Option("--weight-dtype", help=f"Weight dtype: {DTYPE_HELP}.")]
@@ -174,7 +174,7 @@ GpuOpt = Annotated[str, typer.Option(
 ScaleOpt = Annotated[int, typer.Option(
     "--kv-scale-bytes", help="Bytes of quantization scale per token per K/V head (e.g. 2 for fp16 scales).")]
 EncoderLenOpt = Annotated[Optional[int], typer.Option(
-    "--encoder-seq-len", help="Encoder tokens for encoder-decoder models [default: --seq-len].")]
+    "--encoder-seq-len", help="Encoder tokens for encoder-decoder models (default: --seq-len).")]
 MemFractionOpt = Annotated[float, typer.Option(
     "--memory-fraction", help="Share of device memory usable (like vLLM's gpu_memory_utilization).")]
 ReserveOpt = Annotated[str, typer.Option(

@@ -1,0 +1,222 @@
+"""`kvcalc measure`: time decode attention on this machine beside kvcalc's prediction.
+
+Thin: parse, build a MeasureConfig, call kvcalc.measure.run, render. Progress goes
+to stderr; stdout carries only the table, JSON or CSV.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from kvcalc import report
+from kvcalc.cli.options import ForceOpt, FormatOpt, OutputFormat, OutputOpt
+from kvcalc.errors import KvcalcError
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def measure(
+        heads: Annotated[Optional[int], typer.Option(
+            "--heads",
+            help="Query heads (count) (default: the preset's; required without --preset).")] = None,
+        kv_heads: Annotated[Optional[int], typer.Option(
+            "--kv-heads", help="K/V heads (count), dividing --heads: = heads MHA, 1 MQA, between GQA "
+            "(default: the preset's, else --heads).")] = None,
+        head_dim: Annotated[Optional[int], typer.Option(
+            "--head-dim", help="Per-head width (elements) (default: the preset's, else 128).")] = None,
+        seq_len: Annotated[Optional[int], typer.Option(
+            "--seq-len", help="Cached tokens per sequence (default: 8192 on a GPU, 2048 on a CPU).")] = None,
+        batch: Annotated[Optional[int], typer.Option(
+            "--batch", help="Sequences, one query token each (default: the smallest power of two "
+            "giving a >= 1 GB cache on a GPU, >= 64 MiB (at most 16) on a CPU).")] = None,
+        dtype: Annotated[Optional[str], typer.Option(
+            "--dtype", help="fp32, bf16 or fp16 for cache, queries and weights "
+            "(default: bf16 on a GPU, fp32 on a CPU).")] = None,
+        device: Annotated[str, typer.Option(
+            "--device", help="auto, cuda or cpu (default: auto = cuda when available).")] = "auto",
+        impl: Annotated[str, typer.Option(
+            "--impl", help="auto, all, or one or more (comma-separated) of grouped, sdpa, repeat, "
+            "sdpa-flash, sdpa-efficient, sdpa-cudnn, sdpa-math (default: auto = sdpa-flash on "
+            "CUDA when flash accepts the inputs, else grouped).")] = "auto",
+        step: Annotated[str, typer.Option(
+            "--step", help="attention (the attention call), layer (x -> qkv -> cache write -> "
+            "attention -> output projection) or both (default: attention).")] = "attention",
+        warmup: Annotated[Optional[int], typer.Option(
+            "--warmup", help="Untimed calls before timing (count) (default: 10 GPU, 3 CPU).")] = None,
+        iters: Annotated[Optional[int], typer.Option(
+            "--iters", help="Timed repetitions (count); median and p10/p90 reported "
+            "(default: 100 GPU, 20 CPU).")] = None,
+        preset: Annotated[Optional[str], typer.Option(
+            "--preset", help="Take heads, K/V heads, head_dim, d_model and layers from a model "
+            "preset (see `kvcalc presets`); flags given override it (default: none).")] = None,
+        d_model: Annotated[Optional[int], typer.Option(
+            "--d-model", help="Model width for the layer step (elements) "
+            "(default: the preset's, else heads x head_dim).")] = None,
+        compare: Annotated[bool, typer.Option(
+            "--compare", help="Also run MHA (kv_heads = heads) and MQA (kv_heads = 1) with the same "
+            "query heads; adds measured and predicted speed-ups over MHA (default: off).")] = False,
+        cuda_graphs: Annotated[bool, typer.Option(
+            "--cuda-graphs", help="Replay each call from a CUDA graph, removing launch gaps "
+            "(CUDA only) (default: off).")] = False,
+        l2: Annotated[str, typer.Option(
+            "--l2", help="Keeping the cache out of L2/LLC: auto (rotate >= 4x the cache size over "
+            "distinct buffers, or flush when that would take > 64), rotate, flush, or none "
+            "(default: auto).")] = "auto",
+        cache_ceilings: Annotated[bool, typer.Option(
+            "--cache-ceilings", help="Reuse this device's measured ceilings from "
+            "~/.cache/kvcalc/ceilings.json, measuring and storing them when absent (default: off, "
+            "measure every run).")] = False,
+        fmt: FormatOpt = OutputFormat.table,
+        output: OutputOpt = None,
+        force: ForceOpt = False,
+    ) -> None:
+        """Time decode attention (and a decode layer step) on this machine, next to kvcalc's
+        predicted bytes, FLOPs and roofline time from ceilings measured in the same run.
+
+        Examples: `kvcalc measure --heads 32 --kv-heads 8`; `kvcalc measure --preset
+        llama3-8b --compare --format csv -o reports/llama3-8b-cpu.csv`; `kvcalc measure
+        --heads 32 --kv-heads 8 --impl all --step both`.
+        """
+        from kvcalc.measure import MeasureConfig, run
+
+        if output is not None:  # fail before minutes of measuring, not after
+            if output.exists() and not force:
+                raise KvcalcError(f"{output} exists; pass --force to overwrite it")
+            if not output.parent.is_dir():
+                raise KvcalcError(f"cannot write {output}: folder {output.parent} does not exist")
+        config = MeasureConfig(**_model_fields(preset, heads, kv_heads, head_dim, d_model),
+                               seq_len=seq_len, batch=batch, dtype=_dtype_name(dtype),
+                               device=device, impl=impl, step=step, warmup=warmup, iters=iters,
+                               compare=compare, cuda_graphs=cuda_graphs, l2=l2,
+                               ceilings_cache=_cache_path() if cache_ceilings else None)
+        result = _run_with_progress(run, config)
+        if fmt is OutputFormat.table and output is None:
+            _print_table(result)
+            return
+        if output is not None and fmt is OutputFormat.table:
+            fmt = OutputFormat.json if output.suffix.lower() == ".json" else OutputFormat.csv
+        text = (report.to_json(result.to_dict()) if fmt is OutputFormat.json
+                else report.rows_to_csv(result.rows))
+        report.emit(text, output, force)
+
+
+def _model_fields(preset, heads, kv_heads, head_dim, d_model) -> dict[str, Any]:
+    """heads, kv_heads, head_dim, d_model, layers, model: flags over the preset's values."""
+    fields: dict[str, Any] = {"head_dim": 128, "layers": 1, "model": ""}
+    if preset is not None:
+        from kvcalc.presets import load_model
+
+        spec = load_model(preset)
+        if spec.mla is not None:
+            raise KvcalcError(f"{spec.name} uses MLA: kvcalc measure times MHA/GQA/MQA attention only")
+        if spec.v_head_dim != spec.head_dim:
+            raise KvcalcError(f"{spec.name} has v_head_dim {spec.v_head_dim} != head_dim "
+                              f"{spec.head_dim}; kvcalc measure needs them equal")
+        fields.update(heads=spec.heads, kv_heads=spec.kv_heads, head_dim=spec.head_dim,
+                      d_model=spec.d_model, layers=spec.layers, model=spec.name)
+    elif heads is None:
+        raise KvcalcError("give --heads (and --kv-heads), or --preset NAME")
+    for name, value in (("heads", heads), ("head_dim", head_dim), ("d_model", d_model)):
+        if value is not None:
+            fields[name] = value
+    if kv_heads is not None:
+        fields["kv_heads"] = kv_heads
+    elif preset is None or fields["kv_heads"] > fields["heads"]:
+        fields["kv_heads"] = fields["heads"]
+    return fields
+
+
+def _dtype_name(name: Optional[str]) -> Optional[str]:
+    if name is None:
+        return None
+    from kvcalc.spec import dtype
+
+    return dtype(name).name  # accepts aliases (bfloat16, float32, half ...)
+
+
+def _cache_path() -> Path:
+    from kvcalc.measure.ceilings import default_cache_path
+
+    return default_cache_path()
+
+
+def _run_with_progress(run, config):
+    """A rich progress bar on stderr while the library reports its phases."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=report.error_console(), transient=True) as bar:
+        task = bar.add_task("preparing", total=None)
+
+        def progress(description: str, done: int, total: int) -> None:
+            bar.update(task, description=description, completed=done, total=total)
+
+        return run(config, progress=progress)
+
+
+def _fmt_s(value) -> str:
+    return "-" if value is None else report.human_seconds(value)
+
+
+def _fmt_ratio(value, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _print_table(result) -> None:
+    rows = result.rows
+    compare = any(r["predicted_speedup_vs_mha"] is not None for r in rows)
+    regimes = list(dict.fromkeys(r["l2_regime"] for r in rows))
+    columns = ["step", "impl (backend)", "heads/kv", "KV cache", "median ±(p90-p10)/2", "predicted",
+               "meas/pred", "achieved (% ceiling)", "bound"]
+    if len(regimes) > 1:
+        columns.append("L2/LLC")
+    if compare:
+        columns.append("speedup vs MHA meas / pred")
+    body = []
+    for r in rows:
+        timed = r["median_s"] is not None
+        line = [
+            r["step"],
+            f"{r['impl']} ({r['backend'] or '-'})",
+            f"{r['heads']}/{r['kv_heads']} {r['attention']}",
+            report.human_bytes(r["kv_cache_bytes"]),
+            f"{_fmt_s(r['median_s'])} ±{50 * (r['p90_s'] - r['p10_s']) / r['median_s']:.0f}%" if timed
+            else ("failed" if not r["correct"] else "not timed"),
+            _fmt_s(r["predicted_s"]),
+            _fmt_ratio(r["measured_over_predicted"]),
+            f"{report.human_rate(r['achieved_bytes_per_s'])} ({100 * r['fraction_of_ceiling']:.0f}%)"
+            if timed else "-",
+            r["bound"],
+        ]
+        if len(regimes) > 1:
+            line.append(r["l2_regime"])
+        if compare:
+            line.append(f"{_fmt_ratio(r['speedup_vs_mha'])} / {_fmt_ratio(r['predicted_speedup_vs_mha'])}")
+        body.append(line)
+    dev, c, cfg = result.device, result.ceilings, result.config
+    timer = rows[0]["timer"] if rows else "-"
+    caption = [
+        f"{dev['name']} ({dev['type']}), torch {dev['torch_version']}, {cfg['dtype']}, "
+        f"seq_len {cfg['seq_len']} x batch {cfg['batch']}, head_dim {cfg['head_dim']}"
+        + (f", preset {cfg['model']}" if cfg.get("model") else ""),
+        f"ceilings ({c['source']}): copy {report.human_rate(c['copy_bytes_per_s'])} (read + write "
+        f"counted), read {report.human_rate(c['read_bytes_per_s'])}, matmul "
+        f"{report.human_count(c['matmul_flops_per_s'], 'FLOP/s')} ({c['dtype']})",
+        f"timer {timer}, median of {cfg['iters']} after {cfg['warmup']} warm-up, CUDA graphs "
+        f"{'on' if cfg['cuda_graphs'] else 'off'}"
+        + (f"; {regimes[0]}" if len(regimes) == 1 else ""),
+        "predicted = max(minimum bytes / copy ceiling, FLOPs / matmul ceiling); "
+        "achieved = minimum bytes / median",
+    ]
+    caption += [f"note: {n}" for n in cfg.get("notes", [])]
+    notes: dict[str, list[str]] = {}
+    for r in rows:
+        if r["note"]:
+            notes.setdefault(r["note"], []).append(f"{r['step']} {r['impl']} kv={r['kv_heads']}")
+    for text, where in notes.items():
+        caption.append(f"{', '.join(where)}: {text}")
+    report.console().print(report.table("kvcalc measure: decode step, measured vs predicted",
+                                        columns, body, caption="\n".join(caption)))

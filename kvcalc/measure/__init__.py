@@ -1,0 +1,59 @@
+"""Measure decode attention on this machine next to what kvcalc predicts for it.
+
+    from kvcalc.measure import MeasureConfig, run
+    result = run(MeasureConfig(heads=32, kv_heads=8, compare=True))
+    result.rows      # one dict per (step, kv_heads, impl); column names are public
+    result.device    # name, type, cache size, memory, torch version
+    result.ceilings  # measured copy / read bandwidth and matmul FLOP/s
+
+torch is imported only when a measurement runs (the `measure` extra:
+pip install 'kvcalc[measure]'); importing this package does not need it.
+"""
+
+from __future__ import annotations
+
+from kvcalc.errors import KvcalcError
+from kvcalc.measure.config import (
+    DEFAULTS,
+    IMPL_CHOICES,
+    IMPLS,
+    MeasureConfig,
+    MeasureResult,
+    Progress,
+)
+from kvcalc.measure.predict import StepPrediction, attention_prediction, layer_prediction, predict
+
+__all__ = [
+    "DEFAULTS",
+    "IMPLS",
+    "IMPL_CHOICES",
+    "MeasureConfig",
+    "MeasureResult",
+    "Progress",
+    "StepPrediction",
+    "attention_prediction",
+    "layer_prediction",
+    "predict",
+    "require_torch",
+    "run",
+    "TORCH_HINT",
+]
+
+TORCH_HINT = "pip install 'kvcalc[measure]'"
+
+
+def require_torch():
+    """The torch module, or a KvcalcError naming the extra that installs it."""
+    try:
+        import torch
+    except ImportError:
+        raise KvcalcError(f"kvcalc measure needs PyTorch, which is not installed: {TORCH_HINT}") from None
+    return torch
+
+
+def run(config: MeasureConfig, progress: Progress | None = None, **kwargs) -> MeasureResult:
+    """Run the measurement `config` describes; see kvcalc.measure.runner.run."""
+    require_torch()
+    from kvcalc.measure.runner import run as _run
+
+    return _run(config, progress=progress, **kwargs)

@@ -1,0 +1,275 @@
+"""The device and its measured ceilings: copy and read bandwidth, matmul FLOP/s.
+
+The denominators for "% of peak" are measured in the same run, not taken from a
+datasheet: a device-to-device copy counted as 2N bytes (read + write), a
+read-only reduction (sum) counted as N, and a square matmul of the run's dtype.
+Sizes sit far above the last-level cache: >= 1 GiB on a GPU (L2 is 40-60 MB),
+256 MiB on a CPU (LLC a few tens of MiB) to keep the CPU ceilings near a second.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from kvcalc.errors import KvcalcError
+
+CEILING_BYTES = {"cuda": 2**30, "cpu": 256 * 2**20}  # per buffer; the copy moves 2x this
+MATMUL_N = {("cuda", "fp32"): 4096, ("cuda", "bf16"): 8192, ("cuda", "fp16"): 8192,
+            ("cpu", "fp32"): 1024, ("cpu", "bf16"): 1024, ("cpu", "fp16"): 1024}
+CEILING_ITERS = {"cuda": (3, 20), "cpu": (2, 10)}  # (warm-up, repetitions)
+CPU_LLC_FALLBACK = 32 * 2**20  # when sysfs does not say
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+# --------------------------------------------------------------------------------
+# The device
+# --------------------------------------------------------------------------------
+def resolve_device(requested: str):
+    """'auto' -> cuda when available, else cpu. A KvcalcError when cuda is asked for but absent."""
+    import torch
+
+    if requested == "cuda" or requested == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        if requested == "cuda":
+            built = torch.version.cuda
+            why = (f"this torch {torch.__version__} is a CPU-only build" if not built
+                   else f"torch {torch.__version__} (CUDA {built}) finds no usable GPU")
+            raise KvcalcError(f"--device cuda: no CUDA device available ({why}); "
+                              "use --device cpu or auto")
+    return torch.device("cpu")
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def cpu_llc_bytes() -> int:
+    """Largest cache any CPU level reports in sysfs (0 when unknown)."""
+    best = 0
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    try:
+        for index in base.glob("index*"):
+            size = (index / "size").read_text().strip()
+            mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1:], 1)
+            best = max(best, int(size.rstrip("KMG")) * mult)
+    except (OSError, ValueError):
+        return 0
+    return best
+
+
+def cpu_available_bytes() -> int:
+    """MemAvailable from /proc/meminfo (free RAM the kernel can hand out without swapping)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def free_bytes(device) -> int:
+    """Memory this run may still allocate on `device`."""
+    import torch
+
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    return cpu_available_bytes()
+
+
+def device_info(device) -> dict[str, Any]:
+    """Name, kind, cache size and memory of `device`, for the report."""
+    import torch
+
+    info: dict[str, Any] = {"type": device.type, "torch_version": torch.__version__}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update(
+            name=props.name,
+            index=device.index,
+            capability=f"{props.major}.{props.minor}",
+            sm_count=props.multi_processor_count,
+            memory_bytes=int(props.total_memory),
+            cache_name="L2",
+            cache_bytes=int(getattr(props, "L2_cache_size", 0)) or 50 * 10**6,
+            cache_source="torch.cuda.get_device_properties().L2_cache_size"
+            if getattr(props, "L2_cache_size", 0) else "assumed 50 MB (not reported)",
+            cuda=torch.version.cuda,
+        )
+    else:
+        llc = cpu_llc_bytes()
+        info.update(
+            name=cpu_name(),
+            threads=torch.get_num_threads(),
+            cpus=os.cpu_count(),
+            memory_bytes=_cpu_total_bytes(),
+            cache_name="LLC",
+            cache_bytes=llc or CPU_LLC_FALLBACK,
+            cache_source="/sys/devices/system/cpu/cpu0/cache" if llc
+            else "assumed 32 MiB (sysfs silent)",
+        )
+    return info
+
+
+def _cpu_total_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+# --------------------------------------------------------------------------------
+# Ceilings
+# --------------------------------------------------------------------------------
+def ceiling_workspace_bytes(device_type: str, dtype: str) -> int:
+    """Bytes the ceiling measurements allocate at once (for the memory guard)."""
+    from kvcalc.spec import dtype as _dt
+
+    n = MATMUL_N[(device_type, dtype)]
+    return max(2 * CEILING_BYTES[device_type], 3 * _dt(dtype).nbytes(n * n))
+
+
+def measure_ceilings(device, dtype: str, buffer_bytes: int | None = None) -> dict[str, Any]:
+    """Copy (2N), read (N) and matmul ceilings of `device`, each the best of a few runs.
+
+    Best, not median (as STREAM reports): interference only ever slows a run
+    down, so the fastest repetition is the closest estimate of what the device can
+    do; the medians are kept beside them.
+
+    `buffer_bytes` overrides the buffer size (tests use a small one; the result
+    then says so and is not a memory ceiling).
+    """
+    import torch
+
+    from kvcalc.measure.timing import time_calls
+
+    kind = device.type
+    nbytes = buffer_bytes or CEILING_BYTES[kind]
+    warmup, iters = CEILING_ITERS[kind]
+    t0 = time.perf_counter()
+    numel = nbytes // 4
+    src = torch.empty(numel, dtype=torch.float32, device=device).fill_(1.0)  # every page touched
+    dst = torch.empty_like(src)
+    copy = time_calls([lambda: dst.copy_(src)], device=device, warmup=warmup, iters=iters)
+    read = time_calls([lambda: src.sum()], device=device, warmup=warmup, iters=iters)
+    copy_bytes = 2 * numel * src.element_size()
+    read_bytes = numel * src.element_size()
+    del src, dst
+
+    n = MATMUL_N[(kind, dtype)]
+    tdt = torch_dtype(dtype)
+    a = torch.randn(n, n, device=device, dtype=tdt)
+    b = torch.randn(n, n, device=device, dtype=tdt)
+    out = torch.empty(n, n, device=device, dtype=tdt)
+    mm = time_calls([lambda: torch.mm(a, b, out=out)], device=device, warmup=warmup, iters=iters)
+    del a, b, out
+    matmul_flops = 2 * n**3
+    if kind == "cuda":
+        torch.cuda.empty_cache()
+    return {
+        "copy_bytes_per_s": copy_bytes / copy.min_s,
+        "read_bytes_per_s": read_bytes / read.min_s,
+        "matmul_flops_per_s": matmul_flops / mm.min_s,
+        "dtype": dtype,
+        "copy_bytes": copy_bytes,
+        "copy_method": f"tensor.copy_ of {numel * 4:,} B, counted read + write = 2N; best of {iters}",
+        "read_bytes": read_bytes,
+        "read_method": f"tensor.sum over {numel * 4:,} B, counted N; best of {iters}",
+        "matmul_n": n,
+        "matmul_method": f"{n}x{n} @ {n}x{n} {dtype}, 2n^3 FLOPs; best of {iters}"
+        + (" (TF32 off)" if kind == "cuda" and dtype == "fp32"
+           and not torch.backends.cuda.matmul.allow_tf32 else ""),
+        "copy_median_bytes_per_s": copy_bytes / copy.median_s,
+        "read_median_bytes_per_s": read_bytes / read.median_s,
+        "matmul_median_flops_per_s": matmul_flops / mm.median_s,
+        "timer": copy.timer,
+        "seconds_spent": time.perf_counter() - t0,
+        "source": "measured" if buffer_bytes is None else f"measured, small {nbytes:,} B buffer",
+    }
+
+
+# --------------------------------------------------------------------------------
+# Optional per-device cache file (only when the user asks)
+# --------------------------------------------------------------------------------
+def default_cache_path() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "kvcalc" / "ceilings.json"
+
+
+def cache_key(device: dict[str, Any], dtype: str) -> str:
+    return f"{device['type']}|{device['name']}|torch {device['torch_version']}|{dtype}"
+
+
+def load_cached(path: str | os.PathLike, key: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise KvcalcError(f"ceilings cache {path} is unreadable ({e}); delete it") from None
+    entry = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(entry, dict):
+        return None
+    for k in ("copy_bytes_per_s", "read_bytes_per_s", "matmul_flops_per_s"):
+        v = entry.get(k)
+        if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            return None
+    return entry
+
+
+def store_cached(path: str | os.PathLike, key: str, ceilings: dict[str, Any]) -> None:
+    from kvcalc.report import atomic_write, to_json
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            data = {}
+    except (OSError, ValueError):
+        data = {}
+    data[key] = {**ceilings, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    atomic_write(path, to_json(data), force=True)  # a cache: replacing it is the point
+
+
+def get_ceilings(device, device_meta: dict[str, Any], dtype: str,
+                 cache_path: str | os.PathLike | None = None,
+                 buffer_bytes: int | None = None) -> dict[str, Any]:
+    """Measured ceilings; with `cache_path`, reused from (or stored into) that file."""
+    if cache_path is not None:
+        key = cache_key(device_meta, dtype)
+        cached = load_cached(cache_path, key)
+        if cached is not None:
+            return {**cached, "source": f"cache file {cache_path} ({cached.get('measured_at', '?')})"}
+    measured = measure_ceilings(device, dtype, buffer_bytes)
+    if cache_path is not None and buffer_bytes is None:
+        store_cached(cache_path, cache_key(device_meta, dtype), measured)
+    return measured

@@ -1,0 +1,497 @@
+"""One `kvcalc measure` run: size, guard memory, measure ceilings, check, time, report rows.
+
+Order of work, so that nothing big is allocated before the memory guard passed:
+1. resolve the device, dtype and sizes (device defaults where the user gave none);
+2. plan every (step, kv_heads) group: predicted bytes and FLOPs (predict.py, i.e.
+   formulas.py), how many distinct caches defeat L2, and the bytes it will hold;
+3. refuse (KvcalcError, with a smaller setting that fits) if the largest group
+   does not fit in the free memory;
+4. measure the ceilings (copy, read, matmul) on this device;
+5. per group: allocate the caches, check that their bytes equal the formula,
+   compute a float64 reference; per implementation: check it against the
+   reference (a failure is reported, not timed), then time it.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from kvcalc.errors import KvcalcError
+from kvcalc.formulas import kv_bytes_per_token_per_layer
+from kvcalc.measure import ceilings as ceil_mod
+from kvcalc.measure import impls
+from kvcalc.measure.config import ALL_IMPLS, DEFAULTS, MeasureConfig, MeasureResult, Progress
+from kvcalc.measure.predict import StepPrediction, block_spec, predict
+from kvcalc.measure.timing import time_calls
+from kvcalc.report import human_bytes
+from kvcalc.roofline import roofline
+from kvcalc.spec import ModelSpec, dtype as _dtype
+
+MAX_SLOTS = 64  # rotation beyond this: flush instead
+L2_MULTIPLE = 4  # rotate over at least 4x the last-level cache
+LOGIT_BYTES = 16  # per logit, worst case: scores, fp32 copy, softmax, cast back
+
+
+# --------------------------------------------------------------------------------
+# Planning (no big allocations)
+# --------------------------------------------------------------------------------
+@dataclass
+class Group:
+    """One (step, kv_heads) pair: its buffers are allocated together and freed after."""
+
+    step: str
+    kv_heads: int
+    spec: ModelSpec
+    pred: StepPrediction
+    impls: list[str]
+    slots: int
+    flush_bytes: int
+    l2_regime: str
+    needed_bytes: int
+    needed_breakdown: dict[str, int] = field(default_factory=dict)
+
+
+def attention_kind(heads: int, kv_heads: int) -> str:
+    return "MHA" if kv_heads == heads else "MQA" if kv_heads == 1 else "GQA"
+
+
+def l2_plan(slot_bytes: int, cache_bytes: int, cache_name: str, mode: str,
+            what: str) -> tuple[int, int, str]:
+    """(slots, flush_bytes, description) for defeating the last-level cache."""
+    ratio = slot_bytes / cache_bytes
+    if mode == "none":
+        if slot_bytes <= cache_bytes:
+            return 1, 0, f"{what} fits in {cache_name} (not flushed)"
+        return 1, 0, f"single {what}, {ratio:.1f}x {cache_name}, not flushed"
+    need = max(1, math.ceil(L2_MULTIPLE * cache_bytes / slot_bytes))
+    if mode == "rotate" or (mode == "auto" and need <= MAX_SLOTS):
+        n = min(need, MAX_SLOTS)
+        if n == 1:
+            return 1, 0, f"single {what}, {ratio:.1f}x {cache_name}"
+        total = n * ratio
+        warn = "" if total >= L2_MULTIPLE else f" (capped at {MAX_SLOTS}; partly {cache_name}-resident)"
+        plural = what + ("s" if not what.endswith("s") else "")
+        return n, 0, f"rotated {n} {plural}, {total:.1f}x {cache_name}{warn}"
+    flush = L2_MULTIPLE * cache_bytes
+    return 1, flush, f"{cache_name} flushed before each repetition ({human_bytes(flush)} written)"
+
+
+def needed_bytes(pred: StepPrediction, spec: ModelSpec, batch: int, seq_len: int,
+                 dtype: str, impl_names: list[str], slots: int, flush_bytes: int,
+                 cuda_graphs: bool, sdpa_copies_kv: bool) -> dict[str, int]:
+    """What a group holds at its peak, by part (bytes; an upper bound)."""
+    e = _dtype(dtype).nbytes(1)
+    g = spec.heads // spec.kv_heads
+    small = e * batch * (spec.heads * spec.head_dim + spec.d_model)  # q or x
+    logits = LOGIT_BYTES * batch * spec.heads * seq_len
+    expanded = g * pred.kv_cache_bytes  # K and V repeated per query head
+
+    def workspace(name: str) -> int:
+        if name == "repeat" or name == "sdpa-math" or (name == "sdpa" and sdpa_copies_kv):
+            return logits + expanded
+        return logits
+
+    ws = max(workspace(n) for n in impl_names)
+    if cuda_graphs:
+        ws *= slots  # each captured graph keeps its own memory pool
+    # The float64 reference: one sequence's K and V of one head at a time (two for
+    # the layer step, which copies a whole sequence), its logits, and the output.
+    per_seq_cache = pred.kv_cache_bytes // batch
+    reference = (2 * seq_len * spec.head_dim * 8 + 2 * g * seq_len * 8
+                 + 8 * batch * spec.heads * spec.head_dim)
+    if pred.step == "layer":
+        reference += (8 // e) * (per_seq_cache + pred.weight_bytes) + 8 * batch * (
+            (spec.heads + 2 * spec.kv_heads) * spec.head_dim + spec.d_model)
+    return {
+        "caches": slots * pred.kv_cache_bytes,
+        "weights": slots * pred.weight_bytes,
+        "inputs": slots * small,
+        "flush": flush_bytes,
+        "workspace": ws,
+        "reference": reference,
+    }
+
+
+def plan_groups(config: MeasureConfig, seq_len: int, batch: int, dtype: str, impl_names: list[str],
+                device_meta: dict, sdpa_copies: dict[int, bool]) -> list[Group]:
+    groups = []
+    cache_name = device_meta["cache_name"]
+    for step in config.steps():
+        for kv in config.kv_variants():
+            spec = block_spec(config.heads, kv, config.head_dim, config.d_model)
+            pred = predict(step, spec, batch, seq_len, dtype)
+            slot_bytes = pred.kv_cache_bytes + pred.weight_bytes
+            slots, flush, regime = l2_plan(slot_bytes, device_meta["cache_bytes"], cache_name,
+                                           config.l2, "cache" if step == "attention" else "layer")
+            parts = needed_bytes(pred, spec, batch, seq_len, dtype, impl_names, slots, flush,
+                                 config.cuda_graphs, sdpa_copies.get(kv, False))
+            groups.append(Group(step, kv, spec, pred, impl_names, slots, flush, regime,
+                                sum(parts.values()), parts))
+    return groups
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (n.bit_length() - 1) if n >= 1 else 0
+
+
+def default_batch(config: MeasureConfig, seq_len: int, dtype: str, device_type: str) -> int:
+    """Smallest power of two whose cache (given kv_heads) reaches the device's target size."""
+    d = DEFAULTS[device_type]
+    spec = block_spec(config.heads, config.kv_heads, config.head_dim, config.d_model)
+    per_seq = seq_len * kv_bytes_per_token_per_layer(spec, dtype)
+    want = max(1, math.ceil(d.target_cache_bytes / per_seq))
+    b = 1
+    while b < want and b < d.max_default_batch:
+        b *= 2
+    return b
+
+
+# --------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------
+def run(config: MeasureConfig, progress: Progress | None = None,
+        ceiling_buffer_bytes: int | None = None) -> MeasureResult:
+    """Measure; see the module docstring. `progress(description, done, total)` is told
+    of each phase. `ceiling_buffer_bytes` shrinks the ceiling buffers (tests only)."""
+    device = ceil_mod.resolve_device(config.device)
+    meta = ceil_mod.device_info(device)
+    kind = device.type
+    if config.cuda_graphs and kind != "cuda":
+        raise KvcalcError("--cuda-graphs needs a CUDA device (this run is on the cpu)")
+    defaults = DEFAULTS[kind]
+    dtype = config.dtype or defaults.dtype
+    tdtype = ceil_mod.torch_dtype(dtype)
+    warmup = defaults.warmup if config.warmup is None else config.warmup
+    iters = config.iters or defaults.iters
+    run_notes: list[str] = []
+
+    # --- implementations ---
+    requested = config.impl_names()
+    names: list[str] = []
+    for n in requested:
+        if n == "all":
+            names.extend(ALL_IMPLS[kind])
+        else:
+            names.append(n)
+    names = list(dict.fromkeys(names))
+    auto_pick, auto_reason = _auto_choice(device, tdtype, config) if "auto" in names else ("", "")
+    if auto_pick in names:  # asked for explicitly as well: one row is enough
+        names.remove("auto")
+    concrete = [auto_pick if n == "auto" else n for n in names]
+    concrete_for_memory = list(dict.fromkeys(concrete + (["grouped"] if "auto" in names else [])))
+
+    # Does the unpinned SDPA call copy K/V on this device and dtype? (tiny probe)
+    sdpa_probe: dict[int, dict[str, str]] = {}
+    if "sdpa" in concrete:
+        for kv in config.kv_variants():
+            sdpa_probe[kv] = impls.probe_sdpa(device, tdtype, config.heads, kv, config.head_dim)
+    sdpa_copies = {kv: p.get("kv_copied") == "yes" for kv, p in sdpa_probe.items()}
+
+    # --- sizes and the memory guard ---
+    seq_len = config.seq_len or defaults.seq_len
+    batch = config.batch or default_batch(config, seq_len, dtype, kind)
+    free = ceil_mod.free_bytes(device)
+    usable = int(free * config.memory_fraction)
+    ceiling_ws = ceil_mod.ceiling_workspace_bytes(kind, dtype) if ceiling_buffer_bytes is None \
+        else 2 * ceiling_buffer_bytes
+
+    def peak(sl: int, b: int) -> int:
+        gs = plan_groups(config, sl, b, dtype, concrete_for_memory, meta, sdpa_copies)
+        return max(g.needed_bytes for g in gs)
+
+    need = peak(seq_len, batch)
+    if need > usable:
+        shrunk = False
+        while need > usable and config.batch is None and batch > 1:
+            batch //= 2
+            need, shrunk = peak(seq_len, batch), True
+        while need > usable and config.seq_len is None and seq_len > 128:
+            seq_len //= 2
+            need, shrunk = peak(seq_len, batch), True
+        if need > usable:
+            raise KvcalcError(_refusal(need, free, usable, kind, seq_len, batch, peak, config))
+        if shrunk:
+            run_notes.append(f"default sizes reduced to fit free memory: seq_len {seq_len}, batch {batch}")
+    if ceiling_ws > usable:
+        raise KvcalcError(f"the bandwidth ceilings need {human_bytes(ceiling_ws)} but only "
+                          f"{human_bytes(usable)} of {kind} memory is usable")
+    groups = plan_groups(config, seq_len, batch, dtype, concrete_for_memory, meta, sdpa_copies)
+    for g in groups:
+        g.impls = names
+
+    total = 1 + sum(1 + len(g.impls) for g in groups)
+    done = 0
+
+    def tick(msg: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(msg, done, total)
+
+    if progress is not None:
+        progress(f"measuring {kind} ceilings", 0, total)
+    ceilings = ceil_mod.get_ceilings(device, meta, dtype, config.ceilings_cache, ceiling_buffer_bytes)
+    tick("ceilings measured")
+
+    rows: list[dict] = []
+    for group in groups:
+        rows.extend(_run_group(group, config, device, meta, dtype, tdtype, seq_len, batch,
+                               warmup, iters, ceilings, auto_pick, auto_reason, sdpa_probe, tick))
+    if config.compare:
+        _add_speedups(rows, config.heads)
+
+    resolved = {
+        **{k: v for k, v in asdict(config).items() if k != "ceilings_cache"},
+        "ceilings_cache": str(config.ceilings_cache) if config.ceilings_cache else None,
+        "seq_len": seq_len, "batch": batch, "dtype": dtype, "warmup": warmup, "iters": iters,
+        "d_model": groups[0].spec.d_model,
+        "device_resolved": kind, "impls": names, "auto_impl": auto_pick or None,
+        "free_memory_bytes": free, "peak_planned_bytes": max(g.needed_bytes for g in groups),
+        "notes": run_notes,
+    }
+    return MeasureResult(rows=rows, device=meta, ceilings=ceilings, config=resolved)
+
+
+def _auto_choice(device: torch.device, tdtype: torch.dtype, config: MeasureConfig) -> tuple[str, str]:
+    """The fastest correct path we can pin: cuda -> sdpa-flash if it accepts, else grouped."""
+    if device.type != "cuda":
+        return "grouped", "auto on cpu: grouped"
+    probe = impls.probe_sdpa(device, tdtype, config.heads, config.kv_heads, config.head_dim)
+    if probe.get("flash") == "ok":
+        return "sdpa-flash", "auto on cuda: sdpa-flash (SDPA pinned to flash: split-KV flash-decoding)"
+    return "grouped", f"auto on cuda: grouped, because flash refused ({probe.get('flash')})"
+
+
+def _refusal(need: int, free: int, usable: int, kind: str, seq_len: int, batch: int,
+             peak, config: MeasureConfig) -> str:
+    msg = (f"needs {human_bytes(need)} but {human_bytes(free)} is free on {kind} "
+           f"({config.memory_fraction:.0%} usable: {human_bytes(usable)})")
+    tries = []
+    sl = _largest_fitting(lambda s: peak(s, batch) <= usable, seq_len)
+    if sl:
+        tries.append(f"--seq-len {sl}")
+    b = _largest_fitting(lambda x: peak(seq_len, x) <= usable, batch)
+    if b:
+        tries.append(f"--batch {b}")
+    if tries:
+        return f"{msg}; try {' or '.join(tries)}"
+    return f"{msg}; even --seq-len 1 --batch 1 does not fit: try fewer heads or a smaller head_dim"
+
+
+def _largest_fitting(fits, upper: int) -> int:
+    """Largest power of two below `upper` for which fits() holds, or 0."""
+    n = _pow2_floor(upper)
+    if n == upper:
+        n //= 2
+    while n >= 1:
+        if fits(n):
+            return n
+        n //= 2
+    return 0
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _run_group(group: Group, config: MeasureConfig, device, meta, dtype, tdtype, seq_len, batch,
+               warmup, iters, ceilings, auto_pick, auto_reason, sdpa_probe, tick) -> list[dict]:
+    spec, pred = group.spec, group.pred
+    gen = torch.Generator(device=device).manual_seed(config.seed * 1000 + group.kv_heads)
+    slots = [impls.make_slot(group.step, device, tdtype, batch, seq_len, spec.heads, spec.kv_heads,
+                             spec.head_dim, spec.d_model, gen) for _ in range(group.slots)]
+    # Accounting: the tensors' bytes are the formula's bytes, exactly.
+    for s in slots:
+        if s.cache_bytes() != pred.kv_cache_bytes:
+            raise KvcalcError(f"accounting error: allocated K/V is {s.cache_bytes():,} B but the "
+                              f"formula says {pred.kv_cache_bytes:,} B")
+        if s.weight_bytes() != pred.weight_bytes:
+            raise KvcalcError(f"accounting error: allocated weights are {s.weight_bytes():,} B but "
+                              f"the formula says {pred.weight_bytes:,} B")
+    flush_buf = (torch.empty(group.flush_bytes, dtype=torch.uint8, device=device)
+                 if group.flush_bytes else None)
+    flush = flush_buf.zero_ if flush_buf is not None else None
+    scale = spec.head_dim ** -0.5
+    s0 = slots[0]
+    reference = (impls.reference_attention(s0.q, s0.k, s0.v, scale) if group.step == "attention"
+                 else impls.reference_layer(s0, scale))
+    _sync(device)
+    tick(f"{group.step} {attention_kind(spec.heads, spec.kv_heads)} kv_heads={spec.kv_heads}: "
+         f"{group.slots} x {human_bytes(pred.kv_cache_bytes)} allocated")
+
+    rows = []
+    args = (group, config, device, meta, dtype, seq_len, batch, warmup, iters, ceilings, slots,
+            flush, scale, reference, sdpa_probe)
+    for name in group.impls:
+        if name == "auto":
+            prefix = [auto_reason]
+            for cand in dict.fromkeys([auto_pick, "grouped"]):
+                row = _measure_impl(cand, *args)
+                if row["correct"]:
+                    break
+                prefix.append(f"auto: {cand} failed correctness, fell back")
+            row["note"] = "; ".join(prefix + ([row["note"]] if row["note"] else []))
+        else:
+            row = _measure_impl(name, *args)
+        rows.append(row)
+        tick(f"{group.step} kv_heads={spec.kv_heads} {row['impl']}: "
+             + ("ok" if row["median_s"] is not None else "failed"))
+    del args, slots, s0, reference, flush, flush_buf
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batch, warmup, iters,
+                  ceilings, slots, flush, scale, reference, sdpa_probe) -> dict:
+    spec, pred = group.spec, group.pred
+    g = spec.heads // spec.kv_heads
+    attn = impls.get_impl(name)
+    build = impls.attention_call if group.step == "attention" else impls.layer_call
+    calls = [build(s, attn, scale) for s in slots]
+    copy_bw = ceilings["copy_bytes_per_s"]
+    mm_flops = ceilings["matmul_flops_per_s"]
+    rl = roofline(pred.bytes, pred.flops, max(1, int(copy_bw)), max(1, int(mm_flops)), batch)
+    row = {
+        "device": meta["name"],
+        "torch_version": meta["torch_version"],
+        "dtype": dtype,
+        "step": group.step,
+        "impl": name,
+        "backend": "",
+        "attention": attention_kind(spec.heads, spec.kv_heads),
+        "heads": spec.heads,
+        "kv_heads": spec.kv_heads,
+        "head_dim": spec.head_dim,
+        "d_model": spec.d_model,
+        "layers": config.layers,
+        "seq_len": seq_len,
+        "batch": batch,
+        "kv_cache_bytes": pred.kv_cache_bytes,
+        "weight_bytes": pred.weight_bytes,
+        "bytes_moved": pred.bytes,
+        "flops": pred.flops,
+        "correct": False,
+        "rel_error": None,
+        "median_s": None,
+        "p10_s": None,
+        "p90_s": None,
+        "iters": 0,
+        "predicted_s": rl.time_s,
+        "achieved_bytes_per_s": None,
+        "ceiling_bytes_per_s": copy_bw,
+        "fraction_of_ceiling": None,
+        "measured_over_predicted": None,
+        "achieved_flops_per_s": None,
+        "ceiling_flops_per_s": mm_flops,
+        "bound": rl.bound,
+        "l2_regime": group.l2_regime,
+        "timer": "cuda-events" if device.type == "cuda" else "perf_counter",
+        "cuda_graphs": bool(config.cuda_graphs),
+        "speedup_vs_mha": None,
+        "predicted_speedup_vs_mha": None,
+        "note": "",
+    }
+    notes: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            out, ops = impls.traced(calls[0])
+            _sync(device)
+        except RuntimeError as e:
+            # A pinned SDPA backend says why it refused in a warning; the error is generic.
+            reasons = [str(w.message) for w in caught if "not used because" not in str(w.message)]
+            why = reasons[0] if reasons else (str(e).splitlines() or [repr(e)])[0]
+            if name.startswith("sdpa-"):
+                row["backend"] = "refused"
+                why = f"SDPA's {name[5:]} backend refused these inputs on {device.type}: {why}"
+            else:
+                row["backend"] = "error"
+            row["note"] = f"failed, not timed: {impls._short(why, 200)}"
+            return row
+    info = impls.impl_backend(name, ops)
+    row["backend"] = info.backend
+    notes.extend(_backend_notes(name, info, g, pred, device, sdpa_probe.get(spec.kv_heads)))
+    err = impls.relative_error(out, reference)
+    del out
+    tol = impls.TOLERANCE[dtype]
+    row["rel_error"] = err if math.isfinite(err) else None
+    if not err < tol:
+        shown = "NaN/inf or mismatched output" if not math.isfinite(err) else f"{err:.3g}"
+        failed = f"failed correctness vs float64 (rel. error {shown} >= {tol:g}), not timed"
+        row["note"] = "; ".join([failed] + notes)
+        return row
+    row["correct"] = True
+    try:
+        t = time_calls(calls, device=device, warmup=warmup, iters=iters, flush=flush,
+                       cuda_graphs=config.cuda_graphs)
+    except RuntimeError as e:
+        row["correct"] = True
+        row["note"] = "; ".join([f"timing failed: {impls._short(str(e))}"] + notes)
+        return row
+    achieved = pred.bytes / t.median_s
+    if t.p10_s > 0 and t.p90_s > 1.5 * t.p10_s:
+        notes.append(f"noisy: p90 is {t.p90_s / t.p10_s:.1f}x p10")
+    row.update(
+        median_s=t.median_s,
+        p10_s=t.p10_s,
+        p90_s=t.p90_s,
+        iters=t.samples,
+        timer=t.timer,
+        achieved_bytes_per_s=achieved,
+        fraction_of_ceiling=achieved / copy_bw,
+        measured_over_predicted=t.median_s / rl.time_s,
+        achieved_flops_per_s=pred.flops / t.median_s,
+    )
+    row["note"] = "; ".join(notes)
+    return row
+
+
+def _backend_notes(name: str, info: impls.BackendInfo, g: int, pred: StepPrediction, device,
+                   probe: dict[str, str] | None) -> list[str]:
+    notes = []
+    if name == "repeat":
+        how = (f"K/V repeated {g}x per query head (repeat_interleave)" if g > 1
+               else "K/V copied by repeat_interleave(1)")
+        notes.append(f"{how}: {human_bytes(g * pred.kv_cache_bytes)} written and read again "
+                     "beyond bytes_moved")
+    elif name == "grouped":
+        notes.append("each K/V head read once; fp32 logits written and read back")
+    else:
+        if info.backend == "math":
+            notes.append("SDPA ran the math backend" + (" (silent fall-back)" if name == "sdpa" else ""))
+        elif info.backend == "flash (cpu)":
+            notes.append("SDPA ran the CPU flash kernel")
+        else:
+            notes.append(f"SDPA ran the {info.backend} backend")
+        if info.kv_copied:
+            notes.append(f"K/V expanded per query head before the kernel ({g}x the cache copied)")
+        elif g > 1:
+            notes.append("enable_gqa: no K/V copy seen at the dispatcher")
+        if name == "sdpa" and probe:
+            ok = [b for b, _ in impls.PROBE_ORDER if probe.get(b) == "ok"]
+            refused = [f"{b} ({probe[b]})" for b, _ in impls.PROBE_ORDER
+                       if b in probe and probe[b] != "ok"]
+            text = f"backends accepting these inputs: {', '.join(ok) or 'none'}"
+            if refused and device.type == "cuda":
+                text += f"; refused: {', '.join(refused)}"
+            notes.append(text)
+    return notes
+
+
+def _add_speedups(rows: list[dict], heads: int) -> None:
+    """speedup_vs_mha: the MHA row's median over this row's, per (step, impl); same for predicted."""
+    mha = {(r["step"], r["impl"]): r for r in rows if r["kv_heads"] == heads}
+    for r in rows:
+        base = mha.get((r["step"], r["impl"]))
+        if base is None:
+            continue
+        if base["median_s"] and r["median_s"]:
+            r["speedup_vs_mha"] = base["median_s"] / r["median_s"]
+        if base["predicted_s"] and r["predicted_s"]:
+            r["predicted_speedup_vs_mha"] = base["predicted_s"] / r["predicted_s"]

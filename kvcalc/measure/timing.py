@@ -1,0 +1,115 @@
+"""Timing: CUDA events on a GPU, perf_counter on a CPU; warm-up, median and spread.
+
+Each repetition is timed on its own (no averaging over a loop), so the spread
+(p10/p90) is real. Calls rotate over `fns` (one per distinct K/V buffer) so a
+repetition does not find the previous one's data in L2; or `flush` runs before
+each repetition, outside the timed region (Triton's do_bench does the same).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_s: float
+    p10_s: float
+    p90_s: float
+    samples: int
+    min_s: float
+    timer: str  # "cuda-events" or "perf_counter"
+    cuda_graphs: bool
+
+    @property
+    def spread(self) -> float:
+        """(p90 - p10) / median."""
+        return (self.p90_s - self.p10_s) / self.median_s if self.median_s else 0.0
+
+
+def summarise(samples_s: Sequence[float], timer: str, cuda_graphs: bool = False) -> Timing:
+    s = sorted(samples_s)
+    if len(s) == 1:
+        p10 = p90 = s[0]
+    else:
+        q = statistics.quantiles(s, n=10, method="inclusive")
+        p10, p90 = q[0], q[-1]
+    return Timing(median_s=statistics.median(s), p10_s=p10, p90_s=p90, samples=len(s),
+                  min_s=s[0], timer=timer, cuda_graphs=cuda_graphs)
+
+
+def time_calls(fns: Sequence[Callable[[], object]], *, device, warmup: int, iters: int,
+               flush: Callable[[], object] | None = None, cuda_graphs: bool = False) -> Timing:
+    """Time `iters` calls, call i running fns[i % len(fns)], after `warmup` untimed calls.
+
+    CUDA: an event pair around each call on the current stream, read after one
+    synchronize at the end (no host sync inside the loop, so launches queue as in
+    serving). With `cuda_graphs` each fn is captured once into a CUDA graph and
+    replayed, taking Python and launch gaps out of the figure.
+    CPU: perf_counter around each call; torch CPU ops return when done.
+    """
+    import torch
+
+    if iters <= 0:
+        raise ValueError("iters must be positive")
+    is_cuda = getattr(device, "type", str(device)) == "cuda"
+    calls = list(fns)
+    if cuda_graphs:
+        if not is_cuda:
+            raise ValueError("CUDA graphs need a CUDA device")
+        calls = _capture(calls)
+    for i in range(warmup):
+        if flush is not None:
+            flush()
+        calls[i % len(calls)]()
+    if is_cuda:
+        torch.cuda.synchronize(device)
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        for i in range(iters):
+            if flush is not None:
+                flush()
+            starts[i].record()
+            calls[i % len(calls)]()
+            ends[i].record()
+        torch.cuda.synchronize(device)
+        samples = [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
+        return summarise(samples, "cuda-events", cuda_graphs)
+    samples = []
+    for i in range(iters):
+        if flush is not None:
+            flush()
+        fn = calls[i % len(calls)]
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return summarise(samples, "perf_counter", False)
+
+
+def _capture(fns: Sequence[Callable[[], object]]) -> list[Callable[[], object]]:
+    """One CUDA graph per fn; returns their replay methods.
+
+    Warm-up on a side stream first, as torch.cuda.graph's documentation asks
+    (lazy cuBLAS/cuDNN initialisation must not happen during capture).
+    """
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for fn in fns:
+            for _ in range(2):
+                fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graphs = []
+    for fn in fns:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        graphs.append(g)
+    torch.cuda.synchronize()
+    return [g.replay for g in graphs]

@@ -1,0 +1,195 @@
+"""`kvcalc measure` on the CPU: public columns in JSON and CSV, --compare, the memory
+refusal, no-overwrite of reports, and stdout kept clean of progress. Tiny sizes."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import json
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from kvcalc.cli import app
+from kvcalc.measure import ceilings
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="needs the `measure` extra (torch)")
+
+PUBLIC_COLUMNS = [
+    "device", "torch_version", "dtype", "impl", "backend", "heads", "kv_heads", "head_dim",
+    "seq_len", "batch", "kv_cache_bytes", "bytes_moved", "flops", "median_s", "p10_s", "p90_s",
+    "predicted_s", "achieved_bytes_per_s", "ceiling_bytes_per_s", "fraction_of_ceiling",
+    "measured_over_predicted", "step", "bound", "l2_regime", "timer", "cuda_graphs", "note",
+    "speedup_vs_mha", "predicted_speedup_vs_mha",
+]
+TINY = ["--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--seq-len", "64", "--batch", "2",
+        "--iters", "3", "--warmup", "1", "--device", "cpu"]
+
+
+@pytest.fixture(autouse=True)
+def small_ceilings(monkeypatch):
+    """Small ceiling buffers keep each run quick (the figures are then not memory ceilings)."""
+    monkeypatch.setitem(ceilings.CEILING_BYTES, "cpu", 4 * 2**20)
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+@needs_torch
+def test_json_public_columns():
+    r = invoke("measure", *TINY, "--format", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert set(out) >= {"rows", "device", "ceilings"}
+    assert out["device"]["type"] == "cpu"
+    assert out["ceilings"]["copy_bytes_per_s"] > 0 and out["ceilings"]["matmul_flops_per_s"] > 0
+    (row,) = out["rows"]
+    for col in PUBLIC_COLUMNS:
+        assert col in row, col
+    assert row["kv_cache_bytes"] == 2 * 64 * 2 * 16 * 2 * 4  # batch*seq*kv*hd*(K,V)*fp32
+    import torch
+
+    assert row["torch_version"] == torch.__version__
+    assert (row["impl"], row["dtype"], row["timer"], row["step"]) == ("grouped", "fp32", "perf_counter",
+                                                                     "attention")
+    assert row["cuda_graphs"] is False and row["bound"] in ("memory", "compute")
+    assert row["p10_s"] <= row["median_s"] <= row["p90_s"]
+    assert row["measured_over_predicted"] == pytest.approx(row["median_s"] / row["predicted_s"])
+
+
+@needs_torch
+def test_csv_columns_and_stdout_is_only_csv():
+    r = invoke("measure", *TINY, "--format", "csv", "--impl", "all", "--step", "both")
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert len(rows) == 2 * 3  # two steps x grouped, sdpa, repeat
+    for col in PUBLIC_COLUMNS:
+        assert col in rows[0], col
+    assert {row["impl"] for row in rows} == {"grouped", "sdpa", "repeat"}
+    assert {row["step"] for row in rows} == {"attention", "layer"}
+    sdpa = next(row for row in rows if row["impl"] == "sdpa")
+    assert sdpa["backend"] in ("flash (cpu)", "math") and "SDPA ran" in sdpa["note"]
+    repeat = next(row for row in rows if row["impl"] == "repeat")
+    assert "repeat_interleave" in repeat["note"]
+
+
+@needs_torch
+def test_compare_rows_and_speedups():
+    r = invoke("measure", *TINY, "--compare", "--format", "json")
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)["rows"]
+    assert [row["kv_heads"] for row in rows] == [8, 2, 1]
+    assert all(row["heads"] == 8 for row in rows)
+    for row in rows:
+        assert row["speedup_vs_mha"] > 0 and row["predicted_speedup_vs_mha"] > 0
+    assert rows[0]["speedup_vs_mha"] == 1.0
+    assert rows[2]["predicted_speedup_vs_mha"] >= rows[1]["predicted_speedup_vs_mha"] > 1
+
+
+@needs_torch
+def test_table_default_and_progress_not_on_stdout():
+    r = invoke("measure", *TINY)
+    assert r.exit_code == 0, r.output
+    assert "kvcalc measure" in r.stdout and "grouped" in r.stdout
+    assert "measuring" not in r.stdout and "preparing" not in r.stdout
+
+
+@needs_torch
+def test_oversize_request_refused(monkeypatch):
+    def never(*a, **k):
+        raise AssertionError("allocated before refusing")
+
+    monkeypatch.setattr(ceilings, "measure_ceilings", never)
+    r = invoke("measure", "--heads", "32", "--kv-heads", "8", "--seq-len", str(1 << 30),
+               "--device", "cpu", "--format", "json")
+    assert r.exit_code == 2
+    assert r.stdout == ""
+    assert "needs" in r.stderr and "free on cpu" in r.stderr and "try --seq-len" in r.stderr
+
+
+def test_bad_sizes_exit_2():
+    r = invoke("measure", "--heads", "32", "--kv-heads", "7")
+    assert r.exit_code == 2 and "divisible" in r.stderr
+    r = invoke("measure", "--heads", "32", "--kv-heads", "8", "--batch", "0")
+    assert r.exit_code == 2 and "positive" in r.stderr
+    r = invoke("measure", "--kv-heads", "8")
+    assert r.exit_code == 2 and "--heads" in r.stderr
+
+
+@needs_torch
+def test_cuda_without_gpu_exit_2():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the no-GPU message")
+    r = invoke("measure", "--heads", "8", "--kv-heads", "2", "--device", "cuda")
+    assert r.exit_code == 2 and "no CUDA device" in r.stderr
+
+
+@needs_torch
+def test_output_not_overwritten_without_force(tmp_path):
+    path = tmp_path / "run.csv"
+    path.write_text("keep me\n")
+    r = invoke("measure", *TINY, "--format", "csv", "--output", str(path))
+    assert r.exit_code == 2 and "exists" in r.stderr and "--force" in r.stderr
+    assert path.read_text() == "keep me\n"
+    r = invoke("measure", *TINY, "--format", "csv", "--output", str(path), "--force")
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader(io.StringIO(path.read_text())))
+    assert rows[0]["kv_heads"] == "2"
+    assert r.stdout == ""  # data went to the file
+
+
+@needs_torch
+def test_output_format_from_suffix(tmp_path):
+    path = tmp_path / "run.json"
+    r = invoke("measure", *TINY, "--output", str(path))
+    assert r.exit_code == 0, r.output
+    assert json.loads(path.read_text())["rows"][0]["kv_heads"] == 2
+
+
+@needs_torch
+def test_preset_supplies_heads(monkeypatch):
+    r = invoke("measure", "--preset", "llama3-8b", "--seq-len", "16", "--batch", "1", "--iters", "2",
+               "--warmup", "0", "--l2", "none", "--format", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    (row,) = out["rows"]
+    assert (row["heads"], row["kv_heads"], row["head_dim"], row["layers"]) == (32, 8, 128, 32)
+    assert out["config"]["model"] == "llama3-8b"
+
+
+def test_preset_mla_refused():
+    r = invoke("measure", "--preset", "deepseek-v2")
+    assert r.exit_code == 2 and "MLA" in r.stderr
+
+
+@needs_torch
+def test_cache_ceilings(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    r = invoke("measure", *TINY, "--cache-ceilings", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["ceilings"]["source"] == "measured"
+    assert (tmp_path / "kvcalc" / "ceilings.json").exists()
+    r = invoke("measure", *TINY, "--cache-ceilings", "--format", "json")
+    assert json.loads(r.stdout)["ceilings"]["source"].startswith("cache file")
+
+
+def test_help_names_units_and_defaults():
+    r = invoke("measure", "--help")
+    assert r.exit_code == 0
+    for flag in ("--heads", "--kv-heads", "--head-dim", "--seq-len", "--batch", "--dtype",
+                 "--device", "--impl", "--step", "--warmup", "--iters", "--preset", "--compare",
+                 "--cuda-graphs", "--cache-ceilings", "--format", "--output", "--force"):
+        assert flag in r.stdout, flag
+    assert "default" in r.stdout
+
+
+def test_without_torch_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    r = invoke("measure", *TINY)
+    assert r.exit_code == 2 and "pip install 'kvcalc[measure]'" in r.stderr

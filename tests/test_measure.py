@@ -1,0 +1,343 @@
+"""kvcalc.measure on the CPU: implementations against float64, byte accounting, the
+memory guard, timing statistics, ceilings and the library API. Tiny sizes: quick."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")  # the `measure` extra; CI installs it, so these run
+
+from kvcalc.errors import KvcalcError  # noqa: E402
+from kvcalc.formulas import attention_params, attention_step, decode_step  # noqa: E402
+from kvcalc.measure import MeasureConfig, require_torch, run  # noqa: E402
+from kvcalc.measure import ceilings, impls, runner, timing  # noqa: E402
+from kvcalc.measure.predict import attention_prediction, block_spec, layer_prediction  # noqa: E402
+
+CPU = torch.device("cpu")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+SHAPES = [(8, 8), (8, 2), (8, 1)]  # MHA, GQA, MQA
+SMALL_CEILINGS = 4 * 2**20  # bytes per ceiling buffer in tests (not a memory ceiling)
+
+
+def naive_attention(q, k, v, scale):
+    """Float64, one query head at a time, K/V head picked as hq // group: the plainest form."""
+    b, h, _, d = q.shape
+    g = h // k.shape[1]
+    out = torch.empty(b, h, 1, d, dtype=torch.float64)
+    for i in range(b):
+        for hq in range(h):
+            kk = k[i, hq // g].double()
+            vv = v[i, hq // g].double()
+            s = (q[i, hq, 0].double() @ kk.T) * scale
+            out[i, hq, 0] = torch.softmax(s, dim=-1) @ vv
+    return out
+
+
+def inputs(h, kv, d=16, b=2, L=40, dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, h, 1, d, generator=gen).to(dtype)
+    k = torch.randn(b, kv, L, d, generator=gen).to(dtype)
+    v = torch.randn(b, kv, L, d, generator=gen).to(dtype)
+    return q, k, v
+
+
+# --------------------------------------------------------------------------------
+# Correctness of every implementation
+# --------------------------------------------------------------------------------
+@pytest.mark.parametrize("h,kv", SHAPES)
+def test_reference_matches_naive_loop(h, kv):
+    q, k, v = inputs(h, kv)
+    scale = 16 ** -0.5
+    ref = impls.reference_attention(q, k, v, scale)
+    assert torch.allclose(ref, naive_attention(q, k, v, scale), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("h,kv", SHAPES)
+@pytest.mark.parametrize("name", ["grouped", "sdpa", "repeat", "sdpa-math", "sdpa-flash"])
+def test_impl_matches_float64_reference(name, h, kv, dtype):
+    q, k, v = inputs(h, kv, dtype=DTYPES[dtype], seed=h * 10 + kv)
+    scale = 16 ** -0.5
+    out = impls.get_impl(name)(q, k, v, scale)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    err = impls.relative_error(out, naive_attention(q, k, v, scale))
+    assert err < impls.TOLERANCE[dtype], (name, h, kv, dtype, err)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("h,kv", SHAPES)
+@pytest.mark.parametrize("name", ["grouped", "sdpa", "repeat"])
+def test_layer_step_matches_float64(name, h, kv, dtype):
+    gen = torch.Generator().manual_seed(3)
+    slot = impls.make_slot("layer", CPU, DTYPES[dtype], batch=2, seq_len=24, heads=h,
+                           kv_heads=kv, head_dim=8, d_model=48, generator=gen)
+    scale = 8 ** -0.5
+    ref = impls.reference_layer(slot, scale)
+    out = impls.layer_call(slot, impls.get_impl(name), scale)()
+    assert out.shape == (2, 48)
+    assert impls.relative_error(out, ref) < impls.TOLERANCE[dtype]
+
+
+def test_layer_step_writes_one_position_in_place_without_cat():
+    gen = torch.Generator().manual_seed(4)
+    slot = impls.make_slot("layer", CPU, torch.float32, batch=2, seq_len=10, heads=4,
+                           kv_heads=2, head_dim=8, d_model=32, generator=gen)
+    k_before, v_before = slot.k.clone(), slot.v.clone()
+    k_ptr = slot.k.data_ptr()
+    _, ops = impls.traced(impls.layer_call(slot, impls.attention_grouped, 8 ** -0.5))
+    assert not any(op.startswith("aten.cat") for op in ops)
+    assert slot.k.data_ptr() == k_ptr  # the preallocated buffer, not a new one
+    assert torch.equal(slot.k[:, :, :-1], k_before[:, :, :-1])
+    assert torch.equal(slot.v[:, :, :-1], v_before[:, :, :-1])
+    k_new = (slot.x @ slot.w_qkv.T)[:, 32:48].view(2, 2, 8)
+    assert torch.allclose(slot.k[:, :, -1], k_new)
+
+
+def test_nan_never_passes():
+    q, k, v = inputs(4, 2)
+    ref = impls.reference_attention(q, k, v, 0.25)
+    bad = ref.clone().float()
+    bad[0, 0, 0, 0] = float("nan")
+    assert impls.relative_error(bad, ref) == math.inf
+    assert not impls.relative_error(bad, ref) < 1.0
+    assert impls.relative_error(torch.zeros(3), ref) == math.inf  # wrong shape
+
+
+# --------------------------------------------------------------------------------
+# Accounting: allocated bytes equal the formula's
+# --------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype,elem", [("fp32", 4), ("bf16", 2)])
+@pytest.mark.parametrize("h,kv", SHAPES)
+def test_cache_bytes_equal_formula(h, kv, dtype, elem):
+    batch, seq_len, head_dim = 3, 17, 16
+    hand = batch * seq_len * kv * head_dim * 2 * elem
+    pred = attention_prediction(batch, seq_len, h, kv, head_dim, dtype)
+    assert pred.kv_cache_bytes == hand
+    for step in ("attention", "layer"):
+        slot = impls.make_slot(step, CPU, DTYPES[dtype], batch, seq_len, h, kv, head_dim,
+                               h * head_dim, torch.Generator().manual_seed(0))
+        assert slot.cache_bytes() == hand
+        if step == "layer":
+            spec = block_spec(h, kv, head_dim)
+            assert slot.weight_bytes() == layer_prediction(spec, batch, seq_len, dtype).weight_bytes
+
+
+def test_predictions_come_from_formulas():
+    spec = block_spec(32, 8, 128, 4096)
+    a = attention_prediction(4, 2048, 32, 8, 128, "bf16")
+    cost = attention_step(4, 2048, 32, 8, 128, "bf16")
+    assert (a.flops, a.bytes) == (cost.flops, cost.bytes)
+    lay = layer_prediction(spec, 4, 2048, "bf16")
+    one_layer = decode_step(spec, 2048, 4, "bf16", "bf16", "bf16")
+    assert lay.bytes_breakdown["kv_read"] == one_layer.bytes_breakdown["kv_read"]
+    assert lay.bytes_breakdown["kv_write"] == one_layer.bytes_breakdown["kv_write"]
+    assert lay.weight_bytes == 2 * sum(attention_params(spec).values())
+    # q, k, v and o projections: 2 FLOPs per weight per token, plus the attention.
+    assert lay.flops == 4 * 2 * sum(attention_params(spec).values()) + cost.flops
+
+
+def test_runner_refuses_when_allocation_disagrees_with_formula(monkeypatch):
+    real = impls.make_slot
+
+    def wrong(*args, **kwargs):
+        s = real(*args, **kwargs)
+        s.k = s.k[:, :, :-1]
+        return s
+
+    monkeypatch.setattr(impls, "make_slot", wrong)
+    with pytest.raises(KvcalcError, match="accounting"):
+        run(MeasureConfig(heads=4, kv_heads=2, head_dim=8, seq_len=16, batch=1, iters=1,
+                          l2="none"), ceiling_buffer_bytes=SMALL_CEILINGS)
+
+
+# --------------------------------------------------------------------------------
+# The library API
+# --------------------------------------------------------------------------------
+def test_run_compare_rows_and_speedups():
+    res = run(MeasureConfig(heads=8, kv_heads=2, head_dim=16, seq_len=64, batch=2, compare=True,
+                            iters=3, warmup=1, l2="none"), ceiling_buffer_bytes=SMALL_CEILINGS)
+    assert [r["kv_heads"] for r in res.rows] == [8, 2, 1]
+    assert [r["attention"] for r in res.rows] == ["MHA", "GQA", "MQA"]
+    for r in res.rows:
+        assert r["correct"] and r["impl"] == "grouped" and r["timer"] == "perf_counter"
+        assert r["p10_s"] <= r["median_s"] <= r["p90_s"]
+        assert r["kv_cache_bytes"] == 2 * 64 * r["kv_heads"] * 16 * 2 * 4
+        assert r["predicted_s"] > 0 and r["bound"] in ("memory", "compute")
+        assert r["fraction_of_ceiling"] == pytest.approx(
+            r["bytes_moved"] / r["median_s"] / r["ceiling_bytes_per_s"])
+        assert r["l2_regime"] == "cache fits in LLC (not flushed)"
+        assert "auto on cpu: grouped" in r["note"]
+    mha, gqa, mqa = res.rows
+    assert mha["speedup_vs_mha"] == 1.0 and mha["predicted_speedup_vs_mha"] == 1.0
+    assert gqa["predicted_speedup_vs_mha"] == pytest.approx(mha["predicted_s"] / gqa["predicted_s"])
+    assert mqa["speedup_vs_mha"] == pytest.approx(mha["median_s"] / mqa["median_s"])
+    assert res.device["type"] == "cpu" and res.ceilings["copy_bytes_per_s"] > 0
+    assert set(res.to_dict()) >= {"rows", "device", "ceilings"}
+
+
+def test_failed_impl_is_reported_not_timed(monkeypatch):
+    real = impls.get_impl
+
+    def broken(name):
+        if name == "grouped":
+            return lambda q, k, v, s: real("grouped")(q, k, v, s) * float("nan")
+        return real(name)
+
+    monkeypatch.setattr(impls, "get_impl", broken)
+    res = run(MeasureConfig(heads=4, kv_heads=2, head_dim=8, seq_len=16, batch=1, iters=2,
+                            impl="grouped,sdpa", l2="none"), ceiling_buffer_bytes=SMALL_CEILINGS)
+    bad, good = res.rows
+    assert not bad["correct"] and bad["median_s"] is None and bad["iters"] == 0
+    assert "failed correctness" in bad["note"] and "not timed" in bad["note"]
+    assert good["correct"] and good["median_s"] > 0
+    assert good["backend"] == "flash (cpu)"
+
+
+def test_sdpa_backend_and_expansion_are_visible():
+    q, k, v = inputs(8, 1)
+    _, ops = impls.traced(lambda: impls.get_impl("sdpa-math")(q, k, v, 0.25))
+    info = impls.classify(ops)
+    assert info.backend == "math" and info.kv_copied  # math expands K/V for GQA
+    _, ops = impls.traced(lambda: impls.get_impl("sdpa")(q, k, v, 0.25))
+    assert impls.classify(ops).backend in ("flash (cpu)", "math")
+    probe = impls.probe_sdpa(CPU, torch.float32, 8, 1, 16)
+    assert probe["math"] == "ok" and probe["dispatch"] in ("flash (cpu)", "math")
+
+
+def test_memory_guard_refuses_before_allocating(monkeypatch):
+    def never(*a, **k):
+        raise AssertionError("ceilings measured before the memory guard")
+
+    monkeypatch.setattr(ceilings, "measure_ceilings", never)
+    monkeypatch.setattr(impls, "make_slot", never)
+    with pytest.raises(KvcalcError) as e:
+        run(MeasureConfig(heads=32, kv_heads=8, seq_len=1 << 30, batch=4, device="cpu"))
+    msg = str(e.value)
+    assert msg.startswith("needs ") and "is free on cpu" in msg and "try --seq-len" in msg
+
+
+def test_guard_suggestion_fits(monkeypatch):
+    monkeypatch.setattr(ceilings, "free_bytes", lambda device: 4 * 10**9)
+    with pytest.raises(KvcalcError) as e:
+        run(MeasureConfig(heads=32, kv_heads=8, seq_len=65536, batch=32, device="cpu"))
+    msg = str(e.value)
+    suggested = int(msg.split("--seq-len ")[1].split()[0])
+    assert suggested < 65536
+    assert "--batch" in msg
+
+
+def test_default_sizes_shrink_instead_of_refusing(monkeypatch):
+    monkeypatch.setattr(ceilings, "free_bytes", lambda device: 60 * 2**20)
+    res = run(MeasureConfig(heads=8, kv_heads=8, head_dim=64, iters=1, warmup=0, l2="none"),
+              ceiling_buffer_bytes=SMALL_CEILINGS)
+    assert "default sizes reduced" in res.config["notes"][0]
+
+
+def test_config_validation():
+    with pytest.raises(KvcalcError, match="divisible"):
+        MeasureConfig(heads=32, kv_heads=7)
+    with pytest.raises(KvcalcError, match="positive"):
+        MeasureConfig(heads=32, kv_heads=8, seq_len=0)
+    with pytest.raises(KvcalcError, match="cannot exceed"):
+        MeasureConfig(heads=4, kv_heads=8)
+    with pytest.raises(KvcalcError, match="unknown impl"):
+        MeasureConfig(heads=4, kv_heads=2, impl="grouped,fast")
+    with pytest.raises(KvcalcError, match="dtype"):
+        MeasureConfig(heads=4, kv_heads=2, dtype="int8")
+    assert MeasureConfig(heads=32, kv_heads=8, compare=True).kv_variants() == [32, 8, 1]
+    assert MeasureConfig(heads=32, kv_heads=1, compare=True).kv_variants() == [32, 1]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_cuda_requested_without_gpu():
+    with pytest.raises(KvcalcError, match="no CUDA device"):
+        run(MeasureConfig(heads=4, kv_heads=2, device="cuda"))
+    with pytest.raises(KvcalcError, match="CUDA"):
+        run(MeasureConfig(heads=4, kv_heads=2, cuda_graphs=True))
+
+
+def test_missing_torch_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(KvcalcError, match=r"kvcalc\[measure\]"):
+        require_torch()
+    with pytest.raises(KvcalcError, match=r"kvcalc\[measure\]"):
+        run(MeasureConfig(heads=4, kv_heads=2))
+
+
+def test_package_import_does_not_import_torch():
+    code = "import sys, kvcalc.measure, kvcalc.measure.predict; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --------------------------------------------------------------------------------
+# L2 plan, timing statistics, ceilings
+# --------------------------------------------------------------------------------
+def test_l2_plan():
+    mb = 10**6
+    assert runner.l2_plan(1000 * mb, 50 * mb, "L2", "auto", "cache")[:2] == (1, 0)
+    n, flush, text = runner.l2_plan(25 * mb, 50 * mb, "L2", "auto", "cache")
+    assert (n, flush) == (8, 0) and text == "rotated 8 caches, 4.0x L2"
+    n, flush, text = runner.l2_plan(1000, 50 * mb, "L2", "auto", "cache")
+    assert n == 1 and flush == 200 * mb and "flushed" in text
+    assert runner.l2_plan(1000, 50 * mb, "L2", "none", "cache")[2] == "cache fits in L2 (not flushed)"
+    n, _, text = runner.l2_plan(1000, 50 * mb, "L2", "rotate", "cache")
+    assert n == runner.MAX_SLOTS and "capped" in text
+
+
+def test_summarise_quantiles():
+    t = timing.summarise([float(i) for i in range(1, 12)], "perf_counter")
+    assert (t.p10_s, t.median_s, t.p90_s) == (2.0, 6.0, 10.0)
+    assert timing.summarise([3.0], "cuda-events").p10_s == 3.0
+
+
+def test_time_calls_rotates_and_flushes():
+    calls, flushes = [], []
+    t = timing.time_calls([lambda: calls.append(0), lambda: calls.append(1)], device=CPU,
+                          warmup=2, iters=5, flush=lambda: flushes.append(1))
+    assert calls == [0, 1, 0, 1, 0, 1, 0] and len(flushes) == 7 and t.samples == 5
+
+
+def test_ceilings_measured_and_cached(tmp_path):
+    meta = ceilings.device_info(CPU)
+    c = ceilings.measure_ceilings(CPU, "fp32", SMALL_CEILINGS)
+    assert c["copy_bytes"] == 2 * SMALL_CEILINGS  # read + write
+    assert c["read_bytes"] == SMALL_CEILINGS
+    assert c["copy_bytes_per_s"] > 0 and c["matmul_flops_per_s"] > 0
+    path = tmp_path / "kvcalc" / "ceilings.json"
+    key = ceilings.cache_key(meta, "fp32")
+    ceilings.store_cached(path, key, c)
+    got = ceilings.get_ceilings(CPU, meta, "fp32", path)
+    assert got["copy_bytes_per_s"] == c["copy_bytes_per_s"]
+    assert got["source"].startswith("cache file")
+
+
+# --------------------------------------------------------------------------------
+# CUDA only
+# --------------------------------------------------------------------------------
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["grouped", "sdpa", "repeat", "sdpa-flash"])
+@pytest.mark.parametrize("h,kv", SHAPES)
+def test_cuda_impls_match_reference(name, h, kv):
+    dev = torch.device("cuda")
+    q, k, v = (t.to(dev) for t in inputs(h, kv, d=64, L=300, dtype=torch.bfloat16))
+    out = impls.get_impl(name)(q, k, v, 0.125)
+    ref = impls.reference_attention(q, k, v, 0.125)
+    assert impls.relative_error(out, ref) < impls.TOLERANCE["bf16"]
+
+
+@cuda
+@pytest.mark.gpu
+def test_cuda_auto_and_events():
+    res = run(MeasureConfig(heads=8, kv_heads=2, head_dim=64, seq_len=256, batch=2, iters=5,
+                            device="cuda", compare=True, cuda_graphs=True))
+    for r in res.rows:
+        assert r["timer"] == "cuda-events" and r["cuda_graphs"] and r["correct"]
+        assert r["impl"] in ("sdpa-flash", "grouped")
