@@ -16,12 +16,12 @@ from kvcalc.formulas import (
     param_counts,
     shazeer_ratio,
 )
-from kvcalc.roofline import decode_roofline, fit, roofline
+from kvcalc.roofline import decode_roofline, fit
 from kvcalc.spec import DTYPES, MLA, DType, Hardware, ModelSpec, MoE, dtype
 
 __all__ = [
     "DTYPES", "MLA", "DType", "Estimate", "Hardware", "KvcalcError", "ModelSpec", "MoE",
     "attention_step", "attention_variants", "decode_roofline", "decode_step", "dtype",
     "estimate", "fit", "kv_bytes_per_token_per_layer", "kv_cache", "kv_heads_per_device",
-    "param_counts", "roofline", "shazeer_ratio", "__version__",
+    "param_counts", "shazeer_ratio", "__version__",
 ]

@@ -224,10 +224,10 @@ def estimate(
     if hardware is not None:
         roof = roofline.decode_roofline(decode, hardware, roofline.compute_dtype_for(wdt))
         fit = roofline.fit(spec, hardware, seq_len, batch, wdt, kdt, tp, scale_bytes,
-                           memory_fraction, reserve_bytes)
+                           memory_fraction, reserve_bytes, encoder_seq_len)
         for candidate in valid_tps(spec):
             if roofline.fit(spec, hardware, seq_len, batch, wdt, kdt, candidate, scale_bytes,
-                            memory_fraction, reserve_bytes).fits:
+                            memory_fraction, reserve_bytes, encoder_seq_len).fits:
                 min_tp = candidate
                 break
     return Estimate(spec, seq_len, batch, kdt, wdt, tp, cache, params, decode, shazeer,

@@ -103,13 +103,15 @@ class Fit:
 
 def fit(spec: ModelSpec, hw: Hardware, seq_len: int, batch: int = 1,
         weight_dtype: DType | str = "bf16", kv_dtype: DType | str = "bf16", tp: int = 1,
-        scale_bytes: int = 0, memory_fraction: float | str = 1, reserve_bytes: int = 0) -> Fit:
+        scale_bytes: int = 0, memory_fraction: float | str = 1, reserve_bytes: int = 0,
+        encoder_seq_len: int | None = None) -> Fit:
     """Largest batch at `seq_len` and longest context at `batch` on `tp` devices.
 
     Weights are sharded evenly over the tp devices (ceil); each device's KV share
     is what `kv_cache` gives per device (heads replicated when tp > kv_heads).
     `memory_fraction` (like vLLM's gpu_memory_utilization) and `reserve_bytes`
-    (activations, CUDA context) come off the top. The context search is exact
+    (activations, CUDA context) come off the top. An encoder-decoder's cross-attention
+    cache holds `encoder_seq_len` tokens (default: follows the decoder length). The context search is exact
     (binary search over integers on a monotone function).
     """
     frac = Fraction(str(memory_fraction))
@@ -121,12 +123,13 @@ def fit(spec: ModelSpec, hw: Hardware, seq_len: int, batch: int = 1,
     usable = int(hw.memory_bytes * frac) - reserve_bytes
     weight_bytes = -(-wdt.nbytes(param_counts(spec).total) // tp)
     free = usable - weight_bytes
-    cache = kv_cache(spec, seq_len, batch, kv_dtype, tp, scale_bytes)
+    cache = kv_cache(spec, seq_len, batch, kv_dtype, tp, scale_bytes, encoder_seq_len)
     per_seq = cache.bytes_per_device // batch
     max_batch = max(0, free // per_seq) if per_seq else 0
 
     def bytes_at(length: int) -> int:
-        return kv_cache(spec, length, batch, kv_dtype, tp, scale_bytes).bytes_per_device
+        return kv_cache(spec, length, batch, kv_dtype, tp, scale_bytes,
+                        encoder_seq_len).bytes_per_device
 
     unbounded = spec.sliding_layers == spec.layers and not spec.encoder_layers
     if free < bytes_at(1):

@@ -319,3 +319,16 @@ def test_bad_sizes_are_named():
     with pytest.raises(KvcalcError, match="unknown dtype"):
         dtype("fp12")
     assert DType("int4", 4).nbytes(3) == 2  # packed, rounded up
+
+
+def test_fit_counts_the_encoder_cache_it_is_given():
+    from kvcalc.roofline import fit
+    from kvcalc.spec import Hardware
+
+    hw = Hardware(name="toy", memory_bytes=10**12, memory_bandwidth_bytes_per_s=10**12,
+                  flops_per_s={"bf16": 10**15})
+    f = fit(T5_11B, hw, 512, 2, encoder_seq_len=4096)
+    per_layer = 2 * 128 * 128 * 2
+    assert f.kv_bytes_requested == 2 * 24 * per_layer * (512 + 4096)
+    weights = 2 * formulas.param_counts(T5_11B).total
+    assert f.max_batch == (10**12 - weights) // (24 * per_layer * (512 + 4096))

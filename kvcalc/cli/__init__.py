@@ -34,7 +34,7 @@ class KvcalcGroup(TyperGroup):
             _fail(e.format_message().replace("\n", " ") + hint)
         except click_exceptions.ClickException as e:
             _fail(e.format_message().replace("\n", " "))
-        except click_exceptions.Abort:
+        except typer.Abort:
             sys.stderr.write("kvcalc: aborted\n")
             sys.exit(1)
         except BrokenPipeError:  # `kvcalc ... | head`

@@ -131,20 +131,28 @@ _MODEL_PARAMS = [
 ]
 
 
-def model_options(fn):
-    """Add the model-selection flags to a command; it receives `request: ModelRequest`."""
+def model_options(fn=None, *, exclude: tuple[str, ...] = ()):
+    """Add the model-selection flags to a command; it receives `request: ModelRequest`.
+
+    `exclude` leaves flags out (their request fields stay None), for a command that
+    spells one of them its own way (sweep's --kv-heads takes a SPEC).
+    """
+    if fn is None:
+        return functools.partial(model_options, exclude=exclude)
+    params = [p for p in _MODEL_PARAMS if p[0] not in exclude]
     sig = inspect.signature(fn, eval_str=True)  # resolve `from __future__` string annotations
     own = [p for p in sig.parameters.values() if p.name != "request"]
     extra = [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                           annotation=Annotated[typ, typer.Option(flag, help=help_text,
                                                                  rich_help_panel="Model")])
-        for name, typ, default, flag, help_text in _MODEL_PARAMS
+        for name, typ, default, flag, help_text in params
     ]
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        values = {name: kwargs.pop(name) for name, *_ in _MODEL_PARAMS}
+        values = {name: kwargs.pop(name) for name, *_ in params}
+        values.update(dict.fromkeys(exclude))
         return fn(*args, request=ModelRequest(**values), **kwargs)
 
     wrapper.__signature__ = sig.replace(parameters=[

@@ -36,6 +36,7 @@ __all__ = [
     "predict",
     "require_torch",
     "run",
+    "run_sweep",
     "TORCH_HINT",
 ]
 
@@ -57,3 +58,12 @@ def run(config: MeasureConfig, progress: Progress | None = None, **kwargs) -> Me
     from kvcalc.measure.runner import run as _run
 
     return _run(config, progress=progress, **kwargs)
+
+
+def run_sweep(config: MeasureConfig, seq_lens: list[int], batches: list[int],
+              progress: Progress | None = None) -> MeasureResult:
+    """`run` over a (seq_len x batch) grid, ceilings measured once; see runner.run_sweep."""
+    require_torch()
+    from kvcalc.measure.runner import run_sweep as _run_sweep
+
+    return _run_sweep(config, seq_lens, batches, progress)

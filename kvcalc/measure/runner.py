@@ -154,9 +154,12 @@ def default_batch(config: MeasureConfig, seq_len: int, dtype: str, device_type: 
 # Running
 # --------------------------------------------------------------------------------
 def run(config: MeasureConfig, progress: Progress | None = None,
-        ceiling_buffer_bytes: int | None = None) -> MeasureResult:
+        ceiling_buffer_bytes: int | None = None, ceilings: dict | None = None,
+        check_only: bool = False) -> MeasureResult | None:
     """Measure; see the module docstring. `progress(description, done, total)` is told
-    of each phase. `ceiling_buffer_bytes` shrinks the ceiling buffers (tests only)."""
+    of each phase. `ceiling_buffer_bytes` shrinks the ceiling buffers (tests only).
+    `ceilings` reuses ones measured earlier in the same process (a sweep);
+    `check_only` stops after the memory guard, before anything large is allocated."""
     device = ceil_mod.resolve_device(config.device)
     meta = ceil_mod.device_info(device)
     kind = device.type
@@ -219,6 +222,8 @@ def run(config: MeasureConfig, progress: Progress | None = None,
     if ceiling_ws > usable:
         raise KvcalcError(f"the bandwidth ceilings need {human_bytes(ceiling_ws)} but only "
                           f"{human_bytes(usable)} of {kind} memory is usable")
+    if check_only:
+        return None
     groups = plan_groups(config, seq_len, batch, dtype, concrete_for_memory, meta, sdpa_copies)
     for g in groups:
         g.impls = names
@@ -232,10 +237,12 @@ def run(config: MeasureConfig, progress: Progress | None = None,
         if progress is not None:
             progress(msg, done, total)
 
-    if progress is not None:
-        progress(f"measuring {kind} ceilings", 0, total)
-    ceilings = ceil_mod.get_ceilings(device, meta, dtype, config.ceilings_cache, ceiling_buffer_bytes)
-    tick("ceilings measured")
+    if ceilings is None:
+        if progress is not None:
+            progress(f"measuring {kind} ceilings", 0, total)
+        ceilings = ceil_mod.get_ceilings(device, meta, dtype, config.ceilings_cache,
+                                         ceiling_buffer_bytes)
+    tick("ceilings ready")
 
     rows: list[dict] = []
     for group in groups:
@@ -243,6 +250,10 @@ def run(config: MeasureConfig, progress: Progress | None = None,
                                warmup, iters, ceilings, auto_pick, auto_reason, sdpa_probe, tick))
     if config.compare:
         _add_speedups(rows, config.heads)
+    # Every row names where and when it was measured (reports are read row by row).
+    stamp = {"device": meta["name"], "torch_version": meta["torch_version"],
+             "cuda_version": meta.get("cuda") or "", "measured_at": _utc_now()}
+    rows = [{**stamp, **r} for r in rows]
 
     resolved = {
         **{k: v for k, v in asdict(config).items() if k != "ceilings_cache"},
@@ -482,6 +493,41 @@ def _backend_notes(name: str, info: impls.BackendInfo, g: int, pred: StepPredict
                 text += f"; refused: {', '.join(refused)}"
             notes.append(text)
     return notes
+
+
+def _utc_now() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def run_sweep(config: MeasureConfig, seq_lens: list[int], batches: list[int],
+              progress: Progress | None = None) -> MeasureResult:
+    """`run` over every (seq_len, batch), ceilings measured once for all points.
+
+    Every point passes the memory guard before anything is measured, so a sweep
+    is refused up front rather than after minutes of work.
+    """
+    from dataclasses import replace
+
+    points = [(s, b) for s in seq_lens for b in batches]
+    for s, b in points:
+        run(replace(config, seq_len=s, batch=b), check_only=True)
+    rows: list[dict] = []
+    first: MeasureResult | None = None
+    for i, (s, b) in enumerate(points):
+        def point_progress(desc: str, done: int, total: int, i=i, s=s, b=b) -> None:
+            if progress is not None:
+                progress(f"[{i + 1}/{len(points)}] seq_len {s} batch {b}: {desc}",
+                         i * total + done, len(points) * total)
+
+        result = run(replace(config, seq_len=s, batch=b), point_progress,
+                     ceilings=first.ceilings if first else None)
+        first = first or result
+        rows.extend(result.rows)
+    config_out = {**first.config, "seq_len": list(seq_lens), "batch": list(batches),
+                  "sweep_points": len(points)}
+    return MeasureResult(rows=rows, device=first.device, ceilings=first.ceilings, config=config_out)
 
 
 def _add_speedups(rows: list[dict], heads: int) -> None:

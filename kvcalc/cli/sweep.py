@@ -1,0 +1,198 @@
+"""`kvcalc sweep`: estimate over a grid of SPECs, streamed as tidy CSV (and a plot).
+
+Thin: parse, plan (kvcalc.sweep), stream the rows, optionally draw (kvcalc.plot).
+numpy and matplotlib are imported inside the command, so `kvcalc estimate`
+starts without them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kvcalc import report
+from kvcalc.cli.options import (
+    DEFAULT_GPU,
+    DEFAULT_SEQ_LEN,
+    EncoderLenOpt,
+    GpuOpt,
+    MemFractionOpt,
+    ModelRequest,
+    ReserveOpt,
+    ScaleOpt,
+    WeightDtypeOpt,
+    model_options,
+    parse_size,
+    resolve_gpu,
+)
+from kvcalc.errors import KvcalcError
+
+_SPEC = ("SPEC: a value (8), a list (1,8,32), a linear range start:stop:+step "
+         "(1024:65536:+1024) or a geometric range start:stop:*factor (1024:131072:*2); "
+         "stop included when reached.")
+
+SeqLenSpec = Annotated[Optional[str], typer.Option(
+    "--seq-len", metavar="SPEC",
+    help=f"Context lengths in tokens. {_SPEC} (default: the model's max context, or "
+         f"{DEFAULT_SEQ_LEN}).")]
+BatchSpec = Annotated[str, typer.Option(
+    "--batch", metavar="SPEC", help="Batch sizes (sequences decoded together), a SPEC.")]
+KvHeadsSpec = Annotated[Optional[str], typer.Option(
+    "--kv-heads", metavar="SPEC",
+    help="K/V head counts, a SPEC: each replaces the model's (its MHA/GQA/MQA variant); "
+         "each must divide --heads. Not for MLA models (default: the model's own).")]
+KvDtypeSpec = Annotated[str, typer.Option(
+    "--kv-dtype", metavar="LIST", help="KV cache dtypes, comma list (bf16,fp8,int4).")]
+TpSpec = Annotated[str, typer.Option(
+    "--tp", metavar="SPEC", help="Tensor-parallel degrees, a SPEC (1,2,4,8 or 1:8:*2).")]
+SweepOutputOpt = Annotated[Optional[Path], typer.Option(
+    "--output", "-o", help="CSV file to write, atomically, never overwriting without --force "
+                           "(default: CSV on stdout).")]
+PlotOpt = Annotated[Optional[Path], typer.Option(
+    "--plot", help="Also draw KV cache per device against context for each K/V-head count "
+                   "(at the largest batch, first --kv-dtype and --tp; against batch if one "
+                   "--seq-len), with the device's memory after weights as a line; PNG, or "
+                   "SVG/PDF by suffix; "
+                   "needs matplotlib (pip install 'kvcalc\\[plot]').")]
+SweepForceOpt = Annotated[bool, typer.Option(
+    "--force", help="Overwrite existing --output/--plot files; allow more than 50,000,000 rows.")]
+SkipOpt = Annotated[bool, typer.Option(
+    "--skip-invalid", help="Leave out (kv_heads, tp) pairs estimate would reject (named on "
+                           "stderr) instead of failing.")]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @model_options(exclude=("kv_heads",))
+    def sweep(
+        request: ModelRequest,
+        seq_len: SeqLenSpec = None,
+        batch: BatchSpec = "1",
+        kv_heads: KvHeadsSpec = None,
+        kv_dtype: KvDtypeSpec = "bf16",
+        tp: TpSpec = "1",
+        weight_dtype: WeightDtypeOpt = "bf16",
+        gpu: GpuOpt = DEFAULT_GPU,
+        kv_scale_bytes: ScaleOpt = 0,
+        encoder_seq_len: EncoderLenOpt = None,
+        memory_fraction: MemFractionOpt = 1.0,
+        reserve: ReserveOpt = "0",
+        output: SweepOutputOpt = None,
+        plot: PlotOpt = None,
+        skip_invalid: SkipOpt = False,
+        force: SweepForceOpt = False,
+    ) -> None:
+        """Estimate over a grid: one CSV row per (kv_heads, kv_dtype, tp, seq_len, batch),
+        with exactly the columns of `kvcalc estimate --format csv`.
+
+        Computed column-wise with numpy and streamed, so millions of rows take seconds.
+        More than 50,000,000 rows needs --force. Examples: `kvcalc sweep --preset
+        llama3-8b --seq-len 1024:131072:*2 --batch 1,8,32 --kv-heads 1,8,32 -o s.csv
+        --plot s.png`; `kvcalc sweep --preset mistral-7b --seq-len 1024:65536:+1024
+        --batch 1:64:+1 --kv-dtype bf16,fp8 --tp 1,2 -o mistral.csv`.
+        """
+        to_stdout = output is None or str(output) == "-"
+        if not to_stdout:
+            _check_target(output, force, "--output")
+        if plot is not None:
+            _check_target(plot, force, "--plot")
+            if plot.suffix.lower() not in (".png", ".svg", ".pdf"):
+                raise KvcalcError(f"--plot {plot}: use a .png, .svg or .pdf file name")
+            try:
+                import matplotlib  # noqa: F401
+            except ImportError:
+                raise KvcalcError("--plot needs matplotlib: pip install 'kvcalc[plot]'") from None
+        from kvcalc.sweep import AtomicOutput, PlotSelection, plan_sweep, write_csv
+
+        spec = request.resolve()
+        plan = plan_sweep(
+            spec, seq_len if seq_len is not None else str(spec.max_context or DEFAULT_SEQ_LEN),
+            batch, kv_heads, kv_dtype, tp, weight_dtype, resolve_gpu(gpu), kv_scale_bytes,
+            encoder_seq_len, memory_fraction, parse_size(reserve), force=force,
+            skip_invalid=skip_invalid,
+            # Each K/V-head count resolved as `kvcalc estimate --kv-heads N` would.
+            make_variant=lambda g: dataclasses.replace(request, kv_heads=g).resolve())
+        err = report.error_console()
+        for line in plan.skipped:
+            err.print(f"skipped {line}", highlight=False, markup=False, soft_wrap=True)
+
+        selection = PlotSelection(plan) if plot is not None else None
+        with _progress(plan, err) as advance:
+            def on_chunk(chunk) -> None:
+                if selection is not None:
+                    selection.add(chunk)
+                advance(len(chunk))
+
+            if to_stdout:
+                out = sys.stdout.buffer
+                try:
+                    rows = write_csv(plan, out, progress=on_chunk)
+                    out.flush()
+                except BrokenPipeError:  # `kvcalc sweep ... | head`: the reader is gone
+                    _silence_stdout()
+                    return
+            else:
+                with AtomicOutput(output, force) as out:
+                    rows = write_csv(plan, out, progress=on_chunk)
+        if not to_stdout:
+            err.print(f"wrote {output} ({rows:,} rows x {len(plan.columns)} columns)",
+                      highlight=False, markup=False)
+        if selection is not None:
+            from kvcalc.plot import plot_sweep
+
+            plot_sweep(selection, plot, force=force)
+            err.print(f"wrote {plot}", highlight=False, markup=False)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
+
+
+def _check_target(path: Path, force: bool, flag: str) -> None:
+    if path.exists() and not force:
+        raise KvcalcError(f"{path} exists; pass --force to overwrite it")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise KvcalcError(f"cannot write {path} ({flag}): folder {folder} does not exist")
+
+
+class _NoProgress:
+    def __enter__(self):
+        return lambda n: None
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+def _progress(plan, console):
+    """A rich progress bar over rows on stderr, only for a terminal and a big sweep."""
+    if not console.is_terminal or plan.rows < 200_000:
+        return _NoProgress()
+    from rich.progress import (
+        BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn,
+    )
+
+    class _Bar:
+        def __enter__(self):
+            self.progress = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(),
+                                     TextColumn("rows"), TimeRemainingColumn(),
+                                     console=console, transient=True)
+            self.progress.start()
+            task = self.progress.add_task("sweep", total=plan.rows)
+            return lambda n: self.progress.advance(task, n)
+
+        def __exit__(self, *exc) -> None:
+            self.progress.stop()
+
+    return _Bar()

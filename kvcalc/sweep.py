@@ -1,0 +1,993 @@
+"""Sweeps: `estimate()` over a grid of configurations, computed column-wise with numpy.
+
+A sweep is the product of SPECs: seq_len x batch x kv_heads x kv_dtype x tp. Its
+rows are exactly `estimate(...).as_row()` for each configuration (same columns,
+same order, same values), but computed on whole arrays:
+
+- Per (kv_heads, kv_dtype, tp) combination, the scalar pieces come from the
+  scalar formulas once: bytes per token per layer (all heads and one device's),
+  parameters and weight bytes, the projection FLOPs per token, the attention
+  FLOPs per cached token, activation bytes per sequence, the device's memory
+  after weights (`roofline.fit`).
+- Only the (seq_len, batch) grid is vectorised. `formulas.decode_step` is a sum
+  of terms linear in batch and in the windowed token sum
+      tokens(S) = full_layers x S + sliding_layers x min(S, window) + cross-attention tokens,
+  plus the weights read, min(batch, vocab)-style terms and MoE's
+  min(experts, batch x active), all mirrored here term by term.
+- Every combination is checked against `estimate` at the grid's corners before
+  any row is written: if the formulas change and this module does not follow,
+  the sweep stops with an error instead of writing wrong numbers.
+
+Integers are int64 while they provably fit (everything grows with seq_len and
+batch, so the largest row of a block bounds the block); rows that could pass
+2^63 - 1 are computed with Python ints instead, so bytes and FLOPs stay exact.
+Floats are float64(a) / float64(b): identical to Python's int / int (what
+`estimate` does) when both are below 2^53, otherwise within an ulp or two.
+
+CSV: rows are formatted with numpy (ints as decimal digits, floats with the
+shortest repr that round-trips, the same text as Python's repr and as
+`report.rows_to_csv` of the same rows), streamed chunk by chunk, so memory stays
+bounded whatever the number of rows.
+
+Row order: kv_heads, then tp, then kv_dtype (each as given in its SPEC), then
+seq_len, then batch (fastest).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+from typing import IO, Callable, Iterator, Sequence
+
+import numpy as np
+
+from kvcalc import formulas
+from kvcalc.errors import KvcalcError
+from kvcalc.estimate import estimate
+from kvcalc.roofline import compute_dtype_for, decode_roofline, fit as roofline_fit
+from kvcalc.spec import (
+    MAX_BATCH, MAX_SEQ_LEN, MAX_TP, MAX_WIDTH, DType, Hardware, ModelSpec, dtype as _dtype,
+)
+
+ROW_LIMIT = 50_000_000  # rows above which a sweep needs force=True (--force)
+CHUNK_ROWS = 1 << 16  # rows computed and formatted together
+INT64_MAX = (1 << 63) - 1
+_SAFE_FLOAT = float(1 << 62)  # float64 magnitude test with margin for its rounding
+
+# The columns of Estimate.as_row(), in its order; checked against it at run time.
+BASE_COLUMNS = (
+    "model", "attention", "layers", "heads", "kv_heads", "head_dim", "seq_len", "batch",
+    "kv_dtype", "weight_dtype", "tp", "kv_bytes_per_token", "kv_cache_bytes",
+    "kv_cache_bytes_full", "kv_cache_bytes_per_device", "params_total", "params_attention",
+    "weight_bytes", "decode_flops", "decode_bytes", "arithmetic_intensity",
+    "attention_arithmetic_intensity",
+)
+HARDWARE_COLUMNS = ("gpu", "roofline_s", "roofline_bound", "tokens_per_s",
+                    "free_for_kv_bytes_per_device", "fits")
+FLOAT_COLUMNS = ("arithmetic_intensity", "attention_arithmetic_intensity", "roofline_s",
+                 "tokens_per_s")
+# Columns whose magnitude bounds every intermediate of the kernel (all sums of
+# non-negative terms): if these fit in int64, so does everything else.
+_BOUNDING = ("kv_cache_bytes_full", "decode_flops", "decode_bytes")
+
+
+# --------------------------------------------------------------------------------
+# SPECs
+# --------------------------------------------------------------------------------
+_INT = re.compile(r"[0-9]+")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A parsed SPEC: an explicit list of values or a range, never materialised
+    unless asked (a linear range of billions of values stays three numbers)."""
+
+    text: str
+    kind: str  # "list", "linear" or "geometric"
+    items: tuple[int, ...] = ()  # list and geometric values
+    start: int = 0  # linear
+    step: int = 0  # linear
+    count: int = 0
+
+    @property
+    def first(self) -> int:
+        return self.start if self.kind == "linear" else self.items[0]
+
+    @property
+    def last(self) -> int:
+        if self.kind == "linear":
+            return self.start + self.step * (self.count - 1)
+        return self.items[-1]
+
+    @property
+    def min(self) -> int:
+        return self.first if self.kind != "list" else min(self.items)
+
+    @property
+    def max(self) -> int:
+        return self.last if self.kind != "list" else max(self.items)
+
+    @cached_property
+    def _array(self) -> np.ndarray:
+        return np.asarray(self.items, dtype=np.int64)
+
+    def at(self, index: np.ndarray) -> np.ndarray:
+        """The values at positions `index` (int64)."""
+        if self.kind == "linear":
+            return self.start + self.step * np.asarray(index, dtype=np.int64)
+        return self._array[index]
+
+    def values(self) -> list[int]:
+        """All values as Python ints (for small SPECs: a list of `count` ints)."""
+        if self.kind == "linear":
+            return list(range(self.start, self.last + 1, self.step))
+        return list(self.items)
+
+    def __len__(self) -> int:
+        return self.count
+
+
+def _spec_error(name: str, text: str, why: str) -> KvcalcError:
+    return KvcalcError(f"{name} {text!r}: {why} (SPEC: 8 | 1,8,32 | start:stop:+step | "
+                       "start:stop:*factor)")
+
+
+def _int(name: str, text: str, part: str, what: str) -> int:
+    part = part.strip()
+    if not _INT.fullmatch(part):
+        got = f"{part!r} is not a whole number" if part else f"the {what} is missing"
+        raise _spec_error(name, text, got)
+    value = int(part)
+    if value <= 0:
+        raise _spec_error(name, text, f"the {what} must be positive, got {value}")
+    if value > INT64_MAX:
+        raise _spec_error(name, text, f"{value} is too large")
+    return value
+
+
+def parse_spec(text: str | int | Sequence[int] | Spec, name: str = "SPEC") -> Spec:
+    """Parse '8', '1,8,32', '1024:1048576:+1024' or '1024:131072:*2' into a Spec.
+
+    Values are positive integers; ranges include `stop` when a step lands on it.
+    Any mistake raises a one-line KvcalcError naming `name` (e.g. '--seq-len').
+    Ints and sequences of ints are accepted as explicit lists (the Python API).
+    """
+    if isinstance(text, Spec):
+        return text
+    if isinstance(text, (int, np.integer)) and not isinstance(text, bool):
+        text = str(int(text))
+    elif not isinstance(text, str):
+        items = list(text)
+        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items):
+            raise KvcalcError(f"{name}: values must be integers, got {items!r}")
+        text = ",".join(str(int(v)) for v in items)
+    raw = text
+    text = text.strip()
+    if not text:
+        raise _spec_error(name, raw, "it is empty")
+    if ":" in text:
+        parts = text.split(":")
+        if len(parts) != 3:
+            raise _spec_error(name, raw, "a range has three parts, start:stop:+step or "
+                              "start:stop:*factor")
+        start = _int(name, raw, parts[0], "start")
+        stop = _int(name, raw, parts[1], "stop")
+        op = parts[2].strip()[:1]
+        if op not in ("+", "*"):
+            raise _spec_error(name, raw, "the step must begin with + (linear) or * (geometric)")
+        body = parts[2].strip()[1:]
+        if body.strip() and _INT.fullmatch(body.strip()) and int(body) == 0:
+            why = "the step is zero" if op == "+" else "the factor must be at least 2"
+            raise _spec_error(name, raw, why)
+        step = _int(name, raw, body, "step" if op == "+" else "factor")
+        if stop < start:
+            raise _spec_error(name, raw, f"stop {stop} is before start {start}")
+        if op == "+":
+            return Spec(text=text, kind="linear", start=start, step=step,
+                        count=(stop - start) // step + 1)
+        if step <= 1:
+            raise _spec_error(name, raw, f"the factor must be at least 2, got {step}")
+        items = [start]
+        while items[-1] * step <= stop:
+            items.append(items[-1] * step)
+        return Spec(text=text, kind="geometric", items=tuple(items), count=len(items))
+    items = [_int(name, raw, p, "value") for p in text.split(",")]
+    seen: set[int] = set()
+    for v in items:
+        if v in seen:
+            raise _spec_error(name, raw, f"{v} is listed twice")
+        seen.add(v)
+    return Spec(text=text, kind="list", items=tuple(items), count=len(items))
+
+
+def parse_names(text: str | Sequence[str], name: str = "--kv-dtype") -> tuple[str, ...]:
+    """A comma list of dtype names ('bf16,fp8,int4'), each validated, canonical names."""
+    parts = text.split(",") if isinstance(text, str) else list(text)
+    out: list[str] = []
+    for p in parts:
+        p = p.strip()
+        if not p:
+            raise KvcalcError(f"{name} {text!r}: empty name in the list")
+        canonical = _dtype(p).name
+        if canonical in out:
+            raise KvcalcError(f"{name} {text!r}: {canonical} is listed twice")
+        out.append(canonical)
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------
+# The plan: one Combo per (kv_heads, kv_dtype, tp)
+# --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Combo:
+    """The scalar pieces of one (kv_heads, kv_dtype, tp) combination, as Python ints."""
+
+    spec: ModelSpec
+    kv_dtype: DType
+    weight_dtype: DType
+    tp: int
+    constants: dict  # the row's columns that do not depend on seq_len or batch
+    per_layer: int  # cache bytes per token per layer, all K/V heads
+    per_layer_dev: int  # the same on one TP device
+    full_layers: int
+    sliding_layers: int
+    window: int
+    cross_layers: int  # decoder layers that cross-attend (encoder-decoder), else 0
+    encoder_seq_len: int  # 0: the encoder length follows seq_len
+    proj_flops: int  # projection + MLP + lm_head FLOPs per token
+    attn_flops: int  # attention FLOPs per cached token per layer
+    act_bytes: int  # activation bytes per sequence (matmuls + attention q/o)
+    attn_act_bytes: int  # attention q/o bytes per sequence
+    read_base: int  # parameters read whatever the batch
+    emb_width: int  # untied input table: d_model per distinct row read, else 0
+    vocab: int
+    pos_width: int  # learned positions: d_model per row read, else 0
+    pos_rows: int
+    expert_params: int  # MoE: parameters of one routed expert over all MoE layers, else 0
+    experts: int
+    active: int
+    bandwidth: int = 0  # hardware only
+    peak_flops: int = 0
+    free_bytes: int = 0  # device memory after this combination's weights
+
+    @property
+    def kv_heads(self) -> int:
+        return self.spec.kv_heads
+
+    def tokens(self, seq_len):
+        """Sum over layers of cached tokens at seq_len (window-aware, + cross-attention)."""
+        t = self.full_layers * seq_len
+        if self.sliding_layers:
+            t = t + self.sliding_layers * np.minimum(seq_len, self.window)
+        if self.cross_layers:
+            enc = self.encoder_seq_len or seq_len
+            t = t + self.cross_layers * enc
+        return t
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What to compute: the model, the SPECs, the fixed settings, and the combinations."""
+
+    spec: ModelSpec
+    seq_len: Spec
+    batch: Spec
+    kv_heads: tuple[int, ...]
+    kv_dtypes: tuple[str, ...]
+    tps: tuple[int, ...]
+    weight_dtype: str
+    hardware: Hardware | None
+    scale_bytes: int
+    encoder_seq_len: int | None
+    memory_fraction: float | str
+    reserve_bytes: int
+    combos: tuple[Combo, ...]
+    skipped: tuple[str, ...] = ()  # combinations estimate() rejects, when skip_invalid
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return BASE_COLUMNS + (HARDWARE_COLUMNS if self.hardware is not None else ())
+
+    @property
+    def rows_per_combo(self) -> int:
+        return self.seq_len.count * self.batch.count
+
+    @property
+    def rows(self) -> int:
+        return self.rows_per_combo * len(self.combos)
+
+
+def _act_dtype(wdt: DType) -> DType:
+    # As estimate(): int8/int4/fp8 weights compute in bf16 activations.
+    return _dtype("bf16" if wdt.name in ("int8", "int4", "fp8") else wdt.name)
+
+
+def _combo(spec: ModelSpec, kdt: DType, wdt: DType, tp: int, hw: Hardware | None,
+           scale_bytes: int, encoder_seq_len: int | None, memory_fraction,
+           reserve_bytes: int) -> Combo:
+    per_dev_heads = formulas.kv_heads_per_device(spec, tp)  # raises on a bad tp
+    adt = _act_dtype(wdt)
+    if adt.bits % 8:
+        raise KvcalcError(f"internal: activation dtype {adt.name} is not whole bytes")
+    params = formulas.param_counts(spec)
+    one = formulas.decode_step(spec, 1, 1, wdt, kdt, adt, tp, scale_bytes, encoder_seq_len)
+    per_layer = formulas.kv_bytes_per_token_per_layer(spec, kdt, scale_bytes)
+    per_layer_dev = formulas.kv_bytes_per_token_per_layer(spec, kdt, scale_bytes,
+                                                          kv_heads=per_dev_heads)
+    bb = one.bytes_breakdown
+
+    # Parameters read by a step, as decode_step: all weights, less the rows of an
+    # untied input table (and learned positions) the batch does not touch, less
+    # the encoder and cross-attention K/V, less the routed experts nobody visits.
+    d = spec.d_model
+    emb_width = 0 if spec.tied_embeddings else d
+    pos_width = d if spec.learned_pos else 0
+    read_base = params.total - emb_width * spec.vocab - pos_width * spec.learned_pos
+    if spec.encoder_layers:
+        read_base -= sum(n for k, n in params.breakdown.items() if k.startswith("encoder/"))
+        read_base -= params.breakdown.get("cross_attention/k", 0)
+        read_base -= params.breakdown.get("cross_attention/v", 0)
+    expert_params = experts = active = 0
+    if spec.moe is not None:
+        m = spec.moe
+        expert_params = formulas.mlp_params(spec, m.expert_d_ff) * spec.moe_layers
+        experts, active = m.experts, m.active
+        read_base -= m.experts * expert_params
+
+    constants = {
+        "model": spec.name, "attention": spec.attention_kind, "layers": spec.layers,
+        "heads": spec.heads, "kv_heads": spec.kv_heads, "head_dim": spec.head_dim,
+        "kv_dtype": kdt.name, "weight_dtype": wdt.name, "tp": tp,
+        "kv_bytes_per_token": per_layer * spec.layers,
+        "params_total": params.total, "params_attention": params.attention,
+        "weight_bytes": wdt.nbytes(params.total),
+    }
+    bandwidth = peak = free = 0
+    if hw is not None:
+        bandwidth = hw.memory_bandwidth_bytes_per_s
+        peak = hw.peak_flops(compute_dtype_for(wdt))
+        free = roofline_fit(spec, hw, 1, 1, wdt, kdt, tp, scale_bytes, memory_fraction,
+                            reserve_bytes).free_for_kv_bytes
+        constants["gpu"] = hw.name
+        constants["free_for_kv_bytes_per_device"] = free
+    return Combo(
+        spec=spec, kv_dtype=kdt, weight_dtype=wdt, tp=tp, constants=constants,
+        per_layer=per_layer, per_layer_dev=per_layer_dev,
+        full_layers=spec.layers - spec.sliding_layers, sliding_layers=spec.sliding_layers,
+        window=spec.sliding_window, cross_layers=spec.layers if spec.encoder_layers else 0,
+        encoder_seq_len=encoder_seq_len or 0,
+        proj_flops=one.flops_breakdown["projections_and_mlp"],
+        attn_flops=formulas.attention_flops_per_token(spec, 1),
+        act_bytes=bb["activations"],
+        attn_act_bytes=one.attention_bytes - bb["kv_read"] - bb["kv_write"],
+        read_base=read_base, emb_width=emb_width, vocab=spec.vocab, pos_width=pos_width,
+        pos_rows=spec.learned_pos, expert_params=expert_params, experts=experts, active=active,
+        bandwidth=bandwidth, peak_flops=peak, free_bytes=free,
+    )
+
+
+def _as_tuple(value, name: str, upper: int) -> tuple[int, ...]:
+    spec = parse_spec(value, name)
+    if spec.count > 4096:
+        raise KvcalcError(f"{name} {spec.text!r} has {spec.count:,} values; at most 4,096 allowed")
+    formulas.check_size(name.lstrip("-").replace("-", "_"), spec.max, upper)
+    return tuple(spec.values())
+
+
+def variant(spec: ModelSpec, kv_heads: int) -> ModelSpec:
+    """The model with `kv_heads` K/V heads, as `--kv-heads` makes it (unchanged if equal)."""
+    return spec if kv_heads == spec.kv_heads else spec.with_kv_heads(kv_heads)
+
+
+def plan_sweep(
+    spec: ModelSpec,
+    seq_len: str | int | Sequence[int] | Spec,
+    batch: str | int | Sequence[int] | Spec = 1,
+    kv_heads: str | int | Sequence[int] | Spec | None = None,
+    kv_dtype: str | Sequence[str] = "bf16",
+    tp: str | int | Sequence[int] | Spec = 1,
+    weight_dtype: DType | str = "bf16",
+    hardware: Hardware | None = None,
+    scale_bytes: int = 0,
+    encoder_seq_len: int | None = None,
+    memory_fraction: float | str = 1,
+    reserve_bytes: int = 0,
+    force: bool = False,
+    skip_invalid: bool = False,
+    check: bool = True,
+    make_variant: Callable[[int], ModelSpec] | None = None,
+) -> SweepPlan:
+    """Validate a sweep and work out its combinations; nothing per row is computed yet.
+
+    Arguments are those of `estimate()`, where seq_len, batch, kv_heads, kv_dtype
+    and tp may be SPECs (strings), ints or lists. kv_heads=None keeps the model's;
+    MLA models have no K/V heads to sweep. A (kv_heads, tp) pair estimate() would
+    reject raises, or with skip_invalid is left out and named in `plan.skipped`.
+    More than ROW_LIMIT rows needs force=True. With check=True every combination
+    is compared with estimate() at the grid's corners (a few ms in all).
+    `make_variant(kv_heads)` builds each K/V-head variant (default `variant`; the
+    CLI passes its own, so that rows match `kvcalc estimate --kv-heads` exactly).
+    """
+    seq = parse_spec(seq_len, "--seq-len")
+    bat = parse_spec(batch, "--batch")
+    formulas.check_size("seq_len", seq.max, MAX_SEQ_LEN)
+    formulas.check_size("batch", bat.max, MAX_BATCH)
+    if kv_heads is None:
+        heads = (spec.kv_heads,)
+    else:
+        if spec.mla is not None:
+            raise KvcalcError(f"{spec.name} uses MLA: its cache is one shared latent, so there "
+                              "are no K/V heads to sweep; drop --kv-heads")
+        heads = _as_tuple(kv_heads, "--kv-heads", MAX_WIDTH)
+    kdts = parse_names(kv_dtype, "--kv-dtype")
+    tps = _as_tuple(tp, "--tp", MAX_TP)
+    wdt = weight_dtype if isinstance(weight_dtype, DType) else _dtype(weight_dtype)
+    if encoder_seq_len is not None:
+        formulas.check_size("encoder_seq_len", encoder_seq_len, MAX_SEQ_LEN)
+
+    total = seq.count * bat.count * len(heads) * len(kdts) * len(tps)
+    if total > ROW_LIMIT and not force:
+        raise KvcalcError(f"the sweep has {total:,} rows, over the {ROW_LIMIT:,}-row limit; "
+                          "narrow a SPEC or pass --force")
+
+    combos: list[Combo] = []
+    skipped: list[str] = []
+    for g in heads:
+        try:
+            spec_g = make_variant(g) if make_variant is not None else variant(spec, g)
+        except KvcalcError as e:
+            if not skip_invalid:
+                raise KvcalcError(f"--kv-heads {g}: {e}") from None
+            skipped.append(f"kv_heads={g}: {e}")
+            continue
+        for t in tps:
+            try:
+                formulas.kv_heads_per_device(spec_g, t)
+            except KvcalcError as e:
+                if not skip_invalid:
+                    raise KvcalcError(f"kv_heads={g}, tp={t}: {e} (--skip-invalid leaves such "
+                                      "combinations out)") from None
+                skipped.append(f"kv_heads={g}, tp={t}: {e}")
+                continue
+            for kname in kdts:
+                combos.append(_combo(spec_g, _dtype(kname), wdt, t, hardware, scale_bytes,
+                                     encoder_seq_len, memory_fraction, reserve_bytes))
+    if not combos:
+        raise KvcalcError("no valid combination left to sweep: " + "; ".join(skipped))
+    plan = SweepPlan(spec=spec, seq_len=seq, batch=bat, kv_heads=heads, kv_dtypes=kdts, tps=tps,
+                     weight_dtype=wdt.name, hardware=hardware, scale_bytes=scale_bytes,
+                     encoder_seq_len=encoder_seq_len, memory_fraction=memory_fraction,
+                     reserve_bytes=reserve_bytes, combos=tuple(combos), skipped=tuple(skipped))
+    if check:
+        for combo in plan.combos:
+            _check_against_estimate(plan, combo)
+    return plan
+
+
+# --------------------------------------------------------------------------------
+# The kernel
+# --------------------------------------------------------------------------------
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def _kernel(c: Combo, S, B, hardware: bool) -> dict:
+    """The varying columns for arrays S (seq_len) and B (batch) of equal shape.
+
+    Works on int64 arrays (fast), object arrays of Python ints (exact, any size)
+    and float64 arrays (magnitudes only, for the overflow test). Mirrors
+    formulas.kv_cache, formulas.decode_step and decode_roofline/fit.
+    """
+    tok = c.tokens(S)
+    tok_full = c.full_layers * S + c.sliding_layers * S
+    if c.cross_layers:
+        tok_full = tok_full + c.cross_layers * (c.encoder_seq_len or S)
+    kv = c.per_layer * tok * B
+    kv_full = c.per_layer * tok_full * B
+    kv_dev = c.per_layer_dev * tok * B
+
+    attn_flops = c.attn_flops * tok * B
+    flops = c.proj_flops * B + attn_flops
+
+    read = c.read_base
+    if c.emb_width:
+        read = read + c.emb_width * np.minimum(B, c.vocab)
+    if c.pos_width:
+        read = read + c.pos_width * np.minimum(B, c.pos_rows)
+    if c.expert_params:
+        read = read + c.expert_params * np.minimum(B * c.active, c.experts)
+    weights = _cdiv(read * c.weight_dtype.bits, 8)
+    layers = c.full_layers + c.sliding_layers
+    kv_write = c.per_layer * layers * B
+    act = c.act_bytes * B
+    total_bytes = weights + kv + kv_write + act
+    out = {
+        "kv_cache_bytes": kv,
+        "kv_cache_bytes_full": kv_full,
+        "kv_cache_bytes_per_device": kv_dev,
+        "decode_flops": flops,
+        "decode_bytes": total_bytes,
+        "arithmetic_intensity": flops / total_bytes,
+        # B cancels exactly (every term is linear in it), so the per-sequence ratio is
+        # the same rational number: Python rounds it identically, float64 more exactly.
+        "attention_arithmetic_intensity": (c.attn_flops * tok) / (
+            c.per_layer * tok + c.per_layer * layers + c.attn_act_bytes),
+    }
+    if hardware:
+        kv_write_dev = c.per_layer_dev * layers * B
+        dev_bytes = _cdiv(weights, c.tp) + kv_dev + kv_write_dev + _cdiv(act, c.tp)
+        dev_flops = _cdiv(flops, c.tp)
+        memory_s = dev_bytes / c.bandwidth
+        compute_s = dev_flops / c.peak_flops
+        memory_bound = memory_s >= compute_s
+        time_s = np.where(memory_bound, memory_s, compute_s)
+        kv_fit = kv_dev
+        out.update({
+            "roofline_s": time_s,
+            "roofline_bound": memory_bound,  # True: "memory"
+            "tokens_per_s": B / time_s,
+            "fits": (kv_fit >= 0) & (kv_fit <= c.free_bytes),
+        })
+    return out
+
+
+def _compute(c: Combo, S: np.ndarray, B: np.ndarray, hardware: bool) -> dict:
+    """_kernel on int64, with the rows that could overflow recomputed in Python ints."""
+    corner = _kernel(c, np.array([int(S.max())], dtype=object),
+                     np.array([int(B.max())], dtype=object), False)
+    if max(int(corner[k][0]) for k in _BOUNDING) <= INT64_MAX:
+        return _kernel(c, S, B, hardware)
+    approx = _kernel(c, S.astype(np.float64), B.astype(np.float64), False)
+    big = np.zeros(len(S), dtype=bool)
+    for k in _BOUNDING:
+        big |= approx[k] >= _SAFE_FLOAT
+    exact = _kernel(c, S[big].astype(object), B[big].astype(object), hardware)
+    fast = _kernel(c, S[~big], B[~big], hardware) if (~big).any() else None
+    out = {}
+    for k, v in exact.items():
+        col = np.empty(len(S), dtype=object if k not in FLOAT_COLUMNS else np.float64)
+        if k in ("roofline_bound", "fits"):
+            col = np.empty(len(S), dtype=bool)
+        col[big] = v.astype(col.dtype)
+        if fast is not None:
+            col[~big] = fast[k]
+        out[k] = col
+    return out
+
+
+# --------------------------------------------------------------------------------
+# Chunks: blocks of rows of one combination
+# --------------------------------------------------------------------------------
+@dataclass
+class Chunk:
+    """Rows [start, stop) of one combination's seq_len x batch grid (batch fastest)."""
+
+    plan: SweepPlan
+    combo: Combo
+    seq_len: np.ndarray
+    batch: np.ndarray
+    values: dict = field(default_factory=dict)  # varying columns as arrays
+    start: int = 0  # index of the first row in the combination's seq_len x batch grid
+
+    def __len__(self) -> int:
+        return len(self.seq_len)
+
+    def column(self, name: str) -> np.ndarray:
+        """One column as an array of len(self) (constants broadcast)."""
+        if name == "seq_len":
+            return self.seq_len
+        if name == "batch":
+            return self.batch
+        if name == "roofline_bound":
+            return np.where(self.values[name], "memory", "compute")
+        if name in self.values:
+            return self.values[name]
+        value = self.combo.constants[name]
+        big = isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT64_MAX
+        return np.full(len(self), value, dtype=object if big else None)
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame({name: self.column(name) for name in self.plan.columns})
+
+    def row(self, i: int) -> dict:
+        """Row i as a dict of Python values, equal to estimate(...).as_row()."""
+        out = {}
+        for name in self.plan.columns:
+            if name in self.combo.constants:
+                out[name] = self.combo.constants[name]
+            elif name == "roofline_bound":
+                out[name] = "memory" if self.values[name][i] else "compute"
+            else:
+                out[name] = self.column(name)[i].item() if name in ("seq_len", "batch") \
+                    else _python(self.values[name][i])
+        return out
+
+    def rows(self) -> Iterator[dict]:
+        """Rows as dicts of Python values, equal to estimate(...).as_row()."""
+        cols = {}
+        for name in self.plan.columns:
+            if name in self.combo.constants:
+                continue
+            cols[name] = (self.column(name).tolist() if name != "roofline_bound"
+                          else ["memory" if v else "compute" for v in self.values[name].tolist()])
+        for i in range(len(self)):
+            consts = self.combo.constants
+            yield {name: consts[name] if name in consts else cols[name][i]
+                   for name in self.plan.columns}
+
+    def to_csv(self) -> bytes:
+        """These rows as CSV lines (no header), byte-identical to report.rows_to_csv."""
+        return _format_rows(self)
+
+
+def _python(value):
+    """A numpy scalar as the Python value estimate() gives (int, float or bool)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _tasks(plan: SweepPlan, chunk_rows: int) -> Iterator[tuple[int, int, int]]:
+    per_combo = plan.rows_per_combo
+    for i in range(len(plan.combos)):
+        for lo in range(0, per_combo, chunk_rows):
+            yield i, lo, min(lo + chunk_rows, per_combo)
+
+
+def _chunk_at(plan: SweepPlan, combo_index: int, lo: int, hi: int) -> Chunk:
+    idx = np.arange(lo, hi, dtype=np.int64)
+    n_b = plan.batch.count
+    S = plan.seq_len.at(idx // n_b)
+    B = plan.batch.at(idx % n_b)
+    combo = plan.combos[combo_index]
+    return Chunk(plan, combo, S, B, _compute(combo, S, B, plan.hardware is not None), start=lo)
+
+
+def chunks(plan: SweepPlan, chunk_rows: int = CHUNK_ROWS) -> Iterator[Chunk]:
+    """Compute the sweep block by block (memory bounded by chunk_rows)."""
+    for task in _tasks(plan, chunk_rows):
+        yield _chunk_at(plan, *task)
+
+
+def sweep_frame(spec: ModelSpec, seq_len, batch=1, **kwargs):
+    """The sweep as one pandas DataFrame (columns of Estimate.as_row()); the
+    arguments are plan_sweep's.
+
+    For big sweeps use `plan_sweep` + `write_csv` (streamed) or `chunks`.
+    """
+    import pandas as pd
+
+    plan = plan_sweep(spec, seq_len, batch, **kwargs)
+    if plan.rows > 5_000_000 and not kwargs.get("force"):
+        raise KvcalcError(f"{plan.rows:,} rows is too many for one DataFrame; use write_csv "
+                          "or chunks, or pass force=True")
+    frames = [c.to_frame() for c in chunks(plan)]
+    return pd.concat(frames, ignore_index=True)
+
+
+def iter_rows(plan: SweepPlan) -> Iterator[dict]:
+    """Every row as a dict of Python values (slow; for tests and small sweeps)."""
+    for chunk in chunks(plan):
+        yield from chunk.rows()
+
+
+# --------------------------------------------------------------------------------
+# Checking the kernel against estimate()
+# --------------------------------------------------------------------------------
+def reference_row(plan: SweepPlan, combo: Combo, seq_len: int, batch: int) -> dict:
+    """estimate(...).as_row() for one configuration of the plan.
+
+    The hardware columns are those estimate() gives (its roofline and fit);
+    only min_tp_that_fits, which no row shows, is not searched for.
+    """
+    wdt = _dtype(plan.weight_dtype)
+    est = estimate(combo.spec, seq_len, batch, combo.kv_dtype, wdt, combo.tp, None,
+                   plan.scale_bytes, plan.encoder_seq_len, plan.memory_fraction,
+                   plan.reserve_bytes)
+    if plan.hardware is not None:
+        hw = plan.hardware
+        est = replace(
+            est, hardware=hw,
+            roofline=decode_roofline(est.decode, hw, compute_dtype_for(wdt)),
+            fit=roofline_fit(combo.spec, hw, seq_len, batch, wdt, combo.kv_dtype, combo.tp,
+                             plan.scale_bytes, plan.memory_fraction, plan.reserve_bytes))
+    return est.as_row()
+
+
+def rows_equal(a: dict, b: dict, rel: float = 1e-12) -> list[str]:
+    """Columns where two rows differ: ints, strings and bools exactly, floats to `rel`."""
+    bad = [k for k in a.keys() ^ b.keys()]
+    if list(a) != list(b):
+        bad.append("(column order)")
+    for k in a.keys() & b.keys():
+        x, y = a[k], b[k]
+        if isinstance(x, float) or isinstance(y, float):
+            if not abs(x - y) <= rel * max(abs(x), abs(y)):
+                bad.append(k)
+        elif x != y or type(x) is not type(y):
+            bad.append(k)
+    return bad
+
+
+def _check_against_estimate(plan: SweepPlan, combo: Combo) -> None:
+    points = {(plan.seq_len.min, plan.batch.min), (plan.seq_len.max, plan.batch.max)}
+    if combo.window and plan.seq_len.min <= combo.window < plan.seq_len.max:
+        points.add((combo.window + 1, plan.batch.max))
+    for s, b in sorted(points):
+        S = np.array([s], dtype=object)
+        B = np.array([b], dtype=object)
+        chunk = Chunk(plan, combo, np.array([s], dtype=np.int64), np.array([b], dtype=np.int64),
+                      _kernel(combo, S, B, plan.hardware is not None))
+        got = next(chunk.rows())
+        want = reference_row(plan, combo, s, b)
+        if list(want) != list(plan.columns):
+            raise KvcalcError("internal: Estimate.as_row() has columns "
+                              f"{list(want)}; kvcalc.sweep writes {list(plan.columns)}")
+        bad = rows_equal(got, want)
+        if bad:
+            raise KvcalcError(f"internal: the sweep engine disagrees with estimate() for "
+                              f"{combo.spec.name} at seq_len={s}, batch={b} on {', '.join(bad)}; "
+                              "kvcalc.sweep must follow kvcalc.formulas")
+
+
+# --------------------------------------------------------------------------------
+# CSV
+# --------------------------------------------------------------------------------
+def _csv_text(values: Sequence) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(values)
+    return buf.getvalue()[:-1]
+
+
+def csv_header(plan: SweepPlan) -> bytes:
+    return (_csv_text(plan.columns) + "\n").encode()
+
+
+def _digits(col: np.ndarray) -> np.ndarray:
+    """Integers as fixed-width NUL-padded ASCII (numpy 'S')."""
+    if col.dtype == object:
+        return np.array([str(v).encode() for v in col.tolist()])
+    if len(col) == 0:
+        return col.astype("S1")
+    width = max(len(str(int(col.max()))), len(str(int(col.min()))))
+    return col.astype(f"S{width}")
+
+
+def _digits_runs(col: np.ndarray) -> np.ndarray:
+    """_digits, formatting each run of equal values once (seq_len repeats per batch)."""
+    n = len(col)
+    change = np.flatnonzero(col[1:] != col[:-1]) + 1 if n > 1 else np.zeros(0, np.int64)
+    if len(change) > n // 4:
+        return _digits(col)
+    starts = np.concatenate(([0], change))
+    return np.repeat(_digits(col[starts]), np.diff(np.concatenate((starts, [n]))))
+
+
+def _batch_digits(chunk: Chunk) -> np.ndarray:
+    """The batch column: its values cycle, so format the SPEC's values once and index."""
+    spec = chunk.plan.batch
+    n = len(chunk)
+    if spec.count >= n:
+        return _digits(chunk.batch)
+    table = _digits(spec.at(np.arange(spec.count)))
+    return table[(np.arange(chunk.start, chunk.start + n)) % spec.count]
+
+
+def _repr_runs(col: np.ndarray) -> np.ndarray:
+    """Floats as their shortest round-trip repr ('S24'), formatting each run of equal
+    values once (attention intensity repeats across a seq_len's batches)."""
+    n = len(col)
+    if n < 2:
+        return col.astype("S24")
+    change = np.flatnonzero(col[1:] != col[:-1]) + 1
+    if len(change) > n // 4:
+        return col.astype("S24")
+    starts = np.concatenate(([0], change))
+    lengths = np.diff(np.concatenate((starts, [n])))
+    return np.repeat(col[starts].astype("S24"), lengths)
+
+
+def _format_rows(chunk: Chunk) -> bytes:
+    """Build the CSV text of a chunk as a byte matrix, then drop the NUL padding.
+
+    Each field becomes a fixed-width 'S' column (ints: decimal digits; floats:
+    numpy's shortest round-trip repr, the same text as Python's repr); constant
+    fields and separators are literal byte runs. Removing the NULs leaves the CSV.
+    """
+    n = len(chunk)
+    consts = chunk.combo.constants
+    pieces: list = []
+    literal: list[str] = []
+    first = True
+    for name in chunk.plan.columns:
+        sep = "" if first else ","
+        first = False
+        if name in consts:
+            literal.append(sep + _csv_text([consts[name]]))
+            continue
+        literal.append(sep)
+        pieces.append("".join(literal).encode())
+        literal = []
+        if name == "seq_len":
+            pieces.append(_digits_runs(chunk.seq_len))
+        elif name == "batch":
+            pieces.append(_batch_digits(chunk))
+        elif name == "roofline_bound":
+            pieces.append(np.where(chunk.values[name], b"memory", b"compute"))
+        elif name == "fits":
+            pieces.append(np.where(chunk.values[name], b"True", b"False"))
+        elif name in FLOAT_COLUMNS:
+            pieces.append(_repr_runs(chunk.values[name]))
+        else:
+            pieces.append(_digits(chunk.values[name]))
+    literal.append("\n")
+    pieces.append("".join(literal).encode())
+    mats = []
+    for p in pieces:
+        if isinstance(p, bytes):
+            if not p:
+                continue
+            if b"\0" in p:
+                raise KvcalcError("a model or device name contains a NUL byte")
+            mats.append(np.broadcast_to(np.frombuffer(p, dtype=np.uint8), (n, len(p))))
+        else:
+            mats.append(p.view(np.uint8).reshape(n, p.dtype.itemsize))
+    mat = np.concatenate(mats, axis=1).ravel()
+    return mat[mat != 0].tobytes()
+
+
+def write_csv(plan: SweepPlan, out: IO[bytes], header: bool = True,
+              progress: Callable[[Chunk], None] | None = None,
+              chunk_rows: int = CHUNK_ROWS) -> int:
+    """Stream the sweep as CSV to a binary file object; returns the rows written.
+
+    `progress` is called after each chunk is written, with the chunk. (Formatting
+    in two forked processes was tried and was slower on a 2-core machine: the
+    byte shuffling is memory-bound and the pipe costs the parent a third of a core.)
+    """
+    if header:
+        out.write(csv_header(plan))
+    rows = 0
+    for chunk in chunks(plan, chunk_rows):
+        out.write(chunk.to_csv())
+        rows += len(chunk)
+        if progress is not None:
+            progress(chunk)
+    return rows
+
+
+class AtomicOutput:
+    """A binary file that appears at `path` whole or not at all, like report.atomic_write.
+
+    Data goes to a temporary file in the same folder; on success it is linked into
+    place (failing if the name exists: no race between check and write) or, with
+    force, renamed over the old file. On an exception the temporary file is removed.
+    """
+
+    def __init__(self, path: str | os.PathLike, force: bool = False):
+        self.path = Path(path)
+        self.force = force
+        check_writable(self.path, force)
+        folder = self.path.parent if str(self.path.parent) else Path(".")
+        fd, self.tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.", suffix=".tmp")
+        self.file = os.fdopen(fd, "wb", buffering=1 << 20)
+
+    def __enter__(self) -> IO[bytes]:
+        return self.file
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if exc_type is None:
+                self.file.flush()
+                os.fsync(self.file.fileno())
+            self.file.close()
+            if exc_type is None:
+                os.chmod(self.tmp, 0o644)
+                _publish(self.tmp, self.path, self.force)
+        finally:
+            if os.path.exists(self.tmp):
+                os.unlink(self.tmp)
+
+
+def check_writable(path: Path, force: bool) -> None:
+    """Fail early (before any work) if `path` exists without force, or its folder is missing."""
+    if path.exists() and not force:
+        raise KvcalcError(f"{path} exists; pass --force to overwrite it")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise KvcalcError(f"cannot write {path}: folder {folder} does not exist")
+
+
+def _publish(tmp: str, path: Path, force: bool) -> None:
+    if force:
+        os.replace(tmp, path)
+        return
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise KvcalcError(f"{path} exists; pass --force to overwrite it") from None
+    except OSError:  # file systems without hard links
+        if path.exists():
+            raise KvcalcError(f"{path} exists; pass --force to overwrite it") from None
+        os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------------
+# What `--plot` draws, gathered while the rows stream past
+# --------------------------------------------------------------------------------
+@dataclass
+class Series:
+    """One line of the sweep plot: KV cache per device against x for one variant."""
+
+    kv_heads: int
+    attention: str  # MHA / GQA / MQA / MLA
+    fixed: int  # the batch (x = seq_len) or the seq_len (x = batch) of this line
+    x: np.ndarray
+    y: np.ndarray  # kv_cache_bytes_per_device
+    free_bytes: int | None  # device memory after this variant's weights, per device
+
+
+class PlotSelection:
+    """Picks the rows `--plot` shows and keeps only those (a few thousand points).
+
+    The first kv_dtype and tp of the sweep; x is seq_len (or batch when a single
+    seq_len is swept); one line per K/V-head count, at the largest batch swept
+    (against batch: at the first seq_len).
+    """
+
+    def __init__(self, plan: SweepPlan):
+        self.plan = plan
+        first = plan.combos[0]
+        self.kv_dtype, self.tp = first.kv_dtype.name, first.tp
+        self.x = "seq_len" if plan.seq_len.count > 1 or plan.batch.count == 1 else "batch"
+        if self.x == "seq_len":
+            self.lines = [plan.batch.max]
+        else:
+            self.lines = [plan.seq_len.first]
+        self._parts: dict[tuple[int, int], list[tuple[np.ndarray, np.ndarray]]] = {}
+        self._combos: dict[int, Combo] = {}
+
+    def add(self, chunk: Chunk) -> None:
+        c = chunk.combo
+        if c.kv_dtype.name != self.kv_dtype or c.tp != self.tp:
+            return
+        self._combos[c.kv_heads] = c
+        y = chunk.values["kv_cache_bytes_per_device"]
+        if self.x == "seq_len":
+            for b in self.lines:
+                mask = chunk.batch == b
+                if mask.any():
+                    part = (chunk.seq_len[mask], y[mask])
+                    self._parts.setdefault((c.kv_heads, b), []).append(part)
+        else:
+            self._parts.setdefault((c.kv_heads, self.lines[0]), []).append((chunk.batch, y))
+
+    def series(self) -> list[Series]:
+        out = []
+        for (g, fixed), parts in self._parts.items():
+            x = np.concatenate([p[0] for p in parts])
+            y = np.concatenate([np.asarray(p[1], dtype=np.float64) for p in parts])
+            order = np.argsort(x, kind="stable")
+            c = self._combos[g]
+            out.append(Series(kv_heads=g, attention=c.constants["attention"], fixed=fixed,
+                              x=x[order], y=y[order],
+                              free_bytes=c.free_bytes if self.plan.hardware is not None else None))
+        return sorted(out, key=lambda s: (-s.kv_heads, s.fixed))
+
+    @property
+    def title(self) -> str:
+        p = self.plan
+        other = "batch" if self.x == "seq_len" else "seq_len"
+        fixed = ", ".join(f"{v:,}" for v in self.lines)
+        against = "context" if self.x == "seq_len" else "batch"
+        parts = [f"{p.spec.name.split('[')[0]}: KV cache per device vs {against}",
+                 f"{other} {fixed}, KV {self.kv_dtype}, weights {p.weight_dtype}, tp {self.tp}"]
+        if p.hardware is not None:
+            parts[-1] += f", {p.hardware.name}"
+        return "\n".join(parts)
