@@ -19,7 +19,7 @@ HAS_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="needs the `measure` extra (torch)")
 
 PUBLIC_COLUMNS = [
-    "device", "torch_version", "dtype", "impl", "backend", "heads", "kv_heads", "head_dim",
+    "device", "torch_version", "cuda_version", "measured_at", "dtype", "impl", "backend", "heads", "kv_heads", "head_dim",
     "seq_len", "batch", "kv_cache_bytes", "bytes_moved", "flops", "median_s", "p10_s", "p90_s",
     "predicted_s", "achieved_bytes_per_s", "ceiling_bytes_per_s", "fraction_of_ceiling",
     "measured_over_predicted", "step", "bound", "l2_regime", "timer", "cuda_graphs", "note",
@@ -193,3 +193,32 @@ def test_without_torch_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
     r = invoke("measure", *TINY)
     assert r.exit_code == 2 and "pip install 'kvcalc[measure]'" in r.stderr
+
+
+SWEEP = ["--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--iters", "3", "--warmup", "1",
+         "--device", "cpu"]
+
+
+@needs_torch
+def test_sweep_measures_every_point_with_one_set_of_ceilings(tmp_path):
+    png = tmp_path / "m.png"
+    r = invoke("measure", *SWEEP, "--sweep", "--seq-len", "32:128:*2", "--batch", "1,3",
+               "--compare", "--format", "json", "--plot", str(png))
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    points = {(row["seq_len"], row["batch"]) for row in out["rows"]}
+    assert points == {(s, b) for s in (32, 64, 128) for b in (1, 3)}
+    assert len(out["rows"]) == 6 * 3  # MHA, GQA, MQA at each point
+    for row in out["rows"]:
+        # The cache the run allocated, K and V, fp32: written out by hand.
+        assert row["kv_cache_bytes"] == row["batch"] * row["seq_len"] * row["kv_heads"] * 16 * 2 * 4
+        assert row["speedup_vs_mha"] is not None
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@needs_torch
+def test_sizes_need_sweep_for_a_spec_and_bad_specs_exit_2():
+    r = invoke("measure", *SWEEP, "--seq-len", "32:128:*2")
+    assert r.exit_code == 2 and "--sweep" in r.stderr
+    r = invoke("measure", *SWEEP, "--sweep", "--seq-len", "128:32:*2")
+    assert r.exit_code == 2 and "--seq-len" in r.stderr

@@ -27,11 +27,21 @@ def register(app: typer.Typer) -> None:
             "(default: the preset's, else --heads).")] = None,
         head_dim: Annotated[Optional[int], typer.Option(
             "--head-dim", help="Per-head width (elements) (default: the preset's, else 128).")] = None,
-        seq_len: Annotated[Optional[int], typer.Option(
-            "--seq-len", help="Cached tokens per sequence (default: 8192 on a GPU, 2048 on a CPU).")] = None,
-        batch: Annotated[Optional[int], typer.Option(
-            "--batch", help="Sequences, one query token each (default: the smallest power of two "
-            "giving a >= 1 GB cache on a GPU, >= 64 MiB (at most 16) on a CPU).")] = None,
+        seq_len: Annotated[Optional[str], typer.Option(
+            "--seq-len", help="Cached tokens per sequence; with --sweep a SPEC "
+            "(default: 8192 on a GPU, 2048 on a CPU).")] = None,
+        batch: Annotated[Optional[str], typer.Option(
+            "--batch", help="Sequences, one query token each; with --sweep a SPEC (default: the "
+            "smallest power of two giving a >= 1 GB cache on a GPU, >= 64 MiB (at most 16) on a "
+            "CPU).")] = None,
+        sweep: Annotated[bool, typer.Option(
+            "--sweep", help="Measure every (--seq-len, --batch) pair, both given as SPECs: a value, "
+            "a list (1,8,32), start:stop:+step or start:stop:*factor; ceilings measured once "
+            "(default: off).")] = False,
+        plot: Annotated[Optional[Path], typer.Option(
+            "--plot", help="Also draw measured against predicted time and achieved bandwidth "
+            "against cache size to this PNG (needs matplotlib: pip install 'kvcalc\\[plot]') "
+            "(default: none).")] = None,
         dtype: Annotated[Optional[str], typer.Option(
             "--dtype", help="fp32, bf16 or fp16 for cache, queries and weights "
             "(default: bf16 on a GPU, fp32 on a CPU).")] = None,
@@ -80,19 +90,34 @@ def register(app: typer.Typer) -> None:
         llama3-8b --compare --format csv -o reports/llama3-8b-cpu.csv`; `kvcalc measure
         --heads 32 --kv-heads 8 --impl all --step both`.
         """
-        from kvcalc.measure import MeasureConfig, run
+        from kvcalc.measure import MeasureConfig, run, run_sweep
 
-        if output is not None:  # fail before minutes of measuring, not after
-            if output.exists() and not force:
-                raise KvcalcError(f"{output} exists; pass --force to overwrite it")
-            if not output.parent.is_dir():
-                raise KvcalcError(f"cannot write {output}: folder {output.parent} does not exist")
+        for target in (output, plot):  # fail before minutes of measuring, not after
+            if target is not None:
+                if target.exists() and not force:
+                    raise KvcalcError(f"{target} exists; pass --force to overwrite it")
+                if not target.parent.is_dir():
+                    raise KvcalcError(f"cannot write {target}: folder {target.parent} does not exist")
+        if plot is not None:
+            _require_matplotlib()
+        seq_lens, batches = _sizes(seq_len, "--seq-len", sweep), _sizes(batch, "--batch", sweep)
         config = MeasureConfig(**_model_fields(preset, heads, kv_heads, head_dim, d_model),
-                               seq_len=seq_len, batch=batch, dtype=_dtype_name(dtype),
+                               seq_len=seq_lens[0] if seq_lens else None,
+                               batch=batches[0] if batches else None, dtype=_dtype_name(dtype),
                                device=device, impl=impl, step=step, warmup=warmup, iters=iters,
                                compare=compare, cuda_graphs=cuda_graphs, l2=l2,
                                ceilings_cache=_cache_path() if cache_ceilings else None)
-        result = _run_with_progress(run, config)
+        if sweep:
+            result = _run_with_progress(
+                lambda c, progress: run_sweep(c, seq_lens or [None], batches or [None], progress),
+                config)
+        else:
+            result = _run_with_progress(run, config)
+        if plot is not None:
+            from kvcalc.plot import plot_measure
+
+            plot_measure([r for r in result.rows if r["median_s"]], plot, force)
+            report.error_console().print(f"wrote {plot}", highlight=False)
         if fmt is OutputFormat.table and output is None:
             _print_table(result)
             return
@@ -101,6 +126,30 @@ def register(app: typer.Typer) -> None:
         text = (report.to_json(result.to_dict()) if fmt is OutputFormat.json
                 else report.rows_to_csv(result.rows))
         report.emit(text, output, force)
+
+
+def _sizes(text: Optional[str], flag: str, sweep: bool) -> list[int]:
+    """A size flag's values: one integer, or with --sweep every value of its SPEC."""
+    if text is None:
+        return []
+    if not sweep:
+        try:
+            return [int(text)]
+        except ValueError:
+            raise KvcalcError(f"{flag} takes one integer (got {text!r}); add --sweep for a SPEC") from None
+    from kvcalc.sweep import parse_spec
+
+    spec = parse_spec(text, flag)
+    if spec.count > 256:
+        raise KvcalcError(f"{flag} {text} has {spec.count} values; a measured sweep takes at most 256")
+    return spec.values()
+
+
+def _require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise KvcalcError("--plot needs matplotlib: pip install 'kvcalc[plot]'") from None
 
 
 def _model_fields(preset, heads, kv_heads, head_dim, d_model) -> dict[str, Any]:
