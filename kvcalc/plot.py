@@ -20,6 +20,16 @@ from kvcalc.errors import KvcalcError
 _FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
 
 
+def require_matplotlib(path: str | os.PathLike) -> None:
+    """Fail before any work if the plot cannot be drawn: a bad suffix or no matplotlib."""
+    if Path(path).suffix.lower() not in _FORMATS:
+        raise KvcalcError(f"--plot {path}: use a .png, .svg or .pdf file name")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise KvcalcError("--plot needs matplotlib: pip install 'kvcalc[plot]'") from None
+
+
 def _figure(**kwargs):
     try:
         from matplotlib.figure import Figure

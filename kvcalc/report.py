@@ -14,7 +14,7 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import IO, Any, Iterable, Mapping
 
 from kvcalc.errors import KvcalcError
 
@@ -103,42 +103,67 @@ def to_json(obj: Any) -> str:
     return json.dumps(obj, indent=2, default=_json_default, allow_nan=False) + "\n"
 
 
-def atomic_write(path: str | os.PathLike, text: str | bytes, force: bool = False) -> Path:
-    """Write a file whole or not at all; never replace an existing file unless `force`.
+class AtomicOutput:
+    """A binary file that appears at `path` whole or not at all (streamed reports).
 
-    The data goes to a temporary file in the same folder, then is linked into
-    place (which fails if the name exists: no race between check and write) or,
-    with force, renamed over the old file.
+    Data goes to a temporary file in the same folder; on success it is linked into
+    place (failing if the name exists: no race between check and write) or, with
+    force, renamed over the old file. On an exception the temporary file is removed.
     """
-    path = Path(path)
+
+    def __init__(self, path: str | os.PathLike, force: bool = False):
+        self.path = Path(path)
+        self.force = force
+        check_writable(self.path, force)
+        folder = self.path.parent if str(self.path.parent) else Path(".")
+        fd, self.tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.", suffix=".tmp")
+        self.file = os.fdopen(fd, "wb", buffering=1 << 20)
+
+    def __enter__(self) -> IO[bytes]:
+        return self.file
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if exc_type is None:
+                self.file.flush()
+                os.fsync(self.file.fileno())
+            self.file.close()
+            if exc_type is None:
+                os.chmod(self.tmp, 0o644)
+                _publish(self.tmp, self.path, self.force)
+        finally:
+            if os.path.exists(self.tmp):
+                os.unlink(self.tmp)
+
+
+def check_writable(path: Path, force: bool) -> None:
+    """Fail early (before any work) if `path` exists without force, or its folder is missing."""
     if path.exists() and not force:
         raise KvcalcError(f"{path} exists; pass --force to overwrite it")
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise KvcalcError(f"cannot write {path}: folder {folder} does not exist")
-    data = text.encode() if isinstance(text, str) else text
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+
+
+def _publish(tmp: str, path: Path, force: bool) -> None:
+    if force:
+        os.replace(tmp, path)
+        return
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        if force:
-            os.replace(tmp, path)
-        else:
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                raise KvcalcError(f"{path} exists; pass --force to overwrite it") from None
-            except OSError:  # file systems without hard links
-                if path.exists():
-                    raise KvcalcError(f"{path} exists; pass --force to overwrite it") from None
-                os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+        os.link(tmp, path)
+    except FileExistsError:
+        raise KvcalcError(f"{path} exists; pass --force to overwrite it") from None
+    except OSError:  # file systems without hard links
+        if path.exists():
+            raise KvcalcError(f"{path} exists; pass --force to overwrite it") from None
+        os.replace(tmp, path)
+
+
+def atomic_write(path: str | os.PathLike, text: str | bytes, force: bool = False) -> Path:
+    """Write a file whole or not at all; never replace an existing file unless `force`."""
+    with AtomicOutput(path, force) as f:
+        f.write(text.encode() if isinstance(text, str) else text)
+    return Path(path)
 
 
 def emit(text: str, output: str | os.PathLike | None = None, force: bool = False) -> None:

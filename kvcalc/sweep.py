@@ -37,12 +37,9 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from pathlib import Path
 from typing import IO, Callable, Iterator, Sequence
 
 import numpy as np
@@ -860,62 +857,6 @@ def write_csv(plan: SweepPlan, out: IO[bytes], header: bool = True,
         if progress is not None:
             progress(chunk)
     return rows
-
-
-class AtomicOutput:
-    """A binary file that appears at `path` whole or not at all, like report.atomic_write.
-
-    Data goes to a temporary file in the same folder; on success it is linked into
-    place (failing if the name exists: no race between check and write) or, with
-    force, renamed over the old file. On an exception the temporary file is removed.
-    """
-
-    def __init__(self, path: str | os.PathLike, force: bool = False):
-        self.path = Path(path)
-        self.force = force
-        check_writable(self.path, force)
-        folder = self.path.parent if str(self.path.parent) else Path(".")
-        fd, self.tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.", suffix=".tmp")
-        self.file = os.fdopen(fd, "wb", buffering=1 << 20)
-
-    def __enter__(self) -> IO[bytes]:
-        return self.file
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        try:
-            if exc_type is None:
-                self.file.flush()
-                os.fsync(self.file.fileno())
-            self.file.close()
-            if exc_type is None:
-                os.chmod(self.tmp, 0o644)
-                _publish(self.tmp, self.path, self.force)
-        finally:
-            if os.path.exists(self.tmp):
-                os.unlink(self.tmp)
-
-
-def check_writable(path: Path, force: bool) -> None:
-    """Fail early (before any work) if `path` exists without force, or its folder is missing."""
-    if path.exists() and not force:
-        raise KvcalcError(f"{path} exists; pass --force to overwrite it")
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise KvcalcError(f"cannot write {path}: folder {folder} does not exist")
-
-
-def _publish(tmp: str, path: Path, force: bool) -> None:
-    if force:
-        os.replace(tmp, path)
-        return
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        raise KvcalcError(f"{path} exists; pass --force to overwrite it") from None
-    except OSError:  # file systems without hard links
-        if path.exists():
-            raise KvcalcError(f"{path} exists; pass --force to overwrite it") from None
-        os.replace(tmp, path)
 
 
 # --------------------------------------------------------------------------------

@@ -94,12 +94,11 @@ def register(app: typer.Typer) -> None:
 
         for target in (output, plot):  # fail before minutes of measuring, not after
             if target is not None:
-                if target.exists() and not force:
-                    raise KvcalcError(f"{target} exists; pass --force to overwrite it")
-                if not target.parent.is_dir():
-                    raise KvcalcError(f"cannot write {target}: folder {target.parent} does not exist")
+                report.check_writable(target, force)
         if plot is not None:
-            _require_matplotlib()
+            from kvcalc.plot import require_matplotlib
+
+            require_matplotlib(plot)
         seq_lens, batches = _sizes(seq_len, "--seq-len", sweep), _sizes(batch, "--batch", sweep)
         config = MeasureConfig(**_model_fields(preset, heads, kv_heads, head_dim, d_model),
                                seq_len=seq_lens[0] if seq_lens else None,
@@ -143,13 +142,6 @@ def _sizes(text: Optional[str], flag: str, sweep: bool) -> list[int]:
     if spec.count > 256:
         raise KvcalcError(f"{flag} {text} has {spec.count} values; a measured sweep takes at most 256")
     return spec.values()
-
-
-def _require_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise KvcalcError("--plot needs matplotlib: pip install 'kvcalc[plot]'") from None
 
 
 def _model_fields(preset, heads, kv_heads, head_dim, d_model) -> dict[str, Any]:

@@ -17,6 +17,8 @@ from typing import Annotated, Optional
 import typer
 
 from kvcalc import report
+from kvcalc.plot import require_matplotlib
+from kvcalc.report import AtomicOutput, check_writable
 from kvcalc.cli.options import (
     DEFAULT_GPU,
     DEFAULT_SEQ_LEN,
@@ -31,7 +33,6 @@ from kvcalc.cli.options import (
     parse_size,
     resolve_gpu,
 )
-from kvcalc.errors import KvcalcError
 
 _SPEC = ("SPEC: a value (8), a list (1,8,32), a linear range start:stop:+step "
          "(1024:65536:+1024) or a geometric range start:stop:*factor (1024:131072:*2); "
@@ -99,16 +100,11 @@ def register(app: typer.Typer) -> None:
         """
         to_stdout = output is None or str(output) == "-"
         if not to_stdout:
-            _check_target(output, force, "--output")
+            check_writable(output, force)
         if plot is not None:
-            _check_target(plot, force, "--plot")
-            if plot.suffix.lower() not in (".png", ".svg", ".pdf"):
-                raise KvcalcError(f"--plot {plot}: use a .png, .svg or .pdf file name")
-            try:
-                import matplotlib  # noqa: F401
-            except ImportError:
-                raise KvcalcError("--plot needs matplotlib: pip install 'kvcalc[plot]'") from None
-        from kvcalc.sweep import AtomicOutput, PlotSelection, plan_sweep, write_csv
+            check_writable(plot, force)
+            require_matplotlib(plot)
+        from kvcalc.sweep import PlotSelection, plan_sweep, write_csv
 
         spec = request.resolve()
         plan = plan_sweep(
@@ -157,14 +153,6 @@ def _silence_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
         pass
-
-
-def _check_target(path: Path, force: bool, flag: str) -> None:
-    if path.exists() and not force:
-        raise KvcalcError(f"{path} exists; pass --force to overwrite it")
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise KvcalcError(f"cannot write {path} ({flag}): folder {folder} does not exist")
 
 
 class _NoProgress:
