@@ -336,7 +336,7 @@ def attention_flops_per_token(spec: ModelSpec, context: int) -> int:
     return 2 * spec.heads * context * (spec.head_dim + spec.v_head_dim)
 
 
-def _layer_matmuls(spec: ModelSpec) -> list[tuple[int, int, int]]:
+def layer_matmuls(spec: ModelSpec) -> list[tuple[int, int, int]]:
     """(fan_in, fan_out, count) of every matmul one token runs in one decoder layer.
 
     Used for FLOPs (2 x fan_in x fan_out) and for activation traffic (each matmul
@@ -441,7 +441,7 @@ def decode_step(
 
     # --- matmuls one token runs ---
     experts_touched = 0
-    mm = [(i, o, c * spec.layers) for i, o, c in _layer_matmuls(spec)]
+    mm = [(i, o, c * spec.layers) for i, o, c in layer_matmuls(spec)]
     if spec.moe is None:
         mm += _mlp_matmuls(spec, spec.d_ff, spec.layers)
     else:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kvcalc.errors import KvcalcError
-from kvcalc.spec import MAX_BATCH, MAX_SEQ_LEN, MAX_WIDTH
+from kvcalc.spec import MAX_BATCH, MAX_SEQ_LEN, MAX_WIDTH, check_size
 
 DEVICES = ("auto", "cuda", "cpu")
 STEP_CHOICES = ("attention", "layer", "both")
@@ -75,14 +75,14 @@ class MeasureConfig:
     def __post_init__(self) -> None:
         for name, upper in (("heads", MAX_WIDTH), ("kv_heads", MAX_WIDTH),
                             ("head_dim", MAX_WIDTH)):
-            _positive(name, getattr(self, name), upper)
+            check_size(name, getattr(self, name), upper)
         for name, upper in (("seq_len", MAX_SEQ_LEN), ("batch", MAX_BATCH),
                             ("d_model", MAX_WIDTH), ("iters", 10**6)):
             if getattr(self, name) is not None:
-                _positive(name, getattr(self, name), upper)
+                check_size(name, getattr(self, name), upper)
         if self.warmup is not None and (not isinstance(self.warmup, int) or self.warmup < 0):
             raise KvcalcError(f"warmup must be >= 0, got {self.warmup!r}")
-        _positive("layers", self.layers, 10_000)
+        check_size("layers", self.layers, 10_000)
         if self.kv_heads > self.heads:
             raise KvcalcError(f"kv_heads ({self.kv_heads}) cannot exceed heads ({self.heads})")
         if self.heads % self.kv_heads:
@@ -139,11 +139,3 @@ class MeasureResult:
 # progress(description, done, total): the runner reports steps; the CLI draws a bar.
 Progress = Callable[[str, int, int], None]
 
-
-def _positive(name: str, value: Any, upper: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise KvcalcError(f"{name} must be an integer, got {value!r}")
-    if value <= 0:
-        raise KvcalcError(f"{name} must be positive, got {value}")
-    if value > upper:
-        raise KvcalcError(f"{name}={value} is absurdly large (limit {upper})")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas import (
-    _layer_matmuls,
+    layer_matmuls,
     attention_params,
     attention_step,
     kv_bytes_per_token_per_layer,
@@ -83,7 +83,7 @@ def layer_prediction(spec: ModelSpec, batch: int, seq_len: int,
     attn = attention_step(batch, seq_len, spec.heads, spec.kv_heads, spec.head_dim, dt,
                           spec.v_head_dim)
     weights = dt.nbytes(sum(attention_params(spec).values()))
-    matmuls = _layer_matmuls(spec)
+    matmuls = layer_matmuls(spec)
     proj_flops = batch * sum(2 * i * o * c for i, o, c in matmuls)
     act_bytes = dt.nbytes(batch * sum((i + o) * c for i, o, c in matmuls))
     kv_write = batch * kv_bytes_per_token_per_layer(spec, dt)
