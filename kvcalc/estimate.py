@@ -175,7 +175,7 @@ class Estimate:
         if s.mla is not None:
             out.append("MLA caches one latent of kv_lora_rank + qk_rope_head_dim per token per "
                        "layer, replicated on every TP device")
-        if self.tp > 1 and self.cache.bytes_all_devices > self.cache.bytes:
+        if s.mla is None and self.tp > 1 and self.cache.bytes_all_devices > self.cache.bytes:
             out.append(f"tp={self.tp} > kv_heads: K/V heads are replicated, so the devices "
                        f"together hold {self.cache.bytes_all_devices / self.cache.bytes:.3g}x the cache")
         if s.max_context and self.seq_len > s.max_context:

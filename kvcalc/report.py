@@ -237,7 +237,9 @@ def estimate_tables(est) -> list:
     if c.cross_attention_bytes_per_sequence:
         rows.append(["cross-attention, per sequence", exact_bytes(c.cross_attention_bytes_per_sequence)])
     if est.tp > 1:
-        rows.append([f"per device ({c.kv_heads_per_device} K/V heads each)", exact_bytes(c.bytes_per_device)])
+        share = ("the whole latent, replicated" if s.mla is not None
+                 else f"{c.kv_heads_per_device} K/V head{'s' if c.kv_heads_per_device > 1 else ''} each")
+        rows.append([f"per device ({share})", exact_bytes(c.bytes_per_device)])
         rows.append([f"all {est.tp} devices", exact_bytes(c.bytes_all_devices)])
     out.append(table("KV cache", ["", "bytes"], rows))
 
