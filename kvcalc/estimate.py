@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from kvcalc import formulas, roofline
 from kvcalc.errors import KvcalcError
-from kvcalc.spec import DType, Hardware, ModelSpec, dtype as _dtype
+from kvcalc.spec import DType, Hardware, ModelSpec, check_size, dtype as _dtype
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class Estimate:
     roofline: roofline.Roofline | None = None
     fit: roofline.Fit | None = None
     min_tp_that_fits: int = 0  # 0: none of the valid tp values fits (or no hardware)
+    scale_bytes: int = 0
 
     @property
     def weight_bytes(self) -> int:
@@ -93,6 +94,7 @@ class Estimate:
         if self.shazeer is not None:
             out["shazeer"] = {
                 "mode": self.shazeer.mode,
+                "n": self.shazeer.n,
                 "ratio": self.shazeer.ratio,
                 "terms": self.shazeer.terms,
                 "dominant_term": self.shazeer.dominant_term,
@@ -180,6 +182,13 @@ class Estimate:
                        f"together hold {self.cache.bytes_all_devices / self.cache.bytes:.3g}x the cache")
         if s.max_context and self.seq_len > s.max_context:
             out.append(f"seq_len {self.seq_len} exceeds the model's max context {s.max_context}")
+        if (self.fit is not None and s.max_context and self.fit.max_seq_len > s.max_context
+                and not self.fit.max_seq_len_unbounded):
+            out.append(f"memory allows {self.fit.max_seq_len:,} tokens at batch {self.batch}, "
+                       f"beyond the model's max context {s.max_context:,}")
+        if self.scale_bytes and self.kv_dtype.bits >= 16:
+            out.append(f"--kv-scale-bytes {self.scale_bytes} with an unquantized {self.kv_dtype.name} "
+                       f"cache: scales are usually kept for int8/fp8/int4 caches only")
         return tuple(out)
 
 
@@ -208,16 +217,23 @@ def estimate(
     memory_fraction: float | str = 1,
     reserve_bytes: int = 0,
 ) -> Estimate:
+    if encoder_seq_len is not None and not spec.encoder_layers:
+        raise KvcalcError(f"--encoder-seq-len applies to encoder-decoder models; {spec.name} "
+                          f"is decoder-only")
+    check_size("kv_scale_bytes", scale_bytes, 64) if scale_bytes else None
     kdt = kv_dtype if isinstance(kv_dtype, DType) else _dtype(kv_dtype)
     wdt = weight_dtype if isinstance(weight_dtype, DType) else _dtype(weight_dtype)
     cache = formulas.kv_cache(spec, seq_len, batch, kdt, tp, scale_bytes, encoder_seq_len)
     params = formulas.param_counts(spec)
-    act = "bf16" if wdt.name in ("int8", "int4", "fp8") else wdt.name
+    act = roofline.compute_dtype_for(wdt)
     decode = formulas.decode_step(spec, seq_len, batch, wdt, kdt, act, tp, scale_bytes,
                                   encoder_seq_len)
     shazeer = None
     if spec.mla is None:
-        shazeer = formulas.shazeer_ratio("incremental", batch, seq_len, spec.d_model, spec.heads,
+        # n is the context each layer attends over: with sliding windows, the
+        # layer-average of min(seq_len, window), as the cache and decode bytes use.
+        n_eff = max(1, formulas.layer_token_sum(spec, seq_len) // spec.layers)
+        shazeer = formulas.shazeer_ratio("incremental", batch, n_eff, spec.d_model, spec.heads,
                                          spec.kv_heads, spec.head_dim, spec.v_head_dim)
     roof = fit = None
     min_tp = 0
@@ -231,7 +247,7 @@ def estimate(
                 min_tp = candidate
                 break
     return Estimate(spec, seq_len, batch, kdt, wdt, tp, cache, params, decode, shazeer,
-                    hardware, roof, fit, min_tp)
+                    hardware, roof, fit, min_tp, scale_bytes)
 
 
 def default_gqa_kv_heads(heads: int) -> int:
@@ -252,7 +268,9 @@ def attention_variants(spec: ModelSpec, kv_heads: int | None = None) -> list[Mod
         raise KvcalcError(f"{spec.name} uses MLA; --compare needs MHA/GQA/MQA attention")
     g = kv_heads or spec.kv_heads
     if g in (1, spec.heads):
-        g = default_gqa_kv_heads(spec.heads)
+        # No grouping between 1 and heads (a prime count, like Falcon-7B's 71): MHA vs MQA.
+        g = default_gqa_kv_heads(spec.heads) if any(
+            spec.heads % k == 0 for k in range(2, spec.heads)) else 1
     out = []
     for kv in (spec.heads, g, 1):
         if kv not in [v.kv_heads for v in out]:

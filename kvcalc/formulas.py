@@ -322,18 +322,40 @@ def param_counts(spec: ModelSpec) -> ParamCounts:
 # --------------------------------------------------------------------------------
 # One decode step
 # --------------------------------------------------------------------------------
-def attention_flops_per_token(spec: ModelSpec, context: int) -> int:
+def attention_flops_per_token(spec: ModelSpec, context: int, absorbed: bool = True) -> int:
     """FLOPs of one query token attending over `context` cached tokens in one layer.
 
     Scores q.K^T: 2*heads*head_dim*context; weighted sum of V: 2*heads*v_head_dim*context.
     MLA, weights absorbed (DeepSeek-V2 sec. 2.1.3, the decode form): scores over
     kv_lora_rank + qk_rope_head_dim, values over kv_lora_rank, for every head.
+    MLA with `absorbed=False` (prefill, where K and V are decompressed once per
+    token): scores over qk_nope + qk_rope, values over v_head_dim.
     Softmax and scaling (about 5 FLOPs per score) are not counted.
     """
     if spec.mla is not None:
         m = spec.mla
-        return 2 * spec.heads * context * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
+        if absorbed:
+            return 2 * spec.heads * context * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
+        return 2 * spec.heads * context * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
     return 2 * spec.heads * context * (spec.head_dim + spec.v_head_dim)
+
+
+def weight_params_per_device(spec: ModelSpec, params: int, tp: int) -> int:
+    """Of `params` weights (all devices), those one of `tp` devices holds.
+
+    Everything splits evenly (rounded up) except the self-attention K/V
+    projections, which follow their heads: when tp exceeds kv_heads each device
+    holds a whole head's k and v weights, replicated like the cache (vLLM's
+    QKVParallelLinear). Norms and biases are small and counted as split.
+    """
+    per_dev_heads = kv_heads_per_device(spec, tp)
+    kv_proj = 0
+    if spec.mla is None:
+        b = param_counts(spec).breakdown
+        kv_proj = b.get("attention/k", 0) + b.get("attention/v", 0)
+    if not kv_proj:
+        return -(-params // tp)
+    return -(-(params - kv_proj) // tp) + kv_proj * per_dev_heads // spec.kv_heads
 
 
 def layer_matmuls(spec: ModelSpec) -> list[tuple[int, int, int]]:
@@ -517,18 +539,10 @@ def decode_step(
     # Per device under TP: weights and activations split evenly, K/V as stored per device.
     kv_write_dev = kv_bytes_per_token_per_layer(
         spec, kdt, scale_bytes, kv_heads=cache.kv_heads_per_device) * spec.layers * batch
-    per_device_bytes = (-(-weight_bytes // tp) + cache.bytes_per_device + kv_write_dev + -(-act_bytes // tp))
+    weight_bytes_dev = wdt.nbytes(weight_params_per_device(spec, read_params, tp))
+    per_device_bytes = weight_bytes_dev + cache.bytes_per_device + kv_write_dev + -(-act_bytes // tp)
 
-    prefill_attn = 0
-    for layers_n, window in ((full, 0), (sliding, spec.sliding_window)):
-        if layers_n:
-            positions = prefill_attention_positions(seq_len, window)
-            prefill_attn += layers_n * attention_flops_per_token(spec, 1) * positions
-    # The lm_head runs for the last prompt position only (logits for the next token).
-    lm_head_flops = 2 * d * spec.vocab
-    prefill = ((proj_flops_per_token - lm_head_flops) * seq_len + lm_head_flops + prefill_attn) * batch
-    if spec.encoder_layers:
-        notes.append("encoder-decoder: prefill FLOPs cover the decoder only")
+    prefill = prefill_flops(spec, seq_len, encoder_seq_len) * batch
 
     return DecodeCost(
         seq_len=seq_len,
@@ -546,6 +560,50 @@ def decode_step(
         tp=tp,
         notes=tuple(notes),
     )
+
+
+def prefill_flops(spec: ModelSpec, seq_len: int, encoder_seq_len: int | None = None) -> int:
+    """FLOPs to process one `seq_len`-token prompt (one sequence).
+
+    Every matmul a token runs, for every prompt token, except the lm_head, which
+    runs for the last position only (logits for the next token); plus causal
+    attention, sum_i min(i, window) positions per layer (MLA in its decompressed
+    form). Encoder-decoder: also the encoder over `encoder_seq_len` tokens
+    (bidirectional attention), the cross-attention K/V projections of its output
+    in every decoder layer, and each prompt token's cross-attention over it.
+    """
+    d = spec.d_model
+    mm = [(i, o, c * spec.layers) for i, o, c in layer_matmuls(spec)]
+    if spec.moe is None:
+        mm += _mlp_matmuls(spec, spec.d_ff, spec.layers)
+    else:
+        m = spec.moe
+        mm += _mlp_matmuls(spec, spec.d_ff, m.dense_layers)
+        mm += _mlp_matmuls(spec, m.expert_d_ff, (m.active + m.shared_experts) * spec.moe_layers)
+        mm.append((d, m.experts, spec.moe_layers))
+    if spec.encoder_layers:
+        mm += [(d, spec.heads * spec.head_dim, spec.layers),
+               (spec.heads * spec.v_head_dim, d, spec.layers)]  # cross-attention q and o
+    per_token = sum(2 * i * o * c for i, o, c in mm)
+    lm_head = 2 * d * spec.vocab
+
+    sliding = spec.sliding_layers
+    attn = 0
+    for layers_n, window in ((spec.layers - sliding, 0), (sliding, spec.sliding_window)):
+        if layers_n:
+            attn += (layers_n * attention_flops_per_token(spec, 1, absorbed=False)
+                     * prefill_attention_positions(seq_len, window))
+    total = per_token * seq_len + lm_head + attn
+
+    if spec.encoder_layers:
+        enc_len = seq_len if encoder_seq_len is None else encoder_seq_len
+        enc_mm = layer_matmuls(spec) + _mlp_matmuls(spec, spec.d_ff, 1)
+        total += spec.encoder_layers * enc_len * sum(2 * i * o * c for i, o, c in enc_mm)
+        total += spec.encoder_layers * enc_len * attention_flops_per_token(spec, enc_len)
+        kv_out = spec.kv_heads * (spec.head_dim + spec.v_head_dim)
+        total += spec.layers * enc_len * 2 * d * kv_out  # cross K/V of the encoder output
+        total += spec.layers * seq_len * attention_flops_per_token(spec, enc_len)
+    return total
 
 
 # --------------------------------------------------------------------------------
@@ -604,6 +662,7 @@ class ShazeerRatio:
     """Memory accesses (elements) over arithmetic operations (multiply-adds)."""
 
     mode: str  # "batched" or "incremental"
+    n: int  # the sequence length the counts use
     memory_elements: int
     arithmetic_ops: int
     terms: dict[str, float]  # Shazeer's asymptotic terms, for which one dominates
@@ -653,4 +712,4 @@ def shazeer_ratio(mode: str, b: int, n: int, d: int, h: int, g: int, k: int,
         terms = {"1/d": 1 / d, "n*g/(d*h)": n * g / (d * h), "1/b": 1 / b}
     else:
         raise KvcalcError(f"mode must be 'batched' or 'incremental', got {mode!r}")
-    return ShazeerRatio(mode=mode, memory_elements=memory, arithmetic_ops=arith, terms=terms)
+    return ShazeerRatio(mode=mode, n=n, memory_elements=memory, arithmetic_ops=arith, terms=terms)

@@ -105,10 +105,10 @@ def _resolve(name: str, names: list[str], kind: str) -> str:
     key = name.strip().lower()
     if key in by_lower:
         return by_lower[key]
-    raise KvcalcError(f"unknown {kind} preset {name!r}; {_suggest(key, list(by_lower))}")
+    raise KvcalcError(f"unknown {kind} preset {name!r}; {suggest(key, list(by_lower))}")
 
 
-def _suggest(key: str, names: list[str]) -> str:
+def suggest(key: str, names: list[str]) -> str:
     """'did you mean: a, b?' from close and substring matches, else the full list."""
     contained = sorted(n for n in names if key and (key in n or n in key))
     close = difflib.get_close_matches(key, names, n=4, cutoff=0.6)

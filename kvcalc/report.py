@@ -116,7 +116,10 @@ class AtomicOutput:
         self.force = force
         check_writable(self.path, force)
         folder = self.path.parent if str(self.path.parent) else Path(".")
-        fd, self.tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.", suffix=".tmp")
+        try:
+            fd, self.tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.", suffix=".tmp")
+        except OSError as e:
+            raise KvcalcError(f"cannot write {self.path}: {e.strerror}") from None
         self.file = os.fdopen(fd, "wb", buffering=1 << 20)
 
     def __enter__(self) -> IO[bytes]:
@@ -130,19 +133,28 @@ class AtomicOutput:
             self.file.close()
             if exc_type is None:
                 os.chmod(self.tmp, 0o644)
-                _publish(self.tmp, self.path, self.force)
+                try:
+                    _publish(self.tmp, self.path, self.force)
+                except OSError as e:
+                    raise KvcalcError(f"cannot write {self.path}: {e.strerror}") from None
         finally:
             if os.path.exists(self.tmp):
                 os.unlink(self.tmp)
 
 
-def check_writable(path: Path, force: bool) -> None:
-    """Fail early (before any work) if `path` exists without force, or its folder is missing."""
+def check_writable(path: str | os.PathLike, force: bool) -> None:
+    """Fail early (before any work) if `path` is a folder, exists without force, or its
+    folder is missing or not writable."""
+    path = Path(path)
+    if path.is_dir():
+        raise KvcalcError(f"cannot write {path}: it is a folder")
     if path.exists() and not force:
         raise KvcalcError(f"{path} exists; pass --force to overwrite it")
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise KvcalcError(f"cannot write {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise KvcalcError(f"cannot write {path}: folder {folder} is not writable")
 
 
 def _publish(tmp: str, path: Path, force: bool) -> None:
@@ -269,8 +281,10 @@ def estimate_tables(est) -> list:
         srow.append(["exact ratio (memory / arithmetic)", f"{sz.ratio:.4g}", ""])
         out.append(table("Shazeer (2019) memory-to-arithmetic ratio, incremental decoding",
                          ["term", "value", ""], srow,
-                         caption=f"b={est.batch}, n={est.seq_len}, d={s.d_model}, h={s.heads}, "
-                                 f"g={s.kv_heads}, k={s.head_dim}; n*g/(d*h) is the K/V reload term"))
+                         caption=f"b={est.batch}, n={sz.n}, d={s.d_model}, h={s.heads}, "
+                                 f"g={s.kv_heads}, k={s.head_dim}; n*g/(d*h) is the K/V reload term"
+                                 + (f"; n is the tokens a layer attends over on average "
+                                    f"(sliding windows), not seq_len" if sz.n != est.seq_len else "")))
     if est.roofline is not None:
         r, f = est.roofline, est.fit
         hw = est.hardware

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from kvcalc.errors import KvcalcError
-from kvcalc.formulas import DecodeCost, kv_cache, param_counts
+from kvcalc.formulas import DecodeCost, kv_cache, param_counts, weight_params_per_device
 from kvcalc.spec import MAX_SEQ_LEN, DType, Hardware, ModelSpec, dtype as _dtype
 
 
@@ -77,8 +77,12 @@ def decode_roofline(cost: DecodeCost, hw: Hardware, compute_dtype: DType | str =
 
 
 def compute_dtype_for(weight_dtype: DType | str) -> str:
-    """The arithmetic a weight dtype runs in: fp8/int8 weights use those tensor
-    cores; int4 weights are dequantised to bf16 (W4A16, as in AWQ/GPTQ kernels)."""
+    """The arithmetic (and activation) dtype a weight dtype runs with.
+
+    fp8 and int8 weights run W8A8 on their own tensor cores (FP8 and SmoothQuant
+    serving), so activations are 8-bit too; int4 weights are dequantised to bf16
+    (W4A16, as in AWQ/GPTQ kernels). The roofline's peak and the activation bytes
+    both follow this one choice."""
     name = weight_dtype.name if isinstance(weight_dtype, DType) else _dtype(weight_dtype).name
     return "bf16" if name == "int4" else name
 
@@ -114,14 +118,17 @@ def fit(spec: ModelSpec, hw: Hardware, seq_len: int, batch: int = 1,
     cache holds `encoder_seq_len` tokens (default: follows the decoder length). The context search is exact
     (binary search over integers on a monotone function).
     """
-    frac = Fraction(str(memory_fraction))
+    try:
+        frac = Fraction(str(memory_fraction))
+    except ValueError:  # nan, inf
+        raise KvcalcError(f"memory fraction must be in (0, 1], got {memory_fraction}") from None
     if not 0 < frac <= 1:
         raise KvcalcError(f"memory fraction must be in (0, 1], got {memory_fraction}")
     if reserve_bytes < 0:
         raise KvcalcError("reserve bytes must be >= 0")
     wdt = weight_dtype if isinstance(weight_dtype, DType) else _dtype(weight_dtype)
     usable = int(hw.memory_bytes * frac) - reserve_bytes
-    weight_bytes = -(-wdt.nbytes(param_counts(spec).total) // tp)
+    weight_bytes = wdt.nbytes(weight_params_per_device(spec, param_counts(spec).total, tp))
     free = usable - weight_bytes
     cache = kv_cache(spec, seq_len, batch, kv_dtype, tp, scale_bytes, encoder_seq_len)
     per_seq = cache.bytes_per_device // batch

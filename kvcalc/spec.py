@@ -168,13 +168,16 @@ class ModelSpec:
                 raise KvcalcError(f"moe.active must be 1..experts ({m.experts}), got {m.active}")
             if not 0 <= m.dense_layers <= self.layers:
                 raise KvcalcError("moe.dense_layers must be between 0 and layers")
-            if m.expert_d_ff <= 0 or m.shared_experts < 0:
-                raise KvcalcError("moe.expert_d_ff must be > 0 and shared_experts >= 0")
+            check_size("moe.experts", m.experts, MAX_WIDTH)
+            check_size("moe.expert_d_ff", m.expert_d_ff, MAX_WIDTH)
+            if m.shared_experts < 0 or m.shared_experts > MAX_WIDTH:
+                raise KvcalcError(f"moe.shared_experts must be 0..{MAX_WIDTH}, got {m.shared_experts}")
         if self.mla is not None:
             for f in dataclasses.fields(MLA):
                 v = getattr(self.mla, f.name)
-                if v < 0 or (f.name != "q_lora_rank" and v == 0):
-                    raise KvcalcError(f"mla.{f.name} must be positive, got {v}")
+                if f.name == "q_lora_rank" and v == 0:
+                    continue  # full-rank queries
+                check_size(f"mla.{f.name}", v, MAX_WIDTH)
 
     # --- derived counts (pure, cheap) -------------------------------------------
     @property
@@ -241,9 +244,10 @@ class Hardware:
     """One accelerator (or CPU socket) from its datasheet.
 
     FLOP/s are dense (no 2:4 sparsity); `flops_per_s` maps a dtype name to that
-    dtype's dense peak. Bandwidth and capacity are in bytes (decimal units on
-    datasheets: 3.35 TB/s = 3_350_000_000_000 bytes/s; 80 GB HBM = 80e9 bytes,
-    except where a vendor means GiB, which the preset says).
+    dtype's dense peak. Bandwidth is in decimal bytes/s as datasheets give it
+    (3.35 TB/s = 3_350_000_000_000). Capacity is in bytes as the chips hold it:
+    HBM comes in binary sizes, so the H100's "80GB" is 80 GiB = 85_899_345_920
+    bytes (each preset's notes give the usable share the driver leaves).
     """
 
     name: str

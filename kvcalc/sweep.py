@@ -242,6 +242,8 @@ class Combo:
     act_bytes: int  # activation bytes per sequence (matmuls + attention q/o)
     attn_act_bytes: int  # attention q/o bytes per sequence
     read_base: int  # parameters read whatever the batch
+    kv_proj: int  # self-attention k/v weights (they follow their heads under TP)
+    kv_proj_dev: int  # of which one TP device holds (formulas.weight_params_per_device)
     emb_width: int  # untied input table: d_model per distinct row read, else 0
     vocab: int
     pos_width: int  # learned positions: d_model per row read, else 0
@@ -301,8 +303,8 @@ class SweepPlan:
 
 
 def _act_dtype(wdt: DType) -> DType:
-    # As estimate(): int8/int4/fp8 weights compute in bf16 activations.
-    return _dtype("bf16" if wdt.name in ("int8", "int4", "fp8") else wdt.name)
+    # As estimate(): the activations run in the weights' compute dtype.
+    return _dtype(compute_dtype_for(wdt))
 
 
 def _combo(spec: ModelSpec, kdt: DType, wdt: DType, tp: int, hw: Hardware | None,
@@ -337,6 +339,11 @@ def _combo(spec: ModelSpec, kdt: DType, wdt: DType, tp: int, hw: Hardware | None
         experts, active = m.experts, m.active
         read_base -= m.experts * expert_params
 
+    kv_proj = kv_proj_dev = 0
+    if spec.mla is None:
+        kv_proj = params.breakdown.get("attention/k", 0) + params.breakdown.get("attention/v", 0)
+        kv_proj_dev = kv_proj * per_dev_heads // spec.kv_heads
+
     constants = {
         "model": spec.name, "attention": spec.attention_kind, "layers": spec.layers,
         "heads": spec.heads, "kv_heads": spec.kv_heads, "head_dim": spec.head_dim,
@@ -363,7 +370,7 @@ def _combo(spec: ModelSpec, kdt: DType, wdt: DType, tp: int, hw: Hardware | None
         attn_flops=formulas.attention_flops_per_token(spec, 1),
         act_bytes=bb["activations"],
         attn_act_bytes=one.attention_bytes - bb["kv_read"] - bb["kv_write"],
-        read_base=read_base, emb_width=emb_width, vocab=spec.vocab, pos_width=pos_width,
+        read_base=read_base, kv_proj=kv_proj, kv_proj_dev=kv_proj_dev, emb_width=emb_width, vocab=spec.vocab, pos_width=pos_width,
         pos_rows=spec.learned_pos, expert_params=expert_params, experts=experts, active=active,
         bandwidth=bandwidth, peak_flops=peak, free_bytes=free,
     )
@@ -518,7 +525,9 @@ def _kernel(c: Combo, S, B, hardware: bool) -> dict:
     }
     if hardware:
         kv_write_dev = c.per_layer_dev * layers * B
-        dev_bytes = _cdiv(weights, c.tp) + kv_dev + kv_write_dev + _cdiv(act, c.tp)
+        # As formulas.weight_params_per_device: K/V projections follow their heads.
+        weights_dev = _cdiv((_cdiv(read - c.kv_proj, c.tp) + c.kv_proj_dev) * c.weight_dtype.bits, 8)
+        dev_bytes = weights_dev + kv_dev + kv_write_dev + _cdiv(act, c.tp)
         dev_flops = _cdiv(flops, c.tp)
         memory_s = dev_bytes / c.bandwidth
         compute_s = dev_flops / c.peak_flops

@@ -124,6 +124,14 @@ BAD_INPUT = [
     (["estimate", "--layers", "32"], "--preset"),
     (["estimate", "--preset", "gpt3", "--nope"], "No such option"),
     (["presets", "show", "lama2-7b"], "did you mean"),
+    (["presets", "show", "h100"], "h100-sxm"),
+    (["estimate", "--preset", "gpt3", "--memory-fraction", "nan"], "memory fraction"),
+    (["estimate", "--preset", "gpt3", "--reserve", "1e99"], "absurdly large"),
+    (["estimate", "--preset", "gpt3", "--kv-scale-bytes", "99999999999"], "kv_scale_bytes"),
+    (["estimate", "--preset", "gpt3", "--encoder-seq-len", "512"], "decoder-only"),
+    (["estimate", "--preset", "deepseek-v3", "--kv-heads", "8"], "MLA"),
+    (["estimate", "--preset", "llama3-8b", "--heads", "12"], "--kv-heads"),
+    (["estimate", "--preset", "gpt3", "--format", "csv", "-o", "/"], "folder"),
 ]
 
 
@@ -183,3 +191,31 @@ def test_every_preset_estimates(tmp_path):
     for name in presets.model_names():
         r = run("estimate", "--preset", name, "--format", "json")
         assert r.exit_code == 0, (name, r.output)
+
+
+def test_compare_falls_back_to_mha_vs_mqa_for_a_prime_head_count():
+    # Falcon-7B has 71 query heads: no GQA grouping lies between 1 and 71.
+    r = kvcalc("estimate", "--preset", "falcon-7b", "--compare", "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert [int(row["kv_heads"]) for row in rows] == [71, 1]
+
+
+def test_heads_and_kv_heads_override_a_preset_together():
+    r = kvcalc("estimate", "--preset", "llama2-7b", "--heads", "16", "--kv-heads", "4",
+               "--head-dim", "256", "--format", "json")
+    out = json.loads(r.stdout)
+    assert (out["model"]["heads"], out["model"]["kv_heads"]) == (16, 4)
+    # 32 layers x 4 K/V heads x 256 x 2 (K,V) x 2 bytes per token.
+    assert out["kv_bytes_per_token"] == 32 * 4 * 256 * 2 * 2
+    mha = json.loads(kvcalc("estimate", "--preset", "llama2-7b", "--heads", "16",
+                            "--format", "json").stdout)
+    assert mha["model"]["kv_heads"] == 16  # an MHA preset stays MHA
+
+
+def test_sliding_window_shazeer_uses_the_window():
+    out = json.loads(kvcalc("estimate", "--preset", "mistral-7b", "--seq-len", "32768",
+                            "--batch", "64", "--format", "json").stdout)
+    # Every Mistral layer attends over at most 4096 tokens: n*g/(d*h) = 4096*8/(4096*32).
+    assert out["shazeer"]["n"] == 4096
+    assert out["shazeer"]["terms"]["n*g/(d*h)"] == 0.25

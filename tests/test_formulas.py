@@ -332,3 +332,101 @@ def test_fit_counts_the_encoder_cache_it_is_given():
     assert f.kv_bytes_requested == 2 * 24 * per_layer * (512 + 4096)
     weights = 2 * formulas.param_counts(T5_11B).total
     assert f.max_batch == (10**12 - weights) // (24 * per_layer * (512 + 4096))
+
+
+# --- roofline, fit and TP by hand (Llama-3-70B, published 70,553,706,496 parameters) --------
+LLAMA3_70B = ModelSpec(  # meta-llama/Meta-Llama-3-70B config.json
+    name="llama3-70b", layers=80, d_model=8192, heads=64, kv_heads=8, head_dim=128, d_ff=28672,
+    vocab=128256, max_context=8192)
+def _h100():
+    from kvcalc.presets import load_hardware
+
+    return load_hardware("h100-sxm")
+
+
+def test_llama3_70b_total_is_published():
+    assert formulas.param_counts(LLAMA3_70B).total == 70_553_706_496
+
+
+def test_decode_roofline_llama3_70b_tp4_by_hand():
+    from kvcalc.roofline import decode_roofline
+
+    P, b, n, tp = 70_553_706_496, 16, 8192, 4
+    cost = formulas.decode_step(LLAMA3_70B, n, b, tp=tp)
+    read = P - 128256 * 8192 + b * 8192  # the untied input table: only the batch's rows
+    weights_dev = 2 * read // tp  # every part divides by 4 here
+    kv_dev = b * n * 80 * 2 * (8 // tp) * 128 * 2
+    kv_write_dev = b * 80 * 2 * (8 // tp) * 128 * 2
+    # Activation elements per token: each matmul's input + output, and attention's q and o.
+    per_layer = (8192 + 80 * 128) + (8192 + 8192) + (8192 + 2 * 28672) + (28672 + 8192)
+    act = 2 * b * (80 * per_layer + (8192 + 128256) + 80 * 2 * 64 * 128)
+    assert cost.per_device_bytes == weights_dev + kv_dev + kv_write_dev + act // tp
+    r = decode_roofline(cost, _h100())
+    assert r.memory_s == (weights_dev + kv_dev + kv_write_dev + act // tp) / 3.35e12
+    assert r.bound == "memory" and r.tokens_per_s == b / r.memory_s
+
+
+def test_fit_llama3_70b_tp4_by_hand():
+    from kvcalc.roofline import fit
+
+    f = fit(LLAMA3_70B, _h100(), 8192, 1, tp=4)
+    weights_dev = 2 * 70_553_706_496 // 4
+    free = 80 * 2**30 - weights_dev
+    per_seq = 80 * 2 * 2 * 128 * 2 * 8192  # 2 of 8 K/V heads per device, bf16
+    assert (f.weight_bytes, f.free_for_kv_bytes) == (weights_dev, free)
+    assert f.max_batch == free // per_seq == 75
+    assert f.max_seq_len == free // (80 * 2 * 2 * 128 * 2)
+
+
+def test_kv_projection_weights_replicate_with_their_heads():
+    from kvcalc.roofline import fit
+
+    kv_proj = 80 * 2 * 8192 * 8 * 128  # k and v weights, all layers
+    other = 70_553_706_496 - kv_proj
+    f = fit(LLAMA3_70B, _h100(), 8192, 1, tp=16)
+    # 16 devices, 8 K/V heads: each device holds one head's k/v weights (1/8 of them).
+    assert f.weight_bytes == 2 * (-(-other // 16) + kv_proj // 8)
+
+
+def test_fit_with_alternating_windows_closed_form():
+    from kvcalc.roofline import fit
+    from kvcalc.spec import Hardware
+
+    hw = Hardware(name="toy", memory_bytes=40 * 10**9, memory_bandwidth_bytes_per_s=10**12,
+                  flops_per_s={"bf16": 10**15})
+    f = fit(GEMMA2_9B, hw, 8192, 4)
+    per_layer = 2 * 8 * 256 * 2
+    free = 40 * 10**9 - 2 * formulas.param_counts(GEMMA2_9B).total
+    # Past the window: 21 global layers hold L tokens, 21 local ones 4096, for 4 sequences.
+    expected = (free // (4 * per_layer) - 21 * 4096) // 21
+    assert f.max_seq_len == expected
+    assert formulas.kv_cache(GEMMA2_9B, expected, 4).bytes <= free
+    assert formulas.kv_cache(GEMMA2_9B, expected + 1, 4).bytes > free
+
+
+def test_prefill_attention_terms_by_second_difference():
+    # prefill(L) = a*L + c + q*L*(L+1)/2 for full attention: the second difference is q.
+    v3 = ModelSpec(name="v3", layers=61, d_model=7168, heads=128, kv_heads=128, head_dim=192,
+                   d_ff=18432, vocab=129280,
+                   mla=MLA(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
+                           v_head_dim=128, q_lora_rank=1536),
+                   moe=MoE(experts=256, active=8, expert_d_ff=2048, shared_experts=1,
+                           dense_layers=3, router_bias=True))
+    f = formulas.prefill_flops
+    # MLA prefill decompresses K and V: 2 x heads x (nope + rope + v) per attended position.
+    assert f(v3, 3) - 2 * f(v3, 2) + f(v3, 1) == 61 * 2 * 128 * (128 + 64 + 128)
+    assert f(LLAMA2_7B, 3) - 2 * f(LLAMA2_7B, 2) + f(LLAMA2_7B, 1) == 32 * 2 * 32 * 256
+
+
+def test_t5_prefill_counts_encoder_and_cross_attention():
+    f = formulas.prefill_flops
+    d, h, k, ff, L = 1024, 128, 128, 65536, 24
+    # One more encoder token: the encoder's matmuls for it, its bidirectional attention
+    # (linear part), and the cross K/V projections in every decoder layer.
+    dec = 4
+    step = f(T5_11B, dec, encoder_seq_len=11) - f(T5_11B, dec, encoder_seq_len=10)
+    enc_matmuls = 2 * (4 * d * h * k + 2 * d * ff)
+    enc_attn = 2 * h * 2 * k * (11 * 11 - 10 * 10)  # E^2 positions per encoder layer
+    cross_kv = 2 * d * 2 * h * k
+    cross_scores = dec * 2 * h * 2 * k
+    assert step == L * enc_matmuls + L * enc_attn + L * cross_kv + L * cross_scores

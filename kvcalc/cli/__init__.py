@@ -30,8 +30,11 @@ class KvcalcGroup(TyperGroup):
         except KvcalcError as e:
             _fail(str(e))
         except click_exceptions.UsageError as e:
+            message = e.format_message().replace("\n", " ")
+            if not message:  # `kvcalc` alone: the help was the answer
+                sys.exit(e.exit_code)
             hint = f" (see `kvcalc {e.ctx.info_name} --help`)" if e.ctx and e.ctx.parent else ""
-            _fail(e.format_message().replace("\n", " ") + hint)
+            _fail(message + hint)
         except click_exceptions.ClickException as e:
             _fail(e.format_message().replace("\n", " "))
         except typer.Abort:

@@ -109,18 +109,22 @@ def register(app: typer.Typer) -> None:
         tp: TpOpt = 1,
         gpu: GpuOpt = DEFAULT_GPU,
         kv_scale_bytes: ScaleOpt = 0,
+        encoder_seq_len: EncoderLenOpt = None,
         memory_fraction: MemFractionOpt = 1.0,
         reserve: ReserveOpt = "0",
         fmt: FormatOpt = OutputFormat.table,
         output: OutputOpt = None,
         force: ForceOpt = False,
     ) -> None:
-        """How much fits on a device after the weights: the largest batch at --seq-len and
-        the longest context at --batch, per device under --tp."""
+        """How much fits on a device after the weights.
+
+        The largest batch at --seq-len and the longest context at --batch, per device
+        under --tp, and the smallest tp that fits.
+        """
         if gpu.lower() == "none":
             raise KvcalcError("fit needs a device: --gpu NAME (see `kvcalc presets`)")
         est = _estimates(request, seq_len, batch, kv_dtype, weight_dtype, tp, gpu,
-                         kv_scale_bytes, None, memory_fraction, reserve)[0]
+                         kv_scale_bytes, encoder_seq_len, memory_fraction, reserve)[0]
         if fmt is OutputFormat.table and output is None:
             report.console().print(report.fit_table(est))
             return

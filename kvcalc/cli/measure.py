@@ -83,8 +83,10 @@ def register(app: typer.Typer) -> None:
         output: OutputOpt = None,
         force: ForceOpt = False,
     ) -> None:
-        """Time decode attention (and a decode layer step) on this machine, next to kvcalc's
-        predicted bytes, FLOPs and roofline time from ceilings measured in the same run.
+        """Time real decode steps on this machine beside kvcalc's prediction.
+
+        Decode attention (and a decode layer step), next to kvcalc's predicted bytes,
+        FLOPs and roofline time from ceilings measured in the same run.
 
         Examples: `kvcalc measure --heads 32 --kv-heads 8`; `kvcalc measure --preset
         llama3-8b --compare --format csv -o reports/llama3-8b-cpu.csv`; `kvcalc measure

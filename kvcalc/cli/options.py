@@ -38,12 +38,15 @@ _SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**1
 
 def parse_size(text: str) -> int:
     """'2GiB' -> 2147483648, '500MB' -> 500000000, '1e9' -> 1000000000 (bytes)."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*", text)
     if not m or m.group(2).lower() not in _SIZE_UNITS:
         raise KvcalcError(f"cannot read size {text!r}: use e.g. 2GiB, 500MB or 1e9")
     from fractions import Fraction
 
-    return int(Fraction(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+    value = int(Fraction(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+    if value > 2**60:
+        raise KvcalcError(f"size {text!r} is absurdly large (limit 1 EiB)")
+    return value
 
 
 @dataclass
@@ -78,14 +81,27 @@ class ModelRequest:
                 spec = hfconfig.spec_from_hf_config_file(self.config)
             else:
                 spec = presets.model_from_yaml_file(self.config, require_source=False)
+            if self.kv_heads is not None and self.kv_heads != spec.kv_heads:
+                if spec.mla is not None:
+                    raise KvcalcError(f"{spec.name} uses MLA: it has no K/V heads to change")
+                overrides["kv_heads"] = self.kv_heads
             if overrides:
                 if spec.mla is not None and {"heads", "head_dim"} & overrides.keys():
                     raise KvcalcError(f"{spec.name} uses MLA: --heads/--head-dim do not apply")
-                spec = spec.replace(**overrides)
-            if self.kv_heads is not None and self.kv_heads != spec.kv_heads:
-                spec = spec.with_kv_heads(self.kv_heads)
-            elif "heads" in overrides and spec.kv_heads > spec.heads:
-                spec = spec.replace(kv_heads=spec.heads)
+                if ("heads" in overrides and "kv_heads" not in overrides
+                        and spec.mla is None and spec.kv_heads == spec.heads):
+                    overrides["kv_heads"] = overrides["heads"]  # an MHA preset stays MHA
+                elif "heads" in overrides and "kv_heads" not in overrides and (
+                        overrides["heads"] % spec.kv_heads):
+                    raise KvcalcError(f"--heads {overrides['heads']} is not divisible by the preset's "
+                                      f"{spec.kv_heads} K/V heads; give --kv-heads too")
+                if "head_dim" in overrides and spec.v_head_dim == spec.head_dim:
+                    overrides["v_head_dim"] = overrides["head_dim"]  # V follows K's width
+                # One replace, so heads and kv_heads are validated together.
+                changed = spec.replace(**overrides)
+                if self.kv_heads is not None and self.kv_heads != spec.kv_heads:
+                    changed = changed.with_kv_heads(changed.kv_heads)  # names the variant
+                spec = changed
             return spec
         missing = [f for f, v in (("--layers", self.layers), ("--d-model", self.d_model),
                                   ("--heads", self.heads)) if v is None]

@@ -32,8 +32,8 @@ def _raw_yaml(name: str) -> tuple[str, str]:
     for kind, names in (("models", presets.model_names()), ("hardware", presets.hardware_names())):
         if key in names:
             return kind, (presets.presets_dir() / kind / f"{key}.yaml").read_text()
-    presets.load_model(name)  # raises with a did-you-mean over the model names
-    raise KvcalcError(f"unknown preset {name!r}")
+    every = presets.model_names() + presets.hardware_names()
+    raise KvcalcError(f"unknown preset {name!r}; {presets.suggest(key, every)}")
 
 
 def register(app: typer.Typer) -> None:

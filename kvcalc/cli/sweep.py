@@ -89,8 +89,10 @@ def register(app: typer.Typer) -> None:
         skip_invalid: SkipOpt = False,
         force: SweepForceOpt = False,
     ) -> None:
-        """Estimate over a grid: one CSV row per (kv_heads, kv_dtype, tp, seq_len, batch),
-        with exactly the columns of `kvcalc estimate --format csv`.
+        """Estimate over a grid of configurations, streamed as tidy CSV.
+
+        One row per (kv_heads, kv_dtype, tp, seq_len, batch), with exactly the columns
+        of `kvcalc estimate --format csv`.
 
         Computed column-wise with numpy and streamed, so millions of rows take seconds.
         More than 50,000,000 rows needs --force. Examples: `kvcalc sweep --preset
