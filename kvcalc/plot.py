@@ -212,7 +212,7 @@ def plot_measure(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike,
     rows = list(rows)
     variants: dict[tuple, list[Mapping[str, Any]]] = {}
     for r in rows:
-        key = (str(r.get("impl", "?")), r.get("kv_heads"), r.get("heads"))
+        key = (str(r.get("step", "")), str(r.get("impl", "?")), r.get("kv_heads"), r.get("heads"))
         variants.setdefault(key, []).append(r)
     if not variants:
         raise KvcalcError("nothing to plot: no measured rows")
@@ -225,16 +225,19 @@ def plot_measure(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike,
     sizes: list[float] = []
     rates: list[float] = []
 
+    steps = {key[0] for key in variants}
+
     def order(key):
-        impl, g, h = key
+        step, impl, g, h = key
         try:
-            return (impl, -int(g))
+            return (step, impl, -int(g))
         except (TypeError, ValueError):
-            return (impl, 0)
+            return (step, impl, 0)
 
     for i, key in enumerate(sorted(variants, key=order)):
-        impl, g, h = key
-        label = f"{impl}: {_kind(g, h)} ({g} K/V heads)" if g is not None else impl
+        step, impl, g, h = key
+        name = f"{step} {impl}" if len(steps) > 1 else impl
+        label = f"{name}: {_kind(g, h)} ({g} K/V heads)" if g is not None else name
         colour, marker = palette[i % len(palette)], markers[i % len(markers)]
         pts = [(_number(r.get("predicted_s")), _number(r.get("median_s"))) for r in variants[key]]
         pts = [(p, m) for p, m in pts if p is not None and m is not None]

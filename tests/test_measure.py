@@ -163,14 +163,16 @@ def test_run_compare_rows_and_speedups():
     assert [r["kv_heads"] for r in res.rows] == [8, 2, 1]
     assert [r["attention"] for r in res.rows] == ["MHA", "GQA", "MQA"]
     for r in res.rows:
-        assert r["correct"] and r["impl"] == "grouped" and r["timer"] == "perf_counter"
+        assert r["correct"] and r["impl"] in ("grouped", "sdpa") and r["timer"] == "perf_counter"
         assert r["p10_s"] <= r["median_s"] <= r["p90_s"]
         assert r["kv_cache_bytes"] == 2 * 64 * r["kv_heads"] * 16 * 2 * 4
         assert r["predicted_s"] > 0 and r["bound"] in ("memory", "compute")
         assert r["fraction_of_ceiling"] == pytest.approx(
             r["bytes_moved"] / r["median_s"] / r["ceiling_bytes_per_s"])
         assert r["l2_regime"] == "cache fits in LLC (not flushed)"
-        assert "auto on cpu: grouped" in r["note"]
+        # auto timed both CPU candidates and kept the faster, saying so.
+        assert f"auto on cpu: {r['impl']}, the fastest correct of grouped" in r["note"]
+        assert "sdpa" in r["note"].split("fastest correct of")[1]
     mha, gqa, mqa = res.rows
     assert mha["speedup_vs_mha"] == 1.0 and mha["predicted_speedup_vs_mha"] == 1.0
     assert gqa["predicted_speedup_vs_mha"] == pytest.approx(mha["predicted_s"] / gqa["predicted_s"])
@@ -340,4 +342,17 @@ def test_cuda_auto_and_events():
                             device="cuda", compare=True, cuda_graphs=True))
     for r in res.rows:
         assert r["timer"] == "cuda-events" and r["cuda_graphs"] and r["correct"]
-        assert r["impl"] in ("sdpa-flash", "grouped")
+        assert r["impl"] in ("sdpa-flash", "grouped", "sdpa")
+
+
+def test_refusal_reason_is_the_pinned_backends_own():
+    # The order a pinned CUDA call warns in: other backends first, then this one's reason.
+    messages = ["Memory efficient kernel not used because:",
+                "Memory Efficient attention has been runtime disabled.",
+                "Flash attention kernel not used because:",
+                "Flash attention requires q,k,v to have the same last dimension and to be less "
+                "than or equal to 256.",
+                "CuDNN attention kernel not used because:",
+                "CuDNN attention has been runtime disabled."]
+    assert impls.refusal_reason(messages, "flash", "x").startswith("Flash attention requires")
+    assert impls.refusal_reason([], "flash", "No available kernel.\nmore") == "No available kernel."

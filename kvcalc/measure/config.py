@@ -21,6 +21,8 @@ MEASURE_DTYPES = ("fp32", "bf16", "fp16")
 # Implementations. "auto" picks the fastest correct one for the device.
 IMPLS = ("grouped", "sdpa", "repeat", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math")
 IMPL_CHOICES = ("auto", "all") + IMPLS
+# auto times these (sdpa-flash only where flash accepts the inputs) and keeps the fastest.
+AUTO_CANDIDATES = {"cpu": ("grouped", "sdpa"), "cuda": ("sdpa-flash", "grouped", "sdpa")}
 ALL_IMPLS = {"cpu": ("grouped", "sdpa", "repeat"),
              "cuda": ("sdpa-flash", "grouped", "sdpa", "repeat")}
 

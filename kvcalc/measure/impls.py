@@ -34,9 +34,13 @@ SDPA_PINNED = {
     "sdpa-cudnn": "CUDNN_ATTENTION",
     "sdpa-math": "MATH",
 }
-# Backends in the order the CUDA dispatcher tries them (math last).
-PROBE_ORDER = (("flash", "FLASH_ATTENTION"), ("cudnn", "CUDNN_ATTENTION"),
-               ("efficient", "EFFICIENT_ATTENTION"), ("math", "MATH"))
+# The backends probed one by one. (The dispatcher's own priority differs by torch
+# version and GPU, e.g. cuDNN first on sm90 with a new cuDNN: the `backend` column
+# reports what actually ran, read off the dispatched ops.)
+PROBE_ORDER = (("flash", "FLASH_ATTENTION"), ("efficient", "EFFICIENT_ATTENTION"),
+               ("cudnn", "CUDNN_ATTENTION"), ("math", "MATH"))
+# How SDPA's warnings name each backend before giving its reasons.
+_REFUSAL_HEADERS = {"flash": "flash", "efficient": "efficient", "cudnn": "cudnn"}
 
 TOLERANCE = {"fp32": 1e-5, "bf16": 2e-2, "fp16": 2e-2}
 
@@ -182,14 +186,36 @@ def probe_sdpa(device: torch.device, dtype: torch.dtype, heads: int, kv_heads: i
                     torch.cuda.synchronize(device)
                 result[name] = "ok"
             except RuntimeError as e:
-                reasons = [str(w.message).split("\n")[0] for w in caught
-                           if "not used because" not in str(w.message)]
-                result[name] = _short(reasons[0] if reasons else str(e))
+                result[name] = _short(refusal_reason([str(w.message) for w in caught], name, str(e)))
     _, ops = traced(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
     info = classify(ops)
     result["dispatch"] = info.backend
     result["kv_copied"] = "yes" if info.kv_copied else "no"
     return result
+
+
+def refusal_reason(messages: list[str], backend: str, fallback: str) -> str:
+    """Why SDPA refused `backend`, from the warnings it raised.
+
+    A pinned call warns about every backend it considered, each under a header
+    ("Flash attention kernel not used because:"), and says the unpinned ones are
+    "runtime disabled"; the reason that matters is the one under this backend's
+    own header.
+    """
+    lines = [ln.strip() for m in messages for ln in m.splitlines() if ln.strip()]
+    key = _REFUSAL_HEADERS.get(backend)
+    if key:
+        for i, line in enumerate(lines):
+            low = line.lower()
+            if key in low and "not used because" in low:
+                for reason in lines[i + 1:]:
+                    if "not used because" in reason.lower():
+                        break
+                    if "runtime disabled" not in reason.lower():
+                        return reason
+    rest = [ln for ln in lines if "not used because" not in ln.lower()
+            and "runtime disabled" not in ln.lower()]
+    return rest[0] if rest else (fallback.splitlines() or [fallback])[0]
 
 
 def _short(msg: str, limit: int = 120) -> str:

@@ -15,6 +15,7 @@ Order of work, so that nothing big is allocated before the memory guard passed:
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from dataclasses import asdict, dataclass, field
 
@@ -24,10 +25,10 @@ from kvcalc.errors import KvcalcError
 from kvcalc.formulas import kv_bytes_per_token_per_layer
 from kvcalc.measure import ceilings as ceil_mod
 from kvcalc.measure import impls
-from kvcalc.measure.config import ALL_IMPLS, DEFAULTS, MeasureConfig, MeasureResult, Progress
+from kvcalc.measure.config import ALL_IMPLS, AUTO_CANDIDATES, DEFAULTS, MeasureConfig, MeasureResult, Progress
 from kvcalc.measure.predict import StepPrediction, block_spec, predict
 from kvcalc.measure.timing import time_calls
-from kvcalc.report import human_bytes
+from kvcalc.report import human_bytes, human_seconds
 from kvcalc.roofline import roofline
 from kvcalc.spec import ModelSpec, dtype as _dtype
 
@@ -59,6 +60,11 @@ def attention_kind(heads: int, kv_heads: int) -> str:
     return "MHA" if kv_heads == heads else "MQA" if kv_heads == 1 else "GQA"
 
 
+def _times(x: float) -> str:
+    """'4.0x', or '0.031x' for small ratios (never '0.0x')."""
+    return f"{x:.1f}x" if x >= 0.1 else f"{x:.2g}x"
+
+
 def l2_plan(slot_bytes: int, cache_bytes: int, cache_name: str, mode: str,
             what: str) -> tuple[int, int, str]:
     """(slots, flush_bytes, description) for defeating the last-level cache."""
@@ -71,11 +77,11 @@ def l2_plan(slot_bytes: int, cache_bytes: int, cache_name: str, mode: str,
     if mode == "rotate" or (mode == "auto" and need <= MAX_SLOTS):
         n = min(need, MAX_SLOTS)
         if n == 1:
-            return 1, 0, f"single {what}, {ratio:.1f}x {cache_name}"
+            return 1, 0, f"single {what}, {_times(ratio)} {cache_name}"
         total = n * ratio
         warn = "" if total >= L2_MULTIPLE else f" (capped at {MAX_SLOTS}; partly {cache_name}-resident)"
         plural = what + ("s" if not what.endswith("s") else "")
-        return n, 0, f"rotated {n} {plural}, {total:.1f}x {cache_name}{warn}"
+        return n, 0, f"rotated {n} {plural}, {_times(total)} {cache_name}{warn}"
     flush = L2_MULTIPLE * cache_bytes
     return 1, flush, f"{cache_name} flushed before each repetition ({human_bytes(flush)} written)"
 
@@ -91,7 +97,11 @@ def needed_bytes(pred: StepPrediction, spec: ModelSpec, batch: int, seq_len: int
     expanded = g * pred.kv_cache_bytes  # K and V repeated per query head
 
     def workspace(name: str) -> int:
-        if name == "repeat" or name == "sdpa-math" or (name == "sdpa" and sdpa_copies_kv):
+        if name == "sdpa-math" or (name == "sdpa" and sdpa_copies_kv):
+            # The math backend upcasts half-precision q, K, V to fp32, then repeats K/V.
+            upcast = 4 // e if e < 4 else 1
+            return logits + (g + 1) * pred.kv_cache_bytes * upcast
+        if name == "repeat":
             return logits + expanded
         return logits
 
@@ -182,14 +192,13 @@ def run(config: MeasureConfig, progress: Progress | None = None,
             names.append(n)
     names = list(dict.fromkeys(names))
     auto_pick, auto_reason = _auto_choice(device, tdtype, config) if "auto" in names else ("", "")
-    if auto_pick in names:  # asked for explicitly as well: one row is enough
-        names.remove("auto")
-    concrete = [auto_pick if n == "auto" else n for n in names]
-    concrete_for_memory = list(dict.fromkeys(concrete + (["grouped"] if "auto" in names else [])))
+    auto_candidates = [c for c in AUTO_CANDIDATES[kind] if c != "sdpa-flash" or auto_pick == c]
+    concrete = [n for n in names if n != "auto"]
+    concrete_for_memory = list(dict.fromkeys(concrete + (auto_candidates if "auto" in names else [])))
 
     # Does the unpinned SDPA call copy K/V on this device and dtype? (tiny probe)
     sdpa_probe: dict[int, dict[str, str]] = {}
-    if "sdpa" in concrete:
+    if "sdpa" in concrete_for_memory:
         for kv in config.kv_variants():
             sdpa_probe[kv] = impls.probe_sdpa(device, tdtype, config.heads, kv, config.head_dim)
     sdpa_copies = {kv: p.get("kv_copied") == "yes" for kv, p in sdpa_probe.items()}
@@ -247,7 +256,8 @@ def run(config: MeasureConfig, progress: Progress | None = None,
     rows: list[dict] = []
     for group in groups:
         rows.extend(_run_group(group, config, device, meta, dtype, tdtype, seq_len, batch,
-                               warmup, iters, ceilings, auto_pick, auto_reason, sdpa_probe, tick))
+                               warmup, iters, ceilings, auto_candidates, auto_reason, sdpa_probe,
+                               tick))
     if config.compare:
         _add_speedups(rows, config.heads)
     # Every row names where and when it was measured (reports are read row by row).
@@ -260,7 +270,8 @@ def run(config: MeasureConfig, progress: Progress | None = None,
         "ceilings_cache": str(config.ceilings_cache) if config.ceilings_cache else None,
         "seq_len": seq_len, "batch": batch, "dtype": dtype, "warmup": warmup, "iters": iters,
         "d_model": groups[0].spec.d_model,
-        "device_resolved": kind, "impls": names, "auto_impl": auto_pick or None,
+        "device_resolved": kind, "impls": names,
+        "auto_candidates": auto_candidates if "auto" in names else None,
         "free_memory_bytes": free, "peak_planned_bytes": max(g.needed_bytes for g in groups),
         "notes": run_notes,
     }
@@ -268,13 +279,17 @@ def run(config: MeasureConfig, progress: Progress | None = None,
 
 
 def _auto_choice(device: torch.device, tdtype: torch.dtype, config: MeasureConfig) -> tuple[str, str]:
-    """The fastest correct path we can pin: cuda -> sdpa-flash if it accepts, else grouped."""
+    """Whether the fused flash path is among auto's candidates on this device and dtype.
+
+    auto then times every candidate (AUTO_CANDIDATES) that passes the correctness
+    check and keeps the fastest: "fastest correct" is measured, not assumed.
+    """
     if device.type != "cuda":
-        return "grouped", "auto on cpu: grouped"
+        return "", ""
     probe = impls.probe_sdpa(device, tdtype, config.heads, config.kv_heads, config.head_dim)
     if probe.get("flash") == "ok":
-        return "sdpa-flash", "auto on cuda: sdpa-flash (SDPA pinned to flash: split-KV flash-decoding)"
-    return "grouped", f"auto on cuda: grouped, because flash refused ({probe.get('flash')})"
+        return "sdpa-flash", ""
+    return "", f"flash refused ({probe.get('flash')})"
 
 
 def _refusal(need: int, free: int, usable: int, kind: str, seq_len: int, batch: int,
@@ -311,11 +326,17 @@ def _sync(device: torch.device) -> None:
 
 
 def _run_group(group: Group, config: MeasureConfig, device, meta, dtype, tdtype, seq_len, batch,
-               warmup, iters, ceilings, auto_pick, auto_reason, sdpa_probe, tick) -> list[dict]:
+               warmup, iters, ceilings, auto_candidates, auto_reason, sdpa_probe, tick) -> list[dict]:
     spec, pred = group.spec, group.pred
     gen = torch.Generator(device=device).manual_seed(config.seed * 1000 + group.kv_heads)
-    slots = [impls.make_slot(group.step, device, tdtype, batch, seq_len, spec.heads, spec.kv_heads,
-                             spec.head_dim, spec.d_model, gen) for _ in range(group.slots)]
+    try:
+        slots = [impls.make_slot(group.step, device, tdtype, batch, seq_len, spec.heads,
+                                 spec.kv_heads, spec.head_dim, spec.d_model, gen)
+                 for _ in range(group.slots)]
+    except torch.OutOfMemoryError:
+        raise KvcalcError(f"out of {device.type} memory allocating {group.slots} x "
+                          f"{human_bytes(pred.kv_cache_bytes + pred.weight_bytes)} (planned peak "
+                          f"{human_bytes(group.needed_bytes)}); try a smaller --seq-len or --batch") from None
     # Accounting: the tensors' bytes are the formula's bytes, exactly.
     for s in slots:
         if s.cache_bytes() != pred.kv_cache_bytes:
@@ -324,13 +345,18 @@ def _run_group(group: Group, config: MeasureConfig, device, meta, dtype, tdtype,
         if s.weight_bytes() != pred.weight_bytes:
             raise KvcalcError(f"accounting error: allocated weights are {s.weight_bytes():,} B but "
                               f"the formula says {pred.weight_bytes:,} B")
-    flush_buf = (torch.empty(group.flush_bytes, dtype=torch.uint8, device=device)
-                 if group.flush_bytes else None)
-    flush = flush_buf.zero_ if flush_buf is not None else None
     scale = spec.head_dim ** -0.5
     s0 = slots[0]
-    reference = (impls.reference_attention(s0.q, s0.k, s0.v, scale) if group.step == "attention"
-                 else impls.reference_layer(s0, scale))
+    try:
+        flush_buf = (torch.empty(group.flush_bytes, dtype=torch.uint8, device=device)
+                     if group.flush_bytes else None)
+        reference = (impls.reference_attention(s0.q, s0.k, s0.v, scale)
+                     if group.step == "attention" else impls.reference_layer(s0, scale))
+    except torch.OutOfMemoryError:
+        raise KvcalcError(f"out of {device.type} memory for the flush buffer or the float64 "
+                          f"reference (planned peak {human_bytes(group.needed_bytes)}); try a "
+                          f"smaller --seq-len or --batch") from None
+    flush = flush_buf.zero_ if flush_buf is not None else None
     _sync(device)
     tick(f"{group.step} {attention_kind(spec.heads, spec.kv_heads)} kv_heads={spec.kv_heads}: "
          f"{group.slots} x {human_bytes(pred.kv_cache_bytes)} allocated")
@@ -338,17 +364,29 @@ def _run_group(group: Group, config: MeasureConfig, device, meta, dtype, tdtype,
     rows = []
     args = (group, config, device, meta, dtype, seq_len, batch, warmup, iters, ceilings, slots,
             flush, scale, reference, sdpa_probe)
+    measured: dict[str, dict] = {}
     for name in group.impls:
         if name == "auto":
-            prefix = [auto_reason]
-            for cand in dict.fromkeys([auto_pick, "grouped"]):
-                row = _measure_impl(cand, *args)
-                if row["correct"]:
-                    break
-                prefix.append(f"auto: {cand} failed correctness, fell back")
-            row["note"] = "; ".join(prefix + ([row["note"]] if row["note"] else []))
+            # Time every candidate that passes the correctness check; keep the fastest.
+            tried = {c: measured.get(c) or _measure_impl(c, *args) for c in auto_candidates}
+            measured.update(tried)
+            timed = {c: r for c, r in tried.items() if r["correct"] and r["median_s"]}
+            if not timed:
+                raise KvcalcError("auto: no implementation passed the correctness check: "
+                                  + "; ".join(f"{c}: {r['note']}" for c, r in tried.items()))
+            best = min(timed, key=lambda c: timed[c]["median_s"])
+            race = ", ".join(f"{c} {human_seconds(r['median_s'])}" for c, r in timed.items())
+            failed = [c for c in tried if c not in timed]
+            why = (f"auto on {device.type}: {best}, the fastest correct of {race}"
+                   + (f" ({', '.join(failed)} failed)" if failed else "")
+                   + (f"; {auto_reason}" if auto_reason else ""))
+            row = dict(timed[best])
+            row["note"] = "; ".join([why] + ([row["note"]] if row["note"] else []))
+            if best in group.impls:  # asked for by name too: one row is enough
+                continue
         else:
-            row = _measure_impl(name, *args)
+            row = measured.get(name) or _measure_impl(name, *args)
+            measured[name] = row
         rows.append(row)
         tick(f"{group.step} kv_heads={spec.kv_heads} {row['impl']}: "
              + ("ok" if row["median_s"] is not None else "failed"))
@@ -367,7 +405,10 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
     calls = [build(s, attn, scale) for s in slots]
     copy_bw = ceilings["copy_bytes_per_s"]
     mm_flops = ceilings["matmul_flops_per_s"]
-    rl = roofline(pred.bytes, pred.flops, max(1, int(copy_bw)), max(1, int(mm_flops)), batch)
+    # The bound uses the faster of the copy and read-only ceilings (decode attention
+    # mostly reads), so it stays a lower bound; the fraction is of the copy ceiling.
+    bound_bw = max(copy_bw, ceilings.get("read_bytes_per_s", 0))
+    rl = roofline(pred.bytes, pred.flops, max(1, int(bound_bw)), max(1, int(mm_flops)), batch)
     row = {
         "device": meta["name"],
         "torch_version": meta["torch_version"],
@@ -390,6 +431,7 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
         "correct": False,
         "rel_error": None,
         "median_s": None,
+        "min_s": None,
         "p10_s": None,
         "p90_s": None,
         "iters": 0,
@@ -416,8 +458,8 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
             _sync(device)
         except RuntimeError as e:
             # A pinned SDPA backend says why it refused in a warning; the error is generic.
-            reasons = [str(w.message) for w in caught if "not used because" not in str(w.message)]
-            why = reasons[0] if reasons else (str(e).splitlines() or [repr(e)])[0]
+            why = impls.refusal_reason([str(w.message) for w in caught],
+                                       name[5:] if name.startswith("sdpa-") else "", repr(e))
             if name.startswith("sdpa-"):
                 row["backend"] = "refused"
                 why = f"SDPA's {name[5:]} backend refused these inputs on {device.type}: {why}"
@@ -448,8 +490,22 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
     achieved = pred.bytes / t.median_s
     if t.p10_s > 0 and t.p90_s > 1.5 * t.p10_s:
         notes.append(f"noisy: p90 is {t.p90_s / t.p10_s:.1f}x p10")
+    if t.min_s > 0 and t.median_s > 2 * t.min_s:
+        notes.append(f"noisy: median is {t.median_s / t.min_s:.1f}x the fastest repetition")
+    if t.median_s < 0.95 * rl.time_s:
+        notes.append("faster than the roofline bound: the working set was partly cache-resident "
+                     "or a ceiling was measured low")
+    if device.type == "cuda" and not config.cuda_graphs and t.median_s < 50e-6:
+        notes.append("under 50 us per call: launch overhead may dominate; try --cuda-graphs")
+    if name == "sdpa-flash" and group.step == "attention":
+        notes.append("bytes_moved omits flash-decoding's split-KV partials (fp32, written and "
+                     "read back; their count is the kernel's own heuristic)")
+    load = _load_note(device)
+    if load:
+        notes.append(load)
     row.update(
         median_s=t.median_s,
+        min_s=t.min_s,
         p10_s=t.p10_s,
         p90_s=t.p90_s,
         iters=t.samples,
@@ -493,6 +549,20 @@ def _backend_notes(name: str, info: impls.BackendInfo, g: int, pred: StepPredict
                 text += f"; refused: {', '.join(refused)}"
             notes.append(text)
     return notes
+
+
+def _load_note(device) -> str:
+    """A CPU timing taken while other work runs on the cores is not this code's speed."""
+    if device.type != "cpu":
+        return ""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return ""
+    threads = torch.get_num_threads()
+    if load > threads + 0.5:
+        return f"host busy: 1-minute load {load:.1f} on {threads} threads; figures are pessimistic"
+    return ""
 
 
 def _utc_now() -> str:

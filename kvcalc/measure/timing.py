@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 
+QUEUE_FILL_CYCLES = 2_000_000  # about 1 ms of GPU clock cycles
+
+
 @dataclass(frozen=True)
 class Timing:
     median_s: float
@@ -69,6 +72,10 @@ def time_calls(fns: Sequence[Callable[[], object]], *, device, warmup: int, iter
         torch.cuda.synchronize(device)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        if hasattr(torch.cuda, "_sleep"):
+            # Keep the GPU busy while the host queues the first calls, so the events
+            # time the kernels rather than the host's launch rate.
+            torch.cuda._sleep(QUEUE_FILL_CYCLES)
         for i in range(iters):
             if flush is not None:
                 flush()
