@@ -251,7 +251,8 @@ def _print_table(result) -> None:
         f"timer {timer}, median of {cfg['iters']} after {cfg['warmup']} warm-up, CUDA graphs "
         f"{'on' if cfg['cuda_graphs'] else 'off'}"
         + (f"; {regimes[0]}" if len(regimes) == 1 else ""),
-        "predicted = max(minimum bytes / copy ceiling, FLOPs / matmul ceiling); "
+        "predicted = max(minimum bytes / the faster of the copy and read ceilings, FLOPs / matmul "
+        "ceiling); "
         "achieved = minimum bytes / median",
     ]
     caption += [f"note: {n}" for n in cfg.get("notes", [])]
