@@ -63,17 +63,26 @@ def cpu_name() -> str:
 
 
 def cpu_llc_bytes() -> int:
-    """Largest cache any CPU level reports in sysfs (0 when unknown)."""
-    best = 0
-    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    """Total last-level cache of the machine from sysfs (0 when unknown).
+
+    The largest cache level, summed over its distinct instances (a multi-CCD EPYC
+    has one L3 per CCD: counting cpu0's alone would undersize the rotation).
+    """
+    mult = {"K": 2**10, "M": 2**20, "G": 2**30}
+    levels: dict[int, dict[str, int]] = {}  # level -> {shared_cpu_list: size}
     try:
-        for index in base.glob("index*"):
+        for index in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cache/index*"):
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
             size = (index / "size").read_text().strip()
-            mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1:], 1)
-            best = max(best, int(size.rstrip("KMG")) * mult)
+            level = int((index / "level").read_text())
+            shared = (index / "shared_cpu_list").read_text().strip()
+            levels.setdefault(level, {})[shared] = int(size.rstrip("KMG")) * mult.get(size[-1:], 1)
     except (OSError, ValueError):
         return 0
-    return best
+    if not levels:
+        return 0
+    return sum(levels[max(levels)].values())
 
 
 def cpu_available_bytes() -> int:
