@@ -26,12 +26,13 @@ class Estimate:
     cache: formulas.KVCache
     params: formulas.ParamCounts
     decode: formulas.DecodeCost
-    shazeer: formulas.ShazeerRatio | None
+    shazeer: formulas.ShazeerRatio | None  # incremental decoding (this estimate's step)
     hardware: Hardware | None = None
     roofline: roofline.Roofline | None = None
     fit: roofline.Fit | None = None
     min_tp_that_fits: int = 0  # 0: none of the valid tp values fits (or no hardware)
     scale_bytes: int = 0
+    shazeer_batched: formulas.ShazeerRatio | None = None  # the whole prompt at once
 
     @property
     def weight_bytes(self) -> int:
@@ -92,13 +93,8 @@ class Estimate:
             },
         }
         if self.shazeer is not None:
-            out["shazeer"] = {
-                "mode": self.shazeer.mode,
-                "n": self.shazeer.n,
-                "ratio": self.shazeer.ratio,
-                "terms": self.shazeer.terms,
-                "dominant_term": self.shazeer.dominant_term,
-            }
+            out["shazeer"] = _shazeer_dict(self.shazeer)
+            out["shazeer_batched"] = _shazeer_dict(self.shazeer_batched)
         if self.roofline is not None:
             r = self.roofline
             out["roofline"] = {
@@ -192,6 +188,11 @@ class Estimate:
         return tuple(out)
 
 
+def _shazeer_dict(r: formulas.ShazeerRatio) -> dict:
+    return {"mode": r.mode, "n": r.n, "ratio": r.ratio, "terms": r.terms,
+            "dominant_term": r.dominant_term}
+
+
 def valid_tps(spec: ModelSpec, upper: int = 1024) -> list[int]:
     """TP degrees the model can use: divisors of heads that suit the K/V heads."""
     out = []
@@ -228,12 +229,14 @@ def estimate(
     act = roofline.compute_dtype_for(wdt)
     decode = formulas.decode_step(spec, seq_len, batch, wdt, kdt, act, tp, scale_bytes,
                                   encoder_seq_len)
-    shazeer = None
+    shazeer = batched = None
     if spec.mla is None:
         # n is the context each layer attends over: with sliding windows, the
         # layer-average of min(seq_len, window), as the cache and decode bytes use.
         n_eff = max(1, formulas.layer_token_sum(spec, seq_len) // spec.layers)
         shazeer = formulas.shazeer_ratio("incremental", batch, n_eff, spec.d_model, spec.heads,
+                                         spec.kv_heads, spec.head_dim, spec.v_head_dim)
+        batched = formulas.shazeer_ratio("batched", batch, seq_len, spec.d_model, spec.heads,
                                          spec.kv_heads, spec.head_dim, spec.v_head_dim)
     roof = fit = None
     min_tp = 0
@@ -247,7 +250,7 @@ def estimate(
                 min_tp = candidate
                 break
     return Estimate(spec, seq_len, batch, kdt, wdt, tp, cache, params, decode, shazeer,
-                    hardware, roof, fit, min_tp, scale_bytes)
+                    hardware, roof, fit, min_tp, scale_bytes, batched)
 
 
 def default_gqa_kv_heads(heads: int) -> int:

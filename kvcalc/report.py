@@ -279,7 +279,12 @@ def estimate_tables(est) -> list:
         srow = [[name, f"{v:.4g}", "<- dominates" if name == sz.dominant_term else ""]
                 for name, v in sz.terms.items()]
         srow.append(["exact ratio (memory / arithmetic)", f"{sz.ratio:.4g}", ""])
-        out.append(table("Shazeer (2019) memory-to-arithmetic ratio, incremental decoding",
+        bz = est.shazeer_batched
+        srow.append(["[dim]batched (whole prompt at once):[/dim]", "", ""])
+        srow += [[f"  {name}", f"{v:.4g}", "<- dominates" if name == bz.dominant_term else ""]
+                 for name, v in bz.terms.items()]
+        srow.append(["  exact ratio (memory / arithmetic)", f"{bz.ratio:.4g}", ""])
+        out.append(table("Shazeer (2019) memory-to-arithmetic ratio, incremental decoding (and batched)",
                          ["term", "value", ""], srow,
                          caption=f"b={est.batch}, n={sz.n}, d={s.d_model}, h={s.heads}, "
                                  f"g={s.kv_heads}, k={s.head_dim}; n*g/(d*h) is the K/V reload term"

@@ -48,6 +48,9 @@ def test_estimate_gpt3_json_public_interface():
     matmul_params = 96 * (4 * d * d + 2 * d * 4 * d) + 50257 * d
     assert out["decode"]["flops"] == 2 * matmul_params + 96 * 2 * 96 * 2048 * (128 + 128)
     assert out["roofline"]["bound"] == "memory"
+    # Shazeer's terms at b=1, n=2048, d=12288, h=g=96, k=128.
+    assert out["shazeer"]["terms"] == {"1/d": 1 / 12288, "n*g/(d*h)": 2048 / 12288, "1/b": 1.0}
+    assert out["shazeer_batched"]["terms"] == {"1/k": 1 / 128, "1/(b*n)": 1 / 2048}
 
 
 def test_estimate_gpt3_table_starts_without_torch_or_pandas():
