@@ -390,6 +390,28 @@ def _mlp_matmuls(spec: ModelSpec, width: int, count: int) -> list[tuple[int, int
     return [(d, up, count), (width, d, count)]
 
 
+def token_matmuls(spec: ModelSpec) -> list[tuple[int, int, int]]:
+    """(fan_in, fan_out, count) of every matmul one decoder token runs, lm_head aside.
+
+    Attention projections and the MLP in every layer; MoE layers run the router,
+    `active` routed and every shared expert; encoder-decoder layers also run the
+    cross-attention q and o (its K/V come from the encoder, computed once).
+    """
+    d = spec.d_model
+    mm = [(i, o, c * spec.layers) for i, o, c in layer_matmuls(spec)]
+    if spec.moe is None:
+        mm += _mlp_matmuls(spec, spec.d_ff, spec.layers)
+    else:
+        m = spec.moe
+        mm += _mlp_matmuls(spec, spec.d_ff, m.dense_layers)
+        mm += _mlp_matmuls(spec, m.expert_d_ff, (m.active + m.shared_experts) * spec.moe_layers)
+        mm.append((d, m.experts, spec.moe_layers))  # router
+    if spec.encoder_layers:
+        mm += [(d, spec.heads * spec.head_dim, spec.layers),
+               (spec.heads * spec.v_head_dim, d, spec.layers)]
+    return mm
+
+
 @dataclass(frozen=True)
 class DecodeCost:
     """One decode step: one new token for each of `batch` sequences at `seq_len`.
@@ -462,25 +484,15 @@ def decode_step(
     notes: list[str] = []
 
     # --- matmuls one token runs ---
+    mm = token_matmuls(spec)
     experts_touched = 0
-    mm = [(i, o, c * spec.layers) for i, o, c in layer_matmuls(spec)]
-    if spec.moe is None:
-        mm += _mlp_matmuls(spec, spec.d_ff, spec.layers)
-    else:
+    if spec.moe is not None:
         m = spec.moe
-        mm += _mlp_matmuls(spec, spec.d_ff, m.dense_layers)
-        per_token_experts = m.active + m.shared_experts
-        mm += _mlp_matmuls(spec, m.expert_d_ff, per_token_experts * spec.moe_layers)
-        mm.append((d, m.experts, spec.moe_layers))  # router
         experts_touched = min(m.experts, batch * m.active)
         notes.append(
             f"MoE weights: up to {experts_touched} of {m.experts} routed experts read per layer "
             f"(min(experts, batch x active), an upper bound)"
         )
-    if spec.encoder_layers:
-        # Cross-attention at decode: q and o run per token; the encoder's K/V are cached.
-        q_out = spec.heads * spec.head_dim
-        mm += [(d, q_out, spec.layers), (spec.heads * spec.v_head_dim, d, spec.layers)]
     mm.append((d, spec.vocab, 1))  # lm_head
 
     proj_flops_per_token = sum(2 * i * o * c for i, o, c in mm)
@@ -573,17 +585,7 @@ def prefill_flops(spec: ModelSpec, seq_len: int, encoder_seq_len: int | None = N
     in every decoder layer, and each prompt token's cross-attention over it.
     """
     d = spec.d_model
-    mm = [(i, o, c * spec.layers) for i, o, c in layer_matmuls(spec)]
-    if spec.moe is None:
-        mm += _mlp_matmuls(spec, spec.d_ff, spec.layers)
-    else:
-        m = spec.moe
-        mm += _mlp_matmuls(spec, spec.d_ff, m.dense_layers)
-        mm += _mlp_matmuls(spec, m.expert_d_ff, (m.active + m.shared_experts) * spec.moe_layers)
-        mm.append((d, m.experts, spec.moe_layers))
-    if spec.encoder_layers:
-        mm += [(d, spec.heads * spec.head_dim, spec.layers),
-               (spec.heads * spec.v_head_dim, d, spec.layers)]  # cross-attention q and o
+    mm = token_matmuls(spec)
     per_token = sum(2 * i * o * c for i, o, c in mm)
     lm_head = 2 * d * spec.vocab
 
