@@ -177,7 +177,7 @@ class Estimate:
             out.append(f"tp={self.tp} > kv_heads: K/V heads are replicated, so the devices "
                        f"together hold {self.cache.bytes_all_devices / self.cache.bytes:.3g}x the cache")
         if s.max_context and self.seq_len > s.max_context:
-            out.append(f"seq_len {self.seq_len} exceeds the model's max context {s.max_context}")
+            out.append(f"seq_len {self.seq_len:,} exceeds the model's max context {s.max_context:,}")
         if (self.fit is not None and s.max_context and self.fit.max_seq_len > s.max_context
                 and not self.fit.max_seq_len_unbounded):
             out.append(f"memory allows {self.fit.max_seq_len:,} tokens at batch {self.batch}, "

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping
 from kvcalc.errors import KvcalcError
 
 _FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+_SERIES_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 
 
 def require_matplotlib(path: str | os.PathLike) -> None:
@@ -130,10 +131,22 @@ def plot_sweep(selection, path: str | os.PathLike, force: bool = False) -> Path:
         label = f"{s.attention}: {s.kv_heads} K/V head{'s' if s.kv_heads != 1 else ''}"
         if len(fixed_values) > 1:
             label += f", {other} {s.fixed:,}"
-        marker = "o" if len(s.x) <= 24 else None
+        # Distinct markers too, so variants that coincide (replicated heads under TP) show.
+        marker = _SERIES_MARKERS[heads.index(s.kv_heads) % len(_SERIES_MARKERS)]
         ax.plot(s.x, s.y, color=colour[s.kv_heads], linestyle=style[s.fixed], marker=marker,
-                markersize=3.5, linewidth=1.8, label=label)
+                markersize=4 if len(s.x) <= 24 else 0, markerfacecolor="none", linewidth=1.8,
+                label=label)
         ys.extend([float(s.y.min()), float(s.y.max())])
+    # Points that do not fit beside their own variant's weights (the CSV's `fits`).
+    labelled = False
+    for s in series:
+        if s.free_bytes is None:
+            continue
+        over = s.y > s.free_bytes
+        if over.any():
+            ax.scatter(s.x[over], s.y[over], marker="x", s=28, color="#d62728", zorder=5,
+                       label=None if labelled else "does not fit beside the weights")
+            labelled = True
 
     # Device memory after weights: one line, or one per variant if they differ by > 10%.
     hw = selection.plan.hardware
@@ -152,9 +165,6 @@ def plot_sweep(selection, path: str | os.PathLike, force: bool = False) -> Path:
                 ax.axhline(f, color=colour[g], linestyle="--", linewidth=1.2,
                            label=f"{where}, {kind}-{g}: {bytes_label(f)}")
         ys.extend([lo, hi])
-        ax.axhspan(lo, max(ys) * 100, color="#d62728", alpha=0.05, linewidth=0)
-        ax.text(0.01, 0.985, "above the dashed line the cache does not fit",
-                transform=ax.transAxes, ha="left", va="top", fontsize=8, color="#a01010")
     elif hw is not None and frees:
         ax.text(0.01, 0.985, f"the weights alone exceed {hw.name} memory at tp {selection.tp}",
                 transform=ax.transAxes, ha="left", va="top", fontsize=8, color="#a01010")

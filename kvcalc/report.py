@@ -148,6 +148,9 @@ def check_writable(path: str | os.PathLike, force: bool) -> None:
     path = Path(path)
     if path.is_dir():
         raise KvcalcError(f"cannot write {path}: it is a folder")
+    if path.exists() and not path.is_file():
+        # A device or FIFO would be replaced by a regular file on rename: refuse.
+        raise KvcalcError(f"cannot write {path}: not a regular file (use stdout and a pipe)")
     if path.exists() and not force:
         raise KvcalcError(f"{path} exists; pass --force to overwrite it")
     folder = path.parent if str(path.parent) else Path(".")
@@ -256,10 +259,11 @@ def estimate_tables(est) -> list:
     out.append(table("KV cache", ["", "bytes"], rows))
 
     prow = [[name, f"{n:,}", f"{n / p.total:.1%}"] for name, n in p.breakdown.items()]
-    prow.append(["[bold]total[/bold]", f"[bold]{p.total:,}[/bold]", human_count(p.total)])
+    prow.append([f"[bold]total[/bold] ({human_count(p.total)})", f"[bold]{p.total:,}[/bold]", "100%"])
     prow.append(["attention (all projections)", f"{p.attention:,}", f"{p.attention / p.total:.1%}"])
     if p.active != p.total:
-        prow.append(["active per token (MoE)", f"{p.active:,}", human_count(p.active)])
+        prow.append([f"active per token, MoE ({human_count(p.active)})", f"{p.active:,}",
+                     f"{p.active / p.total:.1%}"])
     prow.append([f"weights in {est.weight_dtype.name}", exact_bytes(est.weight_bytes), ""])
     out.append(table("Parameters", ["", "count", "share"], prow))
 
@@ -293,8 +297,13 @@ def estimate_tables(est) -> list:
     if est.roofline is not None:
         r, f = est.roofline, est.fit
         hw = est.hardware
-        rrow = [["memory time (bytes / bandwidth)", human_seconds(r.memory_s)],
-                ["compute time (FLOPs / dense peak)", human_seconds(r.compute_s)],
+        per_dev = f"one of {est.tp} devices' " if est.tp > 1 else ""
+        rrow = []
+        if est.tp > 1:
+            rrow += [["bytes per device", f"{d.per_device_bytes:,} ({human_bytes(d.per_device_bytes)})"],
+                     ["FLOPs per device", human_count(d.per_device_flops, "FLOP")]]
+        rrow += [[f"memory time ({per_dev}bytes / bandwidth)", human_seconds(r.memory_s)],
+                 [f"compute time ({per_dev}FLOPs / dense peak)", human_seconds(r.compute_s)],
                 ["[bold]bound[/bold]", f"[bold]{r.bound}[/bold] (ridge {r.ridge_flops_per_byte:.0f} FLOP/byte)"],
                 ["time per token (per step)", human_seconds(r.time_s)],
                 ["tokens/s (whole batch)", f"{r.tokens_per_s:,.1f}"]]
@@ -322,13 +331,14 @@ def compare_table(estimates: list) -> Any:
     """MHA / GQA / MQA side by side with reduction factors against the first (MHA)."""
     base = estimates[0]
     cols = [""] + [f"{e.spec.attention_kind} ({e.spec.kv_heads} KV)" for e in estimates]
-    cols += [f"MHA / {e.spec.attention_kind}" for e in estimates[1:]]
+    cols += [f"{e.spec.attention_kind} vs MHA" for e in estimates[1:]]
 
     def line(label, get, fmt, reduce=True, gain=False):
         vals = [get(e) for e in estimates]
         cells = [fmt(v) for v in vals]
-        if reduce:
-            cells += [_ratio(v, vals[0]) if gain else _ratio(vals[0], v) for v in vals[1:]]
+        if reduce:  # "4x less" for costs, "1.13x more" for intensity and throughput
+            cells += [f"{_ratio(v, vals[0])} more" if gain else f"{_ratio(vals[0], v)} less"
+                      for v in vals[1:]]
         else:
             cells += ["" for _ in vals[1:]]
         return [label] + cells
@@ -336,6 +346,8 @@ def compare_table(estimates: list) -> Any:
     rows = [
         line("KV bytes per token", lambda e: e.cache.bytes_per_token, lambda v: f"{v:,}"),
         line("kv_cache_bytes", lambda e: e.cache.bytes, human_bytes),
+        *([line(f"KV cache per device (tp {base.tp})", lambda e: e.cache.bytes_per_device,
+                human_bytes)] if base.tp > 1 else []),
         line("params total", lambda e: e.params.total, lambda v: f"{v:,}"),
         line("params attention", lambda e: e.params.attention, lambda v: f"{v:,}"),
         line("decode bytes", lambda e: e.decode.bytes, human_bytes),
@@ -351,14 +363,19 @@ def compare_table(estimates: list) -> Any:
                          gain=True))
         rows.append(line("bound", lambda e: e.roofline.bound, str, reduce=False))
         rows.append(line("max batch (fit)", lambda e: e.fit.max_batch, lambda v: f"{v:,}", reduce=False))
+    where = (f", tp {base.tp}" if base.tp > 1 else "") + (
+        f", on {base.hardware.name}" if base.hardware else "")
+    caption = "X vs MHA: how many times less (costs) or more (intensity, tokens/s) X gives"
+    if base.tp > 1 and any(e.cache.bytes_all_devices > e.cache.bytes for e in estimates):
+        caption += "; with tp > kv_heads, K/V heads are replicated, so per-device savings shrink"
     return table(f"{base.spec.name.split('[')[0]}: MHA vs GQA vs MQA at seq_len {base.seq_len:,}, "
-                 f"batch {base.batch}", cols, rows,
-                 caption="MHA / X: how many times smaller X makes it (for intensity and tokens/s: how many times larger)")
+                 f"batch {base.batch}{where}", cols, rows, caption=caption)
 
 
 def fit_table(est) -> Any:
     f, hw = est.fit, est.hardware
-    rows = [["weights per device", exact_bytes(f.weight_bytes)],
+    rows = [["usable per device (x fraction, - reserve)", exact_bytes(f.usable_bytes)],
+            ["weights per device", exact_bytes(f.weight_bytes)],
             ["free for KV cache per device", exact_bytes(f.free_for_kv_bytes)],
             [f"KV per sequence per device at {est.seq_len:,}", exact_bytes(f.kv_bytes_per_sequence)],
             [f"max batch at {est.seq_len:,} tokens", f"{f.max_batch:,}"],
@@ -366,5 +383,7 @@ def fit_table(est) -> Any:
              "unbounded (every layer slides)" if f.max_seq_len_unbounded else f"{f.max_seq_len:,}"],
             ["fits as asked", "yes" if f.fits else "no"],
             ["smallest tp that fits", str(est.min_tp_that_fits) if est.min_tp_that_fits else "none"]]
+    notes = [n for n in est.notes() if "max context" in n or "replicated" in n]
     return table(f"{est.spec.name} on {est.tp} x {hw.name} ({human_bytes(hw.memory_bytes)} each), "
-                 f"weights {est.weight_dtype.name}, KV {est.kv_dtype.name}", ["", ""], rows)
+                 f"weights {est.weight_dtype.name}, KV {est.kv_dtype.name}", ["", ""], rows,
+                 caption="\n".join(f"note: {n}" for n in notes) or None)

@@ -702,7 +702,8 @@ def reference_row(plan: SweepPlan, combo: Combo, seq_len: int, batch: int) -> di
             est, hardware=hw,
             roofline=decode_roofline(est.decode, hw, compute_dtype_for(wdt)),
             fit=roofline_fit(combo.spec, hw, seq_len, batch, wdt, combo.kv_dtype, combo.tp,
-                             plan.scale_bytes, plan.memory_fraction, plan.reserve_bytes))
+                             plan.scale_bytes, plan.memory_fraction, plan.reserve_bytes,
+                             plan.encoder_seq_len))
     return est.as_row()
 
 

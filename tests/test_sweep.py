@@ -434,3 +434,14 @@ def test_plot_measure_writes_png(tmp_path):
     assert out.read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(KvcalcError, match="exists"):
         plot.plot_measure(rows, out)
+
+
+def test_encoder_length_that_decides_the_fit():
+    # A short decoder prompt with a long encoder input: the cross-attention cache is what
+    # does not fit, so the sweep's self-check and its rows must use --encoder-seq-len.
+    plan = sweep.plan_sweep(T5, 128, "1,64", hardware=GPU, encoder_seq_len=1024)
+    rows = [row for chunk in sweep.chunks(plan) for row in chunk.rows()]
+    for row in rows:
+        want = estimate(T5, 128, row["batch"], "bf16", "bf16", 1, GPU, 0, 1024).as_row()
+        assert not same_row(row, want)
+    assert [row["fits"] for row in rows] == [True, False]

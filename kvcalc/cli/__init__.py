@@ -43,6 +43,9 @@ class KvcalcGroup(TyperGroup):
         except BrokenPipeError:  # `kvcalc ... | head`
             sys.stderr.close()
             sys.exit(0)
+        except OSError as e:  # a full disk or a size limit while writing a report
+            where = f" ({e.filename})" if e.filename else ""
+            _fail(f"cannot write{where}: {e.strerror or e}")
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)

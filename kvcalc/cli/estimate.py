@@ -35,6 +35,8 @@ from kvcalc.estimate import attention_variants, estimate as run_estimate
 
 def _estimates(request: ModelRequest, seq_len, batch, kv_dtype, weight_dtype, tp, gpu,
                kv_scale_bytes, encoder_seq_len, memory_fraction, reserve, compare=False):
+    if not 0 < memory_fraction <= 1:  # checked even when no device uses it
+        raise KvcalcError(f"--memory-fraction must be in (0, 1], got {memory_fraction}")
     spec = request.resolve()
     length = default_seq_len(spec, seq_len)
     hardware = resolve_gpu(gpu)
@@ -107,7 +109,7 @@ def register(app: typer.Typer) -> None:
         kv_dtype: KvDtypeOpt = "bf16",
         weight_dtype: WeightDtypeOpt = "bf16",
         tp: TpOpt = 1,
-        gpu: GpuOpt = DEFAULT_GPU,
+        gpu: Annotated[str, typer.Option("--gpu", help="Hardware preset to fit on.")] = DEFAULT_GPU,
         kv_scale_bytes: ScaleOpt = 0,
         encoder_seq_len: EncoderLenOpt = None,
         memory_fraction: MemFractionOpt = 1.0,

@@ -105,6 +105,8 @@ def register(app: typer.Typer) -> None:
             check_writable(output, force)
         if plot is not None:
             check_writable(plot, force)
+            if output is not None and output.resolve() == plot.resolve():
+                raise KvcalcError("--output and --plot name the same file")
             require_matplotlib(plot)
         from kvcalc.sweep import PlotSelection, plan_sweep, write_csv
 
