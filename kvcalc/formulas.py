@@ -340,19 +340,26 @@ def attention_flops_per_token(spec: ModelSpec, context: int, absorbed: bool = Tr
     return 2 * spec.heads * context * (spec.head_dim + spec.v_head_dim)
 
 
-def weight_params_per_device(spec: ModelSpec, params: int, tp: int) -> int:
+def kv_projection_params(spec: ModelSpec, counts: ParamCounts | None = None) -> int:
+    """Self-attention k and v weights over all layers (0 for MLA, whose latent is shared)."""
+    if spec.mla is not None:
+        return 0
+    b = (counts or param_counts(spec)).breakdown
+    return b.get("attention/k", 0) + b.get("attention/v", 0)
+
+
+def weight_params_per_device(spec: ModelSpec, params: int, tp: int,
+                             counts: ParamCounts | None = None) -> int:
     """Of `params` weights (all devices), those one of `tp` devices holds.
 
     Everything splits evenly (rounded up) except the self-attention K/V
     projections, which follow their heads: when tp exceeds kv_heads each device
     holds a whole head's k and v weights, replicated like the cache (vLLM's
     QKVParallelLinear). Norms and biases are small and counted as split.
+    `counts` passes param_counts(spec) when the caller already has it.
     """
     per_dev_heads = kv_heads_per_device(spec, tp)
-    kv_proj = 0
-    if spec.mla is None:
-        b = param_counts(spec).breakdown
-        kv_proj = b.get("attention/k", 0) + b.get("attention/v", 0)
+    kv_proj = kv_projection_params(spec, counts)
     if not kv_proj:
         return -(-params // tp)
     return -(-(params - kv_proj) // tp) + kv_proj * per_dev_heads // spec.kv_heads
@@ -551,7 +558,7 @@ def decode_step(
     # Per device under TP: weights and activations split evenly, K/V as stored per device.
     kv_write_dev = kv_bytes_per_token_per_layer(
         spec, kdt, scale_bytes, kv_heads=cache.kv_heads_per_device) * spec.layers * batch
-    weight_bytes_dev = wdt.nbytes(weight_params_per_device(spec, read_params, tp))
+    weight_bytes_dev = wdt.nbytes(weight_params_per_device(spec, read_params, tp, params))
     per_device_bytes = weight_bytes_dev + cache.bytes_per_device + kv_write_dev + -(-act_bytes // tp)
 
     prefill = prefill_flops(spec, seq_len, encoder_seq_len) * batch

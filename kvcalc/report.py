@@ -292,8 +292,8 @@ def estimate_tables(est) -> list:
                          ["term", "value", ""], srow,
                          caption=f"b={est.batch}, n={sz.n}, d={s.d_model}, h={s.heads}, "
                                  f"g={s.kv_heads}, k={s.head_dim}; n*g/(d*h) is the K/V reload term"
-                                 + (f"; n is the tokens a layer attends over on average "
-                                    f"(sliding windows), not seq_len" if sz.n != est.seq_len else "")))
+                                 + ("; n is the tokens a layer attends over on average "
+                                    "(sliding windows), not seq_len" if sz.n != est.seq_len else "")))
     if est.roofline is not None:
         r, f = est.roofline, est.fit
         hw = est.hardware

@@ -339,10 +339,8 @@ def _combo(spec: ModelSpec, kdt: DType, wdt: DType, tp: int, hw: Hardware | None
         experts, active = m.experts, m.active
         read_base -= m.experts * expert_params
 
-    kv_proj = kv_proj_dev = 0
-    if spec.mla is None:
-        kv_proj = params.breakdown.get("attention/k", 0) + params.breakdown.get("attention/v", 0)
-        kv_proj_dev = kv_proj * per_dev_heads // spec.kv_heads
+    kv_proj = formulas.kv_projection_params(spec, params)
+    kv_proj_dev = kv_proj * per_dev_heads // spec.kv_heads if kv_proj else 0
 
     constants = {
         "model": spec.name, "attention": spec.attention_kind, "layers": spec.layers,
@@ -370,7 +368,8 @@ def _combo(spec: ModelSpec, kdt: DType, wdt: DType, tp: int, hw: Hardware | None
         attn_flops=formulas.attention_flops_per_token(spec, 1),
         act_bytes=bb["activations"],
         attn_act_bytes=one.attention_bytes - bb["kv_read"] - bb["kv_write"],
-        read_base=read_base, kv_proj=kv_proj, kv_proj_dev=kv_proj_dev, emb_width=emb_width, vocab=spec.vocab, pos_width=pos_width,
+        read_base=read_base, kv_proj=kv_proj, kv_proj_dev=kv_proj_dev, emb_width=emb_width,
+        vocab=spec.vocab, pos_width=pos_width,
         pos_rows=spec.learned_pos, expert_params=expert_params, experts=experts, active=active,
         bandwidth=bandwidth, peak_flops=peak, free_bytes=free,
     )

@@ -376,6 +376,10 @@ def test_cli_plot(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     r = run("sweep", "--preset", "mistral-7b", "--seq-len", "1024", "--plot", str(png))
     assert r.exit_code == 2 and "--force" in r.stderr
+    same = tmp_path / "same.png"
+    r = run("sweep", "--preset", "mistral-7b", "--seq-len", "1024", "-o", str(same),
+            "--plot", str(same))
+    assert r.exit_code == 2 and "same file" in r.stderr and not same.exists()
 
 
 @pytest.mark.parametrize("args, fragment", [

@@ -17,6 +17,7 @@ from typing import Annotated, Optional
 import typer
 
 from kvcalc import report
+from kvcalc.errors import KvcalcError
 from kvcalc.plot import require_matplotlib
 from kvcalc.report import AtomicOutput, check_writable
 from kvcalc.cli.options import (
