@@ -356,3 +356,25 @@ def test_refusal_reason_is_the_pinned_backends_own():
                 "CuDNN attention has been runtime disabled."]
     assert impls.refusal_reason(messages, "flash", "x").startswith("Flash attention requires")
     assert impls.refusal_reason([], "flash", "No available kernel.\nmore") == "No available kernel."
+
+
+def test_auto_speedups_pair_auto_picks_even_when_the_winners_differ():
+    # MHA's auto picked sdpa and GQA's picked grouped (as happens when two are close):
+    # the speed-up is auto over auto, 2.0 s / 0.5 s, not missing.
+    from kvcalc.measure.runner import _add_speedups
+
+    def row(kv_heads, impl, requested, auto_pick, median_s, predicted_s):
+        return {"step": "attention", "kv_heads": kv_heads, "impl": impl, "impl_requested": requested,
+                "auto_pick": auto_pick, "median_s": median_s, "predicted_s": predicted_s,
+                "speedup_vs_mha": None, "predicted_speedup_vs_mha": None}
+
+    rows = [row(32, "sdpa", "auto", True, 2.0, 1.0), row(32, "grouped", "grouped", False, 3.0, 1.0),
+            row(8, "grouped", "grouped", True, 0.5, 0.25), row(8, "sdpa", "sdpa", False, 1.0, 0.25)]
+    _add_speedups(rows, heads=32)
+    gqa_grouped_named_and_auto, gqa_sdpa = rows[2], rows[3]
+    # Named rows pair with the same implementation: grouped 3.0/0.5; sdpa has no MHA row.
+    assert gqa_grouped_named_and_auto["speedup_vs_mha"] == 6.0
+    assert gqa_sdpa["speedup_vs_mha"] is None
+    rows = [row(32, "sdpa", "auto", True, 2.0, 1.0), row(8, "grouped", "auto", True, 0.5, 0.25)]
+    _add_speedups(rows, heads=32)
+    assert rows[1]["speedup_vs_mha"] == 4.0 and rows[1]["predicted_speedup_vs_mha"] == 4.0

@@ -380,10 +380,14 @@ def _run_group(group: Group, config: MeasureConfig, device, meta, dtype, tdtype,
             why = (f"auto on {device.type}: {best}, the fastest correct of {race}"
                    + (f" ({', '.join(failed)} failed)" if failed else "")
                    + (f"; {auto_reason}" if auto_reason else ""))
+            if best in group.impls:  # asked for by name too: one row is enough
+                timed[best]["auto_pick"] = True
+                timed[best]["note"] = "; ".join([why] + ([timed[best]["note"]] if timed[best]["note"] else []))
+                continue
             row = dict(timed[best])
             row["note"] = "; ".join([why] + ([row["note"]] if row["note"] else []))
-            if best in group.impls:  # asked for by name too: one row is enough
-                continue
+            row["auto_pick"] = True
+            row["impl_requested"] = "auto"
         else:
             row = measured.get(name) or _measure_impl(name, *args)
             measured[name] = row
@@ -415,6 +419,10 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
         "dtype": dtype,
         "step": group.step,
         "impl": name,
+        # "auto" when the row exists only as auto's pick; speed-ups pair auto with auto,
+        # whichever implementation won at each K/V-head count.
+        "impl_requested": name,
+        "auto_pick": False,
         "backend": "",
         "attention": attention_kind(spec.heads, spec.kv_heads),
         "heads": spec.heads,
@@ -601,10 +609,17 @@ def run_sweep(config: MeasureConfig, seq_lens: list[int], batches: list[int],
 
 
 def _add_speedups(rows: list[dict], heads: int) -> None:
-    """speedup_vs_mha: the MHA row's median over this row's, per (step, impl); same for predicted."""
-    mha = {(r["step"], r["impl"]): r for r in rows if r["kv_heads"] == heads}
+    """speedup_vs_mha: the MHA row's median over this row's, same for predicted.
+
+    A named implementation is paired with the same implementation's MHA row; auto's pick with
+    auto's pick for MHA, which may be another implementation (sdpa for MHA, grouped for MQA).
+    """
+    mha_rows = [r for r in rows if r["kv_heads"] == heads]
+    named = {(r["step"], r["impl"]): r for r in mha_rows if r["impl_requested"] != "auto"}
+    auto = {r["step"]: r for r in mha_rows if r["auto_pick"]}
     for r in rows:
-        base = mha.get((r["step"], r["impl"]))
+        base = (auto.get(r["step"]) if r["impl_requested"] == "auto"
+                else named.get((r["step"], r["impl"])))
         if base is None:
             continue
         if base["median_s"] and r["median_s"]:
