@@ -204,7 +204,14 @@ def console(stderr: bool = False):
     if stderr not in _consoles:
         from rich.console import Console
 
-        _consoles[stderr] = Console(stderr=stderr, highlight=False)
+        class _Console(Console):
+            def on_broken_pipe(self) -> None:
+                # rich exits 1 here; `kvcalc ... | head` is not a failure, so hand the
+                # error to the CLI, which exits 0.
+                self.quiet = True
+                raise BrokenPipeError
+
+        _consoles[stderr] = _Console(stderr=stderr, highlight=False)
     return _consoles[stderr]
 
 

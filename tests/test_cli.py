@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -228,3 +229,17 @@ def test_sliding_window_shazeer_uses_the_window():
     # Every Mistral layer attends over at most 4096 tokens: n*g/(d*h) = 4096*8/(4096*32).
     assert out["shazeer"]["n"] == 4096
     assert out["shazeer"]["terms"]["n*g/(d*h)"] == 0.25
+
+
+@pytest.mark.parametrize("args", [["presets"], ["estimate", "--preset", "gpt3"],
+                                  ["estimate", "--preset", "gpt3", "--format", "csv"]])
+def test_a_closed_pipe_is_not_a_failure(args):
+    # `kvcalc ... | head`: the reader is gone before kvcalc writes; exit 0, no traceback.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        r = subprocess.run([sys.executable, "-m", "kvcalc", *args], stdout=write_end,
+                           stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert r.returncode == 0 and r.stderr == "", r.stderr

@@ -6,6 +6,7 @@ becomes one line on stderr and exit code 2; nothing below the CLI prints or exit
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated, Optional
 
@@ -21,12 +22,23 @@ from kvcalc import __version__
 from kvcalc.errors import KvcalcError
 
 
+class _ReaderGone(Exception):
+    """stdout's reader closed the pipe (`kvcalc ... | head`); click would exit 1 on it."""
+
+
 class KvcalcGroup(TyperGroup):
     """Turns every expected failure into `kvcalc: error: ...` and exit code 2."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as e:
+            raise _ReaderGone from e
 
     def main(self, *args, standalone_mode: bool = True, **kwargs):
         try:
             rv = super().main(*args, standalone_mode=False, **kwargs)
+            sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
         except KvcalcError as e:
             _fail(str(e))
         except click_exceptions.UsageError as e:
@@ -40,8 +52,9 @@ class KvcalcGroup(TyperGroup):
         except typer.Abort:
             sys.stderr.write("kvcalc: aborted\n")
             sys.exit(1)
-        except BrokenPipeError:  # `kvcalc ... | head`
-            sys.stderr.close()
+        except (BrokenPipeError, _ReaderGone):  # `kvcalc ... | head`: the reader has what it wanted
+            # Point stdout at /dev/null so the flush at interpreter exit cannot fail again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(0)
         except OSError as e:  # a full disk or a size limit while writing a report
             where = f" ({e.filename})" if e.filename else ""
