@@ -303,6 +303,24 @@ def test_time_calls_rotates_and_flushes():
     assert calls == [0, 1, 0, 1, 0, 1, 0] and len(flushes) == 7 and t.samples == 5
 
 
+def test_timed_loop_continues_the_rotation_after_warm_up():
+    # 10 warm-up calls over 3 buffers end on buffer 0; restarting at 0 would read it twice
+    # in a row, the second time from L2.
+    calls = []
+    timing.time_calls([lambda i=i: calls.append(i) for i in range(3)], device=CPU,
+                      warmup=10, iters=7)
+    assert all(a != b for a, b in zip(calls, calls[1:])), calls
+    assert calls[10:] == [1, 2, 0, 1, 2, 0, 1]
+
+
+def test_queue_fill_covers_the_host_launch_loop_within_bounds():
+    ghz2 = 2e9
+    # 100 calls at 40 us each on the host: 4 ms of launches, 1.5x margin, in cycles.
+    assert timing.queue_fill_cycles(40e-6, 100, ghz2) == int(40e-6 * 100 * 1.5 * ghz2)
+    assert timing.queue_fill_cycles(0.0, 100, ghz2) == timing.QUEUE_FILL_MIN_CYCLES
+    assert timing.queue_fill_cycles(1.0, 1000, ghz2) == int(timing.QUEUE_FILL_MAX_S * ghz2)
+
+
 def test_ceilings_measured_and_cached(tmp_path):
     meta = ceilings.device_info(CPU)
     c = ceilings.measure_ceilings(CPU, "fp32", SMALL_CEILINGS)

@@ -49,8 +49,8 @@ def register(app: typer.Typer) -> None:
             "--device", help="auto, cuda or cpu (default: auto = cuda when available).")] = "auto",
         impl: Annotated[str, typer.Option(
             "--impl", help="auto, all, or one or more (comma-separated) of grouped, sdpa, repeat, "
-            "sdpa-flash, sdpa-efficient, sdpa-cudnn, sdpa-math (default: auto = sdpa-flash on "
-            "CUDA when flash accepts the inputs, else grouped).")] = "auto",
+            "sdpa-flash, sdpa-efficient, sdpa-cudnn, sdpa-math (default: auto = time grouped, sdpa "
+            "and, on CUDA when flash accepts the inputs, sdpa-flash; keep the fastest correct).")] = "auto",
         step: Annotated[str, typer.Option(
             "--step", help="attention (the attention call), layer (x -> qkv -> cache write -> "
             "attention -> output projection) or both (default: attention).")] = "attention",

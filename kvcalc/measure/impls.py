@@ -187,7 +187,17 @@ def probe_sdpa(device: torch.device, dtype: torch.dtype, heads: int, kv_heads: i
                 result[name] = "ok"
             except RuntimeError as e:
                 result[name] = _short(refusal_reason([str(w.message) for w in caught], name, str(e)))
-    _, ops = traced(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+    try:
+        _, ops = traced(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    except RuntimeError as e:
+        # The dispatcher's first choice can fail inside its kernel (cuDNN has, on some
+        # versions) with nothing to fall back to; the timed sdpa row will say so too.
+        # Plan memory as if K/V were copied: the safe side.
+        result["dispatch"] = f"failed: {_short(str(e))}"
+        result["kv_copied"] = "yes"
+        return result
     info = classify(ops)
     result["dispatch"] = info.backend
     result["kv_copied"] = "yes" if info.kv_copied else "no"

@@ -35,6 +35,7 @@ from kvcalc.spec import ModelSpec, dtype as _dtype
 MAX_SLOTS = 64  # rotation beyond this: flush instead
 L2_MULTIPLE = 4  # rotate over at least 4x the last-level cache
 LOGIT_BYTES = 16  # per logit, worst case: scores, fp32 copy, softmax, cast back
+GRAPH_POOL_SLACK_BYTES = 22 * 2**20  # per captured graph: one small and one large segment
 
 
 # --------------------------------------------------------------------------------
@@ -83,7 +84,7 @@ def l2_plan(slot_bytes: int, cache_bytes: int, cache_name: str, mode: str,
         plural = what + ("s" if not what.endswith("s") else "")
         return n, 0, f"rotated {n} {plural}, {_times(total)} {cache_name}{warn}"
     flush = L2_MULTIPLE * cache_bytes
-    return 1, flush, f"{cache_name} flushed before each repetition ({human_bytes(flush)} written)"
+    return 1, flush, f"{cache_name} flushed before each repetition ({human_bytes(flush)} read)"
 
 
 def needed_bytes(pred: StepPrediction, spec: ModelSpec, batch: int, seq_len: int,
@@ -107,7 +108,9 @@ def needed_bytes(pred: StepPrediction, spec: ModelSpec, batch: int, seq_len: int
 
     ws = max(workspace(n) for n in impl_names)
     if cuda_graphs:
-        ws *= slots  # each captured graph keeps its own memory pool
+        # Each captured graph keeps its own memory pool, rounded up to whole allocator
+        # segments (2 MiB small, 20 MiB large).
+        ws = slots * (ws + GRAPH_POOL_SLACK_BYTES)
     # The float64 reference: one sequence's K and V of one head at a time (two for
     # the layer step, which copies a whole sequence), its logits, and the output.
     per_seq_cache = pred.kv_cache_bytes // batch
@@ -348,7 +351,8 @@ def _run_group(group: Group, config: MeasureConfig, device, meta, dtype, tdtype,
     scale = spec.head_dim ** -0.5
     s0 = slots[0]
     try:
-        flush_buf = (torch.empty(group.flush_bytes, dtype=torch.uint8, device=device)
+        # int64 words: a sum over them runs at memory speed on a CPU too (uint8's does not).
+        flush_buf = (torch.zeros(-(-group.flush_bytes // 8), dtype=torch.int64, device=device)
                      if group.flush_bytes else None)
         reference = (impls.reference_attention(s0.q, s0.k, s0.v, scale)
                      if group.step == "attention" else impls.reference_layer(s0, scale))
@@ -356,7 +360,9 @@ def _run_group(group: Group, config: MeasureConfig, device, meta, dtype, tdtype,
         raise KvcalcError(f"out of {device.type} memory for the flush buffer or the float64 "
                           f"reference (planned peak {human_bytes(group.needed_bytes)}); try a "
                           f"smaller --seq-len or --batch") from None
-    flush = flush_buf.zero_ if flush_buf is not None else None
+    # Flush by reading, not writing: a written buffer leaves dirty lines whose write-back
+    # would land inside the next timed call.
+    flush = flush_buf.sum if flush_buf is not None else None
     _sync(device)
     tick(f"{group.step} {attention_kind(spec.heads, spec.kv_heads)} kv_heads={spec.kv_heads}: "
          f"{group.slots} x {human_bytes(pred.kv_cache_bytes)} allocated")
@@ -503,8 +509,12 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
     if t.median_s < 0.95 * rl.time_s:
         notes.append("faster than the roofline bound: the working set was partly cache-resident "
                      "or a ceiling was measured low")
-    if device.type == "cuda" and not config.cuda_graphs and t.median_s < 50e-6:
-        notes.append("under 50 us per call: launch overhead may dominate; try --cuda-graphs")
+    if t.host_s_per_call is not None and t.host_s_per_call > t.median_s:
+        # The queue fill let the GPU run the calls back to back, so the median is GPU
+        # time; a serving loop launching the same way would run at the host's rate.
+        notes.append(f"launch-bound: the host took {human_seconds(t.host_s_per_call)} to queue "
+                     f"each call, the GPU {human_seconds(t.median_s)} to run it"
+                     + ("" if config.cuda_graphs else "; try --cuda-graphs"))
     if name == "sdpa-flash" and group.step == "attention":
         notes.append("bytes_moved omits flash-decoding's split-KV partials (fp32, written and "
                      "read back; their count is the kernel's own heuristic)")

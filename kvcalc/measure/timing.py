@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 
-QUEUE_FILL_CYCLES = 2_000_000  # about 1 ms of GPU clock cycles
+QUEUE_FILL_MIN_CYCLES = 2_000_000  # about 1 ms at 2 GHz
+QUEUE_FILL_MAX_S = 2.0  # never spin the GPU longer than this before a timed loop
+QUEUE_FILL_MARGIN = 1.5  # cover the host's whole launch loop, with room to spare
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,9 @@ class Timing:
     min_s: float
     timer: str  # "cuda-events" or "perf_counter"
     cuda_graphs: bool
+    # CUDA: the host's time to queue one call (flush, events, launch), timed loop only.
+    # Above median_s the step is launch-bound: the GPU outruns the host.
+    host_s_per_call: float | None = None
 
     @property
     def spread(self) -> float:
@@ -33,7 +38,8 @@ class Timing:
         return (self.p90_s - self.p10_s) / self.median_s if self.median_s else 0.0
 
 
-def summarise(samples_s: Sequence[float], timer: str, cuda_graphs: bool = False) -> Timing:
+def summarise(samples_s: Sequence[float], timer: str, cuda_graphs: bool = False,
+              host_s_per_call: float | None = None) -> Timing:
     s = sorted(samples_s)
     if len(s) == 1:
         p10 = p90 = s[0]
@@ -41,7 +47,25 @@ def summarise(samples_s: Sequence[float], timer: str, cuda_graphs: bool = False)
         q = statistics.quantiles(s, n=10, method="inclusive")
         p10, p90 = q[0], q[-1]
     return Timing(median_s=statistics.median(s), p10_s=p10, p90_s=p90, samples=len(s),
-                  min_s=s[0], timer=timer, cuda_graphs=cuda_graphs)
+                  min_s=s[0], timer=timer, cuda_graphs=cuda_graphs, host_s_per_call=host_s_per_call)
+
+
+def queue_fill_cycles(host_s_per_call: float, iters: int, clock_hz: float) -> int:
+    """GPU cycles to spin before the timed loop so the host queues all of it first.
+
+    While the GPU spins, the host enqueues every timed call; then the GPU runs them
+    back to back and the events time kernels, not the host's launch rate. Sized
+    from the host's measured launch time, at least ~1 ms, at most QUEUE_FILL_MAX_S.
+    """
+    want = host_s_per_call * iters * QUEUE_FILL_MARGIN * clock_hz
+    return int(min(max(want, QUEUE_FILL_MIN_CYCLES), QUEUE_FILL_MAX_S * clock_hz))
+
+
+def _clock_hz(device) -> float:
+    import torch
+
+    khz = getattr(torch.cuda.get_device_properties(device), "clock_rate", 0) or 2_000_000
+    return khz * 1e3
 
 
 def time_calls(fns: Sequence[Callable[[], object]], *, device, warmup: int, iters: int,
@@ -64,32 +88,42 @@ def time_calls(fns: Sequence[Callable[[], object]], *, device, warmup: int, iter
         if not is_cuda:
             raise ValueError("CUDA graphs need a CUDA device")
         calls = _capture(calls)
+    n = len(calls)
+    launch_s = []
     for i in range(warmup):
+        t0 = time.perf_counter()
         if flush is not None:
             flush()
-        calls[i % len(calls)]()
+        calls[i % n]()
+        launch_s.append(time.perf_counter() - t0)
+    # The timed loop carries on the rotation where warm-up stopped, so no repetition
+    # follows a call on the same buffer (which would find it in L2).
+    order = [(warmup + i) % n for i in range(iters)]
     if is_cuda:
         torch.cuda.synchronize(device)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
         if hasattr(torch.cuda, "_sleep"):
-            # Keep the GPU busy while the host queues the first calls, so the events
-            # time the kernels rather than the host's launch rate.
-            torch.cuda._sleep(QUEUE_FILL_CYCLES)
-        for i in range(iters):
+            # Warm-up launches are asynchronous: their host time is the launch cost
+            # (the first may include lazy initialisation, so take the median).
+            host_estimate = statistics.median(launch_s) if launch_s else 0.0
+            torch.cuda._sleep(queue_fill_cycles(host_estimate, iters, _clock_hz(device)))
+        t0 = time.perf_counter()
+        for i, j in enumerate(order):
             if flush is not None:
                 flush()
             starts[i].record()
-            calls[i % len(calls)]()
+            calls[j]()
             ends[i].record()
+        host_s_per_call = (time.perf_counter() - t0) / iters
         torch.cuda.synchronize(device)
         samples = [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
-        return summarise(samples, "cuda-events", cuda_graphs)
+        return summarise(samples, "cuda-events", cuda_graphs, host_s_per_call)
     samples = []
-    for i in range(iters):
+    for j in order:
         if flush is not None:
             flush()
-        fn = calls[i % len(calls)]
+        fn = calls[j]
         t0 = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - t0)
