@@ -7,6 +7,7 @@ import csv
 import importlib.util
 import io
 import json
+import subprocess
 import sys
 
 import pytest
@@ -185,6 +186,14 @@ def test_cache_ceilings(tmp_path, monkeypatch):
     assert (tmp_path / "kvcalc" / "ceilings.json").exists()
     r = invoke("measure", *TINY, "--cache-ceilings", "--format", "json")
     assert json.loads(r.stdout)["ceilings"]["source"].startswith("cache file")
+    # An entry edited by hand (no dtype) is measured again, not trusted or crashed on.
+    path = tmp_path / "kvcalc" / "ceilings.json"
+    cache = json.loads(path.read_text())
+    for entry in cache.values():
+        del entry["dtype"]
+    path.write_text(json.dumps(cache))
+    r = invoke("measure", *TINY, "--cache-ceilings")
+    assert r.exit_code == 0 and "ceilings (measured)" in r.stdout, r.output
 
 
 def test_help_names_units_and_defaults():
@@ -230,3 +239,31 @@ def test_sizes_need_sweep_for_a_spec_and_bad_specs_exit_2():
     assert r.exit_code == 2 and "--sweep" in r.stderr
     r = invoke("measure", *SWEEP, "--sweep", "--seq-len", "128:32:*2")
     assert r.exit_code == 2 and "--seq-len" in r.stderr
+
+
+@needs_torch
+def test_absurd_head_width_refused_before_any_allocation():
+    # 32 x 4,194,304 = 134,217,728 query width: a 64-token probe alone would need ~34 GiB.
+    r = invoke("measure", "--heads", "32", "--kv-heads", "8", "--head-dim", "4194304",
+               "--seq-len", "1", "--batch", "1", "--device", "cpu")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == ("kvcalc: error: --heads x --head-dim = 134,217,728 is absurdly "
+                                "large (limit 4,194,304)")
+
+
+@needs_torch
+def test_output_and_plot_on_one_file_refused_before_measuring(tmp_path):
+    same = tmp_path / "m.png"
+    r = invoke("measure", *TINY, "--plot", str(same), "-o", str(same))
+    assert r.exit_code == 2 and "--output and --plot name the same file" in r.stderr
+    assert not same.exists()
+
+
+@needs_torch
+def test_redirected_stderr_carries_only_the_error_line():
+    # No progress bar off a terminal: an error is exactly one line.
+    r = subprocess.run([sys.executable, "-m", "kvcalc", "measure", *TINY, "--device", "cuda"],
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode == 0:
+        pytest.skip("this machine has CUDA")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("kvcalc: error:")

@@ -396,3 +396,35 @@ def test_auto_speedups_pair_auto_picks_even_when_the_winners_differ():
     rows = [row(32, "sdpa", "auto", True, 2.0, 1.0), row(8, "grouped", "auto", True, 0.5, 0.25)]
     _add_speedups(rows, heads=32)
     assert rows[1]["speedup_vs_mha"] == 4.0 and rows[1]["predicted_speedup_vs_mha"] == 4.0
+
+
+def _write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_cgroup_v1_limit_caps_the_cpu_memory_guard(tmp_path):
+    # A 3 GiB limit two levels up from this process's cgroup, 1 GiB used of which
+    # 256 MiB is inactive page cache: 3 - 1 + 0.25 GiB left, whatever MemAvailable says.
+    gib = 2**30
+    _write(tmp_path / "cgroup", "4:memory:/jobs/task\n3:cpuset:/\n")
+    mem = tmp_path / "sys" / "memory"
+    _write(mem / "jobs" / "memory.limit_in_bytes", f"{3 * gib}\n")
+    _write(mem / "jobs" / "memory.usage_in_bytes", f"{gib}\n")
+    _write(mem / "jobs" / "memory.stat", f"cache 1\ntotal_inactive_file {gib // 4}\n")
+    _write(mem / "jobs" / "task" / "memory.limit_in_bytes", "9223372036854771712\n")  # no limit
+    _write(mem / "jobs" / "task" / "memory.usage_in_bytes", "5\n")
+    left = ceilings.cgroup_available_bytes(str(tmp_path / "cgroup"), str(tmp_path / "sys"))
+    assert left == 3 * gib - gib + gib // 4
+
+
+def test_cgroup_v2_max_and_no_limit(tmp_path):
+    _write(tmp_path / "cgroup", "0::/a\n")
+    v2 = tmp_path / "sys"
+    _write(v2 / "a" / "memory.max", "max\n")
+    _write(v2 / "a" / "memory.current", "100\n")
+    assert ceilings.cgroup_available_bytes(str(tmp_path / "cgroup"), str(v2)) is None
+    _write(v2 / "memory.max", "1000\n")  # the container's own limit, at the namespace root
+    _write(v2 / "memory.current", "400\n")
+    assert ceilings.cgroup_available_bytes(str(tmp_path / "cgroup"), str(v2)) == 600
+    assert ceilings.cgroup_available_bytes(str(tmp_path / "missing"), str(v2)) is None

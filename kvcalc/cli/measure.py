@@ -97,6 +97,8 @@ def register(app: typer.Typer) -> None:
         for target in (output, plot):  # fail before minutes of measuring, not after
             if target is not None:
                 report.check_writable(target, force)
+        if output is not None and plot is not None and output.resolve() == plot.resolve():
+            raise KvcalcError("--output and --plot name the same file")
         if plot is not None:
             from kvcalc.plot import require_matplotlib
 
@@ -118,7 +120,7 @@ def register(app: typer.Typer) -> None:
             from kvcalc.plot import plot_measure
 
             plot_measure([r for r in result.rows if r["median_s"]], plot, force)
-            report.error_console().print(f"wrote {plot}", highlight=False)
+            report.error_console().print(f"wrote {plot}", highlight=False, markup=False)
         if fmt is OutputFormat.table and output is None:
             _print_table(result)
             return
@@ -187,7 +189,12 @@ def _cache_path() -> Path:
 
 
 def _run_with_progress(run, config):
-    """A rich progress bar on stderr while the library reports its phases."""
+    """A rich progress bar on stderr while the library reports its phases.
+
+    Only on a terminal: redirected, a transient bar leaves nothing useful, only a stray
+    blank line before any error message."""
+    if not report.error_console().is_terminal:
+        return run(config, progress=None)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),

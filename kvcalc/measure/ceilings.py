@@ -86,7 +86,15 @@ def cpu_llc_bytes() -> int:
 
 
 def cpu_available_bytes() -> int:
-    """MemAvailable from /proc/meminfo (free RAM the kernel can hand out without swapping)."""
+    """RAM this process can allocate: MemAvailable from /proc/meminfo (what the kernel can
+    hand out without swapping), capped by the container's cgroup memory limit, which
+    the OOM killer enforces whatever MemAvailable says."""
+    available = _meminfo_available_bytes()
+    in_cgroup = cgroup_available_bytes()
+    return available if in_cgroup is None else min(available, in_cgroup)
+
+
+def _meminfo_available_bytes() -> int:
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -98,6 +106,72 @@ def cpu_available_bytes() -> int:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return 0
+
+
+# (limit file, usage file, reclaimable page-cache key in memory.stat) per cgroup version
+_CGROUP_V1 = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+_CGROUP_V2 = ("memory.max", "memory.current", "inactive_file")
+_NO_LIMIT = 1 << 60  # v1 reports "no limit" as a page-rounded 2**63
+
+
+def cgroup_available_bytes(proc_cgroup: str = "/proc/self/cgroup",
+                           sys_root: str = "/sys/fs/cgroup") -> int | None:
+    """The tightest (limit - usage + inactive page cache) over this process's memory
+    cgroup and its ancestors, v1 or v2; None where no limit is set or readable.
+
+    Inactive file pages are counted as free because the kernel reclaims them before
+    it kills anything (docker stats makes the same correction)."""
+    try:
+        with open(proc_cgroup) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    found: list[int] = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hier, controllers, path = parts
+        if hier == "0" and controllers == "":
+            layout, roots = _CGROUP_V2, [sys_root, os.path.join(sys_root, "unified")]
+        elif "memory" in controllers.split(","):
+            layout, roots = _CGROUP_V1, [os.path.join(sys_root, "memory")]
+        else:
+            continue
+        # In a container the cgroup namespace may hide the path: try it and its ancestors
+        # under each root; the root's own files are the container's limit.
+        segments = [s for s in path.split("/") if s]
+        for root in roots:
+            for depth in range(len(segments), -1, -1):
+                left = _cgroup_room(os.path.join(root, *segments[:depth]), layout)
+                if left is not None:
+                    found.append(left)
+    return max(0, min(found)) if found else None
+
+
+def _cgroup_room(folder: str, layout: tuple[str, str, str]) -> int | None:
+    limit_file, usage_file, inactive_key = layout
+    try:
+        with open(os.path.join(folder, limit_file)) as f:
+            raw = f.read().strip()
+        if raw == "max" or int(raw) >= _NO_LIMIT:
+            return None
+        limit = int(raw)
+        with open(os.path.join(folder, usage_file)) as f:
+            usage = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    inactive = 0
+    try:
+        with open(os.path.join(folder, "memory.stat")) as f:
+            for stat in f:
+                key, _, value = stat.partition(" ")
+                if key == inactive_key:
+                    inactive = int(value)
+                    break
+    except (OSError, ValueError):
+        pass
+    return limit - usage + min(inactive, usage)
 
 
 def free_bytes(device) -> int:
@@ -277,7 +351,7 @@ def get_ceilings(device, device_meta: dict[str, Any], dtype: str,
     if cache_path is not None:
         key = cache_key(device_meta, dtype)
         cached = load_cached(cache_path, key)
-        if cached is not None:
+        if cached is not None and cached.get("dtype") == dtype:  # else: edited by hand, re-measure
             return {**cached, "source": f"cache file {cache_path} ({cached.get('measured_at', '?')})"}
     measured = measure_ceilings(device, dtype, buffer_bytes)
     if cache_path is not None and buffer_bytes is None:

@@ -30,12 +30,22 @@ from kvcalc.measure.predict import StepPrediction, block_spec, predict
 from kvcalc.measure.timing import time_calls
 from kvcalc.report import human_bytes, human_seconds
 from kvcalc.roofline import roofline
-from kvcalc.spec import ModelSpec, dtype as _dtype
+from kvcalc.spec import MAX_WIDTH, ModelSpec, dtype as _dtype
 
 MAX_SLOTS = 64  # rotation beyond this: flush instead
 L2_MULTIPLE = 4  # rotate over at least 4x the last-level cache
 LOGIT_BYTES = 16  # per logit, worst case: scores, fp32 copy, softmax, cast back
 GRAPH_POOL_SLACK_BYTES = 22 * 2**20  # per captured graph: one small and one large segment
+PROBE_SEQ_LEN = 64  # tokens in the SDPA backend probes
+
+
+def probe_bytes(heads: int, kv_heads: int, head_dim: int, seq_len: int, dtype: str) -> int:
+    """Upper bound on an SDPA probe's memory: q, K, V, output, and the math backend's
+    fp32 copies with K/V repeated per query head, and its logits."""
+    e = _dtype(dtype).nbytes(1)
+    tensors = e * head_dim * (2 * heads + 2 * kv_heads * seq_len)
+    math_fallback = 4 * head_dim * (2 * heads + 2 * heads * seq_len) + LOGIT_BYTES * heads * seq_len
+    return tensors + math_fallback
 
 
 # --------------------------------------------------------------------------------
@@ -185,6 +195,26 @@ def run(config: MeasureConfig, progress: Progress | None = None,
     iters = config.iters or defaults.iters
     run_notes: list[str] = []
 
+    # --- shapes, validated before anything is allocated (the SDPA probes included) ---
+    if config.d_model is None and config.heads * config.head_dim > MAX_WIDTH:
+        raise KvcalcError(f"--heads x --head-dim = {config.heads * config.head_dim:,} is absurdly "
+                          f"large (limit {MAX_WIDTH:,})")
+    for kv in config.kv_variants():
+        block_spec(config.heads, kv, config.head_dim, config.d_model)
+    seq_len = config.seq_len or defaults.seq_len
+    free = ceil_mod.free_bytes(device)
+    usable = int(free * config.memory_fraction)
+    probe_seq_len = min(PROBE_SEQ_LEN, seq_len)
+    probe_need = probe_bytes(config.heads, max(config.kv_variants()), config.head_dim,
+                             probe_seq_len, dtype)
+
+    def probe(kv: int) -> dict[str, str]:
+        if probe_need > usable:
+            raise KvcalcError(f"even a {probe_seq_len}-token SDPA probe needs "
+                              f"{human_bytes(probe_need)} but {human_bytes(usable)} of {kind} "
+                              f"memory is usable; try a smaller --heads or --head-dim")
+        return impls.probe_sdpa(device, tdtype, config.heads, kv, config.head_dim, probe_seq_len)
+
     # --- implementations ---
     requested = config.impl_names()
     names: list[str] = []
@@ -194,7 +224,7 @@ def run(config: MeasureConfig, progress: Progress | None = None,
         else:
             names.append(n)
     names = list(dict.fromkeys(names))
-    auto_pick, auto_reason = _auto_choice(device, tdtype, config) if "auto" in names else ("", "")
+    auto_pick, auto_reason = _auto_choice(device, probe, config.kv_heads) if "auto" in names else ("", "")
     auto_candidates = [c for c in AUTO_CANDIDATES[kind] if c != "sdpa-flash" or auto_pick == c]
     concrete = [n for n in names if n != "auto"]
     concrete_for_memory = list(dict.fromkeys(concrete + (auto_candidates if "auto" in names else [])))
@@ -203,14 +233,11 @@ def run(config: MeasureConfig, progress: Progress | None = None,
     sdpa_probe: dict[int, dict[str, str]] = {}
     if "sdpa" in concrete_for_memory:
         for kv in config.kv_variants():
-            sdpa_probe[kv] = impls.probe_sdpa(device, tdtype, config.heads, kv, config.head_dim)
+            sdpa_probe[kv] = probe(kv)
     sdpa_copies = {kv: p.get("kv_copied") == "yes" for kv, p in sdpa_probe.items()}
 
     # --- sizes and the memory guard ---
-    seq_len = config.seq_len or defaults.seq_len
     batch = config.batch or default_batch(config, seq_len, dtype, kind)
-    free = ceil_mod.free_bytes(device)
-    usable = int(free * config.memory_fraction)
     ceiling_ws = ceil_mod.ceiling_workspace_bytes(kind, dtype) if ceiling_buffer_bytes is None \
         else 2 * ceiling_buffer_bytes
 
@@ -281,7 +308,7 @@ def run(config: MeasureConfig, progress: Progress | None = None,
     return MeasureResult(rows=rows, device=meta, ceilings=ceilings, config=resolved)
 
 
-def _auto_choice(device: torch.device, tdtype: torch.dtype, config: MeasureConfig) -> tuple[str, str]:
+def _auto_choice(device: torch.device, probe, kv_heads: int) -> tuple[str, str]:
     """Whether the fused flash path is among auto's candidates on this device and dtype.
 
     auto then times every candidate (AUTO_CANDIDATES) that passes the correctness
@@ -289,10 +316,10 @@ def _auto_choice(device: torch.device, tdtype: torch.dtype, config: MeasureConfi
     """
     if device.type != "cuda":
         return "", ""
-    probe = impls.probe_sdpa(device, tdtype, config.heads, config.kv_heads, config.head_dim)
-    if probe.get("flash") == "ok":
+    result = probe(kv_heads)
+    if result.get("flash") == "ok":
         return "sdpa-flash", ""
-    return "", f"flash refused ({probe.get('flash')})"
+    return "", f"flash refused ({result.get('flash')})"
 
 
 def _refusal(need: int, free: int, usable: int, kind: str, seq_len: int, batch: int,
