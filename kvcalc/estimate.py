@@ -92,6 +92,9 @@ class Estimate:
                 "per_device_flops": d.per_device_flops,
             },
         }
+        # Every key is always there: null where it does not apply (shazeer for MLA,
+        # roofline and fit without hardware), so consumers need no key checks.
+        out["shazeer"] = out["shazeer_batched"] = out["roofline"] = out["fit"] = None
         if self.shazeer is not None:
             out["shazeer"] = _shazeer_dict(self.shazeer)
             out["shazeer_batched"] = _shazeer_dict(self.shazeer_batched)
@@ -221,6 +224,8 @@ def estimate(
     if encoder_seq_len is not None and not spec.encoder_layers:
         raise KvcalcError(f"--encoder-seq-len applies to encoder-decoder models; {spec.name} "
                           f"is decoder-only")
+    if scale_bytes < 0:  # 0 (no scales) is the default
+        raise KvcalcError(f"kv_scale_bytes must be >= 0, got {scale_bytes}")
     check_size("kv_scale_bytes", scale_bytes, 64) if scale_bytes else None
     kdt = kv_dtype if isinstance(kv_dtype, DType) else _dtype(kv_dtype)
     wdt = weight_dtype if isinstance(weight_dtype, DType) else _dtype(weight_dtype)

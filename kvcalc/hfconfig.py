@@ -33,10 +33,24 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, quoted, value_problem
+from kvcalc.inputfile import read_text
 from kvcalc.spec import MLA, ModelSpec, MoE
 
 _MISSING = object()
+
+
+def _describe(value: Any) -> str:
+    """A JSON value for a message: scalars as written (long ones cut), containers by kind."""
+    if isinstance(value, list):
+        return f"a list of {len(value):,}"
+    if isinstance(value, dict):
+        return f"an object of {len(value):,} keys"
+    if isinstance(value, str):
+        return quoted(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"a {value.bit_length():,}-bit integer"
+    return json.dumps(value)
 
 
 class _Config:
@@ -67,7 +81,7 @@ class _Config:
 
     def _check_int(self, key: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error(f"field {key!r} must be an integer, got {value!r}")
+            raise self.error(f"field {key!r} must be an integer, got {_describe(value)}")
         return value
 
     def req_int(self, key: str, *aliases: str, why: str = "") -> int:
@@ -75,6 +89,14 @@ class _Config:
         if value is _MISSING or value is None:
             raise self._missing(key, why)
         return self._check_int(key, value)
+
+    def req_dim(self, key: str, *aliases: str) -> int:
+        """A required size that later divides or multiplies (heads, widths): positive."""
+        value = self.req_int(key, *aliases)
+        if value <= 0:
+            given = next(k for k in (key, *aliases) if k in self.cfg)
+            raise self.error(f"field {given!r} must be positive, got {value}")
+        return value
 
     def opt_int(self, key: str, default: int | None, *aliases: str) -> int | None:
         """An int, or `default` when the field is absent or null."""
@@ -125,6 +147,9 @@ def _window_from_layer_types(c: _Config, layers: int, window: int) -> tuple[int,
     types = c.raw("layer_types")
     if not isinstance(types, list) or len(types) != layers:
         raise c.error(f"field 'layer_types' must be a list of {layers} entries")
+    odd = next((t for t in types if not isinstance(t, str)), None)
+    if odd is not None:
+        raise c.error(f"field 'layer_types' must list strings, got {_describe(odd)}")
     sliding = [t == "sliding_attention" for t in types]
     unknown = {t for t in types if t not in ("sliding_attention", "full_attention")}
     if unknown:
@@ -168,11 +193,11 @@ def _qwen_window(c: _Config, layers: int) -> tuple[int, int, str]:
 
 def _llama_like(c: _Config, family: str) -> dict:
     """Llama, Mistral, Mixtral, Qwen2/3, Gemma/Gemma 2, Phi-3: RoPE, RMSNorm, gated MLP."""
-    hidden = c.req_int("hidden_size")
-    layers = c.req_int("num_hidden_layers")
-    heads = c.req_int("num_attention_heads")
-    vocab = c.req_int("vocab_size")
-    d_ff = c.req_int("intermediate_size")
+    hidden = c.req_dim("hidden_size")
+    layers = c.req_dim("num_hidden_layers")
+    heads = c.req_dim("num_attention_heads")
+    vocab = c.req_dim("vocab_size")
+    d_ff = c.req_dim("intermediate_size")
     notes: list[str] = []
 
     if family in ("llama", "phi3"):
@@ -257,11 +282,11 @@ def _llama_like(c: _Config, family: str) -> dict:
 
 def _deepseek(c: _Config, family: str) -> dict:
     """DeepSeek-V2/V3: MLA attention, DeepSeekMoE after `first_k_dense_replace` layers."""
-    hidden = c.req_int("hidden_size")
-    layers = c.req_int("num_hidden_layers")
-    heads = c.req_int("num_attention_heads")
-    vocab = c.req_int("vocab_size")
-    d_ff = c.req_int("intermediate_size")
+    hidden = c.req_dim("hidden_size")
+    layers = c.req_dim("num_hidden_layers")
+    heads = c.req_dim("num_attention_heads")
+    vocab = c.req_dim("vocab_size")
+    d_ff = c.req_dim("intermediate_size")
     mla = MLA(
         kv_lora_rank=c.req_int("kv_lora_rank"),
         qk_rope_head_dim=c.req_int("qk_rope_head_dim"),
@@ -311,10 +336,10 @@ def _deepseek(c: _Config, family: str) -> dict:
 
 def _falcon(c: _Config, family: str) -> dict:
     """Falcon (FalconConfig / modeling_falcon.py): RoPE or ALiBi, LayerNorm with bias."""
-    hidden = c.req_int("hidden_size", "n_embed")
-    layers = c.req_int("num_hidden_layers", "n_layer")
-    heads = c.req_int("num_attention_heads", "n_head")
-    vocab = c.req_int("vocab_size")
+    hidden = c.req_dim("hidden_size", "n_embed")
+    layers = c.req_dim("num_hidden_layers", "n_layer")
+    heads = c.req_dim("num_attention_heads", "n_head")
+    vocab = c.req_dim("vocab_size")
     new_arch = c.opt_bool("new_decoder_architecture", False)
     multi_query = c.opt_bool("multi_query", True)
     parallel = c.opt_bool("parallel_attn", True)
@@ -353,8 +378,8 @@ def _falcon(c: _Config, family: str) -> dict:
 
 def _gpt2_like(c: _Config, family: str) -> dict:
     """GPT-2 and GPT-BigCode: learned positions, Conv1D/Linear with biases, plain MLP."""
-    hidden = c.req_int("n_embd", "hidden_size")
-    heads = c.req_int("n_head", "num_attention_heads")
+    hidden = c.req_dim("n_embd", "hidden_size")
+    heads = c.req_dim("n_head", "num_attention_heads")
     positions = c.req_int("n_positions", "max_position_embeddings")
     inner = c.opt_int("n_inner", None)
     if family == "gpt_bigcode":
@@ -363,10 +388,10 @@ def _gpt2_like(c: _Config, family: str) -> dict:
     else:
         kv_heads = heads
     return dict(
-        layers=c.req_int("n_layer", "num_hidden_layers"), d_model=hidden, heads=heads,
+        layers=c.req_dim("n_layer", "num_hidden_layers"), d_model=hidden, heads=heads,
         kv_heads=kv_heads, head_dim=hidden // heads,
         d_ff=inner if inner is not None else 4 * hidden,  # n_inner: None -> 4 * n_embd
-        vocab=c.req_int("vocab_size"), mlp="plain",
+        vocab=c.req_dim("vocab_size"), mlp="plain",
         qkv_bias=True, out_bias=True, mlp_bias=True,
         norm="layernorm", norm_bias=True, norms_per_layer=2,
         tied_embeddings=c.opt_bool("tie_word_embeddings", True),
@@ -376,16 +401,16 @@ def _gpt2_like(c: _Config, family: str) -> dict:
 
 def _gpt_neox(c: _Config, family: str) -> dict:
     """GPT-NeoX / Pythia: rotary, fused qkv with bias, untied embed_out by default."""
-    hidden = c.req_int("hidden_size")
-    heads = c.req_int("num_attention_heads")
+    hidden = c.req_dim("hidden_size")
+    heads = c.req_dim("num_attention_heads")
     attn_bias = c.opt_bool("attention_bias", True)  # query_key_value and dense
     notes = []
     if c.opt_bool("use_parallel_residual", True):
         notes.append("parallel residual: attention and MLP read separate LayerNorms")
     return dict(
-        layers=c.req_int("num_hidden_layers"), d_model=hidden, heads=heads, kv_heads=heads,
-        head_dim=hidden // heads, d_ff=c.req_int("intermediate_size"),
-        vocab=c.req_int("vocab_size"), mlp="plain",
+        layers=c.req_dim("num_hidden_layers"), d_model=hidden, heads=heads, kv_heads=heads,
+        head_dim=hidden // heads, d_ff=c.req_dim("intermediate_size"),
+        vocab=c.req_dim("vocab_size"), mlp="plain",
         qkv_bias=attn_bias, out_bias=attn_bias, mlp_bias=True,
         norm="layernorm", norm_bias=True, norms_per_layer=2,
         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
@@ -396,8 +421,8 @@ def _gpt_neox(c: _Config, family: str) -> dict:
 
 def _opt(c: _Config, family: str) -> dict:
     """OPT: learned positions with an offset of 2 rows, ReLU MLP, biases (enable_bias)."""
-    hidden = c.req_int("hidden_size")
-    heads = c.req_int("num_attention_heads")
+    hidden = c.req_dim("hidden_size")
+    heads = c.req_dim("num_attention_heads")
     positions = c.req_int("max_position_embeddings")
     proj = c.opt_int("word_embed_proj_dim", hidden)
     if proj != hidden:
@@ -410,8 +435,8 @@ def _opt(c: _Config, family: str) -> dict:
     final = c.opt_bool("do_layer_norm_before", True) and not c.opt_bool(
         "_remove_final_layer_norm", False)
     return dict(
-        layers=c.req_int("num_hidden_layers"), d_model=hidden, heads=heads, kv_heads=heads,
-        head_dim=hidden // heads, d_ff=c.req_int("ffn_dim"), vocab=c.req_int("vocab_size"),
+        layers=c.req_dim("num_hidden_layers"), d_model=hidden, heads=heads, kv_heads=heads,
+        head_dim=hidden // heads, d_ff=c.req_dim("ffn_dim"), vocab=c.req_dim("vocab_size"),
         mlp="plain", qkv_bias=bias, out_bias=bias, mlp_bias=bias,
         norm="layernorm", norm_bias=True, norms_per_layer=2 if affine else 0,
         final_norm=final and affine,
@@ -456,6 +481,9 @@ def spec_from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
     model_type = cfg.get("model_type")
     if model_type is None:
         raise KvcalcError(f"{where}: missing required field 'model_type'")
+    if not isinstance(model_type, str):
+        raise KvcalcError(f"{where}: field 'model_type' must be a string, got "
+                          f"{_describe(model_type)}")
     if model_type not in _FAMILIES:
         raise KvcalcError(
             f"{where}: unsupported model_type {model_type!r}; supported: "
@@ -490,7 +518,7 @@ def spec_from_hf_config_file(path: str | Path, name: str | None = None) -> Model
     p = Path(path)
     source = f"config.json ({p})"
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_text(p, str(p))
     except FileNotFoundError:
         raise KvcalcError(f"{p}: no such file (kvcalc reads a local config.json; "
                           "it never downloads)") from None
@@ -503,4 +531,8 @@ def spec_from_hf_config_file(path: str | Path, name: str | None = None) -> Model
     except json.JSONDecodeError as e:
         raise KvcalcError(f"{p}: not valid JSON: {e.msg} at line {e.lineno} "
                           f"column {e.colno}") from None
+    except RecursionError:
+        raise KvcalcError(f"{p}: not valid JSON: nested too deeply") from None
+    except ValueError as e:  # json.loads' int(): more digits than Python converts
+        raise KvcalcError(f"{p}: not valid JSON: {value_problem(e)}") from None
     return spec_from_hf_config(cfg, name or _default_name(p, cfg), source)

@@ -22,7 +22,8 @@ from typing import Any
 
 import yaml
 
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, value_problem
+from kvcalc.inputfile import read_text
 from kvcalc.spec import MLA, Hardware, ModelSpec, MoE, dtype
 
 __all__ = [
@@ -141,27 +142,82 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that also refuses duplicate keys (the later one would silently win)."""
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_MAX_MERGED_KEYS = 10_000  # keys copied by merges in one document: a schema has ~40
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that also refuses duplicate keys (the later one would silently win),
+    and resolves merge keys (`<<: *base`, `<<: [*a, *b]`) as YAML 1.1 defines them:
+    the mapping's own keys win over merged ones, and earlier merged mappings over
+    later ones. Merged keys land in the mapping, so the schema checks them like
+    any other key. Each merged key is copied once, and the copies in a document
+    are counted, so merges cannot multiply a small file into a huge one.
+    """
+
+    def __init__(self, stream) -> None:
+        super().__init__(stream)
+        self._merged_keys = 0
+        self._flattening: set[int] = set()
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        merge_node = None
+        own: list[tuple[yaml.Node, yaml.Node]] = []
         seen: set[Any] = set()
-        for key_node, _ in node.value:
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                if merge_node is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, "duplicate key '<<' (list the mappings to merge: "
+                        "<<: [*a, *b])", key_node.start_mark)
+                merge_node = value_node
+                continue
+            if key_node.tag == "tag:yaml.org,2002:value":  # as SafeLoader: '=' is a string
+                key_node.tag = "tag:yaml.org,2002:str"
             key = self.construct_object(key_node, deep=True)
-            if not isinstance(key, typing.Hashable):
-                continue  # SafeLoader itself reports unhashable keys
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+            if isinstance(key, typing.Hashable):  # SafeLoader itself reports unhashable keys
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)
+            own.append((key_node, value_node))
+        if merge_node is None:
+            return
+        sources = merge_node.value if isinstance(merge_node, yaml.SequenceNode) else [merge_node]
+        merged: dict[Any, tuple[yaml.Node, yaml.Node]] = {}
+        self._flattening.add(id(node))
+        try:
+            for source in reversed(sources):  # earlier mappings win: apply them last
+                if not isinstance(source, yaml.MappingNode):
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"merge key '<<' needs a mapping or a list of mappings, "
+                        f"got a {source.id}", source.start_mark)
+                if id(source) in self._flattening:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, "a mapping merges itself ('<<' of an alias to an enclosing "
+                        "mapping)", source.start_mark)
+                self.flatten_mapping(source)
+                self._merged_keys += len(source.value)
+                if self._merged_keys > _MAX_MERGED_KEYS:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"merge keys copy over {_MAX_MERGED_KEYS:,} keys",
+                        merge_node.start_mark)
+                for key_node, value_node in source.value:
+                    key = self.construct_object(key_node, deep=True)
+                    slot = key if isinstance(key, typing.Hashable) else id(key_node)
+                    merged.pop(slot, None)  # re-insert: dict order follows the winner
+                    merged[slot] = (key_node, value_node)
+        finally:
+            self._flattening.discard(id(node))
+        for slot in seen:
+            merged.pop(slot, None)  # the mapping's own keys win
+        node.value = list(merged.values()) + own
 
 
 def _read_yaml(path: Path) -> Any:
     where = _display(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path, where)
     except FileNotFoundError:
         raise KvcalcError(f"{where}: no such file") from None
     except (OSError, UnicodeDecodeError) as e:
@@ -170,6 +226,10 @@ def _read_yaml(path: Path) -> Any:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         raise KvcalcError(f"{where}: malformed YAML: {_yaml_problem(e)}") from None
+    except RecursionError:
+        raise KvcalcError(f"{where}: malformed YAML: nested too deeply") from None
+    except ValueError as e:  # a constructor's int() or date(): digits over the limit, month 13
+        raise KvcalcError(f"{where}: malformed YAML: {value_problem(e)}") from None
 
 
 def _yaml_problem(e: yaml.YAMLError) -> str:

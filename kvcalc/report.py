@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any, Iterable, Mapping
 
 from kvcalc.errors import KvcalcError
+from kvcalc.spec import base_name
 
 DECIMAL_UNITS = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3))
 BINARY_UNITS = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
@@ -109,15 +110,19 @@ class AtomicOutput:
     Data goes to a temporary file in the same folder; on success it is linked into
     place (failing if the name exists: no race between check and write) or, with
     force, renamed over the old file. On an exception the temporary file is removed.
+    A symbolic link to a regular file is written through: the file it names is
+    replaced and the link stays (see `write_target`).
     """
 
     def __init__(self, path: str | os.PathLike, force: bool = False):
         self.path = Path(path)
         self.force = force
         check_writable(self.path, force)
-        folder = self.path.parent if str(self.path.parent) else Path(".")
+        self.target = write_target(self.path)
+        folder = self.target.parent if str(self.target.parent) else Path(".")
         try:
-            fd, self.tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.", suffix=".tmp")
+            fd, self.tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.target.name}.",
+                                            suffix=".tmp")
         except OSError as e:
             raise KvcalcError(f"cannot write {self.path}: {e.strerror}") from None
         self.file = os.fdopen(fd, "wb", buffering=1 << 20)
@@ -134,7 +139,7 @@ class AtomicOutput:
             if exc_type is None:
                 os.chmod(self.tmp, 0o644)
                 try:
-                    _publish(self.tmp, self.path, self.force)
+                    _publish(self.tmp, self.target, self.force, shown=self.path)
                 except OSError as e:
                     raise KvcalcError(f"cannot write {self.path}: {e.strerror}") from None
         finally:
@@ -142,35 +147,72 @@ class AtomicOutput:
                 os.unlink(self.tmp)
 
 
+_SPECIAL_TREES = ("/dev", "/proc", "/sys")  # device nodes and kernel views, not files
+
+
+def _in_special_tree(path: str) -> bool:
+    return any(path == top or path.startswith(top + "/") for top in _SPECIAL_TREES)
+
+
+def write_target(path: str | os.PathLike) -> Path:
+    """The file a report at `path` replaces: `path` itself, or, for a symbolic link,
+    the regular file it resolves to (so the link survives --force).
+
+    A link whose chain goes through /dev, /proc or /sys (/dev/stdout,
+    /proc/self/fd/1), that dangles, or that names anything but a regular file is
+    refused: renaming over it would replace the link, not write where it points.
+    """
+    path = Path(path)
+    if not path.is_symlink():
+        return path
+    hop, seen = str(path), set()
+    while os.path.islink(hop):  # each link in the chain, as the kernel follows them
+        if hop in seen or len(seen) > 40:
+            raise KvcalcError(f"cannot write {path}: a loop of symbolic links")
+        seen.add(hop)
+        hop = os.path.join(os.path.dirname(os.path.abspath(hop)), os.readlink(hop))
+        if _in_special_tree(os.path.normpath(hop)):
+            raise KvcalcError(f"cannot write {path}: it is a symbolic link into "
+                              f"{os.path.normpath(hop)}, not to a regular file "
+                              "(use stdout and a pipe)")
+    real = Path(os.path.realpath(path))
+    if _in_special_tree(str(real)) or not real.is_file():
+        what = "a missing file" if not real.exists() else "something other than a regular file"
+        raise KvcalcError(f"cannot write {path}: it is a symbolic link to {what} ({real})")
+    return real
+
+
 def check_writable(path: str | os.PathLike, force: bool) -> None:
     """Fail early (before any work) if `path` is a folder, exists without force, or its
-    folder is missing or not writable."""
+    folder is missing or not writable; a symbolic link is judged by what it names."""
     path = Path(path)
     if path.is_dir():
         raise KvcalcError(f"cannot write {path}: it is a folder")
     if path.exists() and not path.is_file():
         # A device or FIFO would be replaced by a regular file on rename: refuse.
         raise KvcalcError(f"cannot write {path}: not a regular file (use stdout and a pipe)")
+    target = write_target(path)
     if path.exists() and not force:
         raise KvcalcError(f"{path} exists; pass --force to overwrite it")
-    folder = path.parent if str(path.parent) else Path(".")
+    folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
         raise KvcalcError(f"cannot write {path}: folder {folder} does not exist")
     if not os.access(folder, os.W_OK):
         raise KvcalcError(f"cannot write {path}: folder {folder} is not writable")
 
 
-def _publish(tmp: str, path: Path, force: bool) -> None:
+def _publish(tmp: str, path: Path, force: bool, shown: Path | None = None) -> None:
+    shown = path if shown is None else shown
     if force:
         os.replace(tmp, path)
         return
     try:
         os.link(tmp, path)
     except FileExistsError:
-        raise KvcalcError(f"{path} exists; pass --force to overwrite it") from None
+        raise KvcalcError(f"{shown} exists; pass --force to overwrite it") from None
     except OSError:  # file systems without hard links
         if path.exists():
-            raise KvcalcError(f"{path} exists; pass --force to overwrite it") from None
+            raise KvcalcError(f"{shown} exists; pass --force to overwrite it") from None
         os.replace(tmp, path)
 
 
@@ -190,7 +232,8 @@ def emit(text: str, output: str | os.PathLike | None = None, force: bool = False
         sys.stdout.flush()
     else:
         path = atomic_write(output, text, force)
-        error_console().print(f"wrote {path}", highlight=False)
+        # markup=False: a file named '[red]x.json' or '[/]x.json' is printed as named.
+        error_console().print(f"wrote {path}", highlight=False, markup=False)
 
 
 # --------------------------------------------------------------------------------
@@ -219,6 +262,14 @@ def error_console():
     return console(stderr=True)
 
 
+def _plain(text: str) -> str:
+    """`text` escaped for rich markup: a model named '[red]x' or a source path with
+    '[/]' in it prints as written, inside tables that use markup of their own."""
+    from rich.markup import escape
+
+    return escape(text)
+
+
 def table(title: str, columns: list[str], rows: list[list[str]], caption: str | None = None):
     """A rich Table; numbers right-aligned."""
     from rich.table import Table
@@ -241,8 +292,8 @@ def _ratio(a: float, b: float) -> str:
 def estimate_tables(est) -> list:
     """Rich renderables for one `Estimate` (kvcalc.estimate)."""
     s, c, d, p = est.spec, est.cache, est.decode, est.params
-    src = f"  source: {s.source}" if s.source else ""
-    head = (f"[bold]{s.name}[/bold]  {s.attention_kind}: {s.heads} query heads, "
+    src = f"  source: {_plain(s.source)}" if s.source else ""
+    head = (f"[bold]{_plain(s.name)}[/bold]  {s.attention_kind}: {s.heads} query heads, "
             f"{s.kv_heads if s.mla is None else '-'} K/V heads, head_dim {s.head_dim}, "
             f"{s.layers} layers, d_model {s.d_model}\n"
             f"seq_len {est.seq_len:,}, batch {est.batch}, KV {est.kv_dtype.name}, "
@@ -375,8 +426,8 @@ def compare_table(estimates: list) -> Any:
     caption = "X vs MHA: how many times less (costs) or more (intensity, tokens/s) X gives"
     if base.tp > 1 and any(e.cache.bytes_all_devices > e.cache.bytes for e in estimates):
         caption += "; with tp > kv_heads, K/V heads are replicated, so per-device savings shrink"
-    return table(f"{base.spec.name.split('[')[0]}: MHA vs GQA vs MQA at seq_len {base.seq_len:,}, "
-                 f"batch {base.batch}{where}", cols, rows, caption=caption)
+    return table(f"{_plain(base_name(base.spec.name))}: MHA vs GQA vs MQA at seq_len "
+                 f"{base.seq_len:,}, batch {base.batch}{where}", cols, rows, caption=caption)
 
 
 def fit_table(est) -> Any:
@@ -391,6 +442,6 @@ def fit_table(est) -> Any:
             ["fits as asked", "yes" if f.fits else "no"],
             ["smallest tp that fits", str(est.min_tp_that_fits) if est.min_tp_that_fits else "none"]]
     notes = [n for n in est.notes() if "max context" in n or "replicated" in n]
-    return table(f"{est.spec.name} on {est.tp} x {hw.name} ({human_bytes(hw.memory_bytes)} each), "
+    return table(f"{_plain(est.spec.name)} on {est.tp} x {hw.name} ({human_bytes(hw.memory_bytes)} each), "
                  f"weights {est.weight_dtype.name}, KV {est.kv_dtype.name}", ["", ""], rows,
                  caption="\n".join(f"note: {n}" for n in notes) or None)

@@ -126,8 +126,14 @@ def fit(spec: ModelSpec, hw: Hardware, seq_len: int, batch: int = 1,
         raise KvcalcError(f"memory fraction must be in (0, 1], got {memory_fraction}")
     if reserve_bytes < 0:
         raise KvcalcError("reserve bytes must be >= 0")
+    usable_total = int(hw.memory_bytes * frac)
+    if reserve_bytes > usable_total:
+        memory = (f"memory of {hw.name} ({usable_total:,} B)" if frac == 1 else
+                  f"usable memory of {hw.name} ({hw.memory_bytes:,} B x memory fraction "
+                  f"{memory_fraction} = {usable_total:,} B)")
+        raise KvcalcError(f"reserve of {reserve_bytes:,} B exceeds the {memory}")
     wdt = weight_dtype if isinstance(weight_dtype, DType) else _dtype(weight_dtype)
-    usable = int(hw.memory_bytes * frac) - reserve_bytes
+    usable = usable_total - reserve_bytes
     weight_bytes = wdt.nbytes(weight_params_per_device(spec, param_counts(spec).total, tp))
     free = usable - weight_bytes
     cache = kv_cache(spec, seq_len, batch, kv_dtype, tp, scale_bytes, encoder_seq_len)

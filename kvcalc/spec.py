@@ -7,6 +7,7 @@ derived (head_dim is a field of its own, never d_model // heads).
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 
 from kvcalc.errors import KvcalcError
@@ -218,8 +219,17 @@ class ModelSpec:
         return dataclasses.replace(self, **changes)
 
 
+_VARIANT_SUFFIX = re.compile(r"\[(?:MHA|MQA|GQA-[0-9]+)\]$")
+
+
+def base_name(name: str) -> str:
+    """The name without its attention-variant suffix: 'gpt3[MQA]' -> 'gpt3'; other
+    brackets stay ('llama2-7b[layers=2][GQA-8]' -> 'llama2-7b[layers=2]')."""
+    return _VARIANT_SUFFIX.sub("", name)
+
+
 def _variant_name(name: str, kv_heads: int, heads: int) -> str:
-    base = name.split("[")[0]
+    base = base_name(name)
     kind = "MHA" if kv_heads == heads else "MQA" if kv_heads == 1 else f"GQA-{kv_heads}"
     return f"{base}[{kind}]"
 
@@ -231,7 +241,8 @@ def check_size(name: str, value: int, upper: int) -> int:
     if value <= 0:
         raise KvcalcError(f"{name} must be positive, got {value}")
     if value > upper:
-        raise KvcalcError(f"{name}={value} is absurdly large (limit {upper})")
+        shown = value if value.bit_length() <= 64 else f"a {value.bit_length():,}-bit number"
+        raise KvcalcError(f"{name}={shown} is absurdly large (limit {upper})")
     return value
 
 

@@ -45,11 +45,12 @@ from typing import IO, Callable, Iterator, Sequence
 import numpy as np
 
 from kvcalc import formulas
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, quoted
 from kvcalc.estimate import estimate
 from kvcalc.roofline import compute_dtype_for, decode_roofline, fit as roofline_fit
 from kvcalc.spec import (
-    MAX_BATCH, MAX_SEQ_LEN, MAX_TP, MAX_WIDTH, DType, Hardware, ModelSpec, dtype as _dtype,
+    MAX_BATCH, MAX_SEQ_LEN, MAX_TP, MAX_WIDTH, DType, Hardware, ModelSpec, base_name,
+    dtype as _dtype,
 )
 
 ROW_LIMIT = 50_000_000  # rows above which a sweep needs force=True (--force)
@@ -131,7 +132,7 @@ class Spec:
 
 
 def _spec_error(name: str, text: str, why: str) -> KvcalcError:
-    return KvcalcError(f"{name} {text!r}: {why} (SPEC: 8 | 1,8,32 | start:stop:+step | "
+    return KvcalcError(f"{name} {quoted(text)}: {why} (SPEC: 8 | 1,8,32 | start:stop:+step | "
                        "start:stop:*factor)")
 
 
@@ -140,12 +141,23 @@ def _int(name: str, text: str, part: str, what: str) -> int:
     if not _INT.fullmatch(part):
         got = f"{part!r} is not a whole number" if part else f"the {what} is missing"
         raise _spec_error(name, text, got)
-    value = int(part)
+    if len(part.lstrip("0")) > len(str(INT64_MAX)):  # before int(): 5,000 digits raise there
+        raise _spec_error(name, text, f"the {what} has {len(part.lstrip('0')):,} digits; "
+                          "it is too large")
+    value = int(part.lstrip("0") or "0")
     if value <= 0:
         raise _spec_error(name, text, f"the {what} must be positive, got {value}")
     if value > INT64_MAX:
         raise _spec_error(name, text, f"{value} is too large")
     return value
+
+
+def _int_text(name: str, value: int) -> str:
+    """str(value) for an int given through the Python API; beyond int64 (where str()
+    of a huge int would fail) a KvcalcError."""
+    if abs(value) > INT64_MAX:
+        raise KvcalcError(f"{name}: {value.bit_length()}-bit value is too large")
+    return str(value)
 
 
 def parse_spec(text: str | int | Sequence[int] | Spec, name: str = "SPEC") -> Spec:
@@ -158,12 +170,12 @@ def parse_spec(text: str | int | Sequence[int] | Spec, name: str = "SPEC") -> Sp
     if isinstance(text, Spec):
         return text
     if isinstance(text, (int, np.integer)) and not isinstance(text, bool):
-        text = str(int(text))
+        text = _int_text(name, int(text))
     elif not isinstance(text, str):
         items = list(text)
         if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items):
             raise KvcalcError(f"{name}: values must be integers, got {items!r}")
-        text = ",".join(str(int(v)) for v in items)
+        text = ",".join(_int_text(name, int(v)) for v in items)
     raw = text
     text = text.strip()
     if not text:
@@ -179,7 +191,7 @@ def parse_spec(text: str | int | Sequence[int] | Spec, name: str = "SPEC") -> Sp
         if op not in ("+", "*"):
             raise _spec_error(name, raw, "the step must begin with + (linear) or * (geometric)")
         body = parts[2].strip()[1:]
-        if body.strip() and _INT.fullmatch(body.strip()) and int(body) == 0:
+        if body.strip() and _INT.fullmatch(body.strip()) and not body.strip().strip("0"):
             why = "the step is zero" if op == "+" else "the factor must be at least 2"
             raise _spec_error(name, raw, why)
         step = _int(name, raw, body, "step" if op == "+" else "factor")
@@ -936,7 +948,7 @@ class PlotSelection:
         other = "batch" if self.x == "seq_len" else "seq_len"
         fixed = ", ".join(f"{v:,}" for v in self.lines)
         against = "context" if self.x == "seq_len" else "batch"
-        parts = [f"{p.spec.name.split('[')[0]}: KV cache per device vs {against}",
+        parts = [f"{base_name(p.spec.name)}: KV cache per device vs {against}",
                  f"{other} {fixed}, KV {self.kv_dtype}, weights {p.weight_dtype}, tp {self.tp}"]
         if p.hardware is not None:
             parts[-1] += f", {p.hardware.name}"

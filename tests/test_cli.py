@@ -243,3 +243,106 @@ def test_a_closed_pipe_is_not_a_failure(args):
     finally:
         os.close(write_end)
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+# --- input handling: sizes, defaults, files, output paths ---------------------------
+AD_HOC = ["estimate", "--layers", "32", "--d-model", "4096", "--heads", "32"]
+
+
+@pytest.mark.parametrize("args, message", [
+    # --heads 0 used to reach d_model % heads (ZeroDivisionError) in every command.
+    (["estimate", "--layers", "32", "--d-model", "4096", "--heads", "0"],
+     "heads must be positive, got 0"),
+    (["fit", "--layers", "32", "--d-model", "4096", "--heads", "0"],
+     "heads must be positive, got 0"),
+    (["sweep", "--layers", "32", "--d-model", "4096", "--heads", "0"],
+     "heads must be positive, got 0"),
+    (["estimate", "--preset", "llama3-8b", "--heads", "-8"], "heads must be positive, got -8"),
+    # An explicit zero or empty value is an error, not the ad hoc default.
+    (AD_HOC + ["--kv-heads", "0"], "kv_heads must be positive, got 0"),
+    (AD_HOC + ["--d-ff", "0"], "d_ff must be positive, got 0"),
+    (AD_HOC + ["--vocab", "0"], "vocab must be positive, got 0"),
+    (AD_HOC + ["--mlp", ""], "mlp must be one of ('gated', 'plain'), got ''"),
+    (["estimate", "--preset", "gpt3", "--kv-scale-bytes", "-1"],
+     "kv_scale_bytes must be >= 0, got -1"),
+    (["fit", "--preset", "gpt3", "--reserve", "9" * 5000], "has over 40 digits"),
+    (["fit", "--preset", "gpt3", "--reserve", "1e999999999"], "absurdly large (limit 1 EiB)"),
+    (["fit", "--preset", "gpt3", "--reserve", "2EiB"], "absurdly large (limit 1 EiB)"),
+    # 200 GiB on an 80 GiB H100 (85,899,345,920 bytes).
+    (["fit", "--preset", "llama3-8b", "--reserve", "200GiB"],
+     "reserve of 214,748,364,800 B exceeds the memory of h100-sxm (85,899,345,920 B)"),
+    (["estimate", "--preset", "llama3-8b", "--reserve", "50GiB", "--memory-fraction", "0.5"],
+     "exceeds the usable memory of h100-sxm (85,899,345,920 B x memory fraction 0.5 = "
+     "42,949,672,960 B)"),
+    (["estimate", "--config", "/dev/zero"], "/dev/zero: not a regular file"),
+], ids=lambda a: " ".join(a)[:60] if isinstance(a, list) else None)
+def test_bad_values_are_one_line_errors(args, message):
+    r = kvcalc(*args, timeout=20)  # --reserve 1e999999999 used to hang
+    assert (r.returncode, r.stdout) == (2, "")
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kvcalc: error: "), r.stderr
+    assert message in lines[0]
+
+
+def test_reserve_units_up_to_the_limit_they_name():
+    from kvcalc.cli.options import parse_size
+
+    assert parse_size("1EiB") == 2**60
+    assert parse_size("1PB") == 10**15
+    assert parse_size("2PiB") == 2 * 2**50
+    assert parse_size("1.5GiB") == 3 * 2**29
+    assert parse_size("1e18") == 10**18
+    assert parse_size("0e999999") == 0
+
+
+def test_a_fifo_config_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "model.yaml"
+    os.mkfifo(fifo)
+    r = kvcalc("estimate", "--config", str(fifo), timeout=20)
+    assert r.returncode == 2
+    assert r.stderr == f"kvcalc: error: {fifo}: not a regular file (a device, FIFO or socket); " \
+                       "give a file on disk\n"
+
+
+def test_gpu_none_json_has_null_roofline_and_fit():
+    out = json.loads(kvcalc("estimate", "--preset", "gpt3", "--gpu", "none", "--format",
+                            "json").stdout)
+    assert out["roofline"] is None and out["fit"] is None
+    mla = json.loads(kvcalc("estimate", "--preset", "deepseek-v3", "--format", "json").stdout)
+    assert mla["shazeer"] is None and mla["shazeer_batched"] is None
+
+
+def test_presets_show_strips_the_name_like_preset_does():
+    r = kvcalc("presets", "show", " gpt3 ", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["name"] == "gpt3"
+
+
+def test_overriding_a_preset_renames_it_and_says_so_in_the_source():
+    r = kvcalc("estimate", "--preset", "llama2-7b", "--layers", "2", "--d-model", "128",
+               "--format", "json")
+    model = json.loads(r.stdout)["model"]
+    assert model["name"] == "llama2-7b[layers=2,d_model=128]"
+    assert model["source"] == ("huggingface.co/meta-llama/Llama-2-7b-hf config.json, "
+                               "modified by flags: --layers 2, --d-model 128")
+    # --kv-heads adds its variant suffix after the overrides, as gpt3[MQA] has it.
+    r = kvcalc("estimate", "--preset", "llama2-7b", "--layers", "2", "--kv-heads", "8",
+               "--format", "csv")
+    row = next(csv.DictReader(io.StringIO(r.stdout)))
+    assert (row["model"], row["kv_heads"], row["layers"]) == ("llama2-7b[layers=2][GQA-8]", "8", "2")
+    # A flag equal to the preset's value changes nothing, so nothing is renamed.
+    r = kvcalc("estimate", "--preset", "llama2-7b", "--layers", "32", "--format", "json")
+    assert json.loads(r.stdout)["model"]["name"] == "llama2-7b"
+    # The table shows the name as written, not as rich markup.
+    r = kvcalc("estimate", "--preset", "llama2-7b", "--layers", "2", "--gpu", "none")
+    assert r.returncode == 0 and "llama2-7b[layers=2]" in r.stdout
+
+
+def test_output_paths_with_brackets_are_printed_as_named(tmp_path):
+    (tmp_path / "[").mkdir()
+    for name in ("[/]v.json", "[red]a.json"):
+        r = subprocess.run([sys.executable, "-m", "kvcalc", "estimate", "--preset", "gpt3",
+                            "--format", "json", "-o", name], capture_output=True, text=True,
+                           timeout=60, cwd=tmp_path)
+        assert (r.returncode, r.stderr) == (0, f"wrote {name}\n")
+        assert json.loads((tmp_path / name).read_text())["model"]["name"] == "gpt3"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -476,3 +477,50 @@ def test_no_heavy_imports():
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True,
                    cwd=Path(__file__).resolve().parents[1])
+
+
+# ---------------------------------------------------------------------------------
+# Malformed and hostile files: one line naming the field, never a traceback
+# ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("stem, changes, message", [
+    ("meta-llama__Llama-2-7b-hf", {"num_attention_heads": 0},
+     "field 'num_attention_heads' must be positive, got 0"),
+    ("gpt2", {"n_head": 0}, "field 'n_head' must be positive, got 0"),
+    ("meta-llama__Llama-2-7b-hf", {"hidden_size": -4096},
+     "field 'hidden_size' must be positive, got -4096"),
+    ("meta-llama__Llama-2-7b-hf", {"model_type": ["llama"]},
+     "field 'model_type' must be a string, got a list of 1"),
+    ("meta-llama__Llama-2-7b-hf", {"model_type": {"name": "llama"}},
+     "field 'model_type' must be a string, got an object of 1 keys"),
+    ("google__gemma-2-9b", {"layer_types": [{"a": 1}] * 42},
+     "field 'layer_types' must list strings, got an object of 1 keys"),
+    ("google__gemma-2-9b", {"layer_types": [1] + ["sliding_attention"] * 41},
+     "field 'layer_types' must list strings, got 1"),
+])
+def test_malformed_fields_are_named(stem, changes, message):
+    cfg = load(stem) | changes
+    with pytest.raises(KvcalcError) as e:
+        spec_from_hf_config(cfg, "x", "t")
+    assert str(e.value) == f"t: {message}"
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"model_type": "llama", "hidden_size": ' + "9" * 5000 + "}",
+     "not valid JSON: a number has over 4,300 digits"),
+    ("[" * 100000 + "]" * 100000, "not valid JSON: nested too deeply"),
+], ids=["5000-digits", "100000-deep"])
+def test_huge_numbers_and_deep_nesting_are_one_line_errors(tmp_path, text, message):
+    p = tmp_path / "config.json"
+    p.write_text(text)
+    with pytest.raises(KvcalcError) as e:
+        spec_from_hf_config_file(p)
+    assert str(e.value) == f"{p}: {message}"
+
+
+def test_only_small_regular_files_are_read(tmp_path):
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)  # reading it would block until a writer came
+    with pytest.raises(KvcalcError, match="not a regular file"):
+        spec_from_hf_config_file(fifo)
+    with pytest.raises(KvcalcError, match="not a regular file"):
+        spec_from_hf_config_file("/dev/zero")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -385,3 +386,65 @@ def test_preset_name_must_match_its_file(tmp_path: Path, monkeypatch: pytest.Mon
             presets.load_model("tiny")
     finally:
         presets._load_model.cache_clear()
+
+
+# --- hostile files ---------------------------------------------------------------------
+@pytest.mark.parametrize(("text", "message"), [
+    (MINIMAL_MODEL.replace("layers: 2", "layers: " + "9" * 5000),
+     "malformed YAML: a number has over 4,300 digits"),
+    ("layers: " + "[" * 20000 + "]" * 20000 + "\n", "malformed YAML: nested too deeply"),
+], ids=["5000-digits", "20000-deep"])
+def test_huge_numbers_and_deep_nesting_are_one_line_errors(tmp_path: Path, text: str,
+                                                           message: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(KvcalcError) as e:
+        model_from_yaml_file(path)
+    assert str(e.value) == f"{path}: {message}"
+
+
+def test_only_small_regular_files_are_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)  # reading it would block until a writer came
+    with pytest.raises(KvcalcError, match=r"fifo\.yaml: not a regular file"):
+        model_from_yaml_file(fifo)
+    big = write(tmp_path, MINIMAL_MODEL + "#" * (4 << 20), "big.yaml")
+    with pytest.raises(KvcalcError, match=r"big\.yaml: 4,194,\d{3} bytes is too large for a "
+                                          r"config \(limit 4,194,304 bytes\)"):
+        model_from_yaml_file(big)
+
+
+def test_merge_keys_fill_a_mapping_and_its_own_keys_win(tmp_path: Path) -> None:
+    text = MINIMAL_MODEL + (
+        "moe: &moe {experts: 8, active: 2, expert_d_ff: 64}\n"
+        "mla: {<<: [{kv_lora_rank: 32, qk_rope_head_dim: 8}, "
+        "{kv_lora_rank: 99, qk_nope_head_dim: 16, v_head_dim: 16}], q_lora_rank: 24}\n")
+    spec = model_from_yaml_file(write(tmp_path, text))
+    assert spec.moe == MoE(experts=8, active=2, expert_d_ff=64)
+    # The first merged mapping wins over the second (kv_lora_rank 32, not 99).
+    assert spec.mla == MLA(kv_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16,
+                           v_head_dim=16, q_lora_rank=24)
+    # A top-level merge: the file's own `layers: 2` wins over the merged 40.
+    top = "<<: {layers: 40, d_ff: 256}\n" + MINIMAL_MODEL
+    assert (model_from_yaml_file(write(tmp_path, top)).layers,
+            model_from_yaml_file(write(tmp_path, top)).d_ff) == (2, 128)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    # A merged key the schema does not know is named like any other.
+    ("moe: {<<: {experts: 8, active: 2, expert_d_ff: 64, expert: 3}}\n",
+     "unknown key 'moe.expert'"),
+    ("moe: {<<: 3}\n", "merge key '<<' needs a mapping or a list of mappings, got a scalar"),
+    ("moe: {<<: {experts: 8}, <<: {active: 2}}\n", "duplicate key '<<'"),
+    ("moe: {experts: 8, experts: 9, <<: {active: 2}}\n", "duplicate key 'experts'"),
+])
+def test_merge_key_mistakes_are_named(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(KvcalcError, match=message) as e:
+        model_from_yaml_file(write(tmp_path, MINIMAL_MODEL + text))
+    assert "\n" not in str(e.value)
+
+
+def test_merge_keys_cannot_multiply_a_small_file(tmp_path: Path) -> None:
+    keys = ", ".join(f"k{i}: {i}" for i in range(100))
+    text = f"notes: &a {{{keys}}}\nmoe: {{<<: [{', '.join(['*a'] * 200)}]}}\n"
+    with pytest.raises(KvcalcError, match="merge keys copy over 10,000 keys"):
+        model_from_yaml_file(write(tmp_path, MINIMAL_MODEL + text))

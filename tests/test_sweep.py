@@ -449,3 +449,19 @@ def test_encoder_length_that_decides_the_fit():
         want = estimate(T5, 128, row["batch"], "bf16", "bf16", 1, GPU, 0, 1024).as_row()
         assert not same_row(row, want)
     assert [row["fits"] for row in rows] == [True, False]
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("9" * 5000, "the value has 5,000 digits; it is too large"),
+    ("1:" + "9" * 5000 + ":+1", "the stop has 5,000 digits"),
+    ("1:10:*" + "9" * 5000, "the factor has 5,000 digits"),
+    ("1:10:+" + "0" * 5000, "the step is zero"),
+    ("9223372036854775808", "9223372036854775808 is too large"),  # INT64_MAX + 1
+], ids=["value", "stop", "factor", "zero-step", "int64"])
+def test_specs_past_pythons_digit_limit_are_one_line_errors(text, fragment):
+    # int() refuses strings over 4,300 digits with a ValueError: checked before it.
+    with pytest.raises(KvcalcError) as e:
+        sweep.parse_spec(text, "--seq-len")
+    msg = str(e.value)
+    assert "\n" not in msg and fragment in msg and len(msg) < 300, msg
+    assert sweep.parse_spec("0" * 5000 + "7", "--seq-len").values() == [7]

@@ -17,8 +17,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvcalc.errors import KvcalcError
-from kvcalc.spec import DTYPES, Hardware, ModelSpec
+from kvcalc.errors import KvcalcError, quoted
+from kvcalc.spec import DTYPES, MAX_LAYERS, MAX_WIDTH, Hardware, ModelSpec, check_size
 
 DEFAULT_GPU = "h100-sxm"
 DEFAULT_SEQ_LEN = 4096  # when the model states no max context
@@ -33,19 +33,39 @@ class OutputFormat(str, Enum):
 DTYPE_HELP = "one of " + ", ".join(DTYPES)
 
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+               "pb": 10**15, "eb": 10**18, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+               "tib": 2**40, "pib": 2**50, "eib": 2**60}
+MAX_SIZE = 2**60  # 1 EiB: far beyond any device, small enough to catch a typo
+_SIZE_DIGITS = 40  # digits a size may be written with (1 EiB has 19)
 
 
-def parse_size(text: str) -> int:
-    """'2GiB' -> 2147483648, '500MB' -> 500000000, '1e9' -> 1000000000 (bytes)."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*", text)
-    if not m or m.group(2).lower() not in _SIZE_UNITS:
-        raise KvcalcError(f"cannot read size {text!r}: use e.g. 2GiB, 500MB or 1e9")
+def parse_size(text: str, flag: str = "--reserve") -> int:
+    """'2GiB' -> 2147483648, '500MB' -> 500000000, '1e9' -> 1000000000 (bytes).
+
+    Units: B, kB, MB, GB, TB, PB, EB (powers of 1000) and KiB ... EiB (powers of
+    1024), any case. The size is judged from the digits and the exponent before
+    the number is built, so '1e999999999' is refused at once.
+    """
+    shown = quoted(text)
+    m = re.fullmatch(r"\s*([0-9]*)(?:\.([0-9]+))?(?:[eE]([0-9]+))?\s*([a-zA-Z]*)\s*", text)
+    if not m or not (m.group(1) or m.group(2)) or m.group(4).lower() not in _SIZE_UNITS:
+        raise KvcalcError(f"{flag}: cannot read size {shown}: use e.g. 2GiB, 500MB or 1e9 "
+                          "(units B, kB ... EB, KiB ... EiB)")
+    whole, frac, exp = m.group(1), m.group(2) or "", (m.group(3) or "0").lstrip("0") or "0"
+    if len(whole) + len(frac) > _SIZE_DIGITS:
+        raise KvcalcError(f"{flag}: size {shown} has over {_SIZE_DIGITS} digits")
+    if not (whole + frac).strip("0"):
+        return 0
+    # Digits before the point plus the exponent bound the magnitude: beyond 20 the
+    # value is at least 10**20 > 1 EiB, whatever the unit.
+    if len(exp) > 3 or len(whole.lstrip("0")) + int(exp) > 20:
+        raise KvcalcError(f"{flag}: size {shown} is absurdly large (limit 1 EiB)")
     from fractions import Fraction
 
-    value = int(Fraction(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
-    if value > 2**60:
-        raise KvcalcError(f"size {text!r} is absurdly large (limit 1 EiB)")
+    number = Fraction(int(whole + frac), 10 ** len(frac)) * 10 ** int(exp)
+    value = int(number * _SIZE_UNITS[m.group(4).lower()])
+    if value > MAX_SIZE:
+        raise KvcalcError(f"{flag}: size {shown} is absurdly large (limit 1 EiB)")
     return value
 
 
@@ -70,6 +90,7 @@ class ModelRequest:
 
         if self.preset and self.config:
             raise KvcalcError("give --preset or --config, not both")
+        _check_sizes(self)
         overrides = {k: v for k, v in (
             ("layers", self.layers), ("d_model", self.d_model), ("heads", self.heads),
             ("head_dim", self.head_dim), ("d_ff", self.d_ff), ("vocab", self.vocab),
@@ -98,7 +119,7 @@ class ModelRequest:
                 if "head_dim" in overrides and spec.v_head_dim == spec.head_dim:
                     overrides["v_head_dim"] = overrides["head_dim"]  # V follows K's width
                 # One replace, so heads and kv_heads are validated together.
-                changed = spec.replace(**overrides)
+                changed = spec.replace(**overrides, **_modified_labels(spec, overrides))
                 if self.kv_heads is not None and self.kv_heads != spec.kv_heads:
                     changed = changed.with_kv_heads(changed.kv_heads)  # names the variant
                 spec = changed
@@ -116,18 +137,53 @@ class ModelRequest:
                 raise KvcalcError(f"--d-model {self.d_model} is not divisible by --heads "
                                   f"{self.heads}; give --head-dim")
             head_dim = self.d_model // self.heads
+        # Defaults only for flags not given: an explicit 0 or '' is checked, not replaced.
         return ModelSpec(
             name="custom",
             layers=self.layers,
             d_model=self.d_model,
             heads=self.heads,
-            kv_heads=self.kv_heads or self.heads,
+            kv_heads=self.heads if self.kv_heads is None else self.kv_heads,
             head_dim=head_dim,
-            d_ff=self.d_ff or 4 * self.d_model,
-            vocab=self.vocab or 32000,
-            mlp=self.mlp or "plain",
+            d_ff=4 * self.d_model if self.d_ff is None else self.d_ff,
+            vocab=32000 if self.vocab is None else self.vocab,
+            mlp="plain" if self.mlp is None else self.mlp,
             source="ad hoc flags",
         )
+
+
+# The architecture flags, in the order a modified model's name lists them.
+_ARCH_FLAGS = (("layers", "--layers"), ("d_model", "--d-model"), ("heads", "--heads"),
+               ("head_dim", "--head-dim"), ("d_ff", "--d-ff"), ("vocab", "--vocab"),
+               ("mlp", "--mlp"))
+
+
+def _check_sizes(request: ModelRequest) -> None:
+    """Each size flag given is a positive integer below its sanity limit, before any
+    arithmetic uses it (d_model % heads, the MHA default kv_heads = heads)."""
+    for name, value in (("layers", request.layers), ("d_model", request.d_model),
+                        ("heads", request.heads), ("kv_heads", request.kv_heads),
+                        ("head_dim", request.head_dim), ("d_ff", request.d_ff),
+                        ("vocab", request.vocab)):
+        if value is not None:
+            check_size(name, value, MAX_LAYERS if name == "layers" else MAX_WIDTH)
+
+
+def _modified_labels(spec: ModelSpec, overrides: dict) -> dict:
+    """name and source for a preset or config whose architecture flags changed it:
+    'llama2-7b[layers=2,d_model=128]', '<source>, modified by flags: --layers 2, ...'.
+
+    --kv-heads alone is left to with_kv_heads, which names the variant (gpt3[MQA]).
+    """
+    changed = [(field, flag, overrides[field]) for field, flag in _ARCH_FLAGS
+               if field in overrides and overrides[field] != getattr(spec, field)]
+    if not changed:
+        return {}
+    name = f"{spec.name}[{','.join(f'{field}={value}' for field, _, value in changed)}]"
+    flags = ", ".join(f"{flag} {value}" for _, flag, value in changed)
+    source = f"{spec.source}, modified by flags: {flags}" if spec.source else \
+        f"modified by flags: {flags}"
+    return {"name": name, "source": source}
 
 
 _MODEL_PARAMS = [

@@ -45,6 +45,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """List model and hardware presets; `kvcalc presets show NAME` prints one with its source."""
         if action is not None:
+            name = name.strip() if name is not None else None  # as --preset ' gpt3' does
             if action != "show" or not name:
                 raise KvcalcError("usage: kvcalc presets [show NAME]")
             kind, text = _raw_yaml(name)
