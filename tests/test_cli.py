@@ -93,6 +93,11 @@ def test_tp_replication_visible_in_json():
     out = json.loads(r.stdout)
     assert out["kv_heads_per_device"] == 1
     assert out["kv_cache_bytes_per_device"] * 8 == out["kv_cache_bytes"]
+    # K and V x 80 layers x 8 K/V heads x 128 x 8192 tokens x 2 bytes (bf16), batch 1.
+    assert out["kv_cache_bytes"] == 2 * 80 * 8 * 128 * 8192 * 2 == 2_684_354_560
+    # 16 devices, 8 heads: one head per device, each head held by two devices.
+    assert out["kv_cache_bytes_per_device"] == 2 * 80 * 1 * 128 * 8192 * 2 == 335_544_320
+    assert out["kv_cache_bytes_all_devices"] == 16 * 335_544_320 == 5_368_709_120
     assert any("replicated" in n for n in out["notes"])
 
 
@@ -102,8 +107,21 @@ def test_fit_llama3_70b_on_h100():
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["max_batch"] > 0 and out["max_seq_len"] > 0
+    # Llama-3-70B: 70,553,706,496 parameters (HF safetensors total), bf16, split 4 ways
+    # (8 K/V heads divide by 4, so every weight divides evenly); H100 SXM: 80 GiB.
+    weights_dev = 2 * 70_553_706_496 // 4
+    free = 80 * 2**30 - weights_dev
+    assert out["usable_bytes_per_device"] == 80 * 2**30 == 85_899_345_920
+    assert out["weight_bytes_per_device"] == weights_dev == 35_276_853_248
+    assert out["free_for_kv_bytes_per_device"] == free == 50_622_492_672
     per_seq = 80 * 2 * 128 * 2 * 2 * 8192  # 2 of 8 KV heads per device, bf16
     assert out["max_batch"] == out["free_for_kv_bytes_per_device"] // per_seq
+    assert out["max_batch"] == 50_622_492_672 // 671_088_640 == 75
+    # One sequence: 80 layers x 2 (K,V) x 2 heads x 128 x 2 bytes = 81,920 bytes per token.
+    assert out["max_seq_len"] == 50_622_492_672 // 81_920 == 617_950
+    # tp 1: 141,107,412,992 bytes of weights > 80 GiB; tp 2: 70,553,706,496 + one
+    # 8192-token sequence (80 x 2 x 4 heads x 128 x 2 x 8192 = 1,342,177,280) fits.
+    assert out["min_tp_that_fits"] == 2
 
 
 def test_output_file_is_not_overwritten(tmp_path):

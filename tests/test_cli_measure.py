@@ -52,6 +52,9 @@ def test_json_public_columns():
     for col in PUBLIC_COLUMNS:
         assert col in row, col
     assert row["kv_cache_bytes"] == 2 * 64 * 2 * 16 * 2 * 4  # batch*seq*kv*hd*(K,V)*fp32
+    # 2 x batch 2 x 8 heads x 64 positions x (16 + 16); K/V plus q and o (2 x 8 x 16 x 4 each).
+    assert row["flops"] == 2 * 2 * 8 * 64 * 32 == 65_536
+    assert row["bytes_moved"] == 32_768 + 2 * (2 * 8 * 16 * 4) == 34_816
     import torch
 
     assert row["torch_version"] == torch.__version__
@@ -88,6 +91,10 @@ def test_compare_rows_and_speedups():
     for row in rows:
         assert row["speedup_vs_mha"] > 0 and row["predicted_speedup_vs_mha"] > 0
     assert rows[0]["speedup_vs_mha"] == 1.0
+    # Written out by hand (TINY: batch 2, 8 heads, head_dim 16, seq_len 64, fp32):
+    # FLOPs 2 x 2 x 8 x 64 x (16 + 16); bytes: K/V 2 x 64 x kv x 16 x 2 x 4, plus q and o 1,024 each.
+    assert [row["flops"] for row in rows] == [65_536] * 3
+    assert [row["bytes_moved"] for row in rows] == [131_072 + 2_048, 32_768 + 2_048, 16_384 + 2_048]
     mha = rows[0]
     for row in rows[1:]:
         # The same FLOPs, fewer bytes: never predicted slower than MHA; when both rows are

@@ -100,12 +100,17 @@ def test_tp_replicates_kv_heads_when_tp_exceeds_them():
     spec = ModelSpec(name="l3-70b", layers=80, d_model=8192, heads=64, kv_heads=8, head_dim=128,
                      d_ff=28672, vocab=128256)
     single = formulas.kv_cache(spec, 8192, 4, "bf16")
+    # K and V x 80 layers x 8 K/V heads x 128 x 8192 tokens x 4 sequences x 2 bytes (bf16).
+    assert single.bytes == 2 * 80 * 8 * 128 * 8192 * 4 * 2 == 10_737_418_240
     tp4 = formulas.kv_cache(spec, 8192, 4, "bf16", tp=4)
     assert tp4.kv_heads_per_device == 2 and tp4.bytes_per_device * 4 == single.bytes
+    assert tp4.bytes_per_device == 2 * 80 * 2 * 128 * 8192 * 4 * 2 == 2_684_354_560
     tp16 = formulas.kv_cache(spec, 8192, 4, "bf16", tp=16)
     assert tp16.kv_heads_per_device == 1
     assert tp16.bytes_per_device == single.bytes // 8  # one of 8 heads per device
+    assert tp16.bytes_per_device == 2 * 80 * 1 * 128 * 8192 * 4 * 2 == 1_342_177_280
     assert tp16.bytes_all_devices == 2 * single.bytes  # each head stored twice
+    assert tp16.bytes_all_devices == 16 * 1_342_177_280 == 21_474_836_480
     with pytest.raises(KvcalcError, match="tp=3"):
         formulas.kv_cache(spec, 8192, 4, "bf16", tp=3)
 
@@ -396,7 +401,9 @@ def test_fit_with_alternating_windows_closed_form():
                   flops_per_s={"bf16": 10**15})
     f = fit(GEMMA2_9B, hw, 8192, 4)
     per_layer = 2 * 8 * 256 * 2
-    free = 40 * 10**9 - 2 * formulas.param_counts(GEMMA2_9B).total
+    # google/gemma-2-9b: 9,241,705,984 parameters (HF safetensors total), bf16 weights.
+    free = 40 * 10**9 - 2 * 9_241_705_984
+    assert free == 21_516_588_032
     # Past the window: 21 global layers hold L tokens, 21 local ones 4096, for 4 sequences.
     expected = (free // (4 * per_layer) - 21 * 4096) // 21
     assert f.max_seq_len == expected

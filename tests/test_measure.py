@@ -126,18 +126,36 @@ def test_cache_bytes_equal_formula(h, kv, dtype, elem):
             assert slot.weight_bytes() == layer_prediction(spec, batch, seq_len, dtype).weight_bytes
 
 
-def test_predictions_come_from_formulas():
+def test_predictions_by_hand_and_from_formulas():
+    # batch 4, seq_len 2048, 32 query heads, 8 K/V heads, head_dim 128, d_model 4096, bf16.
     spec = block_spec(32, 8, 128, 4096)
     a = attention_prediction(4, 2048, 32, 8, 128, "bf16")
+    # FLOPs: 2 x batch x heads x positions x (q.k over 128 + p.v over 128).
+    assert a.flops == 2 * 4 * 32 * 2048 * (128 + 128) == 134_217_728
+    # K and V: batch x positions x kv_heads x (128 + 128) x 2 bytes; q and o: 4 x 32 x 128 x 2.
+    assert a.bytes_breakdown == {"kv_read": 4 * 2048 * 8 * 256 * 2, "q": 4 * 32 * 128 * 2,
+                                 "o": 4 * 32 * 128 * 2}
+    assert a.bytes == 33_554_432 + 32_768 + 32_768
     cost = attention_step(4, 2048, 32, 8, 128, "bf16")
     assert (a.flops, a.bytes) == (cost.flops, cost.bytes)
     lay = layer_prediction(spec, 4, 2048, "bf16")
+    # Weights: q and o 4096 x 4096 each, k and v 4096 x (8 x 128) each, 2 bytes.
+    attn_weights = 2 * 4096 * 4096 + 2 * 4096 * 8 * 128
+    assert attn_weights == 41_943_040
+    assert lay.weight_bytes == lay.bytes_breakdown["weights"] == 2 * attn_weights == 83_886_080
+    assert lay.bytes_breakdown["kv_read"] == 33_554_432
+    assert lay.bytes_breakdown["kv_write"] == 4 * 2 * 8 * 128 * 2 == 16_384  # one new token
+    # Each matmul reads its input, writes its output: fused qkv 4096 -> 4096 + 2 x 1024,
+    # o 4096 -> 4096; plus attention's q and o; 4 tokens, 2 bytes.
+    assert lay.bytes_breakdown["activations"] == (
+        2 * 4 * ((4096 + 6144) + (4096 + 4096)) + 2 * 32_768) == 212_992
+    # q, k, v and o projections: 2 FLOPs per weight per token, plus the attention.
+    assert lay.flops == 4 * 2 * 41_943_040 + 134_217_728 == 469_762_048
+    # The same figures through formulas.py's whole-layer decode step and parameter counts.
     one_layer = decode_step(spec, 2048, 4, "bf16", "bf16", "bf16")
     assert lay.bytes_breakdown["kv_read"] == one_layer.bytes_breakdown["kv_read"]
     assert lay.bytes_breakdown["kv_write"] == one_layer.bytes_breakdown["kv_write"]
-    assert lay.weight_bytes == 2 * sum(attention_params(spec).values())
-    # q, k, v and o projections: 2 FLOPs per weight per token, plus the attention.
-    assert lay.flops == 4 * 2 * sum(attention_params(spec).values()) + cost.flops
+    assert sum(attention_params(spec).values()) == attn_weights
 
 
 def test_runner_refuses_when_allocation_disagrees_with_formula(monkeypatch):
@@ -166,6 +184,14 @@ def test_run_compare_rows_and_speedups():
         assert r["correct"] and r["impl"] in ("grouped", "sdpa") and r["timer"] == "perf_counter"
         assert r["p10_s"] <= r["median_s"] <= r["p90_s"]
         assert r["kv_cache_bytes"] == 2 * 64 * r["kv_heads"] * 16 * 2 * 4
+        # 2 x batch 2 x 8 heads x 64 positions x (16 + 16), whatever kv_heads is.
+        assert r["flops"] == 2 * 2 * 8 * 64 * 32 == 65_536
+        # K/V read once, plus q and o (2 x 8 heads x 16 x 4 bytes each).
+        assert r["bytes_moved"] == r["kv_cache_bytes"] + 2 * (2 * 8 * 16 * 4)
+        # The roofline over the measured ceilings: the faster of copy and read bandwidth.
+        bw = max(res.ceilings["copy_bytes_per_s"], res.ceilings.get("read_bytes_per_s", 0))
+        assert r["predicted_s"] == pytest.approx(
+            max(r["bytes_moved"] / bw, r["flops"] / res.ceilings["matmul_flops_per_s"]))
         assert r["predicted_s"] > 0 and r["bound"] in ("memory", "compute")
         assert r["fraction_of_ceiling"] == pytest.approx(
             r["bytes_moved"] / r["median_s"] / r["ceiling_bytes_per_s"])
@@ -173,6 +199,8 @@ def test_run_compare_rows_and_speedups():
         # auto timed both CPU candidates and kept the faster, saying so.
         assert f"auto on cpu: {r['impl']}, the fastest correct of grouped" in r["note"]
         assert "sdpa" in r["note"].split("fastest correct of")[1]
+    # MHA 131,072 + 2,048; GQA 32,768 + 2,048; MQA 16,384 + 2,048.
+    assert [r["bytes_moved"] for r in res.rows] == [133_120, 34_816, 18_432]
     mha, gqa, mqa = res.rows
     assert mha["speedup_vs_mha"] == 1.0 and mha["predicted_speedup_vs_mha"] == 1.0
     assert gqa["predicted_speedup_vs_mha"] == pytest.approx(mha["predicted_s"] / gqa["predicted_s"])
@@ -230,6 +258,21 @@ def test_guard_suggestion_fits(monkeypatch):
     suggested = int(msg.split("--seq-len ")[1].split()[0])
     assert suggested < 65536
     assert "--batch" in msg
+    suggested_batch = int(msg.split("--batch ")[1].split()[0])
+    # 85% of 4 GB is usable: 3.4e9 bytes. The fp32 cache alone is 32 sequences x 8 heads
+    # x 128 x 2 (K,V) x 4 bytes = 262,144 bytes per token: 16384 tokens (4,294,967,296 B)
+    # cannot fit, so the suggestion is at most 8192; likewise 8 sequences of 65536 tokens
+    # (8 x 65536 x 8,192 B = 4,294,967,296 B) cannot, so --batch is at most 4.
+    assert 32 * 16384 * 8 * 128 * 2 * 4 == 4_294_967_296 > 3.4e9
+    assert suggested <= 8192 and suggested_batch <= 4
+    assert suggested & (suggested - 1) == 0 and suggested_batch & (suggested_batch - 1) == 0
+    # Each suggestion passes the guard, and twice it (the next power of two) does not.
+    ok = [dict(seq_len=suggested, batch=32), dict(seq_len=65536, batch=suggested_batch)]
+    for sizes in ok:
+        assert run(MeasureConfig(heads=32, kv_heads=8, device="cpu", **sizes), check_only=True) is None
+    for sizes in (dict(seq_len=2 * suggested, batch=32), dict(seq_len=65536, batch=2 * suggested_batch)):
+        with pytest.raises(KvcalcError, match="needs "):
+            run(MeasureConfig(heads=32, kv_heads=8, device="cpu", **sizes), check_only=True)
 
 
 def test_default_sizes_shrink_instead_of_refusing(monkeypatch):

@@ -322,6 +322,8 @@ def test_sliding_window_cache_stops_growing():
     kv = [r["kv_cache_bytes"] for r in sweep.iter_rows(plan)]
     full = [r["kv_cache_bytes_full"] for r in sweep.iter_rows(plan)]
     assert kv[0] == kv[1] == kv[2] and full[2] == 16 * full[0]
+    # K and V x 32 layers x 8 K/V heads x 128 x 4096 window tokens x 2 bytes (bf16).
+    assert kv[0] == full[0] == 2 * 32 * 8 * 128 * 4096 * 2 == 536_870_912
 
 
 def test_sweep_dataframe_api():
