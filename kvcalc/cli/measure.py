@@ -72,8 +72,8 @@ def register(app: typer.Typer) -> None:
             "--cuda-graphs", help="Replay each call from a CUDA graph, removing launch gaps "
             "(CUDA only) (default: off).")] = False,
         l2: Annotated[str, typer.Option(
-            "--l2", help="Keeping the cache out of L2/LLC: auto (rotate >= 4x the cache size over "
-            "distinct buffers, or flush when that would take > 64), rotate, flush, or none "
+            "--l2", help="Keeping the cache out of L2/LLC: auto (rotate over distinct caches "
+            "totalling >= 4x the L2/LLC size, or flush when that would take > 64), rotate, flush, or none "
             "(default: auto).")] = "auto",
         cache_ceilings: Annotated[bool, typer.Option(
             "--cache-ceilings", help="Reuse this device's measured ceilings from "

@@ -542,7 +542,7 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
         notes.append(f"launch-bound: the host took {human_seconds(t.host_s_per_call)} to queue "
                      f"each call, the GPU {human_seconds(t.median_s)} to run it"
                      + ("" if config.cuda_graphs else "; try --cuda-graphs"))
-    if name == "sdpa-flash" and group.step == "attention":
+    if name == "sdpa-flash" and group.step == "attention" and device.type == "cuda":
         notes.append("bytes_moved omits flash-decoding's split-KV partials (fp32, written and "
                      "read back; their count is the kernel's own heuristic)")
     load = _load_note(device)
