@@ -12,6 +12,7 @@ import io
 import json
 import math
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import IO, Any, Iterable, Mapping
@@ -254,7 +255,10 @@ def console(stderr: bool = False):
                 self.quiet = True
                 raise BrokenPipeError
 
-        _consoles[stderr] = _Console(stderr=stderr, highlight=False)
+        # Off a terminal (a file, a pipe) nothing wraps lines, so tables get room to be
+        # read instead of rich's 80 columns; COLUMNS still wins when set.
+        wide = None if stderr or sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
+        _consoles[stderr] = _Console(stderr=stderr, highlight=False, width=wide)
     return _consoles[stderr]
 
 

@@ -219,32 +219,35 @@ def _print_table(result) -> None:
     rows = result.rows
     compare = any(r["predicted_speedup_vs_mha"] is not None for r in rows)
     regimes = list(dict.fromkeys(r["l2_regime"] for r in rows))
-    columns = ["step", "impl (backend)", "heads/kv", "KV cache", "median ±(p90-p10)/2", "predicted",
-               "meas/pred", "achieved (% ceiling)", "bound"]
+    # Regimes are long sentences: the table names them by letter, the caption spells them out.
+    regime_key = {text: chr(ord("a") + i) for i, text in enumerate(regimes)}
+    steps = list(dict.fromkeys(r["step"] for r in rows))
+    columns = (["step"] if len(steps) > 1 else []) + [
+        "impl (backend)", "heads/kv", "KV cache", "median ±spread", "predicted (meas/pred)",
+        "achieved (% of copy)", "bound"]
     if len(regimes) > 1:
-        columns.append("L2/LLC")
+        columns.append("L2")
     if compare:
-        columns.append("speedup vs MHA meas / pred")
+        columns.append("vs MHA meas/pred")
     body = []
     for r in rows:
         timed = r["median_s"] is not None
-        line = [
-            r["step"],
-            f"{r['impl']} ({r['backend'] or '-'})",
+        line = ([r["step"]] if len(steps) > 1 else []) + [
+            # grouped and repeat are plain matmuls; an SDPA row names the backend that ran
+            r["impl"] if r["backend"] in ("", "matmul") else f"{r['impl']} ({r['backend']})",
             f"{r['heads']}/{r['kv_heads']} {r['attention']}",
-            report.human_bytes(r["kv_cache_bytes"]),
+            report.human_count(r["kv_cache_bytes"], "B"),
             f"{_fmt_s(r['median_s'])} ±{50 * (r['p90_s'] - r['p10_s']) / r['median_s']:.0f}%" if timed
             else ("failed" if not r["correct"] else "not timed"),
-            _fmt_s(r["predicted_s"]),
-            _fmt_ratio(r["measured_over_predicted"]),
-            f"{report.human_rate(r['achieved_bytes_per_s'])} ({100 * r['fraction_of_ceiling']:.0f}%)"
+            f"{_fmt_s(r['predicted_s'])} ({_fmt_ratio(r['measured_over_predicted'])})",
+            f"{report.human_rate(r['achieved_bytes_per_s'])} {100 * r['fraction_of_ceiling']:.0f}%"
             if timed else "-",
             r["bound"],
         ]
         if len(regimes) > 1:
-            line.append(r["l2_regime"])
+            line.append(regime_key[r["l2_regime"]])
         if compare:
-            line.append(f"{_fmt_ratio(r['speedup_vs_mha'])} / {_fmt_ratio(r['predicted_speedup_vs_mha'])}")
+            line.append(f"{_fmt_ratio(r['speedup_vs_mha'])}/{_fmt_ratio(r['predicted_speedup_vs_mha'])}")
         body.append(line)
     dev, c, cfg = result.device, result.ceilings, result.config
     timer = rows[0]["timer"] if rows else "-"
@@ -259,9 +262,10 @@ def _print_table(result) -> None:
         f"{'on' if cfg['cuda_graphs'] else 'off'}"
         + (f"; {regimes[0]}" if len(regimes) == 1 else ""),
         "predicted = max(minimum bytes / the faster of the copy and read ceilings, FLOPs / matmul "
-        "ceiling); "
-        "achieved = minimum bytes / median",
+        "ceiling); achieved = minimum bytes / median; spread = (p90 - p10) / 2 / median",
     ]
+    if len(regimes) > 1:
+        caption += [f"L2 {regime_key[text]}: {text}" for text in regimes]
     caption += [f"note: {n}" for n in cfg.get("notes", [])]
     notes: dict[str, list[str]] = {}
     for r in rows:
@@ -269,5 +273,6 @@ def _print_table(result) -> None:
             notes.setdefault(r["note"], []).append(f"{r['step']} {r['impl']} kv={r['kv_heads']}")
     for text, where in notes.items():
         caption.append(f"{', '.join(where)}: {text}")
-    report.console().print(report.table("kvcalc measure: decode step, measured vs predicted",
+    what = "decode " + (steps[0] if len(steps) == 1 else "step")
+    report.console().print(report.table(f"kvcalc measure: {what}, measured vs predicted",
                                         columns, body, caption="\n".join(caption)))
