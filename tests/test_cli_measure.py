@@ -274,3 +274,72 @@ def test_redirected_stderr_carries_only_the_error_line():
     if r.returncode == 0:
         pytest.skip("this machine has CUDA")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("kvcalc: error:")
+
+
+@needs_torch
+def test_warmup_has_a_limit_like_iters():
+    r = invoke("measure", *TINY, "--warmup", "10000000000")
+    assert r.exit_code == 2 and "warmup=10000000000 is absurdly large" in r.stderr
+
+
+@needs_torch
+def test_hopeless_request_refused_before_any_sdpa_probe(monkeypatch):
+    # 4096 heads x 1024 dims x 2048 tokens of K and V in fp32 is 68.7 GB: refused on the
+    # lean plan, before a probe allocates gigabytes to learn whether SDPA copies K/V.
+    def no_probe(*args, **kwargs):
+        raise AssertionError("probed before refusing")
+
+    from kvcalc.measure import impls
+
+    monkeypatch.setattr(impls, "probe_sdpa", no_probe)
+    r = invoke("measure", "--heads", "4096", "--kv-heads", "4096", "--head-dim", "1024",
+               "--seq-len", "2048", "--batch", "1", "--device", "cpu")
+    assert r.exit_code == 2 and "needs" in r.stderr and "try" in r.stderr, r.output
+
+
+@needs_torch
+def test_layer_step_refusal_names_d_model():
+    r = invoke("measure", "--heads", "32", "--kv-heads", "8", "--d-model", "4000000", "--step",
+               "layer", "--seq-len", "16", "--batch", "1", "--device", "cpu")
+    assert r.exit_code == 2 and "--d-model" in r.stderr and "weights" in r.stderr, r.output
+
+
+@needs_torch
+def test_bracketed_cache_path_is_printed_not_parsed(tmp_path, monkeypatch):
+    cache_home = tmp_path / "[/]x"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
+    for _ in range(2):  # the second run reads the cache and names its path in the caption
+        r = invoke("measure", *TINY, "--cache-ceilings")
+        assert r.exit_code == 0, r.output
+    assert "[/]x" in r.stdout.replace("\n", "")
+
+
+@needs_torch
+def test_sweep_table_tells_points_apart_and_config_has_the_batches_that_ran():
+    args = [*SWEEP[:-2], "--device", "cpu", "--sweep", "--seq-len", "32,64"]
+    r = invoke("measure", *args, "--format", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["config"]["seq_len"] == [32, 64]
+    assert None not in out["config"]["batch"]
+    assert out["config"]["batch"] == sorted({row["batch"] for row in out["rows"]})
+    r = invoke("measure", *args)
+    assert r.exit_code == 0 and "seq_len" in r.stdout and "batch" in r.stdout
+
+
+@needs_torch
+def test_plot_with_nothing_timed_still_prints_the_rows(tmp_path):
+    # The cuDNN backend does not exist on a CPU: the row says why, the plot is skipped.
+    png = tmp_path / "p.png"
+    r = invoke("measure", *TINY, "--impl", "sdpa-cudnn", "--plot", str(png))
+    assert r.exit_code == 0, r.output
+    assert "sdpa-cudnn" in r.stdout and "was not drawn" in r.stderr and not png.exists()
+
+
+@needs_torch
+def test_a_preset_changed_by_flags_is_renamed():
+    r = invoke("measure", "--preset", "llama3-8b", "--heads", "4", "--kv-heads", "4",
+               "--head-dim", "16", "--seq-len", "32", "--batch", "1", "--iters", "2",
+               "--warmup", "0", "--device", "cpu", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["config"]["model"] == "llama3-8b[heads=4,head_dim=16]"

@@ -6,6 +6,7 @@ to stderr; stdout carries only the table, JSON or CSV.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -116,10 +117,14 @@ def register(app: typer.Typer) -> None:
                 config)
         else:
             result = _run_with_progress(run, config)
-        if plot is not None:
+        timed_rows = [r for r in result.rows if r["median_s"]]
+        if plot is not None and not timed_rows:
+            # The rows still say why each implementation failed: print them, skip the plot.
+            sys.stderr.write(f"kvcalc: warning: no row was timed, so {plot} was not drawn\n")
+        elif plot is not None:
             from kvcalc.plot import plot_measure
 
-            plot_measure([r for r in result.rows if r["median_s"]], plot, force)
+            plot_measure(timed_rows, plot, force)
             report.error_console().print(f"wrote {plot}", highlight=False, markup=False)
         if fmt is OutputFormat.table and output is None:
             _print_table(result)
@@ -164,9 +169,14 @@ def _model_fields(preset, heads, kv_heads, head_dim, d_model) -> dict[str, Any]:
                       d_model=spec.d_model, layers=spec.layers, model=spec.name)
     elif heads is None:
         raise KvcalcError("give --heads (and --kv-heads), or --preset NAME")
+    changed = []
     for name, value in (("heads", heads), ("head_dim", head_dim), ("d_model", d_model)):
         if value is not None:
+            if preset is not None and value != fields[name]:
+                changed.append(f"{name}={value}")
             fields[name] = value
+    if changed:  # no longer the preset's attention: say so, as estimate does
+        fields["model"] = f"{fields['model']}[{','.join(changed)}]"
     if kv_heads is not None:
         fields["kv_heads"] = kv_heads
     elif preset is None or fields["kv_heads"] > fields["heads"]:
@@ -195,9 +205,9 @@ def _run_with_progress(run, config):
     blank line before any error message."""
     if not report.error_console().is_terminal:
         return run(config, progress=None)
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=report.error_console(), transient=True) as bar:
         task = bar.add_task("preparing", total=None)
 
@@ -222,17 +232,18 @@ def _print_table(result) -> None:
     # Regimes are long sentences: the table names them by letter, the caption spells them out.
     regime_key = {text: chr(ord("a") + i) for i, text in enumerate(regimes)}
     steps = list(dict.fromkeys(r["step"] for r in rows))
-    columns = (["step"] if len(steps) > 1 else []) + [
-        "impl (backend)", "heads/kv", "KV cache", "median ±spread", "predicted (meas/pred)",
-        "achieved (% of copy)", "bound"]
+    points = len({(r["seq_len"], r["batch"]) for r in rows}) > 1  # a --sweep
+    columns = (["step"] if len(steps) > 1 else []) + (["seq_len", "batch"] if points else []) + [
+        "impl", "heads/kv", "KV cache", "median", "predicted", "achieved", "bound"]
     if len(regimes) > 1:
         columns.append("L2")
     if compare:
-        columns.append("vs MHA meas/pred")
+        columns.append("vs MHA")
     body = []
     for r in rows:
         timed = r["median_s"] is not None
-        line = ([r["step"]] if len(steps) > 1 else []) + [
+        line = ([r["step"]] if len(steps) > 1 else []) + (
+            [f"{r['seq_len']:,}", f"{r['batch']:,}"] if points else []) + [
             # grouped and repeat are plain matmuls; an SDPA row names the backend that ran
             r["impl"] if r["backend"] in ("", "matmul") else f"{r['impl']} ({r['backend']})",
             f"{r['heads']}/{r['kv_heads']} {r['attention']}",
@@ -247,7 +258,8 @@ def _print_table(result) -> None:
         if len(regimes) > 1:
             line.append(regime_key[r["l2_regime"]])
         if compare:
-            line.append(f"{_fmt_ratio(r['speedup_vs_mha'])}/{_fmt_ratio(r['predicted_speedup_vs_mha'])}")
+            # spaced, so a narrow terminal wraps between the numbers, not inside one
+            line.append(f"{_fmt_ratio(r['speedup_vs_mha'])} / {_fmt_ratio(r['predicted_speedup_vs_mha'])}")
         body.append(line)
     dev, c, cfg = result.device, result.ceilings, result.config
     timer = rows[0]["timer"] if rows else "-"
@@ -261,8 +273,10 @@ def _print_table(result) -> None:
         f"timer {timer}, median of {cfg['iters']} after {cfg['warmup']} warm-up, CUDA graphs "
         f"{'on' if cfg['cuda_graphs'] else 'off'}"
         + (f"; {regimes[0]}" if len(regimes) == 1 else ""),
-        "predicted = max(minimum bytes / the faster of the copy and read ceilings, FLOPs / matmul "
-        "ceiling); achieved = minimum bytes / median; spread = (p90 - p10) / 2 / median",
+        "median ± (p90 - p10) / 2 / median; predicted = max(minimum bytes / the faster of the "
+        "copy and read ceilings, FLOPs / matmul ceiling), with measured / predicted after it; "
+        "achieved = minimum bytes / median, and its share of the copy ceiling; impl (the SDPA "
+        "backend that ran)" + ("; vs MHA = speed-up over MHA, measured / predicted" if compare else ""),
     ]
     if len(regimes) > 1:
         caption += [f"L2 {regime_key[text]}: {text}" for text in regimes]
@@ -272,7 +286,12 @@ def _print_table(result) -> None:
         if r["note"]:
             notes.setdefault(r["note"], []).append(f"{r['step']} {r['impl']} kv={r['kv_heads']}")
     for text, where in notes.items():
-        caption.append(f"{', '.join(where)}: {text}")
+        caption.append(f"{', '.join(dict.fromkeys(where))}: {text}")
     what = "decode " + (steps[0] if len(steps) == 1 else "step")
-    report.console().print(report.table(f"kvcalc measure: {what}, measured vs predicted",
-                                        columns, body, caption="\n".join(caption)))
+    # Paths, device names and SDPA's messages may hold brackets: never read them as markup.
+    from rich.markup import escape
+
+    report.console().print(report.table(
+        f"kvcalc measure: {what}, measured vs predicted", columns,
+        [[escape(cell) for cell in line] for line in body],
+        caption=escape("\n".join(caption))))

@@ -84,6 +84,8 @@ class MeasureConfig:
                 check_size(name, getattr(self, name), upper)
         if self.warmup is not None and (not isinstance(self.warmup, int) or self.warmup < 0):
             raise KvcalcError(f"warmup must be >= 0, got {self.warmup!r}")
+        if self.warmup is not None and self.warmup > 10**6:
+            raise KvcalcError(f"warmup={self.warmup} is absurdly large (limit 1000000)")
         check_size("layers", self.layers, 10_000)
         if self.kv_heads > self.heads:
             raise KvcalcError(f"kv_heads ({self.kv_heads}) cannot exceed heads ({self.heads})")

@@ -109,9 +109,11 @@ def needed_bytes(pred: StepPrediction, spec: ModelSpec, batch: int, seq_len: int
 
     def workspace(name: str) -> int:
         if name == "sdpa-math" or (name == "sdpa" and sdpa_copies_kv):
-            # The math backend upcasts half-precision q, K, V to fp32, then repeats K/V.
+            # The math backend upcasts half-precision q, K, V to fp32, repeats K/V per query
+            # head and makes the transposed K contiguous: up to two expanded copies live at
+            # once (about 1.5g + 1 caches measured in fp32 on a CPU; 2g + 1 is the bound).
             upcast = 4 // e if e < 4 else 1
-            return logits + (g + 1) * pred.kv_cache_bytes * upcast
+            return logits + (2 * g + 1) * pred.kv_cache_bytes * upcast
         if name == "repeat":
             return logits + expanded
         return logits
@@ -224,9 +226,34 @@ def run(config: MeasureConfig, progress: Progress | None = None,
         else:
             names.append(n)
     names = list(dict.fromkeys(names))
+    concrete = [n for n in names if n != "auto"]
+    batch = config.batch or default_batch(config, seq_len, dtype, kind)
+    sized = (seq_len, batch)
+
+    def guard(impl_names: list[str], copies: dict[int, bool], sl: int, b: int) -> tuple[int, int]:
+        """(seq_len, batch) that fit, defaults halved as needed; or refuse."""
+        def peak(s: int, x: int) -> int:
+            gs = plan_groups(config, s, x, dtype, impl_names, meta, copies)
+            return max(g.needed_bytes for g in gs)
+
+        need = peak(sl, b)
+        while need > usable and config.batch is None and b > 1:
+            b //= 2
+            need = peak(sl, b)
+        while need > usable and config.seq_len is None and sl > 128:
+            sl //= 2
+            need = peak(sl, b)
+        if need > usable:
+            raise KvcalcError(_refusal(need, free, usable, kind, sl, b, peak, config))
+        return sl, b
+
+    # A request that cannot fit even with the leanest candidates and no K/V copies is
+    # refused before any SDPA probe allocates anything.
+    lean = concrete + ([c for c in AUTO_CANDIDATES[kind] if c != "sdpa-flash"] if "auto" in names else [])
+    seq_len, batch = guard(list(dict.fromkeys(lean)), {}, seq_len, batch)
+
     auto_pick, auto_reason = _auto_choice(device, probe, config.kv_heads) if "auto" in names else ("", "")
     auto_candidates = [c for c in AUTO_CANDIDATES[kind] if c != "sdpa-flash" or auto_pick == c]
-    concrete = [n for n in names if n != "auto"]
     concrete_for_memory = list(dict.fromkeys(concrete + (auto_candidates if "auto" in names else [])))
 
     # Does the unpinned SDPA call copy K/V on this device and dtype? (tiny probe)
@@ -236,28 +263,12 @@ def run(config: MeasureConfig, progress: Progress | None = None,
             sdpa_probe[kv] = probe(kv)
     sdpa_copies = {kv: p.get("kv_copied") == "yes" for kv, p in sdpa_probe.items()}
 
-    # --- sizes and the memory guard ---
-    batch = config.batch or default_batch(config, seq_len, dtype, kind)
+    # --- the memory guard, with what the probes found ---
+    seq_len, batch = guard(concrete_for_memory, sdpa_copies, seq_len, batch)
+    if (seq_len, batch) != sized:
+        run_notes.append(f"default sizes reduced to fit free memory: seq_len {seq_len}, batch {batch}")
     ceiling_ws = ceil_mod.ceiling_workspace_bytes(kind, dtype) if ceiling_buffer_bytes is None \
         else 2 * ceiling_buffer_bytes
-
-    def peak(sl: int, b: int) -> int:
-        gs = plan_groups(config, sl, b, dtype, concrete_for_memory, meta, sdpa_copies)
-        return max(g.needed_bytes for g in gs)
-
-    need = peak(seq_len, batch)
-    if need > usable:
-        shrunk = False
-        while need > usable and config.batch is None and batch > 1:
-            batch //= 2
-            need, shrunk = peak(seq_len, batch), True
-        while need > usable and config.seq_len is None and seq_len > 128:
-            seq_len //= 2
-            need, shrunk = peak(seq_len, batch), True
-        if need > usable:
-            raise KvcalcError(_refusal(need, free, usable, kind, seq_len, batch, peak, config))
-        if shrunk:
-            run_notes.append(f"default sizes reduced to fit free memory: seq_len {seq_len}, batch {batch}")
     if ceiling_ws > usable:
         raise KvcalcError(f"the bandwidth ceilings need {human_bytes(ceiling_ws)} but only "
                           f"{human_bytes(usable)} of {kind} memory is usable")
@@ -335,6 +346,10 @@ def _refusal(need: int, free: int, usable: int, kind: str, seq_len: int, batch: 
         tries.append(f"--batch {b}")
     if tries:
         return f"{msg}; try {' or '.join(tries)}"
+    if config.step in ("layer", "both"):
+        return (f"{msg}; even --seq-len 1 --batch 1 does not fit: the layer step holds its "
+                f"weights (d_model {config.d_model or config.heads * config.head_dim:,}); try a "
+                f"smaller --d-model, fewer heads or a smaller head_dim")
     return f"{msg}; even --seq-len 1 --batch 1 does not fit: try fewer heads or a smaller head_dim"
 
 
@@ -640,7 +655,9 @@ def run_sweep(config: MeasureConfig, seq_lens: list[int], batches: list[int],
                      ceilings=first.ceilings if first else None)
         first = first or result
         rows.extend(result.rows)
-    config_out = {**first.config, "seq_len": list(seq_lens), "batch": list(batches),
+    # The sizes that ran (a default batch is resolved per point), in order.
+    config_out = {**first.config, "seq_len": list(dict.fromkeys(r["seq_len"] for r in rows)),
+                  "batch": list(dict.fromkeys(r["batch"] for r in rows)),
                   "sweep_points": len(points)}
     return MeasureResult(rows=rows, device=first.device, ceilings=first.ceilings, config=config_out)
 
