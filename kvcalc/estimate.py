@@ -30,7 +30,9 @@ class Estimate:
     hardware: Hardware | None = None
     roofline: roofline.Roofline | None = None
     fit: roofline.Fit | None = None
-    min_tp_that_fits: int = 0  # 0: none of the valid tp values fits (or no hardware)
+    # None: no valid tp fits (or no hardware); JSON null and an empty CSV cell, never a
+    # 0 that reads as a tp degree
+    min_tp_that_fits: int | None = None
     scale_bytes: int = 0
     shazeer_batched: formulas.ShazeerRatio | None = None  # the whole prompt at once
 
@@ -243,8 +245,7 @@ def estimate(
                                          spec.kv_heads, spec.head_dim, spec.v_head_dim)
         batched = formulas.shazeer_ratio("batched", batch, seq_len, spec.d_model, spec.heads,
                                          spec.kv_heads, spec.head_dim, spec.v_head_dim)
-    roof = fit = None
-    min_tp = 0
+    roof = fit = min_tp = None
     if hardware is not None:
         roof = roofline.decode_roofline(decode, hardware, roofline.compute_dtype_for(wdt))
         fit = roofline.fit(spec, hardware, seq_len, batch, wdt, kdt, tp, scale_bytes,

@@ -126,9 +126,10 @@ def plot_sweep(selection, path: str | os.PathLike, force: bool = False) -> Path:
     style = {v: _LINE_STYLES[min(i, len(_LINE_STYLES) - 1)] for i, v in enumerate(fixed_values)}
     other = "batch" if selection.x == "seq_len" else "seq_len"
 
+    mla = selection.plan.spec.mla  # MLA sweeps have one variant: no K/V heads to vary
     ys = []
     for s in series:
-        label = f"{s.attention}: {s.kv_heads} K/V head{'s' if s.kv_heads != 1 else ''}"
+        label = _variant_label(s, mla)
         if len(fixed_values) > 1:
             label += f", {other} {s.fixed:,}"
         # Distinct markers too, so variants that coincide (replicated heads under TP) show.
@@ -188,6 +189,14 @@ def plot_sweep(selection, path: str | os.PathLike, force: bool = False) -> Path:
     return _save(fig, path, force)
 
 
+def _variant_label(s, mla) -> str:
+    """'GQA: 8 K/V heads'; for MLA the cached latent, since its `heads` K/V heads
+    (what the spec's kv_heads holds) are decompressed per step, never cached."""
+    if mla is not None:
+        return f"MLA latent (kv_lora_rank {mla.kv_lora_rank} + rope {mla.qk_rope_head_dim})"
+    return f"{s.attention}: {s.kv_heads} K/V head{'s' if s.kv_heads != 1 else ''}"
+
+
 # --------------------------------------------------------------------------------
 # kvcalc measure --plot
 # --------------------------------------------------------------------------------
@@ -227,8 +236,12 @@ def plot_measure(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike,
     if not variants:
         raise KvcalcError("nothing to plot: no measured rows")
 
-    fig = _figure(figsize=(13, 5.4), layout="constrained")
-    left, right = fig.subplots(1, 2)
+    # One subfigure per panel, so each legend can sit below its own axes: inside, the
+    # left one (upper left) covered the slow points and the right one the large caches.
+    # Constrained layout keeps "outside" legends clear of the tick and axis labels.
+    fig = _figure(figsize=(13, 6.4), layout="constrained")
+    panels = fig.subfigures(1, 2)
+    left, right = (panel.add_subplot() for panel in panels)
     palette = _PALETTE
     markers = ["o", "s", "^", "D", "v", "P", "X", "*"]
     times: list[float] = []
@@ -279,7 +292,7 @@ def plot_measure(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike,
     left.set_title("measured vs predicted (above the line: slower than predicted)", fontsize=10,
                    loc="left")
     left.grid(True, which="major", alpha=0.35)
-    left.legend(loc="upper left", fontsize=8)
+    panels[0].legend(loc="outside lower center", ncol=2, fontsize=8)
 
     ceilings = sorted({c for c in (_number(r.get("ceiling_bytes_per_s")) for r in rows) if c})
     for j, c in enumerate(ceilings):
@@ -299,7 +312,7 @@ def plot_measure(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike,
     right.set_ylabel("achieved bandwidth (bytes/s; TB/s = 10^12)")
     right.set_title("achieved bandwidth vs cache size", fontsize=10, loc="left")
     right.grid(True, which="major", alpha=0.35)
-    right.legend(loc="lower right", fontsize=8)
+    panels[1].legend(loc="outside lower center", ncol=2, fontsize=8)
 
     devices = sorted({str(r["device"]) for r in rows if r.get("device")})
     steps = sorted({str(r["step"]) for r in rows if r.get("step")})

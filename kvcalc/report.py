@@ -381,7 +381,7 @@ def estimate_tables(est) -> list:
                 ["fits as asked", "yes" if f.fits else "[red]no[/red]"]]
         if est.min_tp_that_fits != est.tp:
             frow.append(["smallest tp that fits",
-                         str(est.min_tp_that_fits) if est.min_tp_that_fits else "none"])
+                         "none" if est.min_tp_that_fits is None else str(est.min_tp_that_fits)])
         out.append(table(f"Fit on {est.tp} x {hw.name}", ["", ""], frow))
     notes = [n for n in est.notes() if n not in d.notes]
     if notes:
@@ -444,7 +444,8 @@ def fit_table(est) -> Any:
             [f"max context at batch {est.batch}",
              "unbounded (every layer slides)" if f.max_seq_len_unbounded else f"{f.max_seq_len:,}"],
             ["fits as asked", "yes" if f.fits else "no"],
-            ["smallest tp that fits", str(est.min_tp_that_fits) if est.min_tp_that_fits else "none"]]
+            ["smallest tp that fits",
+             "none" if est.min_tp_that_fits is None else str(est.min_tp_that_fits)]]
     notes = [n for n in est.notes() if "max context" in n or "replicated" in n]
     return table(f"{_plain(est.spec.name)} on {est.tp} x {hw.name} ({human_bytes(hw.memory_bytes)} each), "
                  f"weights {est.weight_dtype.name}, KV {est.kv_dtype.name}", ["", ""], rows,

@@ -124,6 +124,22 @@ def test_fit_llama3_70b_on_h100():
     assert out["min_tp_that_fits"] == 2
 
 
+def test_fit_with_no_tp_that_fits_writes_null_not_zero():
+    # 100M tokens of Gemma-2-9B do not fit at any tp: 0 would read as a tp degree.
+    args = ("fit", "--preset", "gemma2-9b", "--seq-len", "100000000")
+    r = kvcalc(*args, "--format", "json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["fits"] is False and out["min_tp_that_fits"] is None
+    r = kvcalc(*args, "--format", "csv")
+    row = next(csv.DictReader(io.StringIO(r.stdout)))
+    assert row["fits"] == "False" and row["min_tp_that_fits"] == ""
+    r = kvcalc("estimate", *args[1:], "--format", "json")
+    assert json.loads(r.stdout)["fit"]["min_tp_that_fits"] is None
+    table = kvcalc(*args).stdout
+    assert any("smallest tp that fits" in line and "none" in line for line in table.splitlines())
+
+
 def test_output_file_is_not_overwritten(tmp_path):
     target = tmp_path / "gpt3.json"
     assert kvcalc("estimate", "--preset", "gpt3", "--format", "json", "-o", str(target)).returncode == 0

@@ -471,3 +471,65 @@ def test_cgroup_v2_max_and_no_limit(tmp_path):
     _write(v2 / "memory.current", "400\n")
     assert ceilings.cgroup_available_bytes(str(tmp_path / "cgroup"), str(v2)) == 600
     assert ceilings.cgroup_available_bytes(str(tmp_path / "missing"), str(v2)) is None
+
+
+# --------------------------------------------------------------------------------
+# A hand-edited ceilings cache
+# --------------------------------------------------------------------------------
+GOOD_CEILINGS = {"copy_bytes_per_s": 2e10, "read_bytes_per_s": 3e10,
+                 "matmul_flops_per_s": 1e11, "dtype": "fp32"}
+
+
+def _cache_with(path, **changes):
+    import json
+
+    entry = {**GOOD_CEILINGS, **changes}
+    path.write_text(json.dumps({"k": entry}, allow_nan=True))
+    return path
+
+
+def test_deeply_nested_ceilings_cache_is_a_one_line_error(tmp_path):
+    path = tmp_path / "ceilings.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(KvcalcError, match="unreadable.*nested too deeply") as e:
+        ceilings.load_cached(path, "k")
+    assert "\n" not in str(e.value)
+    meta = {"type": "cpu", "name": "x", "torch_version": "t"}
+    with pytest.raises(KvcalcError, match="nested too deeply"):
+        ceilings.get_ceilings(CPU, meta, "fp32", path)
+
+
+@pytest.mark.parametrize("key, value", [
+    ("copy_bytes_per_s", True),  # a bool is an int to isinstance
+    ("copy_bytes_per_s", 5e-324),  # bytes / 5e-324 = inf
+    ("read_bytes_per_s", 1e-300),
+    ("copy_bytes_per_s", 0),
+    ("read_bytes_per_s", -3e10),
+    ("matmul_flops_per_s", 1e308),
+    ("matmul_flops_per_s", 10**400),  # exact JSON int, beyond float
+    ("copy_bytes_per_s", 2e15),  # above any device's bandwidth
+    ("copy_bytes_per_s", float("nan")),
+    ("matmul_flops_per_s", float("inf")),
+    ("read_bytes_per_s", "3e10"),
+    ("read_bytes_per_s", None),
+])
+def test_implausible_cached_ceilings_are_remeasured(tmp_path, monkeypatch, key, value):
+    path = _cache_with(tmp_path / "ceilings.json", **{key: value})
+    assert ceilings.load_cached(path, "k") is None
+    measured = {**GOOD_CEILINGS, "source": "measured"}
+    monkeypatch.setattr(ceilings, "cache_key", lambda meta, dtype: "k")
+    monkeypatch.setattr(ceilings, "measure_ceilings", lambda device, dtype, buf: measured)
+    assert ceilings.get_ceilings(CPU, {}, "fp32", path)["source"] == "measured"
+    assert ceilings.load_cached(path, "k")[key] == GOOD_CEILINGS[key]  # stored afresh
+
+
+def test_plausible_cached_ceilings_are_used_as_floats(tmp_path, monkeypatch):
+    # Integer rates at the edges of the range are real ceilings: used, as floats.
+    path = _cache_with(tmp_path / "ceilings.json", copy_bytes_per_s=10**6,
+                       read_bytes_per_s=10**15, matmul_flops_per_s=10**18)
+    got = ceilings.load_cached(path, "k")
+    assert got["copy_bytes_per_s"] == 1e6 and type(got["copy_bytes_per_s"]) is float
+    assert got["matmul_flops_per_s"] == 1e18 and type(got["matmul_flops_per_s"]) is float
+    monkeypatch.setattr(ceilings, "cache_key", lambda meta, dtype: "k")
+    monkeypatch.setattr(ceilings, "measure_ceilings", lambda *a: pytest.fail("re-measured"))
+    assert ceilings.get_ceilings(CPU, {}, "fp32", path)["source"].startswith("cache file")

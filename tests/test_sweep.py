@@ -442,6 +442,60 @@ def test_plot_measure_writes_png(tmp_path):
         plot.plot_measure(rows, out)
 
 
+def _saved_figure(monkeypatch, plot):
+    """Keep the figure plot._save is handed, drawn, instead of only its bytes."""
+    saved = []
+    real = plot._save
+
+    def keep(fig, path, force):
+        saved.append(fig)
+        return real(fig, path, force)
+
+    monkeypatch.setattr(plot, "_save", keep)
+    return saved
+
+
+def test_plot_measure_legends_sit_outside_the_axes(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from kvcalc import plot
+
+    saved = _saved_figure(monkeypatch, plot)
+    rows = [{"kv_cache_bytes": kv, "median_s": kv / 1e12 * slow, "predicted_s": kv / 3e12,
+             "achieved_bytes_per_s": 1e12 / slow, "ceiling_bytes_per_s": 3e12, "impl": impl,
+             "kv_heads": g, "heads": 32, "device": "test-gpu", "step": "attention"}
+            for impl, slow in (("sdpa", 1.0), ("naive", 3.0)) for g in (1, 8, 32)
+            for kv in (10**5, 10**7, 10**9)]
+    plot.plot_measure(rows, tmp_path / "m.png")
+    (fig,) = saved
+    axes = fig.get_axes()
+    legends = [leg for sub in fig.subfigs for leg in sub.legends]
+    assert len(axes) == 2 and len(legends) == 2 and not any(ax.get_legend() for ax in axes)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()  # the constrained layout, as savefig ran it
+    renderer = canvas.get_renderer()
+    for ax, leg in zip(axes, legends):
+        # Below its panel: clear of the points and of the tick and axis labels.
+        assert leg.get_window_extent(renderer).y1 < ax.get_tightbbox(renderer).y0
+
+
+def test_plot_sweep_labels_mla_by_its_latent(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from kvcalc import plot
+
+    saved = _saved_figure(monkeypatch, plot)
+    selection = sweep.PlotSelection(sweep.plan_sweep(DEEPSEEK_V2, "1024:8192:*2", 1,
+                                                     hardware=GPU))
+    for chunk in sweep.chunks(selection.plan):
+        selection.add(chunk)
+    plot.plot_sweep(selection, tmp_path / "s.png")
+    labels = [t.get_text() for t in saved[0].get_axes()[0].get_legend().get_texts()]
+    # One shared latent per token per layer, not DeepSeek-V2's 128 (decompressed) K/V heads.
+    assert labels[0] == "MLA latent (kv_lora_rank 512 + rope 64)"
+    assert not any("K/V head" in label for label in labels)
+
+
 def test_encoder_length_that_decides_the_fit():
     # A short decoder prompt with a long encoder input: the cross-attention cache is what
     # does not fit, so the sweep's self-check and its rows must use --encoder-seq-len.

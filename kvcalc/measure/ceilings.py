@@ -10,7 +10,6 @@ Sizes sit far above the last-level cache: >= 1 GiB on a GPU (L2 is 40-60 MB),
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import time
@@ -312,21 +311,46 @@ def cache_key(device: dict[str, Any], dtype: str) -> str:
     return f"{device['type']}|{device['name']}|torch {device['torch_version']}|{dtype}"
 
 
+# Plausible range of each cached ceiling. A hand-edited 5e-324 would make every time
+# bound inf (and the JSON report unwritable), `true` or 1e-300 a 0.0 GB/s denominator:
+# far outside any real device (a slow CPU core moves ~1e9 B/s, an HBM GPU ~1e13,
+# dense tensor-core peaks are ~1e15 FLOP/s), so such an entry is re-measured.
+CACHED_CEILING_RANGE = {"copy_bytes_per_s": (1e6, 1e15), "read_bytes_per_s": (1e6, 1e15),
+                        "matmul_flops_per_s": (1e6, 1e18)}
+
+
 def load_cached(path: str | os.PathLike, key: str) -> dict[str, Any] | None:
+    """The cached entry under `key`; None (re-measure) when it is absent or unusable."""
     try:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError:
         return None
+    except RecursionError:  # [[[...]]] nested past the parser's stack
+        raise KvcalcError(f"ceilings cache {path} is unreadable (JSON nested too deeply); "
+                          "delete it") from None
     except (OSError, ValueError) as e:
         raise KvcalcError(f"ceilings cache {path} is unreadable ({e}); delete it") from None
     entry = data.get(key) if isinstance(data, dict) else None
     if not isinstance(entry, dict):
         return None
-    for k in ("copy_bytes_per_s", "read_bytes_per_s", "matmul_flops_per_s"):
-        v = entry.get(k)
-        if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            return None
-    return entry
+    values = {k: _plausible_ceiling(entry.get(k), lo, hi)
+              for k, (lo, hi) in CACHED_CEILING_RANGE.items()}
+    if None in values.values():
+        return None
+    return {**entry, **values}
+
+
+def _plausible_ceiling(value: Any, lo: float, hi: float) -> float | None:
+    """`value` as a float when it is a real number in [lo, hi], else None.
+
+    bool is an int subclass (`true` would count as 1). The range test alone rejects
+    NaN and inf, and it compares a huge JSON integer exactly (math.isfinite would
+    overflow on it), so float() below can neither overflow nor round to inf."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if not lo <= value <= hi:
+        return None
+    return float(value)
 
 
 def store_cached(path: str | os.PathLike, key: str, ceilings: dict[str, Any]) -> None:
@@ -338,7 +362,7 @@ def store_cached(path: str | os.PathLike, key: str, ceilings: dict[str, Any]) ->
         data = json.loads(path.read_text())
         if not isinstance(data, dict):
             data = {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # unreadable: start the cache afresh
         data = {}
     data[key] = {**ceilings, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     atomic_write(path, to_json(data), force=True)  # a cache: replacing it is the point
