@@ -284,7 +284,7 @@ def test_warmup_has_a_limit_like_iters():
 
 @needs_torch
 def test_hopeless_request_refused_before_any_sdpa_probe(monkeypatch):
-    # 4096 heads x 1024 dims x 2048 tokens of K and V in fp32 is 68.7 GB: refused on the
+    # 4096 heads x 1024 dims x 65,536 tokens of K and V in fp32 is 2.2 TB: refused on the
     # lean plan, before a probe allocates gigabytes to learn whether SDPA copies K/V.
     def no_probe(*args, **kwargs):
         raise AssertionError("probed before refusing")
@@ -293,7 +293,7 @@ def test_hopeless_request_refused_before_any_sdpa_probe(monkeypatch):
 
     monkeypatch.setattr(impls, "probe_sdpa", no_probe)
     r = invoke("measure", "--heads", "4096", "--kv-heads", "4096", "--head-dim", "1024",
-               "--seq-len", "2048", "--batch", "1", "--device", "cpu")
+               "--seq-len", "65536", "--batch", "1", "--device", "cpu")
     assert r.exit_code == 2 and "needs" in r.stderr and "try" in r.stderr, r.output
 
 
