@@ -191,13 +191,17 @@ def _qwen_window(c: _Config, layers: int) -> tuple[int, int, str]:
     )
 
 
+def _core_dims(c: _Config) -> tuple[int, int, int, int, int]:
+    """hidden_size, num_hidden_layers, num_attention_heads, vocab_size, intermediate_size:
+    the sizes the Llama-style and DeepSeek configs name alike, each required positive."""
+    return tuple(c.req_dim(key) for key in ("hidden_size", "num_hidden_layers",
+                                             "num_attention_heads", "vocab_size",
+                                             "intermediate_size"))
+
+
 def _llama_like(c: _Config, family: str) -> dict:
     """Llama, Mistral, Mixtral, Qwen2/3, Gemma/Gemma 2, Phi-3: RoPE, RMSNorm, gated MLP."""
-    hidden = c.req_dim("hidden_size")
-    layers = c.req_dim("num_hidden_layers")
-    heads = c.req_dim("num_attention_heads")
-    vocab = c.req_dim("vocab_size")
-    d_ff = c.req_dim("intermediate_size")
+    hidden, layers, heads, vocab, d_ff = _core_dims(c)
     notes: list[str] = []
 
     if family in ("llama", "phi3"):
@@ -282,11 +286,7 @@ def _llama_like(c: _Config, family: str) -> dict:
 
 def _deepseek(c: _Config, family: str) -> dict:
     """DeepSeek-V2/V3: MLA attention, DeepSeekMoE after `first_k_dense_replace` layers."""
-    hidden = c.req_dim("hidden_size")
-    layers = c.req_dim("num_hidden_layers")
-    heads = c.req_dim("num_attention_heads")
-    vocab = c.req_dim("vocab_size")
-    d_ff = c.req_dim("intermediate_size")
+    hidden, layers, heads, vocab, d_ff = _core_dims(c)
     mla = MLA(
         kv_lora_rank=c.req_int("kv_lora_rank"),
         qk_rope_head_dim=c.req_int("qk_rope_head_dim"),

@@ -93,14 +93,22 @@ def cpu_available_bytes() -> int:
     return available if in_cgroup is None else min(available, in_cgroup)
 
 
-def _meminfo_available_bytes() -> int:
+def _meminfo_bytes(key: str) -> int | None:
+    """A /proc/meminfo field ("MemAvailable", "MemTotal") in bytes; None where unreadable."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError):
         pass
+    return None
+
+
+def _meminfo_available_bytes() -> int:
+    available = _meminfo_bytes("MemAvailable")
+    if available is not None:
+        return available
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
@@ -218,14 +226,7 @@ def device_info(device) -> dict[str, Any]:
 
 
 def _cpu_total_bytes() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return 0
+    return _meminfo_bytes("MemTotal") or 0
 
 
 # --------------------------------------------------------------------------------
