@@ -136,8 +136,10 @@ EXPECTED: dict[str, dict] = {
 }
 
 
-def test_every_data_file_is_checked():
-    assert {p.stem for p in DATA.glob("*.json")} == set(EXPECTED)
+def test_every_expected_file_exists():
+    # Every config file is checked against transformers in tests/test_hf_truth.py;
+    # the ones here also have their derived fields written out by hand.
+    assert set(EXPECTED) <= {p.stem for p in DATA.glob("*.json")}
 
 
 @pytest.mark.parametrize("stem", sorted(EXPECTED))
