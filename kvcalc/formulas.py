@@ -103,6 +103,58 @@ def layer_token_sum(spec: ModelSpec, seq_len: int) -> int:
 
 
 @dataclass(frozen=True)
+class CacheGroup:
+    """Decoder layers that cache alike: the unit a serving engine pages by.
+
+    `kind`: "full", "sliding", "chunked", "mla", "state" or "cross". Bytes are on
+    one of `tp` devices, for ONE layer of the group: `token_bytes` per cached token
+    (0 for state kinds), `state_bytes` per sequence whatever its length (0 for
+    attention kinds). `window` is the sliding window or attention chunk in tokens
+    (0 where every token stays); cross-attention holds the encoder's tokens.
+    """
+
+    kind: str
+    layers: int
+    token_bytes: int
+    state_bytes: int = 0
+    window: int = 0
+
+    @property
+    def label(self) -> str:
+        held = f" {self.window:,}" if self.window else ""
+        return f"{self.kind}{held}"
+
+    def tokens_held(self, seq_len: int) -> int:
+        """Tokens one layer of the group keeps for a sequence at `seq_len`."""
+        if self.kind == "state":
+            return 0
+        return min(seq_len, self.window) if self.window else seq_len
+
+
+def cache_groups(spec: ModelSpec, kv_dtype: DType | str = "bf16", tp: int = 1,
+                 scale_bytes: int = 0) -> tuple[CacheGroup, ...]:
+    """The model's decoder layers grouped by how they cache, with per-device bytes.
+
+    Cross-attention (encoder-decoder) is its own group: every decoder layer holds
+    the encoder's K/V besides its own self-attention cache.
+    """
+    dt = _as_dtype(kv_dtype)
+    heads = kv_heads_per_device(spec, tp)
+    token = kv_bytes_per_token_per_layer(spec, dt, scale_bytes, kv_heads=heads)
+    if spec.mla is not None:
+        return (CacheGroup("mla", spec.layers, token),)
+    sliding = spec.sliding_layers
+    groups = []
+    if spec.layers - sliding:
+        groups.append(CacheGroup("full", spec.layers - sliding, token))
+    if sliding:
+        groups.append(CacheGroup("sliding", sliding, token, window=spec.sliding_window))
+    if spec.encoder_layers:
+        groups.append(CacheGroup("cross", spec.layers, token))
+    return tuple(groups)
+
+
+@dataclass(frozen=True)
 class KVCache:
     """The KV cache of `batch` sequences at `seq_len` tokens (bytes, exact ints)."""
 
