@@ -1,0 +1,647 @@
+"""Ground truth from Hugging Face transformers itself: parameter counts and KV-cache bytes.
+
+Nothing here uses kvcalc's formulas. Parameters are counted on a model that transformers
+builds for a config.json dict on the meta device; cache bytes are read off the cache object
+that transformers returns after a real prefill + decode step of a small random-weight copy
+of the model (same per-layer cache geometry, tiny vocabulary / MLP widths / layer count).
+
+torch and transformers are imported lazily (inside the functions), so importing this module
+is free; test files call ``pytest.importorskip("torch")`` / ``("transformers")`` first.
+
+API
+---
+``meta_param_count(cfg) -> {"total", "text", "towers", "model_class", "tied"}``
+``text_config_dict(cfg) -> dict``                       canonical dict of the language model
+``reduced_config(cfg, window=8) -> dict``               small real copy (text model only)
+``cache_bytes_after_decode(cfg, seq_len, batch=1, dtype="bfloat16", window=8,
+                           decode=True, reduce=True) -> list[dict]``
+``cache_bytes_after_prefill(cfg, seq_len, ...)``        same, bare prefill of seq_len tokens
+``layer_signatures(cfg) -> list``                       per-layer structural signature (meta)
+
+See tests/data/hf/CACHE_BEHAVIOUR.md for what the measurements show.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import functools
+import inspect
+import warnings
+
+# config.json keys that never matter for shapes and that make transformers do extra work
+# (quantizers, remote code) when a model is built from the config.
+_DROP_KEYS = ("quantization_config", "auto_map", "_name_or_path", "transformers_version")
+
+# Families whose recurrent / conv state width is derived from hidden_size: hidden stays.
+_HIDDEN_IS_STATE = {
+    "mamba", "falcon_mamba", "mamba2", "jamba", "lfm2", "lfm2_moe", "bamba", "zamba",
+    "zamba2", "falcon_h1", "granitemoehybrid", "nemotron_h", "rwkv",
+}
+
+# Width keys (canonical transformers names) that are MLP / expert widths only.
+_WIDTH_KEYS = (
+    "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
+    "intermediate_size_mlp", "ffn_hidden_size", "n_inner", "ffn_dim", "expert_intermediate_size",
+    "dense_intermediate_size",
+)
+_EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+_TOPK_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk", "num_experts_per_token")
+_WINDOW_KEYS = ("sliding_window", "attention_chunk_size", "window_size")
+# Lists of layer indices (not per-layer flags): filtered to the kept prefix.
+_INDEX_LIST_KEYS = ("mlp_only_layers", "full_attn_idxs", "moe_layers", "attn_layer_indices")
+
+SMALL_VOCAB = 128
+SMALL_WIDTH = 32
+SMALL_HIDDEN = 64
+SMALL_EXPERTS = 4
+SMALL_TOPK = 2
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def _clean(cfg: dict) -> dict:
+    cfg = copy.deepcopy(cfg)
+    for k in _DROP_KEYS:
+        cfg.pop(k, None)
+    for sub in ("text_config", "vision_config"):
+        if isinstance(cfg.get(sub), dict):
+            for k in _DROP_KEYS:
+                cfg[sub].pop(k, None)
+    return cfg
+
+
+def make_config(cfg: dict):
+    """The transformers config object for a config.json dict."""
+    from transformers import AutoConfig
+
+    cfg = _clean(cfg)
+    model_type = cfg.pop("model_type")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AutoConfig.for_model(model_type, **cfg)
+
+
+def is_multimodal(config) -> bool:
+    return any(
+        getattr(config, k, None) is not None
+        for k in ("vision_config", "audio_config")
+    ) and getattr(config, "text_config", None) is not None
+
+
+def text_config_dict(cfg: dict) -> dict:
+    """Canonical config dict (transformers' own names, derived fields filled) of the language model."""
+    config = make_config(cfg)
+    text = config.get_text_config(decoder=True)
+    d = text.to_dict()
+    for k in _DROP_KEYS:
+        d.pop(k, None)
+    d.pop("architectures", None)
+    return d
+
+
+def _layers_key(config) -> str:
+    return getattr(config, "attribute_map", {}).get("num_hidden_layers", "num_hidden_layers")
+
+
+# ----------------------------------------------------------------------------- building
+
+
+def _build(config, device: str, dtype, multimodal: bool):
+    """The model transformers builds for ``config``. On "meta" nothing is allocated and
+    transformers itself skips weight init (ties are still made). On a real device weight
+    init is skipped (transformers' no_init_weights), ties are made with tie_weights(), and
+    parameters are filled by _fill_random, ~10x faster than transformers' own init."""
+    import contextlib
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    kw = dict(dtype=dtype, attn_implementation="eager")
+    if device == "meta":
+        no_init = contextlib.nullcontext()
+    else:
+        from transformers.initialization import no_init_weights
+
+        no_init = no_init_weights()
+    with warnings.catch_warnings(), no_init:
+        warnings.simplefilter("ignore")
+        with torch.device(device):
+            model = None
+            if multimodal:
+                from transformers import AutoModelForImageTextToText
+
+                try:
+                    model = AutoModelForImageTextToText.from_config(config, **kw)
+                except ValueError:
+                    pass
+            if model is None:
+                try:
+                    model = AutoModelForCausalLM.from_config(config, **kw)
+                except ValueError:
+                    from transformers import AutoModel
+
+                    model = AutoModel.from_config(config, **kw)
+    if device != "meta":
+        model.tie_weights()
+        _fill_random(model)
+    return model
+
+
+def _fill_random(model, std: float = 0.02) -> None:
+    """Deterministic pseudo-random weights: norms 1, biases 0, the rest a repeated random
+    pattern (values never change cache shapes; this only keeps activations finite)."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(65521, generator=g) * std
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            flat = p.view(-1)
+            n = flat.numel()
+            low = name.lower()
+            if "norm" in low and p.dim() == 1:
+                flat.fill_(1.0)
+            elif low.endswith("bias") and "correction" not in low:
+                flat.zero_()
+            else:
+                m = base.numel()
+                k = n // m
+                if k:
+                    flat[: k * m].view(k, m).copy_(base.expand(k, m))
+                flat[k * m:].copy_(base[: n - k * m])
+        for name, b in model.named_buffers():
+            if b.is_floating_point() and not torch.isfinite(b).all():
+                b.zero_()
+
+
+def meta_param_count(cfg: dict) -> dict:
+    """Parameters of the model transformers builds for ``cfg``, counted on the meta device.
+
+    Shared (tied) Parameters are counted once: ``model.parameters()`` yields each Parameter
+    object once. Returns {"total", "text", "towers", "model_class", "tied"}: for multimodal
+    configs "text" is the language model (embeddings, decoder, final norm, lm_head) and
+    "towers" the rest (vision tower, projector); text-only: text == total, towers == 0.
+    "tied": whether lm_head.weight is the input embedding's Parameter.
+    """
+    import torch
+
+    config = make_config(cfg)
+    mm = is_multimodal(config)
+    model = _build(config, "meta", torch.bfloat16, mm)
+    total = sum(p.numel() for p in model.parameters())
+    text = total
+    if mm:
+        lm = _language_model(model)
+        seen = {id(p) for p in lm.parameters()}
+        text = sum(p.numel() for p in lm.parameters())
+        head = getattr(model, "lm_head", None)
+        if head is not None:
+            text += sum(p.numel() for p in head.parameters() if id(p) not in seen)
+    tied = False
+    try:
+        emb = model.get_input_embeddings()
+        out = model.get_output_embeddings()
+        tied = out is not None and out.weight is emb.weight
+    except (AttributeError, NotImplementedError):
+        pass
+    return {"total": total, "text": text, "towers": total - text,
+            "model_class": type(model).__name__, "tied": tied}
+
+
+def _language_model(model):
+    for path in ("model.language_model", "language_model", "model.text_model", "text_model"):
+        obj = model
+        try:
+            for part in path.split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            continue
+        return obj
+    raise ValueError(f"no language model inside {type(model).__name__}")
+
+
+def _decoder_layers(model, n_layers: int):
+    """The ModuleList of decoder layers (the largest ModuleList of length n_layers)."""
+    from torch import nn
+
+    best = None
+    for name, m in model.named_modules():
+        if isinstance(m, nn.ModuleList) and len(m) == n_layers and "vision" not in name:
+            size = sum(p.numel() for p in m.parameters())
+            if best is None or size > best[0]:
+                best = (size, m)
+    if best is None:
+        raise ValueError("no decoder layer list found")
+    return list(best[1])
+
+
+_GEOMETRY_ATTRS = (
+    "head_dim", "num_heads", "num_key_value_heads", "num_kv_heads", "kv_lora_rank",
+    "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "ssm_state_size", "conv_kernel_size",
+    "num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "key_dim", "value_dim", "conv_dim",
+    "L_cache", "n_heads", "d_state", "d_conv", "new_decoder_architecture", "multi_query",
+)
+
+
+def _is_mixer(module) -> bool:
+    n = type(module).__name__.lower()
+    if any(x in n for x in ("mlp", "expert", "moe", "norm", "rotary", "linear", "router", "gate")):
+        if not any(x in n for x in ("linearattention", "gateddeltanet", "attention")):
+            return False
+    return any(x in n for x in ("attn", "attention", "mixer", "mamba", "conv", "deltanet"))
+
+
+def _layer_signature(layer, layer_type):
+    names = tuple(sorted((n, type(m).__name__) for n, m in layer.named_modules()))
+    flags = []
+    for n, m in layer.named_modules():
+        for a in ("use_rope", "is_sliding", "attention_type", "layer_type"):
+            if hasattr(m, a) and not callable(getattr(m, a)):
+                flags.append((n, a, str(getattr(m, a))))
+        if _is_mixer(m) and getattr(m, "sliding_window", None) is not None:
+            flags.append((n, "sliding", True))
+    return (layer_type, names, tuple(flags))
+
+
+def _layer_geometry(layer):
+    out = []
+    for n, m in layer.named_modules():
+        if not _is_mixer(m):
+            continue
+        for a in _GEOMETRY_ATTRS:
+            v = getattr(m, a, None)
+            if isinstance(v, (int, bool)):
+                out.append((n, a, v))
+    return tuple(out)
+
+
+def _text_layer_types(text_config):
+    lt = getattr(text_config, "layer_types", None)
+    if lt is not None:
+        return list(lt)
+    lt = getattr(text_config, "attention_layers", None)  # gpt_neo: global / local
+    if lt is not None:
+        return list(lt)
+    return None
+
+
+def _meta_text_model(text_dict: dict):
+    import torch
+
+    config = make_config(text_dict)
+    model = _build(config, "meta", torch.bfloat16, False)
+    n = getattr(config, "num_hidden_layers")
+    return config, model, _decoder_layers(model, n)
+
+
+def layer_signatures(cfg: dict) -> list:
+    """Per decoder layer of the language model: (layer_type, module structure, flags)."""
+    td = text_config_dict(cfg)
+    config, _, layers = _meta_text_model(td)
+    types = _text_layer_types(config) or [None] * len(layers)
+    return [_layer_signature(l, t) for l, t in zip(layers, types)]
+
+
+# ----------------------------------------------------------------------------- reduction
+
+
+def _shrink_list_for_prefix(d: dict, n_old: int, n: int) -> None:
+    for k, v in list(d.items()):
+        if k in _INDEX_LIST_KEYS and isinstance(v, list):
+            d[k] = [i for i in v if isinstance(i, int) and i < n]
+        elif isinstance(v, list) and len(v) == n_old and k not in ("architectures",):
+            d[k] = v[:n]
+        elif isinstance(v, str) and len(v) == n_old and k.endswith("pattern"):
+            d[k] = v[:n]
+    if d.get("model_type") == "gpt_neo":
+        kinds = d.get("attention_layers") or []
+        d["attention_types"] = [[[k], 1] for k in kinds[:n]]
+
+
+def _compaction_candidates(d: dict) -> list[dict]:
+    out = []
+    if isinstance(d.get("first_k_dense_replace"), int) and d["first_k_dense_replace"] > 1:
+        out.append({"first_k_dense_replace": 1})
+    if isinstance(d.get("attn_layer_period"), int):  # jamba-style periodic patterns
+        eps = [(d.get("expert_layer_period"), d.get("expert_layer_offset"))]
+        if isinstance(d.get("expert_layer_period"), int):
+            eps = [(p, o) for p in (1, 2) for o in range(p)]
+        for ap in (2, 3, 4):
+            for ao in range(ap):
+                for ep, eo in eps:
+                    c = {"attn_layer_period": ap, "attn_layer_offset": ao}
+                    if ep is not None:
+                        c.update(expert_layer_period=ep, expert_layer_offset=eo)
+                    out.append(c)
+    return out
+
+
+def reduced_config(cfg: dict, window: int = 8) -> dict:
+    """A small real copy of the language model of ``cfg`` with the same per-layer pattern
+    and cache geometry.
+
+    Kept: attention heads, kv heads, head_dim / v_head_dim, MLA ranks and rope dims, SSM and
+    linear-attention state dims, conv kernels, every per-layer flag. Shrunk: vocab (128),
+    MLP / expert widths (32), expert count (4, top-k <= 2), sliding windows / attention
+    chunks / gpt_neo window (-> ``window``), q_lora_rank (32), hidden_size (64) where the
+    family takes an explicit head_dim and no state width derives from hidden_size. Layers:
+    the shortest prefix of the original layer list that holds every distinct layer
+    signature (cache kind, module structure such as MoE vs dense, rope / sliding flags);
+    per-layer lists are cut to that prefix, index lists filtered. For a multimodal config the
+    result is the text model's config (towers do not cache). Checked on the meta device: the
+    reduced layers have the same signatures and attention geometry as the original prefix.
+    """
+    td = text_config_dict(cfg)
+    config, _, layers = _meta_text_model(td)
+    types = _text_layer_types(config) or [None] * len(layers)
+    sigs = [_layer_signature(l, t) for l, t in zip(layers, types)]
+    geom_of = {}
+    for s, l in zip(sigs, layers):
+        geom_of.setdefault(s, _layer_geometry(l))
+
+    # Compaction of counting fields: fewer layers, same set of layer signatures. Each
+    # candidate override is kept only if the signature set is unchanged and the prefix that
+    # shows every signature gets shorter.
+    d = copy.deepcopy(td)
+    target = set(sigs)
+
+    def prefix_len(sg):
+        first = {}
+        for i, s in enumerate(sg):
+            first.setdefault(s, i)
+        return max(first.values()) + 1
+
+    n_old = len(layers)
+    lkey = _layers_key(config)
+    n = prefix_len(sigs)
+    for cand in _compaction_candidates(d):
+        trial = {**copy.deepcopy(td), **cand}
+        trial[lkey] = n - 1
+        _shrink_list_for_prefix(trial, n_old, n - 1)
+        try:
+            tconfig, _, tlayers = _meta_text_model(trial)
+        except Exception:
+            continue
+        ttypes = _text_layer_types(tconfig) or [None] * len(tlayers)
+        tsigs = [_layer_signature(l, t) for l, t in zip(tlayers, ttypes)]
+        if set(tsigs) == target:
+            d, sigs, config, n = {**copy.deepcopy(td), **cand}, tsigs, tconfig, prefix_len(tsigs)
+
+    mt = d["model_type"]
+    d[lkey] = n
+    if "num_hidden_layers" in d:
+        d["num_hidden_layers"] = n
+    _shrink_list_for_prefix(d, n_old, n)
+
+    # vocabulary and token ids
+    if "vocab_size" in d:
+        d["vocab_size"] = SMALL_VOCAB
+    for k in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+        v = d.get(k)
+        if isinstance(v, int) and v >= SMALL_VOCAB:
+            d[k] = 1 if k != "pad_token_id" else 0
+        elif isinstance(v, list):
+            d[k] = [x if x < SMALL_VOCAB else 1 for x in v]
+
+    # widths of MLPs / experts only
+    for k in _WIDTH_KEYS:
+        if mt in ("mamba", "falcon_mamba") and k == "intermediate_size":
+            continue  # derived: expand * hidden_size (the SSM width)
+        if isinstance(d.get(k), int) and d[k] > SMALL_WIDTH:
+            d[k] = SMALL_WIDTH
+    if mt == "gpt_neo":
+        d["intermediate_size"] = SMALL_WIDTH
+    if mt == "lfm2":
+        d["block_multiple_of"] = 16
+    if isinstance(d.get("q_lora_rank"), int) and d["q_lora_rank"] > SMALL_WIDTH:
+        d["q_lora_rank"] = SMALL_WIDTH
+
+    # experts
+    for k in _EXPERT_COUNT_KEYS:
+        if isinstance(d.get(k), int) and d[k] > SMALL_EXPERTS:
+            d[k] = SMALL_EXPERTS
+    for k in _TOPK_KEYS:
+        if isinstance(d.get(k), int) and d[k] > SMALL_TOPK:
+            d[k] = SMALL_TOPK
+    for k in ("n_group", "topk_group"):
+        if isinstance(d.get(k), int):
+            d[k] = 1
+
+    # windows / chunks
+    for k in _WINDOW_KEYS:
+        if isinstance(d.get(k), int) and d[k] > window:
+            d[k] = window
+
+    # hidden size, only where head_dim is an explicit, honoured field
+    heads = getattr(config, "num_attention_heads", None)
+    eff_head_dim = getattr(config, "head_dim", None) or (
+        config.hidden_size // heads if heads else None)
+    if (mt not in _HIDDEN_IS_STATE and "head_dim" in d and eff_head_dim
+            and d.get("hidden_size", 0) > SMALL_HIDDEN and not d.get("is_encoder_decoder")):
+        d["head_dim"] = eff_head_dim
+        d["hidden_size"] = SMALL_HIDDEN
+
+    # mamba / falcon_mamba: d_inner = expand * hidden_size is the state width; keep d_inner
+    # and shrink hidden_size by raising expand.
+    if mt in ("mamba", "falcon_mamba") and d.get("hidden_size", 0) > SMALL_HIDDEN:
+        d_inner = int(config.intermediate_size)
+        if d_inner % SMALL_HIDDEN == 0:
+            d["expand"] = d_inner // SMALL_HIDDEN
+            d["hidden_size"] = SMALL_HIDDEN
+            d["intermediate_size"] = d_inner
+            if isinstance(d.get("time_step_rank"), int):
+                d["time_step_rank"] = math.ceil(SMALL_HIDDEN / 16)
+
+    # check: same layer signatures and same attention geometry as the original prefix
+    rconfig, _, rlayers = _meta_text_model(d)
+    rtypes = _text_layer_types(rconfig) or [None] * len(rlayers)
+    rsigs = [_layer_signature(l, t) for l, t in zip(rlayers, rtypes)]
+    if rsigs != sigs[:n]:
+        raise AssertionError(f"{mt}: reduced layer pattern differs from the original prefix")
+    for i, (s, l) in enumerate(zip(rsigs, rlayers)):
+        if _layer_geometry(l) != geom_of[s]:
+            raise AssertionError(
+                f"{mt}: reduced layer {i} geometry {_layer_geometry(l)} != {geom_of[s]}")
+    return d
+
+
+# ----------------------------------------------------------------------------- cache
+
+
+def _dtype(name):
+    import torch
+
+    return getattr(torch, name) if isinstance(name, str) else name
+
+
+@contextlib.contextmanager
+def _fast_bf16_conv1d():
+    """CPU speed shim: torch's bf16/fp16 depthwise conv1d on CPU is ~300x slower than fp32
+    (2 s for 8192 channels x 22 steps). Inside this context F.conv1d computes in fp32 and
+    casts the result back to the input dtype, so every tensor the model sees or caches keeps
+    its dtype and shape (conv states are cached from the conv *input* anyway)."""
+    import torch
+    import torch.nn.functional as F
+
+    orig = F.conv1d
+
+    def conv1d(input, weight, bias=None, *args, **kwargs):
+        if input.device.type == "cpu" and input.dtype in (torch.bfloat16, torch.float16):
+            b = bias.float() if bias is not None else None
+            return orig(input.float(), weight.float(), b, *args, **kwargs).to(input.dtype)
+        return orig(input, weight, bias, *args, **kwargs)
+
+    F.conv1d = conv1d
+    try:
+        yield
+    finally:
+        F.conv1d = orig
+
+
+def _cache_kw(model) -> str:
+    params = inspect.signature(model.forward).parameters
+    return "past_key_values" if "past_key_values" in params else "cache_params"
+
+
+def _returned_cache(out):
+    for k in ("past_key_values", "cache_params"):
+        c = getattr(out, k, None)
+        if c is not None:
+            return c
+    raise ValueError("model returned no cache")
+
+
+def _layer_tensors(layer) -> dict:
+    """Named tensors a cache layer object exposes."""
+    import torch
+
+    t = {}
+    for a in ("keys", "values", "indexer_keys"):
+        v = getattr(layer, a, None)
+        if isinstance(v, torch.Tensor):
+            t[a] = v
+    for a in ("conv_states", "recurrent_states"):
+        v = getattr(layer, a, None)
+        if isinstance(v, dict):
+            for i, x in v.items():
+                if isinstance(x, torch.Tensor):
+                    t[f"{a}[{i}]"] = x
+    return t
+
+
+def _storage_key(x):
+    s = x.untyped_storage()
+    return (s.data_ptr(), s.nbytes())
+
+
+def inspect_cache(cache, layer_types=None) -> list[dict]:
+    """Per-layer view of a transformers Cache object (see cache_bytes_after_decode)."""
+    layers = getattr(cache, "layers", None)
+    if layers is None and hasattr(cache, "self_attention_cache"):
+        layers = cache.self_attention_cache.layers
+    rows = []
+    for i, layer in enumerate(layers):
+        ts = _layer_tensors(layer)
+        exposed = sum(x.numel() * x.element_size() for x in ts.values())
+        storages = {}
+        for x in ts.values():
+            storages[_storage_key(x)] = x.untyped_storage().nbytes()
+        stored = sum(storages.values())
+        keys = ts.get("keys")
+        tokens_exposed = tokens_stored = None
+        if keys is not None and keys.dim() == 4 and keys.numel() > 0:
+            tokens_exposed = keys.shape[-2]
+            per_token = keys.shape[0] * keys.shape[1] * keys.shape[3] * keys.element_size()
+            tokens_stored = keys.untyped_storage().nbytes() // per_token
+        rows.append({
+            "layer": i,
+            "cache_class": type(layer).__name__,
+            "kind": layer_types[i] if layer_types else None,
+            "exposed_bytes": exposed,
+            "stored_bytes": stored,
+            "tokens_exposed": tokens_exposed,
+            "tokens_stored": tokens_stored,
+            "shapes": {k: tuple(x.shape) for k, x in ts.items()},
+            "state_dtypes": {k: str(x.dtype).replace("torch.", "") for k, x in ts.items()},
+            "sliding_window": getattr(layer, "sliding_window", None),
+            "seq_length": layer.get_seq_length() if hasattr(layer, "get_seq_length") else None,
+        })
+    return rows
+
+
+@functools.lru_cache(maxsize=32)
+def _built(key: str, dtype_name: str):
+    """A reduced random-weight CPU model for a frozen config (cached across calls)."""
+    import json
+
+    import torch
+
+    d = json.loads(key)
+    config = make_config(d)
+    torch.manual_seed(0)
+    model = _build(config, "cpu", _dtype(dtype_name), False)
+    model.eval()
+    return config, model
+
+
+def _run(cfg: dict, seq_len: int, batch: int, dtype, window: int, decode: bool, reduce: bool):
+    import json
+
+    import torch
+
+    d = reduced_config(cfg, window) if reduce else text_config_dict(cfg)
+    config, model = _built(json.dumps(d, sort_keys=True, default=str), str(dtype).replace("torch.", ""))
+    vocab = getattr(config, "vocab_size", SMALL_VOCAB)
+    g = torch.Generator().manual_seed(1)
+    n_prefill = seq_len - 1 if decode else seq_len
+    ids = torch.randint(2, vocab, (batch, seq_len), generator=g)
+    kw = _cache_kw(model)
+    with torch.no_grad(), _fast_bf16_conv1d():
+        out = model(input_ids=ids[:, :n_prefill], use_cache=True)
+        cache = _returned_cache(out)
+        if decode:
+            pos = torch.full((batch, 1), n_prefill, dtype=torch.long)
+            args = {kw: cache, "use_cache": True, "input_ids": ids[:, n_prefill:]}
+            fwd = inspect.signature(model.forward).parameters
+            if "cache_position" in fwd:
+                args["cache_position"] = torch.tensor([n_prefill])
+            if "position_ids" in fwd:
+                args["position_ids"] = pos
+            out = model(**args)
+            cache = _returned_cache(out)
+    rows = inspect_cache(cache, _text_layer_types(config))
+    try:
+        from transformers.cache_utils import get_layer_types_and_kwargs
+
+        inferred, _ = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
+        for r, t in zip(rows, inferred):
+            r["cache_layer_type"] = t
+    except Exception:  # older transformers: no per-layer dispatch helper
+        pass
+    return rows
+
+
+def cache_bytes_after_decode(cfg: dict, seq_len: int, batch: int = 1, dtype="bfloat16",
+                             window: int = 8, decode: bool = True, reduce: bool = True) -> list[dict]:
+    """Cache per decoder layer after a prefill of seq_len-1 tokens and ONE decode step.
+
+    The reduced copy of ``cfg`` (``reduced_config(cfg, window)``; ``reduce=False`` uses the
+    text config as is) is built on CPU in ``dtype`` with random weights; the prefill returns
+    the cache, which is passed back for the decode step as generate() does (position ids /
+    cache_position one past the prefill). ``decode=False``: a bare prefill of seq_len tokens.
+    Per layer: {"layer", "cache_class", "kind" (config layer_types / gpt_neo attention_layers
+    entry), "exposed_bytes" (numel * element_size of keys / values / conv / recurrent /
+    indexer tensors), "stored_bytes" (their untyped storages, each counted once),
+    "tokens_exposed", "tokens_stored" (key storage in tokens), "shapes", "state_dtypes",
+    "sliding_window", "seq_length"}.
+    """
+    return _run(cfg, seq_len, batch, _dtype(dtype), window, decode, reduce)
+
+
+def cache_bytes_after_prefill(cfg: dict, seq_len: int, batch: int = 1, dtype="bfloat16",
+                              window: int = 8, reduce: bool = True) -> list[dict]:
+    """Cache per decoder layer right after a bare prefill of ``seq_len`` tokens."""
+    return _run(cfg, seq_len, batch, _dtype(dtype), window, False, reduce)
