@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvcalc import _num
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import (
     MAX_BATCH,
@@ -38,26 +39,19 @@ def _as_dtype(d: DType | str) -> DType:
 # Tensor parallelism
 # --------------------------------------------------------------------------------
 def kv_heads_per_device(spec: ModelSpec, tp: int) -> int:
-    """K/V heads each of `tp` devices stores.
+    """K/V heads each of `tp` devices stores (the most any attention layer keeps).
 
     Megatron-style TP splits heads across devices. When tp divides kv_heads each
     device holds kv_heads/tp; when tp exceeds kv_heads (tp a multiple of it) every
     device still needs one whole K/V head, so heads are replicated tp/kv_heads
     times (vLLM, TensorRT-LLM). MLA's latent is shared by all heads: every device
     holds all of it (DeepSeek-V2 sec. 2.1; replicated under TP in vLLM/SGLang).
+    State layers (Mamba, linear attention) hold no K/V heads.
     """
     check_size("tp", tp, MAX_TP)
-    if spec.heads % tp:
-        raise KvcalcError(f"tp={tp} must divide the query heads ({spec.heads})")
-    if spec.mla is not None:
-        return 1  # one latent "head", replicated
-    if spec.kv_heads % tp == 0:
-        return spec.kv_heads // tp
-    if tp % spec.kv_heads == 0:
-        return 1
-    raise KvcalcError(
-        f"tp={tp} neither divides kv_heads={spec.kv_heads} nor is a multiple of it"
-    )
+    per = [layer.mixer.kv_heads_per_device(tp) for layer, _ in spec.groups()
+           if layer.mixer.cache_kind != "state"]
+    return max(per, default=0)
 
 
 # --------------------------------------------------------------------------------
@@ -111,6 +105,7 @@ class CacheGroup:
     (0 for state kinds), `state_bytes` per sequence whatever its length (0 for
     attention kinds). `window` is the sliding window or attention chunk in tokens
     (0 where every token stays); cross-attention holds the encoder's tokens.
+    `name` says which state mixer a state group is (mamba, linear attention, ...).
     """
 
     kind: str
@@ -118,38 +113,52 @@ class CacheGroup:
     token_bytes: int
     state_bytes: int = 0
     window: int = 0
+    name: str = ""
 
     @property
     def label(self) -> str:
-        held = f" {self.window:,}" if self.window else ""
-        return f"{self.kind}{held}"
+        if self.name:
+            return self.name
+        return f"{self.kind} {self.window:,}" if self.window else self.kind
 
-    def tokens_held(self, seq_len: int) -> int:
-        """Tokens one layer of the group keeps for a sequence at `seq_len`."""
+    def tokens_held(self, seq_len, encoder_seq_len=None):
+        """Tokens one layer of the group keeps for a sequence at `seq_len` (int or array)."""
         if self.kind == "state":
-            return 0
-        return min(seq_len, self.window) if self.window else seq_len
+            return 0 * seq_len
+        if self.kind == "cross":
+            return seq_len if encoder_seq_len is None else encoder_seq_len
+        return _num.minimum(seq_len, self.window) if self.window else seq_len
+
+    def bytes_per_sequence(self, seq_len, encoder_seq_len=None):
+        """All layers of the group, one sequence (int or array)."""
+        return self.layers * (self.token_bytes * self.tokens_held(seq_len, encoder_seq_len)
+                              + self.state_bytes)
 
 
 def cache_groups(spec: ModelSpec, kv_dtype: DType | str = "bf16", tp: int = 1,
-                 scale_bytes: int = 0) -> tuple[CacheGroup, ...]:
+                 scale_bytes: int = 0, state_dtype: DType | str = "fp32") -> tuple[CacheGroup, ...]:
     """The model's decoder layers grouped by how they cache, with per-device bytes.
 
-    Cross-attention (encoder-decoder) is its own group: every decoder layer holds
-    the encoder's K/V besides its own self-attention cache.
+    Layers that differ only in their MLP cache alike and share a group.
+    Recurrent states are held in `state_dtype` (transformers keeps them fp32 in a
+    bf16 model); convolution states in the cache dtype. Cross-attention
+    (encoder-decoder) is its own group: every decoder layer holds the encoder's
+    K/V besides its own self-attention cache.
     """
-    dt = _as_dtype(kv_dtype)
-    heads = kv_heads_per_device(spec, tp)
-    token = kv_bytes_per_token_per_layer(spec, dt, scale_bytes, kv_heads=heads)
-    if spec.mla is not None:
-        return (CacheGroup("mla", spec.layers, token),)
-    sliding = spec.sliding_layers
-    groups = []
-    if spec.layers - sliding:
-        groups.append(CacheGroup("full", spec.layers - sliding, token))
-    if sliding:
-        groups.append(CacheGroup("sliding", sliding, token, window=spec.sliding_window))
+    dt, sdt = _as_dtype(kv_dtype), _as_dtype(state_dtype)
+    check_size("tp", tp, MAX_TP)
+    merged: dict[tuple, int] = {}
+    for layer, n in spec.groups():
+        mx = layer.mixer
+        kind = mx.cache_kind
+        key = (kind, mx.token_bytes(dt, tp, scale_bytes), mx.state_bytes(dt, sdt, tp),
+               getattr(mx, "window", 0), mx.label if kind == "state" else "")
+        merged[key] = merged.get(key, 0) + n
+    groups = [CacheGroup(kind, n, token, state, window, name)
+              for (kind, token, state, window, name), n in merged.items()]
     if spec.encoder_layers:
+        token = kv_bytes_per_token_per_layer(spec, dt, scale_bytes,
+                                             kv_heads=kv_heads_per_device(spec, tp))
         groups.append(CacheGroup("cross", spec.layers, token))
     return tuple(groups)
 
@@ -162,9 +171,9 @@ class KVCache:
     batch: int
     tp: int
     kv_dtype: str
-    bytes_per_token_per_layer: int  # one full-attention layer, all K/V heads
-    bytes_per_token: int  # all decoder layers, no window applied
-    bytes_per_sequence: int  # window-aware self-attention cache + cross-attention cache
+    bytes_per_token_per_layer: int  # one attention layer of the model's heads, all K/V heads
+    bytes_per_token: int  # one token in every attention layer, no window applied
+    bytes_per_sequence: int  # window-aware self-attention + cross-attention + states
     bytes_per_sequence_full: int  # as if no layer had a window
     cross_attention_bytes_per_sequence: int  # encoder-decoder only
     bytes: int  # the whole batch, window-aware, the model's own heads (no TP replication)
@@ -172,6 +181,10 @@ class KVCache:
     kv_heads_per_device: int
     bytes_per_device: int  # one TP device's share for the whole batch
     bytes_all_devices: int  # bytes_per_device x tp (>= bytes when heads are replicated)
+    state_bytes_per_sequence: int = 0  # constant state of the state layers, one sequence
+    bytes_by_kind: dict = field(default_factory=dict)  # group label -> whole batch bytes
+    layers_by_kind: dict = field(default_factory=dict)  # group label -> decoder layers
+    state_dtype: str = "fp32"
 
 
 def kv_cache(
@@ -182,46 +195,58 @@ def kv_cache(
     tp: int = 1,
     scale_bytes: int = 0,
     encoder_seq_len: int | None = None,
+    state_dtype: DType | str = "fp32",
 ) -> KVCache:
-    """KV cache for a batch, per device under tensor parallelism and in total.
+    """KV cache (and constant layer state) for a batch, per TP device and in total.
 
     Example (GPT-3 175B, 2048 tokens, fp16, batch 1):
     2 (K,V) x 96 layers x 96 heads x 128 x 2048 x 2 bytes = 9,663,676,416 bytes.
-    Encoder-decoder models also cache the encoder's K/V for cross-attention in
-    every decoder layer: encoder_seq_len tokens (default seq_len), computed once.
+    Each layer group holds what its kind keeps (layers.py): every token, a window,
+    a chunk, or a constant state. Encoder-decoder models also cache the encoder's
+    K/V for cross-attention in every decoder layer: encoder_seq_len tokens
+    (default seq_len), computed once.
     """
     check_size("seq_len", seq_len, MAX_SEQ_LEN)
     check_size("batch", batch, MAX_BATCH)
-    dt = _as_dtype(kv_dtype)
-    per_dev_heads = kv_heads_per_device(spec, tp)
-    per_layer = kv_bytes_per_token_per_layer(spec, dt, scale_bytes)
-    per_layer_dev = kv_bytes_per_token_per_layer(spec, dt, scale_bytes, kv_heads=per_dev_heads)
-
-    cross_tokens = 0
+    enc_len = None
     if spec.encoder_layers:
         enc_len = seq_len if encoder_seq_len is None else check_size(
             "encoder_seq_len", encoder_seq_len, MAX_SEQ_LEN)
-        cross_tokens = spec.layers * enc_len
-    tokens = layer_token_sum(spec, seq_len)
-    tokens_full = spec.layers * seq_len
+    dt, sdt = _as_dtype(kv_dtype), _as_dtype(state_dtype)
+    per_dev_heads = kv_heads_per_device(spec, tp)
+    own = cache_groups(spec, dt, 1, scale_bytes, sdt)
+    dev = cache_groups(spec, dt, tp, scale_bytes, sdt) if tp > 1 else own
 
-    per_seq = per_layer * (tokens + cross_tokens)
-    per_seq_dev = per_layer_dev * (tokens + cross_tokens)
+    per_seq = sum(g.bytes_per_sequence(seq_len, enc_len) for g in own)
+    per_seq_dev = sum(g.bytes_per_sequence(seq_len, enc_len) for g in dev)
+    cross = sum(g.bytes_per_sequence(seq_len, enc_len) for g in own if g.kind == "cross")
+    state = sum(g.layers * g.state_bytes for g in own)
+    per_token = sum(g.layers * g.token_bytes for g in own if g.kind != "cross")
+    per_seq_full = per_token * seq_len + cross + state
+    by_kind: dict[str, int] = {}
+    layers_by_kind: dict[str, int] = {}
+    for g in own:
+        by_kind[g.label] = by_kind.get(g.label, 0) + g.bytes_per_sequence(seq_len, enc_len) * batch
+        layers_by_kind[g.label] = layers_by_kind.get(g.label, 0) + g.layers
     return KVCache(
         seq_len=seq_len,
         batch=batch,
         tp=tp,
         kv_dtype=dt.name,
-        bytes_per_token_per_layer=per_layer,
-        bytes_per_token=per_layer * spec.layers,
+        bytes_per_token_per_layer=kv_bytes_per_token_per_layer(spec, dt, scale_bytes),
+        bytes_per_token=per_token,
         bytes_per_sequence=per_seq,
-        bytes_per_sequence_full=per_layer * (tokens_full + cross_tokens),
-        cross_attention_bytes_per_sequence=per_layer * cross_tokens,
+        bytes_per_sequence_full=per_seq_full,
+        cross_attention_bytes_per_sequence=cross,
         bytes=per_seq * batch,
-        bytes_full=per_layer * (tokens_full + cross_tokens) * batch,
+        bytes_full=per_seq_full * batch,
         kv_heads_per_device=per_dev_heads,
         bytes_per_device=per_seq_dev * batch,
         bytes_all_devices=per_seq_dev * batch * tp,
+        state_bytes_per_sequence=state,
+        bytes_by_kind=by_kind,
+        layers_by_kind=layers_by_kind,
+        state_dtype=sdt.name,
     )
 
 
@@ -301,11 +326,15 @@ class ParamCounts:
         return self.total - self.embedding
 
 
+def _mixer_prefix(mixer) -> str:
+    return "attention" if mixer.cache_kind != "state" else mixer.kind
+
+
 def param_counts(spec: ModelSpec) -> ParamCounts:
-    """Exact parameter count of the architecture, matrix by matrix.
+    """Exact parameter count of the architecture, matrix by matrix, layer group by group.
 
     Equals sum(p.numel() for p in model.parameters()) of the reference PyTorch
-    implementation (tests build the torch.nn modules on the meta device).
+    implementation (tests build transformers' models on the meta device).
     Conventions: a tied lm_head is the embedding (counted once); biases and norm
     weights are counted; T5's relative-position bias is buckets x heads per stack.
     """
@@ -316,33 +345,33 @@ def param_counts(spec: ModelSpec) -> ParamCounts:
         if n:
             b[key] = b.get(key, 0) + n
 
-    attn = attention_params(spec)
-    for key, n in attn.items():
-        add(f"attention/{key}", n * spec.layers)
+    norm = norm_params(spec)
+    inactive = 0
+    for layer, n in spec.groups():
+        prefix = _mixer_prefix(layer.mixer)
+        for key, count in layer.mixer.params(d).items():
+            add(f"{prefix}/{key}", count * n)
+        mlp = layer.mlp
+        if mlp is not None and mlp.kind == "moe":
+            for key, count in mlp.breakdown(d).items():
+                add(f"moe/{key}", count * n)
+            inactive += mlp.inactive_params(d) * n
+        elif mlp is not None:
+            add("mlp", mlp.params(d) * n)
+        add("norms", layer.norms * norm * n)
+
     if spec.encoder_layers:
         # Encoder self-attention, and the decoder's cross-attention (MHA over encoder states).
-        for key, n in attn.items():
+        for key, n in attention_params(spec).items():
             add(f"encoder/attention/{key}", n * spec.encoder_layers)
             add(f"cross_attention/{key}", n * spec.layers)
-
-    dense_layers = spec.layers if spec.moe is None else spec.moe.dense_layers
-    add("mlp", mlp_params(spec, spec.d_ff) * dense_layers)
-    if spec.encoder_layers:
         add("encoder/mlp", mlp_params(spec, spec.d_ff) * spec.encoder_layers)
-    if spec.moe is not None:
-        m = spec.moe
-        moe_layers = spec.moe_layers
-        add("moe/router", (m.experts * d + (m.experts if m.router_bias else 0)) * moe_layers)
-        add("moe/experts", m.experts * mlp_params(spec, m.expert_d_ff) * moe_layers)
-        add("moe/shared_experts", m.shared_experts * mlp_params(spec, m.expert_d_ff) * moe_layers)
-
-    norm = norm_params(spec)
-    cross_norms = 1 if spec.encoder_layers else 0
-    add("norms", (spec.norms_per_layer + cross_norms) * norm * spec.layers)
+        add("norms", norm * spec.layers)  # the cross-attention block's norm
+        add("encoder/norms", spec.norms_per_layer * norm * spec.encoder_layers + norm)
     if spec.final_norm:
         add("norms", norm)
-    if spec.encoder_layers:
-        add("encoder/norms", spec.norms_per_layer * norm * spec.encoder_layers + norm)
+    if spec.embedding_norm:
+        add("norms", norm)
 
     add("embedding", spec.vocab * d)
     add("position_embedding", spec.learned_pos * d)
@@ -350,17 +379,15 @@ def param_counts(spec: ModelSpec) -> ParamCounts:
     add("relative_position_bias", spec.relative_attention_buckets * spec.heads * stacks)
     if not spec.tied_embeddings:
         add("lm_head", spec.vocab * d)
+    add("other", spec.extra_params)
 
     total = sum(b.values())
     attention = sum(n for k, n in b.items() if "attention/" in k)
-    inactive = 0
-    if spec.moe is not None:
-        m = spec.moe
-        inactive = (m.experts - m.active) * mlp_params(spec, m.expert_d_ff) * spec.moe_layers
     embedding = b.get("embedding", 0) + b.get("position_embedding", 0) + b.get(
         "relative_position_bias", 0)
-    per_layer = (sum(attn.values()) + mlp_params(spec, spec.d_ff) * (1 if dense_layers else 0)
-                 + spec.norms_per_layer * norm)
+    first = spec.runs[0].layer
+    first_mlp = first.mlp.params(d) if first.mlp is not None and first.mlp.kind == "dense" else 0
+    per_layer = sum(first.mixer.params(d).values()) + first_mlp + first.norms * norm
     return ParamCounts(
         breakdown=b,
         total=total,
@@ -408,13 +435,16 @@ def weight_params_per_device(spec: ModelSpec, params: int, tp: int,
     projections, which follow their heads: when tp exceeds kv_heads each device
     holds a whole head's k and v weights, replicated like the cache (vLLM's
     QKVParallelLinear). Norms and biases are small and counted as split.
-    `counts` passes param_counts(spec) when the caller already has it.
     """
-    per_dev_heads = kv_heads_per_device(spec, tp)
-    kv_proj = kv_projection_params(spec, counts)
-    if not kv_proj:
-        return -(-params // tp)
-    return -(-(params - kv_proj) // tp) + kv_proj * per_dev_heads // spec.kv_heads
+    d = spec.d_model
+    kv_all = kv_dev = 0
+    for layer, n in spec.groups():
+        mx = layer.mixer
+        kv = mx.kv_projection_params(d) * n
+        if kv:
+            kv_all += kv
+            kv_dev += kv * mx.kv_heads_per_device(tp) // mx.kv_heads
+    return -(-(params - kv_all) // tp) + kv_dev
 
 
 def layer_matmuls(spec: ModelSpec) -> list[tuple[int, int, int]]:
@@ -452,19 +482,16 @@ def _mlp_matmuls(spec: ModelSpec, width: int, count: int) -> list[tuple[int, int
 def token_matmuls(spec: ModelSpec) -> list[tuple[int, int, int]]:
     """(fan_in, fan_out, count) of every matmul one decoder token runs, lm_head aside.
 
-    Attention projections and the MLP in every layer; MoE layers run the router,
+    Each layer's mixer projections and its MLP; MoE layers run the router,
     `active` routed and every shared expert; encoder-decoder layers also run the
     cross-attention q and o (its K/V come from the encoder, computed once).
     """
     d = spec.d_model
-    mm = [(i, o, c * spec.layers) for i, o, c in layer_matmuls(spec)]
-    if spec.moe is None:
-        mm += _mlp_matmuls(spec, spec.d_ff, spec.layers)
-    else:
-        m = spec.moe
-        mm += _mlp_matmuls(spec, spec.d_ff, m.dense_layers)
-        mm += _mlp_matmuls(spec, m.expert_d_ff, (m.active + m.shared_experts) * spec.moe_layers)
-        mm.append((d, m.experts, spec.moe_layers))  # router
+    mm = []
+    for layer, n in spec.groups():
+        mm += [(i, o, n) for i, o in layer.mixer.matmuls(d)]
+        if layer.mlp is not None:
+            mm += [(i, o, n) for i, o in layer.mlp.matmuls(d)]
     if spec.encoder_layers:
         mm += [(d, spec.heads * spec.head_dim, spec.layers),
                (spec.heads * spec.v_head_dim, d, spec.layers)]
@@ -545,20 +572,26 @@ def decode_step(
     # --- matmuls one token runs ---
     mm = token_matmuls(spec)
     experts_touched = 0
-    if spec.moe is not None:
-        m = spec.moe
-        experts_touched = min(m.experts, batch * m.active)
-        notes.append(
-            f"MoE weights: up to {experts_touched} of {m.experts} routed experts read per layer "
-            f"(min(experts, batch x active), an upper bound)"
-        )
+    unread_expert_params = 0
+    for layer, n in spec.groups():
+        m = layer.mlp
+        if m is not None and m.kind == "moe":
+            touched = min(m.experts, batch * m.active)
+            experts_touched = max(experts_touched, touched)
+            unread_expert_params += (m.experts - touched) * m.expert.params(d) * n
+            note = (f"MoE weights: up to {touched} of {m.experts} routed experts read per layer "
+                    f"(min(experts, batch x active), an upper bound)")
+            if note not in notes:
+                notes.append(note)
     mm.append((d, spec.vocab, 1))  # lm_head
 
     proj_flops_per_token = sum(2 * i * o * c for i, o, c in mm)
-    sliding = spec.sliding_layers
-    full = spec.layers - sliding
-    attn_flops_per_token = full * attention_flops_per_token(spec, seq_len) + sliding * (
-        attention_flops_per_token(spec, cached_tokens(seq_len, spec.sliding_window)))
+    attn_flops_per_token = 0
+    for layer, n in spec.groups():
+        mx = layer.mixer
+        attn_flops_per_token += n * mx.decode_flops(mx.tokens_read(seq_len))
+        if mx.cache_kind == "state":
+            attn_flops_per_token += n * mx.recurrent_flops()
     if spec.encoder_layers:
         enc_len = seq_len if encoder_seq_len is None else encoder_seq_len
         attn_flops_per_token += spec.layers * attention_flops_per_token(spec, enc_len)
@@ -583,20 +616,20 @@ def decode_step(
         read_params -= sum(n for k, n in params.breakdown.items() if k.startswith("encoder/"))
         read_params -= params.breakdown.get("cross_attention/k", 0)
         read_params -= params.breakdown.get("cross_attention/v", 0)
-    if spec.moe is not None:
-        m = spec.moe
-        read_params -= (m.experts - experts_touched) * mlp_params(spec, m.expert_d_ff) * spec.moe_layers
+    read_params -= unread_expert_params
     weight_bytes = wdt.nbytes(read_params)
 
-    kv_read = cache.bytes  # self-attention (window-aware) and cross-attention caches
-    kv_write = cache.bytes_per_token * batch
+    # Caches are read at their current length (state layers: the whole state), one
+    # token's K/V is written per attention layer and each state is written back.
+    kv_read = cache.bytes
+    state_batch = cache.state_bytes_per_sequence * batch
+    kv_write = cache.bytes_per_token * batch + state_batch
     act_elems = sum((i + o) * c for i, o, c in mm) * batch
     # Attention reads q and writes its output for every layer (K/V counted above).
-    q_elems = spec.heads * (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim
-                            if spec.mla else spec.head_dim)
-    o_elems = spec.heads * (spec.mla.kv_lora_rank if spec.mla else spec.v_head_dim)
-    attn_layers = spec.layers * (2 if spec.encoder_layers else 1)
-    attn_act_bytes = adt.nbytes((q_elems + o_elems) * attn_layers * batch)
+    qo_elems = sum(n * layer.mixer.decode_act_elements() for layer, n in spec.groups())
+    if spec.encoder_layers:
+        qo_elems += spec.layers * spec.heads * (spec.head_dim + spec.v_head_dim)
+    attn_act_bytes = adt.nbytes(qo_elems * batch)
     act_bytes = adt.nbytes(act_elems) + attn_act_bytes
 
     bytes_breakdown = {
@@ -608,8 +641,9 @@ def decode_step(
     total_bytes = sum(bytes_breakdown.values())
 
     # Per device under TP: weights and activations split evenly, K/V as stored per device.
-    kv_write_dev = kv_bytes_per_token_per_layer(
-        spec, kdt, scale_bytes, kv_heads=cache.kv_heads_per_device) * spec.layers * batch
+    kv_write_dev = batch * sum(
+        g.layers * (g.token_bytes + g.state_bytes)
+        for g in cache_groups(spec, kdt, tp, scale_bytes, cache.state_dtype) if g.kind != "cross")
     weight_bytes_dev = wdt.nbytes(weight_params_per_device(spec, read_params, tp, params))
     per_device_bytes = weight_bytes_dev + cache.bytes_per_device + kv_write_dev + -(-act_bytes // tp)
 
@@ -648,12 +682,16 @@ def prefill_flops(spec: ModelSpec, seq_len: int, encoder_seq_len: int | None = N
     per_token = sum(2 * i * o * c for i, o, c in mm)
     lm_head = 2 * d * spec.vocab
 
-    sliding = spec.sliding_layers
     attn = 0
-    for layers_n, window in ((spec.layers - sliding, 0), (sliding, spec.sliding_window)):
-        if layers_n:
-            attn += (layers_n * attention_flops_per_token(spec, 1, absorbed=False)
-                     * prefill_attention_positions(seq_len, window))
+    for layer, n in spec.groups():
+        mx = layer.mixer
+        if mx.cache_kind == "state":
+            attn += n * mx.recurrent_flops() * seq_len
+            continue
+        # MLA decompresses K and V once per token in prefill: per-head dims.
+        per_position = (mx.prefill_flops_per_position() if mx.cache_kind == "mla"
+                        else mx.decode_flops(1))
+        attn += n * per_position * mx.prefill_positions(seq_len)
     total = per_token * seq_len + lm_head + attn
 
     if spec.encoder_layers:

@@ -136,6 +136,13 @@ class ModelSpec:
     notes: str = ""
     published_params: int = 0  # the headline count the source gives, for checks
     extra: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+    # The decoder, layer by layer, as runs of alike layers (kvcalc.layers.Run). Empty:
+    # built from the flat fields above (one uniform layer, windows and MoE as flagged).
+    # Given: it is the model; the flat fields then describe its attention layers for
+    # display and for the single-layer questions (measure, the attention step).
+    runs: tuple = ()
+    embedding_norm: bool = False  # a norm right after the embedding (BLOOM)
+    extra_params: int = 0  # parameters outside the decoder layers not named above
 
     def __post_init__(self) -> None:
         if not self.v_head_dim:
@@ -179,6 +186,29 @@ class ModelSpec:
                 if f.name == "q_lora_rank" and v == 0:
                     continue  # full-rank queries
                 check_size(f"mla.{f.name}", v, MAX_WIDTH)
+        if self.runs:
+            if sum(r.count for r in self.runs) != self.layers:
+                raise KvcalcError(
+                    f"the layer runs add up to {sum(r.count for r in self.runs)} layers, "
+                    f"not layers={self.layers}")
+        else:
+            object.__setattr__(self, "runs", _uniform_runs(self))
+        object.__setattr__(self, "_groups", _merge(self.runs))
+
+    # --- the layers --------------------------------------------------------------
+    def groups(self) -> tuple:
+        """((Layer, count), ...): equal layers merged, first appearance first. Formulas
+        cost O(distinct kinds), not O(layers)."""
+        return self._groups
+
+    def layer_list(self) -> list:
+        """Every decoder layer in order (for display and pipeline stages)."""
+        return [r.layer for r in self.runs for _ in range(r.count)]
+
+    @property
+    def uniform(self) -> bool:
+        """One kind of layer throughout (windows, MoE and MLA aside, today's flat model)."""
+        return len(self._groups) == 1
 
     # --- derived counts (pure, cheap) -------------------------------------------
     @property
@@ -198,25 +228,107 @@ class ModelSpec:
 
     @property
     def sliding_layers(self) -> int:
-        """Layers whose attention (and cache) is limited to `sliding_window` tokens."""
-        if not self.sliding_window:
-            return 0
-        if not self.global_every:
-            return self.layers
-        return self.layers - self.layers // self.global_every
+        """Layers whose attention (and cache) is limited to a window of tokens."""
+        return sum(n for layer, n in self._groups if layer.mixer.cache_kind == "sliding")
 
     @property
     def moe_layers(self) -> int:
-        return 0 if self.moe is None else self.layers - self.moe.dense_layers
+        return sum(n for layer, n in self._groups if layer.mlp is not None and layer.mlp.kind == "moe")
+
+    def layers_of(self, cache_kind: str) -> int:
+        """Decoder layers whose cache is of `cache_kind` (full, sliding, chunked, mla, state)."""
+        return sum(n for layer, n in self._groups if layer.mixer.cache_kind == cache_kind)
 
     def with_kv_heads(self, kv_heads: int) -> "ModelSpec":
-        """The same model with another number of K/V heads (its GQA/MQA/MHA variant)."""
+        """The same model with another number of K/V heads (its GQA/MQA/MHA variant):
+        every attention layer with the model's K/V head count takes the new one."""
         if self.mla is not None:
             raise KvcalcError(f"{self.name} uses MLA: it has no K/V heads to change")
-        return self.replace(kv_heads=kv_heads, name=_variant_name(self.name, kv_heads, self.heads))
+        name = _variant_name(self.name, kv_heads, self.heads)
+        if not self.extra.get("explicit_runs"):
+            return self.replace(kv_heads=kv_heads, name=name)
+        from kvcalc.layers import Attention, Run
+
+        def swap(layer):
+            m = layer.mixer
+            if isinstance(m, Attention) and m.kv_heads == self.kv_heads:
+                if m.heads % kv_heads:
+                    raise KvcalcError(
+                        f"heads ({m.heads}) must be divisible by kv_heads ({kv_heads})")
+                return dataclasses.replace(layer, mixer=m.with_kv_heads(kv_heads))
+            return layer
+
+        runs = tuple(Run(swap(r.layer), r.count) for r in self.runs)
+        return dataclasses.replace(self, kv_heads=kv_heads, name=name, runs=runs)
 
     def replace(self, **changes) -> "ModelSpec":
+        """A copy with fields changed. A model built from flat fields is rebuilt from
+        them; one described layer by layer keeps its runs (changing its shape through
+        the flat fields would silently disagree with them, so that is refused)."""
+        if self.extra.get("explicit_runs"):
+            shape = set(changes) - {"name", "source", "notes", "published_params", "extra",
+                                    "max_context", "kv_heads", "runs"}
+            if shape:
+                raise KvcalcError(
+                    f"{self.name} is described layer by layer: {', '.join(sorted(shape))} "
+                    "cannot be changed by a flag")
+        elif "runs" not in changes:
+            changes["runs"] = ()
         return dataclasses.replace(self, **changes)
+
+
+def _uniform_runs(spec: "ModelSpec") -> tuple:
+    """Runs from the flat fields: MoE after `moe.dense_layers` dense layers; a
+    sliding window on every layer, or on all but every `global_every`-th (layer i
+    is global when (i + 1) % global_every == 0: Gemma 2's odd layers)."""
+    from kvcalc.layers import Attention, Dense, Latent, Layer, Run
+    from kvcalc.layers import MoE as MoEMLP
+
+    if spec.mla is not None:
+        m = spec.mla
+        mixer = Latent(heads=spec.heads, kv_lora_rank=m.kv_lora_rank, rope_dim=m.qk_rope_head_dim,
+                       nope_dim=m.qk_nope_head_dim, v_dim=m.v_head_dim, q_lora_rank=m.q_lora_rank,
+                       bias=spec.qkv_bias)
+        full = sliding = mixer
+    else:
+        full = Attention(heads=spec.heads, kv_heads=spec.kv_heads, head_dim=spec.head_dim,
+                         v_head_dim=spec.v_head_dim, qkv_bias=spec.qkv_bias,
+                         out_bias=spec.out_bias, qk_norm=2 * spec.head_dim if spec.qk_norm else 0)
+        sliding = (dataclasses.replace(full, kind="sliding", window=spec.sliding_window)
+                   if spec.sliding_window else full)
+    gated = spec.mlp == "gated"
+    dense = Dense(spec.d_ff, gated, spec.mlp_bias)
+    mlps = [dense] * spec.layers
+    if spec.moe is not None:
+        e = spec.moe
+        moe = MoEMLP(experts=e.experts, active=e.active, expert_d_ff=e.expert_d_ff,
+                     shared_experts=e.shared_experts, router_bias=e.router_bias, gated=gated,
+                     expert_bias=spec.mlp_bias)
+        mlps = [dense] * e.dense_layers + [moe] * (spec.layers - e.dense_layers)
+    mixers = [sliding if spec.sliding_window and not (spec.global_every and (i + 1) % spec.global_every == 0)
+              else full for i in range(spec.layers)]
+    layers = [Layer(mx, mlp, spec.norms_per_layer) for mx, mlp in zip(mixers, mlps)]
+    return compress(layers)
+
+
+def compress(layers: list) -> tuple:
+    """Consecutive equal layers as Runs."""
+    from kvcalc.layers import Run
+
+    runs: list = []
+    for layer in layers:
+        if runs and runs[-1].layer == layer:
+            runs[-1] = Run(layer, runs[-1].count + 1)
+        else:
+            runs.append(Run(layer, 1))
+    return tuple(runs)
+
+
+def _merge(runs: tuple) -> tuple:
+    counts: dict = {}
+    for r in runs:
+        counts[r.layer] = counts.get(r.layer, 0) + r.count
+    return tuple(counts.items())
 
 
 _VARIANT_SUFFIX = re.compile(r"\[(?:MHA|MQA|GQA-[0-9]+)\]$")
@@ -269,18 +381,41 @@ class Hardware:
     sparse_flops_per_s: dict[str, int] = field(default_factory=dict)
     source: str = ""
     notes: str = ""
+    # What a process sees: torch.cuda.mem_get_info()'s total (the driver keeps the rest),
+    # the base of vLLM's gpu_memory_utilization. 0: unknown (memory_bytes is used).
+    visible_memory_bytes: int = 0
+    visible_memory_source: str = ""  # the log or nvidia-smi/torch output it comes from
+    # Device-to-device bandwidth per GPU, one direction, decimal bytes/s (NVLink,
+    # Infinity Fabric, or PCIe for cards without a GPU link). 0: unknown.
+    interconnect_bandwidth_bytes_per_s: int = 0
+    interconnect: str = ""  # its name, e.g. "NVLink 4 (18 links)"
+    # Dense FP4 (NVFP4/MXFP4) tensor peak, FLOP/s; 0 where the chip has no FP4 unit.
+    # Kept apart from flops_per_s because kvcalc has no fp4 storage dtype.
+    fp4_flops_per_s: int = 0
 
     def __post_init__(self) -> None:
         for name in ("memory_bytes", "memory_bandwidth_bytes_per_s"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise KvcalcError(f"hardware {self.name}: {name} must be a positive integer")
+        for name in ("visible_memory_bytes", "interconnect_bandwidth_bytes_per_s",
+                     "fp4_flops_per_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise KvcalcError(f"hardware {self.name}: {name} must be an integer >= 0")
+        if self.visible_memory_bytes > self.memory_bytes:
+            raise KvcalcError(f"hardware {self.name}: visible_memory_bytes exceeds memory_bytes")
         if not self.flops_per_s:
             raise KvcalcError(f"hardware {self.name}: flops_per_s needs at least one dtype")
         for key, v in {**self.flops_per_s, **self.sparse_flops_per_s}.items():
             dtype(key)  # validates the name
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise KvcalcError(f"hardware {self.name}: flops_per_s.{key} must be a positive integer")
+
+    @property
+    def usable_memory_bytes(self) -> int:
+        """Driver-visible memory when the preset knows it, else the nominal capacity."""
+        return self.visible_memory_bytes or self.memory_bytes
 
     def peak_flops(self, dtype_name: str) -> int:
         """Dense peak for a dtype; falls back to the closest wider type the chip has.

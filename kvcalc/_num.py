@@ -1,0 +1,26 @@
+"""Arithmetic that takes Python ints (exact, no numpy import) or numpy arrays alike.
+
+Formulas are written once over these helpers: `estimate` passes ints and gets exact
+ints back; the sweep passes same-shape int64 (or object) arrays and gets arrays.
+numpy is imported only when an array comes in.
+"""
+
+from __future__ import annotations
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int)
+
+
+def minimum(a, b):
+    """min(a, b) element-wise."""
+    if _is_int(a) and _is_int(b):
+        return a if a <= b else b
+    import numpy as np
+
+    return np.minimum(a, b)
+
+
+def cdiv(a, b):
+    """Ceiling division for non-negative a and positive b."""
+    return -(-a // b)

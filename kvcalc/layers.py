@@ -1,0 +1,521 @@
+"""Layer kinds: how one decoder layer mixes tokens (and what it caches), and its MLP.
+
+A decoder layer is `Layer(mixer, mlp, norms)`. Each mixer kind is a small frozen
+class answering the same questions, exactly, for a sequence at context `seq_len`
+(a Python int, or a numpy array in a sweep):
+
+- `token_bytes(dt, tp, scale_bytes)`: bytes one cached token adds on one of `tp` devices
+- `tokens_held(seq_len)`: tokens the layer keeps for one sequence
+- `tokens_read(seq_len)`: tokens one decode step attends to
+- `state_bytes(conv_dt, state_dt, tp)`: constant bytes per sequence, whatever its length
+- `params(d_model)`: parameters by matrix name
+- `matmuls(d_model)`: (fan_in, fan_out) of the projections one token runs
+- `decode_flops(context)`, `prefill_positions(seq_len)`: the attention term
+
+What a layer holds follows transformers' own cache after a prefill and a decode
+step (tests/data/hf/CACHE_BEHAVIOUR.md): a sliding layer keeps `window` tokens, a
+chunked layer min(L, chunk), linear-attention and state-space layers a constant
+recurrent state (own dtype, fp32 by default) plus a convolution state (the cache
+dtype). Sources: Mistral 7B (arXiv:2310.06825) sec. 2 rolling buffer; Gemma 2/3
+tech reports (local/global layers); Llama 4 `attention_chunk_size`; DeepSeek-V2
+(arXiv:2405.04434) sec. 2.1 MLA; Mamba (arXiv:2312.00752) sec. 3; Gated DeltaNet
+(arXiv:2412.06464) and Qwen3-Next's config; LFM2's short convolutions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Union
+
+from kvcalc import _num
+from kvcalc.errors import KvcalcError
+from kvcalc.spec import MAX_WIDTH, DType, check_size
+
+ATTENTION_KINDS = ("full", "sliding", "chunked")
+
+
+def _linear(fan_in: int, fan_out: int, bias: bool) -> int:
+    """nn.Linear(fan_in, fan_out, bias): weight plus optional bias."""
+    return fan_in * fan_out + (fan_out if bias else 0)
+
+
+def _split(n: int, tp: int) -> int:
+    """One device's share of `n` elements split over `tp` devices (rounded up)."""
+    return -(-n // tp)
+
+
+# --------------------------------------------------------------------------------
+# Mixers that cache K/V per token
+# --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Attention:
+    """Softmax attention over cached K/V heads (MHA, GQA, MQA).
+
+    kind "full" keeps every token; "sliding" the last `window` tokens; "chunked"
+    (Llama 4 local attention) attends within fixed chunks of `window` tokens and
+    keeps at most `window` of them.
+    """
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    v_head_dim: int = 0  # 0: head_dim
+    kind: str = "full"
+    window: int = 0  # sliding window or chunk size in tokens
+    qkv_bias: bool = False  # q, k and v projections
+    out_bias: bool = False
+    qk_norm: int = 0  # weights of q/k norms together (Qwen3: 2 x head_dim)
+    sinks: bool = False  # gpt-oss: one learned sink logit per query head
+    gated: bool = False  # Qwen3-Next: q_proj also emits an output gate per head
+
+    def __post_init__(self) -> None:
+        if not self.v_head_dim:
+            object.__setattr__(self, "v_head_dim", self.head_dim)
+        for name in ("heads", "kv_heads", "head_dim", "v_head_dim"):
+            check_size(f"attention {name}", getattr(self, name), MAX_WIDTH)
+        if self.kind not in ATTENTION_KINDS:
+            raise KvcalcError(f"attention kind must be one of {ATTENTION_KINDS}, got {self.kind!r}")
+        if self.kind == "full":
+            if self.window:
+                raise KvcalcError("a full-attention layer has no window")
+        else:
+            check_size(f"{self.kind} window", self.window, 1 << 34)
+        if self.kv_heads > self.heads or self.heads % self.kv_heads:
+            raise KvcalcError(
+                f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+
+    @property
+    def label(self) -> str:
+        return self.kind if self.kind == "full" else f"{self.kind} {self.window:,}"
+
+    @property
+    def cache_kind(self) -> str:
+        return self.kind
+
+    def kv_heads_per_device(self, tp: int) -> int:
+        """Megatron TP: kv_heads/tp each, or one whole head replicated when tp > kv_heads."""
+        if self.heads % tp:
+            raise KvcalcError(f"tp={tp} must divide the query heads ({self.heads})")
+        if self.kv_heads % tp == 0:
+            return self.kv_heads // tp
+        if tp % self.kv_heads == 0:
+            return 1
+        raise KvcalcError(
+            f"tp={tp} neither divides kv_heads={self.kv_heads} nor is a multiple of it")
+
+    def token_bytes(self, dt: DType, tp: int = 1, scale_bytes: int = 0) -> int:
+        g = self.kv_heads_per_device(tp)
+        return dt.nbytes(g * self.head_dim) + dt.nbytes(g * self.v_head_dim) + 2 * g * scale_bytes
+
+    def tokens_held(self, seq_len):
+        return seq_len if self.kind == "full" else _num.minimum(seq_len, self.window)
+
+    def tokens_read(self, seq_len):
+        """Positions the newest token attends to: a chunk restarts every `window` tokens."""
+        if self.kind == "chunked":
+            return (seq_len - 1) % self.window + 1
+        return self.tokens_held(seq_len)
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
+        return 0
+
+    def decode_flops(self, context):
+        """Scores (q.K) and the weighted sum of V for one query token over `context` tokens."""
+        return 2 * self.heads * context * (self.head_dim + self.v_head_dim)
+
+    def prefill_positions(self, seq_len):
+        """Sum over a causal prompt of the positions each token attends to."""
+        s = seq_len
+        if self.kind == "full":
+            return s * (s + 1) // 2
+        w = self.window
+        if self.kind == "sliding":
+            m = _num.minimum(s, w)
+            return m * (m + 1) // 2 + (s - m) * w
+        q, r = s // w, s % w  # chunked: whole chunks, then the last partial one
+        return q * (w * (w + 1) // 2) + r * (r + 1) // 2
+
+    def params(self, d_model: int) -> dict[str, int]:
+        d, h, g = d_model, self.heads, self.kv_heads
+        out = {
+            "q": _linear(d, h * self.head_dim * (2 if self.gated else 1), self.qkv_bias),
+            "k": _linear(d, g * self.head_dim, self.qkv_bias),
+            "v": _linear(d, g * self.v_head_dim, self.qkv_bias),
+            "o": _linear(h * self.v_head_dim, d, self.out_bias),
+        }
+        if self.qk_norm:
+            out["qk_norm"] = self.qk_norm
+        if self.sinks:
+            out["sinks"] = h
+        return out
+
+    def kv_projection_params(self, d_model: int) -> int:
+        """k and v weights: these follow their heads under TP (replicated with them)."""
+        p = self.params(d_model)
+        return p["k"] + p["v"]
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        q_out = self.heads * self.head_dim * (2 if self.gated else 1)
+        kv_out = self.kv_heads * (self.head_dim + self.v_head_dim)
+        return [(d_model, q_out + kv_out), (self.heads * self.v_head_dim, d_model)]
+
+    def decode_act_elements(self) -> int:
+        """q read and attention output written per token (K/V counted as cache)."""
+        return self.heads * (self.head_dim + self.v_head_dim)
+
+    def with_kv_heads(self, kv_heads: int) -> "Attention":
+        return replace(self, kv_heads=kv_heads)
+
+
+@dataclass(frozen=True)
+class Latent:
+    """Multi-head latent attention (DeepSeek-V2 sec. 2.1): one compressed latent of
+    kv_lora_rank plus one shared RoPE key per token, for all heads together."""
+
+    heads: int
+    kv_lora_rank: int
+    rope_dim: int
+    nope_dim: int
+    v_dim: int
+    q_lora_rank: int = 0  # 0: queries use a full-rank projection
+    bias: bool = False  # attention_bias: q (or q_a), kv_a and o
+
+    kind = "mla"
+    label = "mla"
+    cache_kind = "mla"
+
+    def kv_heads_per_device(self, tp: int) -> int:
+        if self.heads % tp:
+            raise KvcalcError(f"tp={tp} must divide the query heads ({self.heads})")
+        return 1  # the latent is shared by every head: each device holds all of it
+
+    def token_bytes(self, dt: DType, tp: int = 1, scale_bytes: int = 0) -> int:
+        self.kv_heads_per_device(tp)
+        return dt.nbytes(self.kv_lora_rank + self.rope_dim) + scale_bytes
+
+    def tokens_held(self, seq_len):
+        return seq_len
+
+    tokens_read = tokens_held
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
+        return 0
+
+    def decode_flops(self, context):
+        """Weights absorbed (the decode form, sec. 2.1.3): scores over the latent and
+        RoPE key, values over the latent, for every head."""
+        return 2 * self.heads * context * (2 * self.kv_lora_rank + self.rope_dim)
+
+    def prefill_flops_per_position(self) -> int:
+        """Prefill decompresses K and V once per token: per-head dims."""
+        return 2 * self.heads * (self.nope_dim + self.rope_dim + self.v_dim)
+
+    def prefill_positions(self, seq_len):
+        return seq_len * (seq_len + 1) // 2
+
+    def params(self, d_model: int) -> dict[str, int]:
+        d, h = d_model, self.heads
+        qk_head = self.nope_dim + self.rope_dim
+        out: dict[str, int] = {}
+        if self.q_lora_rank:
+            out["q_a"] = _linear(d, self.q_lora_rank, self.bias)
+            out["q_a_norm"] = self.q_lora_rank
+            out["q_b"] = self.q_lora_rank * h * qk_head
+        else:
+            out["q"] = d * h * qk_head
+        out["kv_a"] = _linear(d, self.kv_lora_rank + self.rope_dim, self.bias)
+        out["kv_a_norm"] = self.kv_lora_rank
+        out["kv_b"] = self.kv_lora_rank * h * (self.nope_dim + self.v_dim)
+        out["o"] = _linear(h * self.v_dim, d, self.bias)
+        return out
+
+    def kv_projection_params(self, d_model: int) -> int:
+        return 0  # the latent projection is shared, split like everything else
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        d, h = d_model, self.heads
+        qk_head = self.nope_dim + self.rope_dim
+        mm = ([(d, self.q_lora_rank), (self.q_lora_rank, h * qk_head)] if self.q_lora_rank
+              else [(d, h * qk_head)])
+        return mm + [(d, self.kv_lora_rank + self.rope_dim),
+                     (self.kv_lora_rank, h * (self.nope_dim + self.v_dim)),
+                     (h * self.v_dim, d)]
+
+    def decode_act_elements(self) -> int:
+        return self.heads * (2 * self.kv_lora_rank + self.rope_dim)
+
+    def with_kv_heads(self, kv_heads: int) -> "Latent":
+        raise KvcalcError("an MLA layer has no K/V heads to change")
+
+
+# --------------------------------------------------------------------------------
+# Mixers with a constant state per sequence
+# --------------------------------------------------------------------------------
+class _Stateful:
+    """Shared answers of the state kinds: nothing grows with the context."""
+
+    cache_kind = "state"
+
+    def kv_heads_per_device(self, tp: int) -> int:
+        return 0
+
+    def token_bytes(self, dt: DType, tp: int = 1, scale_bytes: int = 0) -> int:
+        return 0
+
+    def tokens_held(self, seq_len):
+        return 0 * seq_len
+
+    tokens_read = tokens_held
+
+    def decode_flops(self, context):
+        return 0 * context
+
+    def prefill_positions(self, seq_len):
+        return 0 * seq_len
+
+    def kv_projection_params(self, d_model: int) -> int:
+        return 0
+
+    def decode_act_elements(self) -> int:
+        return 0
+
+    def with_kv_heads(self, kv_heads: int):
+        return self  # no K/V heads: MHA/GQA/MQA variants leave it as it is
+
+
+@dataclass(frozen=True)
+class Mamba(_Stateful):
+    """A Mamba-1 selective state-space mixer (Mamba, Falcon-Mamba, Jamba).
+
+    State per sequence: the SSM state d_inner x d_state (state dtype, fp32 in
+    transformers) and the convolution's last `conv_len` inputs, d_inner x conv_len
+    (cache dtype). Recurrent work per token: about 2 x 3 x d_inner x d_state FLOPs.
+    """
+
+    d_inner: int
+    d_state: int
+    d_conv: int
+    dt_rank: int
+    conv_bias: bool = True
+    proj_bias: bool = False  # in_proj and out_proj
+    inner_norms: bool = False  # Jamba: RMSNorms on dt (dt_rank), B and C (d_state)
+    conv_len: int = 0  # conv inputs kept per sequence; 0: d_conv (transformers' cache)
+
+    kind = "mamba"
+    label = "mamba"
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
+        inner = _split(self.d_inner, tp)
+        return (state_dt.nbytes(inner * self.d_state)
+                + conv_dt.nbytes(inner * (self.conv_len or self.d_conv)))
+
+    def params(self, d_model: int) -> dict[str, int]:
+        d, n = d_model, self.d_inner
+        out = {
+            "in_proj": _linear(d, 2 * n, self.proj_bias),
+            "conv1d": n * self.d_conv + (n if self.conv_bias else 0),
+            "x_proj": n * (self.dt_rank + 2 * self.d_state),
+            "dt_proj": _linear(self.dt_rank, n, True),
+            "A_log": n * self.d_state,
+            "D": n,
+            "out_proj": _linear(n, d, self.proj_bias),
+        }
+        if self.inner_norms:
+            out["inner_norms"] = self.dt_rank + 2 * self.d_state
+        return out
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        n = self.d_inner
+        return [(d_model, 2 * n), (n, self.dt_rank + 2 * self.d_state), (self.dt_rank, n),
+                (n, d_model)]
+
+    def recurrent_flops(self) -> int:
+        return 6 * self.d_inner * self.d_state
+
+
+@dataclass(frozen=True)
+class GatedDeltaNet(_Stateful):
+    """Gated DeltaNet linear attention (Qwen3-Next's `linear_attention` layers).
+
+    State per sequence: one v_heads x k_dim x v_dim recurrent matrix (state dtype)
+    and the causal convolution's last `conv_len` inputs over q, k and v channels.
+    """
+
+    k_heads: int
+    v_heads: int
+    k_dim: int
+    v_dim: int
+    conv_kernel: int
+    conv_len: int = 0  # 0: conv_kernel
+
+    kind = "linear"
+    label = "linear attention"
+
+    @property
+    def conv_channels(self) -> int:
+        return 2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
+        rec = _split(self.v_heads, tp) * self.k_dim * self.v_dim
+        conv = _split(self.conv_channels, tp) * (self.conv_len or self.conv_kernel)
+        return state_dt.nbytes(rec) + conv_dt.nbytes(conv)
+
+    def params(self, d_model: int) -> dict[str, int]:
+        d = d_model
+        key, value = self.k_heads * self.k_dim, self.v_heads * self.v_dim
+        return {
+            "in_proj_qkvz": d * (2 * key + 2 * value),
+            "in_proj_ba": d * 2 * self.v_heads,
+            "conv1d": self.conv_channels * self.conv_kernel,
+            "dt_bias": self.v_heads,
+            "A_log": self.v_heads,
+            "norm": self.v_dim,
+            "out_proj": value * d,
+        }
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        key, value = self.k_heads * self.k_dim, self.v_heads * self.v_dim
+        return [(d_model, 2 * key + 2 * value + 2 * self.v_heads), (value, d_model)]
+
+    def recurrent_flops(self) -> int:
+        return 8 * self.v_heads * self.k_dim * self.v_dim
+
+
+@dataclass(frozen=True)
+class ShortConv(_Stateful):
+    """LFM2's gated short convolution: in_proj to B, C, x; a depthwise conv of
+    `kernel` taps; out_proj. State per sequence: the last `conv_len` inputs."""
+
+    width: int
+    kernel: int
+    bias: bool = False
+    conv_len: int = 0  # 0: kernel
+
+    kind = "conv"
+    label = "short conv"
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
+        return conv_dt.nbytes(_split(self.width, tp) * (self.conv_len or self.kernel))
+
+    def params(self, d_model: int) -> dict[str, int]:
+        w = self.width
+        return {
+            "in_proj": _linear(d_model, 3 * w, self.bias),
+            "conv": w * self.kernel + (w if self.bias else 0),
+            "out_proj": _linear(w, d_model, self.bias),
+        }
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        return [(d_model, 3 * self.width), (self.width, d_model)]
+
+    def recurrent_flops(self) -> int:
+        return 2 * self.width * self.kernel
+
+
+Mixer = Union[Attention, Latent, Mamba, GatedDeltaNet, ShortConv]
+
+
+# --------------------------------------------------------------------------------
+# MLPs
+# --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Dense:
+    """A dense MLP: gated (gate, up, down: SwiGLU/GeGLU) or plain (up, down)."""
+
+    d_ff: int
+    gated: bool = True
+    bias: bool = False
+
+    kind = "dense"
+
+    def params(self, d_model: int) -> int:
+        d, f = d_model, self.d_ff
+        ups = 2 if self.gated else 1
+        return ups * _linear(d, f, self.bias) + _linear(f, d, self.bias)
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        return [(d_model, (2 if self.gated else 1) * self.d_ff), (self.d_ff, d_model)]
+
+
+@dataclass(frozen=True)
+class MoE:
+    """Routed experts (`active` of `experts` per token) plus always-on shared experts."""
+
+    experts: int
+    active: int
+    expert_d_ff: int
+    shared_experts: int = 0
+    shared_d_ff: int = 0  # 0: expert_d_ff (DeepSeek, Llama 4); Qwen MoE: its own width
+    shared_gate: bool = False  # Qwen2-MoE/Qwen3-Next: sigmoid gate Linear(d, 1) on the shared expert
+    router_bias: bool = False
+    expert_bias: bool = False  # gpt-oss: biases in every expert's projections
+    gated: bool = True
+
+    kind = "moe"
+
+    def __post_init__(self) -> None:
+        check_size("moe experts", self.experts, MAX_WIDTH)
+        check_size("moe expert_d_ff", self.expert_d_ff, MAX_WIDTH)
+        if not 1 <= self.active <= self.experts:
+            raise KvcalcError(f"moe active must be 1..experts ({self.experts}), got {self.active}")
+        if not 0 <= self.shared_experts <= MAX_WIDTH:
+            raise KvcalcError(f"moe shared_experts must be 0..{MAX_WIDTH}, got {self.shared_experts}")
+
+    @property
+    def expert(self) -> Dense:
+        return Dense(self.expert_d_ff, self.gated, self.expert_bias)
+
+    @property
+    def shared(self) -> Dense:
+        return Dense(self.shared_d_ff or self.expert_d_ff, self.gated, False)
+
+    def breakdown(self, d_model: int) -> dict[str, int]:
+        out = {
+            "router": _linear(d_model, self.experts, self.router_bias),
+            "experts": self.experts * self.expert.params(d_model),
+        }
+        if self.shared_experts:
+            out["shared_experts"] = self.shared_experts * self.shared.params(d_model)
+            if self.shared_gate:
+                out["shared_gate"] = d_model
+        return out
+
+    def params(self, d_model: int) -> int:
+        return sum(self.breakdown(d_model).values())
+
+    def inactive_params(self, d_model: int) -> int:
+        return (self.experts - self.active) * self.expert.params(d_model)
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        """One token: the router, `active` routed experts and every shared expert."""
+        mm = [(d_model, self.experts)]
+        mm += self.expert.matmuls(d_model) * self.active
+        mm += self.shared.matmuls(d_model) * self.shared_experts
+        if self.shared_gate and self.shared_experts:
+            mm.append((d_model, 1))
+        return mm
+
+
+MLP = Union[Dense, MoE]
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One decoder layer: a mixer, an MLP (None for Mamba blocks) and its norms."""
+
+    mixer: Mixer
+    mlp: MLP | None
+    norms: int = 2  # d_model-wide norms (input, post-attention; Gemma 2/3: four)
+
+    @property
+    def label(self) -> str:
+        mlp = "" if self.mlp is None else f" + {self.mlp.kind}"
+        return f"{self.mixer.label}{mlp}"
+
+
+@dataclass(frozen=True)
+class Run:
+    """`count` consecutive layers alike."""
+
+    layer: Layer
+    count: int
