@@ -159,6 +159,7 @@ class EngineSettings:
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
     kv_dtype: str = "auto"  # "auto": the model dtype
+    mamba_ssm_dtype: str = "auto"  # recurrent-state dtype; "auto": the model dtype (vLLM 0.33)
     model_dtype: str = "bf16"
     weight_dtype: str | None = None  # None: model dtype; else every matrix but embeddings
     weights_bytes: int | None = None
@@ -190,8 +191,9 @@ class EngineSettings:
             raise KvcalcError(f"gpu_memory_utilization must be in (0, 1], got {util}")
         parse_version(self.vllm_version)
         dtype(self.model_dtype)
-        if self.kv_dtype != "auto":
-            dtype(self.kv_dtype)
+        for name in ("kv_dtype", "mamba_ssm_dtype"):
+            if getattr(self, name) != "auto":
+                dtype(getattr(self, name))
         if self.weight_dtype is not None:
             dtype(self.weight_dtype)
 
@@ -576,7 +578,8 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings,
     sizing memory (tp not dividing the heads, pp above the layer count).
     """
     kv_dt = s.model_dtype if s.kv_dtype == "auto" else s.kv_dtype
-    groups = formulas.cache_groups(spec, kv_dt, s.tp, scale_bytes)
+    state_dt = s.model_dtype if s.mamba_ssm_dtype == "auto" else s.mamba_ssm_dtype
+    groups = formulas.cache_groups(spec, kv_dt, s.tp, scale_bytes, state_dtype=state_dt)
     for g in groups:
         if g.kind not in KINDS:
             raise KvcalcError(f"cache group kind {g.kind!r} is not modelled by capacity yet")
