@@ -1,5 +1,7 @@
 """The one error type the CLI turns into a one-line message and exit code 2."""
 
+import errno
+
 
 class KvcalcError(ValueError):
     """Bad input or a request that cannot be met; the message is shown to the user."""
@@ -22,3 +24,26 @@ def value_problem(e: ValueError) -> str:
         limit = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
         return f"a number has over {limit:,} digits"
     return text
+
+
+_ERRNO_WORDS = {
+    errno.ENOENT: "no such file or folder",
+    errno.EISDIR: "it is a folder",
+    errno.ENOTDIR: "a part of the path is not a folder",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "not permitted",
+    errno.ELOOP: "a loop of symbolic links",
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "over the disk quota",
+    errno.EFBIG: "the file is too large for this file system or limit",
+    errno.EROFS: "the file system is read-only",
+    errno.ENAMETOOLONG: "the name is too long",
+    errno.EIO: "an input/output error",
+}
+
+
+def os_problem(e: OSError) -> str:
+    """An OSError in words, with the file it names, without Python's '[Errno N]'."""
+    words = _ERRNO_WORDS.get(e.errno) or (e.strerror or "the system refused").lower()
+    where = f"{e.filename}: " if e.filename else ""
+    return f"{where}{words}"

@@ -12,18 +12,29 @@ import os
 import stat
 from pathlib import Path
 
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, os_problem
 
 MAX_INPUT_BYTES = 4 << 20  # 4 MiB: a thousand times a real config
 
 
 def read_text(path: Path, where: str, limit: int = MAX_INPUT_BYTES) -> str:
-    """The UTF-8 text of `path`, checked before reading.
+    """The UTF-8 text of `path` (a leading byte-order mark dropped), checked before reading.
 
-    FileNotFoundError, IsADirectoryError, other OSErrors and UnicodeDecodeError
-    propagate, so each caller words them its own way; a file that is not regular
-    or is over `limit` bytes is a KvcalcError prefixed with `where`.
+    FileNotFoundError and IsADirectoryError propagate, so each caller words them its
+    own way; every other problem (permissions, a loop of links, a file that is not
+    regular, over `limit` bytes, binary or not UTF-8) is a KvcalcError prefixed with
+    `where`, in words, never quoting the file's contents.
     """
+    try:
+        return _read_text(path, where, limit)
+    except (FileNotFoundError, IsADirectoryError):
+        raise
+    except OSError as e:
+        e.filename = None  # `where` names the file
+        raise KvcalcError(f"{where}: cannot read: {os_problem(e)}") from None
+
+
+def _read_text(path: Path, where: str, limit: int) -> str:
     # O_NONBLOCK: opening a FIFO returns at once (and is refused below) instead of
     # waiting for a writer; regular files ignore the flag.
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -45,4 +56,13 @@ def read_text(path: Path, where: str, limit: int = MAX_INPUT_BYTES) -> str:
             os.close(fd)
     if len(data) > limit:
         raise KvcalcError(f"{where}: too large for a config (limit {limit:,} bytes)")
-    return data.decode("utf-8")
+    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark (Windows editors)
+        data = data[3:]
+    if b"\0" in data:
+        raise KvcalcError(f"{where}: not a text file (it holds binary data); expected UTF-8 "
+                          "YAML or JSON")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise KvcalcError(f"{where}: not UTF-8 text (byte {e.start:,} cannot be read); "
+                          "save the file as UTF-8") from None

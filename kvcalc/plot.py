@@ -21,14 +21,27 @@ _FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
 _SERIES_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 
 
-def require_matplotlib(path: str | os.PathLike) -> None:
-    """Fail before any work if the plot cannot be drawn: a bad suffix or no matplotlib."""
+MISSING = "--plot needs matplotlib, the plot extra: pip install 'kvcalc[plot]'"
+
+
+def check_plot_name(path: str | os.PathLike) -> None:
+    """A plot file name kvcalc can draw (.png, .svg, .pdf), or a KvcalcError."""
     if Path(path).suffix.lower() not in _FORMATS:
         raise KvcalcError(f"--plot {path}: use a .png, .svg or .pdf file name")
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise KvcalcError("--plot needs matplotlib: pip install 'kvcalc[plot]'") from None
+
+
+def has_matplotlib() -> bool:
+    """Whether matplotlib can be imported (found without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def require_matplotlib(path: str | os.PathLike) -> None:
+    """Fail before any work if the plot cannot be drawn: a bad suffix or no matplotlib."""
+    check_plot_name(path)
+    if not has_matplotlib():
+        raise KvcalcError(MISSING)
 
 
 def _figure(**kwargs):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import re
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from kvcalc.errors import KvcalcError, value_problem
+from kvcalc.errors import KvcalcError, os_problem, value_problem
 from kvcalc.inputfile import read_text
 from kvcalc.spec import MLA, Hardware, ModelSpec, MoE, dtype
 
@@ -138,7 +139,7 @@ def _display(path: Path) -> str:
     """A path for messages: 'presets/models/x.yaml' for presets, else as given."""
     try:
         return f"presets/{path.resolve().relative_to(presets_dir().resolve()).as_posix()}"
-    except ValueError:
+    except (ValueError, OSError, RuntimeError):  # elsewhere, or a loop of symbolic links
         return str(path)
 
 
@@ -214,22 +215,86 @@ class _StrictLoader(yaml.SafeLoader):
         node.value = list(merged.values()) + own
 
 
+# YAML 1.2 (core schema) scalars, not YAML 1.1's: `yes`/`on` are strings, not booleans;
+# `1e9` is a number; and the 1.1 integer forms that 1.2 reads differently -- a leading
+# zero (`040`: octal 32 in 1.1, 40 in 1.2), `0b101`, base 60 (`1:30` = 90) -- are refused
+# rather than guessed. Underscores between digits (3_350_000_000_000) stay allowed.
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_AMBIGUOUS_TAG = "tag:kvcalc,2026:ambiguous-number"
+_YAML11_ONLY = {_INT_TAG, _FLOAT_TAG, _BOOL_TAG, "tag:yaml.org,2002:timestamp"}
+_StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in _YAML11_ONLY]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_StrictLoader.add_implicit_resolver(
+    _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_StrictLoader.add_implicit_resolver(
+    _INT_TAG, re.compile(r"^(?:[-+]?(?:0|[1-9][0-9_]*)|0x[0-9a-fA-F_]+|0o[0-7_]+)$"),
+    list("-+0123456789"))
+_StrictLoader.add_implicit_resolver(
+    _FLOAT_TAG, re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?"
+                           r"|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
+                           r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
+_StrictLoader.add_implicit_resolver(
+    _AMBIGUOUS_TAG, re.compile(r"^[-+]?(?:0[0-9_]+(?:\.[0-9_]*)?|0b[01_]+"
+                               r"|[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?)$"),
+    list("-+0123456789"))
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = loader.construct_scalar(node).replace("_", "")
+    sign = -1 if text.startswith("-") else 1
+    text = text.lstrip("+-")
+    if text.startswith(("0x", "0o")):
+        return sign * int(text[2:], 16 if text[1] == "x" else 8)
+    if text.startswith("0b") or ":" in text or (len(text) > 1 and text.startswith("0")):
+        _refuse_ambiguous(loader, node)  # an explicit !!int tag on a YAML 1.1 form
+    return sign * int(text)
+
+
+def _refuse_ambiguous(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+    text = loader.construct_scalar(node)
+    if ":" in text:
+        why = "YAML 1.1 reads it in base 60 (1:30 = 90)"
+    elif text.lstrip("+-").startswith("0b"):
+        why = "a binary number (YAML 1.1 only)"
+    else:
+        why = "a leading zero (YAML 1.1 reads 040 as octal 32, YAML 1.2 as 40)"
+    raise yaml.constructor.ConstructorError(
+        None, None, f"number {text!r} is ambiguous: {why}; write it in plain decimal digits "
+        "(or 0x.. / 0o.. for hex / octal)", node.start_mark)
+
+
+_StrictLoader.add_constructor(_INT_TAG, _construct_int)
+_StrictLoader.add_constructor(_AMBIGUOUS_TAG, _refuse_ambiguous)
+
+
 def _read_yaml(path: Path) -> Any:
     where = _display(path)
     try:
         text = read_text(path, where)
     except FileNotFoundError:
         raise KvcalcError(f"{where}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise KvcalcError(f"{where}: cannot read: {e}") from None
+    except IsADirectoryError:
+        raise KvcalcError(f"{where}: is a folder; give a YAML file") from None
+    except OSError as e:
+        raise KvcalcError(f"{where}: cannot read: {os_problem(e)}") from None
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         raise KvcalcError(f"{where}: malformed YAML: {_yaml_problem(e)}") from None
     except RecursionError:
         raise KvcalcError(f"{where}: malformed YAML: nested too deeply") from None
-    except ValueError as e:  # a constructor's int() or date(): digits over the limit, month 13
+    except ValueError as e:  # a constructor's int(): digits over the limit
         raise KvcalcError(f"{where}: malformed YAML: {value_problem(e)}") from None
+    if data is not None and not isinstance(data, Mapping):
+        # Never quote it: a file that is not a preset may hold anything.
+        kind = "a list" if isinstance(data, list) else "a single value"
+        raise KvcalcError(f"{where}: not a preset: expected a mapping of keys (layers: 32, ...), "
+                          f"found {kind}")
+    return data
 
 
 def _yaml_problem(e: yaml.YAMLError) -> str:

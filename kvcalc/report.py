@@ -14,6 +14,7 @@ import math
 import os
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterable, Mapping
 
@@ -55,10 +56,22 @@ def human_count(n: float, unit: str = "") -> str:
 def human_seconds(s: float) -> str:
     if not math.isfinite(s):
         return str(s)
-    for name, size in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+    for name, size in (("s", 1.0), ("ms", 1e-3), (_MICRO + "s", 1e-6)):
         if abs(s) >= size:
             return f"{s / size:.4g} {name}"
     return f"{s * 1e9:.4g} ns"
+
+
+def _micro() -> str:
+    """'µ', or 'u' where stdout cannot show it (PYTHONIOENCODING=ascii)."""
+    try:
+        "µ".encode(getattr(sys.stdout, "encoding", None) or "utf-8")
+        return "µ"
+    except (UnicodeEncodeError, LookupError):
+        return "u"
+
+
+_MICRO = _micro()
 
 
 def human_rate(bytes_per_s: float) -> str:
@@ -257,9 +270,23 @@ def console(stderr: bool = False):
 
         # Off a terminal (a file, a pipe) nothing wraps lines, so tables get room to be
         # read instead of rich's 80 columns; COLUMNS still wins when set.
-        wide = None if stderr or sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
-        _consoles[stderr] = _Console(stderr=stderr, highlight=False, width=wide)
+        _consoles[stderr] = _Console(stderr=stderr, highlight=False, width=_width(stderr))
     return _consoles[stderr]
+
+
+def _width(stderr: bool) -> int | None:
+    """COLUMNS when it is a sensible number (0 or junk is ignored, below 40 raised to 40);
+    else the terminal's width, or 160 columns off a terminal (a file or a pipe), where
+    nothing wraps lines."""
+    cols = os.environ.get("COLUMNS", "").strip()
+    if cols.isdigit() and 0 < int(cols) < 100_000:
+        return max(40, int(cols))
+    stream = sys.stderr if stderr else sys.stdout
+    try:
+        tty = stream is not None and stream.isatty()
+    except (ValueError, OSError):
+        tty = False
+    return None if tty or stderr else 160
 
 
 def error_console():
@@ -287,22 +314,132 @@ def table(title: str, columns: list[str], rows: list[list[str]], caption: str | 
 
 
 # --------------------------------------------------------------------------------
-# Tables for the analytical commands
+# Tables for the analytical commands: plain data (Tab), drawn by rich or as markdown
 # --------------------------------------------------------------------------------
+@dataclass
+class Tab:
+    """A table as plain text cells (no markup), for rich, markdown or a text file."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    caption: str | None = None
+    bold: set[int] = field(default_factory=set)  # row indexes shown in bold
+    header: bool = True
+
+
 def _ratio(a: float, b: float) -> str:
     return f"{a / b:.3g}x" if b else "-"
 
 
-def estimate_tables(est) -> list:
-    """Rich renderables for one `Estimate` (kvcalc.estimate)."""
+def count_words(n: int) -> str:
+    """8030261248 -> '8.03B' (parameters, as model cards write them)."""
+    for name, size in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("k", 10**3)):
+        if abs(n) >= size:
+            return f"{n / size:.3g}{name}"
+    return str(n)
+
+
+def tokens_left(est) -> int | None:
+    """Tokens the batch's cache can still grow by on the device (all sequences growing
+    alike), None when every layer slides (the cache stops growing) or without a device."""
+    f = est.fit
+    if f is None or f.max_seq_len_unbounded or not f.fits:
+        return None
+    return est.batch * max(0, f.max_seq_len - est.seq_len)
+
+
+def _on_device(est) -> str:
+    return f"{est.tp} x {est.hardware.name}" if est.tp > 1 else est.hardware.name
+
+
+def _not_fit_words(est) -> str:
+    m = est.min_tp_that_fits
+    return ("does not fit at any tp" if m is None else f"does not fit (smallest tp that fits: {m})")
+
+
+def headline(est) -> str:
+    """The answer in one sentence: model, context x batch, KV cache, parameters, decode
+    time and tokens/s on the device, whether it fits and the cache room left."""
+    s, c, p = est.spec, est.cache, est.params
+    seqs = "sequence" if est.batch == 1 else "sequences"
+    cache = f"KV cache {human_bytes(c.bytes)} ({c.bytes_per_token:,} B/token)"
+    if est.tp > 1:
+        cache += f", {human_bytes(c.bytes_per_device)} per device"
+    params = f"{count_words(p.total)} parameters"
+    if p.active != p.total:
+        params += f" ({count_words(p.active)} active)"
+    text = f"{s.name}, {est.seq_len:,} tokens x {est.batch} {seqs}: {cache}; {params}"
+    if est.roofline is None:
+        return text + "."
+    r = est.roofline
+    speed = (f"{human_seconds(r.time_s)}/token, {r.tokens_per_s:,.{0 if r.tokens_per_s >= 100 else 1}f} "
+             f"tokens/s ({r.bound}-bound)")
+    if est.fit.fits:
+        left = tokens_left(est)
+        room = ("the cache stops growing (every layer slides)" if left is None
+                else f"room for {left:,} more tokens of cache")
+        return f"{text}; on {_on_device(est)} {speed}; fits, {room}."
+    return (f"{text}; on {_on_device(est)} it {_not_fit_words(est)}; "
+            f"if it fit: {speed}.")
+
+
+def summary_table(est) -> Tab:
+    """The compact table under the headline: one row per figure a person asks for."""
     s, c, d, p = est.spec, est.cache, est.decode, est.params
-    src = f"  source: {_plain(s.source)}" if s.source else ""
-    head = (f"[bold]{_plain(s.name)}[/bold]  {s.attention_kind}: {s.heads} query heads, "
+    rows: list[list[str]] = []
+    rows += _cache_rows(est)
+    rows.append(["parameters", f"{p.total:,} ({count_words(p.total)})"])
+    if p.active != p.total:
+        rows.append(["active per token (MoE)", f"{p.active:,} ({count_words(p.active)})"])
+    rows.append([f"weights ({est.weight_dtype.name})", exact_bytes(est.weight_bytes)])
+    rows.append(["decode step: bytes", exact_bytes(d.bytes)])
+    rows.append(["decode step: FLOPs", f"{d.flops:,} ({human_count(d.flops, 'FLOP')})"])
+    rows.append(["FLOPs per byte", f"{d.arithmetic_intensity:.3g}"
+                 + (f" (ridge {est.roofline.ridge_flops_per_byte:.0f})" if est.roofline else "")])
+    if est.roofline is not None:
+        r, f = est.roofline, est.fit
+        caveat = "" if f.fits else " if it fit"
+        rows.append([f"time per token{caveat}", f"{human_seconds(r.time_s)} ({r.bound}-bound)"])
+        rows.append([f"tokens/s{caveat}", f"{r.tokens_per_s:,.1f}"])
+        rows.append(["free for KV per device", exact_bytes(f.free_for_kv_bytes)
+                     if f.free_for_kv_bytes >= 0 else
+                     f"none: weights exceed memory by {human_bytes(-f.free_for_kv_bytes)}"])
+        rows.append([f"max batch at {est.seq_len:,} tokens", f"{f.max_batch:,}"])
+        rows.append([f"max context at batch {est.batch}",
+                     "unbounded (every layer slides)" if f.max_seq_len_unbounded
+                     else f"{f.max_seq_len:,}"])
+        fits = "yes" if f.fits else f"no; {_not_fit_words(est)[len('does not fit '):].strip('()')}"
+        rows.append([f"fits on {_on_device(est)}", fits])
+    attn = s.attention_kind + ("" if s.mla is not None else f", {s.kv_heads} K/V heads")
+    title = (f"{s.name} ({attn}, {s.layers} layers), KV {est.kv_dtype.name}"
+             + (f", tp {est.tp}" if est.tp > 1 else ""))
+    return Tab(title, ["", ""], rows, header=False,
+               caption="`--detail` for every breakdown, `--format json` for all of it")
+
+
+def _cache_rows(est) -> list[list[str]]:
+    """KV-cache rows of the compact table (one place to add per-kind rows)."""
+    c = est.cache
+    rows = [["KV cache per token", exact_bytes(c.bytes_per_token)],
+            [f"KV cache, {est.seq_len:,} x {est.batch}", exact_bytes(c.bytes)]]
+    if c.bytes_full != c.bytes:
+        rows.append(["  without sliding window", exact_bytes(c.bytes_full)])
+    if est.tp > 1:
+        rows.append(["  per device", exact_bytes(c.bytes_per_device)])
+    return rows
+
+
+def estimate_tables(est) -> list:
+    """Every breakdown for one `Estimate` (kvcalc.estimate): the `--detail` view."""
+    s, c, d, p = est.spec, est.cache, est.decode, est.params
+    src = f"source: {s.source}" if s.source else ""
+    head = (f"{s.name}  {s.attention_kind}: {s.heads} query heads, "
             f"{s.kv_heads if s.mla is None else '-'} K/V heads, head_dim {s.head_dim}, "
             f"{s.layers} layers, d_model {s.d_model}\n"
             f"seq_len {est.seq_len:,}, batch {est.batch}, KV {est.kv_dtype.name}, "
             f"weights {est.weight_dtype.name}, tp {est.tp}"
-            + (f", {est.hardware.name}" if est.hardware else "") + f"\n{src}")
+            + (f", {est.hardware.name}" if est.hardware else "") + (f"\n{src}" if src else ""))
     out: list = [head]
 
     rows = [["per token per layer", exact_bytes(c.bytes_per_token_per_layer)],
@@ -318,27 +455,29 @@ def estimate_tables(est) -> list:
                  else f"{c.kv_heads_per_device} K/V head{'s' if c.kv_heads_per_device > 1 else ''} each")
         rows.append([f"per device ({share})", exact_bytes(c.bytes_per_device)])
         rows.append([f"all {est.tp} devices", exact_bytes(c.bytes_all_devices)])
-    out.append(table("KV cache", ["", "bytes"], rows))
+    out.append(Tab("KV cache", ["", "bytes"], rows))
 
     prow = [[name, f"{n:,}", f"{n / p.total:.1%}"] for name, n in p.breakdown.items()]
-    prow.append([f"[bold]total[/bold] ({human_count(p.total)})", f"[bold]{p.total:,}[/bold]", "100%"])
+    bold = {len(prow)}
+    prow.append([f"total ({human_count(p.total)})", f"{p.total:,}", "100%"])
     prow.append(["attention (all projections)", f"{p.attention:,}", f"{p.attention / p.total:.1%}"])
     if p.active != p.total:
         prow.append([f"active per token, MoE ({human_count(p.active)})", f"{p.active:,}",
                      f"{p.active / p.total:.1%}"])
     prow.append([f"weights in {est.weight_dtype.name}", exact_bytes(est.weight_bytes), ""])
-    out.append(table("Parameters", ["", "count", "share"], prow))
+    out.append(Tab("Parameters", ["", "count", "share"], prow, bold=bold))
 
     drow = [["FLOPs", f"{d.flops:,}", human_count(d.flops, "FLOP")]]
     for name, n in d.bytes_breakdown.items():
         drow.append([f"bytes: {name}", f"{n:,}", human_bytes(n)])
-    drow.append(["[bold]bytes moved[/bold]", f"[bold]{d.bytes:,}[/bold]", human_bytes(d.bytes)])
+    bold = {len(drow)}
+    drow.append(["bytes moved", f"{d.bytes:,}", human_bytes(d.bytes)])
     drow.append(["arithmetic intensity (step)", f"{d.arithmetic_intensity:.4g}", "FLOP/byte"])
     drow.append(["arithmetic intensity (attention)", f"{d.attention_intensity:.4g}", "FLOP/byte"])
     drow.append([f"prefill FLOPs ({est.seq_len:,} tokens)", f"{d.prefill_flops:,}",
                  human_count(d.prefill_flops, "FLOP")])
-    out.append(table("One decode step (one token per sequence)", ["", "exact", ""], drow,
-                     caption="; ".join(d.notes) or None))
+    out.append(Tab("One decode step (one token per sequence)", ["", "exact", ""], drow,
+                   caption="; ".join(d.notes) or None, bold=bold))
 
     if est.shazeer is not None:
         sz = est.shazeer
@@ -346,50 +485,53 @@ def estimate_tables(est) -> list:
                 for name, v in sz.terms.items()]
         srow.append(["exact ratio (memory / arithmetic)", f"{sz.ratio:.4g}", ""])
         bz = est.shazeer_batched
-        srow.append(["[dim]batched (whole prompt at once):[/dim]", "", ""])
+        srow.append(["batched (whole prompt at once):", "", ""])
         srow += [[f"  {name}", f"{v:.4g}", "<- dominates" if name == bz.dominant_term else ""]
                  for name, v in bz.terms.items()]
         srow.append(["  exact ratio (memory / arithmetic)", f"{bz.ratio:.4g}", ""])
-        out.append(table("Shazeer (2019) memory-to-arithmetic ratio, incremental decoding (and batched)",
-                         ["term", "value", ""], srow,
-                         caption=f"b={est.batch}, n={sz.n}, d={s.d_model}, h={s.heads}, "
-                                 f"g={s.kv_heads}, k={s.head_dim}; n*g/(d*h) is the K/V reload term"
-                                 + ("; n is the tokens a layer attends over on average "
-                                    "(sliding windows), not seq_len" if sz.n != est.seq_len else "")))
+        out.append(Tab("Shazeer (2019) memory-to-arithmetic ratio, incremental decoding (and batched)",
+                       ["term", "value", ""], srow,
+                       caption=f"b={est.batch}, n={sz.n}, d={s.d_model}, h={s.heads}, "
+                               f"g={s.kv_heads}, k={s.head_dim}; n*g/(d*h) is the K/V reload term"
+                               + ("; n is the tokens a layer attends over on average "
+                                  "(sliding windows), not seq_len" if sz.n != est.seq_len else "")))
     if est.roofline is not None:
         r, f = est.roofline, est.fit
         hw = est.hardware
         per_dev = f"one of {est.tp} devices' " if est.tp > 1 else ""
+        caveat = "" if f.fits else f" -- {_not_fit_words(est)}, so only if it fit"
         rrow = []
         if est.tp > 1:
             rrow += [["bytes per device", f"{d.per_device_bytes:,} ({human_bytes(d.per_device_bytes)})"],
                      ["FLOPs per device", human_count(d.per_device_flops, "FLOP")]]
         rrow += [[f"memory time ({per_dev}bytes / bandwidth)", human_seconds(r.memory_s)],
                  [f"compute time ({per_dev}FLOPs / dense peak)", human_seconds(r.compute_s)],
-                ["[bold]bound[/bold]", f"[bold]{r.bound}[/bold] (ridge {r.ridge_flops_per_byte:.0f} FLOP/byte)"],
-                ["time per token (per step)", human_seconds(r.time_s)],
-                ["tokens/s (whole batch)", f"{r.tokens_per_s:,.1f}"]]
-        out.append(table(f"Roofline on {hw.name} ({human_rate(hw.memory_bandwidth_bytes_per_s)}, "
-                         f"{human_count(r.peak_flops_per_s, 'FLOP/s')} dense)",
-                         ["", "lower bound"], rrow, caption=f"datasheet figures: {hw.source}"))
+                 ["bound", f"{r.bound} (ridge {r.ridge_flops_per_byte:.0f} FLOP/byte)"],
+                 ["time per token (per step)", human_seconds(r.time_s)],
+                 ["tokens/s (whole batch)", f"{r.tokens_per_s:,.1f}"]]
+        out.append(Tab(f"Roofline on {_on_device(est)} ({human_rate(hw.memory_bandwidth_bytes_per_s)}, "
+                       f"{human_count(r.peak_flops_per_s, 'FLOP/s')} dense){caveat}",
+                       ["", "lower bound"], rrow, caption=f"datasheet figures: {hw.source}",
+                       bold={len(rrow) - 3}))
         frow = [["device memory usable", exact_bytes(f.usable_bytes)],
                 ["weights per device", exact_bytes(f.weight_bytes)],
                 ["free for KV cache per device", exact_bytes(f.free_for_kv_bytes)],
                 [f"max batch at {est.seq_len:,} tokens", f"{f.max_batch:,}"],
                 [f"max context at batch {est.batch}",
                  "unbounded (every layer slides)" if f.max_seq_len_unbounded else f"{f.max_seq_len:,}"],
-                ["fits as asked", "yes" if f.fits else "[red]no[/red]"]]
+                ["fits as asked", "yes" if f.fits else "NO"]]
         if est.min_tp_that_fits != est.tp:
             frow.append(["smallest tp that fits",
                          "none" if est.min_tp_that_fits is None else str(est.min_tp_that_fits)])
-        out.append(table(f"Fit on {est.tp} x {hw.name}", ["", ""], frow))
-    notes = [n for n in est.notes() if n not in d.notes]
-    if notes:
-        out.append("\n".join(f"note: {n}" for n in notes))
+        out.append(Tab(f"Fit on {est.tp} x {hw.name}", ["", ""], frow))
     return out
 
 
-def compare_table(estimates: list) -> Any:
+def estimate_notes(est) -> list[str]:
+    return [n for n in est.notes() if n not in est.decode.notes]
+
+
+def compare_table(estimates: list) -> Tab:
     """MHA / GQA / MQA side by side with reduction factors against the first (MHA)."""
     base = estimates[0]
     cols = [""] + [f"{e.spec.attention_kind} ({e.spec.kv_heads} KV)" for e in estimates]
@@ -419,22 +561,26 @@ def compare_table(estimates: list) -> Any:
         line("attention intensity", lambda e: e.decode.attention_intensity, lambda v: f"{v:.4g}",
              gain=True),
     ]
+    caption = "X vs MHA: how many times less (costs) or more (intensity, tokens/s) X gives"
     if base.roofline is not None:
         rows.append(line("roofline time per step", lambda e: e.roofline.time_s, human_seconds))
         rows.append(line("tokens/s", lambda e: e.roofline.tokens_per_s, lambda v: f"{v:,.0f}",
                          gain=True))
         rows.append(line("bound", lambda e: e.roofline.bound, str, reduce=False))
         rows.append(line("max batch (fit)", lambda e: e.fit.max_batch, lambda v: f"{v:,}", reduce=False))
+        rows.append(line(f"fits on {_on_device(base)}", lambda e: e, lambda e: "yes" if e.fit.fits else (
+            "no" if e.min_tp_that_fits is None else f"no (tp {e.min_tp_that_fits})"), reduce=False))
+        if not all(e.fit.fits for e in estimates):
+            caption += "; a variant that does not fit shows the time it would take if it did"
     where = (f", tp {base.tp}" if base.tp > 1 else "") + (
         f", on {base.hardware.name}" if base.hardware else "")
-    caption = "X vs MHA: how many times less (costs) or more (intensity, tokens/s) X gives"
     if base.tp > 1 and any(e.cache.bytes_all_devices > e.cache.bytes for e in estimates):
         caption += "; with tp > kv_heads, K/V heads are replicated, so per-device savings shrink"
-    return table(f"{_plain(base_name(base.spec.name))}: MHA vs GQA vs MQA at seq_len "
-                 f"{base.seq_len:,}, batch {base.batch}{where}", cols, rows, caption=caption)
+    return Tab(f"{base_name(base.spec.name)}: MHA vs GQA vs MQA at seq_len "
+               f"{base.seq_len:,}, batch {base.batch}{where}", cols, rows, caption=caption)
 
 
-def fit_table(est) -> Any:
+def fit_table(est) -> Tab:
     f, hw = est.fit, est.hardware
     rows = [["usable per device (x fraction, - reserve)", exact_bytes(f.usable_bytes)],
             ["weights per device", exact_bytes(f.weight_bytes)],
@@ -447,6 +593,73 @@ def fit_table(est) -> Any:
             ["smallest tp that fits",
              "none" if est.min_tp_that_fits is None else str(est.min_tp_that_fits)]]
     notes = [n for n in est.notes() if "max context" in n or "replicated" in n]
-    return table(f"{_plain(est.spec.name)} on {est.tp} x {hw.name} ({human_bytes(hw.memory_bytes)} each), "
-                 f"weights {est.weight_dtype.name}, KV {est.kv_dtype.name}", ["", ""], rows,
-                 caption="\n".join(f"note: {n}" for n in notes) or None)
+    return Tab(f"{est.spec.name} on {est.tp} x {hw.name} ({human_bytes(hw.memory_bytes)} each), "
+               f"weights {est.weight_dtype.name}, KV {est.kv_dtype.name}", ["", ""], rows,
+               caption="\n".join(f"note: {n}" for n in notes) or None)
+
+
+# --------------------------------------------------------------------------------
+# Drawing: rich on a terminal, markdown for issues and docs, plain text in a file
+# --------------------------------------------------------------------------------
+def to_rich(tab: Tab):
+    """A rich Table; cells are Text, so '[red]' in a model name prints as written."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title=Text(tab.title) if tab.title else None, show_header=tab.header,
+              caption=Text(tab.caption) if tab.caption else None, title_justify="left",
+              caption_justify="left", box=box.SIMPLE_HEAD if tab.header else None,
+              padding=(0, 1) if tab.header else (0, 2, 0, 0), title_style="bold")
+    for i, col in enumerate(tab.columns):
+        t.add_column(col, justify="left" if i == 0 else "right",
+                     overflow="fold", no_wrap=i > 0 and not tab.header)
+    for n, r in enumerate(tab.rows):
+        t.add_row(*[Text(cell) for cell in r], style="bold" if n in tab.bold else None)
+    return t
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", "<br>")
+
+
+def to_markdown(items: list) -> str:
+    """Paragraphs (str) and tables (Tab) as GitHub-flavoured markdown."""
+    parts = []
+    for item in items:
+        if isinstance(item, str):
+            parts.append(item.replace("\n", "  \n"))
+            continue
+        lines = [f"**{_md_cell(item.title)}**", ""] if item.title else []
+        cols = item.columns if item.header else [c or " " for c in item.columns]
+        lines.append("| " + " | ".join(_md_cell(c) for c in cols) + " |")
+        lines.append("|" + "|".join(":--" if i == 0 else "--:" for i in range(len(cols))) + "|")
+        for n, r in enumerate(item.rows):
+            cells = [_md_cell(c) for c in r]
+            if n in item.bold:
+                cells = [f"**{c}**" if c else c for c in cells]
+            lines.append("| " + " | ".join(cells) + " |")
+        if item.caption:
+            lines += ["", f"*{_md_cell(item.caption)}*"]
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + "\n"
+
+
+def show(items: list, con=None) -> None:
+    """Print paragraphs and tables on the data console (stdout)."""
+    con = con or console()
+    for item in items:
+        if isinstance(item, str):
+            con.print(item, markup=False, highlight=False)
+        else:
+            con.print(to_rich(item))
+
+
+def to_text(items: list, width: int = 100) -> str:
+    """The tables as plain text (no colour), for `--format table -o FILE.txt`."""
+    from rich.console import Console
+
+    buf = io.StringIO()
+    show(items, Console(file=buf, width=width, color_system=None, highlight=False,
+                        legacy_windows=False, force_terminal=False))
+    return buf.getvalue()

@@ -278,8 +278,11 @@ def test_redirected_stderr_carries_only_the_error_line():
 
 @needs_torch
 def test_warmup_has_a_limit_like_iters():
-    r = invoke("measure", *TINY, "--warmup", "10000000000")
+    r = invoke("measure", *TINY[:-4], "--device", "cpu", "--warmup", "10000000000")
     assert r.exit_code == 2 and "warmup=10000000000 is absurdly large" in r.stderr
+    # Given twice, an option is refused, not silently the last one.
+    r = invoke("measure", *TINY, "--warmup", "2")
+    assert r.exit_code == 2 and "--warmup is given more than once" in r.stderr
 
 
 @needs_torch

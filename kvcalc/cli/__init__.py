@@ -19,7 +19,23 @@ except ImportError:  # older typer uses click itself
     from click import exceptions as click_exceptions
 
 from kvcalc import __version__
-from kvcalc.errors import KvcalcError
+from kvcalc.cli.parsing import plain_coercion, refuse_repeats
+from kvcalc.errors import KvcalcError, os_problem
+
+
+OVERVIEW = """\
+kvcalc: how big is a model's KV cache, how many parameters does it have, how fast
+can it decode on a device and what fits there -- exact, from the model's config.
+
+Try:
+  kvcalc estimate --preset llama3-8b            one-line answer, then a table
+  kvcalc estimate --preset llama2-7b --compare  MHA vs GQA vs MQA
+  kvcalc fit --preset llama3-70b --tp 4         the largest batch and context
+  kvcalc presets                                the models and devices it knows
+  kvcalc measure --heads 32 --kv-heads 8        time real decode steps (torch)
+
+Every command takes -h/--help; `kvcalc --version` prints the version.
+"""
 
 
 class _ReaderGone(Exception):
@@ -35,15 +51,23 @@ class KvcalcGroup(TyperGroup):
         except BrokenPipeError as e:
             raise _ReaderGone from e
 
-    def main(self, *args, standalone_mode: bool = True, **kwargs):
+    def main(self, args=None, *rest, standalone_mode: bool = True, **kwargs):
+        args = list(sys.argv[1:] if args is None else args)
+        _safe_streams()
         try:
-            rv = super().main(*args, standalone_mode=False, **kwargs)
+            if not args:  # `kvcalc` alone: what it answers and what to try
+                sys.stdout.write(OVERVIEW)
+                rv = 0
+            else:
+                plain_coercion(self)
+                refuse_repeats(self, args)
+                rv = super().main(args, *rest, standalone_mode=False, **kwargs)
             sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
         except KvcalcError as e:
             _fail(str(e))
         except click_exceptions.UsageError as e:
             message = e.format_message().replace("\n", " ")
-            if not message:  # `kvcalc` alone: the help was the answer
+            if not message:
                 sys.exit(e.exit_code)
             hint = f" (see `kvcalc {e.ctx.info_name} --help`)" if e.ctx and e.ctx.parent else ""
             _fail(message + hint)
@@ -53,19 +77,47 @@ class KvcalcGroup(TyperGroup):
             sys.stderr.write("kvcalc: aborted\n")
             sys.exit(1)
         except (BrokenPipeError, _ReaderGone):  # `kvcalc ... | head`: the reader has what it wanted
-            # Point stdout at /dev/null so the flush at interpreter exit cannot fail again.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            _silence_stdout()
             sys.exit(0)
         except OSError as e:  # a full disk or a size limit while writing a report
-            where = f" ({e.filename})" if e.filename else ""
-            _fail(f"cannot write{where}: {e.strerror or e}")
+            _fail(f"cannot write: {os_problem(e)}")
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the flush at interpreter exit cannot fail again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _safe_streams() -> None:
+    """A closed stdout (`kvcalc ... >&-`) or stderr becomes /dev/null's writer, so output
+    goes nowhere instead of raising; a stream whose encoding cannot show a character
+    (PYTHONIOENCODING=ascii) replaces it instead of failing."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))
+            continue
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if encoding not in ("utf8", "utf_8") and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="replace")
+            except (ValueError, OSError):  # pragma: no cover - a detached stream
+                pass
+
+
 def _fail(message: str) -> None:
-    sys.stderr.write(f"kvcalc: error: {message}\n")
+    message = " ".join(message.split())
+    try:
+        sys.stderr.write(f"kvcalc: error: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
     sys.exit(2)
 
 
@@ -74,9 +126,10 @@ app = typer.Typer(
     name="kvcalc",
     help="KV-cache, parameter and decode-bandwidth calculator for MHA, GQA, MQA and MLA "
     "models, that measures what it predicts.",
-    no_args_is_help=True,
+    no_args_is_help=False,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
@@ -91,7 +144,11 @@ def _main(
     version: Annotated[Optional[bool], typer.Option(
         "--version", callback=_version, is_eager=True, help="Print the version and exit.")] = None,
 ) -> None:
-    """kvcalc: exact KV-cache and bandwidth math, checked against real decode steps."""
+    """kvcalc: exact KV-cache and bandwidth math, checked against real decode steps.
+
+    Start with `kvcalc estimate --preset llama3-8b`; `kvcalc presets` lists the models
+    and devices.
+    """
 
 
 def _register() -> None:

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from kvcalc import report
-from kvcalc.cli.options import ForceOpt, FormatOpt, OutputFormat, OutputOpt
+from kvcalc.cli.options import ForceOpt, FormatOpt, OutputFormat, OutputOpt, output_format
 from kvcalc.errors import KvcalcError
 
 
@@ -80,7 +80,7 @@ def register(app: typer.Typer) -> None:
             "--cache-ceilings", help="Reuse this device's measured ceilings from "
             "~/.cache/kvcalc/ceilings.json, measuring and storing them when absent (default: off, "
             "measure every run).")] = False,
-        fmt: FormatOpt = OutputFormat.table,
+        fmt: FormatOpt = None,
         output: OutputOpt = None,
         force: ForceOpt = False,
     ) -> None:
@@ -93,6 +93,9 @@ def register(app: typer.Typer) -> None:
         llama3-8b --compare --format csv -o reports/llama3-8b-cpu.csv`; `kvcalc measure
         --heads 32 --kv-heads 8 --impl all --step both`.
         """
+        if output is not None and plot is not None and output.resolve() == plot.resolve():
+            raise KvcalcError("--output and --plot name the same file")
+        fmt = output_format(fmt, output)
         from kvcalc.measure import MeasureConfig, run, run_sweep
 
         for target in (output, plot):  # fail before minutes of measuring, not after
@@ -126,13 +129,17 @@ def register(app: typer.Typer) -> None:
 
             plot_measure(timed_rows, plot, force)
             report.error_console().print(f"wrote {plot}", highlight=False, markup=False)
-        if fmt is OutputFormat.table and output is None:
-            _print_table(result)
+        if fmt is OutputFormat.table and (output is None or str(output) == "-"):
+            report.show([_measure_tab(result)])
             return
-        if output is not None and fmt is OutputFormat.table:
-            fmt = OutputFormat.json if output.suffix.lower() == ".json" else OutputFormat.csv
-        text = (report.to_json(result.to_dict()) if fmt is OutputFormat.json
-                else report.rows_to_csv(result.rows))
+        if fmt is OutputFormat.table:
+            text = report.to_text([_measure_tab(result)], width=160)
+        elif fmt is OutputFormat.md:
+            text = report.to_markdown([_measure_tab(result)])
+        elif fmt is OutputFormat.json:
+            text = report.to_json(result.to_dict())
+        else:
+            text = report.rows_to_csv(result.rows)
         report.emit(text, output, force)
 
 
@@ -225,7 +232,7 @@ def _fmt_ratio(value, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _print_table(result) -> None:
+def _measure_tab(result):
     rows = result.rows
     compare = any(r["predicted_speedup_vs_mha"] is not None for r in rows)
     regimes = list(dict.fromkeys(r["l2_regime"] for r in rows))
@@ -288,10 +295,7 @@ def _print_table(result) -> None:
     for text, where in notes.items():
         caption.append(f"{', '.join(dict.fromkeys(where))}: {text}")
     what = "decode " + (steps[0] if len(steps) == 1 else "step")
-    # Paths, device names and SDPA's messages may hold brackets: never read them as markup.
-    from rich.markup import escape
-
-    report.console().print(report.table(
-        f"kvcalc measure: {what}, measured vs predicted", columns,
-        [[escape(cell) for cell in line] for line in body],
-        caption=escape("\n".join(caption))))
+    # Cells are plain text (Tab): paths, device names and SDPA's messages with brackets
+    # print as written, never as markup.
+    return report.Tab(f"kvcalc measure: {what}, measured vs predicted", columns,
+                      [list(line) for line in body], caption="\n".join(caption))

@@ -28,6 +28,30 @@ class OutputFormat(str, Enum):
     table = "table"
     json = "json"
     csv = "csv"
+    md = "md"
+
+
+# -o FILE without --format: the format its suffix names.
+_SUFFIX_FORMATS = {".json": OutputFormat.json, ".csv": OutputFormat.csv, ".md": OutputFormat.md,
+                   ".markdown": OutputFormat.md, ".txt": OutputFormat.table}
+
+
+def output_format(fmt: Optional[OutputFormat], output: Optional[Path],
+                  allowed: tuple[OutputFormat, ...] = tuple(OutputFormat)) -> OutputFormat:
+    """--format if given, else the -o file's suffix (.json, .csv, .md, .txt), else table."""
+    if fmt is None:
+        if output is None or str(output) == "-":
+            fmt = OutputFormat.table
+        else:
+            fmt = _SUFFIX_FORMATS.get(output.suffix.lower())
+            if fmt is None:
+                names = ", ".join(sorted(k for k, v in _SUFFIX_FORMATS.items() if v in allowed))
+                raise KvcalcError(f"-o {output}: cannot tell the format from the suffix "
+                                  f"{output.suffix or '(none)'}; use {names} or give --format")
+    if fmt not in allowed:
+        raise KvcalcError(f"--format {fmt.value} is not offered here; use "
+                          f"{', '.join(f.value for f in allowed)}")
+    return fmt
 
 
 DTYPE_HELP = "one of " + ", ".join(DTYPES)
@@ -63,7 +87,11 @@ def parse_size(text: str, flag: str = "--reserve") -> int:
     from fractions import Fraction
 
     number = Fraction(int(whole + frac), 10 ** len(frac)) * 10 ** int(exp)
-    value = int(number * _SIZE_UNITS[m.group(4).lower()])
+    exact = number * _SIZE_UNITS[m.group(4).lower()]
+    if exact.denominator != 1:
+        raise KvcalcError(f"{flag}: size {shown} is not a whole number of bytes "
+                          f"({float(exact):,.1f} B); use a smaller unit, e.g. 1536MB for 1.536GB")
+    value = int(exact)
     if value > MAX_SIZE:
         raise KvcalcError(f"{flag}: size {shown} is absurdly large (limit 1 EiB)")
     return value
@@ -245,23 +273,46 @@ def resolve_gpu(name: Optional[str]) -> Optional[Hardware]:
 # Workload options, as Annotated aliases the commands list explicitly.
 SeqLenOpt = Annotated[Optional[int], typer.Option(
     "--seq-len", help=f"Context length in tokens (default: the model's max context, or {DEFAULT_SEQ_LEN}).")]
-BatchOpt = Annotated[int, typer.Option("--batch", help="Sequences decoded together.")]
+BatchOpt = Annotated[int, typer.Option("--batch", help="Sequences decoded together (count).")]
 KvDtypeOpt = Annotated[str, typer.Option("--kv-dtype", help=f"KV cache dtype: {DTYPE_HELP}.")]
 WeightDtypeOpt = Annotated[str, typer.Option("--weight-dtype", help=f"Weight dtype: {DTYPE_HELP}.")]
-TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel devices.")]
+TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel devices (count).")]
 GpuOpt = Annotated[str, typer.Option(
     "--gpu", help="Hardware preset for roofline and fit (`none` to skip).")]
 ScaleOpt = Annotated[int, typer.Option(
     "--kv-scale-bytes", help="Bytes of quantization scale per token per K/V head (e.g. 2 for fp16 scales).")]
 EncoderLenOpt = Annotated[Optional[int], typer.Option(
     "--encoder-seq-len", help="Encoder tokens for encoder-decoder models (default: --seq-len).")]
-MemFractionOpt = Annotated[float, typer.Option(
-    "--memory-fraction", help="Share of device memory usable (like vLLM's gpu_memory_utilization).")]
-ReserveOpt = Annotated[str, typer.Option(
-    "--reserve", help="Memory per device kept for activations and runtime, e.g. 2GiB or 500MB.")]
-FormatOpt = Annotated[OutputFormat, typer.Option("--format", help="table (rich), json or csv on stdout.")]
+MemFractionOpt = Annotated[Optional[float], typer.Option(
+    "--memory-fraction", show_default=False,
+    help="Share of device memory usable, in (0, 1] (like vLLM's gpu_memory_utilization) "
+    "(default: 1).")]
+ReserveOpt = Annotated[Optional[str], typer.Option(
+    "--reserve", show_default=False,
+    help="Memory per device kept for activations and runtime, in bytes with a unit: 2GiB, "
+    "500MB, 1e9 (default: 0).")]
+
+
+def device_memory(hardware: Optional[Hardware], memory_fraction: Optional[float],
+                  reserve: Optional[str]) -> tuple[float, int]:
+    """(memory_fraction, reserve_bytes), checked; refused with --gpu none, where no device
+    memory exists for them to shape."""
+    if hardware is None and (memory_fraction is not None or reserve is not None):
+        flags = " and ".join(f for f, v in (("--memory-fraction", memory_fraction),
+                                            ("--reserve", reserve)) if v is not None)
+        verb = "apply" if " and " in flags else "applies"
+        raise KvcalcError(f"{flags} {verb} to a device's memory, and --gpu none has none: "
+                          "name a device with --gpu, or leave it out")
+    fraction = 1.0 if memory_fraction is None else memory_fraction
+    if not 0 < fraction <= 1:
+        raise KvcalcError(f"--memory-fraction must be in (0, 1], got {fraction}")
+    return fraction, parse_size(reserve) if reserve is not None else 0
+FormatOpt = Annotated[Optional[OutputFormat], typer.Option(
+    "--format", help="table (rich), json, csv or md (markdown, for issues and docs) "
+    "(default: table, or what the -o file's suffix says: .json, .csv, .md, .txt).")]
 OutputOpt = Annotated[Optional[Path], typer.Option(
-    "--output", "-o", help="Write json/csv to this file (atomically; never overwrites without --force).")]
+    "--output", "-o", help="Write to this file instead of stdout, in the format its suffix "
+    "names unless --format says (atomically; never overwrites without --force).")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing --output file.")]
 
 

@@ -9,6 +9,7 @@ import typer
 from kvcalc import presets, report
 from kvcalc.cli.options import FormatOpt, OutputFormat
 from kvcalc.errors import KvcalcError
+from kvcalc.inputfile import read_text
 
 
 def _model_row(name: str) -> dict:
@@ -31,9 +32,29 @@ def _raw_yaml(name: str) -> tuple[str, str]:
     key = name.lower()
     for kind, names in (("models", presets.model_names()), ("hardware", presets.hardware_names())):
         if key in names:
-            return kind, (presets.presets_dir() / kind / f"{key}.yaml").read_text()
+            path = presets.presets_dir() / kind / f"{key}.yaml"
+            return kind, read_text(path, f"presets/{kind}/{key}.yaml")
     every = presets.model_names() + presets.hardware_names()
     raise KvcalcError(f"unknown preset {name!r}; {presets.suggest(key, every)}")
+
+
+def _listing(models: list[dict], hardware: list[dict]) -> list:
+    """The two tables `kvcalc presets` draws: short columns that fit 80 columns (each
+    preset's source is in `kvcalc presets show NAME` and in --format json/csv)."""
+    return [
+        report.Tab("Model presets", ["name", "attn", "layers", "d_model", "heads", "kv", "head_dim",
+                                     "max ctx"],
+                   [[m["name"], m["attention"], str(m["layers"]), str(m["d_model"]), str(m["heads"]),
+                     str(m["kv_heads"]), str(m["head_dim"]), f"{m['max_context']:,}"]
+                    for m in models]),
+        report.Tab("Hardware presets", ["name", "memory", "GB/s", "bf16 TFLOP/s", "L2 (MB)"],
+                   [[h["name"], report.human_bytes(h["memory_bytes"]),
+                     f"{h['memory_bandwidth_bytes_per_s'] / 1e9:,.0f}",
+                     f"{h['bf16_flops_per_s'] / 1e12:,.0f}", f"{h['l2_bytes'] / 1e6:,.0f}"]
+                    for h in hardware],
+                   caption="GB/MB = 10^9/10^6 bytes, GiB = 2^30; datasheet figures, dense. "
+                           "`kvcalc presets show NAME` for one preset and its source."),
+    ]
 
 
 def register(app: typer.Typer) -> None:
@@ -41,16 +62,17 @@ def register(app: typer.Typer) -> None:
     def presets_command(
         action: Annotated[Optional[str], typer.Argument(help="`show` to print one preset.")] = None,
         name: Annotated[Optional[str], typer.Argument(help="The preset to show.")] = None,
-        fmt: FormatOpt = OutputFormat.table,
+        fmt: FormatOpt = None,
     ) -> None:
         """List model and hardware presets; `kvcalc presets show NAME` prints one with its source."""
+        fmt = fmt or OutputFormat.table
         if action is not None:
             name = name.strip() if name is not None else None  # as --preset ' gpt3' does
             if action != "show" or not name:
                 raise KvcalcError("usage: kvcalc presets [show NAME]")
             kind, text = _raw_yaml(name)
-            if fmt is OutputFormat.table:
-                report.emit(text)
+            if fmt in (OutputFormat.table, OutputFormat.md):
+                report.emit(text if fmt is OutputFormat.table else f"```yaml\n{text}```\n")
                 return
             row = _model_row(name.lower()) if kind == "models" else _hardware_row(name.lower())
             report.emit(report.to_json(row) if fmt is OutputFormat.json else report.rows_to_csv([row]))
@@ -59,21 +81,10 @@ def register(app: typer.Typer) -> None:
         hardware = [_hardware_row(n) for n in presets.hardware_names()]
         if fmt is OutputFormat.json:
             report.emit(report.to_json({"models": models, "hardware": hardware}))
-            return
-        if fmt is OutputFormat.csv:
+        elif fmt is OutputFormat.csv:
             report.emit(report.rows_to_csv([{"kind": "model", **m} for m in models]
                                            + [{"kind": "hardware", **h} for h in hardware]))
-            return
-        con = report.console()
-        con.print(report.table(
-            "Model presets", ["name", "attention", "layers", "d_model", "heads", "kv_heads",
-                              "head_dim", "max ctx", "source"],
-            [[m["name"], m["attention"], str(m["layers"]), str(m["d_model"]), str(m["heads"]),
-              str(m["kv_heads"]), str(m["head_dim"]), f"{m['max_context']:,}", m["source"]]
-             for m in models]))
-        con.print(report.table(
-            "Hardware presets", ["name", "memory", "bandwidth", "bf16 dense", "L2", "source"],
-            [[h["name"], report.human_bytes(h["memory_bytes"]),
-              report.human_rate(h["memory_bandwidth_bytes_per_s"]),
-              report.human_count(h["bf16_flops_per_s"], "FLOP/s"), report.human_bytes(h["l2_bytes"]),
-              h["source"]] for h in hardware]))
+        elif fmt is OutputFormat.md:
+            report.emit(report.to_markdown(_listing(models, hardware)))
+        else:
+            report.show(_listing(models, hardware))

@@ -16,10 +16,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvcalc import report
 from kvcalc.errors import KvcalcError
-from kvcalc.plot import require_matplotlib
-from kvcalc.report import AtomicOutput, check_writable
 from kvcalc.cli.options import (
     DEFAULT_GPU,
     DEFAULT_SEQ_LEN,
@@ -27,11 +24,13 @@ from kvcalc.cli.options import (
     GpuOpt,
     MemFractionOpt,
     ModelRequest,
+    OutputFormat,
     ReserveOpt,
     ScaleOpt,
     WeightDtypeOpt,
+    device_memory,
     model_options,
-    parse_size,
+    output_format,
     resolve_gpu,
 )
 
@@ -54,8 +53,13 @@ KvDtypeSpec = Annotated[str, typer.Option(
 TpSpec = Annotated[str, typer.Option(
     "--tp", metavar="SPEC", help="Tensor-parallel degrees, a SPEC (1,2,4,8 or 1:8:*2).")]
 SweepOutputOpt = Annotated[Optional[Path], typer.Option(
-    "--output", "-o", help="CSV file to write, atomically, never overwriting without --force "
-                           "(default: CSV on stdout).")]
+    "--output", "-o", help="File to write, in the format its suffix names (.csv, .json, .md, "
+                           ".txt) unless --format says; atomically, never overwriting without "
+                           "--force (default: stdout).")]
+MAX_TABLE_ROWS = 10_000  # json, md and table hold every row in memory
+SweepFormatOpt = Annotated[Optional[OutputFormat], typer.Option(
+    "--format", help="csv (streamed, any size), or json, md or table for sweeps up to "
+                     f"{MAX_TABLE_ROWS:,} rows (default: csv, or what the -o file's suffix says).")]
 PlotOpt = Annotated[Optional[Path], typer.Option(
     "--plot", help="Also draw KV cache per device against context for each K/V-head count "
                    "(at the largest batch, first --kv-dtype and --tp; against batch if one "
@@ -83,8 +87,9 @@ def register(app: typer.Typer) -> None:
         gpu: GpuOpt = DEFAULT_GPU,
         kv_scale_bytes: ScaleOpt = 0,
         encoder_seq_len: EncoderLenOpt = None,
-        memory_fraction: MemFractionOpt = 1.0,
-        reserve: ReserveOpt = "0",
+        memory_fraction: MemFractionOpt = None,
+        reserve: ReserveOpt = None,
+        fmt: SweepFormatOpt = None,
         output: SweepOutputOpt = None,
         plot: PlotOpt = None,
         skip_invalid: SkipOpt = False,
@@ -101,36 +106,52 @@ def register(app: typer.Typer) -> None:
         --plot s.png`; `kvcalc sweep --preset mistral-7b --seq-len 1024:65536:+1024
         --batch 1:64:+1 --kv-dtype bf16,fp8 --tp 1,2 -o mistral.csv`.
         """
+        from kvcalc import report
+        from kvcalc.plot import MISSING, check_plot_name, has_matplotlib
+
         to_stdout = output is None or str(output) == "-"
+        if plot is not None and not to_stdout and output.resolve() == plot.resolve():
+            raise KvcalcError("--output and --plot name the same file")
+        fmt = output_format(fmt, None if to_stdout else output) if (fmt or not to_stdout) \
+            else OutputFormat.csv
         if not to_stdout:
-            check_writable(output, force)
+            report.check_writable(output, force)
+        draw = False
         if plot is not None:
-            check_writable(plot, force)
-            if output is not None and output.resolve() == plot.resolve():
-                raise KvcalcError("--output and --plot name the same file")
-            require_matplotlib(plot)
+            report.check_writable(plot, force)
+            check_plot_name(plot)
+            draw = has_matplotlib()  # without it: the rows first, then say what to install
         from kvcalc.sweep import PlotSelection, plan_sweep, write_csv
 
+        hardware = resolve_gpu(gpu)
+        fraction, reserve_bytes = device_memory(hardware, memory_fraction, reserve)
         spec = request.resolve()
         plan = plan_sweep(
             spec, seq_len if seq_len is not None else str(spec.max_context or DEFAULT_SEQ_LEN),
-            batch, kv_heads, kv_dtype, tp, weight_dtype, resolve_gpu(gpu), kv_scale_bytes,
-            encoder_seq_len, memory_fraction, parse_size(reserve), force=force,
+            batch, kv_heads, kv_dtype, tp, weight_dtype, hardware, kv_scale_bytes,
+            encoder_seq_len, fraction, reserve_bytes, force=force,
             skip_invalid=skip_invalid,
             # Each K/V-head count resolved as `kvcalc estimate --kv-heads N` would.
             make_variant=lambda g: dataclasses.replace(request, kv_heads=g).resolve())
+        if fmt is not OutputFormat.csv and plan.rows > MAX_TABLE_ROWS:
+            raise KvcalcError(f"--format {fmt.value} holds every row in memory: this sweep has "
+                              f"{plan.rows:,} rows (limit {MAX_TABLE_ROWS:,}); use csv")
         err = report.error_console()
         for line in plan.skipped:
             err.print(f"skipped {line}", highlight=False, markup=False, soft_wrap=True)
 
-        selection = PlotSelection(plan) if plot is not None else None
+        selection = PlotSelection(plan) if draw else None
         with _progress(plan, err) as advance:
             def on_chunk(chunk) -> None:
                 if selection is not None:
                     selection.add(chunk)
                 advance(len(chunk))
 
-            if to_stdout:
+            if fmt is not OutputFormat.csv:
+                buf = io.BytesIO()
+                rows = write_csv(plan, buf, progress=on_chunk)
+                _write_small(fmt, buf.getvalue().decode(), output, force, spec.name)
+            elif to_stdout:
                 out = sys.stdout.buffer
                 try:
                     rows = write_csv(plan, out, progress=on_chunk)
@@ -139,9 +160,12 @@ def register(app: typer.Typer) -> None:
                     _silence_stdout()
                     return
             else:
-                with AtomicOutput(output, force) as out:
+                with report.AtomicOutput(output, force) as out:
                     rows = write_csv(plan, out, progress=on_chunk)
-        if not to_stdout:
+        if plot is not None and not draw:
+            where = "stdout" if to_stdout else str(output)
+            raise KvcalcError(f"{MISSING}; the {rows:,} rows went to {where}, without the plot")
+        if not to_stdout and fmt is OutputFormat.csv:
             err.print(f"wrote {output} ({rows:,} rows x {len(plan.columns)} columns)",
                       highlight=False, markup=False)
         if selection is not None:
@@ -149,6 +173,36 @@ def register(app: typer.Typer) -> None:
 
             plot_sweep(selection, plot, force=force)
             err.print(f"wrote {plot}", highlight=False, markup=False)
+
+
+def _write_small(fmt: OutputFormat, text: str, output, force: bool, name: str) -> None:
+    """A small sweep's CSV text as json (a list of rows), md or a table."""
+    import csv
+
+    from kvcalc import report
+
+    def value(cell: str):
+        for kind in (int, float):
+            try:
+                return kind(cell)
+            except ValueError:
+                pass
+        return {"True": True, "False": False}.get(cell, cell)
+
+    reader = csv.reader(io.StringIO(text))
+    columns = next(reader)
+    cells = list(reader)
+    if fmt is OutputFormat.json:
+        report.emit(report.to_json([{c: value(v) for c, v in zip(columns, r)} for r in cells]),
+                    output, force)
+        return
+    tab = report.Tab(f"kvcalc sweep: {name}, {len(cells):,} rows", columns, cells)
+    if fmt is OutputFormat.md:
+        report.emit(report.to_markdown([tab]), output, force)
+    elif output is None or str(output) == "-":
+        report.show([tab])
+    else:
+        report.emit(report.to_text([tab], width=400), output, force)
 
 
 def _silence_stdout() -> None:

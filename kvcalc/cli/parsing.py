@@ -1,0 +1,165 @@
+"""Reading the command line in kvcalc's own words, without pydantic.
+
+typer >= 0.2x coerces each option through a pydantic TypeAdapter: importing
+pydantic costs about 100 ms of start-up, and its messages ("Input should be a
+valid integer, unable to parse string as an integer") are not kvcalc's.
+`plain_coercion` gives every option of the simple kinds kvcalc uses (int, float,
+str, bool, Path, an Enum of choices) a small coercer that says what was expected,
+naming the flag and its unit. On older typer (click types, no pydantic) it does
+nothing. `refuse_repeats` refuses an option given twice (click keeps the last).
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from kvcalc.errors import KvcalcError, quoted
+
+# What a whole-number flag counts, for messages: "--seq-len expects a whole number
+# of tokens".
+UNITS = {
+    "--seq-len": "tokens", "--encoder-seq-len": "tokens", "--batch": "sequences",
+    "--tp": "devices", "--kv-scale-bytes": "bytes", "--layers": "layers",
+    "--heads": "query heads", "--kv-heads": "K/V heads", "--head-dim": "elements per head",
+    "--d-model": "elements", "--d-ff": "elements", "--vocab": "tokens",
+    "--warmup": "calls", "--iters": "repetitions",
+}
+_INT = re.compile(r"[+-]?[0-9]+(?:_[0-9]+)*")
+_MAX_INT_DIGITS = 30  # far beyond every limit kvcalc checks afterwards
+
+
+def _flag(param) -> str:
+    longs = [o for o in getattr(param, "opts", []) if o.startswith("--")]
+    return longs[0] if longs else (getattr(param, "human_readable_name", None) or param.name)
+
+
+class _Coercer:
+    """The `coerce(value, param, ctx)` typer calls for each option, for one simple type."""
+
+    def __init__(self, kind: Any, flag: str):
+        self.kind = kind
+        self.flag = flag
+
+    def coerce(self, value: Any, param: Any = None, ctx: Any = None) -> Any:
+        if value is None:
+            return None
+        kind, flag = self.kind, self.flag
+        if isinstance(kind, type) and issubclass(kind, Enum):
+            if isinstance(value, kind):
+                return value
+            text = str(value).strip().lower()
+            for member in kind:
+                if str(member.value).lower() == text:
+                    return member
+            raise KvcalcError(f"{flag} expects one of {', '.join(str(m.value) for m in kind)}; "
+                              f"got {quoted(str(value))}")
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off", ""):
+                return False
+            raise KvcalcError(f"{flag} is a switch (true or false); got {quoted(str(value))}")
+        if kind is int:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+            text = str(value).strip()
+            unit = UNITS.get(flag)
+            what = f"a whole number of {unit}" if unit else "a whole number"
+            if not _INT.fullmatch(text):
+                raise KvcalcError(f"{flag} expects {what}, got {quoted(str(value))}")
+            if len(text.replace("_", "").lstrip("+-")) > _MAX_INT_DIGITS:
+                raise KvcalcError(f"{flag}: {quoted(text)} is absurdly large")
+            return int(text)
+        if kind is float:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value)
+            text = str(value).strip()
+            try:
+                number = float(text)
+            except ValueError:
+                number = None
+            if number is None or number != number or number in (float("inf"), float("-inf")) \
+                    or len(text) > 40:
+                raise KvcalcError(f"{flag} expects a number such as 0.9, got {quoted(str(value))}")
+            return number
+        if kind is Path:
+            if isinstance(value, Path):
+                return value
+            if not str(value):
+                raise KvcalcError(f"{flag} expects a file name, got ''")
+            return Path(value)
+        return value if isinstance(value, str) else str(value)
+
+
+def _simple_kind(annotation: Any) -> Any:
+    """int, float, bool, str, Path or an Enum class (Optional stripped), else None."""
+    args = typing.get_args(annotation)
+    if args and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) != 1:
+            return None
+        annotation = rest[0]
+    if annotation in (int, float, bool, str, Path):
+        return annotation
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return annotation
+    return None
+
+
+def plain_coercion(group) -> None:
+    """Install a _Coercer on every simple option of `group` and its commands (typer with
+    per-parameter runtime coercion only; a no-op elsewhere)."""
+    commands = [group, *getattr(group, "commands", {}).values()]
+    for command in commands:
+        for param in getattr(command, "params", []):
+            if not (hasattr(param, "type_descriptor") and hasattr(param, "_runtime_param")):
+                continue
+            if getattr(param, "multiple", False) or getattr(param, "nargs", 1) != 1:
+                continue
+            kind = _simple_kind(param.type_descriptor.annotation)
+            if kind is not None and param._runtime_param is None:
+                param._runtime_param = _Coercer(kind, _flag(param))
+
+
+def refuse_repeats(group, args: list[str]) -> None:
+    """A single-valued option given twice (`--preset a --preset b`) is an error, not the
+    last one silently winning."""
+    commands = getattr(group, "commands", {})
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        i += 1  # the group's own switches (--version, -h)
+    if i >= len(args) or args[i] not in commands:
+        return
+    command = commands[args[i]]
+    by_name: dict[str, Any] = {}
+    for param in command.params:
+        if getattr(param, "param_type_name", "") != "option" or getattr(param, "multiple", False) \
+                or getattr(param, "count", False):
+            continue
+        for name in [*param.opts, *param.secondary_opts]:
+            by_name[name] = param
+    seen: dict[str, int] = {}
+    rest = args[i + 1:]
+    j = 0
+    while j < len(rest):
+        token = rest[j]
+        j += 1
+        if token == "--":
+            break
+        name = token.split("=", 1)[0] if token.startswith("--") else token[:2]
+        param = by_name.get(name)
+        if param is None or not token.startswith("-"):
+            continue
+        attached = "=" in token if token.startswith("--") else len(token) > 2
+        if not getattr(param, "is_flag", False) and not attached:
+            j += 1  # its value
+        seen[param.name] = seen.get(param.name, 0) + 1
+        if seen[param.name] > 1:
+            raise KvcalcError(f"{_flag(param)} is given more than once; give it once")
