@@ -44,7 +44,7 @@ _HIDDEN_IS_STATE = {
 _WIDTH_KEYS = (
     "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
     "intermediate_size_mlp", "ffn_hidden_size", "n_inner", "ffn_dim", "expert_intermediate_size",
-    "dense_intermediate_size",
+    "dense_intermediate_size", "d_ff", "encoder_ffn_dim", "decoder_ffn_dim",
 )
 _EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 _TOPK_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk", "num_experts_per_token")
@@ -94,7 +94,9 @@ def is_multimodal(config) -> bool:
 def text_config_dict(cfg: dict) -> dict:
     """Canonical config dict (transformers' own names, derived fields filled) of the language model."""
     config = make_config(cfg)
-    text = config.get_text_config(decoder=True)
+    # encoder-decoder configs (t5, bart) are their own text config; get_text_config(decoder=True)
+    # returns a decoder view whose to_dict() loses decoder_layers / decoder_attention_heads
+    text = config if getattr(config, "is_encoder_decoder", False) else config.get_text_config(decoder=True)
     d = text.to_dict()
     for k in _DROP_KEYS:
         d.pop(k, None)
@@ -130,6 +132,10 @@ def _build(config, device: str, dtype, multimodal: bool):
         warnings.simplefilter("ignore")
         with torch.device(device):
             model = None
+            if getattr(config, "is_encoder_decoder", False):
+                from transformers import AutoModelForSeq2SeqLM
+
+                model = AutoModelForSeq2SeqLM.from_config(config, **kw)
             if multimodal:
                 from transformers import AutoModelForImageTextToText
 
@@ -354,6 +360,19 @@ def reduced_config(cfg: dict, window: int = 8) -> dict:
     result is the text model's config (towers do not cache). Checked on the meta device: the
     reduced layers have the same signatures and attention geometry as the original prefix.
     """
+    import json
+
+    return json.loads(_reduced_cached(json.dumps(cfg, sort_keys=True, default=str), window))
+
+
+@functools.lru_cache(maxsize=64)
+def _reduced_cached(key: str, window: int) -> str:
+    import json
+
+    return json.dumps(_reduced_config(json.loads(key), window), sort_keys=True, default=str)
+
+
+def _reduced_config(cfg: dict, window: int) -> dict:
     td = text_config_dict(cfg)
     config, _, layers = _meta_text_model(td)
     types = _text_layer_types(config) or [None] * len(layers)
@@ -392,6 +411,9 @@ def reduced_config(cfg: dict, window: int = 8) -> dict:
 
     mt = d["model_type"]
     d[lkey] = n
+    for k in ("num_decoder_layers", "encoder_layers", "decoder_layers"):
+        if isinstance(d.get(k), int):
+            d[k] = n
     if "num_hidden_layers" in d:
         d["num_hidden_layers"] = n
     _shrink_list_for_prefix(d, n_old, n)
@@ -538,10 +560,16 @@ def _storage_key(x):
 
 
 def inspect_cache(cache, layer_types=None) -> list[dict]:
-    """Per-layer view of a transformers Cache object (see cache_bytes_after_decode)."""
-    layers = getattr(cache, "layers", None)
-    if layers is None and hasattr(cache, "self_attention_cache"):
-        layers = cache.self_attention_cache.layers
+    """Per-layer view of a transformers Cache object (see cache_bytes_after_decode).
+    EncoderDecoderCache: the self-attention layers ("part": "self"), then the
+    cross-attention layers ("part": "cross")."""
+    if hasattr(cache, "self_attention_cache"):
+        rows = _inspect_layers(cache.self_attention_cache.layers, layer_types, "self")
+        return rows + _inspect_layers(cache.cross_attention_cache.layers, layer_types, "cross")
+    return _inspect_layers(cache.layers, layer_types, "self")
+
+
+def _inspect_layers(layers, layer_types, part) -> list[dict]:
     rows = []
     for i, layer in enumerate(layers):
         ts = _layer_tensors(layer)
@@ -558,8 +586,9 @@ def inspect_cache(cache, layer_types=None) -> list[dict]:
             tokens_stored = keys.untyped_storage().nbytes() // per_token
         rows.append({
             "layer": i,
+            "part": part,
             "cache_class": type(layer).__name__,
-            "kind": layer_types[i] if layer_types else None,
+            "kind": layer_types[i] if layer_types and i < len(layer_types) else None,
             "exposed_bytes": exposed,
             "stored_bytes": stored,
             "tokens_exposed": tokens_exposed,
@@ -599,16 +628,23 @@ def _run(cfg: dict, seq_len: int, batch: int, dtype, window: int, decode: bool, 
     n_prefill = seq_len - 1 if decode else seq_len
     ids = torch.randint(2, vocab, (batch, seq_len), generator=g)
     kw = _cache_kw(model)
+    extra = {}
+    if getattr(config, "is_encoder_decoder", False):
+        # encoder input: seq_len tokens; the decoder runs the prefill / decode below
+        extra["input_ids"] = torch.randint(2, vocab, (batch, seq_len), generator=g)
+    ids_key = "decoder_input_ids" if extra else "input_ids"
     with torch.no_grad(), _fast_bf16_conv1d():
-        out = model(input_ids=ids[:, :n_prefill], use_cache=True)
+        out = model(**extra, **{ids_key: ids[:, :n_prefill]}, use_cache=True)
         cache = _returned_cache(out)
         if decode:
+            if extra:
+                extra = {"encoder_outputs": (out.encoder_last_hidden_state,)}
             pos = torch.full((batch, 1), n_prefill, dtype=torch.long)
-            args = {kw: cache, "use_cache": True, "input_ids": ids[:, n_prefill:]}
+            args = {kw: cache, "use_cache": True, ids_key: ids[:, n_prefill:], **extra}
             fwd = inspect.signature(model.forward).parameters
             if "cache_position" in fwd:
                 args["cache_position"] = torch.tensor([n_prefill])
-            if "position_ids" in fwd:
+            if "position_ids" in fwd and not extra:
                 args["position_ids"] = pos
             out = model(**args)
             cache = _returned_cache(out)
