@@ -35,7 +35,10 @@ from typing import Any, Callable
 
 from kvcalc.errors import KvcalcError, quoted, value_problem
 from kvcalc.inputfile import read_text
-from kvcalc.spec import MLA, ModelSpec, MoE
+from kvcalc.layers import Attention, Dense, Layer, Mamba
+from kvcalc.layers import MoE
+from kvcalc.spec import MLA, ModelSpec, compress
+from kvcalc.spec import MoE as FlatMoE
 
 _MISSING = object()
 
@@ -272,7 +275,7 @@ def _llama_like(c: _Config, family: str) -> dict:
 
     if family == "mixtral":
         experts = c.req_int("num_local_experts")
-        out["moe"] = MoE(
+        out["moe"] = FlatMoE(
             experts=experts,
             active=c.req_int("num_experts_per_tok"),
             expert_d_ff=d_ff,  # each expert is a w1/w3/w2 gated MLP of intermediate_size
@@ -306,16 +309,16 @@ def _deepseek(c: _Config, family: str) -> dict:
         if freq != 1:
             raise c.error(f"moe_layer_freq={freq}: only 1 (every layer after the dense ones) "
                           "is supported")
-        topk = c.raw("topk_method")
-        moe = MoE(
+        moe = FlatMoE(
             experts=routed,
             active=c.req_int("num_experts_per_tok"),
             expert_d_ff=c.req_int("moe_intermediate_size"),
             shared_experts=c.opt_int("n_shared_experts", 0) or 0,
             dense_layers=c.opt_int("first_k_dense_replace", 0) or 0,
             # DeepSeek-V3's router has a per-expert e_score_correction_bias (noaux_tc
-            # routing); V2's gate is a bias-free Linear.
-            router_bias=family == "deepseek_v3" or topk == "noaux_tc",
+            # routing), which transformers 5 holds as a buffer, not a parameter: it is
+            # not counted (256 values a layer). V2's gate is a bias-free Linear.
+            router_bias=False,
         )
     mtp = c.opt_int("num_nextn_predict_layers", 0) or 0
     if mtp:
@@ -348,6 +351,10 @@ def _falcon(c: _Config, family: str) -> dict:
     # else multi_query -> 1; else all heads.
     if new_arch:
         kv_heads = c.opt_int("num_kv_heads", heads)
+        if kv_heads != heads:
+            notes.append(f"transformers' Falcon repeats K/V to all {heads} query heads before "
+                         f"caching ({heads // kv_heads}x these figures); serving engines keep "
+                         f"the {kv_heads} K/V heads counted here")
     elif multi_query:
         kv_heads = 1
     else:
@@ -447,6 +454,354 @@ def _opt(c: _Config, family: str) -> dict:
     )
 
 
+# --------------------------------------------------------------------------------
+# Families whose layers differ: each adapter lists its layers, one Layer per index
+# --------------------------------------------------------------------------------
+def _layered(fields: dict, layers: list[Layer]) -> dict:
+    """Flat fields plus the runs; the flat fields then describe the attention layers."""
+    fields["runs"] = compress(layers)
+    return fields
+
+
+def _types_list(c: _Config, layers: int, allowed: dict[str, str]) -> list[str] | None:
+    """`layer_types` mapped through `allowed` (config name -> kvcalc kind), or None if absent."""
+    types = c.raw("layer_types")
+    if types is _MISSING or types is None:
+        return None
+    if not isinstance(types, list) or len(types) != layers:
+        raise c.error(f"field 'layer_types' must be a list of {layers} entries")
+    odd = next((t for t in types if not isinstance(t, str)), None)
+    if odd is not None:
+        raise c.error(f"field 'layer_types' must list strings, got {_describe(odd)}")
+    unknown = sorted({t for t in types if t not in allowed})
+    if unknown:
+        raise c.error(f"layer_types has entries kvcalc does not know for model_type "
+                      f"{c.model_type!r}: {unknown}")
+    return [allowed[t] for t in types]
+
+
+_ATTN_TYPES = {"full_attention": "full", "sliding_attention": "sliding",
+               "chunked_attention": "chunked"}
+
+
+def _window_req(c: _Config, key: str = "sliding_window") -> int:
+    value = c.raw(key)
+    if value is _MISSING or value is None:
+        raise c._missing(key, " (the model has windowed layers)")
+    value = c._check_int(key, value)
+    if value <= 0:
+        raise c.error(f"field {key!r} must be positive, got {value}")
+    return value
+
+
+def _attn(kind: str, window: int, **kw) -> Attention:
+    return Attention(kind=kind, window=window if kind != "full" else 0, **kw)
+
+
+def _flat(c: _Config, hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int,
+          d_ff: int, vocab: int, **kw) -> dict:
+    return dict(layers=layers, d_model=hidden, heads=heads, kv_heads=kv_heads,
+                head_dim=head_dim, d_ff=d_ff, vocab=vocab, **kw)
+
+
+def _moe_indices(c: _Config, layers: int) -> list[bool]:
+    """Qwen2/3-MoE, OLMoE-style: layer i is sparse unless listed in mlp_only_layers, when
+    num_experts > 0 and (i + 1) % decoder_sparse_step == 0 (Qwen*MoeDecoderLayer)."""
+    only = c.raw("mlp_only_layers")
+    only = [] if only is _MISSING or only is None else only
+    if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only):
+        raise c.error("field 'mlp_only_layers' must be a list of layer indices")
+    step = c.opt_int("decoder_sparse_step", 1) or 1
+    experts = c.opt_int("num_experts", 0) or 0
+    return [i not in only and experts > 0 and (i + 1) % step == 0 for i in range(layers)]
+
+
+def _gemma3(c: _Config, family: str) -> dict:
+    """Gemma 3 (Gemma3TextConfig): 5 sliding : 1 global by default (sliding_window_pattern
+    6: layer i slides when (i + 1) % 6), q/k RMSNorms, four norms per layer, tied."""
+    hidden, layers, heads, vocab, d_ff = _core_dims(c)
+    kv_heads = c.kv_heads_required(heads)
+    head_dim = c.head_dim(hidden, heads, required=True)
+    kinds = _types_list(c, layers, _ATTN_TYPES)
+    if kinds is None:
+        pattern = c.opt_int("sliding_window_pattern", 6) or 6
+        kinds = ["sliding" if (i + 1) % pattern else "full" for i in range(layers)]
+    window = _window_req(c) if "sliding" in kinds else 0
+    bias = c.opt_bool("attention_bias", False)
+    mlp = Dense(d_ff, gated=True)
+    layer_list = [Layer(_attn(k, window, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                              qkv_bias=bias, out_bias=bias, qk_norm=2 * head_dim), mlp, 4)
+                  for k in kinds]
+    return _layered(_flat(c, hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                          mlp="gated", norm="rmsnorm", norms_per_layer=4,
+                          qkv_bias=bias, out_bias=bias, qk_norm=True, sliding_window=window,
+                          tied_embeddings=c.opt_bool("tie_word_embeddings", True),
+                          max_context=c.opt_int("max_position_embeddings", 131072) or 0,
+                          notes=[]), layer_list)
+
+
+def _cohere(c: _Config, family: str) -> dict:
+    """Cohere (Command R) and Cohere2 (Command R7B): one weight-only LayerNorm per layer
+    (attention and MLP in parallel), tied embeddings; Cohere2 slides on 3 of 4 layers."""
+    hidden, layers, heads, vocab, d_ff = _core_dims(c)
+    kv_heads = c.opt_int("num_key_value_heads", heads)
+    head_dim = c.head_dim(hidden, heads)
+    bias = c.opt_bool("attention_bias", False)
+    qk = (heads + kv_heads) * head_dim if c.opt_bool("use_qk_norm", False) else 0
+    if family == "cohere2":
+        kinds = _types_list(c, layers, _ATTN_TYPES)
+        if kinds is None:
+            pattern = c.opt_int("sliding_window_pattern", 4) or 4
+            kinds = ["sliding" if (i + 1) % pattern else "full" for i in range(layers)]
+    else:
+        kinds = ["full"] * layers
+    window = _window_req(c) if "sliding" in kinds else 0
+    layer_list = [Layer(_attn(k, window, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                              qkv_bias=bias, out_bias=bias, qk_norm=qk), Dense(d_ff), 1)
+                  for k in kinds]
+    return _layered(_flat(c, hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                          norm="layernorm", norm_bias=False, norms_per_layer=1,
+                          qkv_bias=bias, out_bias=bias, sliding_window=window,
+                          tied_embeddings=c.opt_bool("tie_word_embeddings", True),
+                          max_context=c.opt_int("max_position_embeddings", 8192) or 0,
+                          notes=["attention and MLP in parallel, one LayerNorm per layer"]),
+                    layer_list)
+
+
+def _gpt_oss(c: _Config, family: str) -> dict:
+    """gpt-oss: alternating sliding (128) and full layers, per-head attention sinks,
+    biased q/k/v/o, every layer MoE with biased router and experts."""
+    hidden, layers, heads, vocab, d_ff = _core_dims(c)
+    kv_heads = c.kv_heads_required(heads)
+    head_dim = c.head_dim(hidden, heads, required=True)
+    kinds = _types_list(c, layers, _ATTN_TYPES)
+    if kinds is None:  # GptOssConfig: sliding on even layers, full on odd
+        kinds = ["sliding" if i % 2 == 0 else "full" for i in range(layers)]
+    window = _window_req(c) if "sliding" in kinds else 0
+    bias = c.opt_bool("attention_bias", True)
+    moe = MoE(experts=c.req_int("num_local_experts"),
+              active=c.req_int("num_experts_per_tok", "experts_per_token"),
+              expert_d_ff=d_ff, router_bias=True, expert_bias=True)
+    layer_list = [Layer(_attn(k, window, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                              qkv_bias=bias, out_bias=bias, sinks=True), moe, 2)
+                  for k in kinds]
+    return _layered(_flat(c, hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                          qkv_bias=bias, out_bias=bias, sliding_window=window,
+                          tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                          max_context=c.opt_int("max_position_embeddings", 131072) or 0,
+                          notes=["attention sinks: one learned logit per query head "
+                                 "(parameters, not cached tokens)"]), layer_list)
+
+
+def _llama4(c: _Config, family: str) -> dict:
+    """Llama 4 text model: chunked local attention on RoPE layers (no_rope_layers: 1 =
+    RoPE, default every 4th layer NoPE and global), MoE on moe_layers (default every
+    interleave_moe_layer_step-th), a shared expert, dense layers of intermediate_size_mlp."""
+    hidden, layers, heads, vocab, d_ff = _core_dims(c)
+    kv_heads = c.opt_int("num_key_value_heads", heads)
+    head_dim = c.head_dim(hidden, heads)
+    kinds = _types_list(c, layers, _ATTN_TYPES)
+    if kinds is None:
+        rope = c.raw("no_rope_layers")
+        if rope is _MISSING or not rope:
+            every = c.opt_int("no_rope_layer_interval", 4) or 4
+            rope = [int((i + 1) % every != 0) for i in range(layers)]
+        if not isinstance(rope, list) or len(rope) != layers:
+            raise c.error(f"field 'no_rope_layers' must be a list of {layers} entries")
+        kinds = ["chunked" if r else "full" for r in rope]
+    chunk = c.opt_int("attention_chunk_size", 8192)
+    if "chunked" in kinds and not chunk:
+        kinds = ["full"] * layers  # no chunk size: every layer attends globally
+    moe_at = c.raw("moe_layers")
+    if moe_at is _MISSING or moe_at is None:
+        step = c.opt_int("interleave_moe_layer_step", 1) or 1
+        moe_at = list(range(step - 1, layers, step))
+    bias = c.opt_bool("attention_bias", False)
+    moe = MoE(experts=c.req_int("num_local_experts"), active=c.req_int("num_experts_per_tok"),
+              expert_d_ff=d_ff, shared_experts=1)
+    dense = Dense(c.opt_int("intermediate_size_mlp", 16384) or d_ff)
+    layer_list = [Layer(_attn(k, chunk or 0, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                              qkv_bias=bias, out_bias=bias),
+                        moe if i in moe_at else dense, 2) for i, k in enumerate(kinds)]
+    return _layered(_flat(c, hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                          qkv_bias=bias, out_bias=bias,
+                          tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                          max_context=c.opt_int("max_position_embeddings", 4096 * 32) or 0,
+                          notes=[f"chunked local attention ({chunk:,}-token chunks) on RoPE "
+                                 "layers, global attention on NoPE layers"] if chunk else []),
+                    layer_list)
+
+
+def _qwen_moe(c: _Config, family: str) -> dict:
+    """Qwen2-MoE / Qwen3-MoE / OLMoE: routed experts of moe_intermediate_size on the
+    sparse layers; Qwen2-MoE adds a gated shared expert; Qwen3 and OLMoE q/k norms."""
+    hidden, layers, heads, vocab, d_ff = _core_dims(c)
+    kv_heads = c.opt_int("num_key_value_heads", heads)
+    head_dim = c.head_dim(hidden, heads)
+    if family == "olmoe":
+        sparse = [True] * layers
+        experts = c.req_int("num_experts")
+        expert_ff = d_ff
+    else:
+        sparse = _moe_indices(c, layers)
+        experts = c.opt_int("num_experts", 0) or 0
+        expert_ff = c.req_int("moe_intermediate_size") if experts else d_ff
+    shared = 0
+    shared_ff = 0
+    if family == "qwen2_moe":
+        shared_ff = c.opt_int("shared_expert_intermediate_size", 0) or 0
+        shared = 1 if shared_ff else 0
+    qkv_bias = c.opt_bool("qkv_bias", True) if family == "qwen2_moe" else c.opt_bool(
+        "attention_bias", False)
+    out_bias = False if family == "qwen2_moe" else qkv_bias
+    qk = {"qwen3_moe": 2 * head_dim, "olmoe": hidden + kv_heads * head_dim}.get(family, 0)
+    moe = MoE(experts=experts, active=c.req_int("num_experts_per_tok"), expert_d_ff=expert_ff,
+              shared_experts=shared, shared_d_ff=shared_ff, shared_gate=bool(shared)) if experts else None
+    dense = Dense(d_ff)
+    window = 0
+    if family != "olmoe" and c.opt_bool("use_sliding_window", False):
+        raise c.error("use_sliding_window is true: sliding layers in MoE Qwen configs are "
+                      "not supported")
+    attn = Attention(heads=heads, kv_heads=kv_heads, head_dim=head_dim, qkv_bias=qkv_bias,
+                     out_bias=out_bias, qk_norm=qk)
+    layer_list = [Layer(attn, moe if (s and moe) else dense, 2) for s in sparse]
+    return _layered(_flat(c, hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                          qkv_bias=qkv_bias, out_bias=out_bias, qk_norm=bool(qk),
+                          sliding_window=window,
+                          tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                          max_context=c.opt_int("max_position_embeddings", 32768) or 0,
+                          notes=[]), layer_list)
+
+
+def _olmo(c: _Config, family: str) -> dict:
+    """OLMo: LayerNorms without parameters. OLMo 2: no input norm, post-attention and
+    post-feedforward RMSNorms, q/k RMSNorms over all heads' width."""
+    hidden, layers, heads, vocab, d_ff = _core_dims(c)
+    kv_heads = c.opt_int("num_key_value_heads", heads)
+    head_dim = hidden // heads
+    bias = c.opt_bool("attention_bias", False)
+    if family == "olmo":
+        attn = Attention(heads, kv_heads, head_dim, qkv_bias=bias, out_bias=bias)
+        norms, final = 0, False
+    else:
+        attn = Attention(heads, kv_heads, head_dim, qkv_bias=bias, out_bias=bias,
+                         qk_norm=(heads + kv_heads) * head_dim)
+        norms, final = 2, True
+    return _layered(_flat(c, hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                          qkv_bias=bias, out_bias=bias, norms_per_layer=norms, final_norm=final,
+                          tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                          max_context=c.opt_int("max_position_embeddings", 2048) or 0,
+                          notes=["OLMo's LayerNorms have no parameters"] if family == "olmo"
+                          else []), [Layer(attn, Dense(d_ff), norms)] * layers)
+
+
+def _phi(c: _Config, family: str) -> dict:
+    """Phi-1/2: parallel attention and MLP after one LayerNorm, biases everywhere, a
+    biased lm_head."""
+    hidden, layers, heads, vocab, d_ff = _core_dims(c)
+    kv_heads = c.opt_int("num_key_value_heads", heads)
+    head_dim = hidden // heads
+    qk = 2 * head_dim * 2 if c.opt_bool("qk_layernorm", False) else 0  # LayerNorm w + b, q and k
+    attn = Attention(heads, kv_heads, head_dim, qkv_bias=True, out_bias=True, qk_norm=qk)
+    return _layered(_flat(c, hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                          mlp="plain", mlp_bias=True, qkv_bias=True, out_bias=True,
+                          norm="layernorm", norm_bias=True, norms_per_layer=1,
+                          tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                          extra_params=vocab,  # lm_head bias
+                          max_context=c.opt_int("max_position_embeddings", 2048) or 0,
+                          notes=["parallel attention and MLP share one LayerNorm; "
+                                 "lm_head has a bias"]),
+                    [Layer(attn, Dense(d_ff, gated=False, bias=True), 1)] * layers)
+
+
+def _gptj(c: _Config, family: str) -> dict:
+    """GPT-J: bias-free q/k/v/out, biased fc_in/fc_out, one LayerNorm per layer
+    (parallel), a biased lm_head."""
+    hidden = c.req_dim("n_embd", "hidden_size")
+    layers = c.req_dim("n_layer", "num_hidden_layers")
+    heads = c.req_dim("n_head", "num_attention_heads")
+    vocab = c.req_dim("vocab_size")
+    inner = c.opt_int("n_inner", None)
+    d_ff = inner if inner is not None else 4 * hidden
+    head_dim = hidden // heads
+    return _layered(_flat(c, hidden, layers, heads, heads, head_dim, d_ff, vocab,
+                          mlp="plain", mlp_bias=True, norm="layernorm", norm_bias=True,
+                          norms_per_layer=1,
+                          tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                          extra_params=vocab,  # lm_head bias
+                          max_context=c.opt_int("n_positions", 2048) or 0,
+                          notes=["parallel attention and MLP share one LayerNorm; "
+                                 "lm_head has a bias"]),
+                    [Layer(Attention(heads, heads, head_dim), Dense(d_ff, False, True), 1)] * layers)
+
+
+def _starcoder2(c: _Config, family: str) -> dict:
+    """StarCoder2: GQA with biases (use_bias), plain biased MLP, LayerNorms, optional window."""
+    hidden, layers, heads, vocab, d_ff = _core_dims(c)
+    kv_heads = c.opt_int("num_key_value_heads", heads)
+    head_dim = hidden // heads
+    bias = c.opt_bool("use_bias", True)
+    window = c.opt_int("sliding_window", 0) or 0
+    kind = "sliding" if window else "full"
+    attn = _attn(kind, window, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                 qkv_bias=bias, out_bias=bias)
+    return _layered(_flat(c, hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                          mlp="plain", mlp_bias=bias, qkv_bias=bias, out_bias=bias,
+                          norm="layernorm", norm_bias=True, sliding_window=window,
+                          tied_embeddings=c.opt_bool("tie_word_embeddings", True),
+                          max_context=c.opt_int("max_position_embeddings", 4096) or 0,
+                          notes=[]), [Layer(attn, Dense(d_ff, False, bias), 2)] * layers)
+
+
+def _dt_rank(c: _Config, key: str, hidden: int) -> int:
+    value = c.raw(key)
+    if value is _MISSING or value is None or value == "auto":
+        return -(-hidden // 16)  # math.ceil(hidden_size / 16), as the config classes do
+    return c._check_int(key, value)
+
+
+def _mamba(c: _Config, family: str) -> dict:
+    """Mamba / Falcon-Mamba: every layer one Mamba mixer after one RMSNorm, no MLP."""
+    hidden = c.req_dim("hidden_size")
+    layers = c.req_dim("num_hidden_layers")
+    vocab = c.req_dim("vocab_size")
+    d_inner = c.opt_int("intermediate_size", None) or int(c.raw("expand") if c.has("expand") else 2) * hidden
+    mixer = Mamba(d_inner=d_inner, d_state=c.opt_int("state_size", 16) or 16,
+                  d_conv=c.opt_int("conv_kernel", 4) or 4, dt_rank=_dt_rank(c, "time_step_rank", hidden),
+                  conv_bias=c.opt_bool("use_conv_bias", True), proj_bias=c.opt_bool("use_bias", False))
+    return _layered(_flat(c, hidden, layers, 1, 1, hidden, d_inner, vocab,
+                          tied_embeddings=c.opt_bool("tie_word_embeddings", True),
+                          notes=["state-space model: a constant state per sequence, no KV cache"]),
+                    [Layer(mixer, None, 1)] * layers)
+
+
+def _jamba(c: _Config, family: str) -> dict:
+    """Jamba: attention on layers with i % attn_layer_period == attn_layer_offset, Mamba
+    elsewhere; MoE where i % expert_layer_period == expert_layer_offset."""
+    hidden, layers, heads, vocab, d_ff = _core_dims(c)
+    kv_heads = c.opt_int("num_key_value_heads", heads)
+    head_dim = hidden // heads
+    a_period, a_off = c.opt_int("attn_layer_period", 8) or 8, c.opt_int("attn_layer_offset", 4) or 0
+    e_period, e_off = c.opt_int("expert_layer_period", 2) or 2, c.opt_int("expert_layer_offset", 1) or 0
+    mixer = Mamba(d_inner=(c.opt_int("mamba_expand", 2) or 2) * hidden,
+                  d_state=c.opt_int("mamba_d_state", 16) or 16,
+                  d_conv=c.opt_int("mamba_d_conv", 4) or 4,
+                  dt_rank=_dt_rank(c, "mamba_dt_rank", hidden),
+                  conv_bias=c.opt_bool("mamba_conv_bias", True),
+                  proj_bias=c.opt_bool("mamba_proj_bias", False), inner_norms=True)
+    attn = Attention(heads, kv_heads, head_dim)
+    experts = c.opt_int("num_experts", 16) or 1
+    moe = MoE(experts=experts, active=c.opt_int("num_experts_per_tok", 2) or 1,
+              expert_d_ff=d_ff) if experts > 1 else Dense(d_ff)
+    layer_list = [Layer(attn if i % a_period == a_off else mixer,
+                        moe if i % e_period == e_off else Dense(d_ff), 2) for i in range(layers)]
+    return _layered(_flat(c, hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                          tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                          max_context=c.opt_int("max_position_embeddings", 262144) or 0,
+                          notes=[f"hybrid: attention on 1 of {a_period} layers, Mamba on the rest"]),
+                    layer_list)
+
+
 _FAMILIES: dict[str, Callable[[_Config, str], dict]] = {
     "llama": _llama_like,
     "mistral": _llama_like,
@@ -463,9 +818,63 @@ _FAMILIES: dict[str, Callable[[_Config, str], dict]] = {
     "opt": _opt,
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
+    "gemma3_text": _gemma3,
+    "cohere": _cohere,
+    "cohere2": _cohere,
+    "gpt_oss": _gpt_oss,
+    "llama4_text": _llama4,
+    "qwen2_moe": _qwen_moe,
+    "qwen3_moe": _qwen_moe,
+    "olmoe": _qwen_moe,
+    "olmo": _olmo,
+    "olmo2": _olmo,
+    "phi": _phi,
+    "gptj": _gptj,
+    "starcoder2": _starcoder2,
+    "mamba": _mamba,
+    "falcon_mamba": _mamba,
+    "jamba": _jamba,
 }
 
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(_FAMILIES)
+# Multimodal configs: the language model is `text_config` (model_type defaulted as
+# the wrapper's config class does); vision towers and projectors are reported apart.
+_WRAPPERS = {
+    "llava": "llama", "llava_next": "llama", "mistral3": "mistral", "gemma3": "gemma3_text",
+    "llama4": "llama4_text", "qwen2_5_vl": "qwen2", "qwen2_vl": "qwen2",
+}
+# LlamaConfig's defaults (Llama 2 7B), which LLaVA-1.5's short text_config relies on.
+_LLAMA_DEFAULTS = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                   "num_attention_heads": 32, "vocab_size": 32000}
+
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(_FAMILIES) + tuple(_WRAPPERS)
+
+
+def _wrapped(cfg: dict, model_type: str, name: str, source: str, where: str) -> ModelSpec:
+    text = cfg.get("text_config")
+    if text is None and model_type in ("qwen2_5_vl", "qwen2_vl"):
+        text = {k: v for k, v in cfg.items() if k != "vision_config"}  # older flat layout
+    if not isinstance(text, dict):
+        raise KvcalcError(f"{where}: model_type {model_type!r} needs a 'text_config' object")
+    text = dict(text)
+    text.setdefault("model_type", _WRAPPERS[model_type])
+    if text["model_type"] in (model_type,):
+        text["model_type"] = _WRAPPERS[model_type]
+    if text["model_type"] == "llama" and model_type.startswith("llava"):
+        for key, value in _LLAMA_DEFAULTS.items():
+            text.setdefault(key, value)
+    if text["model_type"] == "gemma3_text":
+        text.setdefault("vocab_size", 262_208)  # Gemma3TextConfig's default, which Gemma 3 relies on
+    if "tie_word_embeddings" in cfg and "tie_word_embeddings" not in text:
+        text["tie_word_embeddings"] = cfg["tie_word_embeddings"]
+    spec = spec_from_hf_config(text, name, source)
+    towers = [k for k in ("vision_config", "audio_config") if isinstance(cfg.get(k), dict)]
+    notes = spec.notes + (f"; {model_type}: the language model of a multimodal config "
+                          f"({', '.join(t.split('_')[0] for t in towers) or 'no'} tower and "
+                          "projector not counted here)")
+    extra = {**spec.extra, "hf_wrapper": model_type}
+    import dataclasses
+
+    return dataclasses.replace(spec, notes=notes, extra=extra)
 
 
 def spec_from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
@@ -484,6 +893,8 @@ def spec_from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
     if not isinstance(model_type, str):
         raise KvcalcError(f"{where}: field 'model_type' must be a string, got "
                           f"{_describe(model_type)}")
+    if model_type in _WRAPPERS:
+        return _wrapped(cfg, model_type, name, source, where)
     if model_type not in _FAMILIES:
         raise KvcalcError(
             f"{where}: unsupported model_type {model_type!r}; supported: "
@@ -492,12 +903,15 @@ def spec_from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
     c = _Config(cfg, model_type, where)
     fields = _FAMILIES[model_type](c, model_type)
     notes = [f"from Hugging Face config.json, model_type {model_type}", *fields.pop("notes", [])]
+    extra = {"hf_model_type": model_type}
+    if "runs" in fields:
+        extra["explicit_runs"] = True
     try:
         return ModelSpec(
             name=name,
             source=source,
             notes="; ".join(notes),
-            extra={"hf_model_type": model_type},
+            extra=extra,
             **fields,
         )
     except KvcalcError as e:

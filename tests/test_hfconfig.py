@@ -125,14 +125,15 @@ EXPECTED: dict[str, dict] = {
         moe=dict(experts=160, active=6, expert_d_ff=1536, shared_experts=2, dense_layers=1,
                  router_bias=False)),
     # DeepSeek-V3: 256 routed experts top-8, 1 shared, first 3 layers dense,
-    # e_score_correction_bias on the router (noaux_tc).
+    # e_score_correction_bias on the router (noaux_tc) is a buffer in transformers 5,
+    # not a parameter, so it is not counted.
     "deepseek-ai__DeepSeek-V3": dict(
         layers=61, d_model=7168, heads=128, kv_heads=128, head_dim=192, v_head_dim=128,
         d_ff=18432, vocab=129280, max_context=163840, attention_kind="MLA",
         mla=dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
                  q_lora_rank=1536),
         moe=dict(experts=256, active=8, expert_d_ff=2048, shared_experts=1, dense_layers=3,
-                 router_bias=True)),
+                 router_bias=False)),
 }
 
 

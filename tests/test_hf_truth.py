@@ -1,0 +1,77 @@
+"""kvcalc against transformers itself, for every published config under tests/data/hf/.
+
+Parameters: the model transformers builds from the config on the meta device
+(tests/hf_truth.py) has exactly kvcalc's count, tied weights once; for multimodal
+configs, the language model's count. Cache bytes: a reduced real copy of each model
+(same layer pattern and cache geometry, tiny vocabulary and MLP, windows shrunk) is run
+on the CPU for a prefill of L-1 tokens and one decode step; every layer's cache then
+holds exactly the bytes kvcalc predicts for that layer's kind, below and above the window.
+Nothing here compares kvcalc with itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import hf_truth  # noqa: E402  (tests/ is on sys.path)
+
+from kvcalc.formulas import param_counts  # noqa: E402
+from kvcalc.hfconfig import spec_from_hf_config, spec_from_hf_config_file  # noqa: E402
+from kvcalc.spec import dtype  # noqa: E402
+
+DATA = Path(__file__).parent / "data" / "hf"
+CONFIGS = sorted(p.stem for p in DATA.glob("*.json"))
+
+
+def _cfg(stem: str) -> dict:
+    return json.loads((DATA / f"{stem}.json").read_text())
+
+
+@pytest.mark.parametrize("stem", CONFIGS)
+def test_parameters_equal_transformers_meta_model(stem):
+    truth = hf_truth.meta_param_count(_cfg(stem))
+    assert param_counts(spec_from_hf_config_file(DATA / f"{stem}.json")).total == truth["text"]
+
+
+def _kvcalc_layer_bytes(cfg: dict, seq_len: int) -> list[int]:
+    """kvcalc's bytes per decoder layer, one sequence, bf16 cache, fp32 recurrent state."""
+    spec = spec_from_hf_config(cfg, "reduced")
+    bf16, fp32 = dtype("bf16"), dtype("fp32")
+    out = []
+    for layer in spec.layer_list():
+        mx = layer.mixer
+        out.append(mx.token_bytes(bf16) * mx.tokens_held(seq_len) + mx.state_bytes(bf16, fp32))
+    return out
+
+
+# Reduced copies keep windows of WINDOW tokens: contexts below, at and above it.
+WINDOW = 8
+
+
+def _transformers_expansion(cfg: dict) -> int:
+    """Where transformers caches more than a serving engine: its Falcon with
+    new_decoder_architecture repeats K/V to every query head before caching them
+    (kvcalc, like vLLM, counts num_kv_heads). 1 elsewhere."""
+    if cfg.get("model_type") == "falcon" and cfg.get("new_decoder_architecture"):
+        return cfg["num_attention_heads"] // cfg["num_kv_heads"]
+    return 1
+
+
+@pytest.mark.parametrize("stem", CONFIGS)
+def test_cache_bytes_equal_transformers_cache_after_decode(stem):
+    cfg = _cfg(stem)
+    reduced = hf_truth.reduced_config(cfg, window=WINDOW)
+    expand = _transformers_expansion(reduced)
+    for seq_len in (WINDOW - 3, WINDOW + 5, 3 * WINDOW + 1):
+        measured = hf_truth.cache_bytes_after_decode(cfg, seq_len, window=WINDOW)
+        predicted = [b * expand for b in _kvcalc_layer_bytes(reduced, seq_len)]
+        assert len(predicted) == len(measured)
+        got = [m["stored_bytes"] for m in measured]
+        assert predicted == got, (seq_len, [m["cache_class"] for m in measured])
