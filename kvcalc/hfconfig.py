@@ -896,9 +896,11 @@ def spec_from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
     if model_type in _WRAPPERS:
         return _wrapped(cfg, model_type, name, source, where)
     if model_type not in _FAMILIES:
+        remote = (" (it names remote code in 'auto_map': a model transformers itself does "
+                  "not ship)" if isinstance(cfg.get("auto_map"), dict) else "")
         raise KvcalcError(
-            f"{where}: unsupported model_type {model_type!r}; supported: "
-            f"{', '.join(SUPPORTED_MODEL_TYPES)}"
+            f"{where}: model_type {model_type!r} is not one kvcalc reads{remote}; "
+            f"`kvcalc presets --families` lists the {len(SUPPORTED_MODEL_TYPES)} it does"
         )
     c = _Config(cfg, model_type, where)
     fields = _FAMILIES[model_type](c, model_type)
