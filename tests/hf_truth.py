@@ -463,8 +463,17 @@ def _reduced_config(cfg: dict, window: int) -> dict:
         config.hidden_size // heads if heads else None)
     if (mt not in _HIDDEN_IS_STATE and "head_dim" in d and eff_head_dim
             and d.get("hidden_size", 0) > SMALL_HIDDEN and not d.get("is_encoder_decoder")):
-        d["head_dim"] = eff_head_dim
-        d["hidden_size"] = SMALL_HIDDEN
+        # some configs validate hidden_size % heads == 0: use a multiple of the head counts
+        step = math.lcm(*(x for x in (heads, getattr(config, "num_key_value_heads", None))
+                          if isinstance(x, int) and x > 0)) if heads else 1
+        small = -(-SMALL_HIDDEN // step) * step
+        if small < d["hidden_size"]:
+            trial = {**d, "head_dim": eff_head_dim, "hidden_size": small}
+            try:
+                make_config(trial)
+            except Exception:  # the family rejects a narrow hidden size: keep it
+                trial = d
+            d = trial
 
     # mamba / falcon_mamba: d_inner = expand * hidden_size is the state width; keep d_inner
     # and shrink hidden_size by raising expand.
