@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 from kvcalc.errors import KvcalcError, quoted, value_problem
 from kvcalc.inputfile import read_text
-from kvcalc.layers import Attention, Dense, Layer, Mamba
+from kvcalc.layers import Attention, Dense, GatedDeltaNet, Layer, Mamba, ShortConv
 from kvcalc.layers import MoE
 from kvcalc.spec import MLA, ModelSpec, compress
 from kvcalc.spec import MoE as FlatMoE
@@ -330,9 +330,10 @@ def _deepseek(c: _Config, family: str) -> dict:
         head_dim=mla.qk_nope_head_dim + mla.qk_rope_head_dim, v_head_dim=mla.v_head_dim,
         d_ff=d_ff, vocab=vocab, mlp="gated", norm="rmsnorm", norms_per_layer=2,
         qkv_bias=bias, out_bias=bias,
-        tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+        # MiniCPM3Config ties the embeddings by default; DeepSeek's configs do not.
+        tied_embeddings=c.opt_bool("tie_word_embeddings", family == "minicpm3"),
         max_context=c.opt_int("max_position_embeddings",
-                              2048 if family == "deepseek_v2" else 4096) or 0,
+                              {"deepseek_v2": 2048, "minicpm3": 32768}.get(family, 4096)) or 0,
         mla=mla, moe=moe, notes=notes,
     )
 
@@ -802,6 +803,171 @@ def _jamba(c: _Config, family: str) -> dict:
                     layer_list)
 
 
+def _llama_variants(c: _Config, family: str) -> dict:
+    """Granite, GraniteMoE, StableLM, Nemotron, PhiMoE: Llama-shaped decoders with their
+    own norms (StableLM/Nemotron/PhiMoE LayerNorms with bias), MLP kind and MoE."""
+    hidden, layers, heads, vocab, d_ff = _core_dims(c)
+    if family == "nemotron":
+        kv_heads = c.kv_heads_required(heads)
+    else:
+        kv_heads = c.opt_int("num_key_value_heads", heads)
+    head_dim = c.head_dim(hidden, heads)
+    layernorm = family in ("stablelm", "nemotron", "phimoe")
+    bias = c.opt_bool("use_qkv_bias" if family == "stablelm" else "attention_bias", False)
+    out_bias = False if family == "stablelm" else bias
+    qk = 0
+    norms = 2
+    notes: list[str] = []
+    if family == "stablelm":
+        if c.opt_bool("qk_layernorm", False):
+            qk = (heads + kv_heads) * head_dim  # a bias-free LayerNorm per head, q and k
+        if c.opt_bool("use_parallel_residual", False):
+            norms = 1
+            notes.append("parallel residual: attention and MLP share the input LayerNorm")
+    mlp_bias = c.opt_bool("mlp_bias", False)
+    if family in ("granitemoe", "phimoe"):
+        mlp = MoE(experts=c.req_int("num_local_experts"), active=c.req_int("num_experts_per_tok"),
+                  expert_d_ff=d_ff)
+    elif family == "nemotron":
+        mlp = Dense(d_ff, gated=False, bias=mlp_bias)  # up, down with squared ReLU
+    else:
+        mlp = Dense(d_ff, gated=True, bias=mlp_bias)
+    window = c.opt_int("sliding_window", 0) or 0 if family == "phimoe" else 0
+    attn = _attn("sliding" if window else "full", window, heads=heads, kv_heads=kv_heads,
+                 head_dim=head_dim, qkv_bias=bias, out_bias=out_bias, qk_norm=qk)
+    extra = vocab if family == "phimoe" and c.opt_bool("lm_head_bias", False) else 0
+    return _layered(_flat(c, hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                          qkv_bias=bias, out_bias=out_bias, mlp_bias=mlp_bias,
+                          norm="layernorm" if layernorm else "rmsnorm", norm_bias=layernorm,
+                          norms_per_layer=norms, sliding_window=window, extra_params=extra,
+                          tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                          max_context=c.opt_int("max_position_embeddings", 4096) or 0,
+                          notes=notes), [Layer(attn, mlp, norms)] * layers)
+
+
+def _bloom(c: _Config, family: str) -> dict:
+    """BLOOM: ALiBi, a LayerNorm right after the embedding, fused biased qkv, tied."""
+    hidden = c.req_dim("hidden_size", "n_embed")
+    layers = c.req_dim("n_layer", "num_hidden_layers")
+    heads = c.req_dim("n_head", "num_attention_heads")
+    vocab = c.req_dim("vocab_size")
+    head_dim = hidden // heads
+    attn = Attention(heads, heads, head_dim, qkv_bias=True, out_bias=True)
+    return _layered(_flat(c, hidden, layers, heads, heads, head_dim, 4 * hidden, vocab,
+                          mlp="plain", mlp_bias=True, qkv_bias=True, out_bias=True,
+                          norm="layernorm", norm_bias=True, embedding_norm=True,
+                          tied_embeddings=c.opt_bool("tie_word_embeddings", True),
+                          notes=["ALiBi positions; a LayerNorm follows the embedding"]),
+                    [Layer(attn, Dense(4 * hidden, False, True), 2)] * layers)
+
+
+def _gpt_neo(c: _Config, family: str) -> dict:
+    """GPT-Neo: global and "local" layers (attention_types); transformers caches every
+    token in local layers too (the window is only a mask), so both cache in full."""
+    hidden = c.req_dim("hidden_size")
+    layers = c.req_dim("num_layers", "num_hidden_layers")
+    heads = c.req_dim("num_heads", "num_attention_heads")
+    vocab = c.req_dim("vocab_size")
+    positions = c.req_int("max_position_embeddings")
+    inner = c.opt_int("intermediate_size", None)
+    d_ff = inner if inner is not None else 4 * hidden
+    head_dim = hidden // heads
+    attn = Attention(heads, heads, head_dim, out_bias=True)
+    return _layered(_flat(c, hidden, layers, heads, heads, head_dim, d_ff, vocab,
+                          mlp="plain", mlp_bias=True, out_bias=True, norm="layernorm",
+                          norm_bias=True, learned_pos=positions, max_context=positions,
+                          tied_embeddings=c.opt_bool("tie_word_embeddings", True),
+                          notes=["GPT-Neo's local layers mask a window but cache every token"]),
+                    [Layer(attn, Dense(d_ff, False, True), 2)] * layers)
+
+
+def _mpt(c: _Config, family: str) -> dict:
+    """MPT: ALiBi (no position table unless learned_pos_emb without alibi), fused Wqkv,
+    no biases when no_bias, weight-only LayerNorms then, tied embeddings."""
+    hidden = c.req_dim("d_model", "hidden_size")
+    layers = c.req_dim("n_layers", "num_hidden_layers")
+    heads = c.req_dim("n_heads", "num_attention_heads")
+    vocab = c.req_dim("vocab_size")
+    attn_cfg = c.raw("attn_config")
+    attn_cfg = attn_cfg if isinstance(attn_cfg, dict) else {}
+    kv = attn_cfg.get("kv_n_heads") if attn_cfg.get("attn_type") == "grouped_query_attention" else None
+    kv_heads = kv if isinstance(kv, int) and not isinstance(kv, bool) else heads
+    ratio = c.opt_int("expansion_ratio", 4) or 4
+    no_bias = c.opt_bool("no_bias", True)
+    alibi = attn_cfg.get("alibi", True) is not False
+    positions = c.opt_int("max_seq_len", 2048) or 0
+    head_dim = hidden // heads
+    attn = Attention(heads, kv_heads, head_dim, qkv_bias=not no_bias, out_bias=not no_bias)
+    return _layered(_flat(c, hidden, layers, heads, kv_heads, head_dim, ratio * hidden, vocab,
+                          mlp="plain", mlp_bias=not no_bias, qkv_bias=not no_bias,
+                          out_bias=not no_bias, norm="layernorm", norm_bias=not no_bias,
+                          learned_pos=0 if alibi or not c.opt_bool("learned_pos_emb", True) else positions,
+                          max_context=positions, tied_embeddings=True, notes=[]),
+                    [Layer(attn, Dense(ratio * hidden, False, not no_bias), 2)] * layers)
+
+
+def _lfm2(c: _Config, family: str) -> dict:
+    """LFM2: gated short-convolution layers and GQA attention layers (layer_types or
+    full_attn_idxs); SwiGLU width auto-adjusted as Lfm2MLP does; q/k LayerNorms."""
+    hidden, layers, heads, vocab, d_ff = _core_dims(c)
+    kv_heads = c.opt_int("num_key_value_heads", heads)
+    head_dim = hidden // heads
+    kinds = _types_list(c, layers, {"full_attention": "full", "conv": "conv"})
+    if kinds is None:
+        idxs = c.raw("full_attn_idxs")
+        idxs = list(range(layers)) if idxs is _MISSING or idxs is None else idxs
+        kinds = ["full" if i in idxs else "conv" for i in range(layers)]
+    if c.opt_bool("block_auto_adjust_ff_dim", True):
+        d_ff = int(2 * d_ff / 3)
+        mult = c.raw("block_ffn_dim_multiplier")
+        if isinstance(mult, (int, float)) and not isinstance(mult, bool):
+            d_ff = int(mult * d_ff)
+        step = c.opt_int("block_multiple_of", 256) or 1
+        d_ff = step * -(-d_ff // step)
+    conv = ShortConv(width=hidden, kernel=c.opt_int("conv_L_cache", 3) or 3,
+                     bias=c.opt_bool("conv_bias", False))
+    attn = Attention(heads, kv_heads, head_dim, qk_norm=2 * head_dim)
+    return _layered(_flat(c, hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                          tied_embeddings=c.opt_bool("tie_word_embeddings", True),
+                          max_context=c.opt_int("max_position_embeddings", 128000) or 0,
+                          notes=["hybrid: short-convolution layers hold a constant state"]),
+                    [Layer(attn if k == "full" else conv, Dense(d_ff), 2) for k in kinds])
+
+
+def _qwen3_next(c: _Config, family: str) -> dict:
+    """Qwen3-Next: Gated DeltaNet linear attention on 3 of 4 layers (layer_types, else
+    full_attention_interval), gated full attention with q/k norms on the rest; MoE with
+    a gated shared expert (sparse layers as Qwen MoE)."""
+    hidden, layers, heads, vocab, d_ff = _core_dims(c)
+    kv_heads = c.kv_heads_required(heads)
+    head_dim = c.head_dim(hidden, heads, required=True)
+    kinds = _types_list(c, layers, {"full_attention": "full", "linear_attention": "linear"})
+    if kinds is None:
+        every = c.opt_int("full_attention_interval", 4) or 4
+        kinds = ["full" if (i + 1) % every == 0 else "linear" for i in range(layers)]
+    linear = GatedDeltaNet(k_heads=c.req_int("linear_num_key_heads"),
+                           v_heads=c.req_int("linear_num_value_heads"),
+                           k_dim=c.req_int("linear_key_head_dim"),
+                           v_dim=c.req_int("linear_value_head_dim"),
+                           conv_kernel=c.opt_int("linear_conv_kernel_dim", 4) or 4)
+    bias = c.opt_bool("attention_bias", False)
+    attn = Attention(heads, kv_heads, head_dim, qkv_bias=bias, out_bias=bias,
+                     qk_norm=2 * head_dim, gated=True)
+    sparse = _moe_indices(c, layers)
+    shared_ff = c.opt_int("shared_expert_intermediate_size", 0) or 0
+    moe = MoE(experts=c.req_int("num_experts"), active=c.req_int("num_experts_per_tok"),
+              expert_d_ff=c.req_int("moe_intermediate_size"), shared_experts=1 if shared_ff else 0,
+              shared_d_ff=shared_ff, shared_gate=bool(shared_ff))
+    return _layered(_flat(c, hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                          qkv_bias=bias, out_bias=bias, qk_norm=True,
+                          tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                          max_context=c.opt_int("max_position_embeddings", 32768) or 0,
+                          notes=["hybrid: Gated DeltaNet linear attention holds a constant "
+                                 "state; full attention layers cache every token"]),
+                    [Layer(attn if k == "full" else linear, moe if sp else Dense(d_ff), 2)
+                     for k, sp in zip(kinds, sparse)])
+
+
 _FAMILIES: dict[str, Callable[[_Config, str], dict]] = {
     "llama": _llama_like,
     "mistral": _llama_like,
@@ -834,6 +1000,17 @@ _FAMILIES: dict[str, Callable[[_Config, str], dict]] = {
     "mamba": _mamba,
     "falcon_mamba": _mamba,
     "jamba": _jamba,
+    "granite": _llama_variants,
+    "granitemoe": _llama_variants,
+    "stablelm": _llama_variants,
+    "nemotron": _llama_variants,
+    "phimoe": _llama_variants,
+    "bloom": _bloom,
+    "gpt_neo": _gpt_neo,
+    "mpt": _mpt,
+    "lfm2": _lfm2,
+    "qwen3_next": _qwen3_next,
+    "minicpm3": _deepseek,
 }
 
 # Multimodal configs: the language model is `text_config` (model_type defaulted as

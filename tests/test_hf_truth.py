@@ -75,3 +75,50 @@ def test_cache_bytes_equal_transformers_cache_after_decode(stem):
         assert len(predicted) == len(measured)
         got = [m["stored_bytes"] for m in measured]
         assert predicted == got, (seq_len, [m["cache_class"] for m in measured])
+
+
+# Families without a published config here (or whose default pattern differs from the
+# published ones): the config transformers itself builds for the model_type, with its
+# class defaults, cut to a few layers that still show every layer kind.
+DEFAULT_CONFIGS = {
+    "granite": {"num_hidden_layers": 2},
+    "granitemoe": {"num_hidden_layers": 2},
+    "stablelm": {"num_hidden_layers": 2, "qk_layernorm": True, "use_qkv_bias": True},
+    "nemotron": {"num_hidden_layers": 2, "num_key_value_heads": 8},
+    "phimoe": {"num_hidden_layers": 2},
+    "bloom": {"n_layer": 2},
+    "gpt_neo": {"num_layers": 4, "attention_types": [[["global", "local"], 2]]},
+    "mpt": {"n_layers": 2},
+    "lfm2": {"num_hidden_layers": 6, "full_attn_idxs": [2, 5], "layer_types": None},
+    "minicpm3": {"num_hidden_layers": 2},
+    "qwen3_next": {"num_hidden_layers": 8},
+    "cohere2": {"num_hidden_layers": 8},
+    "gemma3_text": {"num_hidden_layers": 7},
+    "qwen2_moe": {"num_hidden_layers": 4, "decoder_sparse_step": 2, "mlp_only_layers": [3]},
+    "llama4_text": {"num_hidden_layers": 4, "interleave_moe_layer_step": 2},
+}
+
+
+def _default_cfg(model_type: str) -> dict:
+    import transformers
+
+    cfg = transformers.AutoConfig.for_model(model_type, **DEFAULT_CONFIGS[model_type])
+    return json.loads(json.dumps(cfg.to_dict(), default=str))
+
+
+@pytest.mark.parametrize("model_type", sorted(DEFAULT_CONFIGS))
+def test_default_config_parameters_equal_transformers(model_type):
+    cfg = _default_cfg(model_type)
+    truth = hf_truth.meta_param_count(cfg)
+    assert param_counts(spec_from_hf_config(cfg, model_type)).total == truth["text"]
+
+
+@pytest.mark.parametrize("model_type", sorted(DEFAULT_CONFIGS))
+def test_default_config_cache_bytes_equal_transformers(model_type):
+    cfg = _default_cfg(model_type)
+    reduced = hf_truth.reduced_config(cfg, window=WINDOW)
+    for seq_len in (WINDOW - 3, 3 * WINDOW + 1):
+        measured = hf_truth.cache_bytes_after_decode(cfg, seq_len, window=WINDOW)
+        got = [m["stored_bytes"] for m in measured]
+        assert _kvcalc_layer_bytes(reduced, seq_len) == got, (
+            seq_len, [m["cache_class"] for m in measured])
