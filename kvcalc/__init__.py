@@ -1,27 +1,144 @@
 """kvcalc: exact KV-cache, parameter and decode-step math, and measurements that check it.
 
-The public Python API, re-exported. No torch, pandas or rich is imported here.
+The public Python API, re-exported. Models and devices are given as objects
+(ModelSpec, Hardware) or by preset name:
+
+    >>> import kvcalc
+    >>> kvcalc.kv_cache("gpt3", seq_len=2048, kv_dtype="fp16").bytes
+    9663676416
+    >>> est = kvcalc.estimate("llama3-8b", 8192, hardware="h100-sxm")
+    >>> est.fit.fits, round(est.roofline.tokens_per_s)
+    (True, 208)
+
+No torch, pandas or rich is imported here, and the modules behind the names are
+imported on first use (PEP 562), so `import kvcalc.cli` stays quick.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from kvcalc.errors import KvcalcError
 
 __version__ = "0.1.0"
 
-from kvcalc.errors import KvcalcError
-from kvcalc.estimate import Estimate, attention_variants, estimate
-from kvcalc.formulas import (
-    attention_step,
-    decode_step,
-    kv_bytes_per_token_per_layer,
-    kv_cache,
-    kv_heads_per_device,
-    param_counts,
-    shazeer_ratio,
-)
-from kvcalc.roofline import decode_roofline, fit
-from kvcalc.spec import DTYPES, MLA, DType, Hardware, ModelSpec, MoE, dtype
+# name -> module it comes from, imported when first asked for
+_LAZY = {
+    "Estimate": "kvcalc.estimate",
+    "attention_step": "kvcalc.formulas",
+    "decode_step": "kvcalc.formulas",
+    "kv_bytes_per_token_per_layer": "kvcalc.formulas",
+    "kv_heads_per_device": "kvcalc.formulas",
+    "shazeer_ratio": "kvcalc.formulas",
+    "decode_roofline": "kvcalc.roofline",
+    "DTYPES": "kvcalc.spec",
+    "MLA": "kvcalc.spec",
+    "DType": "kvcalc.spec",
+    "Hardware": "kvcalc.spec",
+    "ModelSpec": "kvcalc.spec",
+    "MoE": "kvcalc.spec",
+    "dtype": "kvcalc.spec",
+    "load_model": "kvcalc.presets",
+    "load_hardware": "kvcalc.presets",
+}
 
-__all__ = [
-    "DTYPES", "MLA", "DType", "Estimate", "Hardware", "KvcalcError", "ModelSpec", "MoE",
-    "attention_step", "attention_variants", "decode_roofline", "decode_step", "dtype",
-    "estimate", "fit", "kv_bytes_per_token_per_layer", "kv_cache", "kv_heads_per_device",
-    "param_counts", "shazeer_ratio", "__version__",
-]
+__all__ = sorted([*_LAZY, "KvcalcError", "__version__", "attention_variants", "estimate", "fit",
+                  "kv_cache", "param_counts"])
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from kvcalc.estimate import Estimate
+    from kvcalc.formulas import (attention_step, decode_step, kv_bytes_per_token_per_layer,
+                                 kv_heads_per_device, shazeer_ratio)
+    from kvcalc.presets import load_hardware, load_model
+    from kvcalc.roofline import decode_roofline
+    from kvcalc.spec import DTYPES, MLA, DType, Hardware, ModelSpec, MoE, dtype
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kvcalc' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+def _model(model):
+    """A ModelSpec, or a model preset's name ('llama3-8b', any case)."""
+    if isinstance(model, str):
+        from kvcalc.presets import load_model
+
+        return load_model(model)
+    return model
+
+
+def _hardware(hardware):
+    """A Hardware, a hardware preset's name ('h100-sxm'), or None / 'none'."""
+    if isinstance(hardware, str):
+        if hardware.strip().lower() == "none":
+            return None
+        from kvcalc.presets import load_hardware
+
+        return load_hardware(hardware)
+    return hardware
+
+
+def estimate(model, seq_len: int | None = None, batch: int = 1, kv_dtype="bf16",
+             weight_dtype="bf16", tp: int = 1, hardware=None, scale_bytes: int = 0,
+             encoder_seq_len: int | None = None, memory_fraction: float | str = 1,
+             reserve_bytes: int = 0):
+    """Every figure `kvcalc estimate` prints, as an Estimate (`.as_dict()` is its JSON).
+
+    `model` is a ModelSpec or a preset name; `hardware` a Hardware, a preset name or
+    None (no roofline, no fit); `seq_len` defaults to the model's max context (or 4096).
+    """
+    from kvcalc.estimate import estimate as _estimate
+
+    spec = _model(model)
+    if seq_len is None:
+        seq_len = spec.max_context or 4096
+    return _estimate(spec, seq_len, batch, kv_dtype, weight_dtype, tp, _hardware(hardware),
+                     scale_bytes, encoder_seq_len, memory_fraction, reserve_bytes)
+
+
+def kv_cache(model, seq_len: int, batch: int = 1, kv_dtype="bf16", tp: int = 1,
+             scale_bytes: int = 0, encoder_seq_len: int | None = None):
+    """The KV cache of `batch` sequences at `seq_len` tokens (bytes as exact ints);
+    `model` is a ModelSpec or a preset name."""
+    from kvcalc.formulas import kv_cache as _kv_cache
+
+    return _kv_cache(_model(model), seq_len, batch, kv_dtype, tp, scale_bytes, encoder_seq_len)
+
+
+def param_counts(model):
+    """Parameters matrix by matrix (`.total`, `.attention`, `.breakdown`); `model` is a
+    ModelSpec or a preset name."""
+    from kvcalc.formulas import param_counts as _param_counts
+
+    return _param_counts(_model(model))
+
+
+def fit(model, hardware, seq_len: int, batch: int = 1, weight_dtype="bf16", kv_dtype="bf16",
+        tp: int = 1, scale_bytes: int = 0, memory_fraction: float | str = 1,
+        reserve_bytes: int = 0, encoder_seq_len: int | None = None):
+    """What fits on `tp` devices after the weights; model and hardware as objects or
+    preset names."""
+    from kvcalc.roofline import fit as _fit
+
+    hw = _hardware(hardware)
+    if hw is None:
+        raise KvcalcError("fit needs a device: a Hardware or a hardware preset name")
+    return _fit(_model(model), hw, seq_len, batch, weight_dtype, kv_dtype, tp, scale_bytes,
+                memory_fraction, reserve_bytes, encoder_seq_len)
+
+
+def attention_variants(model, kv_heads: int | None = None):
+    """MHA, GQA and MQA of the same model (a ModelSpec or a preset name)."""
+    from kvcalc.estimate import attention_variants as _variants
+
+    return _variants(_model(model), kv_heads)

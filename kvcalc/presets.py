@@ -147,7 +147,7 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 _MAX_MERGED_KEYS = 10_000  # keys copied by merges in one document: a schema has ~40
 
 
-class _StrictLoader(yaml.SafeLoader):
+class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml parses when present
     """SafeLoader that also refuses duplicate keys (the later one would silently win),
     and resolves merge keys (`<<: *base`, `<<: [*a, *b]`) as YAML 1.1 defines them:
     the mapping's own keys win over merged ones, and earlier merged mappings over

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -395,14 +396,16 @@ def test_preset_name_must_match_its_file(tmp_path: Path, monkeypatch: pytest.Mon
 @pytest.mark.parametrize(("text", "message"), [
     (MINIMAL_MODEL.replace("layers: 2", "layers: " + "9" * 5000),
      "malformed YAML: a number has over 4,300 digits"),
-    ("layers: " + "[" * 20000 + "]" * 20000 + "\n", "malformed YAML: nested too deeply"),
+    # libyaml parses it (then the schema refuses it); the pure-Python parser recurses too deep
+    ("layers: " + "[" * 20000 + "]" * 20000 + "\n",
+     "malformed YAML: nested too deeply|missing required keys: .*"),
 ], ids=["5000-digits", "20000-deep"])
 def test_huge_numbers_and_deep_nesting_are_one_line_errors(tmp_path: Path, text: str,
                                                            message: str) -> None:
     path = write(tmp_path, text)
     with pytest.raises(KvcalcError) as e:
         model_from_yaml_file(path)
-    assert str(e.value) == f"{path}: {message}"
+    assert re.fullmatch(f"{re.escape(str(path))}: (?:{message})", str(e.value))
 
 
 def test_only_small_regular_files_are_read(tmp_path: Path) -> None:

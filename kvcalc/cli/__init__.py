@@ -4,8 +4,6 @@ Errors: a KvcalcError (bad input, a request that cannot be met) or a usage error
 becomes one line on stderr and exit code 2; nothing below the CLI prints or exits.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 from typing import Annotated, Optional

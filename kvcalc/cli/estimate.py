@@ -1,7 +1,5 @@
 """`kvcalc estimate` and `kvcalc fit`: parse, call kvcalc.estimate, render."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer

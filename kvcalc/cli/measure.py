@@ -4,15 +4,12 @@ Thin: parse, build a MeasureConfig, call kvcalc.measure.run, render. Progress go
 to stderr; stdout carries only the table, JSON or CSV.
 """
 
-from __future__ import annotations
-
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
-from kvcalc import report
 from kvcalc.cli.options import ForceOpt, FormatOpt, OutputFormat, OutputOpt, output_format
 from kvcalc.errors import KvcalcError
 
@@ -96,6 +93,7 @@ def register(app: typer.Typer) -> None:
         if output is not None and plot is not None and output.resolve() == plot.resolve():
             raise KvcalcError("--output and --plot name the same file")
         fmt = output_format(fmt, output)
+        from kvcalc import report
         from kvcalc.measure import MeasureConfig, run, run_sweep
 
         for target in (output, plot):  # fail before minutes of measuring, not after
@@ -210,6 +208,8 @@ def _run_with_progress(run, config):
 
     Only on a terminal: redirected, a transient bar leaves nothing useful, only a stray
     blank line before any error message."""
+    from kvcalc import report
+
     if not report.error_console().is_terminal:
         return run(config, progress=None)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -225,6 +225,8 @@ def _run_with_progress(run, config):
 
 
 def _fmt_s(value) -> str:
+    from kvcalc import report
+
     return "-" if value is None else report.human_seconds(value)
 
 
@@ -233,6 +235,8 @@ def _fmt_ratio(value, digits: int = 2) -> str:
 
 
 def _measure_tab(result):
+    from kvcalc import report
+
     rows = result.rows
     compare = any(r["predicted_speedup_vs_mha"] is not None for r in rows)
     regimes = list(dict.fromkeys(r["l2_regime"] for r in rows))

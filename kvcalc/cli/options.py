@@ -114,7 +114,7 @@ class ModelRequest:
 
     def resolve(self) -> ModelSpec:
         """The ModelSpec: a preset or config file with overrides, or ad hoc flags."""
-        from kvcalc import hfconfig, presets
+        from kvcalc import presets
 
         if self.preset and self.config:
             raise KvcalcError("give --preset or --config, not both")
@@ -127,6 +127,8 @@ class ModelRequest:
             if self.preset:
                 spec = presets.load_model(self.preset)
             elif self.config.suffix.lower() == ".json":
+                from kvcalc import hfconfig
+
                 spec = hfconfig.spec_from_hf_config_file(self.config)
             else:
                 spec = presets.model_from_yaml_file(self.config, require_source=False)

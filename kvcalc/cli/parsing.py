@@ -126,6 +126,19 @@ def plain_coercion(group) -> None:
             kind = _simple_kind(param.type_descriptor.annotation)
             if kind is not None and param._runtime_param is None:
                 param._runtime_param = _Coercer(kind, _flag(param))
+        if hasattr(command, "get_help_option") and hasattr(command, "_help_option"):
+            # click makes -h/--help on first use: give it a coercer then.
+            command.get_help_option = _with_plain_help(command.get_help_option)
+
+
+def _with_plain_help(get_help_option):
+    def get(ctx):
+        option = get_help_option(ctx)
+        if option is not None and getattr(option, "_runtime_param", False) is None:
+            option._runtime_param = _Coercer(bool, "--help")
+        return option
+
+    return get
 
 
 def refuse_repeats(group, args: list[str]) -> None:

@@ -1,18 +1,16 @@
 """`kvcalc presets`: list the model and hardware presets, or show one with its source."""
 
-from __future__ import annotations
-
 from typing import Annotated, Optional
 
 import typer
 
-from kvcalc import presets, report
 from kvcalc.cli.options import FormatOpt, OutputFormat
 from kvcalc.errors import KvcalcError
-from kvcalc.inputfile import read_text
 
 
 def _model_row(name: str) -> dict:
+    from kvcalc import presets
+
     s = presets.load_model(name)
     return {"name": name, "attention": s.attention_kind, "layers": s.layers, "d_model": s.d_model,
             "heads": s.heads, "kv_heads": s.kv_heads, "head_dim": s.head_dim,
@@ -20,6 +18,8 @@ def _model_row(name: str) -> dict:
 
 
 def _hardware_row(name: str) -> dict:
+    from kvcalc import presets
+
     h = presets.load_hardware(name)
     return {"name": name, "memory_bytes": h.memory_bytes,
             "memory_bandwidth_bytes_per_s": h.memory_bandwidth_bytes_per_s,
@@ -29,6 +29,9 @@ def _hardware_row(name: str) -> dict:
 
 def _raw_yaml(name: str) -> tuple[str, str]:
     """(kind, text) of a preset file, found case-insensitively."""
+    from kvcalc import presets
+    from kvcalc.inputfile import read_text
+
     key = name.lower()
     for kind, names in (("models", presets.model_names()), ("hardware", presets.hardware_names())):
         if key in names:
@@ -41,6 +44,8 @@ def _raw_yaml(name: str) -> tuple[str, str]:
 def _listing(models: list[dict], hardware: list[dict]) -> list:
     """The two tables `kvcalc presets` draws: short columns that fit 80 columns (each
     preset's source is in `kvcalc presets show NAME` and in --format json/csv)."""
+    from kvcalc import report
+
     return [
         report.Tab("Model presets", ["name", "attn", "layers", "d_model", "heads", "kv", "head_dim",
                                      "max ctx"],
@@ -65,6 +70,8 @@ def register(app: typer.Typer) -> None:
         fmt: FormatOpt = None,
     ) -> None:
         """List model and hardware presets; `kvcalc presets show NAME` prints one with its source."""
+        from kvcalc import presets, report
+
         fmt = fmt or OutputFormat.table
         if action is not None:
             name = name.strip() if name is not None else None  # as --preset ' gpt3' does

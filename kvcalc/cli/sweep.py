@@ -5,8 +5,6 @@ numpy and matplotlib are imported inside the command, so `kvcalc estimate`
 starts without them.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import io
 import os

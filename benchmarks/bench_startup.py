@@ -1,0 +1,67 @@
+"""Start-up of the analytical commands against the floor: `python -c "import typer, rich"`.
+
+    python3 benchmarks/bench_startup.py [--repeat 21]
+
+Runs each command `--repeat` times, interleaved (so a busy machine slows them alike),
+and prints the median wall time of each and its ratio to the floor. The goal is
+<= 1.5x for `kvcalc estimate --preset gpt3` (table and JSON). stdout goes to
+/dev/null; the kvcalc under test is the checkout this file lives in.
+
+Bytecode is cached for every run (PYTHONDONTWRITEBYTECODE is dropped and the .pyc
+files go to a temporary PYTHONPYCACHEPREFIX, warmed by one untimed run of each
+command), as for a pip-installed kvcalc: without it the checkout's modules would be
+compiled on every start while typer's and rich's would not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FLOOR = [sys.executable, "-c", "import typer, rich"]
+COMMANDS = {
+    "estimate (table)": ["estimate", "--preset", "gpt3"],
+    "estimate --format json": ["estimate", "--preset", "gpt3", "--format", "json"],
+    "presets": ["presets"],
+    "--help": ["--help"],
+}
+
+
+def _time(cmd: list[str], env: dict) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                   check=True, cwd=ROOT)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=21, help="runs of each command (default 21)")
+    args = parser.parse_args()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(PYTHONPATH=str(ROOT), COLUMNS="80",
+               PYTHONPYCACHEPREFIX=tempfile.mkdtemp(prefix="kvcalc-bench-pyc-"))
+    runs = {"floor: python -c 'import typer, rich'": FLOOR,
+            **{f"kvcalc {name}": [sys.executable, "-m", "kvcalc", *a] for name, a in COMMANDS.items()}}
+    for cmd in runs.values():  # warm the page cache and .pyc files
+        _time(cmd, env)
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(args.repeat):
+        for name, cmd in runs.items():
+            times[name].append(_time(cmd, env))
+    floor = statistics.median(next(iter(times.values())))
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(f"{name:44s} median {med * 1e3:7.1f} ms  min {min(ts) * 1e3:7.1f} ms  "
+              f"{med / floor:4.2f}x the floor")
+
+
+if __name__ == "__main__":
+    main()
