@@ -72,6 +72,11 @@ class Estimate:
             "kv_cache_bytes_per_device": c.bytes_per_device,
             "kv_cache_bytes_all_devices": c.bytes_all_devices,
             "kv_heads_per_device": c.kv_heads_per_device,
+            # Per layer kind (e.g. "sliding 1,024", "full", "linear attention"): the whole
+            # batch's bytes, and the constant state one sequence holds in state layers.
+            "kv_cache_bytes_by_kind": dict(c.bytes_by_kind),
+            "state_bytes_per_sequence": c.state_bytes_per_sequence,
+            "layers": layer_pattern(s),
             "params": {
                 "total": self.params.total,
                 "attention": self.params.attention,
@@ -169,12 +174,15 @@ class Estimate:
     def notes(self) -> tuple[str, ...]:
         out = list(self.decode.notes)
         s = self.spec
-        if s.sliding_layers:
-            out.append(
-                f"{s.sliding_layers} of {s.layers} layers use a {s.sliding_window}-token sliding "
-                f"window: kv_cache_bytes holds min(seq_len, window) tokens there; "
-                f"kv_cache_bytes_full is the figure without the window"
-            )
+        if len(self.cache.bytes_by_kind) > 1 or s.sliding_layers or self.cache.state_bytes_per_sequence:
+            out.append(f"cache by layer kind: {cache_summary(self.cache)}")
+        if s.sliding_layers or s.layers_of("chunked"):
+            out.append("windowed layers hold min(seq_len, window) tokens; kv_cache_bytes_full is "
+                       "the figure without the windows")
+        if self.cache.state_bytes_per_sequence:
+            out.append(f"state layers hold {self.cache.state_bytes_per_sequence:,} B per sequence "
+                       f"whatever its length (recurrent state {self.cache.state_dtype}, "
+                       f"convolution state {self.kv_dtype.name})")
         if s.mla is not None:
             out.append("MLA caches one latent of kv_lora_rank + qk_rope_head_dim per token per "
                        "layer, replicated on every TP device")
@@ -191,6 +199,39 @@ class Estimate:
             out.append(f"--kv-scale-bytes {self.scale_bytes} with an unquantized {self.kv_dtype.name} "
                        f"cache: scales are usually kept for int8/fp8/int4 caches only")
         return tuple(out)
+
+
+def effective_context(spec: ModelSpec, seq_len: int) -> int:
+    """The context an attention layer attends over, averaged over attention layers
+    (windows and chunks applied): Shazeer's n for a model whose layers differ."""
+    tokens = layers = 0
+    for layer, n in spec.groups():
+        if layer.mixer.cache_kind != "state":
+            tokens += n * layer.mixer.tokens_read(seq_len)
+            layers += n
+    return tokens // layers if layers else 0
+
+
+def layer_pattern(spec: ModelSpec) -> list[dict]:
+    """The decoder as runs of alike layers, in order (JSON `layers`)."""
+    out = []
+    for r in spec.runs:
+        mx, mlp = r.layer.mixer, r.layer.mlp
+        row = {"count": r.count, "kind": mx.label, "cache": mx.cache_kind,
+               "mlp": None if mlp is None else mlp.kind}
+        if hasattr(mx, "kv_heads"):
+            row["kv_heads"] = mx.kv_heads
+        out.append(row)
+    return out
+
+
+def cache_summary(cache: formulas.KVCache) -> str:
+    """'52 x sliding 1,024 + 10 x full' with each kind's share of the cache."""
+    total = cache.bytes or 1
+    parts = []
+    for label, nbytes in cache.bytes_by_kind.items():
+        parts.append(f"{cache.layers_by_kind[label]} x {label} ({nbytes / total:.0%})")
+    return " + ".join(parts)
 
 
 def _shazeer_dict(r: formulas.ShazeerRatio) -> dict:
@@ -237,10 +278,10 @@ def estimate(
     decode = formulas.decode_step(spec, seq_len, batch, wdt, kdt, act, tp, scale_bytes,
                                   encoder_seq_len)
     shazeer = batched = None
-    if spec.mla is None:
+    if spec.mla is None and any(l.mixer.cache_kind != "state" for l, _ in spec.groups()):
         # n is the context each layer attends over: with sliding windows, the
         # layer-average of min(seq_len, window), as the cache and decode bytes use.
-        n_eff = max(1, formulas.layer_token_sum(spec, seq_len) // spec.layers)
+        n_eff = max(1, effective_context(spec, seq_len))
         shazeer = formulas.shazeer_ratio("incremental", batch, n_eff, spec.d_model, spec.heads,
                                          spec.kv_heads, spec.head_dim, spec.v_head_dim)
         batched = formulas.shazeer_ratio("batched", batch, seq_len, spec.d_model, spec.heads,

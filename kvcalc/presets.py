@@ -41,7 +41,11 @@ __all__ = [
 
 # Dataclass fields that are not YAML keys: `extra` is for values a loader
 # (such as the HF config.json reader) wants to carry along, not for presets.
-_NOT_YAML_KEYS = {ModelSpec: {"extra"}, Hardware: set(), MLA: set(), MoE: set()}
+_NOT_YAML_KEYS = {ModelSpec: {"extra", "runs"}, Hardware: set(), MLA: set(), MoE: set()}
+# A preset whose layers differ gives its architecture as the published config.json:
+# `hf_config:` names a file under presets/hf/ or holds the config's fields inline.
+# Beside it, only these keys describe the preset itself.
+_HF_PRESET_KEYS = ("name", "source", "notes", "published_params", "hf_config")
 
 
 # --- where presets live --------------------------------------------------------
@@ -314,8 +318,40 @@ def _yaml_problem(e: yaml.YAMLError) -> str:
 def model_from_mapping(d: Any, where: str, *, default_name: str | None = None,
                        require_source: bool = True) -> ModelSpec:
     """A ModelSpec from a parsed YAML mapping; `where` prefixes every error message."""
+    if isinstance(d, Mapping) and "hf_config" in d:
+        return _model_from_hf_preset(d, where, default_name, require_source)
     values = _fields_from_mapping(d, ModelSpec, where, default_name, require_source)
     return _construct(ModelSpec, values, where)
+
+
+def _model_from_hf_preset(d: Mapping, where: str, default_name: str | None,
+                          require_source: bool) -> ModelSpec:
+    from kvcalc import hfconfig
+
+    for key in d:
+        if key not in _HF_PRESET_KEYS:
+            raise KvcalcError(f"{where}: unknown key {key!r} beside hf_config (the config gives "
+                              f"the architecture; allowed: {', '.join(_HF_PRESET_KEYS)})")
+    meta = {k: _checked_value(d[k], typing.get_type_hints(ModelSpec)[k], k, where)
+            for k in ("name", "source", "notes", "published_params") if k in d}
+    name = meta.get("name", default_name if default_name is not None else Path(where).stem)
+    if require_source and not str(meta.get("source", "")).strip():
+        raise KvcalcError(f"{where}: `source:` is required: name the config file the values "
+                          "come from")
+    cfg = d["hf_config"]
+    if isinstance(cfg, str):
+        path = presets_dir() / "hf" / cfg
+        if "/" in cfg or "\\" in cfg or not path.is_file():
+            raise KvcalcError(f"{where}: hf_config {cfg!r} is not a file in presets/hf/")
+        spec = hfconfig.spec_from_hf_config_file(path, name)
+    elif isinstance(cfg, Mapping):
+        spec = hfconfig.spec_from_hf_config(dict(cfg), name, where)
+    else:
+        raise KvcalcError(f"{where}: hf_config must name a file in presets/hf/ or be a mapping "
+                          f"of config.json fields, got {_describe(cfg)}")
+    notes = "; ".join(n for n in (meta.get("notes", ""), spec.notes) if n)
+    return spec.replace(source=meta.get("source", spec.source), notes=notes,
+                        published_params=meta.get("published_params", 0))
 
 
 def hardware_from_mapping(d: Any, where: str, *, default_name: str | None = None,

@@ -144,7 +144,10 @@ def fit(spec: ModelSpec, hw: Hardware, seq_len: int, batch: int = 1,
         return kv_cache(spec, length, batch, kv_dtype, tp, scale_bytes,
                         encoder_seq_len).bytes_per_device
 
-    unbounded = spec.sliding_layers == spec.layers and not spec.encoder_layers
+    # A cache that stops growing (every layer windowed, chunked or a constant state) leaves
+    # the context bounded by the model, not by memory.
+    unbounded = not spec.encoder_layers and all(
+        layer.mixer.cache_kind in ("sliding", "chunked", "state") for layer, _ in spec.groups())
     if free < bytes_at(1):
         max_len = 0
     elif bytes_at(MAX_SEQ_LEN) <= free:

@@ -26,18 +26,20 @@ from kvcalc.formulas import param_counts  # noqa: E402
 from kvcalc.hfconfig import spec_from_hf_config, spec_from_hf_config_file  # noqa: E402
 from kvcalc.spec import dtype  # noqa: E402
 
-DATA = Path(__file__).parent / "data" / "hf"
-CONFIGS = sorted(p.stem for p in DATA.glob("*.json"))
+# Published configs: the test data, and those behind the layered presets (shipped).
+DIRS = (Path(__file__).parent / "data" / "hf", Path(__file__).parents[1] / "presets" / "hf")
+FILES = {p.stem: p for d in DIRS for p in d.glob("*.json")}
+CONFIGS = sorted(FILES)
 
 
 def _cfg(stem: str) -> dict:
-    return json.loads((DATA / f"{stem}.json").read_text())
+    return json.loads(FILES[stem].read_text())
 
 
 @pytest.mark.parametrize("stem", CONFIGS)
 def test_parameters_equal_transformers_meta_model(stem):
     truth = hf_truth.meta_param_count(_cfg(stem))
-    assert param_counts(spec_from_hf_config_file(DATA / f"{stem}.json")).total == truth["text"]
+    assert param_counts(spec_from_hf_config_file(FILES[stem])).total == truth["text"]
 
 
 def _kvcalc_layer_bytes(cfg: dict, seq_len: int) -> list[int]:
