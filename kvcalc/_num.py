@@ -24,3 +24,21 @@ def minimum(a, b):
 def cdiv(a, b):
     """Ceiling division for non-negative a and positive b."""
     return -(-a // b)
+
+
+def maximum(a, b):
+    """max(a, b) element-wise."""
+    if _is_int(a) and _is_int(b):
+        return a if a >= b else b
+    import numpy as np
+
+    return np.maximum(a, b)
+
+
+def where(condition, a, b):
+    """a where condition holds, else b (element-wise for arrays)."""
+    if isinstance(condition, bool):
+        return a if condition else b
+    import numpy as np
+
+    return np.where(condition, a, b)

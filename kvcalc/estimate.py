@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvcalc import formulas, roofline
+from kvcalc import _num, formulas, roofline
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import DType, Hardware, ModelSpec, check_size, dtype as _dtype
 
@@ -35,6 +35,7 @@ class Estimate:
     min_tp_that_fits: int | None = None
     scale_bytes: int = 0
     shazeer_batched: formulas.ShazeerRatio | None = None  # the whole prompt at once
+    encoder_seq_len: int | None = None
 
     @property
     def weight_bytes(self) -> int:
@@ -133,8 +134,14 @@ class Estimate:
         return out
 
     def as_row(self) -> dict:
-        """One flat row: the columns `kvcalc sweep` writes (exact ints for bytes)."""
-        s, c, d = self.spec, self.cache, self.decode
+        """One flat row: the columns `kvcalc sweep` writes (exact ints for bytes).
+
+        The columns that vary with seq_len and batch come from row_columns(), the very
+        function the sweep calls on whole arrays of them."""
+        s, c = self.spec, self.cache
+        free = self.fit.free_for_kv_bytes if self.fit is not None else None
+        v = row_columns(s, self.seq_len, self.batch, self.kv_dtype, self.weight_dtype, self.tp,
+                        self.hardware, self.scale_bytes, self.encoder_seq_len, free)
         row = {
             "model": s.name,
             "attention": s.attention_kind,
@@ -148,26 +155,25 @@ class Estimate:
             "weight_dtype": self.weight_dtype.name,
             "tp": self.tp,
             "kv_bytes_per_token": c.bytes_per_token,
-            "kv_cache_bytes": c.bytes,
-            "kv_cache_bytes_full": c.bytes_full,
-            "kv_cache_bytes_per_device": c.bytes_per_device,
+            "kv_cache_bytes": v["kv_cache_bytes"],
+            "kv_cache_bytes_full": v["kv_cache_bytes_full"],
+            "kv_cache_bytes_per_device": v["kv_cache_bytes_per_device"],
             "params_total": self.params.total,
             "params_attention": self.params.attention,
             "weight_bytes": self.weight_bytes,
-            "decode_flops": d.flops,
-            "decode_bytes": d.bytes,
-            "arithmetic_intensity": d.arithmetic_intensity,
-            "attention_arithmetic_intensity": d.attention_intensity,
+            "decode_flops": v["decode_flops"],
+            "decode_bytes": v["decode_bytes"],
+            "arithmetic_intensity": v["arithmetic_intensity"],
+            "attention_arithmetic_intensity": v["attention_arithmetic_intensity"],
         }
         if self.hardware is not None:
-            r, f = self.roofline, self.fit
             row.update({
                 "gpu": self.hardware.name,
-                "roofline_s": r.time_s,
-                "roofline_bound": r.bound,
-                "tokens_per_s": r.tokens_per_s,
-                "free_for_kv_bytes_per_device": f.free_for_kv_bytes,
-                "fits": f.fits,
+                "roofline_s": v["roofline_s"],
+                "roofline_bound": "memory" if v["roofline_bound"] else "compute",
+                "tokens_per_s": v["tokens_per_s"],
+                "free_for_kv_bytes_per_device": free,
+                "fits": v["fits"],
             })
         return row
 
@@ -195,10 +201,54 @@ class Estimate:
                 and not self.fit.max_seq_len_unbounded):
             out.append(f"memory allows {self.fit.max_seq_len:,} tokens at batch {self.batch}, "
                        f"beyond the model's max context {s.max_context:,}")
+        if self.fit is not None and self.fit.max_seq_len_unbounded:
+            limit = (f"the model's max context, {s.max_context:,} tokens, does" if s.max_context
+                     else "the model's max context is not known")
+            out.append("every layer's cache stops growing (windows, chunks or constant state): "
+                       f"memory does not bound the context; {limit}")
         if self.scale_bytes and self.kv_dtype.bits >= 16:
             out.append(f"--kv-scale-bytes {self.scale_bytes} with an unquantized {self.kv_dtype.name} "
                        f"cache: scales are usually kept for int8/fp8/int4 caches only")
         return tuple(out)
+
+
+def row_columns(spec: ModelSpec, seq_len, batch, kv_dtype: DType, weight_dtype: DType,
+                tp: int = 1, hardware: Hardware | None = None, scale_bytes: int = 0,
+                encoder_seq_len: int | None = None, free_for_kv_bytes: int | None = None) -> dict:
+    """The row columns that vary with seq_len and batch: Python ints in, exact ints out
+    (estimate); equal-shape numpy arrays in, arrays out (sweep). One formula for both.
+
+    With hardware: the decode step's time bound on one of `tp` devices (decode_roofline's
+    arithmetic), `roofline_bound` True where memory binds, and whether the batch's cache
+    fits in `free_for_kv_bytes` (the fit's free memory for this model, dtype and tp).
+    """
+    cache = formulas.kv_cache(spec, seq_len, batch, kv_dtype, tp, scale_bytes, encoder_seq_len)
+    d = formulas.decode_step(spec, seq_len, batch, weight_dtype, kv_dtype,
+                             roofline.compute_dtype_for(weight_dtype), tp, scale_bytes,
+                             encoder_seq_len, prefill=False)
+    out = {
+        "kv_cache_bytes": cache.bytes,
+        "kv_cache_bytes_full": cache.bytes_full,
+        "kv_cache_bytes_per_device": cache.bytes_per_device,
+        "decode_flops": d.flops,
+        "decode_bytes": d.bytes,
+        "arithmetic_intensity": d.flops / d.bytes,
+        "attention_arithmetic_intensity": d.attention_flops / d.attention_bytes,
+    }
+    if hardware is not None:
+        memory_s = d.per_device_bytes / hardware.memory_bandwidth_bytes_per_s
+        compute_s = d.per_device_flops / hardware.peak_flops(
+            roofline.compute_dtype_for(weight_dtype))
+        memory_bound = memory_s >= compute_s
+        time_s = _num.where(memory_bound, memory_s, compute_s)
+        kv = cache.bytes_per_device
+        out.update({
+            "roofline_s": time_s,
+            "roofline_bound": memory_bound,
+            "tokens_per_s": batch / time_s,
+            "fits": (kv >= 0) & (kv <= free_for_kv_bytes),
+        })
+    return out
 
 
 def effective_context(spec: ModelSpec, seq_len: int) -> int:
@@ -297,7 +347,7 @@ def estimate(
                 min_tp = candidate
                 break
     return Estimate(spec, seq_len, batch, kdt, wdt, tp, cache, params, decode, shazeer,
-                    hardware, roof, fit, min_tp, scale_bytes, batched)
+                    hardware, roof, fit, min_tp, scale_bytes, batched, encoder_seq_len)
 
 
 def default_gqa_kv_heads(heads: int) -> int:

@@ -80,22 +80,6 @@ def kv_bytes_per_token_per_layer(
     return k_bytes + v_bytes + 2 * g * scale_bytes
 
 
-def cached_tokens(seq_len: int, window: int) -> int:
-    """Tokens a layer keeps: a sliding-window layer keeps at most `window` (0 = no window)."""
-    return min(seq_len, window) if window else seq_len
-
-
-def layer_token_sum(spec: ModelSpec, seq_len: int) -> int:
-    """Sum over decoder layers of the tokens each layer caches at `seq_len`.
-
-    Full layers hold seq_len tokens; sliding-window layers min(seq_len, window),
-    as an engine that honours the window allocates (Mistral 7B paper sec. 2,
-    rolling buffer cache; Gemma 2 alternates local and global layers).
-    """
-    sliding = spec.sliding_layers
-    return (spec.layers - sliding) * seq_len + sliding * cached_tokens(seq_len, spec.sliding_window)
-
-
 @dataclass(frozen=True)
 class CacheGroup:
     """Decoder layers that cache alike: the unit a serving engine pages by.
@@ -187,6 +171,14 @@ class KVCache:
     state_dtype: str = "fp32"
 
 
+def _check_axes(seq_len, batch) -> None:
+    """Validate scalar axes here; arrays (a sweep) are validated once, at its edge."""
+    if isinstance(seq_len, int):
+        check_size("seq_len", seq_len, MAX_SEQ_LEN)
+    if isinstance(batch, int):
+        check_size("batch", batch, MAX_BATCH)
+
+
 def kv_cache(
     spec: ModelSpec,
     seq_len: int,
@@ -206,8 +198,7 @@ def kv_cache(
     K/V for cross-attention in every decoder layer: encoder_seq_len tokens
     (default seq_len), computed once.
     """
-    check_size("seq_len", seq_len, MAX_SEQ_LEN)
-    check_size("batch", batch, MAX_BATCH)
+    _check_axes(seq_len, batch)
     enc_len = None
     if spec.encoder_layers:
         enc_len = seq_len if encoder_seq_len is None else check_size(
@@ -419,14 +410,6 @@ def attention_flops_per_token(spec: ModelSpec, context: int, absorbed: bool = Tr
     return 2 * spec.heads * context * (spec.head_dim + spec.v_head_dim)
 
 
-def kv_projection_params(spec: ModelSpec, counts: ParamCounts | None = None) -> int:
-    """Self-attention k and v weights over all layers (0 for MLA, whose latent is shared)."""
-    if spec.mla is not None:
-        return 0
-    b = (counts or param_counts(spec)).breakdown
-    return b.get("attention/k", 0) + b.get("attention/v", 0)
-
-
 def weight_params_per_device(spec: ModelSpec, params: int, tp: int,
                              counts: ParamCounts | None = None) -> int:
     """Of `params` weights (all devices), those one of `tp` devices holds.
@@ -533,13 +516,6 @@ class DecodeCost:
         return self.attention_flops / self.attention_bytes
 
 
-def prefill_attention_positions(seq_len: int, window: int) -> int:
-    """Sum over a causal prompt of the positions each token attends to: sum_i min(i, W)."""
-    if not window or window >= seq_len:
-        return seq_len * (seq_len + 1) // 2
-    return window * (window + 1) // 2 + (seq_len - window) * window
-
-
 def decode_step(
     spec: ModelSpec,
     seq_len: int,
@@ -550,6 +526,7 @@ def decode_step(
     tp: int = 1,
     scale_bytes: int = 0,
     encoder_seq_len: int | None = None,
+    prefill: bool = True,
 ) -> DecodeCost:
     """FLOPs and minimum bytes moved by one decode step of the whole model.
 
@@ -560,9 +537,11 @@ def decode_step(
     unless tied to the lm_head; MoE: at most min(experts, batch x active) routed
     experts per layer), the KV cache at its current length (window-aware), one
     new token's K/V, and activations (each matmul reads its input, writes its output).
+
+    seq_len and batch may be ints (exact) or equal-shape numpy arrays (a sweep: int64,
+    object or float64); `prefill=False` skips the prompt FLOPs a sweep row does not show.
     """
-    check_size("seq_len", seq_len, MAX_SEQ_LEN)
-    check_size("batch", batch, MAX_BATCH)
+    _check_axes(seq_len, batch)
     wdt, kdt, adt = _as_dtype(weight_dtype), _as_dtype(kv_dtype), _as_dtype(act_dtype)
     d = spec.d_model
     params = param_counts(spec)
@@ -576,13 +555,14 @@ def decode_step(
     for layer, n in spec.groups():
         m = layer.mlp
         if m is not None and m.kind == "moe":
-            touched = min(m.experts, batch * m.active)
-            experts_touched = max(experts_touched, touched)
+            touched = _num.minimum(batch * m.active, m.experts)
+            experts_touched = _num.maximum(experts_touched, touched)
             unread_expert_params += (m.experts - touched) * m.expert.params(d) * n
-            note = (f"MoE weights: up to {touched} of {m.experts} routed experts read per layer "
-                    f"(min(experts, batch x active), an upper bound)")
-            if note not in notes:
-                notes.append(note)
+            if isinstance(touched, int):
+                note = (f"MoE weights: up to {touched} of {m.experts} routed experts read per "
+                        f"layer (min(experts, batch x active), an upper bound)")
+                if note not in notes:
+                    notes.append(note)
     mm.append((d, spec.vocab, 1))  # lm_head
 
     proj_flops_per_token = sum(2 * i * o * c for i, o, c in mm)
@@ -606,11 +586,10 @@ def decode_step(
     read_params = params.total
     if not spec.tied_embeddings:
         # Untied input table: only the rows of this step's tokens are read.
-        read_params -= spec.vocab * d
-        read_params += min(batch, spec.vocab) * d
+        read_params = read_params - spec.vocab * d + _num.minimum(batch, spec.vocab) * d
     if spec.learned_pos:
-        read_params -= spec.learned_pos * d
-        read_params += min(batch, spec.learned_pos) * d
+        read_params = (read_params - spec.learned_pos * d
+                       + _num.minimum(batch, spec.learned_pos) * d)
     if spec.encoder_layers:
         # The encoder ran at prefill; cross-attention K/V projections ran then too.
         read_params -= sum(n for k, n in params.breakdown.items() if k.startswith("encoder/"))
@@ -647,7 +626,7 @@ def decode_step(
     weight_bytes_dev = wdt.nbytes(weight_params_per_device(spec, read_params, tp, params))
     per_device_bytes = weight_bytes_dev + cache.bytes_per_device + kv_write_dev + -(-act_bytes // tp)
 
-    prefill = prefill_flops(spec, seq_len, encoder_seq_len) * batch
+    prefill_total = prefill_flops(spec, seq_len, encoder_seq_len) * batch if prefill else 0
 
     return DecodeCost(
         seq_len=seq_len,
@@ -658,7 +637,7 @@ def decode_step(
         bytes_breakdown=bytes_breakdown,
         attention_flops=attn_flops_per_token * batch,
         attention_bytes=kv_read + kv_write + attn_act_bytes,
-        prefill_flops=prefill,
+        prefill_flops=prefill_total,
         experts_read_per_layer=experts_touched,
         per_device_bytes=per_device_bytes,
         per_device_flops=-(-flops // tp),

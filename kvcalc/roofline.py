@@ -97,8 +97,9 @@ class Fit:
     kv_bytes_per_sequence: int  # at the requested seq_len
     kv_bytes_requested: int  # the requested batch at seq_len
     max_batch: int  # at the requested seq_len; 0 if not even one sequence fits
-    max_seq_len: int  # at the requested batch; 0 if not even one token fits
-    max_seq_len_unbounded: bool  # every layer slides: the cache stops growing
+    max_seq_len: int  # at the requested batch; 0 if not even one token fits; the model's
+    # max context when memory does not bound it
+    max_seq_len_unbounded: bool  # every layer's cache stops growing: memory does not bound it
 
     @property
     def fits(self) -> bool:
@@ -151,7 +152,8 @@ def fit(spec: ModelSpec, hw: Hardware, seq_len: int, batch: int = 1,
     if free < bytes_at(1):
         max_len = 0
     elif bytes_at(MAX_SEQ_LEN) <= free:
-        max_len = MAX_SEQ_LEN
+        # Memory does not bound the context: the model's trained context does, when known.
+        max_len = spec.max_context if unbounded and spec.max_context else MAX_SEQ_LEN
     else:
         lo, hi = 1, MAX_SEQ_LEN  # bytes_at(lo) <= free < bytes_at(hi)
         while hi - lo > 1:
@@ -170,5 +172,5 @@ def fit(spec: ModelSpec, hw: Hardware, seq_len: int, batch: int = 1,
         kv_bytes_requested=cache.bytes_per_device,
         max_batch=max_batch,
         max_seq_len=max_len,
-        max_seq_len_unbounded=unbounded and max_len == MAX_SEQ_LEN,
+        max_seq_len_unbounded=unbounded and max_len in (MAX_SEQ_LEN, spec.max_context),
     )

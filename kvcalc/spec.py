@@ -281,7 +281,7 @@ def _uniform_runs(spec: "ModelSpec") -> tuple:
     """Runs from the flat fields: MoE after `moe.dense_layers` dense layers; a
     sliding window on every layer, or on all but every `global_every`-th (layer i
     is global when (i + 1) % global_every == 0: Gemma 2's odd layers)."""
-    from kvcalc.layers import Attention, Dense, Latent, Layer, Run
+    from kvcalc.layers import Attention, Dense, Latent, Layer
     from kvcalc.layers import MoE as MoEMLP
 
     if spec.mla is not None:

@@ -4,19 +4,14 @@ A sweep is the product of SPECs: seq_len x batch x kv_heads x kv_dtype x tp. Its
 rows are exactly `estimate(...).as_row()` for each configuration (same columns,
 same order, same values), but computed on whole arrays:
 
-- Per (kv_heads, kv_dtype, tp) combination, the scalar pieces come from the
-  scalar formulas once: bytes per token per layer (all heads and one device's),
-  parameters and weight bytes, the projection FLOPs per token, the attention
-  FLOPs per cached token, activation bytes per sequence, the device's memory
-  after weights (`roofline.fit`).
-- Only the (seq_len, batch) grid is vectorised. `formulas.decode_step` is a sum
-  of terms linear in batch and in the windowed token sum
-      tokens(S) = full_layers x S + sliding_layers x min(S, window) + cross-attention tokens,
-  plus the weights read, min(batch, vocab)-style terms and MoE's
-  min(experts, batch x active), all mirrored here term by term.
-- Every combination is checked against `estimate` at the grid's corners before
-  any row is written: if the formulas change and this module does not follow,
-  the sweep stops with an error instead of writing wrong numbers.
+- Per (kv_heads, kv_dtype, tp) combination, the model variant and the columns
+  that do not vary (parameters, weight bytes, the device's memory after weights).
+- The (seq_len, batch) grid is computed by `estimate.row_columns`, the function
+  `estimate()` itself uses for its row, called on whole arrays: the formulas
+  (kvcalc.formulas, kvcalc.layers) take Python ints or numpy arrays alike, so
+  every layer kind a model has is swept with the same arithmetic as one estimate.
+- Every combination is still checked against `estimate` at the grid's corners
+  (and just past each window) before any row is written.
 
 Integers are int64 while they provably fit (everything grows with seq_len and
 batch, so the largest row of a block bounds the block); rows that could pass
@@ -46,7 +41,7 @@ import numpy as np
 
 from kvcalc import formulas
 from kvcalc.errors import KvcalcError, quoted
-from kvcalc.estimate import estimate
+from kvcalc.estimate import estimate, row_columns
 from kvcalc.roofline import compute_dtype_for, decode_roofline, fit as roofline_fit
 from kvcalc.spec import (
     MAX_BATCH, MAX_SEQ_LEN, MAX_TP, MAX_WIDTH, DType, Hardware, ModelSpec, base_name,
@@ -235,51 +230,29 @@ def parse_names(text: str | Sequence[str], name: str = "--kv-dtype") -> tuple[st
 # --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Combo:
-    """The scalar pieces of one (kv_heads, kv_dtype, tp) combination, as Python ints."""
+    """One (kv_heads, kv_dtype, tp) combination: the model variant and the settings its
+    rows share. Every figure that varies with seq_len and batch comes from
+    estimate.row_columns on whole arrays, the function estimate() itself uses."""
 
     spec: ModelSpec
     kv_dtype: DType
     weight_dtype: DType
     tp: int
     constants: dict  # the row's columns that do not depend on seq_len or batch
-    per_layer: int  # cache bytes per token per layer, all K/V heads
-    per_layer_dev: int  # the same on one TP device
-    full_layers: int
-    sliding_layers: int
-    window: int
-    cross_layers: int  # decoder layers that cross-attend (encoder-decoder), else 0
-    encoder_seq_len: int  # 0: the encoder length follows seq_len
-    proj_flops: int  # projection + MLP + lm_head FLOPs per token
-    attn_flops: int  # attention FLOPs per cached token per layer
-    act_bytes: int  # activation bytes per sequence (matmuls + attention q/o)
-    attn_act_bytes: int  # attention q/o bytes per sequence
-    read_base: int  # parameters read whatever the batch
-    kv_proj: int  # self-attention k/v weights (they follow their heads under TP)
-    kv_proj_dev: int  # of which one TP device holds (formulas.weight_params_per_device)
-    emb_width: int  # untied input table: d_model per distinct row read, else 0
-    vocab: int
-    pos_width: int  # learned positions: d_model per row read, else 0
-    pos_rows: int
-    expert_params: int  # MoE: parameters of one routed expert over all MoE layers, else 0
-    experts: int
-    active: int
-    bandwidth: int = 0  # hardware only
-    peak_flops: int = 0
-    free_bytes: int = 0  # device memory after this combination's weights
+    hardware: Hardware | None = None
+    scale_bytes: int = 0
+    encoder_seq_len: int | None = None
+    free_bytes: int | None = None  # device memory after this combination's weights
 
     @property
     def kv_heads(self) -> int:
         return self.spec.kv_heads
 
-    def tokens(self, seq_len):
-        """Sum over layers of cached tokens at seq_len (window-aware, + cross-attention)."""
-        t = self.full_layers * seq_len
-        if self.sliding_layers:
-            t = t + self.sliding_layers * np.minimum(seq_len, self.window)
-        if self.cross_layers:
-            enc = self.encoder_seq_len or seq_len
-            t = t + self.cross_layers * enc
-        return t
+    @property
+    def windows(self) -> tuple[int, ...]:
+        """Window and chunk sizes of the model's layers, where the cache stops growing."""
+        return tuple(sorted({getattr(layer.mixer, "window", 0) for layer, _ in self.spec.groups()}
+                            - {0}))
 
 
 @dataclass(frozen=True)
@@ -314,77 +287,29 @@ class SweepPlan:
         return self.rows_per_combo * len(self.combos)
 
 
-def _act_dtype(wdt: DType) -> DType:
-    # As estimate(): the activations run in the weights' compute dtype.
-    return _dtype(compute_dtype_for(wdt))
-
-
 def _combo(spec: ModelSpec, kdt: DType, wdt: DType, tp: int, hw: Hardware | None,
            scale_bytes: int, encoder_seq_len: int | None, memory_fraction,
            reserve_bytes: int) -> Combo:
-    per_dev_heads = formulas.kv_heads_per_device(spec, tp)  # raises on a bad tp
-    adt = _act_dtype(wdt)
-    if adt.bits % 8:
-        raise KvcalcError(f"internal: activation dtype {adt.name} is not whole bytes")
+    formulas.kv_heads_per_device(spec, tp)  # raises on a bad tp
     params = formulas.param_counts(spec)
-    one = formulas.decode_step(spec, 1, 1, wdt, kdt, adt, tp, scale_bytes, encoder_seq_len)
-    per_layer = formulas.kv_bytes_per_token_per_layer(spec, kdt, scale_bytes)
-    per_layer_dev = formulas.kv_bytes_per_token_per_layer(spec, kdt, scale_bytes,
-                                                          kv_heads=per_dev_heads)
-    bb = one.bytes_breakdown
-
-    # Parameters read by a step, as decode_step: all weights, less the rows of an
-    # untied input table (and learned positions) the batch does not touch, less
-    # the encoder and cross-attention K/V, less the routed experts nobody visits.
-    d = spec.d_model
-    emb_width = 0 if spec.tied_embeddings else d
-    pos_width = d if spec.learned_pos else 0
-    read_base = params.total - emb_width * spec.vocab - pos_width * spec.learned_pos
-    if spec.encoder_layers:
-        read_base -= sum(n for k, n in params.breakdown.items() if k.startswith("encoder/"))
-        read_base -= params.breakdown.get("cross_attention/k", 0)
-        read_base -= params.breakdown.get("cross_attention/v", 0)
-    expert_params = experts = active = 0
-    if spec.moe is not None:
-        m = spec.moe
-        expert_params = formulas.mlp_params(spec, m.expert_d_ff) * spec.moe_layers
-        experts, active = m.experts, m.active
-        read_base -= m.experts * expert_params
-
-    kv_proj = formulas.kv_projection_params(spec, params)
-    kv_proj_dev = kv_proj * per_dev_heads // spec.kv_heads if kv_proj else 0
-
+    cache = formulas.kv_cache(spec, 1, 1, kdt, tp, scale_bytes, encoder_seq_len)
     constants = {
         "model": spec.name, "attention": spec.attention_kind, "layers": spec.layers,
         "heads": spec.heads, "kv_heads": spec.kv_heads, "head_dim": spec.head_dim,
         "kv_dtype": kdt.name, "weight_dtype": wdt.name, "tp": tp,
-        "kv_bytes_per_token": per_layer * spec.layers,
+        "kv_bytes_per_token": cache.bytes_per_token,
         "params_total": params.total, "params_attention": params.attention,
         "weight_bytes": wdt.nbytes(params.total),
     }
-    bandwidth = peak = free = 0
+    free = None
     if hw is not None:
-        bandwidth = hw.memory_bandwidth_bytes_per_s
-        peak = hw.peak_flops(compute_dtype_for(wdt))
         free = roofline_fit(spec, hw, 1, 1, wdt, kdt, tp, scale_bytes, memory_fraction,
                             reserve_bytes).free_for_kv_bytes
         constants["gpu"] = hw.name
         constants["free_for_kv_bytes_per_device"] = free
-    return Combo(
-        spec=spec, kv_dtype=kdt, weight_dtype=wdt, tp=tp, constants=constants,
-        per_layer=per_layer, per_layer_dev=per_layer_dev,
-        full_layers=spec.layers - spec.sliding_layers, sliding_layers=spec.sliding_layers,
-        window=spec.sliding_window, cross_layers=spec.layers if spec.encoder_layers else 0,
-        encoder_seq_len=encoder_seq_len or 0,
-        proj_flops=one.flops_breakdown["projections_and_mlp"],
-        attn_flops=formulas.attention_flops_per_token(spec, 1),
-        act_bytes=bb["activations"],
-        attn_act_bytes=one.attention_bytes - bb["kv_read"] - bb["kv_write"],
-        read_base=read_base, kv_proj=kv_proj, kv_proj_dev=kv_proj_dev, emb_width=emb_width,
-        vocab=spec.vocab, pos_width=pos_width,
-        pos_rows=spec.learned_pos, expert_params=expert_params, experts=experts, active=active,
-        bandwidth=bandwidth, peak_flops=peak, free_bytes=free,
-    )
+    return Combo(spec=spec, kv_dtype=kdt, weight_dtype=wdt, tp=tp, constants=constants,
+                 hardware=hw, scale_bytes=scale_bytes, encoder_seq_len=encoder_seq_len,
+                 free_bytes=free)
 
 
 def _as_tuple(value, name: str, upper: int) -> tuple[int, ...]:
@@ -488,70 +413,16 @@ def plan_sweep(
 # --------------------------------------------------------------------------------
 # The kernel
 # --------------------------------------------------------------------------------
-def _cdiv(a, b):
-    return -(-a // b)
-
-
 def _kernel(c: Combo, S, B, hardware: bool) -> dict:
     """The varying columns for arrays S (seq_len) and B (batch) of equal shape.
 
     Works on int64 arrays (fast), object arrays of Python ints (exact, any size)
-    and float64 arrays (magnitudes only, for the overflow test). Mirrors
-    formulas.kv_cache, formulas.decode_step and decode_roofline/fit.
+    and float64 arrays (magnitudes only, for the overflow test): estimate.row_columns
+    and the formulas under it take any of them.
     """
-    tok = c.tokens(S)
-    tok_full = c.full_layers * S + c.sliding_layers * S
-    if c.cross_layers:
-        tok_full = tok_full + c.cross_layers * (c.encoder_seq_len or S)
-    kv = c.per_layer * tok * B
-    kv_full = c.per_layer * tok_full * B
-    kv_dev = c.per_layer_dev * tok * B
-
-    attn_flops = c.attn_flops * tok * B
-    flops = c.proj_flops * B + attn_flops
-
-    read = c.read_base
-    if c.emb_width:
-        read = read + c.emb_width * np.minimum(B, c.vocab)
-    if c.pos_width:
-        read = read + c.pos_width * np.minimum(B, c.pos_rows)
-    if c.expert_params:
-        read = read + c.expert_params * np.minimum(B * c.active, c.experts)
-    weights = _cdiv(read * c.weight_dtype.bits, 8)
-    layers = c.full_layers + c.sliding_layers
-    kv_write = c.per_layer * layers * B
-    act = c.act_bytes * B
-    total_bytes = weights + kv + kv_write + act
-    out = {
-        "kv_cache_bytes": kv,
-        "kv_cache_bytes_full": kv_full,
-        "kv_cache_bytes_per_device": kv_dev,
-        "decode_flops": flops,
-        "decode_bytes": total_bytes,
-        "arithmetic_intensity": flops / total_bytes,
-        # B cancels exactly (every term is linear in it), so the per-sequence ratio is
-        # the same rational number: Python rounds it identically, float64 more exactly.
-        "attention_arithmetic_intensity": (c.attn_flops * tok) / (
-            c.per_layer * tok + c.per_layer * layers + c.attn_act_bytes),
-    }
-    if hardware:
-        kv_write_dev = c.per_layer_dev * layers * B
-        # As formulas.weight_params_per_device: K/V projections follow their heads.
-        weights_dev = _cdiv((_cdiv(read - c.kv_proj, c.tp) + c.kv_proj_dev) * c.weight_dtype.bits, 8)
-        dev_bytes = weights_dev + kv_dev + kv_write_dev + _cdiv(act, c.tp)
-        dev_flops = _cdiv(flops, c.tp)
-        memory_s = dev_bytes / c.bandwidth
-        compute_s = dev_flops / c.peak_flops
-        memory_bound = memory_s >= compute_s
-        time_s = np.where(memory_bound, memory_s, compute_s)
-        kv_fit = kv_dev
-        out.update({
-            "roofline_s": time_s,
-            "roofline_bound": memory_bound,  # True: "memory"
-            "tokens_per_s": B / time_s,
-            "fits": (kv_fit >= 0) & (kv_fit <= c.free_bytes),
-        })
-    return out
+    return row_columns(c.spec, S, B, c.kv_dtype, c.weight_dtype, c.tp,
+                       c.hardware if hardware else None, c.scale_bytes, c.encoder_seq_len,
+                       c.free_bytes)
 
 
 def _compute(c: Combo, S: np.ndarray, B: np.ndarray, hardware: bool) -> dict:
@@ -735,8 +606,9 @@ def rows_equal(a: dict, b: dict, rel: float = 1e-12) -> list[str]:
 
 def _check_against_estimate(plan: SweepPlan, combo: Combo) -> None:
     points = {(plan.seq_len.min, plan.batch.min), (plan.seq_len.max, plan.batch.max)}
-    if combo.window and plan.seq_len.min <= combo.window < plan.seq_len.max:
-        points.add((combo.window + 1, plan.batch.max))
+    for window in combo.windows:
+        if plan.seq_len.min <= window < plan.seq_len.max:
+            points.add((window + 1, plan.batch.max))
     for s, b in sorted(points):
         S = np.array([s], dtype=object)
         B = np.array([b], dtype=object)

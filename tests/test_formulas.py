@@ -212,8 +212,13 @@ def test_attention_step_intensity_is_about_group_size():
 
 
 def test_prefill_attention_positions_causal_and_windowed():
-    assert formulas.prefill_attention_positions(4, 0) == 1 + 2 + 3 + 4
-    assert formulas.prefill_attention_positions(6, 3) == 1 + 2 + 3 + 3 + 3 + 3
+    from kvcalc.layers import Attention
+
+    full = Attention(4, 4, 8)
+    assert full.prefill_positions(4) == 1 + 2 + 3 + 4
+    assert Attention(4, 4, 8, kind="sliding", window=3).prefill_positions(6) == 1 + 2 + 3 + 3 + 3 + 3
+    # Chunks of 3 restart: positions 1 2 3 | 1 2 3 | 1
+    assert Attention(4, 4, 8, kind="chunked", window=3).prefill_positions(7) == 6 + 6 + 1
 
 
 def test_moe_reads_only_touched_experts():

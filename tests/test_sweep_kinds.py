@@ -1,0 +1,78 @@
+"""The sweep's array arithmetic equals estimate()'s exact integers, row for row, for
+every cache kind: full, sliding, chunked, MLA, linear-attention and SSM state, short
+convolution, cross-attention, and MoE on some layers.
+
+The sweep calls the same formulas on int64 (or object) arrays that estimate() calls on
+Python ints; this checks that nothing in them branches on an axis value, overflows, or
+rounds differently, on a few thousand random (seq_len, batch) points per kind,
+including points just below and above every window.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+np = pytest.importorskip("numpy")
+
+from kvcalc.estimate import estimate  # noqa: E402
+from kvcalc.hfconfig import spec_from_hf_config  # noqa: E402
+from kvcalc.presets import load_hardware, load_model  # noqa: E402
+from kvcalc.sweep import iter_rows, plan_sweep, rows_equal  # noqa: E402
+
+# One model per kind (and the hybrids that mix them).
+MODELS = {
+    "full": "llama3-8b",
+    "sliding (every layer)": "mistral-7b",
+    "sliding 5:1 full": "gemma3-27b",
+    "chunked + full, MoE interleaved": "llama4-maverick",
+    "mla + MoE after dense": "deepseek-r1",
+    "linear attention + gated full": "qwen3-next-80b-a3b",
+    "mamba only": "falcon-mamba-7b",
+    "mamba + attention + MoE": "jamba-1.5-mini",
+    "sliding + sinks + MoE": "gpt-oss-20b",
+    "cross-attention": "t5-11b",
+}
+
+LFM2 = {  # LFM2's published shape, short-convolution and attention layers
+    "model_type": "lfm2", "hidden_size": 2048, "num_hidden_layers": 16,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 12288,
+    "vocab_size": 65536, "conv_L_cache": 3,
+    "layer_types": ["conv", "conv", "full_attention", "conv", "conv", "full_attention",
+                    "conv", "conv", "full_attention", "conv", "full_attention", "conv",
+                    "full_attention", "conv", "full_attention", "conv"],
+}
+
+
+def _spec(name):
+    return spec_from_hf_config(LFM2, "lfm2") if name == "lfm2" else load_model(name)
+
+
+def _seq_lens(spec, rng):
+    windows = {getattr(layer.mixer, "window", 0) for layer, _ in spec.groups()} - {0}
+    near = {w + d for w in windows for d in (-1, 0, 1, 2)}
+    return sorted(near | {rng.randrange(1, 1 << 20) for _ in range(40)} | {1, 1 << 24})
+
+
+@pytest.mark.parametrize("name", [*MODELS.values(), "lfm2"])
+def test_sweep_rows_equal_estimate(name):
+    rng = random.Random(name)
+    spec = _spec(name)
+    seqs = _seq_lens(spec, rng)
+    batches = sorted({1, 1 << 16, *(rng.randrange(1, 512) for _ in range(8))})
+    hw = load_hardware("h100-sxm")
+    plan = plan_sweep(spec, seqs, batches, kv_dtype=["bf16", "fp8"], hardware=hw)
+    rows = list(iter_rows(plan))
+    assert len(rows) == len(seqs) * len(batches) * 2
+    for row in rng.sample(rows, 150):
+        want = estimate(spec, row["seq_len"], row["batch"], row["kv_dtype"], "bf16",
+                        hardware=hw).as_row()
+        assert rows_equal(row, want) == [], (row["seq_len"], row["batch"])
+
+
+def test_every_kind_is_covered():
+    kinds = set()
+    for name in [*MODELS.values(), "lfm2"]:
+        kinds |= {layer.mixer.kind for layer, _ in _spec(name).groups()}
+    assert {"full", "sliding", "chunked", "mla", "linear", "mamba", "conv"} <= kinds
