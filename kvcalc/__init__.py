@@ -21,6 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from kvcalc.errors import KvcalcError
 
+# The submodule kvcalc.estimate is loaded before the function `estimate` below is
+# defined: a first import of the submodule later would set kvcalc.estimate to it.
+import kvcalc.estimate as _estimate_module  # noqa: E402,F401  isort: skip
+
 __version__ = "0.1.0"
 
 # name -> module it comes from, imported when first asked for

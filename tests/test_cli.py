@@ -380,3 +380,68 @@ def test_output_paths_with_brackets_are_printed_as_named(tmp_path):
                            timeout=60, cwd=tmp_path)
         assert (r.returncode, r.stderr) == (0, f"wrote {name}\n")
         assert json.loads((tmp_path / name).read_text())["model"]["name"] == "gpt3"
+
+
+# --- first run as a newcomer (issue 13) ------------------------------------------------
+def test_no_arguments_prints_an_overview_and_exits_0():
+    r = kvcalc()
+    assert r.returncode == 0 and "kvcalc estimate --preset llama3-8b" in r.stdout and not r.stderr
+    assert kvcalc("-h").returncode == 0 and kvcalc("estimate", "-h").returncode == 0
+    assert kvcalc("--version").stdout.startswith("kvcalc ")
+
+
+def test_estimate_opens_with_a_headline_and_fits_80_columns():
+    r = subprocess.run([sys.executable, "-m", "kvcalc", "estimate", "--preset", "llama3-8b"],
+                       capture_output=True, text=True, cwd=ROOT, env={**os.environ, "COLUMNS": "80"})
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and len(lines) <= 24 and max(map(len, lines)) <= 80
+    assert lines[0].startswith("llama3-8b, 8,192 tokens x 1 sequence: KV cache 1.07 GB / 1 GiB")
+    assert "fits, room for" in r.stdout
+
+
+def test_a_model_that_does_not_fit_says_so_beside_its_time():
+    r = kvcalc("estimate", "--preset", "gpt3")
+    assert "does not fit (smallest tp that fits: 6); if it fit:" in " ".join(r.stdout.split())
+
+
+@pytest.mark.parametrize("suffix, check", [
+    (".json", lambda t: json.loads(t)["kv_cache_bytes"] > 0),
+    (".csv", lambda t: t.startswith("model,attention,")),
+    (".md", lambda t: "| KV cache per token |" in t),
+])
+def test_the_output_suffix_picks_the_format(tmp_path, suffix, check):
+    out = tmp_path / f"r{suffix}"
+    r = kvcalc("estimate", "--preset", "llama3-8b", "-o", str(out))
+    assert r.returncode == 0 and check(out.read_text())
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--preset", "gpt3", "--preset", "gpt3"], "--preset is given more than once"),
+    (["--preset", "gpt3", "--reserve", "1.5B"], "not a whole number of bytes"),
+    (["--preset", "gpt3", "--gpu", "none", "--memory-fraction", "0.9"], "--gpu none has none"),
+    (["--preset", "gpt3", "--layers", "x"], "--layers expects a whole number of layers, got 'x'"),
+    (["--preset", "gpt3", "--format", "x"], "--format expects one of table, json, csv, md"),
+    (["--config", "/"], "is a folder"),
+])
+def test_bad_input_in_kvcalcs_words(args, fragment):
+    r = kvcalc("estimate", *args)
+    assert r.returncode == 2 and fragment in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_closed_stdout_ascii_stdout_and_columns_0():
+    base = [sys.executable, "-m", "kvcalc", "estimate", "--preset", "gpt3"]
+    r = subprocess.run(" ".join(base) + " >&-", shell=True, capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0 and "Traceback" not in r.stderr
+    r = subprocess.run(base + ["--detail"], capture_output=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert r.returncode == 0 and b"ms" in r.stdout
+    r = subprocess.run(base, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "COLUMNS": "0"})
+    assert r.returncode == 0 and "gpt3" in r.stdout
+
+
+def test_python_api_takes_preset_names():
+    import kvcalc as api
+
+    est = api.estimate("gpt3", 2048, kv_dtype="fp16", hardware="h100-sxm")
+    assert est.cache.bytes == 9_663_676_416 and est.min_tp_that_fits == 6
+    assert api.kv_cache("gpt3", 2048, kv_dtype="fp16").bytes == 9_663_676_416

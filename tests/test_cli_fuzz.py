@@ -1,0 +1,162 @@
+"""Property-based fuzzing of the CLI: whatever the arguments, kvcalc answers or refuses
+in one line.
+
+Over 1,000 generated invocations of every command (estimate, fit, presets, sweep and
+measure), drawing every option each command has (read from the command itself) with
+values good and bad, and every preset file and HF config in the repository:
+exit code 0 or 2; on 2 exactly one stderr line, `kvcalc: error: ...`, with no traceback
+and no internal wording (pydantic's, errno's, Python's); on 0 with --format json or csv,
+output that parses.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+from typer.main import get_command  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from kvcalc import presets  # noqa: E402
+from kvcalc.cli import app  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = 1200
+CALLS = {"n": 0}
+
+GROUP = get_command(app)
+COMMANDS = {name: cmd for name, cmd in GROUP.commands.items()}
+LEAKS = re.compile(r"Traceback|Input should be|Value error|\[Errno|pydantic|validation error|"
+                   r"codec can't|object has no attribute|NoneType|unexpected keyword")
+
+MODELS = presets.model_names()
+HARDWARE = presets.hardware_names()
+FILES = sorted(str(p) for p in (ROOT / "tests" / "data" / "hf").glob("*.json")) + sorted(
+    str(p) for p in presets.presets_dir().glob("*/*.yaml"))
+
+NUMBERS = ["1", "2", "8", "32", "4096", "0", "-1", "1.5", "1e9", "abc", "", " 8", "0x10",
+           "1_000", "99999999999999999999999", "nan", "inf", "+3", "1,8", "1:8:*2", "8:1:+1"]
+WORDS = ["none", "auto", "bf16", "fp8", "int4", "fp32", "fp16", "int8", "bogus", "json", "csv",
+         "md", "table", "x", "", "all", "grouped", "sdpa", "layer", "both", "attention",
+         "rotate", "flush", "gated", "plain", "cpu", "cuda"]
+SIZES = ["0", "2GiB", "500MB", "1.5B", "1e999", "-1", "1.5", "12kib", "80GB", "x"]
+
+
+def _values(tmp: Path) -> dict[str, st.SearchStrategy]:
+    paths = st.sampled_from([str(tmp / "out.json"), str(tmp / "out.csv"), str(tmp / "out.md"),
+                             str(tmp / "out.txt"), str(tmp / "out.png"), str(tmp / "out.xyz"),
+                             str(tmp), "-", str(tmp / "missing" / "x.csv")])
+    files = st.sampled_from(FILES + [str(tmp / "nope.yaml"), str(tmp), "/dev/null",
+                                     str(tmp / "bin.yaml"), str(tmp / "loop.yaml"),
+                                     str(tmp / "bom.yaml"), str(tmp / "odd.yaml")])
+    return {
+        "--preset": st.sampled_from(MODELS + ["gpt-3", "LLAMA3-8B", "", " gpt3", "[red]x"]),
+        "--gpu": st.sampled_from(HARDWARE + ["none", "h100", "H100-SXM", ""]),
+        "--config": files,
+        "--output": paths, "-o": paths, "--plot": paths,
+        "--reserve": st.sampled_from(SIZES),
+        "--memory-fraction": st.sampled_from(["0.9", "1", "0", "1.5", "-0.1", "nan", "x"]),
+        "--format": st.sampled_from(["json", "csv", "md", "table", "JSON", "xml", ""]),
+    }
+
+
+def _args(draw, tmp: Path) -> list[str]:
+    # measure runs real (tiny) decode steps: drawn less often than the analytical commands.
+    name = draw(st.sampled_from(["estimate"] * 12 + ["fit"] * 6 + ["presets"] * 4
+                                + ["sweep"] * 6 + ["measure"]))
+    command = COMMANDS[name]
+    values = _values(tmp)
+    options = [p for p in command.params if getattr(p, "param_type_name", "") == "option"]
+    args = [name]
+    if name == "presets":
+        args += draw(st.sampled_from([[], ["show", draw(st.sampled_from(MODELS + HARDWARE))],
+                                      ["show"], ["show", "nope"], ["list"]]))
+    if name == "measure":
+        # A valid measure runs real decode steps: keep it tiny and fast.
+        args += ["--heads", "4", "--kv-heads", "2", "--head-dim", "8", "--seq-len", "16",
+                 "--batch", "1", "--iters", "1", "--warmup", "0", "--device", "cpu",
+                 "--cache-ceilings"]  # measured once, in the test's own cache folder
+        options = [p for p in options if p.opts[0] not in
+                   ("--heads", "--kv-heads", "--head-dim", "--seq-len", "--batch", "--iters",
+                    "--warmup", "--device", "--sweep", "--compare", "--cache-ceilings",
+                    "--cuda-graphs", "--d-model", "--step", "--impl")]
+    if name == "sweep":
+        args += ["--seq-len", draw(st.sampled_from(["1024", "1024:4096:*2", "8:1:+1", "x", "0"]))]
+        options = [p for p in options if p.opts[0] != "--seq-len"]
+    if name == "measure" and "torch" not in sys.modules and importlib.util.find_spec("torch") is None:
+        options = options[:0]  # without torch, measure says which extra to install
+    chosen = draw(st.lists(st.sampled_from(options), max_size=5, unique_by=lambda p: p.name)) \
+        if options else []
+    for param in chosen:
+        flag = param.opts[0]
+        args.append(flag)
+        if getattr(param, "is_flag", False):
+            continue
+        if flag in values:
+            args.append(draw(values[flag]))
+        else:
+            args.append(draw(st.sampled_from(NUMBERS + WORDS)))
+    if draw(st.booleans()) and name != "measure":
+        args += ["--format", draw(st.sampled_from(["json", "csv"]))] \
+            if "--format" not in args and "-o" not in args and "--output" not in args else []
+    if draw(st.integers(0, 30)) == 0:
+        args.append(draw(st.sampled_from(["-h", "--nope", "extra", "--preset"])))
+    return args
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("fuzz")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("XDG_CACHE_HOME", str(d / "cache"))  # measure's ceilings cache
+    yield from _files(d)
+    patch.undo()
+
+
+def _files(d: Path):
+    (d / "bin.yaml").write_bytes(bytes(range(256)) * 4)
+    (d / "loop.yaml").symlink_to(d / "loop2.yaml")
+    (d / "loop2.yaml").symlink_to(d / "loop.yaml")
+    minimal = ("name: t\nlayers: 2\nd_model: 64\nheads: 4\nkv_heads: 4\nhead_dim: 16\nd_ff: 128\n"
+               "vocab: 100\nmlp: plain\n")
+    (d / "bom.yaml").write_bytes(b"\xef\xbb\xbf" + minimal.encode())
+    (d / "odd.yaml").write_text(minimal.replace("layers: 2", "layers: 1:30"))
+    yield d
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_any_invocation_answers_or_refuses_in_one_line(tmp: Path, data) -> None:
+    args = data.draw(st.composite(lambda draw: _args(draw, tmp))())
+    CALLS["n"] += 1
+    r = CliRunner().invoke(app, args)
+    where = f"kvcalc {' '.join(map(repr, args))}"
+    assert r.exit_code in (0, 2), f"{where}: exit {r.exit_code}\n{r.stderr}\n{r.exception!r}"
+    if r.exit_code == 2:
+        lines = r.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("kvcalc: error: "), f"{where}\n{r.stderr}"
+        assert not LEAKS.search(r.stderr), f"{where}\n{r.stderr}"
+        return
+    assert "Traceback" not in r.stderr
+    if "-h" in args or "--help" in args or "-o" in args or "--output" in args:
+        return
+    fmt = args[args.index("--format") + 1].lower() if "--format" in args else None
+    if fmt == "json":
+        json.loads(r.stdout)
+    elif fmt == "csv" or (fmt is None and args[0] == "sweep"):
+        rows = list(csv.reader(io.StringIO(r.stdout)))
+        assert rows and len(rows[0]) > 1, where
+
+
+def test_the_fuzzer_ran_over_a_thousand_invocations() -> None:
+    assert CALLS["n"] >= 1000, CALLS["n"]
