@@ -327,7 +327,7 @@ def test_l2_plan():
     n, flush, text = runner.l2_plan(25 * mb, 50 * mb, "L2", "auto", "cache")
     assert (n, flush) == (8, 0) and text == "rotated 8 caches, 4.0x L2"
     n, flush, text = runner.l2_plan(1000, 50 * mb, "L2", "auto", "cache")
-    assert n == 1 and flush == 200 * mb and "flushed" in text
+    assert n == 1 and flush == 75 * mb and "flushed" in text
     assert runner.l2_plan(1000, 50 * mb, "L2", "none", "cache")[2] == "cache fits in L2 (not flushed)"
     n, _, text = runner.l2_plan(1000, 50 * mb, "L2", "rotate", "cache")
     assert n == runner.MAX_SLOTS and "capped" in text

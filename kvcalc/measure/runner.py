@@ -34,6 +34,10 @@ from kvcalc.spec import MAX_WIDTH, ModelSpec, dtype as _dtype
 
 MAX_SLOTS = 64  # rotation beyond this: flush instead
 L2_MULTIPLE = 4  # rotate over at least 4x the last-level cache
+# A flush reads one and a half times the last-level cache (enough to evict it under
+# any replacement policy seen in practice), not L2_MULTIPLE times: the flush is for
+# caches too small to rotate, and 4x a big server LLC would be gigabytes.
+FLUSH_NUM, FLUSH_DEN = 3, 2
 LOGIT_BYTES = 16  # per logit, worst case: scores, fp32 copy, softmax, cast back
 GRAPH_POOL_SLACK_BYTES = 22 * 2**20  # per captured graph: one small and one large segment
 PROBE_SEQ_LEN = 64  # tokens in the SDPA backend probes
@@ -93,7 +97,7 @@ def l2_plan(slot_bytes: int, cache_bytes: int, cache_name: str, mode: str,
         warn = "" if total >= L2_MULTIPLE else f" (capped at {MAX_SLOTS}; partly {cache_name}-resident)"
         plural = what + ("s" if not what.endswith("s") else "")
         return n, 0, f"rotated {n} {plural}, {_times(total)} {cache_name}{warn}"
-    flush = L2_MULTIPLE * cache_bytes
+    flush = -(-FLUSH_NUM * cache_bytes // FLUSH_DEN)  # checked by the memory guard with the rest
     return 1, flush, f"{cache_name} flushed before each repetition ({human_bytes(flush)} read)"
 
 
