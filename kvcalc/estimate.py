@@ -84,8 +84,11 @@ class Estimate:
                 "active": self.params.active,
                 "embedding": self.params.embedding,
                 "breakdown": dict(self.params.breakdown),
+                # Multimodal configs: vision tower and projector, apart from the text model.
+                "towers": dict(s.extra.get("towers", {})),
             },
             "weight_bytes": self.weight_bytes,
+            "weight_bytes_towers": self.weight_dtype.nbytes(sum(s.extra.get("towers", {}).values())),
             "decode": {
                 "flops": d.flops,
                 "bytes": d.bytes,

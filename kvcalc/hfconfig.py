@@ -1019,6 +1019,8 @@ _WRAPPERS = {
     "llava": "llama", "llava_next": "llama", "mistral3": "mistral", "gemma3": "gemma3_text",
     "llama4": "llama4_text", "qwen2_5_vl": "qwen2", "qwen2_vl": "qwen2",
 }
+_WRAPPER_TIED = {"llava": False, "llava_next": False, "mistral3": True, "gemma3": True,
+                 "llama4": False, "qwen2_5_vl": False, "qwen2_vl": False}
 # LlamaConfig's defaults (Llama 2 7B), which LLaVA-1.5's short text_config relies on.
 _LLAMA_DEFAULTS = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
                    "num_attention_heads": 32, "vocab_size": 32000}
@@ -1034,21 +1036,29 @@ def _wrapped(cfg: dict, model_type: str, name: str, source: str, where: str) -> 
         raise KvcalcError(f"{where}: model_type {model_type!r} needs a 'text_config' object")
     text = dict(text)
     text.setdefault("model_type", _WRAPPERS[model_type])
-    if text["model_type"] in (model_type,):
-        text["model_type"] = _WRAPPERS[model_type]
+    if text["model_type"] in (model_type, "qwen2_5_vl_text", "qwen2_vl_text"):
+        text["model_type"] = _WRAPPERS[model_type]  # Qwen2-VL's text model is Qwen2's
     if text["model_type"] == "llama" and model_type.startswith("llava"):
         for key, value in _LLAMA_DEFAULTS.items():
             text.setdefault(key, value)
     if text["model_type"] == "gemma3_text":
         text.setdefault("vocab_size", 262_208)  # Gemma3TextConfig's default, which Gemma 3 relies on
-    if "tie_word_embeddings" in cfg and "tie_word_embeddings" not in text:
-        text["tie_word_embeddings"] = cfg["tie_word_embeddings"]
+    # The wrapper's own flag (its config class's default when absent) ties the lm_head of
+    # the whole model in transformers 5, whatever text_config says.
+    tied = cfg.get("tie_word_embeddings")
+    text["tie_word_embeddings"] = _WRAPPER_TIED[model_type] if tied is None else tied
     spec = spec_from_hf_config(text, name, source)
-    towers = [k for k in ("vision_config", "audio_config") if isinstance(cfg.get(k), dict)]
-    notes = spec.notes + (f"; {model_type}: the language model of a multimodal config "
-                          f"({', '.join(t.split('_')[0] for t in towers) or 'no'} tower and "
-                          "projector not counted here)")
-    extra = {**spec.extra, "hf_wrapper": model_type}
+    from kvcalc.towers import tower_params
+
+    towers = tower_params(cfg, model_type, spec.d_model, where)
+    if towers:
+        notes = spec.notes + (f"; {model_type}: a multimodal config; the language model is "
+                              f"counted, its vision tower and projector "
+                              f"({sum(towers.values()):,} parameters) apart")
+    else:
+        notes = spec.notes + (f"; {model_type}: the language model of a multimodal config "
+                              "(no vision tower formula for it: not counted)")
+    extra = {**spec.extra, "hf_wrapper": model_type, "towers": towers}
     import dataclasses
 
     return dataclasses.replace(spec, notes=notes, extra=extra)

@@ -135,7 +135,9 @@ def fit(spec: ModelSpec, hw: Hardware, seq_len: int, batch: int = 1,
         raise KvcalcError(f"reserve of {reserve_bytes:,} B exceeds the {memory}")
     wdt = weight_dtype if isinstance(weight_dtype, DType) else _dtype(weight_dtype)
     usable = usable_total - reserve_bytes
-    weight_bytes = wdt.nbytes(weight_params_per_device(spec, param_counts(spec).total, tp))
+    # A served multimodal model also holds its vision tower and projector.
+    resident = param_counts(spec).total + sum(spec.extra.get("towers", {}).values())
+    weight_bytes = wdt.nbytes(weight_params_per_device(spec, resident, tp))
     free = usable - weight_bytes
     cache = kv_cache(spec, seq_len, batch, kv_dtype, tp, scale_bytes, encoder_seq_len)
     per_seq = cache.bytes_per_device // batch

@@ -124,3 +124,24 @@ def test_default_config_cache_bytes_equal_transformers(model_type):
         got = [m["stored_bytes"] for m in measured]
         assert _kvcalc_layer_bytes(reduced, seq_len) == got, (
             seq_len, [m["cache_class"] for m in measured])
+
+
+WRAPPER_DEFAULTS = ("llava", "gemma3", "mistral3", "qwen2_5_vl", "llama4")
+
+
+@pytest.mark.parametrize("source", [*(s for s in CONFIGS if _cfg(s).get("vision_config")),
+                                    *(f"default:{w}" for w in WRAPPER_DEFAULTS)])
+def test_vision_towers_equal_transformers(source):
+    """Multimodal configs: the language model is counted (above), the vision tower and
+    projector apart; together they are the whole model transformers builds."""
+    if source.startswith("default:"):
+        import transformers
+
+        config = transformers.AutoConfig.for_model(source.split(":")[1])
+        cfg = json.loads(json.dumps(config.to_dict(), default=str))
+    else:
+        cfg = _cfg(source)
+    truth = hf_truth.meta_param_count(cfg)
+    spec = spec_from_hf_config(cfg, "m")
+    assert sum(spec.extra["towers"].values()) == truth["towers"]
+    assert param_counts(spec).total + truth["towers"] == truth["total"]

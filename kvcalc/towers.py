@@ -1,0 +1,111 @@
+"""Vision towers and projectors of multimodal configs, counted apart from the language model.
+
+A served multimodal model holds these weights too, but they cache nothing and run once
+per image, so kvcalc reports them beside the text model rather than inside it. Each
+function follows that family's vision modeling file in transformers 5 (which modules
+exist, their shapes and biases): CLIP (LLaVA), SigLIP (Gemma 3), Pixtral (Mistral 3),
+Qwen2.5-VL's window-attention ViT, Llama 4's vision encoder. Counts are exact: tests
+check them against the models transformers builds on the meta device.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from kvcalc.errors import KvcalcError
+
+
+def _vit_layer(h: int, i: int) -> int:
+    """A ViT block with biases: q, k, v, o; two LayerNorms (weight + bias); fc1, fc2."""
+    return 4 * (h * h + h) + 2 * 2 * h + (h * i + i) + (i * h + h)
+
+
+class _Fields:
+    def __init__(self, cfg: dict, where: str) -> None:
+        self.cfg, self.where = cfg, where
+
+    def int(self, key: str, default: int | None = None) -> int:
+        value = self.cfg.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise KvcalcError(f"{self.where}: vision_config field {key!r} must be a positive "
+                              f"integer, got {value!r}")
+        return value
+
+    def bool(self, key: str, default: bool) -> bool:
+        value = self.cfg.get(key, default)
+        return default if value is None else bool(value)
+
+
+def _clip(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
+    """CLIP vision model (class token, pre and post LayerNorms) + LLaVA's 2-layer projector."""
+    h, i = v.int("hidden_size", 768), v.int("intermediate_size", 3072)
+    p, size, layers = v.int("patch_size", 32), v.int("image_size", 224), v.int("num_hidden_layers", 12)
+    positions = (size // p) ** 2 + 1
+    tower = h + 3 * p * p * h + positions * h + 2 * h + layers * _vit_layer(h, i) + 2 * h
+    bias = top.get("multimodal_projector_bias", True) is not False
+    proj = (h * text_hidden + (text_hidden if bias else 0)
+            + text_hidden * text_hidden + (text_hidden if bias else 0))
+    return {"vision_tower": tower, "projector": proj}
+
+
+def _siglip(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
+    """SigLIP vision model (no class token; optional attention-pooling head) + Gemma 3's
+    projection matrix and soft-embedding RMSNorm."""
+    h, i = v.int("hidden_size", 768), v.int("intermediate_size", 3072)
+    p, size, layers = v.int("patch_size", 16), v.int("image_size", 224), v.int("num_hidden_layers", 12)
+    tower = 3 * p * p * h + h + (size // p) ** 2 * h + layers * _vit_layer(h, i) + 2 * h
+    if v.bool("vision_use_head", True):
+        tower += h + (3 * h * h + 3 * h) + (h * h + h) + 2 * h + (h * i + i) + (i * h + h)
+    return {"vision_tower": tower, "projector": h * text_hidden + h}
+
+
+def _pixtral(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
+    """Pixtral (RMSNorms, bias-free attention, gated MLP) + Mistral 3's patch merger."""
+    h, i = v.int("hidden_size", 1024), v.int("intermediate_size", 4096)
+    p, layers = v.int("patch_size", 16), v.int("num_hidden_layers", 24)
+    tower = 3 * p * p * h + h + layers * (2 * h + 4 * h * h + 3 * h * i)
+    merge = top.get("spatial_merge_size", 2)
+    bias = top.get("multimodal_projector_bias", False) is True
+    proj = (h + h * merge * merge * h + h * text_hidden + (text_hidden if bias else 0)
+            + text_hidden * text_hidden + (text_hidden if bias else 0))
+    return {"vision_tower": tower, "projector": proj}
+
+
+def _qwen25_vl(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
+    """Qwen2.5-VL's ViT (3D patch embedding, RMSNorms, biased qkv/proj and gated MLP)
+    and its patch merger (RMSNorm, two linears over spatial_merge_size^2 patches)."""
+    h, i = v.int("hidden_size", 3584), v.int("intermediate_size", 3420)
+    p, t, depth = v.int("patch_size", 14), v.int("temporal_patch_size", 2), v.int("depth", 32)
+    merge, out = v.int("spatial_merge_size", 2), v.int("out_hidden_size", 3584)
+    block = 2 * h + (3 * h * h + 3 * h) + (h * h + h) + 2 * (h * i + i) + (i * h + h)
+    tower = 3 * t * p * p * h + depth * block
+    m = h * merge * merge
+    merger = h + (m * m + m) + (m * out + out)
+    return {"vision_tower": tower + merger, "projector": 0}
+
+
+def _llama4_vision(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
+    """Llama 4's vision encoder (class token, unfolded linear patch embedding, LayerNorms,
+    biased ViT blocks, a pixel-shuffle MLP adapter) + a bias-free projector."""
+    h, i = v.int("hidden_size", 768), v.int("intermediate_size", 5632)
+    p, size, layers = v.int("patch_size", 14), v.int("image_size", 448), v.int("num_hidden_layers", 34)
+    tower = (h + ((size // p) ** 2 + 1) * h + 3 * p * p * h + 2 * 2 * h
+             + layers * _vit_layer(h, i))
+    adapter = i * v.int("projector_input_dim", 4096) + v.int("projector_output_dim", 4096) ** 2
+    proj = v.int("vision_output_dim", 7680) * text_hidden
+    return {"vision_tower": tower + adapter, "projector": proj}
+
+
+_TOWERS: dict[str, Callable[[_Fields, dict, int], dict[str, int]]] = {
+    "llava": _clip, "llava_next": _clip, "gemma3": _siglip, "mistral3": _pixtral,
+    "qwen2_5_vl": _qwen25_vl, "llama4": _llama4_vision,
+}
+
+
+def tower_params(cfg: dict[str, Any], wrapper: str, text_hidden: int, where: str) -> dict[str, int]:
+    """Parameters of the vision tower and projector of a multimodal config, by part;
+    {} for a wrapper kvcalc has no tower formula for."""
+    vision = cfg.get("vision_config")
+    if wrapper not in _TOWERS or not isinstance(vision, dict):
+        return {}
+    return _TOWERS[wrapper](_Fields(vision, where), cfg, text_hidden)
