@@ -259,7 +259,7 @@ def effective_context(spec: ModelSpec, seq_len: int) -> int:
     (windows and chunks applied): Shazeer's n for a model whose layers differ."""
     tokens = layers = 0
     for layer, n in spec.groups():
-        if layer.mixer.cache_kind != "state":
+        if layer.mixer.attends:
             tokens += n * layer.mixer.tokens_read(seq_len)
             layers += n
     return tokens // layers if layers else 0
@@ -331,7 +331,7 @@ def estimate(
     decode = formulas.decode_step(spec, seq_len, batch, wdt, kdt, act, tp, scale_bytes,
                                   encoder_seq_len)
     shazeer = batched = None
-    if spec.mla is None and any(l.mixer.cache_kind != "state" for l, _ in spec.groups()):
+    if spec.mla is None and any(l.mixer.attends for l, _ in spec.groups()):
         # n is the context each layer attends over: with sliding windows, the
         # layer-average of min(seq_len, window), as the cache and decode bytes use.
         n_eff = max(1, effective_context(spec, seq_len))

@@ -50,7 +50,7 @@ def kv_heads_per_device(spec: ModelSpec, tp: int) -> int:
     """
     check_size("tp", tp, MAX_TP)
     per = [layer.mixer.kv_heads_per_device(tp) for layer, _ in spec.groups()
-           if layer.mixer.cache_kind != "state"]
+           if layer.mixer.attends]
     return max(per, default=0)
 
 
@@ -135,6 +135,8 @@ def cache_groups(spec: ModelSpec, kv_dtype: DType | str = "bf16", tp: int = 1,
     for layer, n in spec.groups():
         mx = layer.mixer
         kind = mx.cache_kind
+        if kind == "none":
+            continue  # holds nothing: no group for an engine to page
         key = (kind, mx.token_bytes(dt, tp, scale_bytes), mx.state_bytes(dt, sdt, tp),
                getattr(mx, "window", 0), mx.label if kind == "state" else "")
         merged[key] = merged.get(key, 0) + n
@@ -318,7 +320,7 @@ class ParamCounts:
 
 
 def _mixer_prefix(mixer) -> str:
-    return "attention" if mixer.cache_kind != "state" else mixer.kind
+    return "attention" if mixer.attends else mixer.kind
 
 
 def param_counts(spec: ModelSpec) -> ParamCounts:
@@ -570,7 +572,7 @@ def decode_step(
     for layer, n in spec.groups():
         mx = layer.mixer
         attn_flops_per_token += n * mx.decode_flops(mx.tokens_read(seq_len))
-        if mx.cache_kind == "state":
+        if not mx.attends:
             attn_flops_per_token += n * mx.recurrent_flops()
     if spec.encoder_layers:
         enc_len = seq_len if encoder_seq_len is None else encoder_seq_len
@@ -664,7 +666,7 @@ def prefill_flops(spec: ModelSpec, seq_len: int, encoder_seq_len: int | None = N
     attn = 0
     for layer, n in spec.groups():
         mx = layer.mixer
-        if mx.cache_kind == "state":
+        if not mx.attends:
             attn += n * mx.recurrent_flops() * seq_len
             continue
         # MLA decompresses K and V once per token in prefill: per-head dims.

@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 from kvcalc.errors import KvcalcError, quoted, value_problem
 from kvcalc.inputfile import read_text
-from kvcalc.layers import Attention, Dense, GatedDeltaNet, Layer, Mamba, ShortConv
+from kvcalc.layers import Attention, Dense, GatedDeltaNet, Layer, Mamba, Mamba2, NoMixer, ShortConv
 from kvcalc.layers import MoE
 from kvcalc.spec import MLA, ModelSpec, compress
 from kvcalc.spec import MoE as FlatMoE
@@ -968,6 +968,61 @@ def _qwen3_next(c: _Config, family: str) -> dict:
                      for k, sp in zip(kinds, sparse)])
 
 
+def _nemotron_h(c: _Config, family: str) -> dict:
+    """Nemotron-H: one block per layer, each a Mamba-2 mixer, attention, an MLP or a MoE
+    after one RMSNorm (layers_block_type, or the older hybrid_override_pattern string
+    M/*/-/E). MLP and MoE blocks cache nothing."""
+    hidden = c.req_dim("hidden_size")
+    vocab = c.req_dim("vocab_size")
+    types = c.raw("layers_block_type", "layer_types")
+    if types is _MISSING or types is None:
+        pattern = c.raw("hybrid_override_pattern")
+        if not isinstance(pattern, str) or not pattern:
+            raise c._missing("layers_block_type", " (or hybrid_override_pattern)")
+        table = {"M": "linear_attention", "E": "moe", "*": "full_attention", "-": "mlp"}
+        bad = sorted(set(pattern) - set(table))
+        if bad:
+            raise c.error(f"hybrid_override_pattern has characters kvcalc does not know: {bad}")
+        types = [table[ch] for ch in pattern]
+    if not isinstance(types, list) or not types:
+        raise c.error("field 'layers_block_type' must be a non-empty list")
+    allowed = {"linear_attention", "moe", "full_attention", "mlp"}
+    unknown = sorted({t for t in types if t not in allowed} if all(isinstance(t, str) for t in types)
+                     else {"(not a string)"})
+    if unknown:
+        raise c.error(f"layers_block_type has entries kvcalc does not know: {unknown}")
+    heads = c.req_dim("num_attention_heads")
+    kv_heads = c.opt_int("num_key_value_heads", heads)
+    head_dim = c.head_dim(hidden, heads)
+    d_ff = c.req_dim("intermediate_size")
+    bias = c.opt_bool("attention_bias", False)
+    mamba = Mamba2(heads=c.req_int("mamba_num_heads"), head_dim=c.req_int("mamba_head_dim"),
+                   d_state=c.req_int("ssm_state_size"), groups=c.opt_int("n_groups", 8) or 8,
+                   conv_kernel=c.opt_int("conv_kernel", 4) or 4,
+                   conv_bias=c.opt_bool("use_conv_bias", True),
+                   proj_bias=c.opt_bool("mamba_proj_bias", False))
+    blocks = {
+        "linear_attention": Layer(mamba, None, 1),
+        "full_attention": Layer(Attention(heads, kv_heads, head_dim, qkv_bias=bias, out_bias=bias),
+                                None, 1),
+        "mlp": Layer(NoMixer(), Dense(d_ff, gated=False, bias=c.opt_bool("mlp_bias", False)), 1),
+    }
+    if "moe" in types:
+        shared = c.opt_int("n_shared_experts", 0) or 0
+        blocks["moe"] = Layer(NoMixer(), MoE(
+            experts=c.req_int("n_routed_experts"), active=c.req_int("num_experts_per_tok"),
+            expert_d_ff=c.req_int("moe_intermediate_size"), shared_experts=shared,
+            shared_d_ff=c.opt_int("moe_shared_expert_intermediate_size", 0) or 0,
+            gated=False), 1)
+    return _layered(_flat(c, hidden, len(types), heads, kv_heads, head_dim, d_ff, vocab,
+                          qkv_bias=bias, out_bias=bias, norms_per_layer=1,
+                          tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                          max_context=c.opt_int("max_position_embeddings", 4096) or 0,
+                          notes=["hybrid: Mamba-2 layers hold a constant state; MLP and MoE "
+                                 "blocks cache nothing"]),
+                    [blocks[t] for t in types])
+
+
 _FAMILIES: dict[str, Callable[[_Config, str], dict]] = {
     "llama": _llama_like,
     "mistral": _llama_like,
@@ -1011,6 +1066,7 @@ _FAMILIES: dict[str, Callable[[_Config, str], dict]] = {
     "lfm2": _lfm2,
     "qwen3_next": _qwen3_next,
     "minicpm3": _deepseek,
+    "nemotron_h": _nemotron_h,
 }
 
 # Multimodal configs: the language model is `text_config` (model_type defaulted as

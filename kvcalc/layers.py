@@ -84,6 +84,8 @@ class Attention:
             raise KvcalcError(
                 f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
 
+    attends = True  # softmax attention over cached tokens
+
     @property
     def label(self) -> str:
         return self.kind if self.kind == "full" else f"{self.kind} {self.window:,}"
@@ -183,6 +185,7 @@ class Latent:
     kind = "mla"
     label = "mla"
     cache_kind = "mla"
+    attends = True
 
     def kv_heads_per_device(self, tp: int) -> int:
         if self.heads % tp:
@@ -255,6 +258,7 @@ class _Stateful:
     """Shared answers of the state kinds: nothing grows with the context."""
 
     cache_kind = "state"
+    attends = False
 
     def kv_heads_per_device(self, tp: int) -> int:
         return 0
@@ -412,7 +416,98 @@ class ShortConv(_Stateful):
         return 2 * self.width * self.kernel
 
 
-Mixer = Union[Attention, Latent, Mamba, GatedDeltaNet, ShortConv]
+@dataclass(frozen=True)
+class Mamba2(_Stateful):
+    """A Mamba-2 (SSD) mixer (Nemotron-H, Bamba, Granite 4 hybrids): `heads` heads of
+    `head_dim`, B and C shared within `groups`. State per sequence: heads x head_dim x
+    d_state (state dtype) and the convolution's last `conv_kernel` inputs over x, B, C."""
+
+    heads: int
+    head_dim: int
+    d_state: int
+    groups: int
+    conv_kernel: int
+    conv_bias: bool = True
+    proj_bias: bool = False
+
+    kind = "mamba2"
+    label = "mamba2"
+
+    @property
+    def d_inner(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def conv_channels(self) -> int:
+        return self.d_inner + 2 * self.groups * self.d_state
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
+        return (state_dt.nbytes(_split(self.heads, tp) * self.head_dim * self.d_state)
+                + conv_dt.nbytes(_split(self.conv_channels, tp) * self.conv_kernel))
+
+    def params(self, d_model: int) -> dict[str, int]:
+        n, c = self.d_inner, self.conv_channels
+        return {
+            "in_proj": _linear(d_model, n + c + self.heads, self.proj_bias),
+            "conv1d": c * self.conv_kernel + (c if self.conv_bias else 0),
+            "dt_bias": self.heads, "A_log": self.heads, "D": self.heads,
+            "norm": n,
+            "out_proj": _linear(n, d_model, self.proj_bias),
+        }
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        return [(d_model, self.d_inner + self.conv_channels + self.heads), (self.d_inner, d_model)]
+
+    def recurrent_flops(self) -> int:
+        return 6 * self.d_inner * self.d_state
+
+
+@dataclass(frozen=True)
+class NoMixer:
+    """A layer that mixes no tokens and caches nothing: Nemotron-H's MLP-only and
+    MoE-only blocks."""
+
+    kind = "none"
+    label = "no cache"
+    cache_kind = "none"
+    attends = False
+
+    def kv_heads_per_device(self, tp: int) -> int:
+        return 0
+
+    def token_bytes(self, dt: DType, tp: int = 1, scale_bytes: int = 0) -> int:
+        return 0
+
+    def tokens_held(self, seq_len):
+        return 0 * seq_len
+
+    tokens_read = tokens_held
+    decode_flops = tokens_held
+    prefill_positions = tokens_held
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
+        return 0
+
+    def params(self, d_model: int) -> dict[str, int]:
+        return {}
+
+    def kv_projection_params(self, d_model: int) -> int:
+        return 0
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        return []
+
+    def decode_act_elements(self) -> int:
+        return 0
+
+    def recurrent_flops(self) -> int:
+        return 0
+
+    def with_kv_heads(self, kv_heads: int) -> "NoMixer":
+        return self
+
+
+Mixer = Union[Attention, Latent, Mamba, Mamba2, GatedDeltaNet, ShortConv, NoMixer]
 
 
 # --------------------------------------------------------------------------------

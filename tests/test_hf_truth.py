@@ -98,6 +98,8 @@ DEFAULT_CONFIGS = {
     "gemma3_text": {"num_hidden_layers": 7},
     "qwen2_moe": {"num_hidden_layers": 4, "decoder_sparse_step": 2, "mlp_only_layers": [3]},
     "llama4_text": {"num_hidden_layers": 4, "interleave_moe_layer_step": 2},
+    "nemotron_h": {"layers_block_type": ["linear_attention", "moe", "full_attention", "mlp",
+                                         "linear_attention", "mlp"]},
 }
 
 

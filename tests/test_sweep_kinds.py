@@ -45,8 +45,20 @@ LFM2 = {  # LFM2's published shape, short-convolution and attention layers
 }
 
 
+NEMOTRON_H = {  # NemotronHConfig's defaults: Mamba-2, MoE-only, attention and MLP-only blocks
+    "model_type": "nemotron_h", "hidden_size": 4096, "vocab_size": 131072,
+    "layers_block_type": ["linear_attention", "moe", "full_attention", "mlp"] * 3,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+    "intermediate_size": 21504, "mamba_num_heads": 128, "mamba_head_dim": 64,
+    "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4, "n_routed_experts": 8,
+    "n_shared_experts": 1, "num_experts_per_tok": 2, "moe_intermediate_size": 7688,
+    "moe_shared_expert_intermediate_size": 7688,
+}
+EXTRA = {"lfm2": LFM2, "nemotron_h": NEMOTRON_H}
+
+
 def _spec(name):
-    return spec_from_hf_config(LFM2, "lfm2") if name == "lfm2" else load_model(name)
+    return spec_from_hf_config(EXTRA[name], name) if name in EXTRA else load_model(name)
 
 
 def _seq_lens(spec, rng):
@@ -55,7 +67,7 @@ def _seq_lens(spec, rng):
     return sorted(near | {rng.randrange(1, 1 << 20) for _ in range(40)} | {1, 1 << 24})
 
 
-@pytest.mark.parametrize("name", [*MODELS.values(), "lfm2"])
+@pytest.mark.parametrize("name", [*MODELS.values(), *EXTRA])
 def test_sweep_rows_equal_estimate(name):
     rng = random.Random(name)
     spec = _spec(name)
@@ -73,6 +85,7 @@ def test_sweep_rows_equal_estimate(name):
 
 def test_every_kind_is_covered():
     kinds = set()
-    for name in [*MODELS.values(), "lfm2"]:
+    for name in [*MODELS.values(), *EXTRA]:
         kinds |= {layer.mixer.kind for layer, _ in _spec(name).groups()}
-    assert {"full", "sliding", "chunked", "mla", "linear", "mamba", "conv"} <= kinds
+    assert {"full", "sliding", "chunked", "mla", "linear", "mamba", "mamba2", "conv",
+            "none"} <= kinds
