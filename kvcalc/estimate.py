@@ -36,6 +36,7 @@ class Estimate:
     scale_bytes: int = 0
     shazeer_batched: formulas.ShazeerRatio | None = None  # the whole prompt at once
     encoder_seq_len: int | None = None
+    latency: object = None  # latency.Latency with hardware: TTFT, TPOT, tokens/s
 
     @property
     def weight_bytes(self) -> int:
@@ -133,6 +134,7 @@ class Estimate:
                 "max_seq_len_unbounded": f.max_seq_len_unbounded,
                 "min_tp_that_fits": self.min_tp_that_fits,
             }
+        out["latency"] = self.latency.as_dict() if self.latency is not None else None
         out["notes"] = list(self.notes())
         return out
 
@@ -316,7 +318,13 @@ def estimate(
     encoder_seq_len: int | None = None,
     memory_fraction: float | str = 1,
     reserve_bytes: int = 0,
+    prompt_len: int | None = None,
+    mfu: float | str = "0.5",
+    bandwidth_efficiency: float | str = "0.8",
 ) -> Estimate:
+    """Every analytical figure for one configuration. With hardware: the roofline, the
+    fit, and the latency (TTFT for `batch` prompts of `prompt_len` tokens, default
+    seq_len, and TPOT at seq_len) at the stated MFU and bandwidth efficiency."""
     if encoder_seq_len is not None and not spec.encoder_layers:
         raise KvcalcError(f"--encoder-seq-len applies to encoder-decoder models; {spec.name} "
                           f"is decoder-only")
@@ -349,8 +357,15 @@ def estimate(
                             memory_fraction, reserve_bytes, encoder_seq_len).fits:
                 min_tp = candidate
                 break
+    lat = None
+    if hardware is not None:
+        from kvcalc.latency import latency
+
+        lat = latency(spec, hardware, seq_len if prompt_len is None else prompt_len, seq_len,
+                      batch, wdt, kdt, tp, mfu, bandwidth_efficiency, scale_bytes,
+                      encoder_seq_len)
     return Estimate(spec, seq_len, batch, kdt, wdt, tp, cache, params, decode, shazeer,
-                    hardware, roof, fit, min_tp, scale_bytes, batched, encoder_seq_len)
+                    hardware, roof, fit, min_tp, scale_bytes, batched, encoder_seq_len, lat)
 
 
 def default_gqa_kv_heads(heads: int) -> int:

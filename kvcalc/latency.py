@@ -1,0 +1,172 @@
+"""Time to first token (prefill) and time per output token (decode) on a device.
+
+Both are roofline bounds with stated efficiencies: the larger of the compute time
+(FLOPs over the dense peak x `mfu`) and the memory time (bytes over the datasheet
+bandwidth x `bandwidth_efficiency`), on one of `tp` devices running in parallel.
+
+Prefill of a batch of prompts of `prompt_len` tokens: every matmul for every prompt
+token, causal attention with its quadratic term (windows and chunks applied per
+layer), the lm_head for the last position (formulas.prefill_flops); it reads the
+weights once, writes each prompt's cache and moves each matmul's activations.
+Decode: formulas.decode_step at the context `seq_len`: weights, the cache at that
+length, one new token's K/V, activations. Prefill is usually compute-bound and decode
+memory-bound, which is why one efficiency of each kind is all the model needs.
+
+Defaults: MFU 0.5 (large prefills reach 40-60% of the dense peak on H100-class parts
+in vLLM and SGLang benchmarks) and bandwidth efficiency 0.8 (decode kernels reach
+80-90% of HBM bandwidth: ../reference/measurement.md, FlashInfer/FlashMLA figures).
+Both are settable and printed with every result. Communication between TP devices and
+scheduling overheads are not included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from kvcalc import formulas
+from kvcalc.errors import KvcalcError
+from kvcalc.roofline import compute_dtype_for
+from kvcalc.spec import MAX_BATCH, DType, Hardware, ModelSpec, check_size, dtype as _dtype
+
+DEFAULT_MFU = "0.5"
+DEFAULT_BANDWIDTH_EFFICIENCY = "0.8"
+
+
+def _fraction(value, name: str) -> Fraction:
+    try:
+        f = Fraction(str(value))
+    except (ValueError, ZeroDivisionError):
+        raise KvcalcError(f"{name} must be a number in (0, 1], got {value!r}") from None
+    if not 0 < f <= 1:
+        raise KvcalcError(f"{name} must be in (0, 1], got {value}")
+    return f
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Prefill and decode time bounds for one batch on one of `tp` devices (seconds)."""
+
+    prompt_len: int
+    seq_len: int
+    batch: int
+    tp: int
+    mfu: float
+    bandwidth_efficiency: float
+    prefill_flops: int  # one device's share
+    prefill_bytes: int
+    prefill_compute_s: float
+    prefill_memory_s: float
+    decode_flops: int
+    decode_bytes: int
+    decode_compute_s: float
+    decode_memory_s: float
+
+    @property
+    def ttft_s(self) -> float:
+        """Time to first token: the batch's prompts prefilled together."""
+        return max(self.prefill_compute_s, self.prefill_memory_s)
+
+    @property
+    def tpot_s(self) -> float:
+        """Time per output token: one decode step at seq_len."""
+        return max(self.decode_compute_s, self.decode_memory_s)
+
+    @property
+    def prefill_bound(self) -> str:
+        return "compute" if self.prefill_compute_s >= self.prefill_memory_s else "memory"
+
+    @property
+    def decode_bound(self) -> str:
+        return "memory" if self.decode_memory_s >= self.decode_compute_s else "compute"
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Decode throughput across the batch."""
+        return self.batch / self.tpot_s
+
+    def as_dict(self) -> dict:
+        return {
+            "prompt_len": self.prompt_len, "seq_len": self.seq_len, "batch": self.batch,
+            "mfu": self.mfu, "bandwidth_efficiency": self.bandwidth_efficiency,
+            "ttft_s": self.ttft_s, "prefill_bound": self.prefill_bound,
+            "prefill_flops_per_device": self.prefill_flops,
+            "prefill_bytes_per_device": self.prefill_bytes,
+            "tpot_s": self.tpot_s, "decode_bound": self.decode_bound,
+            "tokens_per_s": self.tokens_per_s,
+        }
+
+
+def latency(spec: ModelSpec, hw: Hardware, prompt_len: int, seq_len: int | None = None,
+            batch: int = 1, weight_dtype: DType | str = "bf16", kv_dtype: DType | str = "bf16",
+            tp: int = 1, mfu=DEFAULT_MFU, bandwidth_efficiency=DEFAULT_BANDWIDTH_EFFICIENCY,
+            scale_bytes: int = 0, encoder_seq_len: int | None = None) -> Latency:
+    """TTFT for `batch` prompts of `prompt_len` tokens and TPOT at context `seq_len`
+    (default: prompt_len, the first output token's context)."""
+    seq_len = prompt_len if seq_len is None else seq_len
+    check_size("batch", batch, MAX_BATCH)
+    mfu_f = _fraction(mfu, "MFU")
+    bw_f = _fraction(bandwidth_efficiency, "bandwidth efficiency")
+    wdt = weight_dtype if isinstance(weight_dtype, DType) else _dtype(weight_dtype)
+    kdt = kv_dtype if isinstance(kv_dtype, DType) else _dtype(kv_dtype)
+    adt = _dtype(compute_dtype_for(wdt))
+    peak = hw.peak_flops(adt.name)
+    bandwidth = hw.memory_bandwidth_bytes_per_s
+
+    # Prefill: FLOPs of the prompts; bytes: weights once, the cache written, activations.
+    one = formulas.decode_step(spec, prompt_len, batch, wdt, kdt, adt, tp, scale_bytes,
+                               encoder_seq_len)
+    cache = formulas.kv_cache(spec, prompt_len, batch, kdt, tp, scale_bytes, encoder_seq_len)
+    act_per_token = one.bytes_breakdown["activations"] // batch
+    weights_dev = formulas.weight_params_per_device(
+        spec, formulas.param_counts(spec).total, tp)
+    prefill_bytes = (wdt.nbytes(weights_dev) + cache.bytes_per_device
+                     + -(-act_per_token * prompt_len * batch // tp))
+    prefill_flops = -(-one.prefill_flops // tp)
+
+    return Latency(
+        prompt_len=prompt_len, seq_len=seq_len, batch=batch, tp=tp,
+        mfu=float(mfu_f), bandwidth_efficiency=float(bw_f),
+        prefill_flops=prefill_flops, prefill_bytes=prefill_bytes,
+        prefill_compute_s=float(Fraction(prefill_flops) / (peak * mfu_f)),
+        prefill_memory_s=float(Fraction(prefill_bytes) / (bandwidth * bw_f)),
+        **_decode(spec, seq_len, batch, wdt, kdt, adt, tp, scale_bytes, encoder_seq_len,
+                  peak * mfu_f, bandwidth * bw_f),
+    )
+
+
+def _decode(spec, seq_len, batch, wdt, kdt, adt, tp, scale_bytes, encoder_seq_len,
+            flops_per_s: Fraction, bytes_per_s: Fraction) -> dict:
+    d = formulas.decode_step(spec, seq_len, batch, wdt, kdt, adt, tp, scale_bytes,
+                             encoder_seq_len, prefill=False)
+    return dict(decode_flops=d.per_device_flops, decode_bytes=d.per_device_bytes,
+                decode_compute_s=float(Fraction(d.per_device_flops) / flops_per_s),
+                decode_memory_s=float(Fraction(d.per_device_bytes) / bytes_per_s))
+
+
+def max_batch_for_slo(spec: ModelSpec, hw: Hardware, prompt_len: int, seq_len: int | None,
+                      ttft_s: float | None, tpot_s: float | None, limit: int,
+                      **kwargs) -> int:
+    """The largest batch (at most `limit`, e.g. what memory allows) whose TTFT and TPOT
+    both meet their targets; 0 if not even one sequence does. Both times grow with the
+    batch, so a binary search over integers is exact."""
+    if ttft_s is None and tpot_s is None:
+        return limit
+
+    def meets(b: int) -> bool:
+        lat = latency(spec, hw, prompt_len, seq_len, b, **kwargs)
+        return ((ttft_s is None or lat.ttft_s <= ttft_s)
+                and (tpot_s is None or lat.tpot_s <= tpot_s))
+
+    if limit < 1 or not meets(1):
+        return 0
+    if meets(limit):
+        return limit
+    lo, hi = 1, limit  # meets(lo), not meets(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if meets(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
