@@ -1120,6 +1120,20 @@ def _wrapped(cfg: dict, model_type: str, name: str, source: str, where: str) -> 
     return dataclasses.replace(spec, notes=notes, extra=extra)
 
 
+def _quantization_extra(cfg: dict, where: str) -> dict:
+    """{"quantization": Quantization} from the config's quantization_config (kvcalc.quant);
+    one kvcalc cannot read keeps its message as "quantization_error" (raised by
+    quant.quantization_of when weight bytes are asked for: the cache still loads)."""
+    if cfg.get("quantization_config") is None:
+        return {}
+    from kvcalc.quant import quantization_from_hf
+
+    try:
+        return {"quantization": quantization_from_hf(cfg, where)}
+    except KvcalcError as e:
+        return {"quantization_error": str(e)}
+
+
 def spec_from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
     """A ModelSpec from a parsed Hugging Face config dict.
 
@@ -1137,7 +1151,9 @@ def spec_from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
         raise KvcalcError(f"{where}: field 'model_type' must be a string, got "
                           f"{_describe(model_type)}")
     if model_type in _WRAPPERS:
-        return _wrapped(cfg, model_type, name, source, where)
+        spec = _wrapped(cfg, model_type, name, source, where)
+        spec.extra.update(_quantization_extra(cfg, where))  # the wrapper holds quantization_config
+        return spec
     if model_type not in _FAMILIES:
         remote = (" (it names remote code in 'auto_map': a model transformers itself does "
                   "not ship)" if isinstance(cfg.get("auto_map"), dict) else "")
@@ -1148,7 +1164,7 @@ def spec_from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
     c = _Config(cfg, model_type, where)
     fields = _FAMILIES[model_type](c, model_type)
     notes = [f"from Hugging Face config.json, model_type {model_type}", *fields.pop("notes", [])]
-    extra = {"hf_model_type": model_type}
+    extra = {"hf_model_type": model_type, **_quantization_extra(cfg, where)}
     if "runs" in fields:
         extra["explicit_runs"] = True
     try:
