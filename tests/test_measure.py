@@ -188,17 +188,33 @@ def test_run_compare_rows_and_speedups():
         assert r["flops"] == 2 * 2 * 8 * 64 * 32 == 65_536
         # K/V read once, plus q and o (2 x 8 heads x 16 x 4 bytes each).
         assert r["bytes_moved"] == r["kv_cache_bytes"] + 2 * (2 * 8 * 16 * 4)
-        # The roofline over the measured ceilings: the faster of copy and read bandwidth.
-        bw = max(res.ceilings["copy_bytes_per_s"], res.ceilings.get("read_bytes_per_s", 0))
+        # Predicted by hand from the measured terms: K/V (2 x 2 x 64 x kv x 16 x 4 B) plus q and
+        # o (2 x 2 x 8 x 16 x 4 B) over the read ceiling, against 65,536 FLOPs over the
+        # attention's FLOP/s at this shape; plus the per-call overhead.
+        read = res.ceilings["read_bytes_per_s"]
+        kv_bytes = 2 * 2 * 64 * r["kv_heads"] * 16 * 4
+        assert r["predicted_kv_s"] == pytest.approx(kv_bytes / read)
+        assert r["predicted_activations_s"] == pytest.approx(2_048 / read)
+        assert r["predicted_attention_compute_s"] == pytest.approx(
+            65_536 / r["attention_flops_per_s_at_shape"])
         assert r["predicted_s"] == pytest.approx(
-            max(r["bytes_moved"] / bw, r["flops"] / res.ceilings["matmul_flops_per_s"]))
-        assert r["predicted_s"] > 0 and r["bound"] in ("memory", "compute")
+            max((kv_bytes + 2_048) / read, 65_536 / r["attention_flops_per_s_at_shape"])
+            + r["predicted_overhead_s"])
+        assert r["predicted_weights_s"] == 0 and r["predicted_projection_compute_s"] == 0
+        assert r["predicted_s"] > 0 and r["bound"] in ("memory", "compute", "overhead")
+        assert r["ceiling_bytes_per_s"] == read
         assert r["fraction_of_ceiling"] == pytest.approx(
             r["bytes_moved"] / r["median_s"] / r["ceiling_bytes_per_s"])
+        assert r["threads"] >= 1 and r["loaded"] in (True, False)
         assert r["l2_regime"] == "cache fits in LLC (not flushed)"
-        # auto timed both CPU candidates and kept the faster, saying so.
-        assert f"auto on cpu: {r['impl']}, the fastest correct of grouped" in r["note"]
-        assert "sdpa" in r["note"].split("fastest correct of")[1]
+    # auto raced both CPU candidates at the given kv_heads and kept the faster, saying so;
+    # --compare then ran MHA and MQA through the same implementation.
+    gqa_note = res.rows[1]["note"]
+    assert f"auto on cpu: {res.rows[1]['impl']}, the fastest correct of grouped" in gqa_note
+    assert "sdpa" in gqa_note.split("fastest correct of")[1]
+    assert len({r["impl"] for r in res.rows}) == 1
+    for r in (res.rows[0], res.rows[2]):
+        assert "--compare: auto's pick at kv_heads=2 for every variant" in r["note"]
     # MHA 131,072 + 2,048; GQA 32,768 + 2,048; MQA 16,384 + 2,048.
     assert [r["bytes_moved"] for r in res.rows] == [133_120, 34_816, 18_432]
     mha, gqa, mqa = res.rows
@@ -533,3 +549,34 @@ def test_plausible_cached_ceilings_are_used_as_floats(tmp_path, monkeypatch):
     monkeypatch.setattr(ceilings, "cache_key", lambda meta, dtype: "k")
     monkeypatch.setattr(ceilings, "measure_ceilings", lambda *a: pytest.fail("re-measured"))
     assert ceilings.get_ceilings(CPU, {}, "fp32", path)["source"].startswith("cache file")
+
+
+def test_time_terms_by_hand():
+    # Layer step, 4 query / 2 K/V heads of 8, d_model 32, batch 2, 16 tokens, fp32.
+    from kvcalc.measure.predict import time_terms
+
+    pred = layer_prediction(block_spec(4, 2, 8, 32), batch=2, seq_len=16, dtype="fp32")
+    # weights: 32 x (4 + 2 x 2) x 8 + 32 x 32 = 3,072 params; K/V read 2 x 16 x 2 x 8 x 2 x 4 B;
+    # one token written 2 x 2 x 8 x 2 x 4 B; activations (32+64 + 32+32) x 2 + q, o 2 x 2 x 4 x 8.
+    assert pred.bytes_breakdown == {"weights": 12_288, "kv_read": 4_096, "kv_write": 256,
+                                    "activations": 1_792}
+    assert pred.extra == {"projection_flops": 12_288, "attention_flops": 4_096}
+    t = time_terms(pred, read_bytes_per_s=1_000, attention_flops_per_s=100,
+                   projection_flops_per_s=500, overhead_s=1.0)
+    assert (t.kv_s, t.weights_s, t.activations_s) == (4.352, 12.288, 1.792)
+    assert (t.attention_compute_s, t.projection_compute_s) == (40.96, 24.576)
+    # attention: max(4.352 + 1.792, 40.96); projections: max(12.288, 24.576); + 1 overhead.
+    assert t.total_s == pytest.approx(40.96 + 24.576 + 1.0)
+    assert (t.attention_bound, t.projection_bound, t.bound) == ("compute", "compute", "compute")
+    # A fast machine: both phases wait on memory.
+    t = time_terms(pred, 1_000, 10**9, 10**9)
+    assert t.total_s == pytest.approx((4_352 + 1_792) / 1_000 + 12.288)
+    assert t.bound == "memory"
+    # The attention step: K/V plus q and o, no projections.
+    a = attention_prediction(batch=1, seq_len=1_000, heads=8, kv_heads=1, head_dim=64, dtype="fp32")
+    t = time_terms(a, read_bytes_per_s=10**9, attention_flops_per_s=10**9, overhead_s=1e-5)
+    # 512,000 B of K/V, 4,096 B of q and o; 2 x 8 x 1,000 x 128 = 2,048,000 FLOPs.
+    assert t.attention_compute_s == pytest.approx(2.048e-3) and t.kv_s == pytest.approx(5.12e-4)
+    assert t.total_s == pytest.approx(2.048e-3 + 1e-5) and t.bound == "compute"
+    with pytest.raises(KvcalcError):
+        time_terms(pred, 1_000, 100)  # the layer step needs the projections' rate

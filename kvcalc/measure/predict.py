@@ -110,3 +110,95 @@ def predict(step: str, spec: ModelSpec, batch: int, seq_len: int,
     if step == "layer":
         return layer_prediction(spec, batch, seq_len, dtype)
     raise KvcalcError(f"step must be one of {', '.join(STEPS)}, got {step!r}")
+
+
+# --------------------------------------------------------------------------------
+# Time, from measured terms
+# --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TimeTerms:
+    """Predicted seconds of one call, split into the measured terms it is built from.
+
+    A call runs in phases one after another; each phase takes the longer of its
+    bytes over the read ceiling and its FLOPs over the FLOP/s that this phase's
+    matmuls reach at their own (skinny) shape, then a fixed per-call overhead:
+
+        attention   = max(kv_s + activations_s, attention_compute_s)
+        projections = max(weights_s, projection_compute_s)        (layer step only)
+        total       = attention + projections + overhead_s + allreduce_s
+    """
+
+    kv_s: float  # K/V bytes read (+ one token written) / read ceiling
+    weights_s: float  # projection weight bytes / read ceiling (0: attention step)
+    activations_s: float  # q, o, x and projection outputs / read ceiling
+    attention_compute_s: float  # attention FLOPs / attention FLOP/s at its shape
+    projection_compute_s: float  # projection FLOPs / projection FLOP/s at its shape
+    overhead_s: float  # fixed cost of one call (dispatch, threads), measured on a tiny call
+    allreduce_s: float = 0.0  # tensor parallelism: the all-reduce's modelled time
+
+    @property
+    def attention_s(self) -> float:
+        return max(self.kv_s + self.activations_s, self.attention_compute_s)
+
+    @property
+    def projection_s(self) -> float:
+        return max(self.weights_s, self.projection_compute_s)
+
+    @property
+    def total_s(self) -> float:
+        return self.attention_s + self.projection_s + self.overhead_s + self.allreduce_s
+
+    @property
+    def attention_bound(self) -> str:
+        return "compute" if self.attention_compute_s > self.kv_s + self.activations_s else "memory"
+
+    @property
+    def projection_bound(self) -> str:
+        return "compute" if self.projection_compute_s > self.weights_s else "memory"
+
+    @property
+    def bound(self) -> str:
+        """What most of the predicted time waits on: memory, compute, or all-reduce."""
+        memory = ((self.attention_s if self.attention_bound == "memory" else 0.0)
+                  + (self.projection_s if self.projection_bound == "memory" else 0.0))
+        compute = self.attention_s + self.projection_s - memory
+        parts = {"memory": memory, "compute": compute, "all-reduce": self.allreduce_s,
+                 "overhead": self.overhead_s}
+        return max(parts, key=lambda k: parts[k])
+
+    def as_dict(self) -> dict[str, float]:
+        return {"kv_s": self.kv_s, "weights_s": self.weights_s,
+                "activations_s": self.activations_s,
+                "attention_compute_s": self.attention_compute_s,
+                "projection_compute_s": self.projection_compute_s,
+                "overhead_s": self.overhead_s, "allreduce_s": self.allreduce_s}
+
+
+def time_terms(pred: StepPrediction, read_bytes_per_s: float, attention_flops_per_s: float,
+               projection_flops_per_s: float | None = None, overhead_s: float = 0.0,
+               allreduce_s: float = 0.0) -> TimeTerms:
+    """Split `pred`'s bytes and FLOPs into the terms of TimeTerms.
+
+    `read_bytes_per_s`: the read-only ceiling (a decode step reads its cache and
+    weights; it writes almost nothing). FLOP/s are the rates the step's own matmuls
+    reach at their shape with operands in cache: an upper bound on compute speed.
+    """
+    if read_bytes_per_s <= 0 or attention_flops_per_s <= 0:
+        raise KvcalcError("ceilings must be positive")
+    b = pred.bytes_breakdown
+    kv = b.get("kv_read", 0) + b.get("kv_write", 0)
+    acts = sum(v for k, v in b.items() if k in ("q", "o", "activations"))
+    weights = b.get("weights", 0)
+    proj_flops = pred.extra.get("projection_flops", 0)
+    attn_flops = pred.extra.get("attention_flops", pred.flops - proj_flops)
+    if proj_flops and not (projection_flops_per_s and projection_flops_per_s > 0):
+        raise KvcalcError("the layer step needs the projections' FLOP/s")
+    return TimeTerms(
+        kv_s=kv / read_bytes_per_s,
+        weights_s=weights / read_bytes_per_s,
+        activations_s=acts / read_bytes_per_s,
+        attention_compute_s=attn_flops / attention_flops_per_s,
+        projection_compute_s=proj_flops / projection_flops_per_s if proj_flops else 0.0,
+        overhead_s=overhead_s,
+        allreduce_s=allreduce_s,
+    )

@@ -26,7 +26,8 @@ from kvcalc.formulas import kv_bytes_per_token_per_layer
 from kvcalc.measure import ceilings as ceil_mod
 from kvcalc.measure import impls
 from kvcalc.measure.config import ALL_IMPLS, AUTO_CANDIDATES, DEFAULTS, MeasureConfig, MeasureResult, Progress
-from kvcalc.measure.predict import StepPrediction, block_spec, predict
+from kvcalc.measure import terms as terms_mod
+from kvcalc.measure.predict import StepPrediction, block_spec, predict, time_terms
 from kvcalc.measure.timing import time_calls
 from kvcalc.report import human_bytes, human_seconds
 from kvcalc.roofline import roofline
@@ -69,6 +70,7 @@ class Group:
     l2_regime: str
     needed_bytes: int
     needed_breakdown: dict[str, int] = field(default_factory=dict)
+    shape_ceilings: dict = field(default_factory=dict)  # impl -> terms.ShapeCeilings
 
 
 def attention_kind(heads: int, kv_heads: int) -> str:
@@ -158,6 +160,7 @@ def plan_groups(config: MeasureConfig, seq_len: int, batch: int, dtype: str, imp
                                            config.l2, "cache" if step == "attention" else "layer")
             parts = needed_bytes(pred, spec, batch, seq_len, dtype, impl_names, slots, flush,
                                  config.cuda_graphs, sdpa_copies.get(kv, False))
+            parts["shape_ceilings"] = terms_mod.shape_workspace_bytes(device_meta["cache_bytes"])
             groups.append(Group(step, kv, spec, pred, impl_names, slots, flush, regime,
                                 sum(parts.values()), parts))
     return groups
@@ -298,11 +301,26 @@ def run(config: MeasureConfig, progress: Progress | None = None,
                                          ceiling_buffer_bytes)
     tick("ceilings ready")
 
-    rows: list[dict] = []
-    for group in groups:
-        rows.extend(_run_group(group, config, device, meta, dtype, tdtype, seq_len, batch,
-                               warmup, iters, ceilings, auto_candidates, auto_reason, sdpa_probe,
-                               tick))
+    # --compare puts every variant through one implementation, so a speed-up compares K/V
+    # traffic, not two kernels: auto races at the given kv_heads first, and its pick then
+    # runs MHA and MQA too.
+    by_group: dict[int, list[dict]] = {}
+    order = sorted(range(len(groups)), key=lambda i: (
+        config.steps().index(groups[i].step), groups[i].kv_heads != config.kv_heads))
+    picks: dict[str, str] = {}
+    for i in order:
+        group = groups[i]
+        cands, reason = auto_candidates, auto_reason
+        if config.compare and "auto" in names and group.step in picks:
+            cands = [picks[group.step]]
+            reason = (f"--compare: auto's pick at kv_heads={config.kv_heads} for every variant"
+                      + (f"; {auto_reason}" if auto_reason else ""))
+        by_group[i] = _run_group(group, config, device, meta, dtype, tdtype, seq_len, batch,
+                                 warmup, iters, ceilings, cands, reason, sdpa_probe, tick)
+        for r in by_group[i]:
+            if r["auto_pick"] and group.kv_heads == config.kv_heads:
+                picks[group.step] = r["impl"]
+    rows: list[dict] = [r for i in range(len(groups)) for r in by_group[i]]
     if config.compare:
         _add_speedups(rows, config.heads)
     # Every row names where and when it was measured (reports are read row by row).
@@ -432,6 +450,8 @@ def _run_group(group: Group, config: MeasureConfig, device, meta, dtype, tdtype,
             why = (f"auto on {device.type}: {best}, the fastest correct of {race}"
                    + (f" ({', '.join(failed)} failed)" if failed else "")
                    + (f"; {auto_reason}" if auto_reason else ""))
+            if auto_reason.startswith("--compare"):
+                why = f"auto on {device.type}: {best} ({auto_reason})"
             if best in group.impls:  # asked for by name too: one row is enough
                 timed[best]["auto_pick"] = True
                 timed[best]["note"] = "; ".join([why] + ([timed[best]["note"]] if timed[best]["note"] else []))
@@ -460,11 +480,13 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
     build = impls.attention_call if group.step == "attention" else impls.layer_call
     calls = [build(s, attn, scale) for s in slots]
     copy_bw = ceilings["copy_bytes_per_s"]
+    read_bw = ceilings.get("read_bytes_per_s") or copy_bw
     mm_flops = ceilings["matmul_flops_per_s"]
-    # The bound uses the faster of the copy and read-only ceilings (decode attention
-    # mostly reads), so it stays a lower bound; the fraction is of the copy ceiling.
-    bound_bw = max(copy_bw, ceilings.get("read_bytes_per_s", 0))
-    rl = roofline(pred.bytes, pred.flops, max(1, int(bound_bw)), max(1, int(mm_flops)), batch)
+    # The square-matmul roofline, kept for reference: max(bytes / read, FLOPs / square matmul).
+    rl = roofline(pred.bytes, pred.flops, max(1, int(read_bw)), max(1, int(mm_flops)), batch)
+    shape = _shape_ceilings(group, name, attn, device, dtype, seq_len, batch, meta)
+    tt = time_terms(pred, read_bw, shape.attention_flops_per_s, shape.projection_flops_per_s,
+                    shape.overhead_s)
     row = {
         "device": meta["name"],
         "torch_version": meta["torch_version"],
@@ -495,19 +517,36 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
         "p10_s": None,
         "p90_s": None,
         "iters": 0,
-        "predicted_s": rl.time_s,
+        "predicted_s": tt.total_s,
+        "predicted_kv_s": tt.kv_s,
+        "predicted_weights_s": tt.weights_s,
+        "predicted_activations_s": tt.activations_s,
+        "predicted_attention_compute_s": tt.attention_compute_s,
+        "predicted_projection_compute_s": tt.projection_compute_s,
+        "predicted_overhead_s": tt.overhead_s,
+        "attention_flops_per_s_at_shape": shape.attention_flops_per_s,
+        "projection_flops_per_s_at_shape": shape.projection_flops_per_s,
+        "bound_detail": (f"attention {tt.attention_bound}" + (
+            f", projections {tt.projection_bound}" if group.step == "layer" else "")),
+        "roofline_s": rl.time_s,
         "achieved_bytes_per_s": None,
-        "ceiling_bytes_per_s": copy_bw,
+        "ceiling_bytes_per_s": read_bw,
         "fraction_of_ceiling": None,
         "measured_over_predicted": None,
         "achieved_flops_per_s": None,
         "ceiling_flops_per_s": mm_flops,
-        "bound": rl.bound,
+        "bound": tt.bound,
         "l2_regime": group.l2_regime,
         "timer": "cuda-events" if device.type == "cuda" else "perf_counter",
         "cuda_graphs": bool(config.cuda_graphs),
         "speedup_vs_mha": None,
         "predicted_speedup_vs_mha": None,
+        "threads": torch.get_num_threads() if device.type == "cpu" else None,
+        "cpu_mhz": None,
+        "load_avg_1m": None,
+        "other_cpu_cores": None,
+        "steal_cpu_cores": None,
+        "loaded": None,
         "note": "",
     }
     notes: list[str] = []
@@ -540,9 +579,11 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
         row["note"] = "; ".join([failed] + notes)
         return row
     row["correct"] = True
+    before = terms_mod.host_sample()
     try:
         t = time_calls(calls, device=device, warmup=warmup, iters=iters, flush=flush,
                        cuda_graphs=config.cuda_graphs)
+        after = terms_mod.host_sample()
     except RuntimeError as e:
         row["correct"] = True
         row["note"] = "; ".join([f"timing failed: {impls._short(str(e))}"] + notes)
@@ -555,6 +596,18 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
     if t.median_s < 0.95 * rl.time_s:
         notes.append("faster than the roofline bound: the working set was partly cache-resident "
                      "or a ceiling was measured low")
+    others, steal = terms_mod.other_cores(before, after)
+    load = terms_mod.load_average()
+    loaded = None
+    if device.type == "cpu" and others is not None:
+        loaded = others > terms_mod.LOADED_CORES or (steal or 0) > terms_mod.LOADED_CORES
+        if loaded:
+            notes.append(f"LOADED host: other processes kept {others:.2f} cores busy"
+                         + (f" and the hypervisor stole {steal:.2f}" if steal else "")
+                         + " during timing"
+                         + (f" (1-minute load {load:.1f})" if load is not None else ""))
+    row.update(cpu_mhz=terms_mod.cpu_mhz() if device.type == "cpu" else None, load_avg_1m=load,
+               other_cpu_cores=others, steal_cpu_cores=steal, loaded=loaded)
     if t.host_s_per_call is not None and t.host_s_per_call > t.median_s:
         # The queue fill let the GPU run the calls back to back, so the median is GPU
         # time; a serving loop launching the same way would run at the host's rate.
@@ -564,9 +617,6 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
     if name == "sdpa-flash" and group.step == "attention" and device.type == "cuda":
         notes.append("bytes_moved omits flash-decoding's split-KV partials (fp32, written and "
                      "read back; their count is the kernel's own heuristic)")
-    load = _load_note(device)
-    if load:
-        notes.append(load)
     row.update(
         median_s=t.median_s,
         min_s=t.min_s,
@@ -575,12 +625,32 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
         iters=t.samples,
         timer=t.timer,
         achieved_bytes_per_s=achieved,
-        fraction_of_ceiling=achieved / copy_bw,
-        measured_over_predicted=t.median_s / rl.time_s,
+        fraction_of_ceiling=achieved / read_bw,
+        measured_over_predicted=t.median_s / tt.total_s,
         achieved_flops_per_s=pred.flops / t.median_s,
     )
     row["note"] = "; ".join(notes)
     return row
+
+
+def _shape_ceilings(group: Group, name: str, attn, device, dtype, seq_len, batch, meta):
+    """The step's FLOP/s at its shapes and its per-call overhead, measured once per
+    (group, impl); an implementation that refuses these inputs is predicted from grouped's."""
+    spec = group.spec
+    for which, fn in ((name, attn), ("grouped", impls.attention_grouped)):
+        if which in group.shape_ceilings:
+            return group.shape_ceilings[which]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                shape = terms_mod.shape_ceilings(
+                    group.step, fn, device, ceil_mod.torch_dtype(dtype), spec.heads,
+                    spec.kv_heads, spec.head_dim, spec.d_model, seq_len, batch, meta["cache_bytes"])
+        except RuntimeError:
+            continue
+        group.shape_ceilings[which] = shape
+        return shape
+    raise KvcalcError("the grouped attention failed on tiny inputs; nothing to predict from")
 
 
 def _backend_notes(name: str, info: impls.BackendInfo, g: int, pred: StepPrediction, device,
@@ -613,20 +683,6 @@ def _backend_notes(name: str, info: impls.BackendInfo, g: int, pred: StepPredict
                 text += f"; refused: {', '.join(refused)}"
             notes.append(text)
     return notes
-
-
-def _load_note(device) -> str:
-    """A CPU timing taken while other work runs on the cores is not this code's speed."""
-    if device.type != "cpu":
-        return ""
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        return ""
-    threads = torch.get_num_threads()
-    if load > threads + 0.5:
-        return f"host busy: 1-minute load {load:.1f} on {threads} threads; figures are pessimistic"
-    return ""
 
 
 def _utc_now() -> str:

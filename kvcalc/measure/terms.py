@@ -1,0 +1,175 @@
+"""Ceilings at the step's own shapes, per-call overhead, and what else ran on the host.
+
+A decode step's matmuls are skinny: (group x head_dim) @ (head_dim x seq_len) per K/V
+head, (batch x d_model) @ (d_model x out) for the projections. The square-matmul
+ceiling says little about them, so each is timed at its own shape with operands small
+enough to stay in the last-level cache: FLOPs over that time is the fastest this
+shape computes, the compute term of the prediction. The per-call overhead is the
+same call on a tiny input. Host load is sampled from /proc around each timed loop,
+so a row timed while other processes ran can be told from a model error.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from kvcalc.measure.timing import time_calls
+
+SHAPE_FRACTION = 4  # operands of a shape ceiling: at most LLC / 4, so they stay resident
+SHAPE_ITERS = (3, 20)  # (warm-up, repetitions)
+OVERHEAD_HEAD_DIM = 8  # the tiny call that measures per-call overhead
+OVERHEAD_SEQ_LEN = 16
+LOADED_CORES = 0.25  # other processes (or the hypervisor's steal) above this: a loaded host
+
+
+@dataclass(frozen=True)
+class ShapeCeilings:
+    attention_flops_per_s: float  # the step's attention at its (group, head_dim, seq_len)
+    projection_flops_per_s: float | None  # (batch x d_model) @ (d_model x out), layer step
+    overhead_s: float  # one call on a tiny input
+    method: str
+
+
+def shape_workspace_bytes(cache_bytes: int) -> int:
+    """Upper bound of what shape_ceilings allocates at once (for the memory guard)."""
+    return 3 * (cache_bytes // SHAPE_FRACTION) + 2**20
+
+
+def _best(fn, device) -> float:
+    """The fastest of SHAPE_ITERS repetitions: a ceiling, like STREAM's best (and robust to a
+    neighbour's burst, which a tiny call's median is not)."""
+    warmup, iters = SHAPE_ITERS
+    return time_calls([fn], device=device, warmup=warmup, iters=iters).min_s
+
+
+def attention_overhead_s(attn, device, tdtype, group: int) -> float:
+    q = torch.randn(1, group, 1, OVERHEAD_HEAD_DIM, device=device, dtype=tdtype)
+    k = torch.randn(1, 1, OVERHEAD_SEQ_LEN, OVERHEAD_HEAD_DIM, device=device, dtype=tdtype)
+    v = torch.randn_like(k)
+    return _best(lambda: attn(q, k, v, 1.0), device)
+
+
+def layer_overhead_s(attn, device, tdtype, group: int, layer_call, make_slot) -> float:
+    gen = torch.Generator(device=device).manual_seed(7)
+    slot = make_slot("layer", device, tdtype, 1, OVERHEAD_SEQ_LEN, group, 1, OVERHEAD_HEAD_DIM,
+                     group * OVERHEAD_HEAD_DIM, gen)
+    return _best(layer_call(slot, attn, 1.0), device)
+
+
+def attention_flops_per_s(attn, device, tdtype, group: int, head_dim: int, seq_len: int,
+                          cache_bytes: int, overhead_s: float) -> tuple[float, int]:
+    """FLOP/s of `attn` at this (group, head_dim, seq_len), K/V resident in the LLC.
+
+    As many K/V heads as fit in LLC / SHAPE_FRACTION (at least one), batch 1; the
+    fixed overhead is taken off the time (never more than half of it)."""
+    e = torch.empty((), dtype=tdtype).element_size()
+    per_head = 2 * seq_len * head_dim * e
+    n = max(1, min(64, (cache_bytes // SHAPE_FRACTION) // per_head))
+    q = torch.randn(1, n * group, 1, head_dim, device=device, dtype=tdtype)
+    k = torch.randn(1, n, seq_len, head_dim, device=device, dtype=tdtype)
+    v = torch.randn_like(k)
+    t = _best(lambda: attn(q, k, v, head_dim ** -0.5), device)
+    flops = 2 * n * group * seq_len * 2 * head_dim
+    return flops / max(t - overhead_s, t / 2), n
+
+
+def projection_flops_per_s(device, tdtype, batch: int, d_in: int, d_out: int,
+                           cache_bytes: int) -> tuple[float, int]:
+    """FLOP/s of F.linear for (batch x d_in) @ (d_in x out), weights resident in the LLC."""
+    e = torch.empty((), dtype=tdtype).element_size()
+    rows = max(16, min(d_out, (cache_bytes // SHAPE_FRACTION) // (d_in * e)))
+    x = torch.randn(batch, d_in, device=device, dtype=tdtype)
+    w = torch.randn(rows, d_in, device=device, dtype=tdtype) * d_in ** -0.5
+    t = _best(lambda: F.linear(x, w), device)
+    return 2 * batch * d_in * rows / t, rows
+
+
+def shape_ceilings(step: str, attn, device, tdtype, heads: int, kv_heads: int, head_dim: int,
+                   d_model: int, seq_len: int, batch: int, cache_bytes: int) -> ShapeCeilings:
+    from kvcalc.measure import impls
+
+    g = heads // kv_heads
+    if step == "attention":
+        overhead = attention_overhead_s(attn, device, tdtype, g)
+    else:
+        overhead = layer_overhead_s(attn, device, tdtype, g, impls.layer_call, impls.make_slot)
+    rate, n = attention_flops_per_s(attn, device, tdtype, g, head_dim, seq_len, cache_bytes,
+                                    overhead)
+    method = (f"attention at group {g}, head_dim {head_dim}, seq_len {seq_len} on {n} "
+              f"LLC-resident K/V head(s); overhead: the call at seq_len {OVERHEAD_SEQ_LEN}, "
+              f"head_dim {OVERHEAD_HEAD_DIM}")
+    proj = None
+    if step == "layer":
+        qkv_out = (heads + 2 * kv_heads) * head_dim
+        r1, rows1 = projection_flops_per_s(device, tdtype, batch, d_model, qkv_out, cache_bytes)
+        r2, rows2 = projection_flops_per_s(device, tdtype, batch, heads * head_dim, d_model,
+                                           cache_bytes)
+        f1, f2 = 2 * batch * d_model * qkv_out, 2 * batch * heads * head_dim * d_model
+        proj = (f1 + f2) / (f1 / r1 + f2 / r2)  # both projections' FLOPs at their own rates
+        method += (f"; projections: F.linear batch {batch} x {d_model} against {rows1} and "
+                   f"{heads * head_dim} x {rows2} LLC-resident weight rows")
+    return ShapeCeilings(rate, proj, overhead, method)
+
+
+# --------------------------------------------------------------------------------
+# The host: load, frequency, other processes
+# --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class HostSample:
+    wall_s: float
+    busy_ticks: int  # all CPUs, from /proc/stat (user+nice+system+irq+softirq)
+    steal_ticks: int
+    self_ticks: int  # this process, all its threads (/proc/self/stat utime+stime)
+
+
+def host_sample() -> HostSample | None:
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        with open("/proc/self/stat") as f:
+            stat = f.read().rsplit(")", 1)[1].split()
+        busy = fields[0] + fields[1] + fields[2] + fields[5] + fields[6]
+        steal = fields[7] if len(fields) > 7 else 0
+        return HostSample(time.perf_counter(), busy, steal, int(stat[11]) + int(stat[12]))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def other_cores(a: HostSample | None, b: HostSample | None) -> tuple[float | None, float | None]:
+    """(cores other processes kept busy, cores the hypervisor stole) between two samples."""
+    if a is None or b is None or b.wall_s <= a.wall_s:
+        return None, None
+    hz = os.sysconf("SC_CLK_TCK")
+    wall = b.wall_s - a.wall_s
+    other = ((b.busy_ticks - a.busy_ticks) - (b.self_ticks - a.self_ticks)) / hz / wall
+    return max(0.0, other), (b.steal_ticks - a.steal_ticks) / hz / wall
+
+
+def cpu_mhz() -> float | None:
+    """Mean current clock over the CPUs (cpufreq where present, else /proc/cpuinfo)."""
+    values = []
+    try:
+        root = "/sys/devices/system/cpu"
+        for name in sorted(os.listdir(root)):
+            path = os.path.join(root, name, "cpufreq", "scaling_cur_freq")
+            if name.startswith("cpu") and os.path.exists(path):
+                with open(path) as f:
+                    values.append(int(f.read()) / 1000)
+        if not values:
+            with open("/proc/cpuinfo") as f:
+                values = [float(line.split(":")[1]) for line in f if line.startswith("cpu MHz")]
+    except (OSError, ValueError, IndexError):
+        return None
+    return sum(values) / len(values) if values else None
+
+
+def load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
