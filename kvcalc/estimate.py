@@ -37,9 +37,13 @@ class Estimate:
     shazeer_batched: formulas.ShazeerRatio | None = None  # the whole prompt at once
     encoder_seq_len: int | None = None
     latency: object = None  # latency.Latency with hardware: TTFT, TPOT, tokens/s
+    stored: formulas.StoredWeights | None = None  # quantized weights as stored
 
     @property
     def weight_bytes(self) -> int:
+        """The language model's weights in bytes, as stored when quantized."""
+        if self.stored is not None:
+            return self.stored.total
         return self.weight_dtype.nbytes(self.params.total)
 
     def as_dict(self) -> dict:
@@ -89,6 +93,7 @@ class Estimate:
                 "towers": dict(s.extra.get("towers", {})),
             },
             "weight_bytes": self.weight_bytes,
+            "weight_quantization": self.stored.label if self.stored is not None else None,
             "weight_bytes_towers": self.weight_dtype.nbytes(sum(s.extra.get("towers", {}).values())),
             "decode": {
                 "flops": d.flops,
@@ -146,7 +151,7 @@ class Estimate:
         s, c = self.spec, self.cache
         free = self.fit.free_for_kv_bytes if self.fit is not None else None
         v = row_columns(s, self.seq_len, self.batch, self.kv_dtype, self.weight_dtype, self.tp,
-                        self.hardware, self.scale_bytes, self.encoder_seq_len, free)
+                        self.hardware, self.scale_bytes, self.encoder_seq_len, free, self.stored)
         row = {
             "model": s.name,
             "attention": s.attention_kind,
@@ -219,7 +224,8 @@ class Estimate:
 
 def row_columns(spec: ModelSpec, seq_len, batch, kv_dtype: DType, weight_dtype: DType,
                 tp: int = 1, hardware: Hardware | None = None, scale_bytes: int = 0,
-                encoder_seq_len: int | None = None, free_for_kv_bytes: int | None = None) -> dict:
+                encoder_seq_len: int | None = None, free_for_kv_bytes: int | None = None,
+                stored: formulas.StoredWeights | None = None) -> dict:
     """The row columns that vary with seq_len and batch: Python ints in, exact ints out
     (estimate); equal-shape numpy arrays in, arrays out (sweep). One formula for both.
 
@@ -230,7 +236,7 @@ def row_columns(spec: ModelSpec, seq_len, batch, kv_dtype: DType, weight_dtype: 
     cache = formulas.kv_cache(spec, seq_len, batch, kv_dtype, tp, scale_bytes, encoder_seq_len)
     d = formulas.decode_step(spec, seq_len, batch, weight_dtype, kv_dtype,
                              roofline.compute_dtype_for(weight_dtype), tp, scale_bytes,
-                             encoder_seq_len, prefill=False)
+                             encoder_seq_len, prefill=False, stored=stored)
     out = {
         "kv_cache_bytes": cache.bytes,
         "kv_cache_bytes_full": cache.bytes_full,
@@ -311,7 +317,7 @@ def estimate(
     seq_len: int,
     batch: int = 1,
     kv_dtype: DType | str = "bf16",
-    weight_dtype: DType | str = "bf16",
+    weight_dtype: DType | str | None = None,
     tp: int = 1,
     hardware: Hardware | None = None,
     scale_bytes: int = 0,
@@ -321,10 +327,15 @@ def estimate(
     prompt_len: int | None = None,
     mfu: float | str = "0.5",
     bandwidth_efficiency: float | str = "0.8",
+    group_size: int | None = None,
 ) -> Estimate:
     """Every analytical figure for one configuration. With hardware: the roofline, the
     fit, and the latency (TTFT for `batch` prompts of `prompt_len` tokens, default
-    seq_len, and TPOT at seq_len) at the stated MFU and bandwidth efficiency."""
+    seq_len, and TPOT at seq_len) at the stated MFU and bandwidth efficiency.
+
+    Weights: `weight_dtype` None reads them as the model's config stores them (its
+    quantization_config, else bf16); a dtype quantizes every matrix to it, with scales
+    per `group_size` for the quantized ones (int4, int8, fp8, mxfp4, nvfp4)."""
     if encoder_seq_len is not None and not spec.encoder_layers:
         raise KvcalcError(f"--encoder-seq-len applies to encoder-decoder models; {spec.name} "
                           f"is decoder-only")
@@ -332,12 +343,15 @@ def estimate(
         raise KvcalcError(f"kv_scale_bytes must be >= 0, got {scale_bytes}")
     check_size("kv_scale_bytes", scale_bytes, 64) if scale_bytes else None
     kdt = kv_dtype if isinstance(kv_dtype, DType) else _dtype(kv_dtype)
-    wdt = weight_dtype if isinstance(weight_dtype, DType) else _dtype(weight_dtype)
+    quantization = weights_as(spec, weight_dtype, group_size)
+    wdt = _dtype("bf16") if weight_dtype is None else (
+        weight_dtype if isinstance(weight_dtype, DType) else _dtype(weight_dtype))
+    stored = stored_weights(spec, quantization, tp)
     cache = formulas.kv_cache(spec, seq_len, batch, kdt, tp, scale_bytes, encoder_seq_len)
     params = formulas.param_counts(spec)
     act = roofline.compute_dtype_for(wdt)
     decode = formulas.decode_step(spec, seq_len, batch, wdt, kdt, act, tp, scale_bytes,
-                                  encoder_seq_len)
+                                  encoder_seq_len, stored=stored)
     shazeer = batched = None
     if spec.mla is None and any(l.mixer.attends for l, _ in spec.groups()):
         # n is the context each layer attends over: with sliding windows, the
@@ -351,10 +365,13 @@ def estimate(
     if hardware is not None:
         roof = roofline.decode_roofline(decode, hardware, roofline.compute_dtype_for(wdt))
         fit = roofline.fit(spec, hardware, seq_len, batch, wdt, kdt, tp, scale_bytes,
-                           memory_fraction, reserve_bytes, encoder_seq_len)
+                           memory_fraction, reserve_bytes, encoder_seq_len,
+                           stored.per_device if stored else None)
         for candidate in valid_tps(spec):
+            on = stored_weights(spec, quantization, candidate)
             if roofline.fit(spec, hardware, seq_len, batch, wdt, kdt, candidate, scale_bytes,
-                            memory_fraction, reserve_bytes, encoder_seq_len).fits:
+                            memory_fraction, reserve_bytes, encoder_seq_len,
+                            on.per_device if on else None).fits:
                 min_tp = candidate
                 break
     lat = None
@@ -363,9 +380,36 @@ def estimate(
 
         lat = latency(spec, hardware, seq_len if prompt_len is None else prompt_len, seq_len,
                       batch, wdt, kdt, tp, mfu, bandwidth_efficiency, scale_bytes,
-                      encoder_seq_len)
+                      encoder_seq_len, stored)
     return Estimate(spec, seq_len, batch, kdt, wdt, tp, cache, params, decode, shazeer,
-                    hardware, roof, fit, min_tp, scale_bytes, batched, encoder_seq_len, lat)
+                    hardware, roof, fit, min_tp, scale_bytes, batched, encoder_seq_len, lat,
+                    stored)
+
+
+def weights_as(spec: ModelSpec, weight_dtype, group_size: int | None = None):
+    """The quantization weights are stored with: the config's own when no dtype is given,
+    else `weight_dtype` (with `group_size`) for every matrix; None for plain weights."""
+    from kvcalc import quant
+
+    if weight_dtype is None:
+        if group_size is not None:
+            raise KvcalcError("--group-size needs a quantized --weight-dtype (int4, int8, fp8, "
+                              "mxfp4 or nvfp4)")
+        return quant.quantization_of(spec)
+    name = weight_dtype.name if isinstance(weight_dtype, DType) else str(weight_dtype)
+    return quant.adhoc(name, group_size)
+
+
+def stored_weights(spec: ModelSpec, quantization, tp: int) -> formulas.StoredWeights | None:
+    """Bytes of quantized weights as stored, in all and on one of `tp` devices."""
+    if quantization is None:
+        return None
+    from kvcalc import quant
+
+    wb = quant.weight_bytes(spec, quantization)
+    return formulas.StoredWeights(total=wb.total, breakdown=dict(wb.breakdown),
+                                  per_device=quant.weight_bytes_per_device(spec, quantization, tp),
+                                  tp=tp, label=quantization.label)
 
 
 def default_gqa_kv_heads(heads: int) -> int:

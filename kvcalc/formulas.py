@@ -484,6 +484,18 @@ def token_matmuls(spec: ModelSpec) -> list[tuple[int, int, int]]:
 
 
 @dataclass(frozen=True)
+class StoredWeights:
+    """Weights as a (quantized) checkpoint stores them: bytes in all, by param_counts key,
+    and on one of `tp` devices (kvcalc.quant computes them)."""
+
+    total: int
+    breakdown: dict
+    per_device: int
+    tp: int = 1
+    label: str = ""
+
+
+@dataclass(frozen=True)
 class DecodeCost:
     """One decode step: one new token for each of `batch` sequences at `seq_len`.
 
@@ -529,6 +541,7 @@ def decode_step(
     scale_bytes: int = 0,
     encoder_seq_len: int | None = None,
     prefill: bool = True,
+    stored=None,
 ) -> DecodeCost:
     """FLOPs and minimum bytes moved by one decode step of the whole model.
 
@@ -542,6 +555,9 @@ def decode_step(
 
     seq_len and batch may be ints (exact) or equal-shape numpy arrays (a sweep: int64,
     object or float64); `prefill=False` skips the prompt FLOPs a sweep row does not show.
+    `stored`: the weights as a quantized checkpoint stores them (quant.weight_bytes and
+    its per-device figure, `.total`, `.breakdown`, `.per_device`); the step then reads
+    those bytes less the rows and experts it does not touch, instead of `weight_dtype`.
     """
     _check_axes(seq_len, batch)
     wdt, kdt, adt = _as_dtype(weight_dtype), _as_dtype(kv_dtype), _as_dtype(act_dtype)
@@ -554,12 +570,16 @@ def decode_step(
     mm = token_matmuls(spec)
     experts_touched = 0
     unread_expert_params = 0
+    unread_expert_slots = 0  # routed experts x layers the step does not read
+    expert_slots = 0
     for layer, n in spec.groups():
         m = layer.mlp
         if m is not None and m.kind == "moe":
             touched = _num.minimum(batch * m.active, m.experts)
             experts_touched = _num.maximum(experts_touched, touched)
             unread_expert_params += (m.experts - touched) * m.expert.params(d) * n
+            unread_expert_slots += (m.experts - touched) * n
+            expert_slots += m.experts * n
             if isinstance(touched, int):
                 note = (f"MoE weights: up to {touched} of {m.experts} routed experts read per "
                         f"layer (min(experts, batch x active), an upper bound)")
@@ -598,7 +618,26 @@ def decode_step(
         read_params -= params.breakdown.get("cross_attention/k", 0)
         read_params -= params.breakdown.get("cross_attention/v", 0)
     read_params -= unread_expert_params
-    weight_bytes = wdt.nbytes(read_params)
+    if stored is None:
+        weight_bytes = wdt.nbytes(read_params)
+        weight_bytes_dev = wdt.nbytes(weight_params_per_device(spec, read_params, tp, params))
+    else:
+        # The same rows and experts left unread, in the bytes the checkpoint stores them.
+        by_key = stored.breakdown
+        unread_bytes = 0
+        if not spec.tied_embeddings:
+            unread_bytes += (spec.vocab - _num.minimum(batch, spec.vocab)) * (
+                by_key.get("embedding", 0) // spec.vocab)
+        if spec.learned_pos:
+            unread_bytes += (spec.learned_pos - _num.minimum(batch, spec.learned_pos)) * (
+                by_key.get("position_embedding", 0) // spec.learned_pos)
+        if spec.encoder_layers:
+            unread_bytes += sum(n for k, n in by_key.items() if k.startswith("encoder/"))
+            unread_bytes += by_key.get("cross_attention/k", 0) + by_key.get("cross_attention/v", 0)
+        if expert_slots:
+            unread_bytes += unread_expert_slots * (by_key.get("moe/experts", 0) // expert_slots)
+        weight_bytes = stored.total - unread_bytes
+        weight_bytes_dev = stored.per_device - -(-unread_bytes // tp)
 
     # Caches are read at their current length (state layers: the whole state), one
     # token's K/V is written per attention layer and each state is written back.
@@ -625,7 +664,6 @@ def decode_step(
     kv_write_dev = batch * sum(
         g.layers * (g.token_bytes + g.state_bytes)
         for g in cache_groups(spec, kdt, tp, scale_bytes, cache.state_dtype) if g.kind != "cross")
-    weight_bytes_dev = wdt.nbytes(weight_params_per_device(spec, read_params, tp, params))
     per_device_bytes = weight_bytes_dev + cache.bytes_per_device + kv_write_dev + -(-act_bytes // tp)
 
     prefill_total = prefill_flops(spec, seq_len, encoder_seq_len) * batch if prefill else 0

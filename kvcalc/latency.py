@@ -100,7 +100,7 @@ class Latency:
 def latency(spec: ModelSpec, hw: Hardware, prompt_len: int, seq_len: int | None = None,
             batch: int = 1, weight_dtype: DType | str = "bf16", kv_dtype: DType | str = "bf16",
             tp: int = 1, mfu=DEFAULT_MFU, bandwidth_efficiency=DEFAULT_BANDWIDTH_EFFICIENCY,
-            scale_bytes: int = 0, encoder_seq_len: int | None = None) -> Latency:
+            scale_bytes: int = 0, encoder_seq_len: int | None = None, stored=None) -> Latency:
     """TTFT for `batch` prompts of `prompt_len` tokens and TPOT at context `seq_len`
     (default: prompt_len, the first output token's context)."""
     seq_len = prompt_len if seq_len is None else seq_len
@@ -115,12 +115,13 @@ def latency(spec: ModelSpec, hw: Hardware, prompt_len: int, seq_len: int | None 
 
     # Prefill: FLOPs of the prompts; bytes: weights once, the cache written, activations.
     one = formulas.decode_step(spec, prompt_len, batch, wdt, kdt, adt, tp, scale_bytes,
-                               encoder_seq_len)
+                               encoder_seq_len, stored=stored)
     cache = formulas.kv_cache(spec, prompt_len, batch, kdt, tp, scale_bytes, encoder_seq_len)
     act_per_token = one.bytes_breakdown["activations"] // batch
     weights_dev = formulas.weight_params_per_device(
         spec, formulas.param_counts(spec).total, tp)
-    prefill_bytes = (wdt.nbytes(weights_dev) + cache.bytes_per_device
+    weight_bytes = stored.per_device if stored is not None else wdt.nbytes(weights_dev)
+    prefill_bytes = (weight_bytes + cache.bytes_per_device
                      + -(-act_per_token * prompt_len * batch // tp))
     prefill_flops = -(-one.prefill_flops // tp)
 
@@ -131,14 +132,14 @@ def latency(spec: ModelSpec, hw: Hardware, prompt_len: int, seq_len: int | None 
         prefill_compute_s=float(Fraction(prefill_flops) / (peak * mfu_f)),
         prefill_memory_s=float(Fraction(prefill_bytes) / (bandwidth * bw_f)),
         **_decode(spec, seq_len, batch, wdt, kdt, adt, tp, scale_bytes, encoder_seq_len,
-                  peak * mfu_f, bandwidth * bw_f),
+                  peak * mfu_f, bandwidth * bw_f, stored),
     )
 
 
 def _decode(spec, seq_len, batch, wdt, kdt, adt, tp, scale_bytes, encoder_seq_len,
-            flops_per_s: Fraction, bytes_per_s: Fraction) -> dict:
+            flops_per_s: Fraction, bytes_per_s: Fraction, stored) -> dict:
     d = formulas.decode_step(spec, seq_len, batch, wdt, kdt, adt, tp, scale_bytes,
-                             encoder_seq_len, prefill=False)
+                             encoder_seq_len, prefill=False, stored=stored)
     return dict(decode_flops=d.per_device_flops, decode_bytes=d.per_device_bytes,
                 decode_compute_s=float(Fraction(d.per_device_flops) / flops_per_s),
                 decode_memory_s=float(Fraction(d.per_device_bytes) / bytes_per_s))

@@ -109,7 +109,7 @@ class Fit:
 def fit(spec: ModelSpec, hw: Hardware, seq_len: int, batch: int = 1,
         weight_dtype: DType | str = "bf16", kv_dtype: DType | str = "bf16", tp: int = 1,
         scale_bytes: int = 0, memory_fraction: float | str = 1, reserve_bytes: int = 0,
-        encoder_seq_len: int | None = None) -> Fit:
+        encoder_seq_len: int | None = None, stored_per_device: int | None = None) -> Fit:
     """Largest batch at `seq_len` and longest context at `batch` on `tp` devices.
 
     Weights are sharded evenly over the tp devices (ceil); each device's KV share
@@ -136,8 +136,12 @@ def fit(spec: ModelSpec, hw: Hardware, seq_len: int, batch: int = 1,
     wdt = weight_dtype if isinstance(weight_dtype, DType) else _dtype(weight_dtype)
     usable = usable_total - reserve_bytes
     # A served multimodal model also holds its vision tower and projector.
-    resident = param_counts(spec).total + sum(spec.extra.get("towers", {}).values())
-    weight_bytes = wdt.nbytes(weight_params_per_device(spec, resident, tp))
+    towers = sum(spec.extra.get("towers", {}).values())
+    if stored_per_device is None:
+        resident = param_counts(spec).total + towers
+        weight_bytes = wdt.nbytes(weight_params_per_device(spec, resident, tp))
+    else:  # quantized weights as stored; towers stay in bf16
+        weight_bytes = stored_per_device + -(-2 * towers // tp)
     free = usable - weight_bytes
     cache = kv_cache(spec, seq_len, batch, kv_dtype, tp, scale_bytes, encoder_seq_len)
     per_seq = cache.bytes_per_device // batch

@@ -41,7 +41,7 @@ import numpy as np
 
 from kvcalc import formulas
 from kvcalc.errors import KvcalcError, quoted
-from kvcalc.estimate import estimate, row_columns
+from kvcalc.estimate import estimate, row_columns, stored_weights, weights_as
 from kvcalc.roofline import compute_dtype_for, decode_roofline, fit as roofline_fit
 from kvcalc.spec import (
     MAX_BATCH, MAX_SEQ_LEN, MAX_TP, MAX_WIDTH, DType, Hardware, ModelSpec, base_name,
@@ -243,6 +243,7 @@ class Combo:
     scale_bytes: int = 0
     encoder_seq_len: int | None = None
     free_bytes: int | None = None  # device memory after this combination's weights
+    stored: object = None  # formulas.StoredWeights: quantized weights as stored
 
     @property
     def kv_heads(self) -> int:
@@ -265,7 +266,7 @@ class SweepPlan:
     kv_heads: tuple[int, ...]
     kv_dtypes: tuple[str, ...]
     tps: tuple[int, ...]
-    weight_dtype: str
+    weight_dtype: str  # the dtype's name (bf16 when the weights are as stored)
     hardware: Hardware | None
     scale_bytes: int
     encoder_seq_len: int | None
@@ -273,6 +274,8 @@ class SweepPlan:
     reserve_bytes: int
     combos: tuple[Combo, ...]
     skipped: tuple[str, ...] = ()  # combinations estimate() rejects, when skip_invalid
+    weight_arg: str | None = None  # --weight-dtype as given (None: as the config stores)
+    group_size: int | None = None
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -289,8 +292,9 @@ class SweepPlan:
 
 def _combo(spec: ModelSpec, kdt: DType, wdt: DType, tp: int, hw: Hardware | None,
            scale_bytes: int, encoder_seq_len: int | None, memory_fraction,
-           reserve_bytes: int) -> Combo:
+           reserve_bytes: int, quantization=None) -> Combo:
     formulas.kv_heads_per_device(spec, tp)  # raises on a bad tp
+    stored = stored_weights(spec, quantization, tp)
     params = formulas.param_counts(spec)
     cache = formulas.kv_cache(spec, 1, 1, kdt, tp, scale_bytes, encoder_seq_len)
     constants = {
@@ -299,17 +303,18 @@ def _combo(spec: ModelSpec, kdt: DType, wdt: DType, tp: int, hw: Hardware | None
         "kv_dtype": kdt.name, "weight_dtype": wdt.name, "tp": tp,
         "kv_bytes_per_token": cache.bytes_per_token,
         "params_total": params.total, "params_attention": params.attention,
-        "weight_bytes": wdt.nbytes(params.total),
+        "weight_bytes": stored.total if stored else wdt.nbytes(params.total),
     }
     free = None
     if hw is not None:
         free = roofline_fit(spec, hw, 1, 1, wdt, kdt, tp, scale_bytes, memory_fraction,
-                            reserve_bytes).free_for_kv_bytes
+                            reserve_bytes, None, stored.per_device if stored else None
+                            ).free_for_kv_bytes
         constants["gpu"] = hw.name
         constants["free_for_kv_bytes_per_device"] = free
     return Combo(spec=spec, kv_dtype=kdt, weight_dtype=wdt, tp=tp, constants=constants,
                  hardware=hw, scale_bytes=scale_bytes, encoder_seq_len=encoder_seq_len,
-                 free_bytes=free)
+                 free_bytes=free, stored=stored)
 
 
 def _as_tuple(value, name: str, upper: int) -> tuple[int, ...]:
@@ -332,13 +337,14 @@ def plan_sweep(
     kv_heads: str | int | Sequence[int] | Spec | None = None,
     kv_dtype: str | Sequence[str] = "bf16",
     tp: str | int | Sequence[int] | Spec = 1,
-    weight_dtype: DType | str = "bf16",
+    weight_dtype: DType | str | None = None,
     hardware: Hardware | None = None,
     scale_bytes: int = 0,
     encoder_seq_len: int | None = None,
     memory_fraction: float | str = 1,
     reserve_bytes: int = 0,
     force: bool = False,
+    group_size: int | None = None,
     skip_invalid: bool = False,
     check: bool = True,
     make_variant: Callable[[int], ModelSpec] | None = None,
@@ -367,7 +373,11 @@ def plan_sweep(
         heads = _as_tuple(kv_heads, "--kv-heads", MAX_WIDTH)
     kdts = parse_names(kv_dtype, "--kv-dtype")
     tps = _as_tuple(tp, "--tp", MAX_TP)
-    wdt = weight_dtype if isinstance(weight_dtype, DType) else _dtype(weight_dtype)
+    # None: weights as the config stores them (quantization_config, else bf16).
+    wdt = _dtype("bf16") if weight_dtype is None else (
+        weight_dtype if isinstance(weight_dtype, DType) else _dtype(weight_dtype))
+    weight_arg = None if weight_dtype is None else wdt.name
+    quantization = weights_as(spec, weight_arg, group_size)
     if encoder_seq_len is not None:
         formulas.check_size("encoder_seq_len", encoder_seq_len, MAX_SEQ_LEN)
 
@@ -397,11 +407,13 @@ def plan_sweep(
                 continue
             for kname in kdts:
                 combos.append(_combo(spec_g, _dtype(kname), wdt, t, hardware, scale_bytes,
-                                     encoder_seq_len, memory_fraction, reserve_bytes))
+                                     encoder_seq_len, memory_fraction, reserve_bytes,
+                                     quantization))
     if not combos:
         raise KvcalcError("no valid combination left to sweep: " + "; ".join(skipped))
     plan = SweepPlan(spec=spec, seq_len=seq, batch=bat, kv_heads=heads, kv_dtypes=kdts, tps=tps,
-                     weight_dtype=wdt.name, hardware=hardware, scale_bytes=scale_bytes,
+                     weight_dtype=wdt.name, weight_arg=weight_arg, group_size=group_size,
+                     hardware=hardware, scale_bytes=scale_bytes,
                      encoder_seq_len=encoder_seq_len, memory_fraction=memory_fraction,
                      reserve_bytes=reserve_bytes, combos=tuple(combos), skipped=tuple(skipped))
     if check:
@@ -422,7 +434,7 @@ def _kernel(c: Combo, S, B, hardware: bool) -> dict:
     """
     return row_columns(c.spec, S, B, c.kv_dtype, c.weight_dtype, c.tp,
                        c.hardware if hardware else None, c.scale_bytes, c.encoder_seq_len,
-                       c.free_bytes)
+                       c.free_bytes, c.stored)
 
 
 def _compute(c: Combo, S: np.ndarray, B: np.ndarray, hardware: bool) -> dict:
@@ -575,9 +587,9 @@ def reference_row(plan: SweepPlan, combo: Combo, seq_len: int, batch: int) -> di
     only min_tp_that_fits, which no row shows, is not searched for.
     """
     wdt = _dtype(plan.weight_dtype)
-    est = estimate(combo.spec, seq_len, batch, combo.kv_dtype, wdt, combo.tp, None,
+    est = estimate(combo.spec, seq_len, batch, combo.kv_dtype, plan.weight_arg, combo.tp, None,
                    plan.scale_bytes, plan.encoder_seq_len, plan.memory_fraction,
-                   plan.reserve_bytes)
+                   plan.reserve_bytes, group_size=plan.group_size)
     if plan.hardware is not None:
         hw = plan.hardware
         est = replace(
@@ -585,7 +597,8 @@ def reference_row(plan: SweepPlan, combo: Combo, seq_len: int, batch: int) -> di
             roofline=decode_roofline(est.decode, hw, compute_dtype_for(wdt)),
             fit=roofline_fit(combo.spec, hw, seq_len, batch, wdt, combo.kv_dtype, combo.tp,
                              plan.scale_bytes, plan.memory_fraction, plan.reserve_bytes,
-                             plan.encoder_seq_len))
+                             plan.encoder_seq_len,
+                             combo.stored.per_device if combo.stored else None))
     return est.as_row()
 
 

@@ -479,3 +479,14 @@ def test_qwen3_next_published_total_is_the_model_plus_one_mtp_layer() -> None:
     mtp = 4096 * 2048 + 3 * 2048 + attention + moe + 2 * 2048
     spec = load_model("qwen3-next-80b-a3b")
     assert formulas.param_counts(spec).total + mtp == spec.published_params
+
+
+def test_quantized_presets_weigh_what_their_checkpoints_store() -> None:
+    """gpt-oss ships its experts in MXFP4: the estimate's weight bytes are the checkpoint's
+    model.safetensors.index.json total_size (tests/data/quant/README.md), not 2 B a weight."""
+    from kvcalc.estimate import estimate
+
+    assert estimate(load_model("gpt-oss-20b"), 1024).weight_bytes == 13_761_264_768
+    assert estimate(load_model("gpt-oss-120b"), 1024).weight_bytes == 65_248_815_744
+    dense = estimate(load_model("gpt-oss-20b"), 1024, weight_dtype="bf16")
+    assert dense.weight_bytes == 2 * formulas.param_counts(load_model("gpt-oss-20b")).total
