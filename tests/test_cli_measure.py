@@ -347,3 +347,20 @@ def test_a_preset_changed_by_flags_is_renamed():
                "--warmup", "0", "--device", "cpu", "--format", "json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["config"]["model"] == "llama3-8b[heads=4,head_dim=16]"
+
+
+@needs_torch
+def test_tp2_gloo_from_the_command_line():
+    r = invoke("measure", *TINY, "--tp", "2", "--step", "layer", "--format", "json")
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)["rows"]
+    assert [(row["tp"], row["rank"], row["backend"]) for row in rows] == [(2, 0, "gloo"), (2, 1, "gloo")]
+    # d_model 128 fp32 activations of batch 2 per all-reduce; K/V: 2 of 4 heads... each rank 1 of 2.
+    assert all(row["allreduce_bytes"] == 2 * 128 * 4 for row in rows)
+    assert all(row["kv_bytes_held"] == 2 * 64 * 1 * 16 * 2 * 4 for row in rows)
+    r = invoke("measure", *TINY, "--tp", "2")
+    assert r.exit_code == 0 and "all-reduce" in r.stdout
+    for bad in ("0", "x", "2", ):
+        args = ["measure", *TINY, "--tp", bad] + (["--sweep"] if bad == "2" else [])
+        r = invoke(*args)
+        assert r.exit_code == 2 and r.stderr.startswith("kvcalc: error: ") and len(r.stderr.splitlines()) == 1

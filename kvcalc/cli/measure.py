@@ -77,6 +77,11 @@ def register(app: typer.Typer) -> None:
             "--cache-ceilings", help="Reuse this device's measured ceilings from "
             "~/.cache/kvcalc/ceilings.json, measuring and storing them when absent (default: off, "
             "measure every run).")] = False,
+        tp: Annotated[Optional[str], typer.Option(
+            "--tp", help="Tensor-parallel degree(s), e.g. 2 or 1,2: that many torch.distributed "
+            "ranks (gloo on a CPU, NCCL with one GPU per rank), each holding its query heads and "
+            "their K/V heads; the output's all-reduce is real and timed (default: off, one "
+            "process).")] = None,
         fmt: FormatOpt = None,
         output: OutputOpt = None,
         force: ForceOpt = False,
@@ -105,19 +110,30 @@ def register(app: typer.Typer) -> None:
             from kvcalc.plot import require_matplotlib
 
             require_matplotlib(plot)
+        tps = _tp_degrees(tp)
+        if tps and sweep:
+            raise KvcalcError("--tp and --sweep do not combine: give one --seq-len and --batch")
+        if tps and plot is not None:
+            raise KvcalcError("--plot draws single-process runs; drop it with --tp")
         seq_lens, batches = _sizes(seq_len, "--seq-len", sweep), _sizes(batch, "--batch", sweep)
         config = MeasureConfig(**_model_fields(preset, heads, kv_heads, head_dim, d_model),
                                seq_len=seq_lens[0] if seq_lens else None,
                                batch=batches[0] if batches else None, dtype=_dtype_name(dtype),
                                device=device, impl=impl, step=step, warmup=warmup, iters=iters,
                                compare=compare, cuda_graphs=cuda_graphs, l2=l2,
-                               ceilings_cache=_cache_path() if cache_ceilings else None)
+                               ceilings_cache=_cache_path() if cache_ceilings else None,
+                               tp=tuple(tps) if tps else None)
         if sweep:
             result = _run_with_progress(
                 lambda c, progress: run_sweep(c, seq_lens or [None], batches or [None], progress),
                 config)
         else:
             result = _run_with_progress(run, config)
+        if result is None:  # a torchrun rank other than 0: rank 0 reports
+            return
+        if tps:
+            _emit_tp(result, fmt, output, force)
+            return
         timed_rows = [r for r in result.rows if r["median_s"]]
         if plot is not None and not timed_rows:
             # The rows still say why each implementation failed: print them, skip the plot.
@@ -139,6 +155,76 @@ def register(app: typer.Typer) -> None:
         else:
             text = report.rows_to_csv(result.rows)
         report.emit(text, output, force)
+
+
+def _tp_degrees(text: Optional[str]) -> list[int]:
+    if text is None:
+        return []
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise KvcalcError(f"--tp takes integers, e.g. 2 or 1,2 (got {text!r})") from None
+    if not values or any(v < 1 for v in values):
+        raise KvcalcError(f"--tp takes integers >= 1 (got {text!r})")
+    if max(values) > 64:
+        raise KvcalcError(f"--tp {max(values)}: at most 64 ranks")
+    return list(dict.fromkeys(values))
+
+
+def _emit_tp(result, fmt, output, force) -> None:
+    from kvcalc import report
+
+    if fmt is OutputFormat.json:
+        report.emit(report.to_json(result.to_dict()), output, force)
+        return
+    if fmt is OutputFormat.csv:
+        report.emit(report.rows_to_csv(result.rows), output, force)
+        return
+    tab = _tp_tab(result)
+    if fmt is OutputFormat.table and (output is None or str(output) == "-"):
+        report.show([tab])
+    elif fmt is OutputFormat.md:
+        report.emit(report.to_markdown([tab]), output, force)
+    else:
+        report.emit(report.to_text([tab], width=160), output, force)
+
+
+def _tp_tab(result):
+    from kvcalc import report
+
+    columns = ["tp", "rank", "q / kv heads", "KV held", "median", "predicted", "all-reduce",
+               "AR predicted", "AR bytes", "step (slowest rank)", "bound"]
+    body = []
+    for r in result.rows:
+        body.append([
+            str(r["tp"]), str(r["rank"]), f"{r['q_heads']} / {r['kv_heads_range']}",
+            report.human_count(r["kv_bytes_held"], "B"), _fmt_s(r["median_s"]),
+            f"{_fmt_s(r['predicted_s'])} ({_fmt_ratio(r['measured_over_predicted'])})",
+            _fmt_s(r["allreduce_median_s"] if r["tp"] > 1 else None),
+            _fmt_s(r["allreduce_predicted_s"] if r["tp"] > 1 else None),
+            report.human_count(r["allreduce_bytes"], "B") if r["tp"] > 1 else "-",
+            f"{_fmt_s(r['step_median_s'])} / {_fmt_s(r['step_predicted_s'])} "
+            f"({_fmt_ratio(r['step_measured_over_predicted'])})",
+            r["bound"]])
+    cfg, dev = result.config, result.device
+    caption = [
+        f"{dev['name']} ({dev['type']}), torch {dev['torch_version']}, {cfg['dtype']}, "
+        f"{cfg['heads']}/{cfg['kv_heads']} heads, head_dim {cfg['head_dim']}, seq_len "
+        f"{cfg['seq_len']} x batch {cfg['batch']}, {cfg['step']} step, impl {cfg['impl']}, "
+        f"launched by {cfg['launcher']}",
+        "predicted = max(K/V / read, attention FLOPs / FLOP/s at shape) [+ max(weights / read, "
+        "projection FLOPs / FLOP/s at shape)] + overhead + all-reduce (latency + 2(N-1)/N x "
+        "bytes / bus bandwidth), every ceiling measured by the ranks at once in this run",
+    ]
+    for r in result.rows:
+        if r["tp"] > 1 and r["rank"] == 0:
+            caption.append(f"tp {r['tp']}: {r['backend']} all-reduce latency "
+                           f"{_fmt_s(r['allreduce_latency_s'])}, bus bandwidth "
+                           f"{report.human_rate(r['allreduce_bus_bytes_per_s'])}")
+    for text in dict.fromkeys(r["note"] for r in result.rows if r["note"]):
+        caption.append(f"note: {text}")
+    return report.Tab("kvcalc measure --tp: per rank, measured vs predicted", columns, body,
+                      caption="\n".join(caption))
 
 
 def _sizes(text: Optional[str], flag: str, sweep: bool) -> list[int]:

@@ -55,6 +55,10 @@ def require_torch():
 def run(config: MeasureConfig, progress: Progress | None = None, **kwargs) -> MeasureResult:
     """Run the measurement `config` describes; see kvcalc.measure.runner.run."""
     require_torch()
+    if config.tp is not None:
+        from kvcalc.measure.tp import run_tp
+
+        return run_tp(config, progress)
     from kvcalc.measure.runner import run as _run
 
     return _run(config, progress=progress, **kwargs)

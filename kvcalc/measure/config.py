@@ -73,6 +73,7 @@ class MeasureConfig:
     ceilings_cache: str | Path | None = None  # a JSON file to reuse ceilings from
     memory_fraction: float = 0.85  # of free memory the run may use
     seed: int = 0
+    tp: tuple[int, ...] | None = None  # tensor-parallel degrees: ranks of torch.distributed
 
     def __post_init__(self) -> None:
         for name, upper in (("heads", MAX_WIDTH), ("kv_heads", MAX_WIDTH),
@@ -102,6 +103,13 @@ class MeasureConfig:
             raise KvcalcError(
                 f"dtype must be one of {', '.join(MEASURE_DTYPES)} for measuring, got {self.dtype!r}")
         self.impl_names()  # validates
+        if self.tp is not None:
+            if isinstance(self.tp, int):
+                object.__setattr__(self, "tp", (self.tp,))
+            if not self.tp:
+                raise KvcalcError("tp needs at least one degree")
+            for n in self.tp:
+                check_size("tp", n, 1024)
         if not 0 < self.memory_fraction <= 1:
             raise KvcalcError(f"memory_fraction must be in (0, 1], got {self.memory_fraction}")
 
