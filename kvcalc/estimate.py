@@ -38,6 +38,7 @@ class Estimate:
     encoder_seq_len: int | None = None
     latency: object = None  # latency.Latency with hardware: TTFT, TPOT, tokens/s
     stored: formulas.StoredWeights | None = None  # quantized weights as stored
+    allreduce: object = None  # comm.AllReduceCost: tp > 1 on hardware with interconnect figures
 
     @property
     def weight_bytes(self) -> int:
@@ -140,6 +141,12 @@ class Estimate:
                 "min_tp_that_fits": self.min_tp_that_fits,
             }
         out["latency"] = self.latency.as_dict() if self.latency is not None else None
+        out["allreduce"] = None
+        if self.allreduce is not None:
+            step_s = self.roofline.time_s if self.roofline is not None else 0.0
+            out["allreduce"] = {**self.allreduce.as_dict(),
+                                "step_time_with_allreduce_s": step_s + self.allreduce.time_s,
+                                "dominates": self.allreduce.time_s > step_s}
         out["notes"] = list(self.notes())
         return out
 
@@ -219,6 +226,13 @@ class Estimate:
         if self.scale_bytes and self.kv_dtype.bits >= 16:
             out.append(f"--kv-scale-bytes {self.scale_bytes} with an unquantized {self.kv_dtype.name} "
                        f"cache: scales are usually kept for int8/fp8/int4 caches only")
+        a, r = self.allreduce, self.roofline
+        if a is not None and a.count and r is not None:
+            share = a.time_s / (a.time_s + r.time_s)
+            out.append(f"tp={self.tp}: {a.count} all-reduces of {a.message_bytes:,} B per step over "
+                       f"{a.interconnect or 'the interconnect'} take >= {a.time_s * 1e6:.3g} us "
+                       f"(bandwidth only), {share:.0%} of the step with them"
+                       + ("; the all-reduce dominates" if a.time_s > r.time_s else ""))
         return tuple(out)
 
 
@@ -381,9 +395,15 @@ def estimate(
         lat = latency(spec, hardware, seq_len if prompt_len is None else prompt_len, seq_len,
                       batch, wdt, kdt, tp, mfu, bandwidth_efficiency, scale_bytes,
                       encoder_seq_len, stored)
+    comm = None
+    if hardware is not None and tp > 1 and hardware.interconnect_bandwidth_bytes_per_s:
+        from kvcalc.comm import decode_allreduce
+
+        comm = decode_allreduce(spec, batch, tp, act, hardware.interconnect_bandwidth_bytes_per_s,
+                                hardware.interconnect)
     return Estimate(spec, seq_len, batch, kdt, wdt, tp, cache, params, decode, shazeer,
                     hardware, roof, fit, min_tp, scale_bytes, batched, encoder_seq_len, lat,
-                    stored)
+                    stored, comm)
 
 
 def weights_as(spec: ModelSpec, weight_dtype, group_size: int | None = None):

@@ -27,3 +27,27 @@ def test_llama_decode_allreduce_by_hand():
     assert c.bytes_on_link == 64 * 98_304 == 6_291_456
     assert c.time_s == pytest.approx(6_291_456 / 450e9)
     assert decode_allreduce(spec, 8, 1, "bf16", 1).time_s == 0.0
+
+
+def test_estimate_carries_the_allreduce_term_and_says_when_it_dominates():
+    from dataclasses import replace
+
+    from kvcalc.estimate import estimate
+    from kvcalc.presets import load_hardware
+
+    spec = load_model("llama3-8b")
+    h100 = load_hardware("h100-sxm")  # NVLink 4: 450 GB/s one direction
+    d = estimate(spec, 8192, 8, tp=2, hardware=h100).as_dict()
+    a = d["allreduce"]
+    # 64 all-reduces of 8 x 4,096 x 2 B; on two devices each sends the whole message once.
+    assert (a["count"], a["message_bytes"], a["bytes_on_link"]) == (64, 65_536, 4_194_304)
+    assert a["time_s"] == pytest.approx(4_194_304 / 450e9)
+    assert a["step_time_with_allreduce_s"] == pytest.approx(d["roofline"]["time_s"] + a["time_s"])
+    assert a["dominates"] is False
+    assert estimate(spec, 8192, 8, tp=1, hardware=h100).as_dict()["allreduce"] is None
+    assert estimate(spec, 8192, 8, tp=2).as_dict()["allreduce"] is None  # no hardware
+    # A 1 GB/s link: 4,194,304 B take 4.2 ms, more than the step's memory time.
+    slow = replace(h100, interconnect_bandwidth_bytes_per_s=10**9, interconnect="a slow link")
+    e = estimate(spec, 8192, 8, tp=2, hardware=slow)
+    assert e.as_dict()["allreduce"]["dominates"] is True
+    assert any("over a slow link" in n and "the all-reduce dominates" in n for n in e.notes())
