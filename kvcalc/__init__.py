@@ -93,13 +93,15 @@ def _hardware(hardware):
 
 
 def estimate(model, seq_len: int | None = None, batch: int = 1, kv_dtype="bf16",
-             weight_dtype="bf16", tp: int = 1, hardware=None, scale_bytes: int = 0,
+             weight_dtype=None, tp: int = 1, hardware=None, scale_bytes: int = 0,
              encoder_seq_len: int | None = None, memory_fraction: float | str = 1,
-             reserve_bytes: int = 0):
+             reserve_bytes: int = 0, **options):
     """Every figure `kvcalc estimate` prints, as an Estimate (`.as_dict()` is its JSON).
 
     `model` is a ModelSpec or a preset name; `hardware` a Hardware, a preset name or
-    None (no roofline, no fit); `seq_len` defaults to the model's max context (or 4096).
+    None (no roofline, no fit); `seq_len` defaults to the model's max context (or 4096);
+    `weight_dtype` None reads the weights as the config stores them. `options`:
+    prompt_len, mfu, bandwidth_efficiency, group_size (kvcalc.estimate.estimate).
     """
     from kvcalc.estimate import estimate as _estimate
 
@@ -107,7 +109,7 @@ def estimate(model, seq_len: int | None = None, batch: int = 1, kv_dtype="bf16",
     if seq_len is None:
         seq_len = spec.max_context or 4096
     return _estimate(spec, seq_len, batch, kv_dtype, weight_dtype, tp, _hardware(hardware),
-                     scale_bytes, encoder_seq_len, memory_fraction, reserve_bytes)
+                     scale_bytes, encoder_seq_len, memory_fraction, reserve_bytes, **options)
 
 
 def kv_cache(model, seq_len: int, batch: int = 1, kv_dtype="bf16", tp: int = 1,

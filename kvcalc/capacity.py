@@ -161,7 +161,9 @@ class EngineSettings:
     kv_dtype: str = "auto"  # "auto": the model dtype
     mamba_ssm_dtype: str = "auto"  # recurrent-state dtype; "auto": the model dtype (vLLM 0.33)
     model_dtype: str = "bf16"
-    weight_dtype: str | None = None  # None: model dtype; else every matrix but embeddings
+    weight_dtype: str | None = None  # None: as the config stores (else the model dtype);
+    # a dtype: every matrix but embeddings, quantized ones with scales per group_size
+    group_size: int | None = None
     weights_bytes: int | None = None
     kv_cache_memory_bytes: int | None = None
     enforce_eager: bool = False
@@ -178,6 +180,7 @@ class EngineSettings:
         check_size("tp", self.tp, 4096)
         check_size("pp", self.pp, 4096)
         for name in ("block_size", "max_num_batched_tokens", "max_num_seqs", "weights_bytes",
+                     "group_size",
                      "kv_cache_memory_bytes", "num_gpu_blocks_override", "encoder_len"):
             v = getattr(self, name)
             if v is not None:
@@ -416,6 +419,29 @@ def stage_weight_bytes(spec: ModelSpec, s: EngineSettings, stage: int = 0) -> in
     """
     if s.weights_bytes is not None:
         return s.weights_bytes
+    from kvcalc import quant
+
+    q = (quant.adhoc(s.weight_dtype, s.group_size) if s.weight_dtype
+         else quant.quantization_of(spec))
+    if q is not None:
+        # Quantized as stored (kvcalc.quant): values, scales and zeros matrix by matrix.
+        # The stage share splits the body by layers, with the embedding and lm_head (in
+        # the model dtype) on the first and last stage, as below.
+        wb = quant.weight_bytes(spec, q, s.model_dtype)
+        dev = quant.weight_bytes_per_device(spec, q, s.tp, s.model_dtype)
+        emb_dev = -(-(wb.breakdown.get("embedding", 0) + wb.breakdown.get("position_embedding", 0))
+                    // s.tp)
+        head_dev = -(-wb.breakdown.get("lm_head", 0) // s.tp)
+        body_dev = dev - emb_dev - head_dev
+        sizes = pipeline_layers(spec.layers, s.pp)
+        total = body_dev * sizes[stage] // spec.layers if s.pp > 1 else body_dev
+        if stage == 0:
+            total += emb_dev
+        if stage == s.pp - 1:
+            total += head_dev if head_dev or s.pp == 1 else -(-2 * spec.vocab * spec.d_model // s.tp)
+        if spec.max_context and spec.mla is None:
+            total += dtype(s.model_dtype).nbytes(spec.max_context * spec.head_dim)
+        return total
     counts = formulas.param_counts(spec)
     b = counts.breakdown
     tp, pp = s.tp, s.pp

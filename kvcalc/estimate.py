@@ -197,8 +197,6 @@ class Estimate:
     def notes(self) -> tuple[str, ...]:
         out = list(self.decode.notes)
         s = self.spec
-        if len(self.cache.bytes_by_kind) > 1 or s.sliding_layers or self.cache.state_bytes_per_sequence:
-            out.append(f"cache by layer kind: {cache_summary(self.cache)}")
         if s.sliding_layers or s.layers_of("chunked"):
             out.append("windowed layers hold min(seq_len, window) tokens; kv_cache_bytes_full is "
                        "the figure without the windows")

@@ -392,7 +392,7 @@ def summary_table(est) -> Tab:
     rows.append(["parameters", f"{p.total:,} ({count_words(p.total)})"])
     if p.active != p.total:
         rows.append(["active per token (MoE)", f"{p.active:,} ({count_words(p.active)})"])
-    rows.append([f"weights ({est.weight_dtype.name})", exact_bytes(est.weight_bytes)])
+    rows.append([f"weights ({weights_label(est)})", exact_bytes(est.weight_bytes)])
     rows.append(["decode step: bytes", exact_bytes(d.bytes)])
     rows.append(["decode step: FLOPs", f"{d.flops:,} ({human_count(d.flops, 'FLOP')})"])
     rows.append(["FLOPs per byte", f"{d.arithmetic_intensity:.3g}"
@@ -402,20 +402,28 @@ def summary_table(est) -> Tab:
         caveat = "" if f.fits else " if it fit"
         rows.append([f"time per token{caveat}", f"{human_seconds(r.time_s)} ({r.bound}-bound)"])
         rows.append([f"tokens/s{caveat}", f"{r.tokens_per_s:,.1f}"])
+        if est.latency is not None:
+            lat = est.latency
+            rows.append([f"first token, {lat.prompt_len:,}-token prompt{caveat}",
+                         f"{human_seconds(lat.ttft_s)} ({lat.prefill_bound}-bound)"])
+            rows.append([f"per output token{caveat}",
+                         f"{human_seconds(lat.tpot_s)} ({lat.tokens_per_s:,.0f} tokens/s)"])
         rows.append(["free for KV per device", exact_bytes(f.free_for_kv_bytes)
                      if f.free_for_kv_bytes >= 0 else
                      f"none: weights exceed memory by {human_bytes(-f.free_for_kv_bytes)}"])
         rows.append([f"max batch at {est.seq_len:,} tokens", f"{f.max_batch:,}"])
-        rows.append([f"max context at batch {est.batch}",
-                     "unbounded (every layer slides)" if f.max_seq_len_unbounded
-                     else f"{f.max_seq_len:,}"])
+        rows.append([f"max context at batch {est.batch}", max_context_words(est)])
         fits = "yes" if f.fits else f"no; {_not_fit_words(est)[len('does not fit '):].strip('()')}"
         rows.append([f"fits on {_on_device(est)}", fits])
     attn = s.attention_kind + ("" if s.mla is not None else f", {s.kv_heads} K/V heads")
     title = (f"{s.name} ({attn}, {s.layers} layers), KV {est.kv_dtype.name}"
              + (f", tp {est.tp}" if est.tp > 1 else ""))
-    return Tab(title, ["", ""], rows, header=False,
-               caption="`--detail` for every breakdown, `--format json` for all of it")
+    caption = "`--detail` for every breakdown, `--format json` for all of it"
+    if est.latency is not None:
+        caption = (f"time per token: datasheet roofline; first/per output token at "
+                   f"{est.latency.mfu:.0%} MFU and {est.latency.bandwidth_efficiency:.0%} of "
+                   f"bandwidth (--mfu, --bandwidth-efficiency). " + caption)
+    return Tab(title, ["", ""], rows, header=False, caption=caption)
 
 
 def _cache_rows(est) -> list[list[str]]:
@@ -423,11 +431,30 @@ def _cache_rows(est) -> list[list[str]]:
     c = est.cache
     rows = [["KV cache per token", exact_bytes(c.bytes_per_token)],
             [f"KV cache, {est.seq_len:,} x {est.batch}", exact_bytes(c.bytes)]]
+    if len(c.bytes_by_kind) > 1 or c.state_bytes_per_sequence:
+        for label, nbytes in c.bytes_by_kind.items():  # e.g. "  52 x sliding 1,024"
+            rows.append([f"  {c.layers_by_kind[label]} x {label}", exact_bytes(nbytes)])
     if c.bytes_full != c.bytes:
-        rows.append(["  without sliding window", exact_bytes(c.bytes_full)])
+        rows.append(["  without windows", exact_bytes(c.bytes_full)])
+    if c.state_bytes_per_sequence:
+        rows.append(["  constant state per sequence", exact_bytes(c.state_bytes_per_sequence)])
     if est.tp > 1:
         rows.append(["  per device", exact_bytes(c.bytes_per_device)])
     return rows
+
+
+def max_context_words(est) -> str:
+    """The longest context at the batch: a number, or why memory does not bound it."""
+    f, s = est.fit, est.spec
+    if not f.max_seq_len_unbounded:
+        return f"{f.max_seq_len:,}"
+    if s.max_context:
+        return f"{f.max_seq_len:,} (model limit; cache stops growing)"
+    return "unbounded (the cache stops growing)"
+
+
+def weights_label(est) -> str:
+    return est.stored.label.split(" (")[0].split(",")[0] if est.stored else est.weight_dtype.name
 
 
 def estimate_tables(est) -> list:
@@ -518,7 +545,7 @@ def estimate_tables(est) -> list:
                 ["free for KV cache per device", exact_bytes(f.free_for_kv_bytes)],
                 [f"max batch at {est.seq_len:,} tokens", f"{f.max_batch:,}"],
                 [f"max context at batch {est.batch}",
-                 "unbounded (every layer slides)" if f.max_seq_len_unbounded else f"{f.max_seq_len:,}"],
+                 max_context_words(est)],
                 ["fits as asked", "yes" if f.fits else "NO"]]
         if est.min_tp_that_fits != est.tp:
             frow.append(["smallest tp that fits",
@@ -580,7 +607,27 @@ def compare_table(estimates: list) -> Tab:
                f"{base.seq_len:,}, batch {base.batch}{where}", cols, rows, caption=caption)
 
 
-def fit_table(est) -> Tab:
+def capacity_table(est, cap, slo: int | None = None) -> Tab:
+    """`kvcalc fit` with engine flags: vLLM's start-up arithmetic, per device."""
+    s, m = cap.settings, cap.memory
+    rows = [["driver-visible memory x utilization", exact_bytes(m["budget"])],
+            ["  weights", exact_bytes(m["weights"])],
+            ["  activation peak (profiling pass)", exact_bytes(m["activation_peak"])],
+            ["  non-torch (CUDA context, NCCL)", exact_bytes(m["non_torch"])],
+            ["  CUDA graphs", exact_bytes(m["cuda_graphs"])],
+            ["KV cache memory", exact_bytes(m["kv_cache"])],
+            [f"KV blocks of {cap.block_size} tokens", f"{cap.num_gpu_blocks:,}"],
+            ["KV cache tokens", f"{cap.kv_cache_tokens:,}"],
+            [f"max concurrency at {s.max_model_len:,} tokens", f"{cap.max_concurrency:.2f}x"]]
+    if slo is not None:
+        rows.append(["largest batch meeting the latency targets", f"{slo:,}"])
+    where = f"{s.tp} x {cap.hardware}" + (f", pp {s.pp}" if s.pp > 1 else "")
+    return Tab(f"{est.spec.name} on {where}, as vLLM {s.vllm_version} counts it "
+               f"(utilization {s.gpu_memory_utilization})", ["", ""], rows,
+               caption="\n".join(f"note: {n}" for n in cap.notes) or None)
+
+
+def fit_table(est, slo: int | None = None) -> Tab:
     f, hw = est.fit, est.hardware
     rows = [["usable per device (x fraction, - reserve)", exact_bytes(f.usable_bytes)],
             ["weights per device", exact_bytes(f.weight_bytes)],
@@ -588,11 +635,15 @@ def fit_table(est) -> Tab:
             [f"KV per sequence per device at {est.seq_len:,}", exact_bytes(f.kv_bytes_per_sequence)],
             [f"max batch at {est.seq_len:,} tokens", f"{f.max_batch:,}"],
             [f"max context at batch {est.batch}",
-             "unbounded (every layer slides)" if f.max_seq_len_unbounded else f"{f.max_seq_len:,}"],
+             max_context_words(est)],
             ["fits as asked", "yes" if f.fits else "no"],
             ["smallest tp that fits",
              "none" if est.min_tp_that_fits is None else str(est.min_tp_that_fits)]]
+    if slo is not None:
+        rows.append(["largest batch meeting the latency targets", f"{slo:,}"])
     notes = [n for n in est.notes() if "max context" in n or "replicated" in n]
+    notes.append("leaves out the serving engine's activation peak, non-torch memory, CUDA "
+                 "graphs and block rounding: --max-model-len counts as vLLM does")
     return Tab(f"{est.spec.name} on {est.tp} x {hw.name} ({human_bytes(hw.memory_bytes)} each), "
                f"weights {est.weight_dtype.name}, KV {est.kv_dtype.name}", ["", ""], rows,
                caption="\n".join(f"note: {n}" for n in notes) or None)

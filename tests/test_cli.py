@@ -445,3 +445,76 @@ def test_python_api_takes_preset_names():
     est = api.estimate("gpt3", 2048, kv_dtype="fp16", hardware="h100-sxm")
     assert est.cache.bytes == 9_663_676_416 and est.min_tp_that_fits == 6
     assert api.kv_cache("gpt3", 2048, kv_dtype="fp16").bytes == 9_663_676_416
+
+
+# --- fit as the serving engine counts it (issue: serving capacity) ---------------------
+def test_fit_engine_mode_reproduces_a_public_vllm_log():
+    """vllm-project/vllm#10517 (vLLM 0.6.4.post1, V0, no chunked prefill): Llama-3.1-8B on
+    one RTX 3090 at gpu_memory_utilization 0.9 and max_model_len 20,000 logged 1,952 blocks
+    (31,232 tokens), 1.56x concurrency, weights 14.9888 GiB, activations 2.07 GiB,
+    non-torch 0.35 GiB, KV cache 3.81 GiB (tests/data/vllm/llama31-8b-rtx3090-20k.yaml)."""
+    r = kvcalc("fit", "--preset", "llama3.1-8b", "--gpu", "rtx3090", "--max-model-len", "20000",
+               "--gpu-memory-utilization", "0.9", "--max-num-batched-tokens", "20000",
+               "--vllm-version", "0.6.4.post1", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert isinstance(out["kv_cache_tokens"], int) and isinstance(out["num_gpu_blocks"], int)
+    assert isinstance(out["max_concurrency"], float)
+    assert abs(out["kv_cache_tokens"] / 31_232 - 1) <= 0.10
+    assert abs(out["max_concurrency"] / 1.56 - 1) <= 0.10
+    gib = 2 ** 30
+    logged = {"weights": 14.9888, "activation_peak": 2.07, "non_torch": 0.35, "kv_cache": 3.81}
+    for term, value in logged.items():
+        assert abs(out["memory"][term] / gib - value) <= 0.5, term
+    assert set(out["memory"]) >= {"weights", "activation_peak", "non_torch", "cuda_graphs",
+                                  "kv_cache"}
+
+
+def test_fit_engine_refuses_a_max_model_len_that_does_not_fit():
+    r = kvcalc("fit", "--preset", "llama3.1-8b", "--gpu", "rtx3090", "--max-model-len", "200000")
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kvcalc: error:")
+    assert "maximum model length" in lines[0]
+
+
+def test_plain_fit_says_what_it_leaves_out():
+    r = kvcalc("fit", "--preset", "llama3.1-8b", "--gpu", "h100-sxm", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert "activation peak" in json.loads(r.stdout)["leaves_out"]
+
+
+def test_fit_latency_targets_give_the_largest_batch_meeting_both():
+    r = kvcalc("fit", "--preset", "llama3.1-8b", "--gpu", "h100-sxm", "--seq-len", "4096",
+               "--ttft-ms", "500", "--tpot-ms", "20", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    b = json.loads(r.stdout)["max_batch_for_slo"]
+    ok = json.loads(kvcalc("estimate", "--preset", "llama3.1-8b", "--seq-len", "4096",
+                           "--batch", str(b), "--format", "json").stdout)["latency"]
+    over = json.loads(kvcalc("estimate", "--preset", "llama3.1-8b", "--seq-len", "4096",
+                             "--batch", str(b + 1), "--format", "json").stdout)["latency"]
+    assert ok["ttft_s"] <= 0.5 and ok["tpot_s"] <= 0.02
+    assert over["ttft_s"] > 0.5 or over["tpot_s"] > 0.02
+
+
+def test_weight_dtype_with_group_size_and_weights_as_stored():
+    r = kvcalc("estimate", "--preset", "llama3.1-8b", "--weight-dtype", "int4", "--group-size",
+               "128", "--format", "json")
+    out = json.loads(r.stdout)
+    assert out["weight_quantization"] == "adhoc int4 g128"
+    # 4-bit values plus an fp16 scale and a 4-bit zero per 128 weights: under 0.3 B a weight
+    # for the quantized matrices, embeddings and lm_head kept in bf16.
+    assert out["weight_bytes"] < out["params"]["total"] * 2 // 2
+    stored = json.loads(kvcalc("estimate", "--preset", "gpt-oss-20b", "--format", "json").stdout)
+    assert stored["weight_bytes"] == 13_761_264_768  # the checkpoint's total_size
+    r = kvcalc("estimate", "--preset", "llama3.1-8b", "--group-size", "128")
+    assert r.returncode == 2 and "--group-size needs a quantized --weight-dtype" in r.stderr
+
+
+def test_presets_families_lists_the_model_types_config_reads():
+    r = kvcalc("presets", "--families", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    types = {row["model_type"] for row in json.loads(r.stdout)}
+    assert len(types) >= 30
+    assert {"gemma3", "gpt_oss", "llama4", "qwen3_moe", "qwen3_next", "jamba", "mamba",
+            "falcon_mamba", "lfm2", "deepseek_v3", "llava", "mistral3"} <= types

@@ -1,13 +1,17 @@
 """`kvcalc estimate` and `kvcalc fit`: parse, call kvcalc.estimate, render."""
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
 from kvcalc.cli.options import (
     DEFAULT_GPU,
     BatchOpt,
+    BandwidthEffOpt,
     EncoderLenOpt,
+    GroupSizeOpt,
+    MfuOpt,
+    PromptLenOpt,
     ForceOpt,
     FormatOpt,
     GpuOpt,
@@ -31,7 +35,8 @@ from kvcalc.errors import KvcalcError
 
 
 def _estimates(request: ModelRequest, seq_len, batch, kv_dtype, weight_dtype, tp, gpu,
-               kv_scale_bytes, encoder_seq_len, memory_fraction, reserve, compare=False):
+               kv_scale_bytes, encoder_seq_len, memory_fraction, reserve, compare=False,
+               **options):
     from kvcalc.estimate import attention_variants, estimate as run_estimate
 
     hardware = resolve_gpu(gpu)
@@ -40,7 +45,7 @@ def _estimates(request: ModelRequest, seq_len, batch, kv_dtype, weight_dtype, tp
     length = default_seq_len(spec, seq_len)
     specs = attention_variants(spec, request.kv_heads) if compare else [spec]
     return [run_estimate(s, length, batch, kv_dtype, weight_dtype, tp, hardware, kv_scale_bytes,
-                         encoder_seq_len, fraction, reserve_bytes) for s in specs]
+                         encoder_seq_len, fraction, reserve_bytes, **options) for s in specs]
 
 
 def write(fmt: OutputFormat, output, force: bool, obj, rows: list[dict], items: list) -> None:
@@ -77,9 +82,13 @@ def register(app: typer.Typer) -> None:
         seq_len: SeqLenOpt = None,
         batch: BatchOpt = 1,
         kv_dtype: KvDtypeOpt = "bf16",
-        weight_dtype: WeightDtypeOpt = "bf16",
+        weight_dtype: WeightDtypeOpt = None,
+        group_size: GroupSizeOpt = None,
         tp: TpOpt = 1,
         gpu: GpuOpt = DEFAULT_GPU,
+        prompt_len: PromptLenOpt = None,
+        mfu: MfuOpt = "0.5",
+        bandwidth_efficiency: BandwidthEffOpt = "0.8",
         compare: Annotated[bool, typer.Option(
             "--compare", help="MHA, GQA and MQA of this model side by side.")] = False,
         detail: Annotated[bool, typer.Option(
@@ -104,7 +113,9 @@ def register(app: typer.Typer) -> None:
 
         fmt = output_format(fmt, output)
         ests = _estimates(request, seq_len, batch, kv_dtype, weight_dtype, tp, gpu,
-                          kv_scale_bytes, encoder_seq_len, memory_fraction, reserve, compare)
+                          kv_scale_bytes, encoder_seq_len, memory_fraction, reserve, compare,
+                          prompt_len=prompt_len, mfu=mfu,
+                          bandwidth_efficiency=bandwidth_efficiency, group_size=group_size)
         if compare:
             obj = {"variants": [e.as_dict() for e in ests],
                    "reductions_vs_mha": [_reductions(ests[0], e) for e in ests[1:]]}
@@ -124,9 +135,49 @@ def register(app: typer.Typer) -> None:
         seq_len: SeqLenOpt = None,
         batch: BatchOpt = 1,
         kv_dtype: KvDtypeOpt = "bf16",
-        weight_dtype: WeightDtypeOpt = "bf16",
+        weight_dtype: WeightDtypeOpt = None,
+        group_size: GroupSizeOpt = None,
         tp: TpOpt = 1,
-        gpu: Annotated[str, typer.Option("--gpu", help="Hardware preset to fit on.")] = DEFAULT_GPU,
+        pp: Annotated[Optional[int], typer.Option(
+            "--pp", show_default=False, help="Pipeline-parallel stages (engine count; "
+            "default 1).")] = None,
+        gpu: Annotated[str, typer.Option("--gpu", help="Hardware preset (or YAML file) to "
+                                         "fit on.")] = DEFAULT_GPU,
+        max_model_len: Annotated[Optional[int], typer.Option(
+            "--max-model-len", show_default=False,
+            help="Count as vLLM does (V1 engine) for requests up to this many tokens: KV "
+            "cache tokens, blocks, concurrency. Any engine flag turns this on (default "
+            "then: the model's max context).")] = None,
+        gpu_memory_utilization: Annotated[Optional[str], typer.Option(
+            "--gpu-memory-utilization", show_default=False,
+            help="Engine: share of driver-visible memory vLLM may use, in (0, 1] "
+            "(default 0.9).")] = None,
+        block_size: Annotated[Optional[int], typer.Option(
+            "--block-size", show_default=False, help="Engine: tokens per KV block "
+            "(default 16, raised for hybrid models as vLLM does).")] = None,
+        max_num_batched_tokens: Annotated[Optional[int], typer.Option(
+            "--max-num-batched-tokens", show_default=False,
+            help="Engine: tokens per scheduler step, which sizes the profiling pass "
+            "(default: the engine's for this GPU).")] = None,
+        max_num_seqs: Annotated[Optional[int], typer.Option(
+            "--max-num-seqs", show_default=False,
+            help="Engine: concurrent sequences, which size the sampler's profile "
+            "(default: the engine's for this GPU).")] = None,
+        enforce_eager: Annotated[bool, typer.Option(
+            "--enforce-eager", help="Engine: no CUDA graphs (their memory is not reserved).")
+        ] = False,
+        vllm_version: Annotated[Optional[str], typer.Option(
+            "--vllm-version", show_default=False,
+            help="Engine: the vLLM release whose rules to follow (default 0.33).")] = None,
+        ttft_ms: Annotated[Optional[float], typer.Option(
+            "--ttft-ms", show_default=False,
+            help="Largest batch whose time to first token stays under this (ms).")] = None,
+        tpot_ms: Annotated[Optional[float], typer.Option(
+            "--tpot-ms", show_default=False,
+            help="Largest batch whose time per output token stays under this (ms).")] = None,
+        prompt_len: PromptLenOpt = None,
+        mfu: MfuOpt = "0.5",
+        bandwidth_efficiency: BandwidthEffOpt = "0.8",
         kv_scale_bytes: ScaleOpt = 0,
         encoder_seq_len: EncoderLenOpt = None,
         memory_fraction: MemFractionOpt = None,
@@ -135,22 +186,120 @@ def register(app: typer.Typer) -> None:
         output: OutputOpt = None,
         force: ForceOpt = False,
     ) -> None:
-        """How much fits on a device after the weights.
+        """How much fits on a device: as the serving engine counts it, or after the weights.
 
-        The largest batch at --seq-len and the longest context at --batch, per device
-        under --tp, and the smallest tp that fits.
+        With --max-model-len (or any engine flag): vLLM's own arithmetic (V1 engine):
+        driver-visible memory x --gpu-memory-utilization, less weights, the profiling
+        pass's activation peak, non-torch memory and CUDA graphs; then KV blocks per layer
+        group, "KV cache tokens" and the maximum concurrency at --max-model-len. Without:
+        the plain fit (weights and KV only; it says what it leaves out). --ttft-ms and
+        --tpot-ms give the largest batch meeting both.
+
+        Examples: `kvcalc fit --preset llama3.1-8b --gpu rtx3090 --max-model-len 20000`;
+        `kvcalc fit --config config.json --gpu h100-sxm --tp 4 --max-model-len 32768
+        --gpu-memory-utilization 0.95 --format json`.
         """
         from kvcalc import report
 
         fmt = output_format(fmt, output)
         if gpu.strip().lower() == "none":
             raise KvcalcError("fit needs a device: --gpu NAME (see `kvcalc presets`)")
+        engine_flags = {"--max-model-len": max_model_len, "--gpu-memory-utilization":
+                        gpu_memory_utilization, "--pp": pp, "--block-size": block_size,
+                        "--max-num-batched-tokens": max_num_batched_tokens,
+                        "--max-num-seqs": max_num_seqs, "--vllm-version": vllm_version,
+                        "--enforce-eager": enforce_eager or None}
+        engine = {k: v for k, v in engine_flags.items() if v is not None}
+        if engine and (memory_fraction is not None or reserve is not None):
+            raise KvcalcError("--memory-fraction and --reserve shape the plain fit; with engine "
+                              "flags use --gpu-memory-utilization (the engine subtracts "
+                              "activations, non-torch memory and CUDA graphs itself)")
         est = _estimates(request, seq_len, batch, kv_dtype, weight_dtype, tp, gpu,
-                         kv_scale_bytes, encoder_seq_len, memory_fraction, reserve)[0]
+                         kv_scale_bytes, encoder_seq_len, memory_fraction, reserve,
+                         prompt_len=prompt_len, mfu=mfu,
+                         bandwidth_efficiency=bandwidth_efficiency, group_size=group_size)[0]
+        slo = _slo(est, ttft_ms, tpot_ms, prompt_len, mfu, bandwidth_efficiency, group_size,
+                   weight_dtype, kv_scale_bytes, encoder_seq_len)
+        if engine:
+            cap = _engine_capacity(est, max_model_len, gpu_memory_utilization, tp, pp,
+                                   block_size, max_num_batched_tokens, max_num_seqs,
+                                   enforce_eager, vllm_version, kv_dtype, weight_dtype,
+                                   group_size)
+            obj = _capacity_dict(est, cap)
+            if slo is not None:
+                obj["max_batch_for_slo"] = slo
+            write(fmt, output, force, obj, [report.flatten(obj)],
+                  [report.capacity_table(est, cap, slo)])
+            return
         obj = {"model": est.spec.name, "gpu": est.hardware.name, "seq_len": est.seq_len,
                "batch": est.batch, "tp": est.tp, "kv_dtype": est.kv_dtype.name,
-               "weight_dtype": est.weight_dtype.name, **est.as_dict()["fit"]}
-        write(fmt, output, force, obj, [obj], [report.fit_table(est)])
+               "weight_dtype": est.weight_dtype.name, **est.as_dict()["fit"],
+               "leaves_out": PLAIN_FIT_LEAVES_OUT}
+        if slo is not None:
+            obj["max_batch_for_slo"] = slo
+        write(fmt, output, force, obj, [obj], [report.fit_table(est, slo)])
+
+
+PLAIN_FIT_LEAVES_OUT = (
+    "the serving engine's activation peak, non-torch memory (CUDA context, NCCL), CUDA "
+    "graphs, driver-visible rather than nominal memory and block rounding; give "
+    "--max-model-len for the engine's own count")
+
+
+def _slo(est, ttft_ms, tpot_ms, prompt_len, mfu, bandwidth_efficiency, group_size,
+         weight_dtype, kv_scale_bytes, encoder_seq_len):
+    """The largest batch (up to what memory holds at seq_len) meeting the latency targets."""
+    if ttft_ms is None and tpot_ms is None:
+        return None
+    for flag, value in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
+        if value is not None and not value > 0:
+            raise KvcalcError(f"{flag} must be a positive number of milliseconds, got {value}")
+    from kvcalc.estimate import stored_weights, weights_as
+    from kvcalc.latency import max_batch_for_slo
+
+    stored = stored_weights(est.spec, weights_as(est.spec, weight_dtype, group_size), est.tp)
+    return max_batch_for_slo(
+        est.spec, est.hardware, est.seq_len if prompt_len is None else prompt_len, est.seq_len,
+        None if ttft_ms is None else ttft_ms / 1000, None if tpot_ms is None else tpot_ms / 1000,
+        est.fit.max_batch, weight_dtype=est.weight_dtype, kv_dtype=est.kv_dtype, tp=est.tp,
+        mfu=mfu, bandwidth_efficiency=bandwidth_efficiency, scale_bytes=kv_scale_bytes,
+        encoder_seq_len=encoder_seq_len, stored=stored)
+
+
+def _engine_capacity(est, max_model_len, utilization, tp, pp, block_size, batched, seqs,
+                     enforce_eager, vllm_version, kv_dtype, weight_dtype, group_size):
+    from kvcalc.capacity import EngineSettings, parse_version, serving_capacity
+
+    spec = est.spec
+    version = vllm_version or "0.33"
+    # V1 became vLLM's default engine in 0.8; earlier releases ran V0.
+    engine = "v0" if parse_version(version) < (8, 0) else "v1"
+    length = max_model_len or spec.max_context or est.seq_len
+    settings = EngineSettings(
+        max_model_len=length, gpu_memory_utilization=utilization or "0.9", tp=tp, pp=pp or 1,
+        block_size=block_size, max_num_batched_tokens=batched, max_num_seqs=seqs,
+        kv_dtype=kv_dtype if kv_dtype != "bf16" else "auto", weight_dtype=weight_dtype,
+        group_size=group_size, enforce_eager=enforce_eager, vllm_version=version, engine=engine)
+    cap = serving_capacity(spec, est.hardware, settings, est.scale_bytes)
+    if not cap.fits:
+        raise KvcalcError(cap.refusal or f"one request of {length:,} tokens does not fit")
+    return cap
+
+
+def _capacity_dict(est, cap) -> dict:
+    s = cap.settings
+    return {
+        "model": est.spec.name, "gpu": cap.hardware, "tp": s.tp, "pp": s.pp,
+        "max_model_len": s.max_model_len, "gpu_memory_utilization": str(s.gpu_memory_utilization),
+        "block_size": cap.block_size, "max_num_batched_tokens": cap.max_num_batched_tokens,
+        "max_num_seqs": cap.max_num_seqs, "kv_dtype": est.kv_dtype.name,
+        "weight_quantization": est.stored.label if est.stored else None,
+        "vllm_version": s.vllm_version, "engine": s.engine,
+        "kv_cache_tokens": cap.kv_cache_tokens, "num_gpu_blocks": cap.num_gpu_blocks,
+        "max_concurrency": cap.max_concurrency, "max_model_len_fit": cap.max_model_len_fit,
+        "memory": cap.memory,
+        "notes": list(cap.notes),
+    }
 
 
 def _reductions(base, other) -> dict:

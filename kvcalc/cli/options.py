@@ -277,7 +277,21 @@ SeqLenOpt = Annotated[Optional[int], typer.Option(
     "--seq-len", help=f"Context length in tokens (default: the model's max context, or {DEFAULT_SEQ_LEN}).")]
 BatchOpt = Annotated[int, typer.Option("--batch", help="Sequences decoded together (count).")]
 KvDtypeOpt = Annotated[str, typer.Option("--kv-dtype", help=f"KV cache dtype: {DTYPE_HELP}.")]
-WeightDtypeOpt = Annotated[str, typer.Option("--weight-dtype", help=f"Weight dtype: {DTYPE_HELP}.")]
+WeightDtypeOpt = Annotated[Optional[str], typer.Option(
+    "--weight-dtype", show_default=False,
+    help=f"Weight dtype: {DTYPE_HELP}; int4, int8 and fp8 store scales per "
+    "--group-size (default: as the config stores them: its quantization_config, else bf16).")]
+GroupSizeOpt = Annotated[Optional[int], typer.Option(
+    "--group-size", show_default=False,
+    help="Weights per quantization scale for a quantized --weight-dtype, e.g. 128 "
+    "(default: one scale per output row).")]
+PromptLenOpt = Annotated[Optional[int], typer.Option(
+    "--prompt-len", show_default=False,
+    help="Prompt tokens for the time to first token (default: --seq-len).")]
+MfuOpt = Annotated[str, typer.Option(
+    "--mfu", help="Share of the dense peak a prefill reaches, in (0, 1].")]
+BandwidthEffOpt = Annotated[str, typer.Option(
+    "--bandwidth-efficiency", help="Share of the memory bandwidth decode reaches, in (0, 1].")]
 TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel devices (count).")]
 GpuOpt = Annotated[str, typer.Option(
     "--gpu", help="Hardware preset for roofline and fit (`none` to skip).")]

@@ -62,17 +62,53 @@ def _listing(models: list[dict], hardware: list[dict]) -> list:
     ]
 
 
+def _family_rows() -> list[dict]:
+    """Each model_type --config reads, with the first line of its adapter's description."""
+    from kvcalc import hfconfig
+
+    rows = []
+    for model_type in sorted(hfconfig.SUPPORTED_MODEL_TYPES):
+        if model_type in hfconfig._WRAPPERS:
+            what = f"multimodal: text_config as {hfconfig._WRAPPERS[model_type]}, vision tower apart"
+        else:
+            doc = (hfconfig._FAMILIES[model_type].__doc__ or "").strip()
+            what = doc.split(": ")[0].split(". ")[0]
+            what = " ".join(what.split())
+        rows.append({"model_type": model_type, "read_as": what})
+    return rows
+
+
 def register(app: typer.Typer) -> None:
     @app.command(name="presets")
     def presets_command(
         action: Annotated[Optional[str], typer.Argument(help="`show` to print one preset.")] = None,
         name: Annotated[Optional[str], typer.Argument(help="The preset to show.")] = None,
+        families: Annotated[bool, typer.Option(
+            "--families", help="The config.json model_types `--config` reads.")] = False,
         fmt: FormatOpt = None,
     ) -> None:
         """List model and hardware presets; `kvcalc presets show NAME` prints one with its source."""
         from kvcalc import presets, report
 
         fmt = fmt or OutputFormat.table
+        if families:
+            if action is not None:
+                raise KvcalcError("--families lists model_types; it takes no preset name")
+            rows = _family_rows()
+            if fmt is OutputFormat.json:
+                report.emit(report.to_json(rows))
+            elif fmt is OutputFormat.csv:
+                report.emit(report.rows_to_csv(rows))
+            else:
+                tab = report.Tab(f"{len(rows)} config.json model_types kvcalc reads",
+                                 ["model_type", "read as"],
+                                 [[r["model_type"], r["read_as"]] for r in rows],
+                                 caption="`kvcalc estimate --config path/to/config.json`")
+                if fmt is OutputFormat.md:
+                    report.emit(report.to_markdown([tab]))
+                else:
+                    report.show([tab])
+            return
         if action is not None:
             name = name.strip() if name is not None else None  # as --preset ' gpt3' does
             if action != "show" or not name:
