@@ -1,7 +1,6 @@
 """Regenerate tests/data/hf/TRUTH_TABLE.md: kvcalc's parameters and cache bytes beside
 transformers', for every config the tests check (tests/test_hf_truth.py asserts them)."""
 
-import json
 import pathlib
 import sys
 import warnings
