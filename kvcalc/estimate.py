@@ -200,6 +200,12 @@ class Estimate:
         if s.sliding_layers or s.layers_of("chunked"):
             out.append("windowed layers hold min(seq_len, window) tokens; kv_cache_bytes_full is "
                        "the figure without the windows")
+        windows = {getattr(layer.mixer, "window", 0) for layer, _ in s.groups()} - {0}
+        for w in sorted(windows):
+            if s.max_context and w >= s.max_context:
+                out.append(f"a {w:,}-token window is not shorter than the model's max context "
+                           f"({s.max_context:,}): those layers keep every token a request can "
+                           "have, as full attention would")
         if self.cache.state_bytes_per_sequence:
             out.append(f"state layers hold {self.cache.state_bytes_per_sequence:,} B per sequence "
                        f"whatever its length (recurrent state {self.cache.state_dtype}, "

@@ -518,3 +518,33 @@ def test_presets_families_lists_the_model_types_config_reads():
     assert len(types) >= 30
     assert {"gemma3", "gpt_oss", "llama4", "qwen3_moe", "qwen3_next", "jamba", "mamba",
             "falcon_mamba", "lfm2", "deepseek_v3", "llava", "mistral3"} <= types
+
+
+def test_gpu_takes_a_hardware_yaml_file(tmp_path):
+    """A device of one's own, in the presets' schema: the same figures as the preset it
+    copies; unknown keys are refused by name."""
+    from kvcalc.presets import presets_dir
+
+    mine = tmp_path / "my3090.yaml"
+    text = (presets_dir() / "hardware" / "rtx3090.yaml").read_text()
+    mine.write_text(text.replace("name: rtx3090", "name: my3090") if "name:" in text else text)
+    args = ["fit", "--preset", "llama3.1-8b", "--max-model-len", "20000", "--format", "json"]
+    want = json.loads(kvcalc(*args, "--gpu", "rtx3090").stdout)["kv_cache_tokens"]
+    got = kvcalc(*args, "--gpu", str(mine))
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout)["kv_cache_tokens"] == want
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text + "bandwidth_gbs: 900\n")
+    r = kvcalc(*args, "--gpu", str(bad))
+    assert r.returncode == 2 and "unknown key 'bandwidth_gbs'" in r.stderr
+
+
+def test_a_window_as_long_as_the_context_is_said(tmp_path):
+    cfg = json.loads((ROOT / "tests" / "data" / "hf" / "mistralai__Mistral-7B-v0.1.json").read_text())
+    cfg.update(sliding_window=8192, max_position_embeddings=4096)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    r = kvcalc("estimate", "--config", str(path), "--seq-len", "4096", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert any("8,192-token window is not shorter than the model's max context (4,096)" in n
+               for n in json.loads(r.stdout)["notes"])

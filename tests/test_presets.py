@@ -43,6 +43,8 @@ PARAM_COUNT_EXCEPTIONS = {
     "qwen3-0.6b": "the checkpoint total stores the tied embedding twice (as lm_head too)",
     "jamba-1.5-mini": "the published total is rounded (52B)",
     "gemma3-27b": "the published total includes the vision tower, counted apart",
+    "gemma3-4b": "the published total includes the vision tower, counted apart",
+    "gemma3-12b": "the published total includes the vision tower, counted apart",
     "llama4-scout": "the published total includes the vision encoder, counted apart",
     "qwen3-next-80b-a3b": "the published total includes a multi-token-prediction layer",
 }

@@ -264,11 +264,14 @@ def model_options(fn=None, *, exclude: tuple[str, ...] = ()):
 
 
 def resolve_gpu(name: Optional[str]) -> Optional[Hardware]:
-    """A hardware preset, or None for --gpu none."""
+    """A hardware preset, a hardware YAML file (the presets' schema, strict keys), or None
+    for --gpu none."""
     from kvcalc import presets
 
     if name is None or name.lower() == "none":
         return None
+    if name.lower().endswith((".yaml", ".yml")) or "/" in name:
+        return presets.hardware_from_yaml_file(Path(name), require_source=False)
     return presets.load_hardware(name)
 
 
@@ -294,7 +297,8 @@ BandwidthEffOpt = Annotated[str, typer.Option(
     "--bandwidth-efficiency", help="Share of the memory bandwidth decode reaches, in (0, 1].")]
 TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel devices (count).")]
 GpuOpt = Annotated[str, typer.Option(
-    "--gpu", help="Hardware preset for roofline and fit (`none` to skip).")]
+    "--gpu", help="Hardware preset, or a YAML file in the presets' schema, for roofline and "
+    "fit (`none` to skip).")]
 ScaleOpt = Annotated[int, typer.Option(
     "--kv-scale-bytes", help="Bytes of quantization scale per token per K/V head (e.g. 2 for fp16 scales).")]
 EncoderLenOpt = Annotated[Optional[int], typer.Option(
