@@ -463,27 +463,13 @@ class Mamba2(_Stateful):
 
 
 @dataclass(frozen=True)
-class NoMixer:
+class NoMixer(_Stateful):
     """A layer that mixes no tokens and caches nothing: Nemotron-H's MLP-only and
-    MoE-only blocks."""
+    MoE-only blocks (the state kinds' zero answers, and no state either)."""
 
     kind = "none"
     label = "no cache"
     cache_kind = "none"
-    attends = False
-
-    def kv_heads_per_device(self, tp: int) -> int:
-        return 0
-
-    def token_bytes(self, dt: DType, tp: int = 1, scale_bytes: int = 0) -> int:
-        return 0
-
-    def tokens_held(self, seq_len):
-        return 0 * seq_len
-
-    tokens_read = tokens_held
-    decode_flops = tokens_held
-    prefill_positions = tokens_held
 
     def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
         return 0
@@ -491,20 +477,11 @@ class NoMixer:
     def params(self, d_model: int) -> dict[str, int]:
         return {}
 
-    def kv_projection_params(self, d_model: int) -> int:
-        return 0
-
     def matmuls(self, d_model: int) -> list[tuple[int, int]]:
         return []
 
-    def decode_act_elements(self) -> int:
-        return 0
-
     def recurrent_flops(self) -> int:
         return 0
-
-    def with_kv_heads(self, kv_heads: int) -> "NoMixer":
-        return self
 
 
 Mixer = Union[Attention, Latent, Mamba, Mamba2, GatedDeltaNet, ShortConv, NoMixer]
