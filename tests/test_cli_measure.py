@@ -34,6 +34,9 @@ TINY = ["--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--seq-len", "64"
 def small_ceilings(monkeypatch):
     """Small ceiling buffers keep each run quick (the figures are then not memory ceilings)."""
     monkeypatch.setitem(ceilings.CEILING_BYTES, "cpu", 4 * 2**20)
+    from kvcalc.measure import terms
+
+    monkeypatch.setattr(terms, "stream_bytes", lambda cache_bytes: 2**20)
 
 
 def invoke(*args: str):

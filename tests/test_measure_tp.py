@@ -19,6 +19,14 @@ from kvcalc.measure.predict import block_spec  # noqa: E402
 TINY = dict(heads=8, head_dim=16, seq_len=64, batch=2, iters=3, warmup=1, l2="none")
 
 
+@pytest.fixture(autouse=True)
+def small_streams(monkeypatch):
+    """Small streamed ceilings keep each run quick (they are then not memory figures)."""
+    from kvcalc.measure import terms
+
+    monkeypatch.setattr(terms, "stream_bytes", lambda cache_bytes: 2**20)
+
+
 def test_rank_heads_split_and_replicate():
     # 8 query heads, 2 K/V heads: tp 2 splits them, tp 4 replicates each over two ranks.
     assert [tuple(map(list, tp_mod.rank_heads(8, 2, 2, r))) for r in range(2)] == [

@@ -176,12 +176,16 @@ class TimeTerms:
 
 def time_terms(pred: StepPrediction, read_bytes_per_s: float, attention_flops_per_s: float,
                projection_flops_per_s: float | None = None, overhead_s: float = 0.0,
-               allreduce_s: float = 0.0) -> TimeTerms:
+               allreduce_s: float = 0.0, kv_read_bytes_per_s: float | None = None,
+               weight_read_bytes_per_s: float | None = None) -> TimeTerms:
     """Split `pred`'s bytes and FLOPs into the terms of TimeTerms.
 
     `read_bytes_per_s`: the read-only ceiling (a decode step reads its cache and
-    weights; it writes almost nothing). FLOP/s are the rates the step's own matmuls
-    reach at their shape with operands in cache: an upper bound on compute speed.
+    weights; it writes almost nothing). `kv_read_bytes_per_s` and
+    `weight_read_bytes_per_s`, when given, replace it for K/V and for weights: the
+    bandwidth of the step's own access pattern (the attention kernel streaming K/V;
+    F.linear streaming weight rows at this batch). FLOP/s are the rates the step's own
+    matmuls reach at their shape with operands in cache: an upper bound on compute speed.
     """
     if read_bytes_per_s <= 0 or attention_flops_per_s <= 0:
         raise KvcalcError("ceilings must be positive")
@@ -194,8 +198,8 @@ def time_terms(pred: StepPrediction, read_bytes_per_s: float, attention_flops_pe
     if proj_flops and not (projection_flops_per_s and projection_flops_per_s > 0):
         raise KvcalcError("the layer step needs the projections' FLOP/s")
     return TimeTerms(
-        kv_s=kv / read_bytes_per_s,
-        weights_s=weights / read_bytes_per_s,
+        kv_s=kv / (kv_read_bytes_per_s or read_bytes_per_s),
+        weights_s=weights / (weight_read_bytes_per_s or read_bytes_per_s),
         activations_s=acts / read_bytes_per_s,
         attention_compute_s=attn_flops / attention_flops_per_s,
         projection_compute_s=proj_flops / projection_flops_per_s if proj_flops else 0.0,

@@ -71,6 +71,8 @@ class Group:
     needed_bytes: int
     needed_breakdown: dict[str, int] = field(default_factory=dict)
     shape_ceilings: dict = field(default_factory=dict)  # impl -> terms.ShapeCeilings
+    stream_bytes: int | None = None  # streamed ceilings' size (None: terms.stream_bytes)
+    streamed: dict = field(default_factory=dict)  # shared by a run's groups: measured once
 
 
 def attention_kind(heads: int, kv_heads: int) -> str:
@@ -148,7 +150,8 @@ def needed_bytes(pred: StepPrediction, spec: ModelSpec, batch: int, seq_len: int
 
 
 def plan_groups(config: MeasureConfig, seq_len: int, batch: int, dtype: str, impl_names: list[str],
-                device_meta: dict, sdpa_copies: dict[int, bool]) -> list[Group]:
+                device_meta: dict, sdpa_copies: dict[int, bool],
+                stream: int | None = None) -> list[Group]:
     groups = []
     cache_name = device_meta["cache_name"]
     for step in config.steps():
@@ -160,7 +163,8 @@ def plan_groups(config: MeasureConfig, seq_len: int, batch: int, dtype: str, imp
                                            config.l2, "cache" if step == "attention" else "layer")
             parts = needed_bytes(pred, spec, batch, seq_len, dtype, impl_names, slots, flush,
                                  config.cuda_graphs, sdpa_copies.get(kv, False))
-            parts["shape_ceilings"] = terms_mod.shape_workspace_bytes(device_meta["cache_bytes"])
+            parts["shape_ceilings"] = terms_mod.shape_workspace_bytes(device_meta["cache_bytes"],
+                                                                      stream)
             groups.append(Group(step, kv, spec, pred, impl_names, slots, flush, regime,
                                 sum(parts.values()), parts))
     return groups
@@ -240,7 +244,7 @@ def run(config: MeasureConfig, progress: Progress | None = None,
     def guard(impl_names: list[str], copies: dict[int, bool], sl: int, b: int) -> tuple[int, int]:
         """(seq_len, batch) that fit, defaults halved as needed; or refuse."""
         def peak(s: int, x: int) -> int:
-            gs = plan_groups(config, s, x, dtype, impl_names, meta, copies)
+            gs = plan_groups(config, s, x, dtype, impl_names, meta, copies, ceiling_buffer_bytes)
             return max(g.needed_bytes for g in gs)
 
         need = peak(sl, b)
@@ -281,9 +285,13 @@ def run(config: MeasureConfig, progress: Progress | None = None,
                           f"{human_bytes(usable)} of {kind} memory is usable")
     if check_only:
         return None
-    groups = plan_groups(config, seq_len, batch, dtype, concrete_for_memory, meta, sdpa_copies)
+    groups = plan_groups(config, seq_len, batch, dtype, concrete_for_memory, meta, sdpa_copies,
+                         ceiling_buffer_bytes)
+    streamed: dict = {}
     for g in groups:
         g.impls = names
+        g.stream_bytes = ceiling_buffer_bytes
+        g.streamed = streamed
 
     total = 1 + sum(1 + len(g.impls) for g in groups)
     done = 0
@@ -486,7 +494,8 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
     rl = roofline(pred.bytes, pred.flops, max(1, int(read_bw)), max(1, int(mm_flops)), batch)
     shape = _shape_ceilings(group, name, attn, device, dtype, seq_len, batch, meta)
     tt = time_terms(pred, read_bw, shape.attention_flops_per_s, shape.projection_flops_per_s,
-                    shape.overhead_s)
+                    shape.overhead_s, kv_read_bytes_per_s=shape.kv_read_bytes_per_s,
+                    weight_read_bytes_per_s=shape.weight_read_bytes_per_s)
     row = {
         "device": meta["name"],
         "torch_version": meta["torch_version"],
@@ -524,6 +533,8 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
         "predicted_attention_compute_s": tt.attention_compute_s,
         "predicted_projection_compute_s": tt.projection_compute_s,
         "predicted_overhead_s": tt.overhead_s,
+        "kv_read_bytes_per_s": shape.kv_read_bytes_per_s,
+        "weight_read_bytes_per_s": shape.weight_read_bytes_per_s,
         "attention_flops_per_s_at_shape": shape.attention_flops_per_s,
         "projection_flops_per_s_at_shape": shape.projection_flops_per_s,
         "bound_detail": (f"attention {tt.attention_bound}" + (
@@ -645,7 +656,8 @@ def _shape_ceilings(group: Group, name: str, attn, device, dtype, seq_len, batch
                 warnings.simplefilter("ignore")
                 shape = terms_mod.shape_ceilings(
                     group.step, fn, device, ceil_mod.torch_dtype(dtype), spec.heads,
-                    spec.kv_heads, spec.head_dim, spec.d_model, seq_len, batch, meta["cache_bytes"])
+                    spec.kv_heads, spec.head_dim, spec.d_model, seq_len, batch, meta["cache_bytes"],
+                    group.stream_bytes, group.streamed)
         except RuntimeError:
             continue
         group.shape_ceilings[which] = shape

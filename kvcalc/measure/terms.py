@@ -27,17 +27,36 @@ OVERHEAD_SEQ_LEN = 16
 LOADED_CORES = 0.25  # other processes (or the hypervisor's steal) above this: a loaded host
 
 
+STREAM_MIN_BYTES = 64 * 2**20  # a streamed ceiling reads at least this, and 4x the LLC
+
+
 @dataclass(frozen=True)
 class ShapeCeilings:
     attention_flops_per_s: float  # the step's attention at its (group, head_dim, seq_len)
     projection_flops_per_s: float | None  # (batch x d_model) @ (d_model x out), layer step
     overhead_s: float  # one call on a tiny input
     method: str
+    # Bandwidth with the step's own access pattern, streamed from memory: the
+    # implementation reading K/V heads of this (head_dim, seq_len) with one query row
+    # per K/V head (no reuse: the least compute per byte); and F.linear with this
+    # batch against weight rows of this d_model (the projections' skinny GEMM).
+    kv_read_bytes_per_s: float = 0.0
+    weight_read_bytes_per_s: float | None = None
 
 
-def shape_workspace_bytes(cache_bytes: int) -> int:
+def stream_bytes(cache_bytes: int) -> int:
+    return max(4 * cache_bytes, STREAM_MIN_BYTES)
+
+
+def shape_workspace_bytes(cache_bytes: int, stream: int | None = None) -> int:
     """Upper bound of what shape_ceilings allocates at once (for the memory guard)."""
-    return 3 * (cache_bytes // SHAPE_FRACTION) + 2**20
+    return max(3 * (cache_bytes // SHAPE_FRACTION), stream or stream_bytes(cache_bytes)) + 2**22
+
+
+def _median(fn, device) -> float:
+    """A streamed ceiling: the median, like the read ceiling and the steps it predicts."""
+    warmup, iters = SHAPE_ITERS
+    return time_calls([fn], device=device, warmup=warmup, iters=iters).median_s
 
 
 def _best(fn, device) -> float:
@@ -78,6 +97,33 @@ def attention_flops_per_s(attn, device, tdtype, group: int, head_dim: int, seq_l
     return flops / max(t - overhead_s, t / 2), n
 
 
+def kv_stream_bytes_per_s(attn, device, tdtype, head_dim: int, seq_len: int,
+                          total_bytes: int) -> tuple[float, int]:
+    """K/V bytes per second `attn` reads from memory with one query row per K/V head.
+
+    As many heads of (seq_len, head_dim) as make stream_bytes(LLC) of K and V: each call
+    streams far more than the cache holds, so the next finds none of it resident."""
+    e = torch.empty((), dtype=tdtype).element_size()
+    per_head = 2 * seq_len * head_dim * e
+    n = max(1, -(-total_bytes // per_head))
+    k = torch.empty(1, n, seq_len, head_dim, device=device, dtype=tdtype).normal_()
+    v = torch.empty_like(k).normal_()
+    q = torch.randn(1, n, 1, head_dim, device=device, dtype=tdtype)
+    t = _median(lambda: attn(q, k, v, head_dim ** -0.5), device)
+    return n * per_head / t, n
+
+
+def weight_stream_bytes_per_s(device, tdtype, batch: int, d_in: int,
+                              total_bytes: int) -> tuple[float, int]:
+    """Weight bytes per second F.linear reads from memory for a (batch x d_in) input."""
+    e = torch.empty((), dtype=tdtype).element_size()
+    rows = max(1, -(-total_bytes // (d_in * e)))
+    x = torch.randn(batch, d_in, device=device, dtype=tdtype)
+    w = torch.empty(rows, d_in, device=device, dtype=tdtype).normal_()
+    t = _median(lambda: F.linear(x, w), device)
+    return rows * d_in * e / t, rows
+
+
 def projection_flops_per_s(device, tdtype, batch: int, d_in: int, d_out: int,
                            cache_bytes: int) -> tuple[float, int]:
     """FLOP/s of F.linear for (batch x d_in) @ (d_in x out), weights resident in the LLC."""
@@ -90,7 +136,14 @@ def projection_flops_per_s(device, tdtype, batch: int, d_in: int, d_out: int,
 
 
 def shape_ceilings(step: str, attn, device, tdtype, heads: int, kv_heads: int, head_dim: int,
-                   d_model: int, seq_len: int, batch: int, cache_bytes: int) -> ShapeCeilings:
+                   d_model: int, seq_len: int, batch: int, cache_bytes: int,
+                   stream: int | None = None, streamed: dict | None = None) -> ShapeCeilings:
+    """Everything the prediction needs at this step's shapes. `stream`: bytes each
+    streamed ceiling reads (default stream_bytes(cache_bytes); tests pass less).
+    `streamed`: a dict shared by the groups of one run, so the streamed bandwidths (which
+    do not depend on the K/V-head count) are measured once and every variant is
+    predicted from the same figure."""
+    stream = stream or stream_bytes(cache_bytes)
     from kvcalc.measure import impls
 
     g = heads // kv_heads
@@ -103,8 +156,19 @@ def shape_ceilings(step: str, attn, device, tdtype, heads: int, kv_heads: int, h
     method = (f"attention at group {g}, head_dim {head_dim}, seq_len {seq_len} on {n} "
               f"LLC-resident K/V head(s); overhead: the call at seq_len {OVERHEAD_SEQ_LEN}, "
               f"head_dim {OVERHEAD_HEAD_DIM}")
-    proj = None
+    streamed = {} if streamed is None else streamed
+    key = ("kv", attn, head_dim, seq_len)
+    if key not in streamed:
+        streamed[key] = kv_stream_bytes_per_s(attn, device, tdtype, head_dim, seq_len, stream)
+    kv_read, n_stream = streamed[key]
+    method += (f"; K/V read: the same call streaming {n_stream} K/V heads, one query row each")
+    proj = w_read = None
     if step == "layer":
+        key = ("w", batch, d_model)
+        if key not in streamed:
+            streamed[key] = weight_stream_bytes_per_s(device, tdtype, batch, d_model, stream)
+        w_read, w_rows = streamed[key]
+        method += f"; weights read: F.linear batch {batch} against {w_rows} x {d_model} streamed"
         qkv_out = (heads + 2 * kv_heads) * head_dim
         r1, rows1 = projection_flops_per_s(device, tdtype, batch, d_model, qkv_out, cache_bytes)
         r2, rows2 = projection_flops_per_s(device, tdtype, batch, heads * head_dim, d_model,
@@ -113,7 +177,7 @@ def shape_ceilings(step: str, attn, device, tdtype, heads: int, kv_heads: int, h
         proj = (f1 + f2) / (f1 / r1 + f2 / r2)  # both projections' FLOPs at their own rates
         method += (f"; projections: F.linear batch {batch} x {d_model} against {rows1} and "
                    f"{heads * head_dim} x {rows2} LLC-resident weight rows")
-    return ShapeCeilings(rate, proj, overhead, method)
+    return ShapeCeilings(rate, proj, overhead, method, kv_read, w_read)
 
 
 # --------------------------------------------------------------------------------

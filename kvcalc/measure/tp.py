@@ -275,7 +275,7 @@ def _rank_work(rank: int, tp: int, device, backend: str, job: dict) -> dict:
     del read_buf
     dist.barrier()
     shape = terms_mod.shape_ceilings(step, attn, device, tdtype, hl, len(kv_heads), d, dm, L, b,
-                                     job["cache_bytes"])
+                                     job["cache_bytes"], job["stream_bytes"])
     dist.barrier()
     small = torch.zeros(ALLREDUCE_SMALL_ELEMS, device=device, dtype=tdtype)
     large = torch.zeros(ALLREDUCE_LARGE_BYTES // small.element_size(), device=device,
@@ -318,7 +318,8 @@ def _rank_work(rank: int, tp: int, device, backend: str, job: dict) -> dict:
     message_bytes = out.numel() * out.element_size()
     ar_model = allreduce_model_s(message_bytes, tp, lat, bus_bw) if tp > 1 else 0.0
     tt = time_terms(pred, read_bw, shape.attention_flops_per_s, shape.projection_flops_per_s,
-                    shape.overhead_s, ar_model)
+                    shape.overhead_s, ar_model, kv_read_bytes_per_s=shape.kv_read_bytes_per_s,
+                    weight_read_bytes_per_s=shape.weight_read_bytes_per_s)
     st, rt = summarise(steps, "perf_counter"), summarise(reduces, "perf_counter")
     return {
         "rank": rank, "backend": backend, "threads": torch.get_num_threads()
@@ -370,6 +371,7 @@ def run_tp(config, progress=None):
 
     from kvcalc.formulas import kv_heads_per_device
     from kvcalc.measure import ceilings as ceil_mod
+    from kvcalc.measure import terms as terms_mod
     from kvcalc.measure.config import DEFAULTS, MeasureResult
     from kvcalc.measure.predict import block_spec, predict
     from kvcalc.measure.runner import attention_kind, default_batch, l2_plan, _utc_now
@@ -442,7 +444,8 @@ def run_tp(config, progress=None):
                "heads": config.heads, "kv_heads": config.kv_heads, "head_dim": config.head_dim,
                "d_model": spec.d_model, "batch": batch, "seq_len": seq_len, "seed": config.seed,
                "slots": slots, "warmup": warmup, "iters": iters, "read_bytes": read_bytes,
-               "cache_bytes": meta["cache_bytes"]}
+               "cache_bytes": meta["cache_bytes"],
+               "stream_bytes": terms_mod.stream_bytes(meta["cache_bytes"])}
         if progress is not None:
             progress(f"--tp {tp}: {tp} rank(s), {human_bytes(pred.kv_cache_bytes)} K/V each",
                      tps.index(tp), len(tps))
@@ -525,6 +528,8 @@ def _rows(ranks: list[dict], tp: int, job: dict, meta: dict, spec, full, regime:
             "allreduce_latency_s": r["allreduce_latency_s"],
             "allreduce_bus_bytes_per_s": r["allreduce_bus_bytes_per_s"],
             "read_bytes_per_s": r["read_bytes_per_s"],
+            "kv_read_bytes_per_s": r["shape"]["kv_read_bytes_per_s"],
+            "weight_read_bytes_per_s": r["shape"]["weight_read_bytes_per_s"],
             "attention_flops_per_s_at_shape": r["shape"]["attention_flops_per_s"],
             "projection_flops_per_s_at_shape": r["shape"]["projection_flops_per_s"],
             "predicted_kv_s": t["kv_s"], "predicted_weights_s": t["weights_s"],
