@@ -11,7 +11,6 @@ Nothing here compares kvcalc with itself.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -24,10 +23,11 @@ import hf_truth  # noqa: E402  (tests/ is on sys.path)
 
 from kvcalc.formulas import param_counts  # noqa: E402
 from kvcalc.hfconfig import spec_from_hf_config, spec_from_hf_config_file  # noqa: E402
+from kvcalc.presets import presets_dir  # noqa: E402
 from kvcalc.spec import dtype  # noqa: E402
 
 # Published configs: the test data, and those behind the layered presets (shipped).
-DIRS = (Path(__file__).parent / "data" / "hf", Path(__file__).parents[1] / "presets" / "hf")
+DIRS = (Path(__file__).parent / "data" / "hf", presets_dir() / "hf")
 FILES = {p.stem: p for d in DIRS for p in d.glob("*.json")}
 CONFIGS = sorted(FILES)
 

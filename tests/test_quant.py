@@ -12,11 +12,13 @@ import pytest
 from kvcalc import formulas
 from kvcalc.errors import KvcalcError
 from kvcalc.hfconfig import spec_from_hf_config, spec_from_hf_config_file
+from kvcalc.presets import presets_dir
 from kvcalc.quant import (Quantization, adhoc, quantization_from_hf, quantization_of,
                           weight_bytes, weight_bytes_per_device)
 
 ROOT = Path(__file__).parents[1]
-PRESETS = ROOT / "presets" / "hf"
+# The published configs behind the presets ship inside kvcalc: found where it is installed.
+PRESETS = presets_dir() / "hf"
 DATA = Path(__file__).parent / "data" / "hf"
 ALL_CONFIGS = sorted([*PRESETS.glob("*.json"), *DATA.glob("*.json")])
 GIB = 1 << 30
