@@ -413,12 +413,15 @@ def estimate(
 def weights_as(spec: ModelSpec, weight_dtype, group_size: int | None = None):
     """The quantization weights are stored with: the config's own when no dtype is given,
     else `weight_dtype` (with `group_size`) for every matrix; None for plain weights."""
-    from kvcalc import quant
-
     if weight_dtype is None:
         if group_size is not None:
             raise KvcalcError("--group-size needs a quantized --weight-dtype (int4, int8, fp8, "
                               "mxfp4 or nvfp4)")
+        if not (spec.extra.get("quantization") or spec.extra.get("quantization_error")):
+            return None  # unquantized: no need to load kvcalc.quant at start-up
+    from kvcalc import quant
+
+    if weight_dtype is None:
         return quant.quantization_of(spec)
     name = weight_dtype.name if isinstance(weight_dtype, DType) else str(weight_dtype)
     return quant.adhoc(name, group_size)
