@@ -67,18 +67,20 @@ def _header(path: Path, rows: list[dict]) -> list[str]:
 def summarize_single(path: Path, rows: list[dict]) -> list[str]:
     first = rows[0]
     lines = _header(path, rows) + [
-        f"- ceilings (same run): read {_fmt(_f(first, 'ceiling_bytes_per_s'), 1e-9)} GB/s "
-        f"(the prediction's bandwidth); the step's own FLOP/s at its shapes and the per-call "
-        f"overhead are per row",
+        f"- ceilings (same run): read-only reduction {_fmt(_f(first, 'ceiling_bytes_per_s'), 1e-9)} "
+        f"GB/s; K/V streamed by the impl itself {_range(rows, 'kv_read_bytes_per_s', 1e-9)} GB/s; "
+        f"weights streamed by F.linear {_range(rows, 'weight_read_bytes_per_s', 1e-9)} GB/s; "
+        f"attention FLOP/s at shape {_range(rows, 'attention_flops_per_s_at_shape', 1e-9)} G",
         "",
-        "predicted = max(K/V / read, attention FLOPs / attention FLOP/s at shape) "
-        "[+ max(weights / read, projection FLOPs / projection FLOP/s at shape)] + overhead; "
-        "the term columns are each term alone (ms).",
+        "predicted = K/V / (the impl's own K/V streaming bandwidth, one query row per K/V head) "
+        "+ the other (g-1)/g of the attention FLOPs / the attention's FLOP/s at this shape "
+        "[+ weights / (F.linear's streaming bandwidth at this batch and these weight shapes)] "
+        "+ overhead; the term columns are each term alone (ms).",
         "",
         "| step | impl (backend) | heads/kv | seq_len | batch | KV MB | median ms | predicted ms "
-        "| meas/pred | K/V ms | weights ms | attn compute ms | proj compute ms | overhead ms "
+        "| meas/pred | K/V ms | weights ms | extra attn compute ms | overhead ms "
         "| bound | speed-up vs MHA meas / pred | host |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         speed = "-"
@@ -90,8 +92,8 @@ def summarize_single(path: Path, rows: list[dict]) -> list[str]:
             f"| {r['seq_len']} | {r['batch']} | {_fmt(int(r['kv_cache_bytes']), 1e-6)} "
             f"| {_ms(r, 'median_s')} | {_ms(r, 'predicted_s')} "
             f"| {_fmt(_f(r, 'measured_over_predicted'))} | {_ms(r, 'predicted_kv_s')} "
-            f"| {_ms(r, 'predicted_weights_s')} | {_ms(r, 'predicted_attention_compute_s')} "
-            f"| {_ms(r, 'predicted_projection_compute_s')} | {_ms(r, 'predicted_overhead_s')} "
+            f"| {_ms(r, 'predicted_weights_s')} | {_ms(r, 'predicted_extra_compute_s')} "
+            f"| {_ms(r, 'predicted_overhead_s')} "
             f"| {r.get('bound_detail') or r['bound']} | {speed} | {_loaded(r)} |")
     lines += _goal(rows)
     notes = sorted({r["note"] for r in rows if r.get("note")})

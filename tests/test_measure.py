@@ -198,9 +198,11 @@ def test_run_compare_rows_and_speedups():
         assert r["predicted_activations_s"] == pytest.approx(2_048 / read)
         assert r["predicted_attention_compute_s"] == pytest.approx(
             65_536 / r["attention_flops_per_s_at_shape"])
+        # The streamed K/V did one query row per K/V head: 65,536 / g FLOPs; the rest is added.
+        g = 8 // r["kv_heads"]
         assert r["predicted_s"] == pytest.approx(
-            max(kv_bytes / r["kv_read_bytes_per_s"] + 2_048 / read,
-                65_536 / r["attention_flops_per_s_at_shape"])
+            kv_bytes / r["kv_read_bytes_per_s"] + 2_048 / read
+            + (65_536 - 65_536 / g) / r["attention_flops_per_s_at_shape"]
             + r["predicted_overhead_s"])
         assert r["predicted_weights_s"] == 0 and r["predicted_projection_compute_s"] == 0
         assert r["predicted_s"] > 0 and r["bound"] in ("memory", "compute", "overhead")
@@ -563,25 +565,34 @@ def test_time_terms_by_hand():
     assert pred.bytes_breakdown == {"weights": 12_288, "kv_read": 4_096, "kv_write": 256,
                                     "activations": 1_792}
     assert pred.extra == {"projection_flops": 12_288, "attention_flops": 4_096}
+    # A plain read ceiling (no arithmetic inside it): every attention FLOP is added.
     t = time_terms(pred, read_bytes_per_s=1_000, attention_flops_per_s=100,
                    projection_flops_per_s=500, overhead_s=1.0)
     assert (t.kv_s, t.weights_s, t.activations_s) == (4.352, 12.288, 1.792)
-    assert (t.attention_compute_s, t.projection_compute_s) == (40.96, 24.576)
-    # attention: max(4.352 + 1.792, 40.96); projections: max(12.288, 24.576); + 1 overhead.
-    assert t.total_s == pytest.approx(40.96 + 24.576 + 1.0)
+    assert (t.attention_compute_s, t.extra_compute_s, t.projection_compute_s) == (40.96, 40.96, 24.576)
+    # attention: 4.352 + 1.792 + 40.96; projections: max(12.288, 24.576); + 1 overhead.
+    assert t.total_s == pytest.approx(47.104 + 24.576 + 1.0)
     assert (t.attention_bound, t.projection_bound, t.bound) == ("compute", "compute", "compute")
     # A fast machine: both phases wait on memory.
     t = time_terms(pred, 1_000, 10**9, 10**9)
-    assert t.total_s == pytest.approx((4_352 + 1_792) / 1_000 + 12.288)
+    assert t.total_s == pytest.approx((4_352 + 1_792) / 1_000 + 4_096e-9 + 12.288)
     assert t.bound == "memory"
-    # The attention step: K/V plus q and o, no projections.
+    # K/V and weights at the step's own streaming bandwidths; the K/V stream (one query row
+    # per K/V head, group 2) already did half the attention FLOPs: 2,048 are left.
+    t = time_terms(pred, 1_000, 10**9, 10**9, kv_read_bytes_per_s=500, weight_read_bytes_per_s=250,
+                   group=2)
+    assert (t.kv_s, t.weights_s, t.activations_s) == (4_352 / 500, 12_288 / 250, 1.792)
+    assert t.extra_compute_s == pytest.approx(2_048e-9)
+    # F.linear streaming the weights did their arithmetic: the projections are weights_s alone.
+    t = time_terms(pred, 1_000, 10**9, 1.0, weight_read_bytes_per_s=250)
+    assert t.projection_compute_s == 12_288 and t.projection_s == 12_288 / 250
+    # The attention step, MQA with 8 query heads: 512,000 B of K/V, 4,096 B of q and o,
+    # 2 x 8 x 1,000 x 128 = 2,048,000 FLOPs of which the streamed row did 256,000.
     a = attention_prediction(batch=1, seq_len=1_000, heads=8, kv_heads=1, head_dim=64, dtype="fp32")
-    t = time_terms(a, read_bytes_per_s=10**9, attention_flops_per_s=10**9, overhead_s=1e-5)
-    # 512,000 B of K/V, 4,096 B of q and o; 2 x 8 x 1,000 x 128 = 2,048,000 FLOPs.
+    t = time_terms(a, read_bytes_per_s=10**9, attention_flops_per_s=10**9, overhead_s=1e-5,
+                   kv_read_bytes_per_s=10**9, group=8)
     assert t.attention_compute_s == pytest.approx(2.048e-3) and t.kv_s == pytest.approx(5.12e-4)
-    assert t.total_s == pytest.approx(2.048e-3 + 1e-5) and t.bound == "compute"
+    assert t.extra_compute_s == pytest.approx(1.792e-3)
+    assert t.total_s == pytest.approx(5.12e-4 + 4.096e-6 + 1.792e-3 + 1e-5) and t.bound == "compute"
     with pytest.raises(KvcalcError):
         time_terms(pred, 1_000, 100)  # the layer step needs the projections' rate
-    # Bandwidths of the step's own access pattern replace the read ceiling for K/V and weights.
-    t = time_terms(pred, 1_000, 10**9, 10**9, kv_read_bytes_per_s=500, weight_read_bytes_per_s=250)
-    assert (t.kv_s, t.weights_s, t.activations_s) == (4_352 / 500, 12_288 / 250, 1.792)

@@ -119,29 +119,39 @@ def predict(step: str, spec: ModelSpec, batch: int, seq_len: int,
 class TimeTerms:
     """Predicted seconds of one call, split into the measured terms it is built from.
 
-    A call runs in phases one after another; each phase takes the longer of its
-    bytes over the read ceiling and its FLOPs over the FLOP/s that this phase's
-    matmuls reach at their own (skinny) shape, then a fixed per-call overhead:
+    A call runs in phases one after another, then pays a fixed per-call overhead:
 
-        attention   = max(kv_s + activations_s, attention_compute_s)
-        projections = max(weights_s, projection_compute_s)        (layer step only)
+        attention   = kv_s + activations_s + extra_compute_s
+        projections = weights_s, or max(weights_s, projection_compute_s) when weights_s
+                      is a plain read ceiling                     (layer step only)
         total       = attention + projections + overhead_s + allreduce_s
+
+    kv_s is the K/V bytes at the bandwidth the implementation itself streams K/V with
+    one query row per K/V head (its g = 1 arithmetic included); extra_compute_s is the
+    rest of the attention FLOPs (the other g - 1 query rows of each K/V head) at the
+    FLOP/s the attention reaches at this shape with K/V in cache. weights_s is the
+    weight bytes at the bandwidth F.linear streams them at this batch (its arithmetic
+    included).
     """
 
-    kv_s: float  # K/V bytes read (+ one token written) / read ceiling
-    weights_s: float  # projection weight bytes / read ceiling (0: attention step)
+    kv_s: float  # K/V bytes read (+ one token written) / K/V streaming bandwidth
+    weights_s: float  # projection weight bytes / weight streaming bandwidth (0: attention)
     activations_s: float  # q, o, x and projection outputs / read ceiling
-    attention_compute_s: float  # attention FLOPs / attention FLOP/s at its shape
+    attention_compute_s: float  # all attention FLOPs / attention FLOP/s at its shape
     projection_compute_s: float  # projection FLOPs / projection FLOP/s at its shape
     overhead_s: float  # fixed cost of one call (dispatch, threads), measured on a tiny call
     allreduce_s: float = 0.0  # tensor parallelism: the all-reduce's modelled time
+    extra_compute_s: float = 0.0  # attention FLOPs beyond what kv_s's streaming performed
+    weights_streamed: bool = False  # weights_s is F.linear streaming them (compute included)
 
     @property
     def attention_s(self) -> float:
-        return max(self.kv_s + self.activations_s, self.attention_compute_s)
+        return self.kv_s + self.activations_s + self.extra_compute_s
 
     @property
     def projection_s(self) -> float:
+        if self.weights_streamed:  # F.linear's own streaming: its arithmetic is inside
+            return self.weights_s
         return max(self.weights_s, self.projection_compute_s)
 
     @property
@@ -150,26 +160,27 @@ class TimeTerms:
 
     @property
     def attention_bound(self) -> str:
-        return "compute" if self.attention_compute_s > self.kv_s + self.activations_s else "memory"
+        return "compute" if self.extra_compute_s > self.kv_s + self.activations_s else "memory"
 
     @property
     def projection_bound(self) -> str:
+        if self.weights_streamed:
+            return "memory"
         return "compute" if self.projection_compute_s > self.weights_s else "memory"
 
     @property
     def bound(self) -> str:
-        """What most of the predicted time waits on: memory, compute, or all-reduce."""
-        memory = ((self.attention_s if self.attention_bound == "memory" else 0.0)
-                  + (self.projection_s if self.projection_bound == "memory" else 0.0))
-        compute = self.attention_s + self.projection_s - memory
-        parts = {"memory": memory, "compute": compute, "all-reduce": self.allreduce_s,
-                 "overhead": self.overhead_s}
+        """What most of the predicted time waits on: memory, compute, all-reduce or overhead."""
+        parts = {"memory": self.kv_s + self.activations_s, "compute": self.extra_compute_s,
+                 "all-reduce": self.allreduce_s, "overhead": self.overhead_s}
+        parts["memory" if self.projection_bound == "memory" else "compute"] += self.projection_s
         return max(parts, key=lambda k: parts[k])
 
     def as_dict(self) -> dict[str, float]:
         return {"kv_s": self.kv_s, "weights_s": self.weights_s,
                 "activations_s": self.activations_s,
                 "attention_compute_s": self.attention_compute_s,
+                "extra_compute_s": self.extra_compute_s,
                 "projection_compute_s": self.projection_compute_s,
                 "overhead_s": self.overhead_s, "allreduce_s": self.allreduce_s}
 
@@ -177,15 +188,15 @@ class TimeTerms:
 def time_terms(pred: StepPrediction, read_bytes_per_s: float, attention_flops_per_s: float,
                projection_flops_per_s: float | None = None, overhead_s: float = 0.0,
                allreduce_s: float = 0.0, kv_read_bytes_per_s: float | None = None,
-               weight_read_bytes_per_s: float | None = None) -> TimeTerms:
+               weight_read_bytes_per_s: float | None = None, group: int | None = None) -> TimeTerms:
     """Split `pred`'s bytes and FLOPs into the terms of TimeTerms.
 
-    `read_bytes_per_s`: the read-only ceiling (a decode step reads its cache and
-    weights; it writes almost nothing). `kv_read_bytes_per_s` and
-    `weight_read_bytes_per_s`, when given, replace it for K/V and for weights: the
-    bandwidth of the step's own access pattern (the attention kernel streaming K/V;
-    F.linear streaming weight rows at this batch). FLOP/s are the rates the step's own
-    matmuls reach at their shape with operands in cache: an upper bound on compute speed.
+    `read_bytes_per_s`: the read-only ceiling, for activations, and for K/V and weights
+    when no streaming bandwidth of the step's own pattern is given. `kv_read_bytes_per_s`
+    (measured with `group` = 1 query row per K/V head) already performs 1/group of the
+    attention FLOPs; the rest are added at `attention_flops_per_s`. Without it (a plain
+    read ceiling, no arithmetic inside) every attention FLOP is added.
+    `weight_read_bytes_per_s`: F.linear streaming weights at this batch.
     """
     if read_bytes_per_s <= 0 or attention_flops_per_s <= 0:
         raise KvcalcError("ceilings must be positive")
@@ -197,6 +208,7 @@ def time_terms(pred: StepPrediction, read_bytes_per_s: float, attention_flops_pe
     attn_flops = pred.extra.get("attention_flops", pred.flops - proj_flops)
     if proj_flops and not (projection_flops_per_s and projection_flops_per_s > 0):
         raise KvcalcError("the layer step needs the projections' FLOP/s")
+    included = attn_flops / group if (kv_read_bytes_per_s and group) else 0
     return TimeTerms(
         kv_s=kv / (kv_read_bytes_per_s or read_bytes_per_s),
         weights_s=weights / (weight_read_bytes_per_s or read_bytes_per_s),
@@ -205,4 +217,6 @@ def time_terms(pred: StepPrediction, read_bytes_per_s: float, attention_flops_pe
         projection_compute_s=proj_flops / projection_flops_per_s if proj_flops else 0.0,
         overhead_s=overhead_s,
         allreduce_s=allreduce_s,
+        extra_compute_s=(attn_flops - included) / attention_flops_per_s,
+        weights_streamed=bool(weight_read_bytes_per_s and weights),
     )

@@ -163,8 +163,10 @@ def plan_groups(config: MeasureConfig, seq_len: int, batch: int, dtype: str, imp
                                            config.l2, "cache" if step == "attention" else "layer")
             parts = needed_bytes(pred, spec, batch, seq_len, dtype, impl_names, slots, flush,
                                  config.cuda_graphs, sdpa_copies.get(kv, False))
-            parts["shape_ceilings"] = terms_mod.shape_workspace_bytes(device_meta["cache_bytes"],
-                                                                      stream)
+            parts["shape_ceilings"] = terms_mod.shape_workspace_bytes(
+                device_meta["cache_bytes"], stream or terms_mod.stream_bytes(
+                    device_meta["cache_bytes"], 8 * device_meta["cache_bytes"] if flush
+                    else slots * slot_bytes))
             groups.append(Group(step, kv, spec, pred, impl_names, slots, flush, regime,
                                 sum(parts.values()), parts))
     return groups
@@ -290,7 +292,10 @@ def run(config: MeasureConfig, progress: Progress | None = None,
     streamed: dict = {}
     for g in groups:
         g.impls = names
-        g.stream_bytes = ceiling_buffer_bytes
+        # The streamed ceilings read what this group's timing rotates over (flushed: 8x LLC).
+        g.stream_bytes = ceiling_buffer_bytes or terms_mod.stream_bytes(
+            meta["cache_bytes"], 8 * meta["cache_bytes"] if g.flush_bytes
+            else g.slots * (g.pred.kv_cache_bytes + g.pred.weight_bytes))
         g.streamed = streamed
 
     total = 1 + sum(1 + len(g.impls) for g in groups)
@@ -495,7 +500,8 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
     shape = _shape_ceilings(group, name, attn, device, dtype, seq_len, batch, meta)
     tt = time_terms(pred, read_bw, shape.attention_flops_per_s, shape.projection_flops_per_s,
                     shape.overhead_s, kv_read_bytes_per_s=shape.kv_read_bytes_per_s,
-                    weight_read_bytes_per_s=shape.weight_read_bytes_per_s)
+                    weight_read_bytes_per_s=shape.weight_read_bytes_per_s,
+                    group=spec.heads // spec.kv_heads)
     row = {
         "device": meta["name"],
         "torch_version": meta["torch_version"],
@@ -531,6 +537,7 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
         "predicted_weights_s": tt.weights_s,
         "predicted_activations_s": tt.activations_s,
         "predicted_attention_compute_s": tt.attention_compute_s,
+        "predicted_extra_compute_s": tt.extra_compute_s,
         "predicted_projection_compute_s": tt.projection_compute_s,
         "predicted_overhead_s": tt.overhead_s,
         "kv_read_bytes_per_s": shape.kv_read_bytes_per_s,

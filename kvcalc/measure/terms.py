@@ -44,8 +44,10 @@ class ShapeCeilings:
     weight_read_bytes_per_s: float | None = None
 
 
-def stream_bytes(cache_bytes: int) -> int:
-    return max(4 * cache_bytes, STREAM_MIN_BYTES)
+def stream_bytes(cache_bytes: int, working_set: int = 0) -> int:
+    """Bytes a streamed ceiling reads per call: the step's own working set (what it rotates
+    over, so the ceiling meets the same share of cache hits), at least 4x the LLC."""
+    return max(4 * cache_bytes, STREAM_MIN_BYTES, working_set)
 
 
 def shape_workspace_bytes(cache_bytes: int, stream: int | None = None) -> int:
@@ -113,15 +115,28 @@ def kv_stream_bytes_per_s(attn, device, tdtype, head_dim: int, seq_len: int,
     return n * per_head / t, n
 
 
-def weight_stream_bytes_per_s(device, tdtype, batch: int, d_in: int,
+def weight_stream_bytes_per_s(device, tdtype, batch: int, shapes: list[tuple[int, int]],
                               total_bytes: int) -> tuple[float, int]:
-    """Weight bytes per second F.linear reads from memory for a (batch x d_in) input."""
+    """Weight bytes per second F.linear reads from memory for a (batch x d_in) input, over
+    the step's own weight shapes [(out, d_in), ...]: each shape timed on as many copies
+    as make total_bytes, rotated; the rate is all their bytes over all their times."""
     e = torch.empty((), dtype=tdtype).element_size()
-    rows = max(1, -(-total_bytes // (d_in * e)))
-    x = torch.randn(batch, d_in, device=device, dtype=tdtype)
-    w = torch.empty(rows, d_in, device=device, dtype=tdtype).normal_()
-    t = _median(lambda: F.linear(x, w), device)
-    return rows * d_in * e / t, rows
+    seconds = 0.0
+    nbytes = 0
+    copies_used = 0
+    for rows, d_in in shapes:
+        each = rows * d_in * e
+        copies = max(1, -(-total_bytes // each))
+        x = torch.randn(batch, d_in, device=device, dtype=tdtype)
+        ws = [torch.empty(rows, d_in, device=device, dtype=tdtype).normal_() for _ in range(copies)]
+        warmup, iters = SHAPE_ITERS
+        t = time_calls([lambda w=w: F.linear(x, w) for w in ws], device=device, warmup=warmup,
+                       iters=iters).median_s
+        seconds += t
+        nbytes += each
+        copies_used = max(copies_used, copies)
+        del ws
+    return nbytes / seconds, copies_used
 
 
 def projection_flops_per_s(device, tdtype, batch: int, d_in: int, d_out: int,
@@ -157,18 +172,20 @@ def shape_ceilings(step: str, attn, device, tdtype, heads: int, kv_heads: int, h
               f"LLC-resident K/V head(s); overhead: the call at seq_len {OVERHEAD_SEQ_LEN}, "
               f"head_dim {OVERHEAD_HEAD_DIM}")
     streamed = {} if streamed is None else streamed
-    key = ("kv", attn, head_dim, seq_len)
+    key = ("kv", attn, head_dim, seq_len, stream)
     if key not in streamed:
         streamed[key] = kv_stream_bytes_per_s(attn, device, tdtype, head_dim, seq_len, stream)
     kv_read, n_stream = streamed[key]
     method += (f"; K/V read: the same call streaming {n_stream} K/V heads, one query row each")
     proj = w_read = None
     if step == "layer":
-        key = ("w", batch, d_model)
+        shapes = [((heads + 2 * kv_heads) * head_dim, d_model), (d_model, heads * head_dim)]
+        key = ("w", batch, tuple(shapes), stream)
         if key not in streamed:
-            streamed[key] = weight_stream_bytes_per_s(device, tdtype, batch, d_model, stream)
-        w_read, w_rows = streamed[key]
-        method += f"; weights read: F.linear batch {batch} against {w_rows} x {d_model} streamed"
+            streamed[key] = weight_stream_bytes_per_s(device, tdtype, batch, shapes, stream)
+        w_read, w_copies = streamed[key]
+        method += (f"; weights read: F.linear batch {batch} against the qkv {shapes[0]} and "
+                   f"output {shapes[1]} weights, up to {w_copies} copies rotated")
         qkv_out = (heads + 2 * kv_heads) * head_dim
         r1, rows1 = projection_flops_per_s(device, tdtype, batch, d_model, qkv_out, cache_bytes)
         r2, rows2 = projection_flops_per_s(device, tdtype, batch, heads * head_dim, d_model,

@@ -319,7 +319,8 @@ def _rank_work(rank: int, tp: int, device, backend: str, job: dict) -> dict:
     ar_model = allreduce_model_s(message_bytes, tp, lat, bus_bw) if tp > 1 else 0.0
     tt = time_terms(pred, read_bw, shape.attention_flops_per_s, shape.projection_flops_per_s,
                     shape.overhead_s, ar_model, kv_read_bytes_per_s=shape.kv_read_bytes_per_s,
-                    weight_read_bytes_per_s=shape.weight_read_bytes_per_s)
+                    weight_read_bytes_per_s=shape.weight_read_bytes_per_s,
+                    group=hl // len(kv_heads))
     st, rt = summarise(steps, "perf_counter"), summarise(reduces, "perf_counter")
     return {
         "rank": rank, "backend": backend, "threads": torch.get_num_threads()
@@ -445,7 +446,7 @@ def run_tp(config, progress=None):
                "d_model": spec.d_model, "batch": batch, "seq_len": seq_len, "seed": config.seed,
                "slots": slots, "warmup": warmup, "iters": iters, "read_bytes": read_bytes,
                "cache_bytes": meta["cache_bytes"],
-               "stream_bytes": terms_mod.stream_bytes(meta["cache_bytes"])}
+               "stream_bytes": terms_mod.stream_bytes(meta["cache_bytes"], slots * slot_bytes)}
         if progress is not None:
             progress(f"--tp {tp}: {tp} rank(s), {human_bytes(pred.kv_cache_bytes)} K/V each",
                      tps.index(tp), len(tps))
@@ -535,6 +536,7 @@ def _rows(ranks: list[dict], tp: int, job: dict, meta: dict, spec, full, regime:
             "predicted_kv_s": t["kv_s"], "predicted_weights_s": t["weights_s"],
             "predicted_activations_s": t["activations_s"],
             "predicted_attention_compute_s": t["attention_compute_s"],
+            "predicted_extra_compute_s": t["extra_compute_s"],
             "predicted_projection_compute_s": t["projection_compute_s"],
             "predicted_overhead_s": t["overhead_s"], "predicted_allreduce_s": t["allreduce_s"],
             "predicted_s": r["predicted_s"],
