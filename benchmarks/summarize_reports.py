@@ -129,18 +129,22 @@ def summarize_tp(path: Path, rows: list[dict]) -> list[str]:
         f"measuring its ceilings (read, FLOP/s at its shapes, overhead, all-reduce latency and "
         f"bus bandwidth) with the others at once",
         "",
-        "| tp | rank | q / kv heads | KV held MB | median ms | predicted ms | meas/pred "
+        "all-reduce = waiting for the slowest rank + the collective itself (measured), against "
+        "the ring model's latency + 2(N-1)/N x bytes / bus bandwidth (both measured in the run).",
+        "",
+        "| tp | rank | q / kv heads | KV held MB | local ms meas / pred | wait for slowest ms "
         "| all-reduce ms meas / pred | AR bytes | AR latency us | AR bus GB/s | step (slowest rank) "
         "ms meas / pred | step meas/pred | speed-up vs tp 1 meas / pred | host |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         tp = int(r["tp"])
         lines.append(
             f"| {tp} | {r['rank']} | {r['q_heads']} / {r['kv_heads_range']} "
-            f"| {_fmt(int(r['kv_bytes_held']), 1e-6)} | {_ms(r, 'median_s')} | {_ms(r, 'predicted_s')} "
-            f"| {_fmt(_f(r, 'measured_over_predicted'))} "
-            f"| {(_ms(r, 'allreduce_median_s') + ' / ' + _ms(r, 'allreduce_predicted_s')) if tp > 1 else '-'} "
+            f"| {_fmt(int(r['kv_bytes_held']), 1e-6)} "
+            f"| {_ms(r, 'local_median_s')} / {_ms(r, 'local_predicted_s')} "
+            f"| {_ms(r, 'allreduce_wait_median_s') if tp > 1 else '-'} "
+            f"| {(_ms(r, 'allreduce_transfer_median_s') + ' / ' + _ms(r, 'allreduce_predicted_s')) if tp > 1 else '-'} "
             f"| {r['allreduce_bytes'] if tp > 1 else '-'} "
             f"| {_fmt(_f(r, 'allreduce_latency_s'), 1e6) if tp > 1 else '-'} "
             f"| {_fmt(_f(r, 'allreduce_bus_bytes_per_s'), 1e-9) if tp > 1 else '-'} "

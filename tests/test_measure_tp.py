@@ -62,6 +62,9 @@ def test_tp2_gloo_shards_match_formulas_and_reduce_for_real(step, kv):
             + r["predicted_weights_s"]  # F.linear streaming the weights, arithmetic included
             + r["predicted_overhead_s"] + r["allreduce_predicted_s"])
         assert r["step_median_s"] >= max(x["median_s"] for x in rows) * 0.5
+        # The all-reduce split: waiting for the slower rank, then the collective itself.
+        assert r["allreduce_wait_median_s"] >= 0 and r["allreduce_transfer_median_s"] >= 0
+        assert r["local_predicted_s"] == pytest.approx(r["predicted_s"] - r["allreduce_predicted_s"])
     if kv == 1:
         assert "replicated" in rows[0]["note"]
 

@@ -82,21 +82,27 @@ def layer_overhead_s(attn, device, tdtype, group: int, layer_call, make_slot) ->
     return _best(layer_call(slot, attn, 1.0), device)
 
 
+HOT_MIN_HEADS = 8  # enough K/V heads to spread over the threads, as the step's batch x heads do
+
+
 def attention_flops_per_s(attn, device, tdtype, group: int, head_dim: int, seq_len: int,
                           cache_bytes: int, overhead_s: float) -> tuple[float, int]:
-    """FLOP/s of `attn` at this (group, head_dim, seq_len), K/V resident in the LLC.
+    """FLOP/s of `attn` at this (group, head_dim), K/V resident in the LLC.
 
-    As many K/V heads as fit in LLC / SHAPE_FRACTION (at least one), batch 1; the
-    fixed overhead is taken off the time (never more than half of it)."""
+    HOT_MIN_HEADS K/V heads (more if they fit) in LLC / SHAPE_FRACTION, batch 1: at a long
+    seq_len the heads are shortened to fit (the matmuls keep their group x head_dim shape and
+    a long sequence axis). The fixed overhead is taken off the time (never more than half)."""
     e = torch.empty((), dtype=tdtype).element_size()
-    per_head = 2 * seq_len * head_dim * e
-    n = max(1, min(64, (cache_bytes // SHAPE_FRACTION) // per_head))
+    budget = cache_bytes // SHAPE_FRACTION
+    length = max(16, min(seq_len, budget // (HOT_MIN_HEADS * 2 * head_dim * e)))
+    per_head = 2 * length * head_dim * e
+    n = max(1, min(64, budget // per_head))
     q = torch.randn(1, n * group, 1, head_dim, device=device, dtype=tdtype)
-    k = torch.randn(1, n, seq_len, head_dim, device=device, dtype=tdtype)
+    k = torch.randn(1, n, length, head_dim, device=device, dtype=tdtype)
     v = torch.randn_like(k)
     t = _best(lambda: attn(q, k, v, head_dim ** -0.5), device)
-    flops = 2 * n * group * seq_len * 2 * head_dim
-    return flops / max(t - overhead_s, t / 2), n
+    flops = 2 * n * group * length * 2 * head_dim
+    return flops / max(t - overhead_s, t / 2), n * 100_000 + length
 
 
 def kv_stream_bytes_per_s(attn, device, tdtype, head_dim: int, seq_len: int,
@@ -152,7 +158,8 @@ def projection_flops_per_s(device, tdtype, batch: int, d_in: int, d_out: int,
 
 def shape_ceilings(step: str, attn, device, tdtype, heads: int, kv_heads: int, head_dim: int,
                    d_model: int, seq_len: int, batch: int, cache_bytes: int,
-                   stream: int | None = None, streamed: dict | None = None) -> ShapeCeilings:
+                   stream: int | None = None, streamed: dict | None = None,
+                   before_stream=None) -> ShapeCeilings:
     """Everything the prediction needs at this step's shapes. `stream`: bytes each
     streamed ceiling reads (default stream_bytes(cache_bytes); tests pass less).
     `streamed`: a dict shared by the groups of one run, so the streamed bandwidths (which
@@ -166,14 +173,17 @@ def shape_ceilings(step: str, attn, device, tdtype, heads: int, kv_heads: int, h
         overhead = attention_overhead_s(attn, device, tdtype, g)
     else:
         overhead = layer_overhead_s(attn, device, tdtype, g, impls.layer_call, impls.make_slot)
-    rate, n = attention_flops_per_s(attn, device, tdtype, g, head_dim, seq_len, cache_bytes,
-                                    overhead)
-    method = (f"attention at group {g}, head_dim {head_dim}, seq_len {seq_len} on {n} "
-              f"LLC-resident K/V head(s); overhead: the call at seq_len {OVERHEAD_SEQ_LEN}, "
+    rate, packed = attention_flops_per_s(attn, device, tdtype, g, head_dim, seq_len, cache_bytes,
+                                         overhead)
+    n, length = divmod(packed, 100_000)
+    method = (f"attention at group {g}, head_dim {head_dim} on {n} LLC-resident K/V head(s) of "
+              f"{length} tokens; overhead: the call at seq_len {OVERHEAD_SEQ_LEN}, "
               f"head_dim {OVERHEAD_HEAD_DIM}")
     streamed = {} if streamed is None else streamed
     key = ("kv", attn, head_dim, seq_len, stream)
     if key not in streamed:
+        if before_stream is not None:  # tensor parallelism: every rank streams at once
+            before_stream()
         streamed[key] = kv_stream_bytes_per_s(attn, device, tdtype, head_dim, seq_len, stream)
     kv_read, n_stream = streamed[key]
     method += (f"; K/V read: the same call streaming {n_stream} K/V heads, one query row each")
@@ -182,6 +192,8 @@ def shape_ceilings(step: str, attn, device, tdtype, heads: int, kv_heads: int, h
         shapes = [((heads + 2 * kv_heads) * head_dim, d_model), (d_model, heads * head_dim)]
         key = ("w", batch, tuple(shapes), stream)
         if key not in streamed:
+            if before_stream is not None:
+                before_stream()
             streamed[key] = weight_stream_bytes_per_s(device, tdtype, batch, shapes, stream)
         w_read, w_copies = streamed[key]
         method += (f"; weights read: F.linear batch {batch} against the qkv {shapes[0]} and "

@@ -275,7 +275,8 @@ def _rank_work(rank: int, tp: int, device, backend: str, job: dict) -> dict:
     del read_buf
     dist.barrier()
     shape = terms_mod.shape_ceilings(step, attn, device, tdtype, hl, len(kv_heads), d, dm, L, b,
-                                     job["cache_bytes"], job["stream_bytes"])
+                                     job["cache_bytes"], job["stream_bytes"],
+                                     before_stream=dist.barrier)
     dist.barrier()
     small = torch.zeros(ALLREDUCE_SMALL_ELEMS, device=device, dtype=tdtype)
     large = torch.zeros(ALLREDUCE_LARGE_BYTES // small.element_size(), device=device,
@@ -291,7 +292,7 @@ def _rank_work(rank: int, tp: int, device, backend: str, job: dict) -> dict:
 
     # --- the timed step: barrier, local part, all-reduce ---
     warmup, iters = job["warmup"], job["iters"]
-    steps, reduces = [], []
+    steps, reduces, locals_ = [], [], []
     n = len(calls)
     before = terms_mod.host_sample()
     for i in range(warmup + iters):
@@ -308,6 +309,7 @@ def _rank_work(rank: int, tp: int, device, backend: str, job: dict) -> dict:
         if i >= warmup:
             steps.append(t2 - t0)
             reduces.append(t2 - t1)
+            locals_.append(t1 - t0)
     after = terms_mod.host_sample()
     host = None
     if before is not None and after is not None:
@@ -331,7 +333,7 @@ def _rank_work(rank: int, tp: int, device, backend: str, job: dict) -> dict:
         "weight_bytes_held": slots[0].weight_bytes(), "bytes_moved": pred.bytes,
         "flops": pred.flops, "rel_error": err,
         "median_s": st.median_s, "p10_s": st.p10_s, "p90_s": st.p90_s, "min_s": st.min_s,
-        "iters": st.samples, "steps_s": steps,
+        "iters": st.samples, "steps_s": steps, "locals_s": locals_, "reduces_s": reduces,
         "allreduce_median_s": rt.median_s, "allreduce_bytes": message_bytes,
         "allreduce_predicted_s": ar_model,
         "allreduce_latency_s": lat, "allreduce_bus_bytes_per_s": bus_bw,
@@ -484,6 +486,16 @@ def _rows(ranks: list[dict], tp: int, job: dict, meta: dict, spec, full, regime:
     per_rep = [max(r["steps_s"][i] for r in ranks) for i in range(len(ranks[0]["steps_s"]))]
     step_median = statistics.median(per_rep)
     step_pred = max(r["predicted_s"] for r in ranks)
+    # An all-reduce starts when the last rank arrives: the ranks started together (barrier),
+    # so rank r first waits max_j(local_j) - local_r, then the collective itself runs.
+    reps = range(len(ranks[0]["locals_s"]))
+    last = [max(r["locals_s"][i] for r in ranks) for i in reps]
+    for r in ranks:
+        waits = [last[i] - r["locals_s"][i] for i in reps]
+        r["wait_median_s"] = statistics.median(waits)
+        r["transfer_median_s"] = statistics.median(
+            max(0.0, r["reduces_s"][i] - waits[i]) for i in reps)
+        r["local_median_s"] = statistics.median(r["locals_s"])
     load, mhz = terms_mod.load_average(), terms_mod.cpu_mhz()
     # Other processes: the host's busy CPU time during rank 0's timed loop, less every
     # rank's own (the ranks are this run, not a neighbour).
@@ -524,6 +536,10 @@ def _rows(ranks: list[dict], tp: int, job: dict, meta: dict, spec, full, regime:
             "median_s": r["median_s"], "p10_s": r["p10_s"], "p90_s": r["p90_s"],
             "min_s": r["min_s"], "iters": r["iters"],
             "allreduce_median_s": r["allreduce_median_s"],
+            "allreduce_wait_median_s": r["wait_median_s"] if tp > 1 else None,
+            "allreduce_transfer_median_s": r["transfer_median_s"] if tp > 1 else None,
+            "local_median_s": r["local_median_s"],
+            "local_predicted_s": r["predicted_s"] - t["allreduce_s"],
             "allreduce_bytes": r["allreduce_bytes"],
             "allreduce_predicted_s": r["allreduce_predicted_s"],
             "allreduce_latency_s": r["allreduce_latency_s"],
