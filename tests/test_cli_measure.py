@@ -36,7 +36,7 @@ def small_ceilings(monkeypatch):
     monkeypatch.setitem(ceilings.CEILING_BYTES, "cpu", 4 * 2**20)
     from kvcalc.measure import terms
 
-    monkeypatch.setattr(terms, "stream_bytes", lambda cache_bytes: 2**20)
+    monkeypatch.setattr(terms, "stream_bytes", lambda cache_bytes, working_set=0: 2**20)
 
 
 def invoke(*args: str):
@@ -105,8 +105,8 @@ def test_compare_rows_and_speedups():
         # the two sums; the memory terms alone shrink exactly with the K/V bytes.
         assert row["flops"] == mha["flops"]
         assert row["predicted_speedup_vs_mha"] == pytest.approx(mha["predicted_s"] / row["predicted_s"])
-        assert mha["predicted_kv_s"] / row["predicted_kv_s"] == pytest.approx(
-            131_072 / (131_072 * row["kv_heads"] // 8))
+        kv_bytes = 2 * 64 * row["kv_heads"] * 16 * 2 * 4
+        assert row["predicted_kv_s"] == pytest.approx(kv_bytes / row["kv_read_bytes_per_s"])
         assert row["impl"] == mha["impl"]  # --compare: one implementation for every variant
 
 

@@ -345,7 +345,7 @@ def test_l2_plan():
     mb = 10**6
     assert runner.l2_plan(1000 * mb, 50 * mb, "L2", "auto", "cache")[:2] == (1, 0)
     n, flush, text = runner.l2_plan(25 * mb, 50 * mb, "L2", "auto", "cache")
-    assert (n, flush) == (8, 0) and text == "rotated 8 caches, 4.0x L2"
+    assert (n, flush) == (16, 0) and text == "rotated 16 caches, 8.0x L2"  # 8x the L2
     n, flush, text = runner.l2_plan(1000, 50 * mb, "L2", "auto", "cache")
     assert n == 1 and flush == 75 * mb and "flushed" in text
     assert runner.l2_plan(1000, 50 * mb, "L2", "none", "cache")[2] == "cache fits in L2 (not flushed)"

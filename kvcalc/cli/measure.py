@@ -71,7 +71,7 @@ def register(app: typer.Typer) -> None:
             "(CUDA only) (default: off).")] = False,
         l2: Annotated[str, typer.Option(
             "--l2", help="Keeping the cache out of L2/LLC: auto (rotate over distinct caches "
-            "totalling >= 4x the L2/LLC size, or flush when that would take > 64), rotate, flush, or none "
+            "totalling >= 8x the L2/LLC size, or flush when that would take > 64), rotate, flush, or none "
             "(default: auto).")] = "auto",
         cache_ceilings: Annotated[bool, typer.Option(
             "--cache-ceilings", help="Reuse this device's measured ceilings from "

@@ -27,7 +27,7 @@ OVERHEAD_SEQ_LEN = 16
 LOADED_CORES = 0.25  # other processes (or the hypervisor's steal) above this: a loaded host
 
 
-STREAM_MIN_BYTES = 64 * 2**20  # a streamed ceiling reads at least this, and 4x the LLC
+STREAM_MIN_BYTES = 64 * 2**20  # a streamed ceiling reads at least this, and 8x the LLC
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,22 @@ class ShapeCeilings:
 
 def stream_bytes(cache_bytes: int, working_set: int = 0) -> int:
     """Bytes a streamed ceiling reads per call: the step's own working set (what it rotates
-    over, so the ceiling meets the same share of cache hits), at least 4x the LLC."""
-    return max(4 * cache_bytes, STREAM_MIN_BYTES, working_set)
+    over, so the ceiling meets the same share of cache hits), at least 8x the LLC."""
+    return max(8 * cache_bytes, STREAM_MIN_BYTES, working_set)
+
+
+def refresh_streams(shape: ShapeCeilings, step: str, attn, device, tdtype, heads: int,
+                    kv_heads: int, head_dim: int, d_model: int, seq_len: int, batch: int,
+                    stream: int, streamed: dict) -> ShapeCeilings:
+    """`shape` with its streamed bandwidths measured again now (the FLOP/s and overhead kept)."""
+    from dataclasses import replace
+
+    kv, _ = kv_stream_bytes_per_s(attn, device, tdtype, head_dim, seq_len, stream)
+    w = None
+    if step == "layer":
+        shapes = [((heads + 2 * kv_heads) * head_dim, d_model), (d_model, heads * head_dim)]
+        w, _ = weight_stream_bytes_per_s(device, tdtype, batch, shapes, stream)
+    return replace(shape, kv_read_bytes_per_s=kv, weight_read_bytes_per_s=w)
 
 
 def shape_workspace_bytes(cache_bytes: int, stream: int | None = None) -> int:

@@ -292,7 +292,7 @@ def _rank_work(rank: int, tp: int, device, backend: str, job: dict) -> dict:
 
     # --- the timed step: barrier, local part, all-reduce ---
     warmup, iters = job["warmup"], job["iters"]
-    steps, reduces, locals_ = [], [], []
+    steps, reduces, locals_, arrive, done = [], [], [], [], []
     n = len(calls)
     before = terms_mod.host_sample()
     for i in range(warmup + iters):
@@ -310,6 +310,8 @@ def _rank_work(rank: int, tp: int, device, backend: str, job: dict) -> dict:
             steps.append(t2 - t0)
             reduces.append(t2 - t1)
             locals_.append(t1 - t0)
+            arrive.append(t1)  # perf_counter is CLOCK_MONOTONIC: one clock for every rank
+            done.append(t2)
     after = terms_mod.host_sample()
     host = None
     if before is not None and after is not None:
@@ -334,6 +336,7 @@ def _rank_work(rank: int, tp: int, device, backend: str, job: dict) -> dict:
         "flops": pred.flops, "rel_error": err,
         "median_s": st.median_s, "p10_s": st.p10_s, "p90_s": st.p90_s, "min_s": st.min_s,
         "iters": st.samples, "steps_s": steps, "locals_s": locals_, "reduces_s": reduces,
+        "arrive_s": arrive, "done_s": done,
         "allreduce_median_s": rt.median_s, "allreduce_bytes": message_bytes,
         "allreduce_predicted_s": ar_model,
         "allreduce_latency_s": lat, "allreduce_bus_bytes_per_s": bus_bw,
@@ -486,15 +489,15 @@ def _rows(ranks: list[dict], tp: int, job: dict, meta: dict, spec, full, regime:
     per_rep = [max(r["steps_s"][i] for r in ranks) for i in range(len(ranks[0]["steps_s"]))]
     step_median = statistics.median(per_rep)
     step_pred = max(r["predicted_s"] for r in ranks)
-    # An all-reduce starts when the last rank arrives: the ranks started together (barrier),
-    # so rank r first waits max_j(local_j) - local_r, then the collective itself runs.
+    # An all-reduce starts when the last rank arrives. The ranks share one monotonic clock
+    # (perf_counter on one host), so rank r waits max_j(arrive_j) - arrive_r, and the
+    # collective itself runs from the last arrival to rank r's return.
     reps = range(len(ranks[0]["locals_s"]))
-    last = [max(r["locals_s"][i] for r in ranks) for i in reps]
+    last = [max(r["arrive_s"][i] for r in ranks) for i in reps]
     for r in ranks:
-        waits = [last[i] - r["locals_s"][i] for i in reps]
-        r["wait_median_s"] = statistics.median(waits)
+        r["wait_median_s"] = statistics.median(last[i] - r["arrive_s"][i] for i in reps)
         r["transfer_median_s"] = statistics.median(
-            max(0.0, r["reduces_s"][i] - waits[i]) for i in reps)
+            max(0.0, r["done_s"][i] - last[i]) for i in reps)
         r["local_median_s"] = statistics.median(r["locals_s"])
     load, mhz = terms_mod.load_average(), terms_mod.cpu_mhz()
     # Other processes: the host's busy CPU time during rank 0's timed loop, less every
