@@ -34,6 +34,8 @@ TINY = ["--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--seq-len", "64"
 def small_ceilings(monkeypatch):
     """Small ceiling buffers keep each run quick (the figures are then not memory ceilings)."""
     monkeypatch.setitem(ceilings.CEILING_BYTES, "cpu", 4 * 2**20)
+    if not HAS_TORCH:
+        return  # kvcalc.measure.terms needs torch; without it measure refuses before timing
     from kvcalc.measure import terms
 
     monkeypatch.setattr(terms, "stream_bytes", lambda cache_bytes, working_set=0: 2**20)
