@@ -438,7 +438,8 @@ def run_tp(config, progress=None):
         slots, _, regime = l2_plan(slot_bytes * shared, meta["cache_bytes"], meta["cache_name"],
                                    mode, "cache" if config.step == "attention" else "layer")
         read_bytes = ceil_mod.CEILING_BYTES[kind] // (tp if kind == "cpu" else 1)
-        per_rank = (slots * slot_bytes + read_bytes + 2 * meta["cache_bytes"]
+        stream = terms_mod.stream_bytes(meta["cache_bytes"], slots * slot_bytes)
+        per_rank = (slots * slot_bytes + max(read_bytes, stream + 2**22, 2 * meta["cache_bytes"])
                     + 2 * ALLREDUCE_LARGE_BYTES + 16 * batch * config.heads * seq_len)
         # rank 0 also builds the whole problem for the float64 reference
         reference = (full.kv_cache_bytes + full.weight_bytes) * (1 + 8 // e)
@@ -451,7 +452,7 @@ def run_tp(config, progress=None):
                "d_model": spec.d_model, "batch": batch, "seq_len": seq_len, "seed": config.seed,
                "slots": slots, "warmup": warmup, "iters": iters, "read_bytes": read_bytes,
                "cache_bytes": meta["cache_bytes"],
-               "stream_bytes": terms_mod.stream_bytes(meta["cache_bytes"], slots * slot_bytes)}
+               "stream_bytes": stream}
         if progress is not None:
             progress(f"--tp {tp}: {tp} rank(s), {human_bytes(pred.kv_cache_bytes)} K/V each",
                      tps.index(tp), len(tps))
