@@ -122,3 +122,20 @@ def test_one_gpu_says_tp_needs_as_many(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     with pytest.raises(KvcalcError, match=r"--tp 2 needs 2 GPUs \(one per rank\); this machine has 1"):
         run(MeasureConfig(kv_heads=8, tp=(2,), device="cuda", **TINY))
+
+
+def test_torchrun_ranks_report_once():
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("torchrun") is None:
+        pytest.skip("torchrun not on PATH")
+    out = subprocess.run(
+        ["torchrun", "--nproc-per-node", "2", "-m", "kvcalc", "measure", "--heads", "8",
+         "--kv-heads", "2", "--head-dim", "16", "--seq-len", "64", "--batch", "2", "--tp", "2",
+         "--iters", "3", "--warmup", "1", "--l2", "none", "--format", "csv"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 3 and lines[0].startswith("device,")  # header + one row per rank, once
