@@ -304,15 +304,6 @@ def layer_pattern(spec: ModelSpec) -> list[dict]:
     return out
 
 
-def cache_summary(cache: formulas.KVCache) -> str:
-    """'52 x sliding 1,024 + 10 x full' with each kind's share of the cache."""
-    total = cache.bytes or 1
-    parts = []
-    for label, nbytes in cache.bytes_by_kind.items():
-        parts.append(f"{cache.layers_by_kind[label]} x {label} ({nbytes / total:.0%})")
-    return " + ".join(parts)
-
-
 def _shazeer_dict(r: formulas.ShazeerRatio) -> dict:
     return {"mode": r.mode, "n": r.n, "ratio": r.ratio, "terms": r.terms,
             "dominant_term": r.dominant_term}
