@@ -87,7 +87,6 @@ fraction); functions are pure; inputs and results are frozen dataclasses.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -438,7 +437,9 @@ def stage_weight_bytes(spec: ModelSpec, s: EngineSettings, stage: int = 0) -> in
         if stage == 0:
             total += emb_dev
         if stage == s.pp - 1:
-            total += head_dev if head_dev or s.pp == 1 else -(-2 * spec.vocab * spec.d_model // s.tp)
+            # A tied lm_head is a copy of its own on the last stage when pp > 1.
+            tied_copy = dtype(s.model_dtype).nbytes(-(-spec.vocab * spec.d_model // s.tp))
+            total += head_dev if head_dev or s.pp == 1 else tied_copy
         if spec.max_context and spec.mla is None:
             total += dtype(s.model_dtype).nbytes(spec.max_context * spec.head_dim)
         return total

@@ -377,10 +377,14 @@ def estimate(
                            memory_fraction, reserve_bytes, encoder_seq_len,
                            stored.per_device if stored else None)
         for candidate in valid_tps(spec):
-            on = stored_weights(spec, quantization, candidate)
-            if roofline.fit(spec, hardware, seq_len, batch, wdt, kdt, candidate, scale_bytes,
-                            memory_fraction, reserve_bytes, encoder_seq_len,
-                            on.per_device if on else None).fits:
+            if candidate == tp:  # already fitted above
+                fits = fit.fits
+            else:
+                on = stored_weights(spec, quantization, candidate)
+                fits = roofline.fit(spec, hardware, seq_len, batch, wdt, kdt, candidate,
+                                    scale_bytes, memory_fraction, reserve_bytes, encoder_seq_len,
+                                    on.per_device if on else None).fits
+            if fits:
                 min_tp = candidate
                 break
     lat = None
