@@ -96,8 +96,12 @@ def flatten(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def rows_to_csv(rows: Iterable[Mapping[str, Any]]) -> str:
-    """CSV with a header from the union of the rows' keys, in first-seen order."""
-    rows = [flatten(r) for r in rows]
+    """CSV with a header from the union of the rows' keys, in first-seen order.
+
+    Floats carry twelve significant digits (kvcalc.csvtext), as in `kvcalc sweep`."""
+    from kvcalc.csvtext import cell
+
+    rows = [{k: cell(v) for k, v in flatten(r).items()} for r in rows]
     columns: dict[str, None] = {}
     for r in rows:
         columns.update(dict.fromkeys(r))

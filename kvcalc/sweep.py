@@ -32,14 +32,17 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import re
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import IO, Callable, Iterator, Sequence
 
 import numpy as np
 
-from kvcalc import formulas
+from kvcalc import csvtext, formulas
 from kvcalc.errors import KvcalcError, quoted
 from kvcalc.estimate import estimate, row_columns, stored_weights, weights_as
 from kvcalc.roofline import compute_dtype_for, decode_roofline, fit as roofline_fit
@@ -49,7 +52,7 @@ from kvcalc.spec import (
 )
 
 ROW_LIMIT = 50_000_000  # rows above which a sweep needs force=True (--force)
-CHUNK_ROWS = 1 << 16  # rows computed and formatted together
+CHUNK_ROWS = 1 << 15  # rows computed and formatted together
 INT64_MAX = (1 << 63) - 1
 _SAFE_FLOAT = float(1 << 62)  # float64 magnitude test with margin for its rounding
 
@@ -644,7 +647,7 @@ def _check_against_estimate(plan: SweepPlan, combo: Combo) -> None:
 # --------------------------------------------------------------------------------
 def _csv_text(values: Sequence) -> str:
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow(values)
+    csv.writer(buf, lineterminator="\n").writerow([csvtext.cell(v) for v in values])
     return buf.getvalue()[:-1]
 
 
@@ -652,116 +655,133 @@ def csv_header(plan: SweepPlan) -> bytes:
     return (_csv_text(plan.columns) + "\n").encode()
 
 
-def _digits(col: np.ndarray) -> np.ndarray:
-    """Integers as fixed-width NUL-padded ASCII (numpy 'S')."""
-    if col.dtype == object:
-        return np.array([str(v).encode() for v in col.tolist()])
-    if len(col) == 0:
-        return col.astype("S1")
-    width = max(len(str(int(col.max()))), len(str(int(col.min()))))
-    return col.astype(f"S{width}")
-
-
-def _digits_runs(col: np.ndarray) -> np.ndarray:
-    """_digits, formatting each run of equal values once (seq_len repeats per batch)."""
+def _runs(col: np.ndarray, field) -> np.ndarray:
+    """field(col), formatting each run of equal values once (seq_len repeats per
+    batch, and so does everything that depends on seq_len alone)."""
     n = len(col)
     change = np.flatnonzero(col[1:] != col[:-1]) + 1 if n > 1 else np.zeros(0, np.int64)
     if len(change) > n // 4:
-        return _digits(col)
+        return field(col)
     starts = np.concatenate(([0], change))
-    return np.repeat(_digits(col[starts]), np.diff(np.concatenate((starts, [n]))))
+    return np.repeat(field(col[starts]), np.diff(np.concatenate((starts, [n]))), axis=0)
 
 
-def _batch_digits(chunk: Chunk) -> np.ndarray:
+def _batch_text(chunk: Chunk) -> np.ndarray:
     """The batch column: its values cycle, so format the SPEC's values once and index."""
     spec = chunk.plan.batch
     n = len(chunk)
     if spec.count >= n:
-        return _digits(chunk.batch)
-    table = _digits(spec.at(np.arange(spec.count)))
+        return csvtext.int_field(chunk.batch)
+    table = csvtext.int_field(spec.at(np.arange(spec.count)))
     return table[(np.arange(chunk.start, chunk.start + n)) % spec.count]
 
 
-def _repr_runs(col: np.ndarray) -> np.ndarray:
-    """Floats as their shortest round-trip repr ('S24'), formatting each run of equal
-    values once (attention intensity repeats across a seq_len's batches)."""
-    n = len(col)
-    if n < 2:
-        return col.astype("S24")
-    change = np.flatnonzero(col[1:] != col[:-1]) + 1
-    if len(change) > n // 4:
-        return col.astype("S24")
-    starts = np.concatenate(([0], change))
-    lengths = np.diff(np.concatenate((starts, [n])))
-    return np.repeat(col[starts].astype("S24"), lengths)
+def _words(flags: np.ndarray, yes: bytes, no: bytes) -> np.ndarray:
+    return np.where(flags, yes, no).view(np.uint8).reshape(len(flags), -1)
 
 
 def _format_rows(chunk: Chunk) -> bytes:
-    """Build the CSV text of a chunk as a byte matrix, then drop the NUL padding.
-
-    Each field becomes a fixed-width 'S' column (ints: decimal digits; floats:
-    numpy's shortest round-trip repr, the same text as Python's repr); constant
-    fields and separators are literal byte runs. Removing the NULs leaves the CSV.
-    """
-    n = len(chunk)
+    """The CSV lines of a chunk: each field a block of bytes (kvcalc.csvtext),
+    constant fields and separators literal runs, joined row by row."""
     consts = chunk.combo.constants
-    pieces: list = []
+    blocks: list = []
     literal: list[str] = []
-    first = True
-    for name in chunk.plan.columns:
-        sep = "" if first else ","
-        first = False
+    for i, name in enumerate(chunk.plan.columns):
+        sep = "," if i else ""
         if name in consts:
             literal.append(sep + _csv_text([consts[name]]))
             continue
         literal.append(sep)
-        pieces.append("".join(literal).encode())
+        blocks.append(csvtext.literal_field("".join(literal)))
         literal = []
         if name == "seq_len":
-            pieces.append(_digits_runs(chunk.seq_len))
+            blocks.append(_runs(chunk.seq_len, csvtext.int_field))
         elif name == "batch":
-            pieces.append(_batch_digits(chunk))
+            blocks.append(_batch_text(chunk))
         elif name == "roofline_bound":
-            pieces.append(np.where(chunk.values[name], b"memory", b"compute"))
+            blocks.append(_words(chunk.values[name], b"memory", b"compute"))
         elif name == "fits":
-            pieces.append(np.where(chunk.values[name], b"True", b"False"))
+            blocks.append(_words(chunk.values[name], b"True", b"False"))
         elif name in FLOAT_COLUMNS:
-            pieces.append(_repr_runs(chunk.values[name]))
+            blocks.append(_runs(chunk.values[name], csvtext.float_field))
         else:
-            pieces.append(_digits(chunk.values[name]))
+            blocks.append(csvtext.int_field(chunk.values[name]))
     literal.append("\n")
-    pieces.append("".join(literal).encode())
-    mats = []
-    for p in pieces:
-        if isinstance(p, bytes):
-            if not p:
-                continue
-            if b"\0" in p:
-                raise KvcalcError("a model or device name contains a NUL byte")
-            mats.append(np.broadcast_to(np.frombuffer(p, dtype=np.uint8), (n, len(p))))
-        else:
-            mats.append(p.view(np.uint8).reshape(n, p.dtype.itemsize))
-    mat = np.concatenate(mats, axis=1).ravel()
-    return mat[mat != 0].tobytes()
+    blocks.append(csvtext.literal_field("".join(literal)))
+    return csvtext.join_rows(blocks, len(chunk))
+
+
+def keep_freed_memory() -> None:
+    """Ask glibc to keep freed blocks for reuse instead of returning them to the OS.
+
+    Each chunk allocates and frees some tens of MB of arrays; by default glibc maps
+    and unmaps blocks that big, and the process spends a third of its time in the
+    kernel faulting fresh zeroed pages in. Called by `kvcalc sweep` (a process of its
+    own); elsewhere (no glibc) it does nothing.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    mallopt(m_mmap_threshold, 1 << 30)
+    mallopt(m_trim_threshold, 1 << 30)
+
+
+def _threads() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 8))
 
 
 def write_csv(plan: SweepPlan, out: IO[bytes], header: bool = True,
               progress: Callable[[Chunk], None] | None = None,
-              chunk_rows: int = CHUNK_ROWS) -> int:
+              chunk_rows: int = CHUNK_ROWS, threads: int | None = None) -> int:
     """Stream the sweep as CSV to a binary file object; returns the rows written.
 
-    `progress` is called after each chunk is written, with the chunk. (Formatting
-    in two forked processes was tried and was slower on a 2-core machine: the
-    byte shuffling is memory-bound and the pipe costs the parent a third of a core.)
+    Chunks are computed and formatted in `threads` threads (numpy releases the GIL
+    for nearly all of it) and written in order, at most two per thread in flight, so
+    memory stays bounded. `progress` is called after each chunk is written, with the
+    chunk, in the calling thread.
     """
     if header:
         out.write(csv_header(plan))
+    threads = threads or _threads()
     rows = 0
-    for chunk in chunks(plan, chunk_rows):
-        out.write(chunk.to_csv())
+
+    def work(task: tuple[int, int, int]) -> tuple[Chunk, bytes]:
+        chunk = _chunk_at(plan, *task)
+        return chunk, chunk.to_csv()
+
+    def emit(chunk: Chunk, text: bytes) -> None:
+        nonlocal rows
+        out.write(text)
         rows += len(chunk)
         if progress is not None:
             progress(chunk)
+
+    if threads == 1:
+        for task in _tasks(plan, chunk_rows):
+            emit(*work(task))
+        return rows
+    pending: deque = deque()
+    with ThreadPoolExecutor(threads, thread_name_prefix="kvcalc-sweep") as pool:
+        try:
+            for task in _tasks(plan, chunk_rows):
+                pending.append(pool.submit(work, task))
+                if len(pending) >= 2 * threads:
+                    emit(*pending.popleft().result())
+            while pending:
+                emit(*pending.popleft().result())
+        except BaseException:
+            for f in pending:
+                f.cancel()
+            raise
     return rows
 
 

@@ -256,20 +256,6 @@ def test_values_past_int64_stay_exact():
     assert [int(p["kv_cache_bytes"]) for p in parsed] == [r["kv_cache_bytes"] for r in rows]
 
 
-def test_float_text_is_python_repr():
-    """numpy's float-to-bytes cast, which the CSV uses, must print what repr prints."""
-    rng = np.random.default_rng(7)
-    bits = rng.integers(0, 2**63 - 2**52, 20000, dtype=np.int64)  # positive finite doubles
-    values = np.frombuffer(struct.pack(f"<{len(bits)}q", *bits.tolist()), dtype="<f8")
-    values = np.concatenate([values, rng.random(5000) * 10.0 ** rng.integers(-8, 20, 5000),
-                             [1e16, 1e15, 1.5e-5, 1e-4, 0.1, 100.0, 5e-324, 1.7976931348623157e308,
-                              9999999999999998.0, 123456789012345678.0]])
-    text = sweep._repr_runs(values)
-    assert [t.decode() for t in text.tolist()] == [repr(v) for v in values.tolist()]
-    runs = np.repeat(values[:50], 9)
-    assert [t.decode() for t in sweep._repr_runs(runs).tolist()] == [repr(v) for v in runs.tolist()]
-
-
 # --------------------------------------------------------------------------------
 # Properties
 # --------------------------------------------------------------------------------

@@ -119,7 +119,7 @@ def register(app: typer.Typer) -> None:
             report.check_writable(plot, force)
             check_plot_name(plot)
             draw = has_matplotlib()  # without it: the rows first, then say what to install
-        from kvcalc.sweep import PlotSelection, plan_sweep, write_csv
+        from kvcalc.sweep import PlotSelection, keep_freed_memory, plan_sweep, write_csv
 
         hardware = resolve_gpu(gpu)
         fraction, reserve_bytes = device_memory(hardware, memory_fraction, reserve)
@@ -139,6 +139,7 @@ def register(app: typer.Typer) -> None:
             err.print(f"skipped {line}", highlight=False, markup=False, soft_wrap=True)
 
         selection = PlotSelection(plan) if draw else None
+        keep_freed_memory()
         with _progress(plan, err) as advance:
             def on_chunk(chunk) -> None:
                 if selection is not None:
