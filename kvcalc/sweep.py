@@ -496,7 +496,7 @@ class Chunk:
         return np.full(len(self), value, dtype=object if big else None)
 
     def to_frame(self):
-        import pandas as pd
+        pd = _pandas()
 
         return pd.DataFrame({name: self.column(name) for name in self.plan.columns})
 
@@ -558,13 +558,22 @@ def chunks(plan: SweepPlan, chunk_rows: int = CHUNK_ROWS) -> Iterator[Chunk]:
         yield _chunk_at(plan, *task)
 
 
+def _pandas():
+    try:
+        import pandas
+    except ImportError:
+        raise KvcalcError("DataFrames need pandas: pip install 'kvcalc[pandas]'") from None
+    return pandas
+
+
 def sweep_frame(spec: ModelSpec, seq_len, batch=1, **kwargs):
     """The sweep as one pandas DataFrame (columns of Estimate.as_row()); the
     arguments are plan_sweep's.
 
-    For big sweeps use `plan_sweep` + `write_csv` (streamed) or `chunks`.
+    For big sweeps use `plan_sweep` + `write_csv` or `write_parquet` (streamed), or
+    `chunks`. Needs pandas (pip install 'kvcalc[pandas]').
     """
-    import pandas as pd
+    pd = _pandas()
 
     plan = plan_sweep(spec, seq_len, batch, **kwargs)
     if plan.rows > 5_000_000 and not kwargs.get("force"):
@@ -739,49 +748,107 @@ def _threads() -> int:
     return max(1, min(cores, 8))
 
 
+def _in_order(plan: SweepPlan, work: Callable[[Chunk], object], chunk_rows: int,
+              threads: int | None) -> Iterator[tuple[Chunk, object]]:
+    """(chunk, work(chunk)) for every chunk, in order, computed in `threads` threads
+    (numpy and pyarrow release the GIL for nearly all of it), at most two per thread
+    in flight so memory stays bounded."""
+    threads = threads or _threads()
+
+    def run(task: tuple[int, int, int]) -> tuple[Chunk, object]:
+        chunk = _chunk_at(plan, *task)
+        return chunk, work(chunk)
+
+    if threads == 1:
+        for task in _tasks(plan, chunk_rows):
+            yield run(task)
+        return
+    pending: deque = deque()
+    with ThreadPoolExecutor(threads, thread_name_prefix="kvcalc-sweep") as pool:
+        try:
+            for task in _tasks(plan, chunk_rows):
+                pending.append(pool.submit(run, task))
+                if len(pending) >= 2 * threads:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for f in pending:
+                f.cancel()
+
+
 def write_csv(plan: SweepPlan, out: IO[bytes], header: bool = True,
               progress: Callable[[Chunk], None] | None = None,
               chunk_rows: int = CHUNK_ROWS, threads: int | None = None) -> int:
     """Stream the sweep as CSV to a binary file object; returns the rows written.
 
-    Chunks are computed and formatted in `threads` threads (numpy releases the GIL
-    for nearly all of it) and written in order, at most two per thread in flight, so
-    memory stays bounded. `progress` is called after each chunk is written, with the
-    chunk, in the calling thread.
+    `progress` is called after each chunk is written, with the chunk, in the
+    calling thread.
     """
     if header:
         out.write(csv_header(plan))
-    threads = threads or _threads()
     rows = 0
-
-    def work(task: tuple[int, int, int]) -> tuple[Chunk, bytes]:
-        chunk = _chunk_at(plan, *task)
-        return chunk, chunk.to_csv()
-
-    def emit(chunk: Chunk, text: bytes) -> None:
-        nonlocal rows
+    for chunk, text in _in_order(plan, Chunk.to_csv, chunk_rows, threads):
         out.write(text)
         rows += len(chunk)
         if progress is not None:
             progress(chunk)
+    return rows
 
-    if threads == 1:
-        for task in _tasks(plan, chunk_rows):
-            emit(*work(task))
-        return rows
-    pending: deque = deque()
-    with ThreadPoolExecutor(threads, thread_name_prefix="kvcalc-sweep") as pool:
-        try:
-            for task in _tasks(plan, chunk_rows):
-                pending.append(pool.submit(work, task))
-                if len(pending) >= 2 * threads:
-                    emit(*pending.popleft().result())
-            while pending:
-                emit(*pending.popleft().result())
-        except BaseException:
-            for f in pending:
-                f.cancel()
-            raise
+
+PARQUET_MISSING = "Parquet output needs pyarrow: pip install 'kvcalc[parquet]'"
+
+
+def has_pyarrow() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pyarrow") is not None
+
+
+def _arrow_table(chunk: Chunk):
+    import pyarrow as pa
+
+    columns = {}
+    for name in chunk.plan.columns:
+        if name in chunk.combo.constants:
+            value = chunk.combo.constants[name]
+            if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT64_MAX:
+                raise KvcalcError(f"{name} = {value:,} does not fit Parquet's 64-bit integers; "
+                                  "write CSV (-o FILE.csv), which holds any integer")
+            columns[name] = pa.repeat(value, len(chunk))
+            continue
+        col = chunk.column(name)
+        if col.dtype == object:
+            raise KvcalcError(f"{name} exceeds 64-bit integers in this sweep, which Parquet "
+                              "cannot hold; write CSV (-o FILE.csv), which holds any integer")
+        columns[name] = pa.array(col)
+    return pa.table(columns)
+
+
+def write_parquet(plan: SweepPlan, out: IO[bytes],
+                  progress: Callable[[Chunk], None] | None = None,
+                  chunk_rows: int = CHUNK_ROWS, threads: int | None = None) -> int:
+    """Stream the sweep as Parquet (one row group per chunk, zstd) to a binary file
+    object; returns the rows written. Needs pyarrow."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise KvcalcError(PARQUET_MISSING) from None
+    rows = 0
+    writer = None
+    try:
+        for chunk, table in _in_order(plan, _arrow_table, chunk_rows, threads):
+            if writer is None:
+                writer = pq.ParquetWriter(out, table.schema, compression="zstd")
+            elif table.schema != writer.schema:
+                table = table.cast(writer.schema)
+            writer.write_table(table)
+            rows += len(chunk)
+            if progress is not None:
+                progress(chunk)
+    finally:
+        if writer is not None:
+            writer.close()
     return rows
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import csv
 import importlib
+import importlib.util
 import io
 import random
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -298,7 +298,7 @@ def test_monotone_and_gqa_scaling(layers, heads_log, head_dim, window, global_ev
 
 
 def pd_concat(plan):
-    import pandas as pd
+    pd = pytest.importorskip("pandas")
 
     return pd.concat([c.to_frame() for c in sweep.chunks(plan)], ignore_index=True)
 
@@ -313,6 +313,7 @@ def test_sliding_window_cache_stops_growing():
 
 
 def test_sweep_dataframe_api():
+    pytest.importorskip("pandas")
     df = sweep.sweep_frame(ADHOC, "1024:4096:*2", "1,4", kv_heads="1,32")
     assert len(df) == 12 and list(df.columns) == list(estimate(ADHOC, 1, 1).as_row())
     assert df["kv_cache_bytes"].dtype == np.int64
@@ -507,3 +508,46 @@ def test_specs_past_pythons_digit_limit_are_one_line_errors(text, fragment):
     msg = str(e.value)
     assert "\n" not in msg and fragment in msg and len(msg) < 300, msg
     assert sweep.parse_spec("0" * 5000 + "7", "--seq-len").values() == [7]
+
+
+# --------------------------------------------------------------------------------
+# Parquet
+# --------------------------------------------------------------------------------
+def test_parquet_holds_the_rows_exactly(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    out = tmp_path / "s.parquet"
+    args = ["--preset", "mistral-7b", "--seq-len", "1024:16384:*2", "--batch", "1,7",
+            "--kv-heads", "1,8", "--gpu", "h100-sxm"]
+    r = subprocess.run([sys.executable, "-m", "kvcalc", "sweep", *args, "-o", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    table = pq.read_table(out)
+    got = table.to_pylist()
+    # The same rows as the CSV, every value in its own type and floats in full.
+    r = subprocess.run([sys.executable, "-m", "kvcalc", "sweep", *args, "--format", "json"],
+                       capture_output=True, text=True, timeout=120)
+    import json
+
+    want = json.loads(r.stdout)
+    assert got == want and len(got) == 5 * 2 * 2
+    assert str(table.schema.field("kv_cache_bytes").type) == "int64"
+    # Never silently overwritten, like every report.
+    r = subprocess.run([sys.executable, "-m", "kvcalc", "sweep", *args, "-o", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.startswith("kvcalc: error:") and "--force" in r.stderr
+
+
+def test_parquet_refusals(tmp_path):
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "kvcalc", *args], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path)
+
+    r = run("sweep", "--preset", "gpt3", "--seq-len", "1024", "--format", "parquet")
+    assert (r.returncode, r.stdout) == (2, "") and "-o FILE.parquet" in r.stderr
+    r = run("estimate", "--preset", "gpt3", "-o", "e.parquet")
+    assert r.returncode == 2 and "kvcalc sweep only" in r.stderr
+    assert not (tmp_path / "e.parquet").exists()
+    if importlib.util.find_spec("pyarrow") is None:  # the no-extras CI pass
+        r = run("sweep", "--preset", "gpt3", "--seq-len", "1024", "-o", "s.parquet")
+        assert r.returncode == 2 and "pip install 'kvcalc[parquet]'" in r.stderr
+        assert r.stderr.count("\n") == 1 and not (tmp_path / "s.parquet").exists()

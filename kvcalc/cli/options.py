@@ -29,25 +29,43 @@ class OutputFormat(str, Enum):
     json = "json"
     csv = "csv"
     md = "md"
+    parquet = "parquet"  # kvcalc sweep only
 
+
+TEXT_FORMATS = (OutputFormat.table, OutputFormat.json, OutputFormat.csv, OutputFormat.md)
+
+
+class TextFormat(str, Enum):
+    """--format where Parquet is not offered (everything but `kvcalc sweep`)."""
+
+    table = "table"
+    json = "json"
+    csv = "csv"
+    md = "md"
 
 # -o FILE without --format: the format its suffix names.
 _SUFFIX_FORMATS = {".json": OutputFormat.json, ".csv": OutputFormat.csv, ".md": OutputFormat.md,
-                   ".markdown": OutputFormat.md, ".txt": OutputFormat.table}
+                   ".markdown": OutputFormat.md, ".txt": OutputFormat.table,
+                   ".parquet": OutputFormat.parquet, ".pq": OutputFormat.parquet}
 
 
 def output_format(fmt: Optional[OutputFormat], output: Optional[Path],
-                  allowed: tuple[OutputFormat, ...] = tuple(OutputFormat)) -> OutputFormat:
-    """--format if given, else the -o file's suffix (.json, .csv, .md, .txt), else table."""
+                  allowed: tuple[OutputFormat, ...] = TEXT_FORMATS) -> OutputFormat:
+    """--format if given, else the -o file's suffix (.json, .csv, .md, .txt, and
+    .parquet where offered), else table."""
+    names = ", ".join(sorted(k for k, v in _SUFFIX_FORMATS.items() if v in allowed))
     if fmt is None:
         if output is None or str(output) == "-":
             fmt = OutputFormat.table
         else:
             fmt = _SUFFIX_FORMATS.get(output.suffix.lower())
             if fmt is None:
-                names = ", ".join(sorted(k for k, v in _SUFFIX_FORMATS.items() if v in allowed))
                 raise KvcalcError(f"-o {output}: cannot tell the format from the suffix "
                                   f"{output.suffix or '(none)'}; use {names} or give --format")
+            if fmt not in allowed:
+                raise KvcalcError(f"-o {output}: {fmt.value} files are written by kvcalc sweep "
+                                  f"only; here use {names}")
+    fmt = OutputFormat(fmt.value)
     if fmt not in allowed:
         raise KvcalcError(f"--format {fmt.value} is not offered here; use "
                           f"{', '.join(f.value for f in allowed)}")
@@ -327,7 +345,7 @@ def device_memory(hardware: Optional[Hardware], memory_fraction: Optional[float]
     if not 0 < fraction <= 1:
         raise KvcalcError(f"--memory-fraction must be in (0, 1], got {fraction}")
     return fraction, parse_size(reserve) if reserve is not None else 0
-FormatOpt = Annotated[Optional[OutputFormat], typer.Option(
+FormatOpt = Annotated[Optional[TextFormat], typer.Option(
     "--format", help="table (rich), json, csv or md (markdown, for issues and docs) "
     "(default: table, or what the -o file's suffix says: .json, .csv, .md, .txt).")]
 OutputOpt = Annotated[Optional[Path], typer.Option(

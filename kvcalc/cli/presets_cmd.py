@@ -90,7 +90,7 @@ def register(app: typer.Typer) -> None:
         """List model and hardware presets; `kvcalc presets show NAME` prints one with its source."""
         from kvcalc import presets, report
 
-        fmt = fmt or OutputFormat.table
+        fmt = OutputFormat(fmt.value) if fmt else OutputFormat.table
         if families:
             if action is not None:
                 raise KvcalcError("--families lists model_types; it takes no preset name")

@@ -56,8 +56,10 @@ SweepOutputOpt = Annotated[Optional[Path], typer.Option(
                            "--force (default: stdout).")]
 MAX_TABLE_ROWS = 10_000  # json, md and table hold every row in memory
 SweepFormatOpt = Annotated[Optional[OutputFormat], typer.Option(
-    "--format", help="csv (streamed, any size), or json, md or table for sweeps up to "
-                     f"{MAX_TABLE_ROWS:,} rows (default: csv, or what the -o file's suffix says).")]
+    "--format", help="csv or parquet (streamed, any size; parquet needs pyarrow: "
+                     "pip install 'kvcalc[parquet]'), or json, md or table for sweeps up to "
+                     f"{MAX_TABLE_ROWS:,} rows (default: csv, or what the -o file's suffix says: "
+                     ".csv, .parquet, .json, .md, .txt).")]
 PlotOpt = Annotated[Optional[Path], typer.Option(
     "--plot", help="Also draw KV cache per device against context for each K/V-head count "
                    "(at the largest batch, first --kv-dtype and --tp; against batch if one "
@@ -110,8 +112,15 @@ def register(app: typer.Typer) -> None:
         to_stdout = output is None or str(output) == "-"
         if plot is not None and not to_stdout and output.resolve() == plot.resolve():
             raise KvcalcError("--output and --plot name the same file")
-        fmt = output_format(fmt, None if to_stdout else output) if (fmt or not to_stdout) \
-            else OutputFormat.csv
+        fmt = output_format(fmt, None if to_stdout else output, tuple(OutputFormat)) \
+            if (fmt or not to_stdout) else OutputFormat.csv
+        if fmt is OutputFormat.parquet:
+            from kvcalc.sweep import PARQUET_MISSING, has_pyarrow
+
+            if to_stdout:
+                raise KvcalcError("Parquet is a binary file format: give -o FILE.parquet")
+            if not has_pyarrow():
+                raise KvcalcError(PARQUET_MISSING)
         if not to_stdout:
             report.check_writable(output, force)
         draw = False
@@ -119,7 +128,8 @@ def register(app: typer.Typer) -> None:
             report.check_writable(plot, force)
             check_plot_name(plot)
             draw = has_matplotlib()  # without it: the rows first, then say what to install
-        from kvcalc.sweep import PlotSelection, keep_freed_memory, plan_sweep, write_csv
+        from kvcalc.sweep import (PlotSelection, keep_freed_memory, plan_sweep, write_csv,
+                                  write_parquet)
 
         hardware = resolve_gpu(gpu)
         fraction, reserve_bytes = device_memory(hardware, memory_fraction, reserve)
@@ -131,7 +141,8 @@ def register(app: typer.Typer) -> None:
             skip_invalid=skip_invalid,
             # Each K/V-head count resolved as `kvcalc estimate --kv-heads N` would.
             make_variant=lambda g: dataclasses.replace(request, kv_heads=g).resolve())
-        if fmt is not OutputFormat.csv and plan.rows > MAX_TABLE_ROWS:
+        streamed = fmt in (OutputFormat.csv, OutputFormat.parquet)
+        if not streamed and plan.rows > MAX_TABLE_ROWS:
             raise KvcalcError(f"--format {fmt.value} holds every row in memory: this sweep has "
                               f"{plan.rows:,} rows (limit {MAX_TABLE_ROWS:,}); use csv")
         err = report.error_console()
@@ -146,7 +157,19 @@ def register(app: typer.Typer) -> None:
                     selection.add(chunk)
                 advance(len(chunk))
 
-            if fmt is not OutputFormat.csv:
+            if fmt is OutputFormat.parquet:
+                with report.AtomicOutput(output, force) as out:
+                    rows = write_parquet(plan, out, progress=on_chunk)
+            elif fmt is OutputFormat.json:  # the rows' own values: floats in full
+                from kvcalc.sweep import chunks
+
+                data = []
+                for chunk in chunks(plan):
+                    data.extend(chunk.rows())
+                    on_chunk(chunk)
+                rows = len(data)
+                report.emit(report.to_json(data), output, force)
+            elif fmt is not OutputFormat.csv:
                 buf = io.BytesIO()
                 rows = write_csv(plan, buf, progress=on_chunk)
                 _write_small(fmt, buf.getvalue().decode(), output, force, spec.name)
@@ -164,7 +187,7 @@ def register(app: typer.Typer) -> None:
         if plot is not None and not draw:
             where = "stdout" if to_stdout else str(output)
             raise KvcalcError(f"{MISSING}; the {rows:,} rows went to {where}, without the plot")
-        if not to_stdout and fmt is OutputFormat.csv:
+        if not to_stdout and streamed:
             err.print(f"wrote {output} ({rows:,} rows x {len(plan.columns)} columns)",
                       highlight=False, markup=False)
         if selection is not None:
@@ -175,26 +198,14 @@ def register(app: typer.Typer) -> None:
 
 
 def _write_small(fmt: OutputFormat, text: str, output, force: bool, name: str) -> None:
-    """A small sweep's CSV text as json (a list of rows), md or a table."""
+    """A small sweep's CSV text as md or a table."""
     import csv
 
     from kvcalc import report
 
-    def value(cell: str):
-        for kind in (int, float):
-            try:
-                return kind(cell)
-            except ValueError:
-                pass
-        return {"True": True, "False": False}.get(cell, cell)
-
     reader = csv.reader(io.StringIO(text))
     columns = next(reader)
     cells = list(reader)
-    if fmt is OutputFormat.json:
-        report.emit(report.to_json([{c: value(v) for c, v in zip(columns, r)} for r in cells]),
-                    output, force)
-        return
     tab = report.Tab(f"kvcalc sweep: {name}, {len(cells):,} rows", columns, cells)
     if fmt is OutputFormat.md:
         report.emit(report.to_markdown([tab]), output, force)
