@@ -13,17 +13,15 @@ refused), and nothing here imports torch or pandas.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
-import re
+import json
 import typing
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from kvcalc.errors import KvcalcError, os_problem, value_problem
+from kvcalc.errors import KvcalcError, os_problem
 from kvcalc.inputfile import read_text
 from kvcalc.spec import MLA, Hardware, ModelSpec, MoE, dtype
 
@@ -116,6 +114,8 @@ def _resolve(name: str, names: list[str], kind: str) -> str:
 
 def suggest(key: str, names: list[str]) -> str:
     """'did you mean: a, b?' from close and substring matches, else the full list."""
+    import difflib  # only on the way to an error
+
     contained = sorted(n for n in names if key and (key in n or n in key))
     close = difflib.get_close_matches(key, names, n=4, cutoff=0.6)
     picks = list(dict.fromkeys(contained + close))[:6]
@@ -147,134 +147,6 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-_MERGE_TAG = "tag:yaml.org,2002:merge"
-_MAX_MERGED_KEYS = 10_000  # keys copied by merges in one document: a schema has ~40
-
-
-class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml parses when present
-    """SafeLoader that also refuses duplicate keys (the later one would silently win),
-    and resolves merge keys (`<<: *base`, `<<: [*a, *b]`) as YAML 1.1 defines them:
-    the mapping's own keys win over merged ones, and earlier merged mappings over
-    later ones. Merged keys land in the mapping, so the schema checks them like
-    any other key. Each merged key is copied once, and the copies in a document
-    are counted, so merges cannot multiply a small file into a huge one.
-    """
-
-    def __init__(self, stream) -> None:
-        super().__init__(stream)
-        self._merged_keys = 0
-        self._flattening: set[int] = set()
-
-    def flatten_mapping(self, node: yaml.MappingNode) -> None:
-        merge_node = None
-        own: list[tuple[yaml.Node, yaml.Node]] = []
-        seen: set[Any] = set()
-        for key_node, value_node in node.value:
-            if key_node.tag == _MERGE_TAG:
-                if merge_node is not None:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, "duplicate key '<<' (list the mappings to merge: "
-                        "<<: [*a, *b])", key_node.start_mark)
-                merge_node = value_node
-                continue
-            if key_node.tag == "tag:yaml.org,2002:value":  # as SafeLoader: '=' is a string
-                key_node.tag = "tag:yaml.org,2002:str"
-            key = self.construct_object(key_node, deep=True)
-            if isinstance(key, typing.Hashable):  # SafeLoader itself reports unhashable keys
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r}", key_node.start_mark)
-                seen.add(key)
-            own.append((key_node, value_node))
-        if merge_node is None:
-            return
-        sources = merge_node.value if isinstance(merge_node, yaml.SequenceNode) else [merge_node]
-        merged: dict[Any, tuple[yaml.Node, yaml.Node]] = {}
-        self._flattening.add(id(node))
-        try:
-            for source in reversed(sources):  # earlier mappings win: apply them last
-                if not isinstance(source, yaml.MappingNode):
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"merge key '<<' needs a mapping or a list of mappings, "
-                        f"got a {source.id}", source.start_mark)
-                if id(source) in self._flattening:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, "a mapping merges itself ('<<' of an alias to an enclosing "
-                        "mapping)", source.start_mark)
-                self.flatten_mapping(source)
-                self._merged_keys += len(source.value)
-                if self._merged_keys > _MAX_MERGED_KEYS:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"merge keys copy over {_MAX_MERGED_KEYS:,} keys",
-                        merge_node.start_mark)
-                for key_node, value_node in source.value:
-                    key = self.construct_object(key_node, deep=True)
-                    slot = key if isinstance(key, typing.Hashable) else id(key_node)
-                    merged.pop(slot, None)  # re-insert: dict order follows the winner
-                    merged[slot] = (key_node, value_node)
-        finally:
-            self._flattening.discard(id(node))
-        for slot in seen:
-            merged.pop(slot, None)  # the mapping's own keys win
-        node.value = list(merged.values()) + own
-
-
-# YAML 1.2 (core schema) scalars, not YAML 1.1's: `yes`/`on` are strings, not booleans;
-# `1e9` is a number; and the 1.1 integer forms that 1.2 reads differently -- a leading
-# zero (`040`: octal 32 in 1.1, 40 in 1.2), `0b101`, base 60 (`1:30` = 90) -- are refused
-# rather than guessed. Underscores between digits (3_350_000_000_000) stay allowed.
-_INT_TAG = "tag:yaml.org,2002:int"
-_FLOAT_TAG = "tag:yaml.org,2002:float"
-_BOOL_TAG = "tag:yaml.org,2002:bool"
-_AMBIGUOUS_TAG = "tag:kvcalc,2026:ambiguous-number"
-_YAML11_ONLY = {_INT_TAG, _FLOAT_TAG, _BOOL_TAG, "tag:yaml.org,2002:timestamp"}
-_StrictLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag not in _YAML11_ONLY]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-_StrictLoader.add_implicit_resolver(
-    _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
-_StrictLoader.add_implicit_resolver(
-    _INT_TAG, re.compile(r"^(?:[-+]?(?:0|[1-9][0-9_]*)|0x[0-9a-fA-F_]+|0o[0-7_]+)$"),
-    list("-+0123456789"))
-_StrictLoader.add_implicit_resolver(
-    _FLOAT_TAG, re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?"
-                           r"|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
-                           r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
-    list("-+0123456789."))
-_StrictLoader.add_implicit_resolver(
-    _AMBIGUOUS_TAG, re.compile(r"^[-+]?(?:0[0-9_]+(?:\.[0-9_]*)?|0b[01_]+"
-                               r"|[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?)$"),
-    list("-+0123456789"))
-
-
-def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
-    text = loader.construct_scalar(node).replace("_", "")
-    sign = -1 if text.startswith("-") else 1
-    text = text.lstrip("+-")
-    if text.startswith(("0x", "0o")):
-        return sign * int(text[2:], 16 if text[1] == "x" else 8)
-    if text.startswith("0b") or ":" in text or (len(text) > 1 and text.startswith("0")):
-        _refuse_ambiguous(loader, node)  # an explicit !!int tag on a YAML 1.1 form
-    return sign * int(text)
-
-
-def _refuse_ambiguous(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
-    text = loader.construct_scalar(node)
-    if ":" in text:
-        why = "YAML 1.1 reads it in base 60 (1:30 = 90)"
-    elif text.lstrip("+-").startswith("0b"):
-        why = "a binary number (YAML 1.1 only)"
-    else:
-        why = "a leading zero (YAML 1.1 reads 040 as octal 32, YAML 1.2 as 40)"
-    raise yaml.constructor.ConstructorError(
-        None, None, f"number {text!r} is ambiguous: {why}; write it in plain decimal digits "
-        "(or 0x.. / 0o.. for hex / octal)", node.start_mark)
-
-
-_StrictLoader.add_constructor(_INT_TAG, _construct_int)
-_StrictLoader.add_constructor(_AMBIGUOUS_TAG, _refuse_ambiguous)
-
-
 def _read_yaml(path: Path) -> Any:
     where = _display(path)
     try:
@@ -285,14 +157,11 @@ def _read_yaml(path: Path) -> Any:
         raise KvcalcError(f"{where}: is a folder; give a YAML file") from None
     except OSError as e:
         raise KvcalcError(f"{where}: cannot read: {os_problem(e)}") from None
-    try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as e:
-        raise KvcalcError(f"{where}: malformed YAML: {_yaml_problem(e)}") from None
-    except RecursionError:
-        raise KvcalcError(f"{where}: malformed YAML: nested too deeply") from None
-    except ValueError as e:  # a constructor's int(): digits over the limit
-        raise KvcalcError(f"{where}: malformed YAML: {value_problem(e)}") from None
+    data = _indexed(path, text)
+    if data is _NOT_INDEXED:
+        from kvcalc.yamlread import parse
+
+        data = parse(text, where)
     if data is not None and not isinstance(data, Mapping):
         # Never quote it: a file that is not a preset may hold anything.
         kind = "a list" if isinstance(data, list) else "a single value"
@@ -301,17 +170,64 @@ def _read_yaml(path: Path) -> Any:
     return data
 
 
-def _yaml_problem(e: yaml.YAMLError) -> str:
-    """One line out of PyYAML's multi-line error text."""
-    if isinstance(e, yaml.MarkedYAMLError):
-        problem = e.problem or e.context or "syntax error"
-        mark = e.problem_mark or e.context_mark
-        if "could not determine a constructor" in problem:
-            problem = problem.replace("could not determine a constructor for the tag",
-                                      "tag not allowed in plain data:")
-        line = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        return " ".join(problem.split()) + line
-    return " ".join(str(e).split())
+# --- the parsed index: presets without importing PyYAML --------------------------------
+# presets/_parsed.json holds, for each shipped YAML file, its size, CRC-32 and the data
+# kvcalc.yamlread parsed from it, as JSON. A file whose text still matches is read from
+# there (importing and running PyYAML costs more than the rest of `kvcalc estimate`); an
+# edited file, or one whose data JSON cannot hold exactly, is parsed as YAML. A test
+# checks that the shipped index is current: `python -m kvcalc.presets` rewrites it.
+INDEX_NAME = "_parsed.json"
+_NOT_INDEXED = object()
+
+
+@functools.lru_cache(maxsize=1)
+def _index() -> dict:
+    try:
+        data = json.loads((presets_dir() / INDEX_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _indexed(path: Path, text: str) -> Any:
+    try:
+        key = path.resolve().relative_to(presets_dir().resolve()).as_posix()
+    except (ValueError, OSError, RuntimeError):
+        return _NOT_INDEXED
+    entry = _index().get(key)
+    raw = text.encode()
+    if (not isinstance(entry, list) or len(entry) != 3
+            or entry[:2] != [len(raw), zlib.crc32(raw)]):
+        return _NOT_INDEXED
+    return json.loads(entry[2])  # a fresh copy each time
+
+
+def build_index() -> str:
+    """The text of presets/_parsed.json for the YAML files there now."""
+    from kvcalc.yamlread import parse
+
+    root = presets_dir()
+    entries = {}
+    for path in sorted(root.glob("*/*.yaml")):
+        text = read_text(path, _display(path))
+        data = parse(text, _display(path))
+        encoded = json.dumps(data, sort_keys=False, separators=(",", ":"), ensure_ascii=False)
+        if not _same(json.loads(encoded), data):  # JSON cannot hold it exactly: parse YAML
+            continue
+        raw = text.encode()
+        entries[path.relative_to(root).as_posix()] = [len(raw), zlib.crc32(raw), encoded]
+    return json.dumps(entries, indent=0, ensure_ascii=False) + "\n"
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, with the same types all the way down (1 is not 1.0 or True)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
 
 
 # --- mappings ---------------------------------------------------------------------------
@@ -415,6 +331,8 @@ def _is_required(f: dataclasses.Field) -> bool:
 
 
 def _hint(key: str, fields: Mapping[str, Any], prefix: str) -> str:
+    import difflib  # only on the way to an error
+
     close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.6)
     if close:
         return f" (did you mean {prefix + close[0]!r}?)"
@@ -473,3 +391,9 @@ def _construct(make: Any, values: dict[str, Any], where: str) -> Any:
         return make(**values)
     except KvcalcError as e:
         raise KvcalcError(f"{where}: {e}") from None
+
+
+if __name__ == "__main__":  # python -m kvcalc.presets: rewrite presets/_parsed.json
+    target = presets_dir() / INDEX_NAME
+    target.write_text(build_index(), encoding="utf-8")
+    print(f"wrote {target}")

@@ -390,7 +390,7 @@ def headline(est) -> str:
 
 def summary_table(est) -> Tab:
     """The compact table under the headline: one row per figure a person asks for."""
-    s, c, d, p = est.spec, est.cache, est.decode, est.params
+    s, d, p = est.spec, est.decode, est.params
     rows: list[list[str]] = []
     rows += _cache_rows(est)
     rows.append(["parameters", f"{p.total:,} ({count_words(p.total)})"])
@@ -721,12 +721,18 @@ def _plain_text(items: list, width: int) -> str | None:
             continue
         if item.header or len(item.columns) != 2:
             return None
-        left = max(len(r[0]) for r in item.rows)
-        right = max(len(r[1]) for r in item.rows)
-        if left + 2 + right > width:
+        # Values right-aligned at one column; a row too long for it puts its value on a
+        # line of its own, so the view never needs rich to wrap inside a cell.
+        longest = max(len(r[0]) + 2 + len(r[1]) for r in item.rows)
+        edge = min(width, longest)
+        if max(max(len(r[0]), len(r[1])) for r in item.rows) > edge:
             return None
         out.append(item.title)
-        out += [f"{r[0]:<{left}}  {r[1]:>{right}}" for r in item.rows]
+        for label, value in item.rows:
+            if len(label) + 2 + len(value) <= edge:
+                out.append(f"{label}{' ' * (edge - len(label) - len(value))}{value}")
+            else:
+                out += [label, f"{value:>{edge}}"]
         if item.caption:
             out.append(fill(item.caption))
     return "\n".join(out) + "\n"

@@ -492,3 +492,33 @@ def test_quantized_presets_weigh_what_their_checkpoints_store() -> None:
     assert estimate(load_model("gpt-oss-120b"), 1024).weight_bytes == 65_248_815_744
     dense = estimate(load_model("gpt-oss-20b"), 1024, weight_dtype="bf16")
     assert dense.weight_bytes == 2 * formulas.param_counts(load_model("gpt-oss-20b")).total
+
+
+def test_parsed_index_is_current():
+    """presets/_parsed.json (the shipped presets' YAML, parsed) matches the YAML files:
+    regenerate it with `python -m kvcalc.presets` after editing a preset."""
+    from kvcalc import presets
+
+    shipped = (presets.presets_dir() / presets.INDEX_NAME).read_text(encoding="utf-8")
+    assert shipped == presets.build_index(), "run: python -m kvcalc.presets"
+
+
+def test_an_edited_preset_is_parsed_as_yaml(tmp_path, monkeypatch):
+    """A file whose text no longer matches its index entry is read from the YAML itself."""
+    import shutil
+
+    from kvcalc import presets
+
+    root = tmp_path / "presets"
+    shutil.copytree(presets.presets_dir(), root)
+    monkeypatch.setattr(presets, "presets_dir", lambda: root)
+    presets._index.cache_clear()
+    presets._load_model.cache_clear()
+    try:
+        path = root / "models" / "llama2-7b.yaml"
+        path.write_text(path.read_text().replace("layers: 32", "layers: 30"))
+        assert presets.load_model("llama2-7b").layers == 30
+        assert presets.load_model("llama3-8b").layers == 32  # still from the index
+    finally:
+        presets._index.cache_clear()
+        presets._load_model.cache_clear()

@@ -119,7 +119,32 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
-app = typer.Typer(
+class KvcalcTyper(typer.Typer):
+    """Builds only the command being run: `kvcalc estimate ...` need not turn the other
+    commands' signatures into click parameters (a tenth of its start-up). Help,
+    completion and anything that is not exactly a command's name see them all."""
+
+    def __call__(self, *args, **kwargs):
+        argv = sys.argv[1:]
+        completing = any(k.startswith("_KVCALC_COMPLETE") for k in os.environ)
+        commands, groups = self.registered_commands, self.registered_groups
+        if argv and not completing:
+            name = argv[0]
+            chosen = [c for c in commands if _command_name(c) == name]
+            chosen_groups = [g for g in groups if g.name == name]
+            if chosen or chosen_groups:
+                self.registered_commands, self.registered_groups = chosen, chosen_groups
+        try:
+            return super().__call__(*args, **kwargs)
+        finally:
+            self.registered_commands, self.registered_groups = commands, groups
+
+
+def _command_name(info) -> str:
+    return info.name or info.callback.__name__.replace("_", "-")
+
+
+app = KvcalcTyper(
     cls=KvcalcGroup,
     name="kvcalc",
     help="KV-cache, parameter and decode-bandwidth calculator for MHA, GQA, MQA and MLA "

@@ -15,7 +15,6 @@ Order of work, so that nothing big is allocated before the memory guard passed:
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from dataclasses import asdict, dataclass, field
 

@@ -1,0 +1,171 @@
+"""Strict YAML reading for presets and --config files (PyYAML, libyaml when present).
+
+YAML 1.2 scalars: the YAML 1.1 forms that 1.2 reads differently (`040`, `0b101`, base 60
+`1:30`, `yes`/`on` as booleans) are refused or read as 1.2 does; duplicate keys are refused
+and merge keys resolved. Only safe_load's constructors exist (a `!!python/...` tag is an
+error). Imported only when a YAML file has to be parsed: the shipped presets are read from
+their parsed index (kvcalc.presets) unless a file changed.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from typing import Any
+
+import yaml
+
+from kvcalc.errors import KvcalcError, value_problem
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_MAX_MERGED_KEYS = 10_000  # keys copied by merges in one document: a schema has ~40
+
+
+class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml parses when present
+    """SafeLoader that also refuses duplicate keys (the later one would silently win),
+    and resolves merge keys (`<<: *base`, `<<: [*a, *b]`) as YAML 1.1 defines them:
+    the mapping's own keys win over merged ones, and earlier merged mappings over
+    later ones. Merged keys land in the mapping, so the schema checks them like
+    any other key. Each merged key is copied once, and the copies in a document
+    are counted, so merges cannot multiply a small file into a huge one.
+    """
+
+    def __init__(self, stream) -> None:
+        super().__init__(stream)
+        self._merged_keys = 0
+        self._flattening: set[int] = set()
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        merge_node = None
+        own: list[tuple[yaml.Node, yaml.Node]] = []
+        seen: set[Any] = set()
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                if merge_node is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, "duplicate key '<<' (list the mappings to merge: "
+                        "<<: [*a, *b])", key_node.start_mark)
+                merge_node = value_node
+                continue
+            if key_node.tag == "tag:yaml.org,2002:value":  # as SafeLoader: '=' is a string
+                key_node.tag = "tag:yaml.org,2002:str"
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, typing.Hashable):  # SafeLoader itself reports unhashable keys
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)
+            own.append((key_node, value_node))
+        if merge_node is None:
+            return
+        sources = merge_node.value if isinstance(merge_node, yaml.SequenceNode) else [merge_node]
+        merged: dict[Any, tuple[yaml.Node, yaml.Node]] = {}
+        self._flattening.add(id(node))
+        try:
+            for source in reversed(sources):  # earlier mappings win: apply them last
+                if not isinstance(source, yaml.MappingNode):
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"merge key '<<' needs a mapping or a list of mappings, "
+                        f"got a {source.id}", source.start_mark)
+                if id(source) in self._flattening:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, "a mapping merges itself ('<<' of an alias to an enclosing "
+                        "mapping)", source.start_mark)
+                self.flatten_mapping(source)
+                self._merged_keys += len(source.value)
+                if self._merged_keys > _MAX_MERGED_KEYS:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"merge keys copy over {_MAX_MERGED_KEYS:,} keys",
+                        merge_node.start_mark)
+                for key_node, value_node in source.value:
+                    key = self.construct_object(key_node, deep=True)
+                    slot = key if isinstance(key, typing.Hashable) else id(key_node)
+                    merged.pop(slot, None)  # re-insert: dict order follows the winner
+                    merged[slot] = (key_node, value_node)
+        finally:
+            self._flattening.discard(id(node))
+        for slot in seen:
+            merged.pop(slot, None)  # the mapping's own keys win
+        node.value = list(merged.values()) + own
+
+
+# YAML 1.2 (core schema) scalars, not YAML 1.1's: `yes`/`on` are strings, not booleans;
+# `1e9` is a number; and the 1.1 integer forms that 1.2 reads differently -- a leading
+# zero (`040`: octal 32 in 1.1, 40 in 1.2), `0b101`, base 60 (`1:30` = 90) -- are refused
+# rather than guessed. Underscores between digits (3_350_000_000_000) stay allowed.
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_AMBIGUOUS_TAG = "tag:kvcalc,2026:ambiguous-number"
+_YAML11_ONLY = {_INT_TAG, _FLOAT_TAG, _BOOL_TAG, "tag:yaml.org,2002:timestamp"}
+_StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in _YAML11_ONLY]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_StrictLoader.add_implicit_resolver(
+    _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_StrictLoader.add_implicit_resolver(
+    _INT_TAG, re.compile(r"^(?:[-+]?(?:0|[1-9][0-9_]*)|0x[0-9a-fA-F_]+|0o[0-7_]+)$"),
+    list("-+0123456789"))
+_StrictLoader.add_implicit_resolver(
+    _FLOAT_TAG, re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?"
+                           r"|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
+                           r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
+_StrictLoader.add_implicit_resolver(
+    _AMBIGUOUS_TAG, re.compile(r"^[-+]?(?:0[0-9_]+(?:\.[0-9_]*)?|0b[01_]+"
+                               r"|[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?)$"),
+    list("-+0123456789"))
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = loader.construct_scalar(node).replace("_", "")
+    sign = -1 if text.startswith("-") else 1
+    text = text.lstrip("+-")
+    if text.startswith(("0x", "0o")):
+        return sign * int(text[2:], 16 if text[1] == "x" else 8)
+    if text.startswith("0b") or ":" in text or (len(text) > 1 and text.startswith("0")):
+        _refuse_ambiguous(loader, node)  # an explicit !!int tag on a YAML 1.1 form
+    return sign * int(text)
+
+
+def _refuse_ambiguous(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+    text = loader.construct_scalar(node)
+    if ":" in text:
+        why = "YAML 1.1 reads it in base 60 (1:30 = 90)"
+    elif text.lstrip("+-").startswith("0b"):
+        why = "a binary number (YAML 1.1 only)"
+    else:
+        why = "a leading zero (YAML 1.1 reads 040 as octal 32, YAML 1.2 as 40)"
+    raise yaml.constructor.ConstructorError(
+        None, None, f"number {text!r} is ambiguous: {why}; write it in plain decimal digits "
+        "(or 0x.. / 0o.. for hex / octal)", node.start_mark)
+
+
+_StrictLoader.add_constructor(_INT_TAG, _construct_int)
+_StrictLoader.add_constructor(_AMBIGUOUS_TAG, _refuse_ambiguous)
+
+
+def parse(text: str, where: str) -> Any:
+    """The data of a YAML document, or a KvcalcError naming `where` and the problem."""
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        raise KvcalcError(f"{where}: malformed YAML: {_yaml_problem(e)}") from None
+    except RecursionError:
+        raise KvcalcError(f"{where}: malformed YAML: nested too deeply") from None
+    except ValueError as e:  # a constructor's int(): digits over the limit
+        raise KvcalcError(f"{where}: malformed YAML: {value_problem(e)}") from None
+    return data
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """One line out of PyYAML's multi-line error text."""
+    if isinstance(e, yaml.MarkedYAMLError):
+        problem = e.problem or e.context or "syntax error"
+        mark = e.problem_mark or e.context_mark
+        if "could not determine a constructor" in problem:
+            problem = problem.replace("could not determine a constructor for the tag",
+                                      "tag not allowed in plain data:")
+        line = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        return " ".join(problem.split()) + line
+    return " ".join(str(e).split())
