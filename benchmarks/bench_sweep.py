@@ -49,6 +49,18 @@ def gpu_flag(gpu: str) -> list[str]:
         return ["--gpu", "none"]
 
 
+def to_devnull(flags: list[str]) -> float:
+    """The same sweep to stdout, into /dev/null: everything but the file system."""
+    cmd = [sys.executable, "-m", "kvcalc", "sweep", *flags, *SWEEP]
+    t = time.perf_counter()
+    with open(os.devnull, "wb") as null:
+        r = subprocess.run(cmd, cwd=ROOT, stdout=null, stderr=subprocess.PIPE, text=True)
+    elapsed = time.perf_counter() - t
+    if r.returncode != 0:
+        sys.exit(f"kvcalc sweep failed ({r.returncode}): {r.stderr.strip()}")
+    return elapsed
+
+
 def end_to_end(flags: list[str], folder: Path, name: str = "sweep.csv") -> tuple[float, Path]:
     out = folder / name
     if out.exists():
@@ -117,6 +129,9 @@ def main() -> int:
     print(f"end to end: {rows:,} rows, {size / 1e6:,.1f} MB CSV in {best:.2f} s "
           f"({rows / best:,.0f} rows/s, {size / 1e6 / best:,.0f} MB/s)"
           + (f"; runs: {', '.join(f'{t:.2f}' for t in times)} s" if len(times) > 1 else ""))
+    null = min(to_devnull(flags) for _ in range(a.repeat))
+    print(f"to a pipe (stdout > /dev/null): {null:.2f} s ({rows / null:,.0f} rows/s); the file "
+          f"costs {best - null:+.2f} s (page cache copy and fsync of {size / 1e6:,.0f} MB)")
     if not a.no_breakdown:
         b = breakdown(flags)
         fmt = b["compute_and_format_s"] - b["compute_s"]

@@ -62,21 +62,29 @@ class AllReduceCost:
     bytes_on_link: int  # per device per step: count x 2(N-1)/N x message (rounded up)
     link_bytes_per_s: int
     interconnect: str
-    time_s: float  # bandwidth term only: the presets carry no latency figure
+    time_s: float  # count x (latency + ring bandwidth term)
+    latency_s: float = 0.0  # each all-reduce's fixed cost; 0: the preset has no figure
+    bandwidth_s: float = 0.0  # the bandwidth terms alone, all of them
 
     def as_dict(self) -> dict:
+        model = "ring: latency + 2(N-1)/N x message / link bandwidth, per all-reduce"
+        if not self.latency_s:
+            model += "; latency not included (the hardware preset has no figure)"
         return {"tp": self.tp, "count": self.count, "message_bytes": self.message_bytes,
                 "bytes_on_link": self.bytes_on_link, "link_bytes_per_s": self.link_bytes_per_s,
-                "interconnect": self.interconnect, "time_s": self.time_s,
-                "model": "ring: 2(N-1)/N x message / link bandwidth per all-reduce; latency "
-                         "not included (no preset figure)"}
+                "interconnect": self.interconnect, "latency_s": self.latency_s,
+                "bandwidth_s": self.bandwidth_s, "time_s": self.time_s, "model": model}
 
 
 def decode_allreduce(spec: ModelSpec, batch: int, tp: int, act_dtype: DType | str,
-                     link_bytes_per_s: int, interconnect: str = "") -> AllReduceCost:
-    """The all-reduce term of one TP decode step (bandwidth only)."""
+                     link_bytes_per_s: int, interconnect: str = "",
+                     latency_s: float = 0.0) -> AllReduceCost:
+    """The all-reduce term of one TP decode step: each all-reduce's latency plus its
+    ring bandwidth term (latency_s 0 where the hardware preset has no figure)."""
     count = allreduces_per_step(spec) if tp > 1 else 0
     msg = allreduce_message_bytes(spec, batch, act_dtype)
     on_link = -(-count * 2 * (tp - 1) * msg // tp) if tp > 1 else 0
-    time_s = count * ring_allreduce_s(msg, tp, link_bytes_per_s) if tp > 1 else 0.0
-    return AllReduceCost(tp, count, msg, on_link, link_bytes_per_s, interconnect, time_s)
+    bandwidth_s = count * ring_allreduce_s(msg, tp, link_bytes_per_s) if tp > 1 else 0.0
+    time_s = bandwidth_s + count * latency_s if tp > 1 else 0.0
+    return AllReduceCost(tp, count, msg, on_link, link_bytes_per_s, interconnect, time_s,
+                         latency_s if tp > 1 else 0.0, bandwidth_s)

@@ -184,7 +184,7 @@ def literal_field(text: str) -> bytes:
     return raw
 
 
-def join_rows(blocks: Sequence[np.ndarray | bytes], n: int) -> bytes:
+def join_rows(blocks: Sequence[np.ndarray | bytes], n: int) -> np.ndarray:
     """Lay the fields' byte blocks side by side, row by row, and drop the NULs.
 
     (numpy's boolean compaction releases the GIL, so chunks join in parallel
@@ -202,4 +202,4 @@ def join_rows(blocks: Sequence[np.ndarray | bytes], n: int) -> bytes:
             mat[:, col:col + w] = block
         col += w
     flat = mat.ravel()
-    return flat[flat != 0].tobytes()
+    return flat[flat != 0]  # uint8: files take it as bytes without a copy

@@ -234,10 +234,18 @@ class Estimate:
         if a is not None and a.count and r is not None:
             share = a.time_s / (a.time_s + r.time_s)
             out.append(f"tp={self.tp}: {a.count} all-reduces of {a.message_bytes:,} B per step over "
-                       f"{a.interconnect or 'the interconnect'} take >= {a.time_s * 1e6:.3g} us "
-                       f"(bandwidth only), {share:.0%} of the step with them"
+                       f"{a.interconnect or 'the interconnect'} take "
+                       + (f"{_seconds(a.time_s)} ({a.count} x {_seconds(a.latency_s)} latency "
+                          f"+ {_seconds(a.bandwidth_s)} of bandwidth)" if a.latency_s else
+                          f">= {_seconds(a.time_s)} (bandwidth only: the preset has no latency "
+                          "figure)")
+                       + f", {share:.0%} of the step with them"
                        + ("; the all-reduce dominates" if a.time_s > r.time_s else ""))
         return tuple(out)
+
+
+def _seconds(s: float) -> str:
+    return f"{s * 1e3:.3g} ms" if s >= 1e-3 else f"{s * 1e6:.3g} us"
 
 
 def row_columns(spec: ModelSpec, seq_len, batch, kv_dtype: DType, weight_dtype: DType,
@@ -399,7 +407,7 @@ def estimate(
         from kvcalc.comm import decode_allreduce
 
         comm = decode_allreduce(spec, batch, tp, act, hardware.interconnect_bandwidth_bytes_per_s,
-                                hardware.interconnect)
+                                hardware.interconnect, hardware.allreduce_latency_s)
     return Estimate(spec, seq_len, batch, kdt, wdt, tp, cache, params, decode, shazeer,
                     hardware, roof, fit, min_tp, scale_bytes, batched, encoder_seq_len, lat,
                     stored, comm)

@@ -373,6 +373,10 @@ def _checked_value(value: Any, hint: Any, key: str, where: str) -> Any:
         if not isinstance(value, str):
             raise KvcalcError(f"{where}: {key} must be a string, got {_describe(value)}")
         return value
+    if hint is float:  # a measured or published quantity in seconds (not bytes: those are ints)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise KvcalcError(f"{where}: {key} must be a number, got {_describe(value)}")
+        return float(value)
     raise KvcalcError(f"{where}: {key}: unsupported field type {hint!r}")  # a spec.py change
 
 

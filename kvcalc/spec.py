@@ -389,6 +389,10 @@ class Hardware:
     # Infinity Fabric, or PCIe for cards without a GPU link). 0: unknown.
     interconnect_bandwidth_bytes_per_s: int = 0
     interconnect: str = ""  # its name, e.g. "NVLink 4 (18 links)"
+    # Seconds one small all-reduce takes over that interconnect (its fixed cost, what a
+    # decode step's few-KB messages pay each time), as published; 0: unknown.
+    allreduce_latency_s: float = 0.0
+    allreduce_latency_source: str = ""
     # Dense FP4 (NVFP4/MXFP4) tensor peak, FLOP/s; 0 where the chip has no FP4 unit.
     # Kept apart from flops_per_s because kvcalc has no fp4 storage dtype.
     fp4_flops_per_s: int = 0
@@ -403,6 +407,10 @@ class Hardware:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise KvcalcError(f"hardware {self.name}: {name} must be an integer >= 0")
+        lat = self.allreduce_latency_s
+        if isinstance(lat, bool) or not isinstance(lat, (int, float)) or not 0 <= lat < 1:
+            raise KvcalcError(f"hardware {self.name}: allreduce_latency_s must be seconds in "
+                              "[0, 1), e.g. 9.5e-6")
         if self.visible_memory_bytes > self.memory_bytes:
             raise KvcalcError(f"hardware {self.name}: visible_memory_bytes exceeds memory_bytes")
         if not self.flops_per_s:

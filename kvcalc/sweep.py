@@ -528,6 +528,10 @@ class Chunk:
 
     def to_csv(self) -> bytes:
         """These rows as CSV lines (no header), byte-identical to report.rows_to_csv."""
+        return _format_rows(self).tobytes()
+
+    def csv_buffer(self) -> np.ndarray:
+        """to_csv's bytes as a uint8 array (what write_csv hands the file: no copy)."""
         return _format_rows(self)
 
 
@@ -689,12 +693,25 @@ def _words(flags: np.ndarray, yes: bytes, no: bytes) -> np.ndarray:
     return np.where(flags, yes, no).view(np.uint8).reshape(len(flags), -1)
 
 
-def _format_rows(chunk: Chunk) -> bytes:
+def _int_block(col: np.ndarray, formatted: list) -> np.ndarray:
+    """csvtext.int_field(col), reusing the block of an equal column already formatted
+    (the cache total, the full-attention total and the per-device share are often the
+    same numbers)."""
+    for seen, block in formatted:
+        if seen.dtype == col.dtype and np.array_equal(seen, col):
+            return block
+    block = csvtext.int_field(col)
+    formatted.append((col, block))
+    return block
+
+
+def _format_rows(chunk: Chunk) -> np.ndarray:
     """The CSV lines of a chunk: each field a block of bytes (kvcalc.csvtext),
     constant fields and separators literal runs, joined row by row."""
     consts = chunk.combo.constants
     blocks: list = []
     literal: list[str] = []
+    formatted: list[tuple[np.ndarray, np.ndarray]] = []
     for i, name in enumerate(chunk.plan.columns):
         sep = "," if i else ""
         if name in consts:
@@ -714,7 +731,7 @@ def _format_rows(chunk: Chunk) -> bytes:
         elif name in FLOAT_COLUMNS:
             blocks.append(_runs(chunk.values[name], csvtext.float_field))
         else:
-            blocks.append(csvtext.int_field(chunk.values[name]))
+            blocks.append(_int_block(chunk.values[name], formatted))
     literal.append("\n")
     blocks.append(csvtext.literal_field("".join(literal)))
     return csvtext.join_rows(blocks, len(chunk))
@@ -788,8 +805,8 @@ def write_csv(plan: SweepPlan, out: IO[bytes], header: bool = True,
     if header:
         out.write(csv_header(plan))
     rows = 0
-    for chunk, text in _in_order(plan, Chunk.to_csv, chunk_rows, threads):
-        out.write(text)
+    for chunk, text in _in_order(plan, Chunk.csv_buffer, chunk_rows, threads):
+        out.write(memoryview(text))
         rows += len(chunk)
         if progress is not None:
             progress(chunk)
