@@ -15,6 +15,7 @@ Order of work, so that nothing big is allocated before the memory guard passed:
 from __future__ import annotations
 
 import math
+import statistics
 import warnings
 from dataclasses import asdict, dataclass, field
 
@@ -27,7 +28,7 @@ from kvcalc.measure import impls
 from kvcalc.measure.config import ALL_IMPLS, AUTO_CANDIDATES, DEFAULTS, MeasureConfig, MeasureResult, Progress
 from kvcalc.measure import terms as terms_mod
 from kvcalc.measure.predict import StepPrediction, block_spec, predict, time_terms
-from kvcalc.measure.timing import time_calls
+from kvcalc.measure.timing import summarise, time_calls
 from kvcalc.report import human_bytes, human_seconds
 from kvcalc.roofline import roofline
 from kvcalc.spec import MAX_WIDTH, ModelSpec, dtype as _dtype
@@ -499,15 +500,22 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
     # The square-matmul roofline, kept for reference: max(bytes / read, FLOPs / square matmul).
     rl = roofline(pred.bytes, pred.flops, max(1, int(read_bw)), max(1, int(mm_flops)), batch)
     shape = _shape_ceilings(group, name, attn, device, dtype, seq_len, batch, meta)
-    # The streamed bandwidths again, right before this row's timing: the host's memory
-    # bandwidth drifts (other tenants), so the figure is taken next to the step it predicts.
-    try:
-        shape = terms_mod.refresh_streams(
-            shape, group.step, attn, device, ceil_mod.torch_dtype(dtype), spec.heads,
-            spec.kv_heads, spec.head_dim, spec.d_model, seq_len, batch,
-            group.stream_bytes or terms_mod.stream_bytes(meta["cache_bytes"]), {})
-    except RuntimeError:  # an implementation that refuses these inputs: reported below
-        pass
+    rounds = max(1, DEFAULTS[device.type].rounds)
+
+    def refreshed():
+        """The streamed bandwidths again, right before a share of this row's timing: the
+        host's memory bandwidth drifts (other tenants), so each figure is taken next to
+        the repetitions it predicts; the row uses the median over its rounds."""
+        try:
+            return terms_mod.refresh_streams(
+                shape, group.step, attn, device, ceil_mod.torch_dtype(dtype), spec.heads,
+                spec.kv_heads, spec.head_dim, spec.d_model, seq_len, batch,
+                group.stream_bytes or terms_mod.stream_bytes(meta["cache_bytes"]), {})
+        except RuntimeError:  # an implementation that refuses these inputs: reported below
+            return shape
+
+    round_shapes = [refreshed()]
+    shape = round_shapes[0]
     tt = time_terms(pred, read_bw, shape.attention_flops_per_s, shape.projection_flops_per_s,
                     shape.overhead_s, kv_read_bytes_per_s=shape.kv_read_bytes_per_s,
                     weight_read_bytes_per_s=shape.weight_read_bytes_per_s,
@@ -567,6 +575,7 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
         "l2_regime": group.l2_regime,
         "timer": "cuda-events" if device.type == "cuda" else "perf_counter",
         "cuda_graphs": bool(config.cuda_graphs),
+        "rounds": 1,
         "speedup_vs_mha": None,
         "predicted_speedup_vs_mha": None,
         "threads": torch.get_num_threads() if device.type == "cpu" else None,
@@ -608,14 +617,41 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
         return row
     row["correct"] = True
     before = terms_mod.host_sample()
+    per_round = -(-iters // rounds)
+    values: list[float] = []
     try:
-        t = time_calls(calls, device=device, warmup=warmup, iters=iters, flush=flush,
-                       cuda_graphs=config.cuda_graphs)
+        for r in range(rounds):
+            if r:
+                round_shapes.append(refreshed())
+            t = time_calls(calls, device=device, warmup=warmup if r == 0 else 1,
+                           iters=per_round, flush=flush, cuda_graphs=config.cuda_graphs)
+            values.extend(t.values_s)
         after = terms_mod.host_sample()
     except RuntimeError as e:
         row["correct"] = True
         row["note"] = "; ".join([f"timing failed: {impls._short(str(e))}"] + notes)
         return row
+    if rounds > 1:
+        t = summarise(values, t.timer, t.cuda_graphs, t.host_s_per_call)
+        shape = _median_streams(round_shapes)
+        tt = time_terms(pred, read_bw, shape.attention_flops_per_s, shape.projection_flops_per_s,
+                        shape.overhead_s, kv_read_bytes_per_s=shape.kv_read_bytes_per_s,
+                        weight_read_bytes_per_s=shape.weight_read_bytes_per_s,
+                        group=spec.heads // spec.kv_heads)
+        row.update(predicted_s=tt.total_s, predicted_kv_s=tt.kv_s,
+                   predicted_weights_s=tt.weights_s, predicted_activations_s=tt.activations_s,
+                   predicted_attention_compute_s=tt.attention_compute_s,
+                   predicted_extra_compute_s=tt.extra_compute_s,
+                   predicted_projection_compute_s=tt.projection_compute_s,
+                   predicted_overhead_s=tt.overhead_s,
+                   kv_read_bytes_per_s=shape.kv_read_bytes_per_s,
+                   weight_read_bytes_per_s=shape.weight_read_bytes_per_s,
+                   bound_detail=(f"attention {tt.attention_bound}" + (
+                       f", projections {tt.projection_bound}" if group.step == "layer" else "")),
+                   bound=tt.bound)
+        notes.append(f"{rounds} rounds of streamed ceilings then {per_round} repetitions; "
+                     "K/V and weight read rates are the rounds' medians")
+    row["rounds"] = rounds
     achieved = pred.bytes / t.median_s
     if t.p10_s > 0 and t.p90_s > 1.5 * t.p10_s:
         notes.append(f"noisy: p90 is {t.p90_s / t.p10_s:.1f}x p10")
@@ -659,6 +695,19 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
     )
     row["note"] = "; ".join(notes)
     return row
+
+
+def _median_streams(shapes: list) -> object:
+    """One ShapeCeilings whose streamed read rates are the median of several rounds'."""
+    from dataclasses import replace
+
+    def med(values):
+        values = [v for v in values if v]
+        return statistics.median(values) if values else None
+
+    return replace(shapes[0],
+                   kv_read_bytes_per_s=med([s.kv_read_bytes_per_s for s in shapes]) or 0.0,
+                   weight_read_bytes_per_s=med([s.weight_read_bytes_per_s for s in shapes]))
 
 
 def _shape_ceilings(group: Group, name: str, attn, device, dtype, seq_len, batch, meta):

@@ -38,8 +38,8 @@ class ShapeCeilings:
     method: str
     # Bandwidth with the step's own access pattern, streamed from memory: the
     # implementation reading K/V heads of this (head_dim, seq_len) with one query row
-    # per K/V head (no reuse: the least compute per byte); and F.linear with this
-    # batch against weight rows of this d_model (the projections' skinny GEMM).
+    # per K/V head (no reuse: the least compute per byte); and the layer step itself
+    # over a few-token cache (its weights' stream: the projections' skinny GEMMs).
     kv_read_bytes_per_s: float = 0.0
     weight_read_bytes_per_s: float | None = None
 
@@ -59,8 +59,8 @@ def refresh_streams(shape: ShapeCeilings, step: str, attn, device, tdtype, heads
     kv, _ = kv_stream_bytes_per_s(attn, device, tdtype, head_dim, seq_len, stream)
     w = None
     if step == "layer":
-        shapes = [((heads + 2 * kv_heads) * head_dim, d_model), (d_model, heads * head_dim)]
-        w, _ = weight_stream_bytes_per_s(device, tdtype, batch, shapes, stream)
+        w, _ = weight_stream_bytes_per_s(attn, device, tdtype, batch, heads, kv_heads, head_dim,
+                                         d_model, stream, shape.overhead_s)
     return replace(shape, kv_read_bytes_per_s=kv, weight_read_bytes_per_s=w)
 
 
@@ -135,28 +135,38 @@ def kv_stream_bytes_per_s(attn, device, tdtype, head_dim: int, seq_len: int,
     return n * per_head / t, n
 
 
-def weight_stream_bytes_per_s(device, tdtype, batch: int, shapes: list[tuple[int, int]],
-                              total_bytes: int) -> tuple[float, int]:
-    """Weight bytes per second F.linear reads from memory for a (batch x d_in) input, over
-    the step's own weight shapes [(out, d_in), ...]: each shape timed on as many copies
-    as make total_bytes, rotated; the rate is all their bytes over all their times."""
-    e = torch.empty((), dtype=tdtype).element_size()
-    seconds = 0.0
-    nbytes = 0
-    copies_used = 0
-    for rows, d_in in shapes:
-        each = rows * d_in * e
-        copies = max(1, -(-total_bytes // each))
-        x = torch.randn(batch, d_in, device=device, dtype=tdtype)
-        ws = [torch.empty(rows, d_in, device=device, dtype=tdtype).normal_() for _ in range(copies)]
-        warmup, iters = SHAPE_ITERS
-        t = time_calls([lambda w=w: F.linear(x, w) for w in ws], device=device, warmup=warmup,
-                       iters=iters).median_s
-        seconds += t
-        nbytes += each
-        copies_used = max(copies_used, copies)
-        del ws
-    return nbytes / seconds, copies_used
+WEIGHT_PROBE_SEQ_LEN = 16  # the layer step with a cache this short is its weights' stream
+
+
+def weight_stream_bytes_per_s(attn, device, tdtype, batch: int, heads: int, kv_heads: int,
+                              head_dim: int, d_model: int, total_bytes: int,
+                              overhead_s: float) -> tuple[float, int]:
+    """Weight bytes per second the layer step itself reads: the same call (fused qkv
+    F.linear, cache write, attention, output F.linear) at this batch and these weight
+    shapes over a WEIGHT_PROBE_SEQ_LEN-token cache, as many copies as make total_bytes,
+    rotated. Its K/V is a few kB, so the time is the weights' stream and the call's
+    overhead (taken off, never more than half).
+
+    (F.linear timed alone on each weight shape was used before: in the 2026-11-23 CPU
+    campaign it gave 3.43 GB/s for the MHA shapes and 5.0 for the MQA ones, while the
+    layer steps themselves implied about 4.0 and 4.3, which skewed the predicted GQA/MQA
+    speed-ups to 0.78 of the measured.)"""
+    from kvcalc.measure import impls
+
+    gen = torch.Generator(device=device).manual_seed(11)
+    first = impls.make_slot("layer", device, tdtype, batch, WEIGHT_PROBE_SEQ_LEN, heads,
+                            kv_heads, head_dim, d_model, gen)
+    each = first.weight_bytes()
+    copies = max(1, -(-total_bytes // each))
+    slots = [first] + [impls.make_slot("layer", device, tdtype, batch, WEIGHT_PROBE_SEQ_LEN,
+                                       heads, kv_heads, head_dim, d_model, gen)
+                       for _ in range(copies - 1)]
+    scale = head_dim ** -0.5
+    warmup, iters = SHAPE_ITERS
+    t = time_calls([impls.layer_call(sl, attn, scale) for sl in slots], device=device,
+                   warmup=warmup, iters=iters).median_s
+    del slots, first
+    return each / max(t - overhead_s, t / 2), copies
 
 
 def projection_flops_per_s(device, tdtype, batch: int, d_in: int, d_out: int,
@@ -203,15 +213,16 @@ def shape_ceilings(step: str, attn, device, tdtype, heads: int, kv_heads: int, h
     method += (f"; K/V read: the same call streaming {n_stream} K/V heads, one query row each")
     proj = w_read = None
     if step == "layer":
-        shapes = [((heads + 2 * kv_heads) * head_dim, d_model), (d_model, heads * head_dim)]
-        key = ("w", batch, tuple(shapes), stream)
+        key = ("w", attn, batch, heads, kv_heads, head_dim, d_model, stream)
         if key not in streamed:
             if before_stream is not None:
                 before_stream()
-            streamed[key] = weight_stream_bytes_per_s(device, tdtype, batch, shapes, stream)
+            streamed[key] = weight_stream_bytes_per_s(attn, device, tdtype, batch, heads,
+                                                      kv_heads, head_dim, d_model, stream,
+                                                      overhead)
         w_read, w_copies = streamed[key]
-        method += (f"; weights read: F.linear batch {batch} against the qkv {shapes[0]} and "
-                   f"output {shapes[1]} weights, up to {w_copies} copies rotated")
+        method += (f"; weights read: the layer step itself at batch {batch} over a "
+                   f"{WEIGHT_PROBE_SEQ_LEN}-token cache, {w_copies} copies rotated")
         qkv_out = (heads + 2 * kv_heads) * head_dim
         r1, rows1 = projection_flops_per_s(device, tdtype, batch, d_model, qkv_out, cache_bytes)
         r2, rows2 = projection_flops_per_s(device, tdtype, batch, heads * head_dim, d_model,

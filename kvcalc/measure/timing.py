@@ -31,6 +31,7 @@ class Timing:
     # CUDA: the host's time to queue one call (flush, events, launch), timed loop only.
     # Above median_s the step is launch-bound: the GPU outruns the host.
     host_s_per_call: float | None = None
+    values_s: tuple[float, ...] = ()  # every repetition, in the order timed
 
     @property
     def spread(self) -> float:
@@ -47,7 +48,8 @@ def summarise(samples_s: Sequence[float], timer: str, cuda_graphs: bool = False,
         q = statistics.quantiles(s, n=10, method="inclusive")
         p10, p90 = q[0], q[-1]
     return Timing(median_s=statistics.median(s), p10_s=p10, p90_s=p90, samples=len(s),
-                  min_s=s[0], timer=timer, cuda_graphs=cuda_graphs, host_s_per_call=host_s_per_call)
+                  min_s=s[0], timer=timer, cuda_graphs=cuda_graphs, host_s_per_call=host_s_per_call,
+                  values_s=tuple(samples_s))
 
 
 def queue_fill_cycles(host_s_per_call: float, iters: int, clock_hz: float) -> int:
