@@ -46,7 +46,7 @@ FILES = sorted(str(p) for p in (ROOT / "tests" / "data" / "hf").glob("*.json")) 
 NUMBERS = ["1", "2", "8", "32", "4096", "0", "-1", "1.5", "1e9", "abc", "", " 8", "0x10",
            "1_000", "99999999999999999999999", "nan", "inf", "+3", "1,8", "1:8:*2", "8:1:+1"]
 WORDS = ["none", "auto", "bf16", "fp8", "int4", "fp32", "fp16", "int8", "bogus", "json", "csv",
-         "md", "table", "x", "", "all", "grouped", "sdpa", "layer", "both", "attention",
+         "md", "table", "parquet", "x", "", "all", "grouped", "sdpa", "layer", "both", "attention",
          "rotate", "flush", "gated", "plain", "cpu", "cuda"]
 SIZES = ["0", "2GiB", "500MB", "1.5B", "1e999", "-1", "1.5", "12kib", "80GB", "x"]
 
@@ -54,6 +54,7 @@ SIZES = ["0", "2GiB", "500MB", "1.5B", "1e999", "-1", "1.5", "12kib", "80GB", "x
 def _values(tmp: Path) -> dict[str, st.SearchStrategy]:
     paths = st.sampled_from([str(tmp / "out.json"), str(tmp / "out.csv"), str(tmp / "out.md"),
                              str(tmp / "out.txt"), str(tmp / "out.png"), str(tmp / "out.xyz"),
+                             str(tmp / "out.parquet"),
                              str(tmp), "-", str(tmp / "missing" / "x.csv")])
     files = st.sampled_from(FILES + [str(tmp / "nope.yaml"), str(tmp), "/dev/null",
                                      str(tmp / "bin.yaml"), str(tmp / "loop.yaml"),

@@ -100,17 +100,25 @@ HOT_MIN_HEADS = 8  # enough K/V heads to spread over the threads, as the step's 
 
 
 def attention_flops_per_s(attn, device, tdtype, group: int, head_dim: int, seq_len: int,
-                          cache_bytes: int, overhead_s: float) -> tuple[float, int]:
+                          cache_bytes: int, overhead_s: float,
+                          step_heads: int = HOT_MIN_HEADS) -> tuple[float, int]:
     """FLOP/s of `attn` at this (group, head_dim), K/V resident in the LLC.
 
-    HOT_MIN_HEADS K/V heads (more if they fit) in LLC / SHAPE_FRACTION, batch 1: at a long
-    seq_len the heads are shortened to fit (the matmuls keep their group x head_dim shape and
-    a long sequence axis). The fixed overhead is taken off the time (never more than half)."""
+    As many K/V heads as the step has (batch x kv_heads: the threads split the same
+    number of independent matmuls), at least HOT_MIN_HEADS when the step has more, at most
+    64, batch 1, in LLC / SHAPE_FRACTION: at a long seq_len the heads are shortened to fit
+    (the matmuls keep their group x head_dim shape and a long sequence axis). The fixed
+    overhead is taken off the time (never more than half).
+
+    (HOT_MIN_HEADS heads for every step was used before: for MQA at batch 1, one K/V head,
+    it measured 8 heads' worth of thread parallelism the step does not have, and the
+    2026-11-23 sweep's MQA rows came out 1.3-2.3x slower than predicted.)"""
     e = torch.empty((), dtype=tdtype).element_size()
     budget = cache_bytes // SHAPE_FRACTION
-    length = max(16, min(seq_len, budget // (HOT_MIN_HEADS * 2 * head_dim * e)))
+    few = max(1, step_heads) if step_heads < HOT_MIN_HEADS else None
+    length = max(16, min(seq_len, budget // ((few or HOT_MIN_HEADS) * 2 * head_dim * e)))
     per_head = 2 * length * head_dim * e
-    n = max(1, min(64, budget // per_head))
+    n = max(1, min(few or 64, budget // per_head))
     q = torch.randn(1, n * group, 1, head_dim, device=device, dtype=tdtype)
     k = torch.randn(1, n, length, head_dim, device=device, dtype=tdtype)
     v = torch.randn_like(k)
@@ -198,7 +206,7 @@ def shape_ceilings(step: str, attn, device, tdtype, heads: int, kv_heads: int, h
     else:
         overhead = layer_overhead_s(attn, device, tdtype, g, impls.layer_call, impls.make_slot)
     rate, packed = attention_flops_per_s(attn, device, tdtype, g, head_dim, seq_len, cache_bytes,
-                                         overhead)
+                                         overhead, step_heads=batch * kv_heads)
     n, length = divmod(packed, 100_000)
     method = (f"attention at group {g}, head_dim {head_dim} on {n} LLC-resident K/V head(s) of "
               f"{length} tokens; overhead: the call at seq_len {OVERHEAD_SEQ_LEN}, "
