@@ -66,16 +66,19 @@ def _header(path: Path, rows: list[dict]) -> list[str]:
 
 def summarize_single(path: Path, rows: list[dict]) -> list[str]:
     first = rows[0]
+    layer = [r for r in rows if r.get("step") == "layer"]
     lines = _header(path, rows) + [
         f"- ceilings (same run): read-only reduction {_fmt(_f(first, 'ceiling_bytes_per_s'), 1e-9)} "
         f"GB/s; K/V streamed by the impl itself {_range(rows, 'kv_read_bytes_per_s', 1e-9)} GB/s; "
-        f"weights streamed by F.linear {_range(rows, 'weight_read_bytes_per_s', 1e-9)} GB/s; "
-        f"attention FLOP/s at shape {_range(rows, 'attention_flops_per_s_at_shape', 1e-9)} G",
+        + (f"weights streamed by the layer step itself {_range(layer, 'weight_read_bytes_per_s', 1e-9)}"
+           " GB/s; " if layer else "")
+        + f"attention FLOP/s at shape {_range(rows, 'attention_flops_per_s_at_shape', 1e-9)} G",
         "",
         "predicted = K/V / (the impl's own K/V streaming bandwidth, one query row per K/V head) "
         "+ the other (g-1)/g of the attention FLOPs / the attention's FLOP/s at this shape "
-        "[+ weights / (F.linear's streaming bandwidth at this batch and these weight shapes)] "
-        "+ overhead; the term columns are each term alone (ms).",
+        "[+ weights / (the layer step's own weight streaming bandwidth: the step over a 16-token "
+        "cache)] + overhead; the term columns are each term alone (ms). CPU rows: 3 rounds of "
+        "(streamed ceilings, a third of the repetitions), rates the rounds' medians.",
         "",
         "| step | impl (backend) | heads/kv | seq_len | batch | KV MB | median ms | predicted ms "
         "| meas/pred | K/V ms | weights ms | extra attn compute ms | overhead ms "
@@ -118,6 +121,20 @@ def _goal(rows: list[dict]) -> list[str]:
         ok = sum(abs(x - 1) <= GOAL for x in ratios)
         out += [f"Speed-ups over MHA (auto, one impl for every variant): {ok} of {len(ratios)} within "
                 f"+-20% of predicted (measured/predicted speed-up {min(ratios):.2f} to {max(ratios):.2f})."]
+        big = [(r, x) for r, x in zip(speed, ratios) if int(r["kv_cache_bytes"]) >= GOAL_BYTES]
+        small = [(r, x) for r, x in zip(speed, ratios) if int(r["kv_cache_bytes"]) < GOAL_BYTES]
+        if big and small:
+            ok_big = sum(abs(x - 1) <= GOAL for _, x in big)
+            missed = [f"{r['kv_heads']} K/V heads at {r['seq_len']} x {r['batch']} "
+                      f"({int(r['kv_cache_bytes']) / 1e6:.3g} MB, {x:.2f})"
+                      for r, x in small if abs(x - 1) > GOAL]
+            line = (f"Of those, where the GQA/MQA row's own cache is >= 64 MB: {ok_big} of "
+                    f"{len(big)}")
+            if missed:
+                line += ("; misses among rows whose own cache is under 64 MB (LLC-resident or "
+                         "overhead-bound; K/V heads at seq_len x batch, cache, measured/predicted "
+                         "speed-up): " + "; ".join(missed))
+            out.append(line + ".")
     return out
 
 
