@@ -17,6 +17,8 @@ from kvcalc.spec import DType, Hardware, ModelSpec, check_size, dtype as _dtype
 
 @dataclass(frozen=True)
 class Estimate:
+    """Every figure for one configuration (model, context, batch, dtypes, tp, device)."""
+
     spec: ModelSpec
     seq_len: int
     batch: int

@@ -174,12 +174,27 @@ def _main(
     """
 
 
-def _register() -> None:
-    from kvcalc.cli import estimate, presets_cmd
+# The module that registers each command; `kvcalc NAME ...` imports only NAME's (help,
+# completion and anything else import them all).
+_MODULES = {"estimate": "estimate", "fit": "estimate", "presets": "presets_cmd",
+            "measure": "measure", "sweep": "sweep"}
 
-    estimate.register(app)
-    presets_cmd.register(app)
-    for name in ("measure", "sweep"):
+
+def _running_kvcalc() -> bool:
+    """This process is the kvcalc command (not a program that imports kvcalc.cli)."""
+    prog = sys.argv[0] if sys.argv else ""
+    return os.path.basename(prog) in ("kvcalc", "kvcalc.exe") or prog.endswith(
+        os.path.join("kvcalc", "__main__.py"))
+
+
+def _register() -> None:
+    argv = sys.argv[1:]
+    completing = any(k.startswith("_KVCALC_COMPLETE") for k in os.environ)
+    wanted = (_MODULES.get(argv[0]) if argv and not completing and _running_kvcalc()
+              else None)
+    for name in dict.fromkeys(_MODULES.values()):
+        if wanted is not None and name != wanted:
+            continue
         try:
             module = __import__(f"kvcalc.cli.{name}", fromlist=["register"])
         except ModuleNotFoundError as e:

@@ -1,0 +1,246 @@
+"""The mixer kinds with a constant state per sequence (Mamba, Mamba-2, Gated DeltaNet,
+LFM2's short convolution) and the MLP-only block's NoMixer.
+
+Split from kvcalc.layers so that a model without them (most presets) does not pay for
+defining their classes at start-up; `kvcalc.layers.Mamba` and the rest still resolve
+here on first use. See kvcalc.layers for what every kind answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvcalc.layers import _linear, _split
+from kvcalc.spec import DType
+
+# --------------------------------------------------------------------------------
+# Mixers with a constant state per sequence
+# --------------------------------------------------------------------------------
+class _Stateful:
+    """Shared answers of the state kinds: nothing grows with the context."""
+
+    cache_kind = "state"
+    attends = False
+
+    def kv_heads_per_device(self, tp: int) -> int:
+        return 0
+
+    def token_bytes(self, dt: DType, tp: int = 1, scale_bytes: int = 0) -> int:
+        return 0
+
+    def tokens_held(self, seq_len):
+        return 0 * seq_len
+
+    tokens_read = tokens_held
+
+    def decode_flops(self, context):
+        return 0 * context
+
+    def prefill_positions(self, seq_len):
+        return 0 * seq_len
+
+    def kv_projection_params(self, d_model: int) -> int:
+        return 0
+
+    def decode_act_elements(self) -> int:
+        return 0
+
+    def with_kv_heads(self, kv_heads: int):
+        return self  # no K/V heads: MHA/GQA/MQA variants leave it as it is
+
+
+@dataclass(frozen=True)
+class Mamba(_Stateful):
+    """A Mamba-1 selective state-space mixer (Mamba, Falcon-Mamba, Jamba).
+
+    State per sequence: the SSM state d_inner x d_state (state dtype, fp32 in
+    transformers) and the convolution's last `conv_len` inputs, d_inner x conv_len
+    (cache dtype). Recurrent work per token: about 2 x 3 x d_inner x d_state FLOPs.
+    """
+
+    d_inner: int
+    d_state: int
+    d_conv: int
+    dt_rank: int
+    conv_bias: bool = True
+    proj_bias: bool = False  # in_proj and out_proj
+    inner_norms: bool = False  # Jamba: RMSNorms on dt (dt_rank), B and C (d_state)
+    conv_len: int = 0  # conv inputs kept per sequence; 0: d_conv (transformers' cache)
+
+    kind = "mamba"
+    label = "mamba"
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
+        inner = _split(self.d_inner, tp)
+        return (state_dt.nbytes(inner * self.d_state)
+                + conv_dt.nbytes(inner * (self.conv_len or self.d_conv)))
+
+    def params(self, d_model: int) -> dict[str, int]:
+        d, n = d_model, self.d_inner
+        out = {
+            "in_proj": _linear(d, 2 * n, self.proj_bias),
+            "conv1d": n * self.d_conv + (n if self.conv_bias else 0),
+            "x_proj": n * (self.dt_rank + 2 * self.d_state),
+            "dt_proj": _linear(self.dt_rank, n, True),
+            "A_log": n * self.d_state,
+            "D": n,
+            "out_proj": _linear(n, d, self.proj_bias),
+        }
+        if self.inner_norms:
+            out["inner_norms"] = self.dt_rank + 2 * self.d_state
+        return out
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        n = self.d_inner
+        return [(d_model, 2 * n), (n, self.dt_rank + 2 * self.d_state), (self.dt_rank, n),
+                (n, d_model)]
+
+    def recurrent_flops(self) -> int:
+        return 6 * self.d_inner * self.d_state
+
+
+@dataclass(frozen=True)
+class GatedDeltaNet(_Stateful):
+    """Gated DeltaNet linear attention (Qwen3-Next's `linear_attention` layers).
+
+    State per sequence: one v_heads x k_dim x v_dim recurrent matrix (state dtype)
+    and the causal convolution's last `conv_len` inputs over q, k and v channels.
+    """
+
+    k_heads: int
+    v_heads: int
+    k_dim: int
+    v_dim: int
+    conv_kernel: int
+    conv_len: int = 0  # 0: conv_kernel
+
+    kind = "linear"
+    label = "linear attention"
+
+    @property
+    def conv_channels(self) -> int:
+        return 2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
+        rec = _split(self.v_heads, tp) * self.k_dim * self.v_dim
+        conv = _split(self.conv_channels, tp) * (self.conv_len or self.conv_kernel)
+        return state_dt.nbytes(rec) + conv_dt.nbytes(conv)
+
+    def params(self, d_model: int) -> dict[str, int]:
+        d = d_model
+        key, value = self.k_heads * self.k_dim, self.v_heads * self.v_dim
+        return {
+            "in_proj_qkvz": d * (2 * key + 2 * value),
+            "in_proj_ba": d * 2 * self.v_heads,
+            "conv1d": self.conv_channels * self.conv_kernel,
+            "dt_bias": self.v_heads,
+            "A_log": self.v_heads,
+            "norm": self.v_dim,
+            "out_proj": value * d,
+        }
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        key, value = self.k_heads * self.k_dim, self.v_heads * self.v_dim
+        return [(d_model, 2 * key + 2 * value + 2 * self.v_heads), (value, d_model)]
+
+    def recurrent_flops(self) -> int:
+        return 8 * self.v_heads * self.k_dim * self.v_dim
+
+
+@dataclass(frozen=True)
+class ShortConv(_Stateful):
+    """LFM2's gated short convolution: in_proj to B, C, x; a depthwise conv of
+    `kernel` taps; out_proj. State per sequence: the last `conv_len` inputs."""
+
+    width: int
+    kernel: int
+    bias: bool = False
+    conv_len: int = 0  # 0: kernel
+
+    kind = "conv"
+    label = "short conv"
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
+        return conv_dt.nbytes(_split(self.width, tp) * (self.conv_len or self.kernel))
+
+    def params(self, d_model: int) -> dict[str, int]:
+        w = self.width
+        return {
+            "in_proj": _linear(d_model, 3 * w, self.bias),
+            "conv": w * self.kernel + (w if self.bias else 0),
+            "out_proj": _linear(w, d_model, self.bias),
+        }
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        return [(d_model, 3 * self.width), (self.width, d_model)]
+
+    def recurrent_flops(self) -> int:
+        return 2 * self.width * self.kernel
+
+
+@dataclass(frozen=True)
+class Mamba2(_Stateful):
+    """A Mamba-2 (SSD) mixer (Nemotron-H, Bamba, Granite 4 hybrids): `heads` heads of
+    `head_dim`, B and C shared within `groups`. State per sequence: heads x head_dim x
+    d_state (state dtype) and the convolution's last `conv_kernel` inputs over x, B, C."""
+
+    heads: int
+    head_dim: int
+    d_state: int
+    groups: int
+    conv_kernel: int
+    conv_bias: bool = True
+    proj_bias: bool = False
+
+    kind = "mamba2"
+    label = "mamba2"
+
+    @property
+    def d_inner(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def conv_channels(self) -> int:
+        return self.d_inner + 2 * self.groups * self.d_state
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
+        return (state_dt.nbytes(_split(self.heads, tp) * self.head_dim * self.d_state)
+                + conv_dt.nbytes(_split(self.conv_channels, tp) * self.conv_kernel))
+
+    def params(self, d_model: int) -> dict[str, int]:
+        n, c = self.d_inner, self.conv_channels
+        return {
+            "in_proj": _linear(d_model, n + c + self.heads, self.proj_bias),
+            "conv1d": c * self.conv_kernel + (c if self.conv_bias else 0),
+            "dt_bias": self.heads, "A_log": self.heads, "D": self.heads,
+            "norm": n,
+            "out_proj": _linear(n, d_model, self.proj_bias),
+        }
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        return [(d_model, self.d_inner + self.conv_channels + self.heads), (self.d_inner, d_model)]
+
+    def recurrent_flops(self) -> int:
+        return 6 * self.d_inner * self.d_state
+
+
+@dataclass(frozen=True)
+class NoMixer(_Stateful):
+    """A layer that mixes no tokens and caches nothing: Nemotron-H's MLP-only and
+    MoE-only blocks (the state kinds' zero answers, and no state either)."""
+
+    kind = "none"
+    label = "no cache"
+    cache_kind = "none"
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
+        return 0
+
+    def params(self, d_model: int) -> dict[str, int]:
+        return {}
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        return []
+
+    def recurrent_flops(self) -> int:
+        return 0
