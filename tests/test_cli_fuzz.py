@@ -1,7 +1,7 @@
 """Property-based fuzzing of the CLI: whatever the arguments, kvcalc answers or refuses
 in one line.
 
-Over 1,000 generated invocations of every command (estimate, fit, presets, sweep and
+1,000 generated invocations of every command (estimate, fit, presets, sweep and
 measure), drawing every option each command has (read from the command itself) with
 values good and bad, and every preset file and HF config in the repository:
 exit code 0 or 2; on 2 exactly one stderr line, `kvcalc: error: ...`, with no traceback
@@ -30,7 +30,7 @@ from kvcalc import presets  # noqa: E402
 from kvcalc.cli import app  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = 1200
+EXAMPLES = 1000
 CALLS = {"n": 0}
 
 GROUP = get_command(app)
@@ -66,7 +66,7 @@ def _values(tmp: Path) -> dict[str, st.SearchStrategy]:
         "--output": paths, "-o": paths, "--plot": paths,
         "--reserve": st.sampled_from(SIZES),
         "--memory-fraction": st.sampled_from(["0.9", "1", "0", "1.5", "-0.1", "nan", "x"]),
-        "--format": st.sampled_from(["json", "csv", "md", "table", "JSON", "xml", ""]),
+        "--format": st.sampled_from(["json", "csv", "md", "table", "parquet", "JSON", "xml", ""]),
     }
 
 

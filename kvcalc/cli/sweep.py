@@ -145,13 +145,12 @@ def register(app: typer.Typer) -> None:
         if not streamed and plan.rows > MAX_TABLE_ROWS:
             raise KvcalcError(f"--format {fmt.value} holds every row in memory: this sweep has "
                               f"{plan.rows:,} rows (limit {MAX_TABLE_ROWS:,}); use csv")
-        err = report.error_console()
         for line in plan.skipped:
-            err.print(f"skipped {line}", highlight=False, markup=False, soft_wrap=True)
+            _say(f"skipped {line}")
 
         selection = PlotSelection(plan) if draw else None
         keep_freed_memory()
-        with _progress(plan, err) as advance:
+        with _progress(plan) as advance:
             def on_chunk(chunk) -> None:
                 if selection is not None:
                     selection.add(chunk)
@@ -188,13 +187,12 @@ def register(app: typer.Typer) -> None:
             where = "stdout" if to_stdout else str(output)
             raise KvcalcError(f"{MISSING}; the {rows:,} rows went to {where}, without the plot")
         if not to_stdout and streamed:
-            err.print(f"wrote {output} ({rows:,} rows x {len(plan.columns)} columns)",
-                      highlight=False, markup=False)
+            _say(f"wrote {output} ({rows:,} rows x {len(plan.columns)} columns)")
         if selection is not None:
             from kvcalc.plot import plot_sweep
 
             plot_sweep(selection, plot, force=force)
-            err.print(f"wrote {plot}", highlight=False, markup=False)
+            _say(f"wrote {plot}")
 
 
 def _write_small(fmt: OutputFormat, text: str, output, force: bool, name: str) -> None:
@@ -232,9 +230,20 @@ class _NoProgress:
         return None
 
 
-def _progress(plan, console):
+def _say(text: str) -> None:
+    """A line for the person on stderr (plain: no rich import on the way to the rows)."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def _progress(plan):
     """A rich progress bar over rows on stderr, only for a terminal and a big sweep."""
-    if not console.is_terminal or plan.rows < 200_000:
+    if plan.rows < 200_000 or not sys.stderr.isatty():
+        return _NoProgress()
+    from kvcalc import report
+
+    console = report.error_console()
+    if not console.is_terminal:
         return _NoProgress()
     from rich.progress import (
         BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn,
