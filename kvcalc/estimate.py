@@ -234,6 +234,8 @@ class Estimate:
                        f"cache: scales are usually kept for int8/fp8/int4 caches only")
         a, r = self.allreduce, self.roofline
         if a is not None and a.count and r is not None:
+            from kvcalc.report import human_seconds as _seconds
+
             share = a.time_s / (a.time_s + r.time_s)
             out.append(f"tp={self.tp}: {a.count} all-reduces of {a.message_bytes:,} B per step over "
                        f"{a.interconnect or 'the interconnect'} take "
@@ -244,10 +246,6 @@ class Estimate:
                        + f", {share:.0%} of the step with them"
                        + ("; the all-reduce dominates" if a.time_s > r.time_s else ""))
         return tuple(out)
-
-
-def _seconds(s: float) -> str:
-    return f"{s * 1e3:.3g} ms" if s >= 1e-3 else f"{s * 1e6:.3g} us"
 
 
 def row_columns(spec: ModelSpec, seq_len, batch, kv_dtype: DType, weight_dtype: DType,

@@ -125,11 +125,10 @@ class KvcalcTyper(typer.Typer):
     completion and anything that is not exactly a command's name see them all."""
 
     def __call__(self, *args, **kwargs):
-        argv = sys.argv[1:]
-        completing = any(k.startswith("_KVCALC_COMPLETE") for k in os.environ)
+        argv = kwargs.get("args", args[0] if args else None)
+        name = _invoked_command(sys.argv[1:] if argv is None else list(argv))
         commands, groups = self.registered_commands, self.registered_groups
-        if argv and not completing:
-            name = argv[0]
+        if name is not None:
             chosen = [c for c in commands if _command_name(c) == name]
             chosen_groups = [g for g in groups if g.name == name]
             if chosen or chosen_groups:
@@ -138,6 +137,14 @@ class KvcalcTyper(typer.Typer):
             return super().__call__(*args, **kwargs)
         finally:
             self.registered_commands, self.registered_groups = commands, groups
+
+
+def _invoked_command(argv: list[str]) -> str | None:
+    """The command `argv` runs, where only it needs building; None while the shell
+    completes a line (every command is a candidate) or when argv names none."""
+    if not argv or any(k.startswith("_KVCALC_COMPLETE") for k in os.environ):
+        return None
+    return argv[0]
 
 
 def _command_name(info) -> str:
@@ -188,10 +195,8 @@ def _running_kvcalc() -> bool:
 
 
 def _register() -> None:
-    argv = sys.argv[1:]
-    completing = any(k.startswith("_KVCALC_COMPLETE") for k in os.environ)
-    wanted = (_MODULES.get(argv[0]) if argv and not completing and _running_kvcalc()
-              else None)
+    name = _invoked_command(sys.argv[1:]) if _running_kvcalc() else None
+    wanted = _MODULES.get(name) if name else None
     for name in dict.fromkeys(_MODULES.values()):
         if wanted is not None and name != wanted:
             continue

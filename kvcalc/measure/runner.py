@@ -516,10 +516,6 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
 
     round_shapes = [refreshed()]
     shape = round_shapes[0]
-    tt = time_terms(pred, read_bw, shape.attention_flops_per_s, shape.projection_flops_per_s,
-                    shape.overhead_s, kv_read_bytes_per_s=shape.kv_read_bytes_per_s,
-                    weight_read_bytes_per_s=shape.weight_read_bytes_per_s,
-                    group=spec.heads // spec.kv_heads)
     row = {
         "device": meta["name"],
         "torch_version": meta["torch_version"],
@@ -550,20 +546,9 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
         "p10_s": None,
         "p90_s": None,
         "iters": 0,
-        "predicted_s": tt.total_s,
-        "predicted_kv_s": tt.kv_s,
-        "predicted_weights_s": tt.weights_s,
-        "predicted_activations_s": tt.activations_s,
-        "predicted_attention_compute_s": tt.attention_compute_s,
-        "predicted_extra_compute_s": tt.extra_compute_s,
-        "predicted_projection_compute_s": tt.projection_compute_s,
-        "predicted_overhead_s": tt.overhead_s,
-        "kv_read_bytes_per_s": shape.kv_read_bytes_per_s,
-        "weight_read_bytes_per_s": shape.weight_read_bytes_per_s,
+        **_prediction(pred, read_bw, shape, group.step, g),
         "attention_flops_per_s_at_shape": shape.attention_flops_per_s,
         "projection_flops_per_s_at_shape": shape.projection_flops_per_s,
-        "bound_detail": (f"attention {tt.attention_bound}" + (
-            f", projections {tt.projection_bound}" if group.step == "layer" else "")),
         "roofline_s": rl.time_s,
         "achieved_bytes_per_s": None,
         "ceiling_bytes_per_s": read_bw,
@@ -571,7 +556,6 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
         "measured_over_predicted": None,
         "achieved_flops_per_s": None,
         "ceiling_flops_per_s": mm_flops,
-        "bound": tt.bound,
         "l2_regime": group.l2_regime,
         "timer": "cuda-events" if device.type == "cuda" else "perf_counter",
         "cuda_graphs": bool(config.cuda_graphs),
@@ -633,22 +617,7 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
         return row
     if rounds > 1:
         t = summarise(values, t.timer, t.cuda_graphs, t.host_s_per_call)
-        shape = _median_streams(round_shapes)
-        tt = time_terms(pred, read_bw, shape.attention_flops_per_s, shape.projection_flops_per_s,
-                        shape.overhead_s, kv_read_bytes_per_s=shape.kv_read_bytes_per_s,
-                        weight_read_bytes_per_s=shape.weight_read_bytes_per_s,
-                        group=spec.heads // spec.kv_heads)
-        row.update(predicted_s=tt.total_s, predicted_kv_s=tt.kv_s,
-                   predicted_weights_s=tt.weights_s, predicted_activations_s=tt.activations_s,
-                   predicted_attention_compute_s=tt.attention_compute_s,
-                   predicted_extra_compute_s=tt.extra_compute_s,
-                   predicted_projection_compute_s=tt.projection_compute_s,
-                   predicted_overhead_s=tt.overhead_s,
-                   kv_read_bytes_per_s=shape.kv_read_bytes_per_s,
-                   weight_read_bytes_per_s=shape.weight_read_bytes_per_s,
-                   bound_detail=(f"attention {tt.attention_bound}" + (
-                       f", projections {tt.projection_bound}" if group.step == "layer" else "")),
-                   bound=tt.bound)
+        row.update(_prediction(pred, read_bw, _median_streams(round_shapes), group.step, g))
         notes.append(f"{rounds} rounds of streamed ceilings then {per_round} repetitions; "
                      "K/V and weight read rates are the rounds' medians")
     row["rounds"] = rounds
@@ -690,11 +659,34 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
         timer=t.timer,
         achieved_bytes_per_s=achieved,
         fraction_of_ceiling=achieved / read_bw,
-        measured_over_predicted=t.median_s / tt.total_s,
+        measured_over_predicted=t.median_s / row["predicted_s"],
         achieved_flops_per_s=pred.flops / t.median_s,
     )
     row["note"] = "; ".join(notes)
     return row
+
+
+def _prediction(pred: StepPrediction, read_bw: float, shape, step: str, group: int) -> dict:
+    """A row's predicted time, split into its terms, from the ceilings in `shape`."""
+    tt = time_terms(pred, read_bw, shape.attention_flops_per_s, shape.projection_flops_per_s,
+                    shape.overhead_s, kv_read_bytes_per_s=shape.kv_read_bytes_per_s,
+                    weight_read_bytes_per_s=shape.weight_read_bytes_per_s,
+                    group=group)
+    return {
+        "predicted_s": tt.total_s,
+        "predicted_kv_s": tt.kv_s,
+        "predicted_weights_s": tt.weights_s,
+        "predicted_activations_s": tt.activations_s,
+        "predicted_attention_compute_s": tt.attention_compute_s,
+        "predicted_extra_compute_s": tt.extra_compute_s,
+        "predicted_projection_compute_s": tt.projection_compute_s,
+        "predicted_overhead_s": tt.overhead_s,
+        "kv_read_bytes_per_s": shape.kv_read_bytes_per_s,
+        "weight_read_bytes_per_s": shape.weight_read_bytes_per_s,
+        "bound_detail": (f"attention {tt.attention_bound}"
+                         + (f", projections {tt.projection_bound}" if step == "layer" else "")),
+        "bound": tt.bound,
+    }
 
 
 def _median_streams(shapes: list) -> object:
