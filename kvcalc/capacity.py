@@ -87,10 +87,11 @@ fraction); functions are pure; inputs and results are frozen dataclasses.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import field
 from fractions import Fraction
 
 from kvcalc import formulas
+from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas import CacheGroup
 from kvcalc.spec import MAX_SEQ_LEN, Hardware, ModelSpec, check_size, dtype
@@ -139,7 +140,7 @@ def parse_version(v: str | tuple[int, ...]) -> tuple[int, int]:
     return (parts[1], parts[2] if len(parts) > 2 else 0)
 
 
-@dataclass(frozen=True)
+@record
 class EngineSettings:
     """The engine flags that decide capacity (vLLM's names; None = the engine default).
 
@@ -310,7 +311,7 @@ def blocks_per_request(group: CacheGroup, block_size: int, max_model_len: int,
     raise KvcalcError(f"unknown cache group kind {group.kind!r}")
 
 
-@dataclass(frozen=True)
+@record
 class GroupPlan:
     """One of vLLM's KV cache groups: `layers` layers (of `slots`, padding counted) of one kind."""
 
@@ -545,7 +546,7 @@ def cuda_graph_bytes(spec: ModelSpec, s: EngineSettings, max_num_seqs: int) -> i
 # --------------------------------------------------------------------------------
 # The whole computation
 # --------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@record
 class DeviceMemory:
     """One device's memory as the engine plans it (bytes). kv_cache < 0: nothing fits."""
 
@@ -571,7 +572,7 @@ class DeviceMemory:
                 "cuda_graphs": self.cuda_graphs, "kv_cache": self.kv_cache}
 
 
-@dataclass(frozen=True)
+@record
 class Capacity:
     """What vLLM would log at start-up, and whether it would start."""
 

@@ -17,8 +17,7 @@ a measured small all-reduce gives) rather than per step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import DType, ModelSpec, dtype as _dtype
 
@@ -52,7 +51,7 @@ def ring_allreduce_s(message_bytes: int, tp: int, link_bytes_per_s: float,
     return latency_s + 2 * (tp - 1) / tp * message_bytes / link_bytes_per_s
 
 
-@dataclass(frozen=True)
+@record
 class AllReduceCost:
     """The all-reduces of one decode step on one device."""
 

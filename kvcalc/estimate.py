@@ -8,14 +8,14 @@ reproduces column for column.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from kvcalc import _num, formulas, roofline
+from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import DType, Hardware, ModelSpec, check_size, dtype as _dtype
 
 
-@dataclass(frozen=True)
+@record
 class Estimate:
     """Every figure for one configuration (model, context, batch, dtypes, tp, device)."""
 

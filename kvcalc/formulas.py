@@ -16,9 +16,10 @@ Sources, cited per function:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from kvcalc import _num
+from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import (
     MAX_BATCH,
@@ -80,7 +81,7 @@ def kv_bytes_per_token_per_layer(
     return k_bytes + v_bytes + 2 * g * scale_bytes
 
 
-@dataclass(frozen=True)
+@record
 class CacheGroup:
     """Decoder layers that cache alike: the unit a serving engine pages by.
 
@@ -149,7 +150,7 @@ def cache_groups(spec: ModelSpec, kv_dtype: DType | str = "bf16", tp: int = 1,
     return tuple(groups)
 
 
-@dataclass(frozen=True)
+@record
 class KVCache:
     """The KV cache of `batch` sequences at `seq_len` tokens (bytes, exact ints)."""
 
@@ -302,7 +303,7 @@ def mlp_params(spec: ModelSpec, width: int) -> int:
     return _linear(d, width, spec.mlp_bias) + _linear(width, d, spec.mlp_bias)
 
 
-@dataclass(frozen=True)
+@record
 class ParamCounts:
     """Parameters by name, summed over layers. `total` counts every stored weight."""
 
@@ -483,7 +484,7 @@ def token_matmuls(spec: ModelSpec) -> list[tuple[int, int, int]]:
     return mm
 
 
-@dataclass(frozen=True)
+@record
 class StoredWeights:
     """Weights as a (quantized) checkpoint stores them: bytes in all, by param_counts key,
     and on one of `tp` devices (kvcalc.quant computes them)."""
@@ -495,7 +496,7 @@ class StoredWeights:
     label: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class DecodeCost:
     """One decode step: one new token for each of `batch` sequences at `seq_len`.
 
@@ -727,7 +728,7 @@ def prefill_flops(spec: ModelSpec, seq_len: int, encoder_seq_len: int | None = N
 # --------------------------------------------------------------------------------
 # The bare attention step kvcalc measure times
 # --------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@record
 class AttentionStepCost:
     """One decode-attention call: `batch` query tokens, `heads` query heads, over a
     cache of `seq_len` tokens with `kv_heads` K/V heads (no projections)."""
@@ -775,7 +776,7 @@ def attention_step(
 # --------------------------------------------------------------------------------
 # Shazeer's memory-to-arithmetic ratio
 # --------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@record
 class ShazeerRatio:
     """Memory accesses (elements) over arithmetic operations (multiply-adds)."""
 

@@ -21,10 +21,10 @@ scheduling overheads are not included.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from fractions import Fraction
 
 from kvcalc import formulas
+from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.roofline import compute_dtype_for
 from kvcalc.spec import MAX_BATCH, DType, Hardware, ModelSpec, check_size, dtype as _dtype
@@ -43,7 +43,7 @@ def _fraction(value, name: str) -> Fraction:
     return f
 
 
-@dataclass(frozen=True)
+@record
 class Latency:
     """Prefill and decode time bounds for one batch on one of `tp` devices (seconds)."""
 

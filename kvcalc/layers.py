@@ -24,10 +24,11 @@ tech reports (local/global layers); Llama 4 `attention_chunk_size`; DeepSeek-V2
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Union
 
 from kvcalc import _num
+from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import MAX_WIDTH, DType, check_size
 
@@ -47,7 +48,7 @@ def _split(n: int, tp: int) -> int:
 # --------------------------------------------------------------------------------
 # Mixers that cache K/V per token
 # --------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@record
 class Attention:
     """Softmax attention over cached K/V heads (MHA, GQA, MQA).
 
@@ -169,7 +170,7 @@ class Attention:
         return replace(self, kv_heads=kv_heads)
 
 
-@dataclass(frozen=True)
+@record
 class Latent:
     """Multi-head latent attention (DeepSeek-V2 sec. 2.1): one compressed latent of
     kv_lora_rank plus one shared RoPE key per token, for all heads together."""
@@ -273,7 +274,7 @@ Mixer = object
 # --------------------------------------------------------------------------------
 # MLPs
 # --------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@record
 class Dense:
     """A dense MLP: gated (gate, up, down: SwiGLU/GeGLU) or plain (up, down)."""
 
@@ -292,7 +293,7 @@ class Dense:
         return [(d_model, (2 if self.gated else 1) * self.d_ff), (self.d_ff, d_model)]
 
 
-@dataclass(frozen=True)
+@record
 class MoE:
     """Routed experts (`active` of `experts` per token) plus always-on shared experts."""
 
@@ -354,7 +355,7 @@ class MoE:
 MLP = Union[Dense, MoE]
 
 
-@dataclass(frozen=True)
+@record
 class Layer:
     """One decoder layer: a mixer, an MLP (None for Mamba blocks) and its norms."""
 
@@ -368,7 +369,7 @@ class Layer:
         return f"{self.mixer.label}{mlp}"
 
 
-@dataclass(frozen=True)
+@record
 class Run:
     """`count` consecutive layers alike."""
 

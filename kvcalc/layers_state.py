@@ -8,8 +8,7 @@ here on first use. See kvcalc.layers for what every kind answers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from kvcalc._record import record
 from kvcalc.layers import _linear, _split
 from kvcalc.spec import DType
 
@@ -49,7 +48,7 @@ class _Stateful:
         return self  # no K/V heads: MHA/GQA/MQA variants leave it as it is
 
 
-@dataclass(frozen=True)
+@record
 class Mamba(_Stateful):
     """A Mamba-1 selective state-space mixer (Mamba, Falcon-Mamba, Jamba).
 
@@ -99,7 +98,7 @@ class Mamba(_Stateful):
         return 6 * self.d_inner * self.d_state
 
 
-@dataclass(frozen=True)
+@record
 class GatedDeltaNet(_Stateful):
     """Gated DeltaNet linear attention (Qwen3-Next's `linear_attention` layers).
 
@@ -147,7 +146,7 @@ class GatedDeltaNet(_Stateful):
         return 8 * self.v_heads * self.k_dim * self.v_dim
 
 
-@dataclass(frozen=True)
+@record
 class ShortConv(_Stateful):
     """LFM2's gated short convolution: in_proj to B, C, x; a depthwise conv of
     `kernel` taps; out_proj. State per sequence: the last `conv_len` inputs."""
@@ -178,7 +177,7 @@ class ShortConv(_Stateful):
         return 2 * self.width * self.kernel
 
 
-@dataclass(frozen=True)
+@record
 class Mamba2(_Stateful):
     """A Mamba-2 (SSD) mixer (Nemotron-H, Bamba, Granite 4 hybrids): `heads` heads of
     `head_dim`, B and C shared within `groups`. State per sequence: heads x head_dim x
@@ -224,7 +223,7 @@ class Mamba2(_Stateful):
         return 6 * self.d_inner * self.d_state
 
 
-@dataclass(frozen=True)
+@record
 class NoMixer(_Stateful):
     """A layer that mixes no tokens and caches nothing: Nemotron-H's MLP-only and
     MoE-only blocks (the state kinds' zero answers, and no state either)."""

@@ -47,8 +47,10 @@ _HF_PRESET_KEYS = ("name", "source", "notes", "published_params", "hf_config")
 
 
 # --- where presets live --------------------------------------------------------
+@functools.lru_cache(maxsize=1)
 def presets_dir() -> Path:
-    """The presets folder: `kvcalc/presets` in an installed wheel, else the checkout's `presets/`."""
+    """The presets folder: `kvcalc/presets` in an installed wheel, else the checkout's `presets/`
+    (resolved once: `kvcalc presets` reads every preset through it)."""
     packaged = Path(__file__).resolve().parent / "presets"
     if packaged.is_dir():
         return packaged
@@ -67,7 +69,16 @@ def hardware_names() -> list[str]:
 
 def _names(kind: str) -> list[str]:
     folder = presets_dir() / kind
-    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+    try:
+        changed = folder.stat().st_mtime_ns  # a file added or removed changes it
+    except OSError:
+        return []
+    return list(_stems(folder, changed)) if folder.is_dir() else []
+
+
+@functools.lru_cache(maxsize=8)
+def _stems(folder: Path, changed_ns: int) -> tuple[str, ...]:
+    return tuple(sorted(p.stem for p in folder.glob("*.yaml")))
 
 
 # --- named presets ---------------------------------------------------------------
@@ -139,10 +150,21 @@ def hardware_from_yaml_file(path: str | Path, *, require_source: bool = True) ->
                                  require_source=require_source)
 
 
+@functools.lru_cache(maxsize=None)
+def _type_hints(cls: type) -> dict:
+    """The class's field types, evaluated once (its annotations are strings)."""
+    return typing.get_type_hints(cls)
+
+
+@functools.lru_cache(maxsize=4)
+def _resolved(folder: Path) -> Path:
+    return folder.resolve()
+
+
 def _display(path: Path) -> str:
     """A path for messages: 'presets/models/x.yaml' for presets, else as given."""
     try:
-        return f"presets/{path.resolve().relative_to(presets_dir().resolve()).as_posix()}"
+        return f"presets/{path.resolve().relative_to(_resolved(presets_dir())).as_posix()}"
     except (ValueError, OSError, RuntimeError):  # elsewhere, or a loop of symbolic links
         return str(path)
 
@@ -248,7 +270,7 @@ def _model_from_hf_preset(d: Mapping, where: str, default_name: str | None,
         if key not in _HF_PRESET_KEYS:
             raise KvcalcError(f"{where}: unknown key {key!r} beside hf_config (the config gives "
                               f"the architecture; allowed: {', '.join(_HF_PRESET_KEYS)})")
-    meta = {k: _checked_value(d[k], typing.get_type_hints(ModelSpec)[k], k, where)
+    meta = {k: _checked_value(d[k], _type_hints(ModelSpec)[k], k, where)
             for k in ("name", "source", "notes", "published_params") if k in d}
     name = meta.get("name", default_name if default_name is not None else Path(where).stem)
     if require_source and not str(meta.get("source", "")).strip():
@@ -317,7 +339,7 @@ def _checked_mapping(d: Any, cls: type, where: str, prefix: str) -> dict[str, An
     if missing:
         raise KvcalcError(f"{where}: missing required key{'s' * (len(missing) > 1)}: "
                           f"{', '.join(missing)}")
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     return {key: _checked_value(value, hints[key], prefix + key, where) for key, value in d.items()}
 
 

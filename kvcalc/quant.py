@@ -44,8 +44,9 @@ compressors; checked against published checkpoint totals in tests/test_quant.py
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import DType, ModelSpec, dtype
 
@@ -57,7 +58,7 @@ LAYOUTS = ("fp8_block", "fp8_channel", "fp8_tensor", "mxfp4", "nvfp4", "awq", "g
            "bnb4", "bnb8", "ct_int", "int")
 
 
-@dataclass(frozen=True)
+@record
 class Quantization:
     """How a checkpoint stores its quantized linear weights.
 
@@ -117,7 +118,7 @@ class Quantization:
         return f"{self.method} int{self.bits}{g}"
 
 
-@dataclass(frozen=True)
+@record
 class WeightBytes:
     """Bytes of the weights as stored.
 
@@ -397,7 +398,7 @@ def _matches(name: str, patterns: tuple[str, ...]) -> bool:
 # --------------------------------------------------------------------------------
 # The model's tensors
 # --------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@record
 class _Matrix:
     key: str  # param_counts breakdown key
     name: str  # module name under the decoder ("layers.3.self_attn.q_proj")
@@ -409,7 +410,7 @@ class _Matrix:
     kv: bool = False  # a K/V projection (follows its heads under TP)
 
 
-@dataclass(frozen=True)
+@record
 class _Plain:
     key: str
     elements: int

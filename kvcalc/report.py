@@ -14,10 +14,11 @@ import math
 import os
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import IO, Any, Iterable, Mapping
 
+from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import base_name
 
@@ -345,7 +346,7 @@ def table(title: str, columns: list[str], rows: list[list[str]], caption: str | 
 # --------------------------------------------------------------------------------
 # Tables for the analytical commands: plain data (Tab), drawn by rich or as markdown
 # --------------------------------------------------------------------------------
-@dataclass
+@record(frozen=False)
 class Tab:
     """A table as plain text cells (no markup), for rich, markdown or a text file."""
 
@@ -744,7 +745,15 @@ def _plain_text(items: list, width: int) -> str | None:
             for para in item.split("\n"):
                 out.append(fill(para, "  " if para.startswith("note:") else ""))
             continue
-        if item.header or len(item.columns) != 2:
+        if item.header:
+            grid = _plain_grid(item, width)
+            if grid is None:
+                return None
+            out += ([""] if out else []) + grid
+            if item.caption:
+                out.append(fill(item.caption))
+            continue
+        if len(item.columns) != 2:
             return None
         # Values right-aligned at one column; a row too long for it puts its value on a
         # line of its own, so the view never needs rich to wrap inside a cell.
@@ -761,6 +770,30 @@ def _plain_text(items: list, width: int) -> str | None:
         if item.caption:
             out.append(fill(item.caption))
     return "\n".join(out) + "\n"
+
+
+def _plain_grid(tab: Tab, width: int) -> list[str] | None:
+    """A table with a header as aligned columns (the first left, the rest right) under a
+    rule, or None when it is wider than `width` or has bold rows bound for a terminal
+    (rich draws those)."""
+    if tab.bold and sys.stdout.isatty():
+        return None
+    cells = [tab.columns, *tab.rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(tab.columns))]
+    total = sum(widths) + 2 * (len(widths) - 1)
+    if total > width or any("\n" in c for row in cells for c in row):
+        return None
+
+    def line(row: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+
+    try:
+        rule = "─" * total
+        rule.encode(sys.stdout.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        rule = "-" * total
+    return ([tab.title] if tab.title else []) + [line(tab.columns), rule] + [line(r) for r in tab.rows]
 
 
 def terminal_width() -> int:

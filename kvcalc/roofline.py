@@ -8,15 +8,15 @@ large. Capacity math stays in integers; only times are floats.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from fractions import Fraction
 
+from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas import DecodeCost, kv_cache, param_counts, weight_params_per_device
 from kvcalc.spec import MAX_SEQ_LEN, DType, Hardware, ModelSpec, dtype as _dtype
 
 
-@dataclass(frozen=True)
+@record
 class Roofline:
     """Lower bounds for one step on one device."""
 
@@ -87,7 +87,7 @@ def compute_dtype_for(weight_dtype: DType | str) -> str:
     return "bf16" if name == "int4" else name
 
 
-@dataclass(frozen=True)
+@record
 class Fit:
     """What fits on each device after the weights: all sizes in bytes per device."""
 

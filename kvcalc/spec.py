@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 
 # Upper bounds that catch typos (an extra zero or three), not real models.
@@ -20,7 +21,7 @@ MAX_BATCH = 1 << 24
 MAX_TP = 4096
 
 
-@dataclass(frozen=True)
+@record
 class DType:
     """A storage type. Size is in bits so that int4 (half a byte) stays exact."""
 
@@ -66,7 +67,7 @@ def dtype(name: str) -> DType:
         ) from None
 
 
-@dataclass(frozen=True)
+@record
 class MLA:
     """Multi-head latent attention (DeepSeek-V2 section 2.1, DeepSeek-V3 config).
 
@@ -81,7 +82,7 @@ class MLA:
     q_lora_rank: int = 0  # 0: queries use a full-rank d_model x heads*qk_head_dim matrix
 
 
-@dataclass(frozen=True)
+@record
 class MoE:
     """Mixture of experts replacing the MLP of every layer but the first `dense_layers`."""
 
@@ -97,7 +98,7 @@ NORM_KINDS = ("rmsnorm", "layernorm")
 MLP_KINDS = ("gated", "plain")
 
 
-@dataclass(frozen=True)
+@record
 class ModelSpec:
     """One transformer, as its config file describes it.
 
@@ -281,7 +282,9 @@ def _uniform_runs(spec: "ModelSpec") -> tuple:
     """Runs from the flat fields: MoE after `moe.dense_layers` dense layers; a
     sliding window on every layer, or on all but every `global_every`-th (layer i
     is global when (i + 1) % global_every == 0: Gemma 2's odd layers)."""
-    from kvcalc.layers import Attention, Dense, Latent, Layer
+    from itertools import groupby
+
+    from kvcalc.layers import Attention, Dense, Latent, Layer, Run
     from kvcalc.layers import MoE as MoEMLP
 
     if spec.mla is not None:
@@ -307,21 +310,18 @@ def _uniform_runs(spec: "ModelSpec") -> tuple:
         mlps = [dense] * e.dense_layers + [moe] * (spec.layers - e.dense_layers)
     mixers = [sliding if spec.sliding_window and not (spec.global_every and (i + 1) % spec.global_every == 0)
               else full for i in range(spec.layers)]
-    layers = [Layer(mx, mlp, spec.norms_per_layer) for mx, mlp in zip(mixers, mlps)]
-    return compress(layers)
+    # Equal neighbours are the same objects here: group them before making Layers.
+    return tuple(Run(Layer(mx, mlp, spec.norms_per_layer), sum(1 for _ in same))
+                 for (mx, mlp), same in groupby(zip(mixers, mlps)))
 
 
 def compress(layers: list) -> tuple:
     """Consecutive equal layers as Runs."""
+    from itertools import groupby
+
     from kvcalc.layers import Run
 
-    runs: list = []
-    for layer in layers:
-        if runs and runs[-1].layer == layer:
-            runs[-1] = Run(layer, runs[-1].count + 1)
-        else:
-            runs.append(Run(layer, 1))
-    return tuple(runs)
+    return tuple(Run(layer, sum(1 for _ in same)) for layer, same in groupby(layers))
 
 
 def _merge(runs: tuple) -> tuple:
@@ -362,7 +362,7 @@ def _positive(obj: object, name: str, upper: int) -> None:
     check_size(name, getattr(obj, name), upper)
 
 
-@dataclass(frozen=True)
+@record
 class Hardware:
     """One accelerator (or CPU socket) from its datasheet.
 

@@ -36,13 +36,14 @@ import os
 import re
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from functools import cached_property
 from typing import IO, Callable, Iterator, Sequence
 
 import numpy as np
 
 from kvcalc import csvtext, formulas
+from kvcalc._record import record
 from kvcalc.errors import KvcalcError, quoted
 from kvcalc.estimate import estimate, row_columns, stored_weights, weights_as
 from kvcalc.roofline import compute_dtype_for, decode_roofline, fit as roofline_fit
@@ -79,7 +80,7 @@ _BOUNDING = ("kv_cache_bytes_full", "decode_flops", "decode_bytes")
 _INT = re.compile(r"[0-9]+")
 
 
-@dataclass(frozen=True)
+@record
 class Spec:
     """A parsed SPEC: an explicit list of values or a range, never materialised
     unless asked (a linear range of billions of values stays three numbers)."""
@@ -231,7 +232,7 @@ def parse_names(text: str | Sequence[str], name: str = "--kv-dtype") -> tuple[st
 # --------------------------------------------------------------------------------
 # The plan: one Combo per (kv_heads, kv_dtype, tp)
 # --------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@record
 class Combo:
     """One (kv_heads, kv_dtype, tp) combination: the model variant and the settings its
     rows share. Every figure that varies with seq_len and batch comes from
@@ -259,7 +260,7 @@ class Combo:
                             - {0}))
 
 
-@dataclass(frozen=True)
+@record
 class SweepPlan:
     """What to compute: the model, the SPECs, the fixed settings, and the combinations."""
 
@@ -467,7 +468,7 @@ def _compute(c: Combo, S: np.ndarray, B: np.ndarray, hardware: bool) -> dict:
 # --------------------------------------------------------------------------------
 # Chunks: blocks of rows of one combination
 # --------------------------------------------------------------------------------
-@dataclass
+@record(frozen=False)
 class Chunk:
     """Rows [start, stop) of one combination's seq_len x batch grid (batch fastest)."""
 
@@ -872,7 +873,7 @@ def write_parquet(plan: SweepPlan, out: IO[bytes],
 # --------------------------------------------------------------------------------
 # What `--plot` draws, gathered while the rows stream past
 # --------------------------------------------------------------------------------
-@dataclass
+@record(frozen=False)
 class Series:
     """One line of the sweep plot: KV cache per device against x for one variant."""
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from kvcalc._record import record
 from kvcalc.errors import KvcalcError, quoted
 from kvcalc.spec import DTYPES, MAX_LAYERS, MAX_WIDTH, Hardware, ModelSpec, check_size
 
@@ -115,7 +115,7 @@ def parse_size(text: str, flag: str = "--reserve") -> int:
     return value
 
 
-@dataclass
+@record(frozen=False)
 class ModelRequest:
     """What the user asked for, before presets are loaded."""
 

@@ -6,10 +6,11 @@ the default cache is at least 1 GB (far above L2); on a CPU the run stays quick.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Callable
 
+from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import MAX_BATCH, MAX_SEQ_LEN, MAX_WIDTH, check_size
 
@@ -27,7 +28,7 @@ ALL_IMPLS = {"cpu": ("grouped", "sdpa", "repeat"),
              "cuda": ("sdpa-flash", "grouped", "sdpa", "repeat")}
 
 
-@dataclass(frozen=True)
+@record
 class DeviceDefaults:
     """Per-device defaults, each with the reason for its value."""
 
@@ -53,7 +54,7 @@ DEFAULTS = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class MeasureConfig:
     """One `kvcalc measure` run. Sizes are counts; None means the device default."""
 
@@ -137,7 +138,7 @@ class MeasureConfig:
         return list(dict.fromkeys([self.heads, self.kv_heads, 1]))
 
 
-@dataclass
+@record(frozen=False)
 class MeasureResult:
     """Rows (one per step x kv_heads x impl), the device, and the ceilings measured."""
 

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from kvcalc._record import record
 
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
 
@@ -133,7 +134,7 @@ _FUSED = (
 _COPIES = ("aten.repeat_interleave", "aten.clone", "aten.repeat.", "aten.index_select")
 
 
-@dataclass(frozen=True)
+@record
 class BackendInfo:
     backend: str  # flash, flash (cpu), cudnn, efficient, math, matmul
     kv_copied: bool  # K/V materialised per query head before the kernel
@@ -275,7 +276,7 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 # --------------------------------------------------------------------------------
 # Tensors for one timed slot
 # --------------------------------------------------------------------------------
-@dataclass
+@record(frozen=False)
 class Slot:
     """One distinct set of buffers: a K/V cache (and, for the layer step, weights)."""
 

@@ -15,8 +15,9 @@ Pure integer math, no torch. Two steps:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas import (
     layer_matmuls,
@@ -29,7 +30,7 @@ from kvcalc.spec import DType, ModelSpec, dtype as _dtype
 STEPS = ("attention", "layer")
 
 
-@dataclass(frozen=True)
+@record
 class StepPrediction:
     """Minimum traffic and FLOPs of one timed call, with the tensors it allocates."""
 
@@ -115,7 +116,7 @@ def predict(step: str, spec: ModelSpec, batch: int, seq_len: int,
 # --------------------------------------------------------------------------------
 # Time, from measured terms
 # --------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@record
 class TimeTerms:
     """Predicted seconds of one call, split into the measured terms it is built from.
 

@@ -17,10 +17,11 @@ from __future__ import annotations
 import math
 import statistics
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 
 import torch
 
+from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas import kv_bytes_per_token_per_layer
 from kvcalc.measure import ceilings as ceil_mod
@@ -58,7 +59,7 @@ def probe_bytes(heads: int, kv_heads: int, head_dim: int, seq_len: int, dtype: s
 # --------------------------------------------------------------------------------
 # Planning (no big allocations)
 # --------------------------------------------------------------------------------
-@dataclass
+@record(frozen=False)
 class Group:
     """One (step, kv_heads) pair: its buffers are allocated together and freed after."""
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from kvcalc._record import record
 from kvcalc.measure.timing import time_calls
 
 SHAPE_FRACTION = 4  # operands of a shape ceiling: at most LLC / 4, so they stay resident
@@ -30,7 +30,7 @@ LOADED_CORES = 0.25  # other processes (or the hypervisor's steal) above this: a
 STREAM_MIN_BYTES = 64 * 2**20  # a streamed ceiling reads at least this, and 8x the LLC
 
 
-@dataclass(frozen=True)
+@record
 class ShapeCeilings:
     attention_flops_per_s: float  # the step's attention at its (group, head_dim, seq_len)
     projection_flops_per_s: float | None  # (batch x d_model) @ (d_model x out), layer step
@@ -245,7 +245,7 @@ def shape_ceilings(step: str, attn, device, tdtype, heads: int, kv_heads: int, h
 # --------------------------------------------------------------------------------
 # The host: load, frequency, other processes
 # --------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@record
 class HostSample:
     wall_s: float
     busy_ticks: int  # all CPUs, from /proc/stat (user+nice+system+irq+softirq)

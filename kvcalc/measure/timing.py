@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from kvcalc._record import record
 
 QUEUE_FILL_MIN_CYCLES = 2_000_000  # about 1 ms at 2 GHz
 QUEUE_FILL_MAX_S = 2.0  # never spin the GPU longer than this before a timed loop
 QUEUE_FILL_MARGIN = 1.5  # cover the host's whole launch loop, with room to spare
 
 
-@dataclass(frozen=True)
+@record
 class Timing:
     median_s: float
     p10_s: float
