@@ -65,6 +65,9 @@ def end_to_end(flags: list[str], folder: Path, name: str = "sweep.csv") -> tuple
     out = folder / name
     if out.exists():
         out.unlink()
+    # Each run starts on a quiet file system: without this, freeing the previous run's
+    # 400 MB is committed by the journal inside this run's fsync.
+    os.sync()
     cmd = [sys.executable, "-m", "kvcalc", "sweep", *flags, *SWEEP, "--output", str(out)]
     t = time.perf_counter()
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)

@@ -14,6 +14,7 @@ derive from integers that the same row carries exactly.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -187,19 +188,26 @@ def literal_field(text: str) -> bytes:
 def join_rows(blocks: Sequence[np.ndarray | bytes], n: int) -> np.ndarray:
     """Lay the fields' byte blocks side by side, row by row, and drop the NULs.
 
-    (numpy's boolean compaction releases the GIL, so chunks join in parallel
-    threads; bytes.translate, faster alone, does not.)"""
-    widths = [len(b) if isinstance(b, bytes) else b.shape[1] for b in blocks]
-    mat = np.empty((n, sum(widths)), dtype=np.uint8)
-    col = 0
-    for block, w in zip(blocks, widths):
+    Each block is copied through a structured view of the rows (one opaque item of the
+    block's width per row), which numpy copies about twice as fast as a 2-D slice.
+    (numpy's boolean compaction releases the GIL, so chunks join in parallel threads;
+    bytes.translate, as fast alone, does not.)"""
+    widths = tuple(len(b) if isinstance(b, bytes) else b.shape[1] for b in blocks)
+    rows = np.empty(n, dtype=_row_dtype(widths))
+    for i, (block, w) in enumerate(zip(blocks, widths)):
+        if not w:
+            continue
         if isinstance(block, bytes):
-            if w == 1:
-                mat[:, col] = block[0]
-            elif w:
-                mat[:, col:col + w] = np.frombuffer(block, dtype=np.uint8)
+            rows[f"f{i}"] = np.frombuffer(block, dtype=f"V{w}")[0]
         else:
-            mat[:, col:col + w] = block
-        col += w
-    flat = mat.ravel()
+            rows[f"f{i}"] = np.ascontiguousarray(block).view(f"V{w}").reshape(n)
+    flat = rows.view(np.uint8)
     return flat[flat != 0]  # uint8: files take it as bytes without a copy
+
+
+@functools.lru_cache(maxsize=64)
+def _row_dtype(widths: tuple[int, ...]) -> np.dtype:
+    """One row of the padded text: field i is `widths[i]` opaque bytes, packed."""
+    used = [i for i, w in enumerate(widths) if w]
+    return np.dtype({"names": [f"f{i}" for i in used], "formats": [f"V{widths[i]}" for i in used],
+                     "offsets": [sum(widths[:i]) for i in used], "itemsize": sum(widths)})
