@@ -52,3 +52,29 @@ def test_the_wrote_line_shows_the_path_not_markup(tmp_path: Path, capsys) -> Non
         report.emit("{}\n", tmp_path / name)
         assert capsys.readouterr().err == f"wrote {tmp_path / name}\n"
         assert (tmp_path / name).read_text() == "{}\n"
+
+
+def test_write_behind_keeps_order_and_raises_the_writers_error_in_the_producer():
+    import io
+
+    import pytest
+
+    from kvcalc.report import WriteBehind
+
+    buf = io.BytesIO()
+    with WriteBehind(buf, depth=2) as w:
+        for i in range(200):
+            w.write(b"%d," % i)
+    assert buf.getvalue() == b"".join(b"%d," % i for i in range(200))
+
+    class Broken(io.RawIOBase):
+        def writable(self):
+            return True
+
+        def write(self, data):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    with pytest.raises(BrokenPipeError):
+        with WriteBehind(Broken(), depth=2) as w:
+            for _ in range(1000):  # the writer drains after its error: this never hangs
+                w.write(b"x")
