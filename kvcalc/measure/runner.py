@@ -15,7 +15,6 @@ Order of work, so that nothing big is allocated before the memory guard passed:
 from __future__ import annotations
 
 import math
-import statistics
 import warnings
 from dataclasses import asdict, field
 
@@ -618,7 +617,7 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
         return row
     if rounds > 1:
         t = summarise(values, t.timer, t.cuda_graphs, t.host_s_per_call)
-        row.update(_prediction(pred, read_bw, _median_streams(round_shapes), group.step, g))
+        row.update(_prediction(pred, read_bw, terms_mod.median_streams(round_shapes), group.step, g))
         notes.append(f"{rounds} rounds of streamed ceilings then {per_round} repetitions; "
                      "K/V and weight read rates are the rounds' medians")
     row["rounds"] = rounds
@@ -688,19 +687,6 @@ def _prediction(pred: StepPrediction, read_bw: float, shape, step: str, group: i
                          + (f", projections {tt.projection_bound}" if step == "layer" else "")),
         "bound": tt.bound,
     }
-
-
-def _median_streams(shapes: list) -> object:
-    """One ShapeCeilings whose streamed read rates are the median of several rounds'."""
-    from dataclasses import replace
-
-    def med(values):
-        values = [v for v in values if v]
-        return statistics.median(values) if values else None
-
-    return replace(shapes[0],
-                   kv_read_bytes_per_s=med([s.kv_read_bytes_per_s for s in shapes]) or 0.0,
-                   weight_read_bytes_per_s=med([s.weight_read_bytes_per_s for s in shapes]))
 
 
 def _shape_ceilings(group: Group, name: str, attn, device, dtype, seq_len, batch, meta):

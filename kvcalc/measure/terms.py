@@ -64,6 +64,20 @@ def refresh_streams(shape: ShapeCeilings, step: str, attn, device, tdtype, heads
     return replace(shape, kv_read_bytes_per_s=kv, weight_read_bytes_per_s=w)
 
 
+def median_streams(shapes: list[ShapeCeilings]) -> ShapeCeilings:
+    """One ShapeCeilings whose streamed read rates are the median of several rounds'."""
+    import statistics
+    from dataclasses import replace
+
+    def med(values):
+        values = [v for v in values if v]
+        return statistics.median(values) if values else None
+
+    return replace(shapes[0],
+                   kv_read_bytes_per_s=med([s.kv_read_bytes_per_s for s in shapes]) or 0.0,
+                   weight_read_bytes_per_s=med([s.weight_read_bytes_per_s for s in shapes]))
+
+
 def shape_workspace_bytes(cache_bytes: int, stream: int | None = None) -> int:
     """Upper bound of what shape_ceilings allocates at once (for the memory guard)."""
     return max(3 * (cache_bytes // SHAPE_FRACTION), stream or stream_bytes(cache_bytes)) + 2**22

@@ -277,41 +277,64 @@ def _rank_work(rank: int, tp: int, device, backend: str, job: dict) -> dict:
     shape = terms_mod.shape_ceilings(step, attn, device, tdtype, hl, len(kv_heads), d, dm, L, b,
                                      job["cache_bytes"], job["stream_bytes"],
                                      before_stream=dist.barrier)
-    dist.barrier()
     small = torch.zeros(ALLREDUCE_SMALL_ELEMS, device=device, dtype=tdtype)
     large = torch.zeros(ALLREDUCE_LARGE_BYTES // small.element_size(), device=device,
                         dtype=tdtype)
-    lat = statistics.median(_timed(lambda: dist.all_reduce(small), device, *ALLREDUCE_ITERS,
-                                   barrier=True))
-    big = statistics.median(_timed(lambda: dist.all_reduce(large), device, *ALLREDUCE_ITERS,
-                                   barrier=True))
     large_bytes = large.numel() * large.element_size()
     ring = 2 * (tp - 1) / tp
-    bus_bw = ring * large_bytes / max(big - lat, 1e-9) if tp > 1 else 0.0
-    del small, large
 
-    # --- the timed step: barrier, local part, all-reduce ---
+    def allreduce_probe() -> tuple[float, float]:
+        """(latency, bus bandwidth) of this backend now, every rank at once."""
+        dist.barrier()
+        lat = statistics.median(_timed(lambda: dist.all_reduce(small), device,
+                                       *ALLREDUCE_ITERS, barrier=True))
+        big = statistics.median(_timed(lambda: dist.all_reduce(large), device,
+                                       *ALLREDUCE_ITERS, barrier=True))
+        return lat, (ring * large_bytes / max(big - lat, 1e-9) if tp > 1 else 0.0)
+
+    def refreshed():
+        """The streamed bandwidths again, every rank at once, next to the repetitions
+        they predict (the host's bandwidth drifts; as the one-rank runner does)."""
+        dist.barrier()
+        return terms_mod.refresh_streams(shape, step, attn, device, tdtype, hl, len(kv_heads),
+                                         d, dm, L, b, job["stream_bytes"], {})
+
+    # --- the timed step, in rounds: (ceilings, a share of the repetitions) each ---
+    rounds = max(1, job.get("rounds", 1))
     warmup, iters = job["warmup"], job["iters"]
+    per_round = -(-iters // rounds)
+    shapes, probes = [shape], [allreduce_probe()]
     steps, reduces, locals_, arrive, done = [], [], [], [], []
     n = len(calls)
+    calls_made = 0
     before = terms_mod.host_sample()
-    for i in range(warmup + iters):
-        dist.barrier()
-        sync()
-        t0 = time.perf_counter()
-        res = calls[i % n]()
-        sync()
-        t1 = time.perf_counter()
-        if tp > 1:  # one rank has nothing to reduce
-            dist.all_reduce(res)
+    for r in range(rounds):
+        if r:
+            shapes.append(refreshed())
+            probes.append(allreduce_probe())
+        skip = warmup if r == 0 else 1
+        for i in range(skip + per_round):
+            dist.barrier()
             sync()
-        t2 = time.perf_counter()
-        if i >= warmup:
-            steps.append(t2 - t0)
-            reduces.append(t2 - t1)
-            locals_.append(t1 - t0)
-            arrive.append(t1)  # perf_counter is CLOCK_MONOTONIC: one clock for every rank
-            done.append(t2)
+            t0 = time.perf_counter()
+            res = calls[calls_made % n]()
+            calls_made += 1
+            sync()
+            t1 = time.perf_counter()
+            if tp > 1:  # one rank has nothing to reduce
+                dist.all_reduce(res)
+                sync()
+            t2 = time.perf_counter()
+            if i >= skip:
+                steps.append(t2 - t0)
+                reduces.append(t2 - t1)
+                locals_.append(t1 - t0)
+                arrive.append(t1)  # perf_counter is CLOCK_MONOTONIC: one clock for every rank
+                done.append(t2)
+    del small, large
+    shape = terms_mod.median_streams(shapes)
+    lat = statistics.median(p[0] for p in probes)
+    bus_bw = statistics.median(p[1] for p in probes)
     after = terms_mod.host_sample()
     host = None
     if before is not None and after is not None:
@@ -452,7 +475,7 @@ def run_tp(config, progress=None):
                "d_model": spec.d_model, "batch": batch, "seq_len": seq_len, "seed": config.seed,
                "slots": slots, "warmup": warmup, "iters": iters, "read_bytes": read_bytes,
                "cache_bytes": meta["cache_bytes"],
-               "stream_bytes": stream}
+               "stream_bytes": stream, "rounds": d.rounds}
         if progress is not None:
             progress(f"--tp {tp}: {tp} rank(s), {human_bytes(pred.kv_cache_bytes)} K/V each",
                      tps.index(tp), len(tps))
@@ -522,12 +545,17 @@ def _rows(ranks: list[dict], tp: int, job: dict, meta: dict, spec, full, regime:
                              "timing")
         if r["kv_heads_held"] * tp > job["kv_heads"]:
             notes.append(f"K/V heads replicated: {tp // job['kv_heads']} ranks hold each head")
+        rounds = max(1, job.get("rounds", 1))
+        if rounds > 1:
+            notes.append(f"{rounds} rounds of streamed ceilings and all-reduce probes, each "
+                         f"followed by {-(-job['iters'] // rounds)} repetitions; rates are the "
+                         "rounds' medians")
         rows.append({
             "dtype": job["dtype"], "step": job["step"], "impl": job["impl"],
             "backend": r["backend"], "tp": tp, "rank": r["rank"],
             "heads": job["heads"], "attention": attention, "kv_heads": job["kv_heads"],
             "head_dim": job["head_dim"], "d_model": job["d_model"], "seq_len": job["seq_len"],
-            "batch": job["batch"], "threads": r["threads"],
+            "batch": job["batch"], "threads": r["threads"], "rounds": max(1, job.get("rounds", 1)),
             "q_heads": f"{r['q_heads'][0]}-{r['q_heads'][1] - 1}",
             "kv_heads_held": r["kv_heads_held"],
             "kv_heads_range": f"{r['kv_head_range'][0]}-{r['kv_head_range'][1] - 1}",
