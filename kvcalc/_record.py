@@ -14,6 +14,7 @@ from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields
 from operator import attrgetter
 from typing import dataclass_transform
 
+
 def _init(self, *args, **kwargs) -> None:
     cls = self.__class__
     if args:
