@@ -52,15 +52,16 @@ def stream_bytes(cache_bytes: int, working_set: int = 0) -> int:
 
 def refresh_streams(shape: ShapeCeilings, step: str, attn, device, tdtype, heads: int,
                     kv_heads: int, head_dim: int, d_model: int, seq_len: int, batch: int,
-                    stream: int, streamed: dict) -> ShapeCeilings:
-    """`shape` with its streamed bandwidths measured again now (the FLOP/s and overhead kept)."""
+                    stream: int, streamed: dict, lockstep=None) -> ShapeCeilings:
+    """`shape` with its streamed bandwidths measured again now (the FLOP/s and overhead
+    kept); `lockstep` as for shape_ceilings."""
     from dataclasses import replace
 
-    kv, _ = kv_stream_bytes_per_s(attn, device, tdtype, head_dim, seq_len, stream)
+    kv, _ = kv_stream_bytes_per_s(attn, device, tdtype, head_dim, seq_len, stream, lockstep)
     w = None
     if step == "layer":
         w, _ = weight_stream_bytes_per_s(attn, device, tdtype, batch, heads, kv_heads, head_dim,
-                                         d_model, stream, shape.overhead_s)
+                                         d_model, stream, shape.overhead_s, lockstep)
     return replace(shape, kv_read_bytes_per_s=kv, weight_read_bytes_per_s=w)
 
 
@@ -83,10 +84,11 @@ def shape_workspace_bytes(cache_bytes: int, stream: int | None = None) -> int:
     return max(3 * (cache_bytes // SHAPE_FRACTION), stream or stream_bytes(cache_bytes)) + 2**22
 
 
-def _median(fn, device) -> float:
-    """A streamed ceiling: the median, like the read ceiling and the steps it predicts."""
+def _median(fn, device, lockstep=None) -> float:
+    """A streamed ceiling: the median, like the read ceiling and the steps it predicts.
+    `lockstep` (tensor parallelism: a barrier) runs, untimed, before each repetition."""
     warmup, iters = SHAPE_ITERS
-    return time_calls([fn], device=device, warmup=warmup, iters=iters).median_s
+    return time_calls([fn], device=device, warmup=warmup, iters=iters, flush=lockstep).median_s
 
 
 def _best(fn, device) -> float:
@@ -142,7 +144,7 @@ def attention_flops_per_s(attn, device, tdtype, group: int, head_dim: int, seq_l
 
 
 def kv_stream_bytes_per_s(attn, device, tdtype, head_dim: int, seq_len: int,
-                          total_bytes: int) -> tuple[float, int]:
+                          total_bytes: int, lockstep=None) -> tuple[float, int]:
     """K/V bytes per second `attn` reads from memory with one query row per K/V head.
 
     As many heads of (seq_len, head_dim) as make stream_bytes(LLC) of K and V: each call
@@ -153,7 +155,7 @@ def kv_stream_bytes_per_s(attn, device, tdtype, head_dim: int, seq_len: int,
     k = torch.empty(1, n, seq_len, head_dim, device=device, dtype=tdtype).normal_()
     v = torch.empty_like(k).normal_()
     q = torch.randn(1, n, 1, head_dim, device=device, dtype=tdtype)
-    t = _median(lambda: attn(q, k, v, head_dim ** -0.5), device)
+    t = _median(lambda: attn(q, k, v, head_dim ** -0.5), device, lockstep)
     return n * per_head / t, n
 
 
@@ -162,7 +164,7 @@ WEIGHT_PROBE_SEQ_LEN = 16  # the layer step with a cache this short is its weigh
 
 def weight_stream_bytes_per_s(attn, device, tdtype, batch: int, heads: int, kv_heads: int,
                               head_dim: int, d_model: int, total_bytes: int,
-                              overhead_s: float) -> tuple[float, int]:
+                              overhead_s: float, lockstep=None) -> tuple[float, int]:
     """Weight bytes per second the layer step itself reads: the same call (fused qkv
     F.linear, cache write, attention, output F.linear) at this batch and these weight
     shapes over a WEIGHT_PROBE_SEQ_LEN-token cache, as many copies as make total_bytes,
@@ -186,7 +188,7 @@ def weight_stream_bytes_per_s(attn, device, tdtype, batch: int, heads: int, kv_h
     scale = head_dim ** -0.5
     warmup, iters = SHAPE_ITERS
     t = time_calls([impls.layer_call(sl, attn, scale) for sl in slots], device=device,
-                   warmup=warmup, iters=iters).median_s
+                   warmup=warmup, iters=iters, flush=lockstep).median_s
     del slots, first
     return each / max(t - overhead_s, t / 2), copies
 
@@ -205,12 +207,16 @@ def projection_flops_per_s(device, tdtype, batch: int, d_in: int, d_out: int,
 def shape_ceilings(step: str, attn, device, tdtype, heads: int, kv_heads: int, head_dim: int,
                    d_model: int, seq_len: int, batch: int, cache_bytes: int,
                    stream: int | None = None, streamed: dict | None = None,
-                   before_stream=None) -> ShapeCeilings:
+                   lockstep=None) -> ShapeCeilings:
     """Everything the prediction needs at this step's shapes. `stream`: bytes each
     streamed ceiling reads (default stream_bytes(cache_bytes); tests pass less).
     `streamed`: a dict shared by the groups of one run, so the streamed bandwidths (which
     do not depend on the K/V-head count) are measured once and every variant is
-    predicted from the same figure."""
+    predicted from the same figure. `lockstep` (tensor parallelism: a barrier of the
+    ranks) runs before each streamed repetition: the ranks share the memory bus, so each
+    streams while the others do, as in the step; unsynchronised, a rank that finished
+    early left the other the whole bus (2026-11-23: 13.5-14.7 GB/s of weights per rank,
+    more than the host's 19.6 GB/s read ceiling for the two together)."""
     stream = stream or stream_bytes(cache_bytes)
     from kvcalc.measure import impls
 
@@ -228,20 +234,17 @@ def shape_ceilings(step: str, attn, device, tdtype, heads: int, kv_heads: int, h
     streamed = {} if streamed is None else streamed
     key = ("kv", attn, head_dim, seq_len, stream)
     if key not in streamed:
-        if before_stream is not None:  # tensor parallelism: every rank streams at once
-            before_stream()
-        streamed[key] = kv_stream_bytes_per_s(attn, device, tdtype, head_dim, seq_len, stream)
+        streamed[key] = kv_stream_bytes_per_s(attn, device, tdtype, head_dim, seq_len, stream,
+                                              lockstep)
     kv_read, n_stream = streamed[key]
     method += (f"; K/V read: the same call streaming {n_stream} K/V heads, one query row each")
     proj = w_read = None
     if step == "layer":
         key = ("w", attn, batch, heads, kv_heads, head_dim, d_model, stream)
         if key not in streamed:
-            if before_stream is not None:
-                before_stream()
             streamed[key] = weight_stream_bytes_per_s(attn, device, tdtype, batch, heads,
                                                       kv_heads, head_dim, d_model, stream,
-                                                      overhead)
+                                                      overhead, lockstep)
         w_read, w_copies = streamed[key]
         method += (f"; weights read: the layer step itself at batch {batch} over a "
                    f"{WEIGHT_PROBE_SEQ_LEN}-token cache, {w_copies} copies rotated")

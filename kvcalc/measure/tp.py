@@ -270,13 +270,13 @@ def _rank_work(rank: int, tp: int, device, backend: str, job: dict) -> dict:
     # --- ceilings, every rank at once ---
     dist.barrier()
     read_buf = torch.ones(job["read_bytes"] // 4, device=device, dtype=torch.float32)
-    read_t = _timed(lambda: read_buf.sum(), device, 3, 20)
+    read_t = _timed(lambda: read_buf.sum(), device, 3, 20, barrier=True)
     read_bw = read_buf.numel() * 4 / statistics.median(read_t)
     del read_buf
     dist.barrier()
     shape = terms_mod.shape_ceilings(step, attn, device, tdtype, hl, len(kv_heads), d, dm, L, b,
                                      job["cache_bytes"], job["stream_bytes"],
-                                     before_stream=dist.barrier)
+                                     lockstep=dist.barrier)
     small = torch.zeros(ALLREDUCE_SMALL_ELEMS, device=device, dtype=tdtype)
     large = torch.zeros(ALLREDUCE_LARGE_BYTES // small.element_size(), device=device,
                         dtype=tdtype)
@@ -297,7 +297,8 @@ def _rank_work(rank: int, tp: int, device, backend: str, job: dict) -> dict:
         they predict (the host's bandwidth drifts; as the one-rank runner does)."""
         dist.barrier()
         return terms_mod.refresh_streams(shape, step, attn, device, tdtype, hl, len(kv_heads),
-                                         d, dm, L, b, job["stream_bytes"], {})
+                                         d, dm, L, b, job["stream_bytes"], {},
+                                         lockstep=dist.barrier)
 
     # --- the timed step, in rounds: (ceilings, a share of the repetitions) each ---
     rounds = max(1, job.get("rounds", 1))
