@@ -22,6 +22,12 @@ from kvcalc.measure.timing import time_calls
 
 SHAPE_FRACTION = 4  # operands of a shape ceiling: at most LLC / 4, so they stay resident
 SHAPE_ITERS = (3, 20)  # (warm-up, repetitions)
+# A streamed ceiling's repetitions stop at about this much time (never under
+# STREAM_MIN_ITERS): at the campaign's shapes a call takes 10-25 ms and all 20 run; with
+# tiny heads (head_dim 8, 16 tokens: ~10^5 heads per stream) a call takes ~65 ms, and 20 of
+# them, over 3 rounds and two implementations, made a toy `measure` take 20 s.
+STREAM_BUDGET_S = 0.5
+STREAM_MIN_ITERS = 5
 OVERHEAD_HEAD_DIM = 8  # the tiny call that measures per-call overhead
 OVERHEAD_SEQ_LEN = 16
 LOADED_CORES = 0.25  # other processes (or the hypervisor's steal) above this: a loaded host
@@ -84,11 +90,17 @@ def shape_workspace_bytes(cache_bytes: int, stream: int | None = None) -> int:
     return max(3 * (cache_bytes // SHAPE_FRACTION), stream or stream_bytes(cache_bytes)) + 2**22
 
 
-def _median(fn, device, lockstep=None) -> float:
+def _median(fns, device, lockstep=None) -> float:
     """A streamed ceiling: the median, like the read ceiling and the steps it predicts.
-    `lockstep` (tensor parallelism: a barrier) runs, untimed, before each repetition."""
+    `lockstep` (tensor parallelism: a barrier) runs, untimed, before each repetition; then
+    every rank makes the same number of calls, so the count is fixed, never budgeted."""
+    fns = fns if isinstance(fns, (list, tuple)) else [fns]
     warmup, iters = SHAPE_ITERS
-    return time_calls([fn], device=device, warmup=warmup, iters=iters, flush=lockstep).median_s
+    if lockstep is None:
+        first = time_calls(fns, device=device, warmup=1, iters=1).median_s
+        iters = max(STREAM_MIN_ITERS, min(iters, int(STREAM_BUDGET_S / max(first, 1e-9))))
+        warmup = max(0, warmup - 2)  # the two calls above warmed it
+    return time_calls(fns, device=device, warmup=warmup, iters=iters, flush=lockstep).median_s
 
 
 def _best(fn, device) -> float:
@@ -152,8 +164,10 @@ def kv_stream_bytes_per_s(attn, device, tdtype, head_dim: int, seq_len: int,
     e = torch.empty((), dtype=tdtype).element_size()
     per_head = 2 * seq_len * head_dim * e
     n = max(1, -(-total_bytes // per_head))
-    k = torch.empty(1, n, seq_len, head_dim, device=device, dtype=tdtype).normal_()
-    v = torch.empty_like(k).normal_()
+    # Values do not change the bytes a call reads; a fill is ~14x faster than normal_()
+    # over the 268 MB this probe streams on this project's VM (rounds re-allocate it).
+    k = torch.empty(1, n, seq_len, head_dim, device=device, dtype=tdtype).fill_(0.5)
+    v = torch.empty_like(k).fill_(0.25)
     q = torch.randn(1, n, 1, head_dim, device=device, dtype=tdtype)
     t = _median(lambda: attn(q, k, v, head_dim ** -0.5), device, lockstep)
     return n * per_head / t, n
@@ -186,9 +200,7 @@ def weight_stream_bytes_per_s(attn, device, tdtype, batch: int, heads: int, kv_h
                                        heads, kv_heads, head_dim, d_model, gen)
                        for _ in range(copies - 1)]
     scale = head_dim ** -0.5
-    warmup, iters = SHAPE_ITERS
-    t = time_calls([impls.layer_call(sl, attn, scale) for sl in slots], device=device,
-                   warmup=warmup, iters=iters, flush=lockstep).median_s
+    t = _median([impls.layer_call(sl, attn, scale) for sl in slots], device, lockstep)
     del slots, first
     return each / max(t - overhead_s, t / 2), copies
 
