@@ -23,9 +23,10 @@ from kvcalc.measure.timing import time_calls
 SHAPE_FRACTION = 4  # operands of a shape ceiling: at most LLC / 4, so they stay resident
 SHAPE_ITERS = (3, 20)  # (warm-up, repetitions)
 # A streamed ceiling's repetitions stop at about this much time (never under
-# STREAM_MIN_ITERS): at the campaign's shapes a call takes 10-25 ms and all 20 run; with
-# tiny heads (head_dim 8, 16 tokens: ~10^5 heads per stream) a call takes ~65 ms, and 20 of
-# them, over 3 rounds and two implementations, made a toy `measure` take 20 s.
+# STREAM_MIN_ITERS; their median is the figure). With tiny heads (head_dim 8, 16 tokens:
+# ~10^5 heads per stream) a K/V call takes ~65 ms, and 20 of them, over 3 rounds and two
+# implementations, made a toy `measure` take 20 s. At the campaign's shapes a K/V call
+# takes ~25 ms (about 20 run) and a weight call 50-70 ms (7-10 run, in each of 3 rounds).
 STREAM_BUDGET_S = 0.5
 STREAM_MIN_ITERS = 5
 OVERHEAD_HEAD_DIM = 8  # the tiny call that measures per-call overhead
