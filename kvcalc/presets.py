@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import stat
 import typing
 import zlib
 from collections.abc import Mapping
@@ -70,10 +71,11 @@ def hardware_names() -> list[str]:
 def _names(kind: str) -> list[str]:
     folder = presets_dir() / kind
     try:
-        changed = folder.stat().st_mtime_ns  # a file added or removed changes it
+        st = folder.stat()
     except OSError:
         return []
-    return list(_stems(folder, changed)) if folder.is_dir() else []
+    # Listed once per version of the folder: a file added or removed changes its mtime.
+    return list(_stems(folder, st.st_mtime_ns)) if stat.S_ISDIR(st.st_mode) else []
 
 
 @functools.lru_cache(maxsize=8)

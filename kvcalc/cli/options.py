@@ -35,13 +35,10 @@ class OutputFormat(str, Enum):
 TEXT_FORMATS = (OutputFormat.table, OutputFormat.json, OutputFormat.csv, OutputFormat.md)
 
 
-class TextFormat(str, Enum):
-    """--format where Parquet is not offered (everything but `kvcalc sweep`)."""
+# --format where Parquet is not offered (everything but `kvcalc sweep`): typer offers an
+# Enum's values as the choices, so the text formats get an Enum of their own.
+TextFormat = Enum("TextFormat", [(f.name, f.value) for f in TEXT_FORMATS], type=str)
 
-    table = "table"
-    json = "json"
-    csv = "csv"
-    md = "md"
 
 # -o FILE without --format: the format its suffix names.
 _SUFFIX_FORMATS = {".json": OutputFormat.json, ".csv": OutputFormat.csv, ".md": OutputFormat.md,
