@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields
 from operator import attrgetter
-from typing import dataclass_transform
+
+try:
+    from typing import dataclass_transform
+except ImportError:  # Python 3.10: the decorator only tells type checkers what @record does
+
+    def dataclass_transform(**_hints):
+        return lambda decorator: decorator
 
 
 def _init(self, *args, **kwargs) -> None:

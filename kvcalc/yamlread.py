@@ -145,16 +145,54 @@ _StrictLoader.add_constructor(_INT_TAG, _construct_int)
 _StrictLoader.add_constructor(_AMBIGUOUS_TAG, _refuse_ambiguous)
 
 
+# Nesting kvcalc reads: a model or hardware file nests 3-4 levels. PyYAML composes
+# documents recursively: in C (libyaml, CSafeLoader) a deep enough file overflows the
+# stack and kills the process (PyYAML 6.0.3 and older: 40,000 levels in 80 kB), in Python
+# it raises RecursionError; 6.0.4's libyaml stops at 1,000 levels with its own message.
+# So the depth is bounded first, on the event stream of PyYAML's pure-Python parser,
+# which is iterative and has no limit of its own.
+MAX_NESTING = 100
+# Every level opens with one of these characters ('-' item, ':' value, '?' key, flow
+# brackets): a text holding no more of them than the limit cannot nest deeper, and the
+# check costs nothing (a shipped preset holds at most 45).
+_OPENERS = "-:?[{"
+
+
+def _nesting_problem(text: str) -> str | None:
+    if sum(map(text.count, _OPENERS)) <= MAX_NESTING:
+        return None
+    loader = yaml.SafeLoader(text)
+    try:
+        depth = 0
+        while loader.check_event():
+            event = loader.get_event()
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_NESTING:
+                    mark = event.start_mark
+                    return (f"nested too deeply (over {MAX_NESTING} levels at line "
+                            f"{mark.line + 1}, column {mark.column + 1})")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+        return None
+    finally:
+        loader.dispose()
+
+
 def parse(text: str, where: str) -> Any:
     """The data of a YAML document, or a KvcalcError naming `where` and the problem."""
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        too_deep = _nesting_problem(text)
+        if too_deep is None:
+            data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         raise KvcalcError(f"{where}: malformed YAML: {_yaml_problem(e)}") from None
-    except RecursionError:
+    except RecursionError:  # not reached below MAX_NESTING; kept as the last guard
         raise KvcalcError(f"{where}: malformed YAML: nested too deeply") from None
     except ValueError as e:  # a constructor's int(): digits over the limit
         raise KvcalcError(f"{where}: malformed YAML: {value_problem(e)}") from None
+    if too_deep is not None:
+        raise KvcalcError(f"{where}: malformed YAML: {too_deep}")
     return data
 
 

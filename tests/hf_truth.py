@@ -532,17 +532,50 @@ def _fast_bf16_conv1d():
         F.conv1d = orig
 
 
+# The names transformers has given the cache argument and output field, newest first:
+# 5.24 renamed both to `cache` (past_key_values / cache_params deprecated). A model's
+# forward takes **kwargs, so a cache passed under a name it no longer reads is dropped
+# without a word and the step starts a fresh cache: the harness checks itself (below).
+CACHE_NAMES = ("cache", "past_key_values", "cache_params")
+
+
+class HarnessBroken(AssertionError):
+    """The harness did not run the model as intended: its readings are not the truth.
+    tests/conftest.py reports the first one and skips the tests it would fail."""
+
+
 def _cache_kw(model) -> str:
+    """The name under which ``model.forward`` takes the cache."""
     params = inspect.signature(model.forward).parameters
-    return "past_key_values" if "past_key_values" in params else "cache_params"
+    for name in CACHE_NAMES:
+        if name in params:
+            return name
+    raise HarnessBroken(f"{type(model).__name__}.forward takes none of {CACHE_NAMES} "
+                        "(a transformers release renamed the cache argument?)")
 
 
 def _returned_cache(out):
-    for k in ("past_key_values", "cache_params"):
+    for k in CACHE_NAMES:
         c = getattr(out, k, None)
         if c is not None:
             return c
-    raise ValueError("model returned no cache")
+    raise HarnessBroken(f"the model returned no cache under any of {CACHE_NAMES}")
+
+
+def _check_decode_kept_cache(passed, returned, rows: list[dict], seq_len: int) -> None:
+    """After a prefill of seq_len-1 tokens and one decode step with the prefill's cache:
+    the step updated that cache (not a fresh one), and every attention layer has seen
+    seq_len tokens. A step that started a fresh cache would show one."""
+    if returned is not passed:
+        raise HarnessBroken(
+            f"the decode step returned a new {type(returned).__name__} instead of updating "
+            "the prefill's cache: it was not handed over under the name the model reads")
+    seen = {r["seq_length"] for r in rows
+            if r["part"] == "self" and r["tokens_exposed"] is not None}
+    if seen and seen != {seq_len}:
+        raise HarnessBroken(
+            f"after a prefill of {seq_len - 1} tokens and one decode step the attention "
+            f"layers have seen {sorted(seen)} tokens, not {seq_len}")
 
 
 def _layer_tensors(layer) -> dict:
@@ -646,6 +679,7 @@ def _run(cfg: dict, seq_len: int, batch: int, dtype, window: int, decode: bool, 
         out = model(**extra, **{ids_key: ids[:, :n_prefill]}, use_cache=True)
         cache = _returned_cache(out)
         if decode:
+            prefill_cache = cache
             if extra:
                 extra = {"encoder_outputs": (out.encoder_last_hidden_state,)}
             pos = torch.full((batch, 1), n_prefill, dtype=torch.long)
@@ -658,6 +692,8 @@ def _run(cfg: dict, seq_len: int, batch: int, dtype, window: int, decode: bool, 
             out = model(**args)
             cache = _returned_cache(out)
     rows = inspect_cache(cache, _text_layer_types(config))
+    if decode:
+        _check_decode_kept_cache(prefill_cache, cache, rows, seq_len)
     try:
         from transformers.cache_utils import get_layer_types_and_kwargs
 

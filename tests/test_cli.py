@@ -548,3 +548,38 @@ def test_a_window_as_long_as_the_context_is_said(tmp_path):
     assert r.returncode == 0, r.stderr
     assert any("8,192-token window is not shorter than the model's max context (4,096)" in n
                for n in json.loads(r.stdout)["notes"])
+
+
+# PyYAML composes recursively: libyaml through 6.0.3 overflows the C stack on 40,000
+# levels (exit 139, no message), 6.0.4 refuses at 1,000 levels in its own words. kvcalc
+# bounds the nesting itself first, so every release gives kvcalc's line. Run as a
+# subprocess: on an old PyYAML a regression would kill the test process.
+@pytest.mark.parametrize("flag", ["--config", "--gpu"])
+@pytest.mark.parametrize("opening, closing", [("[", "]"), ("{a: ", "}")], ids=["flow-list", "flow-map"])
+def test_deeply_nested_yaml_is_refused_in_kvcalcs_words(tmp_path, flag, opening, closing):
+    import yaml
+
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("layers: " + opening * 40_000 + "1" + closing * 40_000 + "\n")
+    args = ["estimate", flag, str(deep)] + (["--preset", "gpt3"] if flag == "--gpu" else [])
+    r = kvcalc(*args)
+    assert r.returncode == 2, (yaml.__version__, r.returncode, r.stderr[-300:])
+    assert r.stderr == (f"kvcalc: error: {deep}: malformed YAML: nested too deeply (over 100 "
+                        f"levels at line 1, column {9 + 99 * len(opening)})\n"), yaml.__version__
+    assert r.stdout == ""
+
+
+def test_nesting_limit_counts_block_levels_and_lets_real_files_through(tmp_path):
+    from kvcalc.errors import KvcalcError
+    from kvcalc.yamlread import MAX_NESTING, parse
+
+    # 101 block mappings, each on its own line
+    text = "\n".join(" " * i + f"k{i}:" for i in range(MAX_NESTING + 1)) + " 1\n"
+    with pytest.raises(KvcalcError, match=r"nested too deeply \(over 100 levels at line 101,"):
+        parse(text, "x.yaml")
+    # exactly MAX_NESTING levels, with more than MAX_NESTING opening characters in it
+    text = "a: " + "[" * (MAX_NESTING - 1) + "1" + "]" * (MAX_NESTING - 1) + "\n# " + "-" * 200
+    data = parse(text, "x.yaml")
+    for _ in range(MAX_NESTING):  # the mapping, then 99 lists
+        data = data["a"] if isinstance(data, dict) else data[0]
+    assert data == 1

@@ -222,3 +222,104 @@ def test_falcon_new_decoder_architecture_caches_all_query_heads():
     head_dim = 1024 // 16
     # K/V are broadcast to all 16 query heads before the cache update (not num_kv_heads = 2)
     assert {r["exposed_bytes"] for r in rows} == {2 * 16 * head_dim * L * BF16}
+
+
+# --------------------------------------------------------------- the harness checks itself
+# transformers 5.24 renamed the cache argument and output field to `cache`
+# (past_key_values / cache_params deprecated). A forward that takes **kwargs drops a cache
+# passed under a name it no longer reads, and the decode step starts a fresh cache: every
+# layer then holds one token. These tests hold on the releases before and after.
+
+class _Out:
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+
+class _NewForward:  # transformers >= 5.24
+    def forward(self, input_ids=None, cache=None, use_cache=None, **kwargs): ...
+
+
+class _TransitionForward:  # a release that reads both while the old name is deprecated
+    def forward(self, input_ids=None, past_key_values=None, cache=None, **kwargs): ...
+
+
+class _OldForward:  # transformers 5.5 - 5.23, attention models
+    def forward(self, input_ids=None, past_key_values=None, use_cache=None, **kwargs): ...
+
+
+class _OldStateForward:  # transformers 5.5 - 5.23, Mamba-style models
+    def forward(self, input_ids=None, cache_params=None, use_cache=None, **kwargs): ...
+
+
+class _NoCacheForward:
+    def forward(self, input_ids=None, **kwargs): ...
+
+
+@pytest.mark.parametrize("model, name", [
+    (_NewForward(), "cache"), (_TransitionForward(), "cache"),
+    (_OldForward(), "past_key_values"), (_OldStateForward(), "cache_params"),
+])
+def test_cache_is_passed_under_the_name_forward_reads(model, name):
+    assert H._cache_kw(model) == name
+
+
+def test_a_forward_that_reads_no_cache_name_breaks_the_harness():
+    with pytest.raises(H.HarnessBroken, match="takes none of"):
+        H._cache_kw(_NoCacheForward())
+
+
+@pytest.mark.parametrize("field", ["cache", "past_key_values", "cache_params"])
+def test_the_returned_cache_is_read_under_every_name(field):
+    c = object()
+    assert H._returned_cache(_Out(**{field: c})) is c
+
+
+def test_no_returned_cache_breaks_the_harness():
+    with pytest.raises(H.HarnessBroken, match="returned no cache"):
+        H._returned_cache(_Out(logits=1))
+
+
+def test_decode_step_that_drops_the_cache_breaks_the_harness(monkeypatch):
+    """The 5.24 failure, reproduced on whichever release is installed: the cache handed to
+    the decode step under a name the model does not read. One HarnessBroken, not a wrong
+    byte count."""
+    monkeypatch.setattr(H, "_cache_kw", lambda model: "a_cache_name_no_release_reads")
+    H._built.cache_clear()
+    try:
+        with pytest.raises(H.HarnessBroken, match="instead of updating the prefill's cache"):
+            H.cache_bytes_after_decode(_cfg("meta-llama__Meta-Llama-3-8B"), 6)
+    finally:
+        H._built.cache_clear()
+
+
+def test_decode_step_sees_every_token_on_the_installed_release():
+    rows = H.cache_bytes_after_decode(_cfg("meta-llama__Meta-Llama-3-8B"), 6)
+    assert {r["seq_length"] for r in rows} == {6}
+
+
+def test_attention_layers_that_saw_one_token_break_the_harness():
+    passed = object()
+    rows = [dict(part="self", tokens_exposed=1, seq_length=1)]
+    with pytest.raises(H.HarnessBroken, match=r"have seen \[1\] tokens, not 6"):
+        H._check_decode_kept_cache(passed, passed, rows, 6)
+
+
+def test_a_broken_harness_fails_once_and_skips_the_rest(pytester):
+    """tests/conftest.py turns the second and later HarnessBroken into skips."""
+    pytester.makeconftest((Path(__file__).parent / "conftest.py").read_text())
+    pytester.makepyfile(hf_truth="class HarnessBroken(AssertionError):\n    pass\n")
+    pytester.makepyfile(test_truth="""
+import pytest
+import hf_truth
+
+@pytest.mark.parametrize("i", range(5))
+def test_truth(i):
+    raise hf_truth.HarnessBroken("decode step started a fresh cache")
+
+def test_kvcalc_wrong():
+    assert 1 == 2
+""")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(failed=2, skipped=4)
+    result.stdout.fnmatch_lines(["*the transformers truth harness is broken*fresh cache*",
+                                 "*truth harness broken (see test_truth.py::test_truth[[]0[]])*"])

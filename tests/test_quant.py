@@ -5,6 +5,7 @@ modules built on the meta device, and small cases worked by hand."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -123,7 +124,34 @@ def test_qwen25_7b_awq_matches_vllm_loaded_weights():
 # --------------------------------------------------------------------------------
 # transformers' FP8 modules on the meta device
 # --------------------------------------------------------------------------------
-def _meta_fp8_elements(cfg: dict) -> dict[str, int]:
+def test_deepseek_r1_dtypes_equal_the_checkpoints_tensors():
+    """Every tensor DeepSeek-R1's safetensors files store, by dtype
+    (tests/data/quant/deepseek-r1-tensors.json, from its published tensor listing):
+    the routers' gate.weight is bf16 [256, 7168] and e_score_correction_bias fp32 [256]
+    in each MoE layer, as stored; how a transformers release holds them in memory (5.24
+    upcasts the router weight to fp32) is not what the checkpoint weighs."""
+    inventory = json.loads((Path(__file__).parent / "data" / "quant" /
+                            "deepseek-r1-tensors.json").read_text())["tensors"]
+    by_dtype: dict[str, int] = {}
+    for t in inventory:
+        by_dtype[t["dtype"]] = by_dtype.get(t["dtype"], 0) + math.prod(t["shape"]) * t["count"]
+    assert sum(t["count"] for t in inventory) == 91_991  # the listing is complete
+    routers = {t["name"].rsplit(".", 2)[-2] + "." + t["name"].rsplit(".", 1)[-1]:
+               (t["shape"], t["dtype"]) for t in inventory if ".mlp.gate." in t["name"]}
+    assert routers == {"gate.weight": ([256, 7168], "bf16"),
+                       "gate.e_score_correction_bias": ([256], "fp32")}
+    spec, cfg = _spec(PRESETS / "deepseek-ai__DeepSeek-R1.json")
+    w = weight_bytes(spec, quantization_from_hf(cfg), mtp_layers=cfg["num_nextn_predict_layers"])
+    assert w.elements == by_dtype
+
+
+_ROUTER_SUFFIXES = (".mlp.gate.weight", ".mlp.gate.e_score_correction_bias")
+
+
+def _meta_fp8_elements(cfg: dict) -> tuple[dict[str, int], int]:
+    """Elements by dtype of transformers' FP8-quantized model built on the meta device,
+    less the routers (returned apart): transformers decides in what dtype it holds a
+    router in memory, and that changes between releases (5.24 holds DeepSeek's in fp32)."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -136,10 +164,16 @@ def _meta_fp8_elements(cfg: dict) -> dict[str, int]:
     quantizer.preprocess_model(model)
     names = {"torch.float8_e4m3fn": "fp8", "torch.float32": "fp32", "torch.bfloat16": "bf16"}
     out: dict[str, int] = {}
-    for _, p in model.named_parameters():
+    routers = 0
+    for name, p in [*model.named_parameters(), *model.named_buffers()]:
+        if name.endswith(_ROUTER_SUFFIXES):
+            routers += p.numel()
+            continue
+        if not p.is_floating_point() or name.endswith("inv_freq"):
+            continue  # rotary tables and integer buffers: not weights
         key = names[str(p.dtype)]
         out[key] = out.get(key, 0) + p.numel()
-    return out
+    return out, routers
 
 
 @pytest.mark.parametrize("stem, reduce", [
@@ -148,25 +182,33 @@ def _meta_fp8_elements(cfg: dict) -> dict[str, int]:
     ("Qwen__Qwen3-30B-A3B", {"num_hidden_layers": 2, "num_experts": 8}),
 ])
 def test_fp8_block_matches_transformers_fp8_linear(stem, reduce):
-    """transformers' FineGrainedFP8 quantizer converts the same modules (routers
-    stay bf16) with the same ceil(rows/128) x ceil(cols/128) fp32 scales. Its fused
-    gate_up experts hold as many blocks as the checkpoint's separate gate and up
-    (expert widths are multiples of 128 here)."""
+    """transformers' FineGrainedFP8 quantizer converts the same modules (not the routers)
+    with the same ceil(rows/128) x ceil(cols/128) fp32 scales. Its fused gate_up experts
+    hold as many blocks as the checkpoint's separate gate and up (expert widths are
+    multiples of 128 here). The routers' stored dtypes are checked against the
+    checkpoint itself (test_deepseek_r1_dtypes_equal_the_checkpoints_tensors)."""
     path = PRESETS / f"{stem}.json"
     cfg = json.loads(path.read_text())
     cfg.update(reduce)
     cfg.setdefault("quantization_config", {"quant_method": "fp8", "activation_scheme": "dynamic",
                                            "weight_block_size": [128, 128]})
     spec = spec_from_hf_config(cfg, stem, str(path))
-    mine = weight_bytes(spec, quantization_from_hf(cfg)).elements
-    mine.pop("fp32", None)
-    theirs = _meta_fp8_elements(cfg)
+    w = weight_bytes(spec, quantization_from_hf(cfg))
+    mine = dict(w.elements)
+    theirs, their_routers = _meta_fp8_elements(cfg)
+    # the routers, from the config by hand: one experts x hidden matrix per MoE layer,
+    # stored bf16, and DeepSeek's fp32 score-correction bias of one value per expert
+    experts = cfg.get("n_routed_experts") or cfg["num_experts"]
+    moe_layers = cfg["num_hidden_layers"] - cfg.get("first_k_dense_replace", 0)
+    router_bf16 = moe_layers * experts * cfg["hidden_size"]
+    router_fp32 = moe_layers * experts if "n_routed_experts" in cfg else 0
+    assert their_routers == router_bf16 + router_fp32
     assert mine["fp8"] == theirs["fp8"]
-    assert mine["bf16"] == theirs["bf16"]
+    assert mine["bf16"] - router_bf16 == theirs["bf16"]
     # scales: every fp8 matrix's blocks (kvcalc counts the checkpoint's separate
-    # gate/up; equal here), less nothing else in fp32 on transformers' side
-    blocks = weight_bytes(spec, quantization_from_hf(cfg)).parts["scales"] // 4
-    assert blocks == theirs["fp32"]
+    # gate/up; equal here), and nothing else in fp32 on transformers' side
+    blocks = w.parts["scales"] // 4
+    assert blocks == theirs["fp32"] == mine.get("fp32", 0) - router_fp32
 
 
 # --------------------------------------------------------------------------------

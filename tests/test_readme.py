@@ -50,6 +50,23 @@ def test_the_readme_has_examples():
     assert TEXT.lstrip().startswith("# kvcalc\n\n```bash\npython3 -m pip install . && kvcalc estimate")
 
 
+def test_ci_runs_the_readmes_test_command_from_the_pins():
+    """The README's second set-up command is the one .ci/run runs, and it installs from
+    the constraints file, which pins every package it names to one exact version."""
+    setup = TEXT.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
+    assert len(setup) == 2 and "pytest" in setup[1]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert setup[1] in ci.splitlines()
+    assert "-c .ci/constraints.txt" in setup[1]
+    pins = [line for line in (ROOT / ".ci" / "constraints.txt").read_text().splitlines()
+            if line and not line.startswith("#")]
+    assert pins and all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[0-9][^\s,;<>=]*", p) for p in pins)
+    names = [p.split("==")[0].lower().replace("_", "-") for p in pins]
+    assert len(names) == len(set(names))
+    for needed in ("torch", "transformers", "pyyaml", "typer", "numpy", "pytest", "hatchling"):
+        assert needed in names
+
+
 @pytest.fixture
 def shell_env(tmp_path: Path) -> dict:
     bin_dir = tmp_path / "bin"
