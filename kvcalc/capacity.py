@@ -174,6 +174,9 @@ class EngineSettings:
     usage: str = "server"
     num_gpu_blocks_override: int | None = None
     encoder_len: int | None = None  # cross-attention tokens (encoder-decoder); None: max_model_len
+    # vLLM refuses a max_model_len above the model's own context unless the environment
+    # sets VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; the CLI reads that variable into this flag.
+    allow_long_max_model_len: bool = False
 
     def __post_init__(self) -> None:
         check_size("max_model_len", self.max_model_len, MAX_SEQ_LEN)
@@ -605,6 +608,13 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings,
     Pure: no I/O. Raises KvcalcError for settings the engine would reject before
     sizing memory (tp not dividing the heads, pp above the layer count).
     """
+    context = spec.max_context if not s.allow_long_max_model_len else 0
+    if context and s.max_model_len > context:
+        raise KvcalcError(
+            f"max_model_len {s.max_model_len:,} is over {spec.name}'s context of {context:,} "
+            f"tokens (the length its config gives); vLLM refuses it, unless the environment "
+            f"sets VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (kvcalc reads it too: positions past the "
+            f"context give garbage or NaN)")
     kv_dt = s.model_dtype if s.kv_dtype == "auto" else s.kv_dtype
     state_dt = s.model_dtype if s.mamba_ssm_dtype == "auto" else s.mamba_ssm_dtype
     groups = formulas.cache_groups(spec, kv_dt, s.tp, scale_bytes, state_dtype=state_dt)
@@ -691,6 +701,8 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings,
         fits = avail > 0 and need <= avail
         largest = _largest_fitting_len(plans, block, avail, in_flight, s.encoder_len,
                                        s.max_model_len) if avail > 0 else 0
+        if context:
+            largest = min(largest, context)  # a length the engine would accept
         if avail <= 0:
             refusal = "No available memory for the cache blocks"
         elif not fits:

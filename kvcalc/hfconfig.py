@@ -37,7 +37,7 @@ from kvcalc.errors import KvcalcError, quoted, value_problem
 from kvcalc.inputfile import read_text
 from kvcalc.layers import Attention, Dense, GatedDeltaNet, Layer, Mamba, Mamba2, NoMixer, ShortConv
 from kvcalc.layers import MoE
-from kvcalc.spec import MLA, ModelSpec, compress
+from kvcalc.spec import MAX_LAYERS, MAX_WIDTH, MLA, ModelSpec, compress
 from kvcalc.spec import MoE as FlatMoE
 
 _MISSING = object()
@@ -54,6 +54,16 @@ def _describe(value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
         return f"a {value.bit_length():,}-bit integer"
     return json.dumps(value)
+
+
+# Fields that count layers: each may become a per-layer list.
+_LAYER_COUNT_KEYS = frozenset({
+    "num_hidden_layers", "n_layer", "n_layers", "num_layers", "num_decoder_layers",
+    "decoder_layers", "encoder_layers", "num_encoder_layers", "num_nextn_predict_layers",
+    "first_k_dense_replace", "max_window_layers"})
+# Any other integer: widths, counts and ids stay far below it; products of a few of them
+# stay exact and fit numpy's int64 in a sweep.
+_MAX_CONFIG_INT = MAX_WIDTH * 1_000_000
 
 
 class _Config:
@@ -85,6 +95,12 @@ class _Config:
     def _check_int(self, key: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.error(f"field {key!r} must be an integer, got {_describe(value)}")
+        # Bounded here, before any reader builds a per-layer list from it: 10^7 layers
+        # once took minutes and gigabytes to refuse, 2^63 overflowed range().
+        upper = MAX_LAYERS if key in _LAYER_COUNT_KEYS else _MAX_CONFIG_INT
+        if abs(value) > upper:
+            what = f"{upper:,} layers" if upper == MAX_LAYERS else f"{upper:,}"
+            raise self.error(f"field {key!r} is over the {what} kvcalc reads")
         return value
 
     def req_int(self, key: str, *aliases: str, why: str = "") -> int:

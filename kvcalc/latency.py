@@ -33,13 +33,18 @@ DEFAULT_MFU = "0.5"
 DEFAULT_BANDWIDTH_EFFICIENCY = "0.8"
 
 
+# A share of the peak below a thousandth is no estimate, and much smaller ones (1e-320)
+# make the times overflow a float.
+MIN_SHARE = Fraction(1, 1000)
+
+
 def _fraction(value, name: str) -> Fraction:
     try:
         f = Fraction(str(value))
     except (ValueError, ZeroDivisionError):
-        raise KvcalcError(f"{name} must be a number in (0, 1], got {value!r}") from None
-    if not 0 < f <= 1:
-        raise KvcalcError(f"{name} must be in (0, 1], got {value}")
+        raise KvcalcError(f"{name} must be a number in [0.001, 1], got {value!r}") from None
+    if not MIN_SHARE <= f <= 1:
+        raise KvcalcError(f"{name} must be in [0.001, 1], got {value}")
     return f
 
 

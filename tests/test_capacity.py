@@ -191,3 +191,39 @@ def test_hardware_presets_carry_visible_memory_and_links() -> None:
         assert hw.visible_memory_source and hw.source, name
         assert hw.interconnect_bandwidth_bytes_per_s > 0, name
     assert load_hardware("rtx3090").visible_memory_bytes == round(23.58 * GiB)  # vllm#10517
+
+
+# --- lengths the engine refuses ----------------------------------------------------
+def test_max_model_len_over_the_models_context_is_refused_as_vllm_does() -> None:
+    """vLLM (_get_and_verify_max_len) refuses a max_model_len above the length the config
+    gives unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; kvcalc once reported 64x concurrency for
+    GPT-2 at 8,192 tokens (its context is 1,024)."""
+    from kvcalc.presets import load_model
+
+    gpt2, h100 = load_model("gpt2"), load_hardware("h100-sxm")
+    assert gpt2.max_context == 1024  # n_positions in GPT-2's config.json
+    with pytest.raises(KvcalcError, match=r"max_model_len 8,192 is over gpt2's context of "
+                                          r"1,024 tokens.*VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"):
+        serving_capacity(gpt2, h100, EngineSettings(max_model_len=8192))
+    allowed = serving_capacity(gpt2, h100, EngineSettings(max_model_len=8192,
+                                                          allow_long_max_model_len=True))
+    assert allowed.fits and allowed.max_model_len_fit > 8192
+    at_context = serving_capacity(gpt2, h100, EngineSettings(max_model_len=1024))
+    assert at_context.fits and at_context.max_model_len_fit == 1024  # never past the context
+
+
+@pytest.mark.parametrize("env, code", [(None, 2), ("0", 2), ("1", 0), ("true", 0), ("TRUE", 0)])
+def test_cli_reads_vllms_variable_for_long_lengths(env, code) -> None:
+    import os
+    import subprocess
+    import sys
+
+    environ = {k: v for k, v in os.environ.items() if k != "VLLM_ALLOW_LONG_MAX_MODEL_LEN"}
+    if env is not None:
+        environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = env
+    r = subprocess.run([sys.executable, "-m", "kvcalc", "fit", "--preset", "llama3-8b",
+                        "--max-model-len", "100000", "--format", "json"], env=environ,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == code, r.stderr
+    if code:
+        assert r.stderr.count("\n") == 1 and "over llama3-8b's context of 8,192" in r.stderr

@@ -266,7 +266,10 @@ def test_sliding_window_shazeer_uses_the_window():
 
 
 @pytest.mark.parametrize("args", [["presets"], ["estimate", "--preset", "gpt3"],
-                                  ["estimate", "--preset", "gpt3", "--format", "csv"]])
+                                  ["estimate", "--preset", "gpt3", "--format", "csv"],
+                                  # help pages are drawn by rich, which exited 1 on it
+                                  ["--help"], ["sweep", "--help"], ["estimate", "-h"],
+                                  ["fit", "--help"], ["measure", "--help"]])
 def test_a_closed_pipe_is_not_a_failure(args):
     # `kvcalc ... | head`: the reader is gone before kvcalc writes; exit 0, no traceback.
     read_end, write_end = os.pipe()
@@ -471,7 +474,7 @@ def test_fit_engine_mode_reproduces_a_public_vllm_log():
 
 
 def test_fit_engine_refuses_a_max_model_len_that_does_not_fit():
-    r = kvcalc("fit", "--preset", "llama3.1-8b", "--gpu", "rtx3090", "--max-model-len", "200000")
+    r = kvcalc("fit", "--preset", "llama3.1-8b", "--gpu", "rtx3090", "--max-model-len", "131072")
     assert r.returncode == 2 and r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("kvcalc: error:")
@@ -583,3 +586,30 @@ def test_nesting_limit_counts_block_levels_and_lets_real_files_through(tmp_path)
     for _ in range(MAX_NESTING):  # the mapping, then 99 lists
         data = data["a"] if isinstance(data, dict) else data[0]
     assert data == 1
+
+
+@pytest.mark.parametrize("flag", ["--show-completion", "--install-completion"])
+@pytest.mark.parametrize("shell, message", [
+    (None, "cannot tell which shell this is; run it from the shell to complete in "
+           "(bash, zsh, fish, powershell, pwsh)"),
+    ("tcsh", "kvcalc completes bash, zsh, fish, powershell, pwsh; this shell is tcsh"),
+])
+def test_completion_without_a_known_shell_is_one_line(monkeypatch, capsys, flag, shell, message):
+    """typer printed "Shell  not supported." and exited 1; nothing is installed."""
+    import kvcalc.cli as cli
+
+    monkeypatch.setattr(cli, "_detected_shell", lambda: shell)
+    with pytest.raises(SystemExit) as e:
+        app([flag], standalone_mode=True)
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == ""
+    assert err == f"kvcalc: error: {flag}: {message}\n"
+
+
+def test_completion_script_for_the_detected_shell():
+    import kvcalc.cli as cli
+
+    if cli._detected_shell() != "bash":
+        pytest.skip("not run under bash")
+    r = kvcalc("--show-completion")
+    assert r.returncode == 0 and "complete -o default -F _kvcalc_completion kvcalc" in r.stdout

@@ -60,3 +60,24 @@ def test_largest_batch_meeting_both_targets():
     assert over.ttft_s > ttft or over.tpot_s > tpot
     assert max_batch_for_slo(TINY, SLOW, 3, None, 1e-9, None, limit=10) == 0
     assert max_batch_for_slo(TINY, SLOW, 3, None, None, None, limit=7) == 7
+
+
+@pytest.mark.parametrize("flag", ["--mfu", "--bandwidth-efficiency"])
+@pytest.mark.parametrize("value", ["1e-320", "0.0009", "0", "-0.5", "1.01", "nan", "inf"])
+def test_shares_outside_a_thousandth_to_one_are_one_line_errors(flag, value):
+    """1e-320 once overflowed a float (a traceback); every value outside [0.001, 1] is
+    refused in kvcalc's words, with exit code 2."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "kvcalc", "estimate", "--preset", "gpt3", flag,
+                        value], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("kvcalc: error: ") and r.stderr.count("\n") == 1, r.stderr
+    assert "[0.001, 1]" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_thousandth_is_the_smallest_share():
+    slow = latency(TINY, SLOW, prompt_len=3, mfu="0.001", bandwidth_efficiency="0.001")
+    fast = latency(TINY, SLOW, prompt_len=3, mfu="1", bandwidth_efficiency="1")
+    assert slow.tpot_s == pytest.approx(1000 * fast.tpot_s)

@@ -52,14 +52,25 @@ class KvcalcGroup(TyperGroup):
     def main(self, args=None, *rest, standalone_mode: bool = True, **kwargs):
         args = list(sys.argv[1:] if args is None else args)
         _safe_streams()
+        stdout_before = _stdout_identity()
         try:
             if not args:  # `kvcalc` alone: what it answers and what to try
                 sys.stdout.write(OVERVIEW)
                 rv = 0
             else:
+                problem = _completion_shell_problem(args)
+                if problem:
+                    raise KvcalcError(problem)
                 plain_coercion(self)
                 refuse_repeats(self, args)
-                rv = super().main(args, *rest, standalone_mode=False, **kwargs)
+                try:
+                    rv = super().main(args, *rest, standalone_mode=False, **kwargs)
+                except SystemExit as e:
+                    # rich (help pages) meets a closed pipe by pointing stdout at
+                    # /dev/null and exiting 1; the reader had what it wanted: exit 0.
+                    if e.code == 1 and _stdout_identity() != stdout_before and _stdout_is_devnull():
+                        sys.exit(0)
+                    raise
             sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
         except KvcalcError as e:
             _fail(str(e))
@@ -82,6 +93,55 @@ class KvcalcGroup(TyperGroup):
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _stdout_identity() -> tuple[int, int] | None:
+    try:
+        st = os.fstat(1)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _stdout_is_devnull() -> bool:
+    try:
+        st = os.stat(os.devnull)
+    except OSError:  # pragma: no cover - no /dev/null
+        return False
+    return _stdout_identity() == (st.st_dev, st.st_ino)
+
+
+# typer's completion options, --show-completion and --install-completion, are flags: the
+# shell is detected (shellingham). Where none is detected, or typer has no script for it,
+# typer prints "Shell  not supported." and exits 1: kvcalc says so in its words, exit 2.
+_COMPLETION_FLAGS = ("--show-completion", "--install-completion")
+_COMPLETION_SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
+
+
+def _completion_shell_problem(args: list[str]) -> str | None:
+    for arg in args:
+        if not arg.startswith("-"):
+            return None  # a command: the completion options belong to kvcalc itself
+        if arg not in _COMPLETION_FLAGS:
+            continue
+        shell = _detected_shell()
+        if shell is None:
+            return (f"{arg}: cannot tell which shell this is; run it from the shell to "
+                    f"complete in ({', '.join(_COMPLETION_SHELLS)})")
+        if shell not in _COMPLETION_SHELLS:
+            return (f"{arg}: kvcalc completes {', '.join(_COMPLETION_SHELLS)}; this shell "
+                    f"is {shell}")
+    return None
+
+
+def _detected_shell() -> str | None:
+    """The shell kvcalc runs under, as typer detects it; None where none is found."""
+    try:
+        import shellingham
+
+        return shellingham.detect_shell()[0].lower()
+    except Exception:  # shellingham not installed, or no shell among the parents
+        return None
 
 
 def _silence_stdout() -> None:

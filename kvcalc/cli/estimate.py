@@ -1,5 +1,6 @@
 """`kvcalc estimate` and `kvcalc fit`: parse, call kvcalc.estimate, render."""
 
+import os
 from typing import Annotated, Optional
 
 import typer
@@ -279,11 +280,17 @@ def _engine_capacity(est, max_model_len, utilization, tp, pp, block_size, batche
         max_model_len=length, gpu_memory_utilization=utilization or "0.9", tp=tp, pp=pp or 1,
         block_size=block_size, max_num_batched_tokens=batched, max_num_seqs=seqs,
         kv_dtype=kv_dtype if kv_dtype != "bf16" else "auto", weight_dtype=weight_dtype,
-        group_size=group_size, enforce_eager=enforce_eager, vllm_version=version, engine=engine)
+        group_size=group_size, enforce_eager=enforce_eager, vllm_version=version, engine=engine,
+        allow_long_max_model_len=_vllm_allows_long_max_model_len())
     cap = serving_capacity(spec, est.hardware, settings, est.scale_bytes)
     if not cap.fits:
         raise KvcalcError(cap.refusal or f"one request of {length:,} tokens does not fit")
     return cap
+
+
+def _vllm_allows_long_max_model_len() -> bool:
+    """vLLM's switch (vllm/envs.py): "1" or "true", any case."""
+    return os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0").strip().lower() in ("1", "true")
 
 
 def _capacity_dict(est, cap) -> dict:

@@ -307,9 +307,9 @@ PromptLenOpt = Annotated[Optional[int], typer.Option(
     "--prompt-len", show_default=False,
     help="Prompt tokens for the time to first token (default: --seq-len).")]
 MfuOpt = Annotated[str, typer.Option(
-    "--mfu", help="Share of the dense peak a prefill reaches, in (0, 1].")]
+    "--mfu", help="Share of the dense peak a prefill reaches, in [0.001, 1].")]
 BandwidthEffOpt = Annotated[str, typer.Option(
-    "--bandwidth-efficiency", help="Share of the memory bandwidth decode reaches, in (0, 1].")]
+    "--bandwidth-efficiency", help="Share of the memory bandwidth decode reaches, in [0.001, 1].")]
 TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel devices (count).")]
 GpuOpt = Annotated[str, typer.Option(
     "--gpu", help="Hardware preset, or a YAML file in the presets' schema, for roofline and "
