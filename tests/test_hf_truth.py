@@ -19,6 +19,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+# One worker runs every truth test (pytest-xdist --dist loadgroup): a broken harness is
+# reported once (tests/conftest.py), not once per worker.
+pytestmark = pytest.mark.xdist_group("transformers-truth")
+
 import hf_truth  # noqa: E402  (tests/ is on sys.path)
 
 from kvcalc.formulas import param_counts  # noqa: E402

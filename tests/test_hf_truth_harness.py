@@ -10,6 +10,10 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+# One worker runs every truth test (pytest-xdist --dist loadgroup): a broken harness is
+# reported once (tests/conftest.py), not once per worker.
+pytestmark = pytest.mark.xdist_group("transformers-truth")
+
 import hf_truth as H  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "hf"

@@ -53,6 +53,8 @@ def test_the_readme_has_examples():
 def test_ci_runs_the_readmes_test_command_from_the_pins():
     """The README's second set-up command is the one .ci/run runs, and it installs from
     the constraints file, which pins every package it names to one exact version."""
+    if not (ROOT / ".ci" / "run").is_file():
+        pytest.skip("a copy of tests/ and the README without the repository's .ci/")
     setup = TEXT.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
     assert len(setup) == 2 and "pytest" in setup[1]
     ci = (ROOT / ".ci" / "run").read_text()
