@@ -422,6 +422,20 @@ def stage_weight_bytes(spec: ModelSpec, s: EngineSettings, stage: int = 0) -> in
     """
     if s.weights_bytes is not None:
         return s.weights_bytes
+    return _language_model_bytes(spec, s, stage) + _tower_bytes(spec, s, stage)
+
+
+def _tower_bytes(spec: ModelSpec, s: EngineSettings, stage: int) -> int:
+    """A multimodal model's vision tower and projector: vLLM loads them with the language
+    model, on the first pipeline stage, in the model dtype, sharded by tp (as the plain fit
+    counts them, kvcalc.roofline)."""
+    towers = sum(spec.extra.get("towers", {}).values())
+    if stage != 0 or not towers:
+        return 0
+    return dtype(s.model_dtype).nbytes(-(-towers // s.tp))
+
+
+def _language_model_bytes(spec: ModelSpec, s: EngineSettings, stage: int) -> int:
     from kvcalc import quant
 
     q = (quant.adhoc(s.weight_dtype, s.group_size) if s.weight_dtype

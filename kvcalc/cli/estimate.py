@@ -297,7 +297,7 @@ def _capacity_dict(est, cap) -> dict:
     s = cap.settings
     return {
         "model": est.spec.name, "gpu": cap.hardware, "tp": s.tp, "pp": s.pp,
-        "max_model_len": s.max_model_len, "gpu_memory_utilization": str(s.gpu_memory_utilization),
+        "max_model_len": s.max_model_len, "gpu_memory_utilization": float(s.utilization),
         "block_size": cap.block_size, "max_num_batched_tokens": cap.max_num_batched_tokens,
         "max_num_seqs": cap.max_num_seqs, "kv_dtype": est.kv_dtype.name,
         "weight_quantization": est.stored.label if est.stored else None,
