@@ -44,11 +44,13 @@ FILES = sorted(str(p) for p in (ROOT / "tests" / "data" / "hf").glob("*.json")) 
     str(p) for p in presets.presets_dir().glob("*/*.yaml"))
 
 NUMBERS = ["1", "2", "8", "32", "4096", "0", "-1", "1.5", "1e9", "abc", "", " 8", "0x10",
-           "1_000", "99999999999999999999999", "nan", "inf", "+3", "1,8", "1:8:*2", "8:1:+1"]
+           "1_000", "99999999999999999999999", "nan", "inf", "+3", "1,8", "1:8:*2", "8:1:+1",
+           "32k", "32K", "1.5K", "32.3k", "1k:8K:*2"]
 WORDS = ["none", "auto", "bf16", "fp8", "int4", "fp32", "fp16", "int8", "bogus", "json", "csv",
          "md", "table", "parquet", "x", "", "all", "grouped", "sdpa", "layer", "both", "attention",
-         "rotate", "flush", "gated", "plain", "cpu", "cuda"]
-SIZES = ["0", "2GiB", "500MB", "1.5B", "1e999", "-1", "1.5", "12kib", "80GB", "x"]
+         "rotate", "flush", "gated", "plain", "cpu", "cuda", "awq", "GPTQ"]
+SIZES = ["0", "2GiB", "500MB", "1.5B", "1e999", "-1", "1.5", "12kib", "80GB", "x", "2G", "2g",
+         "1.5G", "2 G"]
 
 
 def _values(tmp: Path) -> dict[str, st.SearchStrategy]:
@@ -61,7 +63,7 @@ def _values(tmp: Path) -> dict[str, st.SearchStrategy]:
                                      str(tmp / "bom.yaml"), str(tmp / "odd.yaml")])
     return {
         "--preset": st.sampled_from(MODELS + ["gpt-3", "LLAMA3-8B", "", " gpt3", "[red]x"]),
-        "--gpu": st.sampled_from(HARDWARE + ["none", "h100", "H100-SXM", ""]),
+        "--gpu": st.sampled_from(HARDWARE + ["none", "h100", "H100-SXM", "h100 sxm", "A100", ""]),
         "--config": files,
         "--output": paths, "-o": paths, "--plot": paths,
         "--reserve": st.sampled_from(SIZES),
