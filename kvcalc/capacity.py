@@ -95,6 +95,7 @@ from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas import CacheGroup
 from kvcalc.spec import MAX_SEQ_LEN, Hardware, ModelSpec, check_size, dtype
+from kvcalc.spec import weight_dtype as _weight_dtype
 
 __all__ = [
     "CONTEXT_BYTES", "COMM_BYTES_PER_RANK", "CUDA_GRAPH_BYTES_PER_GRAPH", "FWD_HIDDEN_COPIES",
@@ -201,7 +202,7 @@ class EngineSettings:
             if getattr(self, name) != "auto":
                 dtype(getattr(self, name))
         if self.weight_dtype is not None:
-            dtype(self.weight_dtype)
+            _weight_dtype(self.weight_dtype)  # a dtype, or awq/gptq
 
     @property
     def utilization(self) -> Fraction:
@@ -473,7 +474,7 @@ def _language_model_bytes(spec: ModelSpec, s: EngineSettings, stage: int) -> int
     sizes = pipeline_layers(spec.layers, pp)
     body_stage = body_dev * sizes[stage] // spec.layers if pp > 1 else body_dev
     model_dt = dtype(s.model_dtype)
-    weight_dt = dtype(s.weight_dtype) if s.weight_dtype else model_dt
+    weight_dt = _weight_dtype(s.weight_dtype) if s.weight_dtype else model_dt
     total = weight_dt.nbytes(body_stage)
     if stage == 0:
         total += model_dt.nbytes(-(-emb // tp))

@@ -56,12 +56,14 @@ FILES = sorted(str(p) for p in (ROOT / "tests" / "data" / "hf").glob("*.json")) 
 
 NUMBERS = ["1", "2", "8", "32", "4096", "0", "-1", "1.5", "1e9", "abc", "", " 8", "0x10",
            "1_000", "99999999999999999999999", "nan", "inf", "+3", "1,8", "1:8:*2", "8:1:+1",
+           "32k", "32K", "1.5K", "32.3k", "1k:8K:*2", "2G",
            # tiny and huge floats: 1e-320 as --mfu once overflowed a float (a traceback)
-           "1e-320", "5e-324", "1e-300", "0.0009", "1e308", "-0.0", "9" * 400, "32k", "2G"]
+           "1e-320", "5e-324", "1e-300", "0.0009", "1e308", "-0.0", "9" * 400]
 WORDS = ["none", "auto", "bf16", "fp8", "int4", "fp32", "fp16", "int8", "bogus", "json", "csv",
          "md", "table", "parquet", "x", "", "all", "grouped", "sdpa", "layer", "both", "attention",
-         "rotate", "flush", "gated", "plain", "cpu", "cuda"]
-SIZES = ["0", "2GiB", "500MB", "1.5B", "1e999", "-1", "1.5", "12kib", "80GB", "x"]
+         "rotate", "flush", "gated", "plain", "cpu", "cuda", "awq", "GPTQ"]
+SIZES = ["0", "2GiB", "500MB", "1.5B", "1e999", "-1", "1.5", "12kib", "80GB", "x", "2G", "2g",
+         "1.5G", "2 G"]
 
 
 def _values(tmp: Path) -> dict[str, st.SearchStrategy]:
@@ -75,7 +77,8 @@ def _values(tmp: Path) -> dict[str, st.SearchStrategy]:
                                                str(tmp / "bom.yaml"), str(tmp / "odd.yaml")])
     return {
         "--preset": st.sampled_from(MODELS + ["gpt-3", "LLAMA3-8B", "", " gpt3", "[red]x"]),
-        "--gpu": st.sampled_from(HARDWARE + ["none", "h100", "H100-SXM", ""] + hostile),
+        "--gpu": st.sampled_from(HARDWARE + ["none", "h100", "H100-SXM", "h100 sxm", "A100", ""]
+                                 + hostile),
         "--config": files,
         "--output": paths, "-o": paths, "--plot": paths,
         "--reserve": st.sampled_from(SIZES),
