@@ -323,7 +323,7 @@ def emit(text: str, output: str | os.PathLike | None = None, force: bool = False
     else:
         path = atomic_write(output, text, force)
         # markup=False: a file named '[red]x.json' or '[/]x.json' is printed as named.
-        error_console().print(f"wrote {path}", highlight=False, markup=False)
+        error_console().print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)
 
 
 # --------------------------------------------------------------------------------

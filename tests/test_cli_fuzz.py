@@ -34,8 +34,11 @@ from kvcalc.cli import app  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 # CI draws 1,000 invocations; KVCALC_FUZZ_EXAMPLES=20000 is the slow tier.
 EXAMPLES = int(os.environ.get("KVCALC_FUZZ_EXAMPLES", "1000"))
-CALLS = {"n": 0}
-CASE_SECONDS = 30  # the slowest legitimate case (a tiny measure on a loaded 2-core VM) ~3 s
+# Seconds per case: an analytical command takes ~0.1 s; a tiny measure ~3 s, and its first
+# call also measures the device's ceilings (31 s seen on a loaded 2-core VM). The hangs
+# this bounds took minutes.
+CASE_SECONDS = {"measure": 180}
+CASE_SECONDS_OTHER = 20
 PEAK_RSS_BYTES = 3 << 30  # torch loaded, measure run: ~1 GiB
 
 
@@ -173,19 +176,30 @@ def _files(d: Path):
     yield d
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-          suppress_health_check=list(HealthCheck))
-@given(data=st.data())
-def test_any_invocation_answers_or_refuses_in_one_line(tmp: Path, data) -> None:
-    args = data.draw(st.composite(lambda draw: _args(draw, tmp))())
-    CALLS["n"] += 1
+def test_any_invocation_answers_or_refuses_in_one_line(tmp: Path) -> None:
+    """EXAMPLES generated invocations, counted in the test itself (no other test depends
+    on this one having run first, whatever order or worker runs them)."""
+    calls = {"n": 0}
+
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(data=st.data())
+    def invocation(data) -> None:
+        calls["n"] += 1
+        _check_invocation(tmp, data.draw(st.composite(lambda draw: _args(draw, tmp))()))
+
+    invocation()
+    assert calls["n"] >= min(EXAMPLES, 1000), calls["n"]
+
+
+def _check_invocation(tmp: Path, args: list[str]) -> None:
     start = time.perf_counter()
     r = CliRunner().invoke(app, args)
     seconds = time.perf_counter() - start
     where = f"kvcalc {' '.join(map(repr, args))}"
     # Bounded per case: seconds (a tiny measure included) and the process's peak memory,
     # which a case that built a list per layer of 10^8 would have pushed past gigabytes.
-    assert seconds < CASE_SECONDS, f"{where}: {seconds:.1f} s"
+    assert seconds < CASE_SECONDS.get(args[0], CASE_SECONDS_OTHER), f"{where}: {seconds:.1f} s"
     assert _peak_rss_bytes() < PEAK_RSS_BYTES, f"{where}: peak RSS {_peak_rss_bytes():,} B"
     assert r.exit_code in (0, 2), f"{where}: exit {r.exit_code}\n{r.stderr}\n{r.exception!r}"
     if r.exit_code == 2:
@@ -202,7 +216,3 @@ def test_any_invocation_answers_or_refuses_in_one_line(tmp: Path, data) -> None:
     elif fmt == "csv" or (fmt is None and args[0] == "sweep"):
         rows = list(csv.reader(io.StringIO(r.stdout)))
         assert rows and len(rows[0]) > 1, where
-
-
-def test_the_fuzzer_ran_over_a_thousand_invocations() -> None:
-    assert CALLS["n"] >= min(EXAMPLES, 1000), CALLS["n"]
