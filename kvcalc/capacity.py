@@ -95,6 +95,7 @@ from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas import CacheGroup
 from kvcalc.spec import MAX_SEQ_LEN, Hardware, ModelSpec, check_size, dtype
+from kvcalc.spec import weight_dtype as _weight_dtype
 
 __all__ = [
     "CONTEXT_BYTES", "COMM_BYTES_PER_RANK", "CUDA_GRAPH_BYTES_PER_GRAPH", "FWD_HIDDEN_COPIES",
@@ -201,7 +202,7 @@ class EngineSettings:
             if getattr(self, name) != "auto":
                 dtype(getattr(self, name))
         if self.weight_dtype is not None:
-            dtype(self.weight_dtype)
+            _weight_dtype(self.weight_dtype)  # a dtype, or awq/gptq
 
     @property
     def utilization(self) -> Fraction:
@@ -422,6 +423,20 @@ def stage_weight_bytes(spec: ModelSpec, s: EngineSettings, stage: int = 0) -> in
     """
     if s.weights_bytes is not None:
         return s.weights_bytes
+    return _language_model_bytes(spec, s, stage) + _tower_bytes(spec, s, stage)
+
+
+def _tower_bytes(spec: ModelSpec, s: EngineSettings, stage: int) -> int:
+    """A multimodal model's vision tower and projector: vLLM loads them with the language
+    model, on the first pipeline stage, in the model dtype, sharded by tp (as the plain fit
+    counts them, kvcalc.roofline)."""
+    towers = sum(spec.extra.get("towers", {}).values())
+    if stage != 0 or not towers:
+        return 0
+    return dtype(s.model_dtype).nbytes(-(-towers // s.tp))
+
+
+def _language_model_bytes(spec: ModelSpec, s: EngineSettings, stage: int) -> int:
     from kvcalc import quant
 
     q = (quant.adhoc(s.weight_dtype, s.group_size) if s.weight_dtype
@@ -459,7 +474,7 @@ def stage_weight_bytes(spec: ModelSpec, s: EngineSettings, stage: int = 0) -> in
     sizes = pipeline_layers(spec.layers, pp)
     body_stage = body_dev * sizes[stage] // spec.layers if pp > 1 else body_dev
     model_dt = dtype(s.model_dtype)
-    weight_dt = dtype(s.weight_dtype) if s.weight_dtype else model_dt
+    weight_dt = _weight_dtype(s.weight_dtype) if s.weight_dtype else model_dt
     total = weight_dt.nbytes(body_stage)
     if stage == 0:
         total += model_dt.nbytes(-(-emb // tp))

@@ -13,6 +13,7 @@ from kvcalc import _num, formulas, roofline
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import DType, Hardware, ModelSpec, check_size, dtype as _dtype
+from kvcalc.spec import weight_dtype as _weight_dtype
 
 
 @record
@@ -227,8 +228,9 @@ class Estimate:
         if self.fit is not None and self.fit.max_seq_len_unbounded:
             limit = (f"the model's max context, {s.max_context:,} tokens, does" if s.max_context
                      else "the model's max context is not known")
-            out.append("every layer's cache stops growing (windows, chunks or constant state): "
-                       f"memory does not bound the context; {limit}")
+            what = ("no attention, only a constant state" if s.attention_free else
+                    "every layer's cache stops growing (windows, chunks or constant state)")
+            out.append(f"{what}: memory does not bound the context; {limit}")
         if self.scale_bytes and self.kv_dtype.bits >= 16:
             out.append(f"--kv-scale-bytes {self.scale_bytes} with an unquantized {self.kv_dtype.name} "
                        f"cache: scales are usually kept for int8/fp8/int4 caches only")
@@ -362,7 +364,7 @@ def estimate(
     kdt = kv_dtype if isinstance(kv_dtype, DType) else _dtype(kv_dtype)
     quantization = weights_as(spec, weight_dtype, group_size)
     wdt = _dtype("bf16") if weight_dtype is None else (
-        weight_dtype if isinstance(weight_dtype, DType) else _dtype(weight_dtype))
+        weight_dtype if isinstance(weight_dtype, DType) else _weight_dtype(weight_dtype))
     stored = stored_weights(spec, quantization, tp)
     cache = formulas.kv_cache(spec, seq_len, batch, kdt, tp, scale_bytes, encoder_seq_len)
     params = formulas.param_counts(spec)
@@ -419,7 +421,7 @@ def weights_as(spec: ModelSpec, weight_dtype, group_size: int | None = None):
     if weight_dtype is None:
         if group_size is not None:
             raise KvcalcError("--group-size needs a quantized --weight-dtype (int4, int8, fp8, "
-                              "mxfp4 or nvfp4)")
+                              "awq, gptq, mxfp4 or nvfp4)")
         if not (spec.extra.get("quantization") or spec.extra.get("quantization_error")):
             return None  # unquantized: no need to load kvcalc.quant at start-up
     from kvcalc import quant
@@ -456,6 +458,9 @@ def default_gqa_kv_heads(heads: int) -> int:
 
 def attention_variants(spec: ModelSpec, kv_heads: int | None = None) -> list[ModelSpec]:
     """MHA, GQA and MQA of the same model (same query heads, head_dim and MLP)."""
+    if spec.attention_free:
+        raise KvcalcError(f"{spec.name} has no attention ({spec.state_mixers} layers only); "
+                          "--compare needs MHA/GQA/MQA attention")
     if spec.mla is not None:
         raise KvcalcError(f"{spec.name} uses MLA; --compare needs MHA/GQA/MQA attention")
     g = kv_heads or spec.kv_heads

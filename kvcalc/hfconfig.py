@@ -33,7 +33,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from kvcalc.errors import KvcalcError, quoted, value_problem
+from kvcalc.errors import KvcalcError, os_problem, quoted, value_problem
 from kvcalc.inputfile import read_text
 from kvcalc.layers import Attention, Dense, GatedDeltaNet, Layer, Mamba, Mamba2, NoMixer, ShortConv
 from kvcalc.layers import MoE
@@ -41,6 +41,16 @@ from kvcalc.spec import MAX_LAYERS, MAX_WIDTH, MLA, ModelSpec, compress
 from kvcalc.spec import MoE as FlatMoE
 
 _MISSING = object()
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON document holds, in words: null, a list, a number, a string, ..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    return {list: "a list", str: "a string", int: "a number", float: "a number"}.get(
+        type(value), "something else")
 
 
 def _describe(value: Any) -> str:
@@ -1159,7 +1169,8 @@ def spec_from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
     """
     where = source or "config.json"
     if not isinstance(cfg, dict):
-        raise KvcalcError(f"{where}: expected a JSON object, got {type(cfg).__name__}")
+        raise KvcalcError(f"{where}: expected a JSON object ({{\"model_type\": ...}}), found "
+                          f"{_json_kind(cfg)}")
     model_type = cfg.get("model_type")
     if model_type is None:
         raise KvcalcError(f"{where}: missing required field 'model_type'")
@@ -1215,12 +1226,16 @@ def spec_from_hf_config_file(path: str | Path, name: str | None = None) -> Model
                           "it never downloads)") from None
     except IsADirectoryError:
         raise KvcalcError(f"{p}: is a directory; give the path of its config.json") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise KvcalcError(f"{p}: cannot read: {e}") from None
+    except UnicodeDecodeError:
+        raise KvcalcError(f"{p}: cannot read: not UTF-8 text") from None
+    except OSError as e:
+        raise KvcalcError(f"{p}: cannot read: {os_problem(e)}") from None
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as e:
-        raise KvcalcError(f"{p}: not valid JSON: {e.msg} at line {e.lineno} "
+        # json's own words may end in "starting at" ("Unterminated string starting at")
+        problem = e.msg.removesuffix(" at").removesuffix(" starting")
+        raise KvcalcError(f"{p}: not valid JSON: {problem} at line {e.lineno} "
                           f"column {e.colno}") from None
     except RecursionError:
         raise KvcalcError(f"{p}: not valid JSON: nested too deeply") from None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 import stat
 import typing
 import zlib
@@ -22,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kvcalc.errors import KvcalcError, os_problem
+from kvcalc.errors import KvcalcError, os_problem, quoted
 from kvcalc.inputfile import read_text
 from kvcalc.spec import MLA, Hardware, ModelSpec, MoE, dtype
 
@@ -117,12 +118,35 @@ def _check_name_matches_file(name: str, stem: str, kind: str) -> None:
 
 
 def _resolve(name: str, names: list[str], kind: str) -> str:
-    """The preset stem matching `name` case-insensitively, or a did-you-mean error."""
-    by_lower = {n.lower(): n for n in names}
+    """The preset stem matching `name`, or a did-you-mean error. Case is ignored, and so
+    are spaces, '-' and '_' (H100-SXM, h100 sxm and h100_sxm are h100-sxm); a family
+    name that is more than one preset (H100: h100-pcie, h100-sxm) is not guessed."""
+    stem = find(name, names)
+    if stem is not None:
+        return stem
     key = name.strip().lower()
+    family = sorted(n for n in names if "-" in n and _loose(n.split("-")[0]) == _loose(key))
+    if len(family) > 1:
+        raise KvcalcError(f"unknown {kind} preset {quoted(name)}; did you mean: "
+                          f"{', '.join(family)}? ({len(family)} presets of that name: pick one)")
+    raise KvcalcError(f"unknown {kind} preset {quoted(name)}; "
+                      f"{suggest(key, [n.lower() for n in names])}")
+
+
+def find(name: str, names: list[str]) -> str | None:
+    """The one name in `names` that `name` spells, ignoring case, spaces, '-' and '_';
+    None when none does."""
+    key = name.strip().lower()
+    by_lower = {n.lower(): n for n in names}
     if key in by_lower:
         return by_lower[key]
-    raise KvcalcError(f"unknown {kind} preset {name!r}; {suggest(key, list(by_lower))}")
+    loose = [n for n in names if _loose(n) == _loose(key)]
+    return loose[0] if len(loose) == 1 else None
+
+
+def _loose(name: str) -> str:
+    """A preset name without case or separators: 'H100 SXM' -> 'h100sxm'."""
+    return re.sub(r"[\s_-]+", "", name.lower())
 
 
 def suggest(key: str, names: list[str]) -> str:

@@ -49,6 +49,7 @@ from dataclasses import field
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import DType, ModelSpec, dtype
+from kvcalc.spec import weight_dtype as spec_weight_dtype
 
 # Stored element types and their bytes (checkpoint tensor dtypes).
 _ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int32": 4, "int64": 8,
@@ -338,12 +339,21 @@ def adhoc(weight_dtype: str, group_size: int | None = None) -> Quantization | No
     GPTQ checkpoints do. fp8: e4m3 values, fp32 scales per 128x128 block when
     `group_size` is given (its value the block edge), else per output channel.
     mxfp4 / nvfp4: 4-bit values with e8m0 scales per 32 / fp8 scales per 16 (plus
-    one fp32 global scale). bf16, fp16, fp32: no quantization (None).
+    one fp32 global scale). awq / gptq: the AWQ (GEMM) / GPTQ checkpoint layout a
+    `quantization_config` of that quant_method with its tools' defaults gives (int4,
+    128 weights per group unless `group_size` says; fp16 scales, packed zero points,
+    and GPTQ's int32 g_idx per input column). bf16, fp16, fp32: no quantization (None).
     """
-    key = weight_dtype.lower().replace("-", "")
+    key = weight_dtype.strip().lower().replace("-", "")
     if group_size is not None and group_size <= 0:
         raise KvcalcError(f"--group-size must be a positive number of weights, got {group_size}")
     g = group_size or 0
+    if key in ("awq", "gptq"):
+        # AutoAWQ writes bits 4, group_size 128, zero_point true, version gemm; AutoGPTQ
+        # and GPTQModel bits 4, group_size 128: as if the config said so.
+        qc = {"quant_method": key, "bits": 4, "group_size": group_size or 128}
+        return quantization_from_hf({"quantization_config": qc},
+                                    f"--weight-dtype {weight_dtype.strip()}")
     if key in ("int4", "w4a16", "int8", "w8a16"):
         bits = 4 if "4" in key else 8
         return Quantization("adhoc", "int", bits, group_size=g, scale_dtype="fp16",
@@ -363,7 +373,7 @@ def adhoc(weight_dtype: str, group_size: int | None = None) -> Quantization | No
             raise KvcalcError("nvfp4 blocks are 16 weights; --group-size must be 16 or left out")
         return Quantization("adhoc", "nvfp4", 4, group_size=16, scale_dtype="fp8",
                             source=f"--weight-dtype {weight_dtype}")
-    dtype(weight_dtype)  # bf16, fp16, fp32 (or an error naming the choices)
+    spec_weight_dtype(weight_dtype)  # bf16, fp16, fp32 (or an error naming the choices)
     if group_size:
         raise KvcalcError(f"--group-size applies to quantized weights, not {weight_dtype}")
     return None

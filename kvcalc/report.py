@@ -323,7 +323,7 @@ def emit(text: str, output: str | os.PathLike | None = None, force: bool = False
     else:
         path = atomic_write(output, text, force)
         # markup=False: a file named '[red]x.json' or '[/]x.json' is printed as named.
-        error_console().print(f"wrote {path}", highlight=False, markup=False)
+        error_console().print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)
 
 
 # --------------------------------------------------------------------------------
@@ -440,6 +440,8 @@ def headline(est) -> str:
     s, c, p = est.spec, est.cache, est.params
     seqs = "sequence" if est.batch == 1 else "sequences"
     cache = f"KV cache {human_bytes(c.bytes)} ({c.bytes_per_token:,} B/token)"
+    if s.attention_free:  # Mamba: no K/V at all
+        cache = f"state {human_bytes(c.bytes)} (constant per sequence; no attention, no KV cache)"
     if est.tp > 1:
         cache += f", {human_bytes(c.bytes_per_device)} per device"
     params = f"{count_words(p.total)} parameters"
@@ -453,8 +455,9 @@ def headline(est) -> str:
              f"tokens/s ({r.bound}-bound)")
     if est.fit.fits:
         left = tokens_left(est)
-        room = ("the cache stops growing (every layer slides)" if left is None
-                else f"room for {left:,} more tokens of cache")
+        room = (f"room for {left:,} more tokens of cache" if left is not None
+                else "the state does not grow with the context" if s.attention_free
+                else "the cache stops growing (every layer slides)")
         return f"{text}; on {_on_device(est)} {speed}; fits, {room}."
     return (f"{text}; on {_on_device(est)} it {_not_fit_words(est)}; "
             f"if it fit: {speed}.")
@@ -491,8 +494,7 @@ def summary_table(est) -> Tab:
         rows.append([f"max context at batch {est.batch}", max_context_words(est)])
         fits = "yes" if f.fits else f"no; {_not_fit_words(est)[len('does not fit '):].strip('()')}"
         rows.append([f"fits on {_on_device(est)}", fits])
-    attn = s.attention_kind + ("" if s.mla is not None else f", {s.kv_heads} K/V heads")
-    title = (f"{s.name} ({attn}, {s.layers} layers), KV {est.kv_dtype.name}"
+    title = (f"{s.name} ({s.mixing}, {s.layers} layers), KV {est.kv_dtype.name}"
              + (f", tp {est.tp}" if est.tp > 1 else ""))
     caption = "`--detail` for every breakdown, `--format json` for all of it"
     if est.latency is not None:
@@ -526,6 +528,8 @@ def max_context_words(est) -> str:
         return f"{f.max_seq_len:,}"
     if s.max_context:
         return f"{f.max_seq_len:,} (model limit; cache stops growing)"
+    if s.attention_free:
+        return "unbounded (a constant state, no attention)"
     return "unbounded (the cache stops growing)"
 
 
@@ -537,9 +541,10 @@ def estimate_tables(est) -> list:
     """Every breakdown for one `Estimate` (kvcalc.estimate): the `--detail` view."""
     s, c, d, p = est.spec, est.cache, est.decode, est.params
     src = f"source: {s.source}" if s.source else ""
-    head = (f"{s.name}  {s.attention_kind}: {s.heads} query heads, "
-            f"{s.kv_heads if s.mla is None else '-'} K/V heads, head_dim {s.head_dim}, "
-            f"{s.layers} layers, d_model {s.d_model}\n"
+    shape = (f"{s.mixing}: " if s.attention_free else
+             f"{s.attention_kind}: {s.heads} query heads, "
+             f"{s.kv_heads if s.mla is None else '-'} K/V heads, head_dim {s.head_dim}, ")
+    head = (f"{s.name}  {shape}{s.layers} layers, d_model {s.d_model}\n"
             f"seq_len {est.seq_len:,}, batch {est.batch}, KV {est.kv_dtype.name}, "
             f"weights {est.weight_dtype.name}, tp {est.tp}"
             + (f", {est.hardware.name}" if est.hardware else "") + (f"\n{src}" if src else ""))

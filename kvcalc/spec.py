@@ -11,7 +11,7 @@ import re
 from dataclasses import field
 
 from kvcalc._record import record
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, quoted
 
 # Upper bounds that catch typos (an extra zero or three), not real models.
 MAX_LAYERS = 10_000
@@ -63,8 +63,27 @@ def dtype(name: str) -> DType:
         return DTYPES[key]
     except KeyError:
         raise KvcalcError(
-            f"unknown dtype {name!r}; choose one of: {', '.join(DTYPES)}"
+            f"unknown dtype {quoted(name)}; choose one of: {', '.join(DTYPES)}"
         ) from None
+
+
+# --weight-dtype also takes the checkpoint formats users name weights by (vLLM's
+# --quantization awq|gptq): their values' dtype here, their layout in kvcalc.quant
+# (AWQ and GPTQ int4, 128 weights per group unless --group-size says).
+WEIGHT_FORMATS = {"awq": "int4", "gptq": "int4"}
+
+
+def weight_dtype(name: str) -> DType:
+    """The dtype of weight values a --weight-dtype names: a dtype (dtype()) or a
+    checkpoint format of WEIGHT_FORMATS (awq -> int4); a KvcalcError names the choices."""
+    key = name.strip().lower()
+    if key in WEIGHT_FORMATS:
+        return DTYPES[WEIGHT_FORMATS[key]]
+    try:
+        return dtype(name.strip())
+    except KvcalcError:
+        raise KvcalcError(f"unknown dtype {quoted(name)} for weights; choose one of: "
+                          f"{', '.join([*DTYPES, *WEIGHT_FORMATS])}") from None
 
 
 @record
@@ -93,6 +112,11 @@ class MoE:
     dense_layers: int = 0  # leading layers with an ordinary MLP of width d_ff
     router_bias: bool = False  # a per-expert bias (DeepSeek-V3's e_score_correction_bias)
 
+
+# Mixers that attend (kvcalc.layers cache kinds), and the state mixers' names in words.
+_ATTENDING = ("full", "sliding", "chunked", "mla")
+_MIXER_NAMES = {"mamba": "Mamba", "mamba2": "Mamba-2", "linear": "Gated DeltaNet",
+                "conv": "short convolution"}
 
 NORM_KINDS = ("rmsnorm", "layernorm")
 MLP_KINDS = ("gated", "plain")
@@ -218,7 +242,16 @@ class ModelSpec:
         return self.heads // self.kv_heads
 
     @property
+    def attention_free(self) -> bool:
+        """No layer attends (Mamba, Falcon-Mamba): a constant state per sequence and no
+        K/V heads; heads, kv_heads and head_dim are then placeholders."""
+        return not any(layer.mixer.cache_kind in _ATTENDING for layer, _ in self._groups)
+
+    @property
     def attention_kind(self) -> str:
+        """MHA, GQA, MQA, MLA, or "none" for a model without attention."""
+        if self.attention_free:
+            return "none"
         if self.mla is not None:
             return "MLA"
         if self.kv_heads == self.heads:
@@ -226,6 +259,24 @@ class ModelSpec:
         if self.kv_heads == 1:
             return "MQA"
         return "GQA"
+
+    @property
+    def mixing(self) -> str:
+        """What mixes tokens, in words: 'GQA, 8 K/V heads', 'MLA', or for a model
+        without attention 'Mamba, no attention, constant state'."""
+        if self.attention_free:
+            return f"{self.state_mixers}, no attention, constant state"
+        if self.mla is not None:
+            return "MLA"
+        return f"{self.attention_kind}, {self.kv_heads} K/V heads"
+
+    @property
+    def state_mixers(self) -> str:
+        """The state mixers' names, in layer order: 'Mamba', 'Mamba-2 + short convolution'."""
+        kinds = dict.fromkeys(_MIXER_NAMES.get(layer.mixer.kind, layer.mixer.kind)
+                              for layer, _ in self._groups
+                              if layer.mixer.cache_kind not in (*_ATTENDING, "none"))
+        return " + ".join(kinds) or "no mixer"
 
     @property
     def sliding_layers(self) -> int:

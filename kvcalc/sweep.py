@@ -42,14 +42,14 @@ from typing import IO, Callable, Iterator, Sequence
 
 import numpy as np
 
-from kvcalc import csvtext, formulas
+from kvcalc import csvtext, formulas, units
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError, quoted
 from kvcalc.estimate import estimate, row_columns, stored_weights, weights_as
 from kvcalc.roofline import compute_dtype_for, decode_roofline, fit as roofline_fit
 from kvcalc.spec import (
     MAX_BATCH, MAX_SEQ_LEN, MAX_TP, MAX_WIDTH, DType, Hardware, ModelSpec, base_name,
-    dtype as _dtype,
+    WEIGHT_FORMATS, dtype as _dtype, weight_dtype as _weight_dtype,
 )
 
 ROW_LIMIT = 50_000_000  # rows above which a sweep needs force=True (--force)
@@ -137,13 +137,23 @@ def _spec_error(name: str, text: str, why: str) -> KvcalcError:
 
 def _int(name: str, text: str, part: str, what: str) -> int:
     part = part.strip()
-    if not _INT.fullmatch(part):
-        got = f"{part!r} is not a whole number" if part else f"the {what} is missing"
+    suffixed = units.SUFFIXED.fullmatch(part) if name in units.COUNTS and what != "factor" \
+        else None  # 32k = 32,000, 32K = 32,768: vLLM's suffixes (kvcalc.units)
+    if suffixed is None and not _INT.fullmatch(part):
+        got = f"{quoted(part)} is not a whole number" if part else f"the {what} is missing"
         raise _spec_error(name, text, got)
-    if len(part.lstrip("0")) > len(str(INT64_MAX)):  # before int(): 5,000 digits raise there
-        raise _spec_error(name, text, f"the {what} has {len(part.lstrip('0')):,} digits; "
+    digits = part if suffixed is None else suffixed.group(1) + (suffixed.group(2) or "")
+    if len(digits.lstrip("0")) > len(str(INT64_MAX)):  # before int(): 5,000 digits raise there
+        raise _spec_error(name, text, f"the {what} has {len(digits.lstrip('0')):,} digits; "
                           "it is too large")
-    value = int(part.lstrip("0") or "0")
+    if suffixed is None:
+        value = int(part.lstrip("0") or "0")
+    else:
+        try:
+            value = units.scaled(suffixed, name, units.COUNTS[name])
+        except KvcalcError as e:
+            rest = str(e).removeprefix(f"{name} {quoted(suffixed.group(0))}")
+            raise _spec_error(name, text, f"{part}{rest}") from None
     if value <= 0:
         raise _spec_error(name, text, f"the {what} must be positive, got {value}")
     if value > INT64_MAX:
@@ -371,6 +381,9 @@ def plan_sweep(
     if kv_heads is None:
         heads = (spec.kv_heads,)
     else:
+        if spec.attention_free:
+            raise KvcalcError(f"{spec.name} has no attention ({spec.state_mixers} layers "
+                              "only): there are no K/V heads to sweep; drop --kv-heads")
         if spec.mla is not None:
             raise KvcalcError(f"{spec.name} uses MLA: its cache is one shared latent, so there "
                               "are no K/V heads to sweep; drop --kv-heads")
@@ -379,8 +392,10 @@ def plan_sweep(
     tps = _as_tuple(tp, "--tp", MAX_TP)
     # None: weights as the config stores them (quantization_config, else bf16).
     wdt = _dtype("bf16") if weight_dtype is None else (
-        weight_dtype if isinstance(weight_dtype, DType) else _dtype(weight_dtype))
+        weight_dtype if isinstance(weight_dtype, DType) else _weight_dtype(weight_dtype))
     weight_arg = None if weight_dtype is None else wdt.name
+    if isinstance(weight_dtype, str) and weight_dtype.strip().lower() in WEIGHT_FORMATS:
+        weight_arg = weight_dtype.strip().lower()  # awq, gptq: their layout, int4 values
     quantization = weights_as(spec, weight_arg, group_size)
     if encoder_seq_len is not None:
         formulas.check_size("encoder_seq_len", encoder_seq_len, MAX_SEQ_LEN)

@@ -227,3 +227,23 @@ def test_cli_reads_vllms_variable_for_long_lengths(env, code) -> None:
     assert r.returncode == code, r.stderr
     if code:
         assert r.stderr.count("\n") == 1 and "over llama3-8b's context of 8,192" in r.stderr
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_engine_weights_hold_the_vision_tower(tp) -> None:
+    """vLLM loads a multimodal checkpoint whole: Gemma 3 4B's SigLIP tower (416,866,032
+    parameters, the So400m encoder) and projector (1152 x 2560 + a 1152 norm) are
+    resident beside the language model; the engine count once left out their 0.84 GB."""
+    import dataclasses as dc
+
+    from kvcalc.presets import load_model
+
+    gemma = load_model("gemma3-4b")
+    towers = gemma.extra["towers"]
+    assert towers == {"vision_tower": 416_866_032, "projector": 1152 * 2560 + 1152}
+    text_only = dc.replace(gemma, extra={k: v for k, v in gemma.extra.items() if k != "towers"})
+    settings = EngineSettings(max_model_len=8192, tp=tp)
+    h100 = load_hardware("h100-sxm")
+    with_towers = serving_capacity(gemma, h100, settings).memory["weights"]
+    without = serving_capacity(text_only, h100, settings).memory["weights"]
+    assert with_towers - without == 2 * -(-(416_866_032 + 2_950_272) // tp)  # bf16

@@ -613,3 +613,14 @@ def test_completion_script_for_the_detected_shell():
         pytest.skip("not run under bash")
     r = kvcalc("--show-completion")
     assert r.returncode == 0 and "complete -o default -F _kvcalc_completion kvcalc" in r.stdout
+
+
+def test_kvcalc_alone_fits_80_columns():
+    r = kvcalc()
+    assert r.returncode == 0 and max(map(len, r.stdout.splitlines())) <= 80
+
+
+def test_fit_json_gives_the_utilization_as_a_number():
+    out = json.loads(kvcalc("fit", "--preset", "llama3-8b", "--max-model-len", "8192",
+                            "--gpu-memory-utilization", "0.85", "--format", "json").stdout)
+    assert out["gpu_memory_utilization"] == 0.85

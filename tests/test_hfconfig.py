@@ -557,3 +557,20 @@ def test_huge_layer_counts_are_refused_before_any_list_is_built(model_type, laye
     assert peak < 1 << 20, peak  # under a MiB: nothing per layer was built
     message = str(e.value)
     assert "\n" not in message and str(layers) not in message
+
+
+@pytest.mark.parametrize("text, message", [
+    ("null", 'expected a JSON object ({"model_type": ...}), found null'),
+    ("[1, 2]", 'expected a JSON object ({"model_type": ...}), found a list'),
+    ("7", 'expected a JSON object ({"model_type": ...}), found a number'),
+    ('"x"', 'expected a JSON object ({"model_type": ...}), found a string'),
+    # json's own message ends in "starting at": once read "starting at at line"
+    ('{"model_type": "llam', "not valid JSON: Unterminated string at line 1 column 16"),
+])
+def test_config_file_problems_in_kvcalcs_words(tmp_path, text, message):
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    with pytest.raises(KvcalcError) as e:
+        spec_from_hf_config_file(path)
+    assert str(e.value).endswith(message), str(e.value)
+    assert "NoneType" not in str(e.value) and "at at" not in str(e.value)

@@ -22,8 +22,8 @@ from kvcalc.errors import KvcalcError, os_problem
 
 
 OVERVIEW = """\
-kvcalc: how big is a model's KV cache, how many parameters does it have, how fast
-can it decode on a device and what fits there -- exact, from the model's config.
+kvcalc: how big is a model's KV cache, how many parameters it has, how fast it
+can decode on a device and what fits there -- exact, from the model's config.
 
 Try:
   kvcalc estimate --preset llama3-8b            one-line answer, then a table

@@ -22,10 +22,12 @@ from kvcalc.cli.options import (
     OutputFormat,
     OutputOpt,
     ReserveOpt,
+    SUFFIXES,
     ScaleOpt,
     SeqLenOpt,
     TpOpt,
     WeightDtypeOpt,
+    counted,
     default_seq_len,
     device_memory,
     model_options,
@@ -145,10 +147,11 @@ def register(app: typer.Typer) -> None:
         gpu: Annotated[str, typer.Option("--gpu", help="Hardware preset (or YAML file) to "
                                          "fit on.")] = DEFAULT_GPU,
         max_model_len: Annotated[Optional[int], typer.Option(
-            "--max-model-len", show_default=False,
+            "--max-model-len", show_default=False, parser=counted("--max-model-len"),
+            metavar="<tokens>",
             help="Count as vLLM does (V1 engine) for requests up to this many tokens: KV "
-            "cache tokens, blocks, concurrency. Any engine flag turns this on (default "
-            "then: the model's max context).")] = None,
+            f"cache tokens, blocks, concurrency; {SUFFIXES}. Any engine flag turns this on "
+            "(default then: the model's max context).")] = None,
         gpu_memory_utilization: Annotated[Optional[str], typer.Option(
             "--gpu-memory-utilization", show_default=False,
             help="Engine: share of driver-visible memory vLLM may use, in (0, 1] "
@@ -158,8 +161,9 @@ def register(app: typer.Typer) -> None:
             "(default 16, raised for hybrid models as vLLM does).")] = None,
         max_num_batched_tokens: Annotated[Optional[int], typer.Option(
             "--max-num-batched-tokens", show_default=False,
-            help="Engine: tokens per scheduler step, which sizes the profiling pass "
-            "(default: the engine's for this GPU).")] = None,
+            parser=counted("--max-num-batched-tokens"), metavar="<tokens>",
+            help="Engine: tokens per scheduler step, which sizes the profiling pass; "
+            "suffixes as --max-model-len (default: the engine's for this GPU).")] = None,
         max_num_seqs: Annotated[Optional[int], typer.Option(
             "--max-num-seqs", show_default=False,
             help="Engine: concurrent sequences, which size the sampler's profile "
@@ -297,7 +301,7 @@ def _capacity_dict(est, cap) -> dict:
     s = cap.settings
     return {
         "model": est.spec.name, "gpu": cap.hardware, "tp": s.tp, "pp": s.pp,
-        "max_model_len": s.max_model_len, "gpu_memory_utilization": str(s.gpu_memory_utilization),
+        "max_model_len": s.max_model_len, "gpu_memory_utilization": float(s.utilization),
         "block_size": cap.block_size, "max_num_batched_tokens": cap.max_num_batched_tokens,
         "max_num_seqs": cap.max_num_seqs, "kv_dtype": est.kv_dtype.name,
         "weight_quantization": est.stored.label if est.stored else None,

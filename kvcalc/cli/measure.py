@@ -11,7 +11,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from kvcalc.cli.options import ForceOpt, FormatOpt, OutputFormat, OutputOpt, output_format
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, quoted
 
 
 def register(app: typer.Typer) -> None:
@@ -26,8 +26,8 @@ def register(app: typer.Typer) -> None:
         head_dim: Annotated[Optional[int], typer.Option(
             "--head-dim", help="Per-head width (elements) (default: the preset's, else 128).")] = None,
         seq_len: Annotated[Optional[str], typer.Option(
-            "--seq-len", help="Cached tokens per sequence; with --sweep a SPEC "
-            "(default: 8192 on a GPU, 2048 on a CPU).")] = None,
+            "--seq-len", help="Cached tokens per sequence (32k = 32,000, 32K = 32,768, as vLLM "
+            "reads them); with --sweep a SPEC (default: 8192 on a GPU, 2048 on a CPU).")] = None,
         batch: Annotated[Optional[str], typer.Option(
             "--batch", help="Sequences, one query token each; with --sweep a SPEC (default: the "
             "smallest power of two giving a >= 1 GB cache on a GPU, >= 64 MiB (at most 16) on a "
@@ -232,10 +232,12 @@ def _sizes(text: Optional[str], flag: str, sweep: bool) -> list[int]:
     if text is None:
         return []
     if not sweep:
-        try:
-            return [int(text)]
-        except ValueError:
-            raise KvcalcError(f"{flag} takes one integer (got {text!r}); add --sweep for a SPEC") from None
+        if "," in text or ":" in text:
+            raise KvcalcError(f"{flag} takes one value (got {quoted(text)}); add --sweep for a "
+                              "SPEC")
+        from kvcalc import units
+
+        return [units.count(text, flag)]  # 32k = 32,000, 32K = 32,768 (vLLM's suffixes)
     from kvcalc.sweep import parse_spec
 
     spec = parse_spec(text, flag)

@@ -17,6 +17,7 @@ from typing import Annotated, Optional
 import typer
 
 from kvcalc._record import record
+from kvcalc import units
 from kvcalc.errors import KvcalcError, quoted
 from kvcalc.spec import DTYPES, MAX_LAYERS, MAX_WIDTH, Hardware, ModelSpec, check_size
 
@@ -82,14 +83,29 @@ def parse_size(text: str, flag: str = "--reserve") -> int:
     """'2GiB' -> 2147483648, '500MB' -> 500000000, '1e9' -> 1000000000 (bytes).
 
     Units: B, kB, MB, GB, TB, PB, EB (powers of 1000) and KiB ... EiB (powers of
-    1024), any case. The size is judged from the digits and the exponent before
-    the number is built, so '1e999999999' is refused at once.
+    1024), any case. A one-letter unit is read as vLLM reads --kv-cache-memory-bytes
+    (kvcalc.units): k, m, g, t are powers of 1000 and K, M, G, T powers of 1024, so
+    2G = 2GiB and 2g = 2GB; an uppercase letter takes whole numbers only. The size is
+    judged from the digits and the exponent before the number is built, so
+    '1e999999999' is refused at once.
     """
     shown = quoted(text)
     m = re.fullmatch(r"\s*([0-9]*)(?:\.([0-9]+))?(?:[eE]([0-9]+))?\s*([a-zA-Z]*)\s*", text)
-    if not m or not (m.group(1) or m.group(2)) or m.group(4).lower() not in _SIZE_UNITS:
-        raise KvcalcError(f"{flag}: cannot read size {shown}: use e.g. 2GiB, 500MB or 1e9 "
-                          "(units B, kB ... EB, KiB ... EiB)")
+    unit = m.group(4) if m else ""
+    if len(unit) == 1 and unit in units.DECIMAL.keys() | units.BINARY.keys():
+        one = units.SUFFIXED.fullmatch(text.strip())
+        if one is None:
+            raise KvcalcError(f"{flag}: cannot read size {shown}: a one-letter unit follows the "
+                              "digits directly, as vLLM writes it: 2G (= 2GiB), 1.5g (= 1.5GB)")
+        if len(one.group(1)) + len(one.group(2) or "") > _SIZE_DIGITS:
+            raise KvcalcError(f"{flag}: size {shown} has over {_SIZE_DIGITS} digits")
+        value = units.scaled(one, flag, "bytes", like_vllm=False)
+        if value > MAX_SIZE:
+            raise KvcalcError(f"{flag}: size {shown} is absurdly large (limit 1 EiB)")
+        return value
+    if not m or not (m.group(1) or m.group(2)) or unit.lower() not in _SIZE_UNITS:
+        raise KvcalcError(f"{flag}: cannot read size {shown}: use e.g. 2GiB, 500MB, 2G (= 2GiB, "
+                          "as vLLM reads it), 2g (= 2GB) or 1e9 (units B, kB ... EB, KiB ... EiB)")
     whole, frac, exp = m.group(1), m.group(2) or "", (m.group(3) or "0").lstrip("0") or "0"
     if len(whole) + len(frac) > _SIZE_DIGITS:
         raise KvcalcError(f"{flag}: size {shown} has over {_SIZE_DIGITS} digits")
@@ -147,6 +163,10 @@ class ModelRequest:
                 spec = hfconfig.spec_from_hf_config_file(self.config)
             else:
                 spec = presets.model_from_yaml_file(self.config, require_source=False)
+            if spec.attention_free and (self.kv_heads is not None
+                                        or {"heads", "head_dim"} & overrides.keys()):
+                raise KvcalcError(f"{spec.name} has no attention ({spec.state_mixers} layers "
+                                  "only): --heads, --kv-heads and --head-dim do not apply")
             if self.kv_heads is not None and self.kv_heads != spec.kv_heads:
                 if spec.mla is not None:
                     raise KvcalcError(f"{spec.name} uses MLA: it has no K/V heads to change")
@@ -290,22 +310,49 @@ def resolve_gpu(name: Optional[str]) -> Optional[Hardware]:
     return presets.load_hardware(name)
 
 
+def counted(flag: str):
+    """typer's `parser=` for a count flag that takes vLLM's suffixes (32k, 32K; see
+    kvcalc.units). Used where typer builds click types (older typer); newer typer gets
+    kvcalc.cli.parsing's coercer, which reads the same way."""
+    def parse(value):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        try:
+            return units.count(str(value), flag)
+        except KvcalcError as e:
+            try:  # a ValueError would lose the message in click's FuncParamType
+                from typer._click.exceptions import BadParameter
+            except ImportError:
+                from click.exceptions import BadParameter
+            raise BadParameter(str(e)) from None
+
+    return parse
+
+
+SUFFIXES = units.SUFFIX_HELP  # the rule, for --help
+
 # Workload options, as Annotated aliases the commands list explicitly.
 SeqLenOpt = Annotated[Optional[int], typer.Option(
-    "--seq-len", help=f"Context length in tokens (default: the model's max context, or {DEFAULT_SEQ_LEN}).")]
-BatchOpt = Annotated[int, typer.Option("--batch", help="Sequences decoded together (count).")]
+    "--seq-len", parser=counted("--seq-len"), metavar="<tokens>",
+    help=f"Context length in tokens; {SUFFIXES} (default: the model's max context, or "
+    f"{DEFAULT_SEQ_LEN}).")]
+BatchOpt = Annotated[int, typer.Option(
+    "--batch", parser=counted("--batch"), metavar="<count>",
+    help="Sequences decoded together (count; 1k = 1,000, 1K = 1,024).")]
 KvDtypeOpt = Annotated[str, typer.Option("--kv-dtype", help=f"KV cache dtype: {DTYPE_HELP}.")]
 WeightDtypeOpt = Annotated[Optional[str], typer.Option(
     "--weight-dtype", show_default=False,
     help=f"Weight dtype: {DTYPE_HELP}; int4, int8 and fp8 store scales per "
-    "--group-size (default: as the config stores them: its quantization_config, else bf16).")]
+    "--group-size; awq or gptq: int4 in that checkpoint layout, 128 weights per group unless "
+    "--group-size says (default: as the config stores them: its quantization_config, else "
+    "bf16).")]
 GroupSizeOpt = Annotated[Optional[int], typer.Option(
     "--group-size", show_default=False,
     help="Weights per quantization scale for a quantized --weight-dtype, e.g. 128 "
     "(default: one scale per output row).")]
 PromptLenOpt = Annotated[Optional[int], typer.Option(
-    "--prompt-len", show_default=False,
-    help="Prompt tokens for the time to first token (default: --seq-len).")]
+    "--prompt-len", show_default=False, parser=counted("--prompt-len"), metavar="<tokens>",
+    help="Prompt tokens for the time to first token, suffixes as --seq-len (default: --seq-len).")]
 MfuOpt = Annotated[str, typer.Option(
     "--mfu", help="Share of the dense peak a prefill reaches, in [0.001, 1].")]
 BandwidthEffOpt = Annotated[str, typer.Option(
@@ -317,15 +364,17 @@ GpuOpt = Annotated[str, typer.Option(
 ScaleOpt = Annotated[int, typer.Option(
     "--kv-scale-bytes", help="Bytes of quantization scale per token per K/V head (e.g. 2 for fp16 scales).")]
 EncoderLenOpt = Annotated[Optional[int], typer.Option(
-    "--encoder-seq-len", help="Encoder tokens for encoder-decoder models (default: --seq-len).")]
+    "--encoder-seq-len", parser=counted("--encoder-seq-len"), metavar="<tokens>",
+    help="Encoder tokens for encoder-decoder models, suffixes as --seq-len (default: --seq-len).")]
 MemFractionOpt = Annotated[Optional[float], typer.Option(
     "--memory-fraction", show_default=False,
     help="Share of device memory usable, in (0, 1] (like vLLM's gpu_memory_utilization) "
     "(default: 1).")]
 ReserveOpt = Annotated[Optional[str], typer.Option(
     "--reserve", show_default=False,
-    help="Memory per device kept for activations and runtime, in bytes with a unit: 2GiB, "
-    "500MB, 1e9 (default: 0).")]
+    help="Memory per device kept for activations and runtime, in bytes with a unit: 2GiB "
+    "(2^30 each), 500MB (10^6 each), 1e9; one letter as vLLM's --kv-cache-memory-bytes reads "
+    "it: 2G = 2GiB, 2g = 2GB (default: 0).")]
 
 
 def device_memory(hardware: Optional[Hardware], memory_fraction: Optional[float],

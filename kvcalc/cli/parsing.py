@@ -17,12 +17,13 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from kvcalc import units
 from kvcalc.errors import KvcalcError, quoted
 
-# What a whole-number flag counts, for messages: "--seq-len expects a whole number
-# of tokens".
+# What a whole-number flag counts, for messages: "--layers expects a whole number
+# of layers". Token and sequence counts (--seq-len, --batch ...) are read by
+# kvcalc.units, which also takes vLLM's suffixes (32k, 32K).
 UNITS = {
-    "--seq-len": "tokens", "--encoder-seq-len": "tokens", "--batch": "sequences",
     "--tp": "devices", "--kv-scale-bytes": "bytes", "--layers": "layers",
     "--heads": "query heads", "--kv-heads": "K/V heads", "--head-dim": "elements per head",
     "--d-model": "elements", "--d-ff": "elements", "--vocab": "tokens",
@@ -70,6 +71,8 @@ class _Coercer:
             if isinstance(value, int) and not isinstance(value, bool):
                 return value
             text = str(value).strip()
+            if flag in units.COUNTS:  # 32k, 128K: vLLM's suffixes (kvcalc.units)
+                return units.count(text, flag)
             unit = UNITS.get(flag)
             what = f"a whole number of {unit}" if unit else "a whole number"
             if not _INT.fullmatch(text):

@@ -5,15 +5,17 @@ from typing import Annotated, Optional
 import typer
 
 from kvcalc.cli.options import FormatOpt, OutputFormat
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, quoted
 
 
 def _model_row(name: str) -> dict:
     from kvcalc import presets
 
     s = presets.load_model(name)
-    return {"name": name, "attention": s.attention_kind, "layers": s.layers, "d_model": s.d_model,
-            "heads": s.heads, "kv_heads": s.kv_heads, "head_dim": s.head_dim,
+    # A model without attention (Mamba) has no heads: its spec's are placeholders.
+    heads = (None, None, None) if s.attention_free else (s.heads, s.kv_heads, s.head_dim)
+    return {"name": name, "attention": s.attention_kind, "mixing": s.mixing, "layers": s.layers,
+            "d_model": s.d_model, "heads": heads[0], "kv_heads": heads[1], "head_dim": heads[2],
             "max_context": s.max_context, "source": s.source}
 
 
@@ -27,18 +29,18 @@ def _hardware_row(name: str) -> dict:
             "source": h.source}
 
 
-def _raw_yaml(name: str) -> tuple[str, str]:
-    """(kind, text) of a preset file, found case-insensitively."""
+def _raw_yaml(name: str) -> tuple[str, str, str]:
+    """(kind, file stem, text) of a preset file, found as --preset and --gpu find it."""
     from kvcalc import presets
     from kvcalc.inputfile import read_text
 
-    key = name.lower()
     for kind, names in (("models", presets.model_names()), ("hardware", presets.hardware_names())):
-        if key in names:
-            path = presets.presets_dir() / kind / f"{key}.yaml"
-            return kind, read_text(path, f"presets/{kind}/{key}.yaml")
+        stem = presets.find(name, names)  # case, spaces, '-' and '_' aside, as --gpu
+        if stem is not None:
+            path = presets.presets_dir() / kind / f"{stem}.yaml"
+            return kind, stem, read_text(path, f"presets/{kind}/{stem}.yaml")
     every = presets.model_names() + presets.hardware_names()
-    raise KvcalcError(f"unknown preset {name!r}; {presets.suggest(key, every)}")
+    raise KvcalcError(f"unknown preset {quoted(name)}; {presets.suggest(name.lower(), every)}")
 
 
 def _listing(models: list[dict], hardware: list[dict]) -> list:
@@ -46,12 +48,24 @@ def _listing(models: list[dict], hardware: list[dict]) -> list:
     preset's source is in `kvcalc presets show NAME` and in --format json/csv)."""
     from kvcalc import report
 
+    def cell(value) -> str:
+        return "-" if value is None else str(value)
+
+    free: dict[str, list[str]] = {}  # models without attention, by what mixes their tokens
+    for m in models:
+        if m["attention"] == "none":
+            free.setdefault(m["mixing"], []).append(m["name"])
+    notes = [f"attn none = {mixing} ({', '.join(names)})" for mixing, names in free.items()]
+    if any(not m["max_context"] for m in models):
+        notes.append("max ctx -: the config states none")
     return [
         report.Tab("Model presets", ["name", "attn", "layers", "d_model", "heads", "kv", "head_dim",
                                      "max ctx"],
-                   [[m["name"], m["attention"], str(m["layers"]), str(m["d_model"]), str(m["heads"]),
-                     str(m["kv_heads"]), str(m["head_dim"]), f"{m['max_context']:,}"]
-                    for m in models]),
+                   [[m["name"], m["attention"], str(m["layers"]), str(m["d_model"]), cell(m["heads"]),
+                     cell(m["kv_heads"]), cell(m["head_dim"]),
+                     f"{m['max_context']:,}" if m["max_context"] else "-"]
+                    for m in models],
+                   caption="; ".join(notes) or None),
         report.Tab("Hardware presets", ["name", "memory", "GB/s", "bf16 TFLOP/s", "L2 (MB)"],
                    [[h["name"], report.human_bytes(h["memory_bytes"]),
                      f"{h['memory_bandwidth_bytes_per_s'] / 1e9:,.0f}",
@@ -113,11 +127,11 @@ def register(app: typer.Typer) -> None:
             name = name.strip() if name is not None else None  # as --preset ' gpt3' does
             if action != "show" or not name:
                 raise KvcalcError("usage: kvcalc presets [show NAME]")
-            kind, text = _raw_yaml(name)
+            kind, stem, text = _raw_yaml(name)
             if fmt in (OutputFormat.table, OutputFormat.md):
                 report.emit(text if fmt is OutputFormat.table else f"```yaml\n{text}```\n")
                 return
-            row = _model_row(name.lower()) if kind == "models" else _hardware_row(name.lower())
+            row = _model_row(stem) if kind == "models" else _hardware_row(stem)
             report.emit(report.to_json(row) if fmt is OutputFormat.json else report.rows_to_csv([row]))
             return
         models = [_model_row(n) for n in presets.model_names()]

@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 import typer
 
 from kvcalc.errors import KvcalcError
+from kvcalc.units import SUFFIX_HELP
 from kvcalc.cli.options import (
     DEFAULT_GPU,
     DEFAULT_SEQ_LEN,
@@ -38,10 +39,11 @@ _SPEC = ("SPEC: a value (8), a list (1,8,32), a linear range start:stop:+step "
 
 SeqLenSpec = Annotated[Optional[str], typer.Option(
     "--seq-len", metavar="SPEC",
-    help=f"Context lengths in tokens. {_SPEC} (default: the model's max context, or "
-         f"{DEFAULT_SEQ_LEN}).")]
+    help=f"Context lengths in tokens. {_SPEC} Values take suffixes, {SUFFIX_HELP} "
+         f"(1k:128k:*2). (default: the model's max context, or {DEFAULT_SEQ_LEN}).")]
 BatchSpec = Annotated[str, typer.Option(
-    "--batch", metavar="SPEC", help="Batch sizes (sequences decoded together), a SPEC.")]
+    "--batch", metavar="SPEC",
+    help="Batch sizes (sequences decoded together), a SPEC; suffixes as --seq-len.")]
 KvHeadsSpec = Annotated[Optional[str], typer.Option(
     "--kv-heads", metavar="SPEC",
     help="K/V head counts, a SPEC: each replaces the model's (its MHA/GQA/MQA variant); "

@@ -87,10 +87,74 @@ def cpu_llc_bytes() -> int:
 def cpu_available_bytes() -> int:
     """RAM this process can allocate: MemAvailable from /proc/meminfo (what the kernel can
     hand out without swapping), capped by the container's cgroup memory limit, which
-    the OOM killer enforces whatever MemAvailable says."""
-    available = _meminfo_available_bytes()
+    the OOM killer enforces whatever MemAvailable says, and by this process's own limits
+    (ulimit -v, ulimit -d), which make an allocation fail outright."""
+    return cpu_memory_room()[0]
+
+
+def cpu_memory_room() -> tuple[int, str]:
+    """(bytes this process can still allocate, what bounds it: "" for available RAM, else
+    words naming the limit), the tightest of cpu_available_bytes's bounds."""
+    room = [(_meminfo_available_bytes(), "")]
     in_cgroup = cgroup_available_bytes()
-    return available if in_cgroup is None else min(available, in_cgroup)
+    if in_cgroup is not None:
+        room.append((in_cgroup, "the cgroup's memory limit"))
+    room.extend(rlimit_room())
+    return min(room, key=lambda r: r[0])
+
+
+# Address space an intra-op thread reserves when it starts: its stack (8 MiB by default)
+# and glibc's per-thread malloc arena (64 MiB). Measured: a 2-thread torch process grew
+# by 79 MiB of VmSize at its first parallel op.
+THREAD_ADDRESS_SPACE_BYTES = 80 * 2**20
+# And the run's own growth besides its planned buffers (modules imported, the progress
+# bar's thread, allocator slack). Measured on a 2-thread CPU run of a tiny shape: VmPeak
+# was 128 MiB above VmSize at the memory guard plus its planned peak.
+PROCESS_ADDRESS_SPACE_BYTES = 64 * 2**20
+
+
+def rlimit_room(status: str = "/proc/self/status") -> list[tuple[int, str]]:
+    """Room left under this process's address-space (RLIMIT_AS, `ulimit -v`) and data
+    (RLIMIT_DATA, `ulimit -d`) limits, with words naming each; [] where neither is set.
+
+    Such a limit counts mappings, not pages used: torch alone maps some 600 MB, every
+    intra-op thread but the main one maps THREAD_ADDRESS_SPACE_BYTES when it starts (counted
+    whether started or not: the process's thread count cannot tell them from others), and
+    the run grows by PROCESS_ADDRESS_SPACE_BYTES besides."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not a POSIX system
+        return []
+    fields: dict[str, int] = {}
+    try:
+        with open(status) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("VmSize", "VmData"):
+                    fields[key] = int(value.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return []
+    try:
+        import torch
+
+        threads = torch.get_num_threads()
+    except ImportError:
+        threads = os.cpu_count() or 1
+    reserve = PROCESS_ADDRESS_SPACE_BYTES + max(0, threads - 1) * THREAD_ADDRESS_SPACE_BYTES
+    out = []
+    for limit, used, words in ((resource.RLIMIT_AS, "VmSize", "the address-space limit (ulimit -v)"),
+                               (getattr(resource, "RLIMIT_DATA", None), "VmData",
+                                "the data-segment limit (ulimit -d)")):
+        if limit is None or used not in fields:
+            continue
+        try:
+            soft, _hard = resource.getrlimit(limit)
+        except (OSError, ValueError):
+            continue
+        if soft == resource.RLIM_INFINITY or soft < 0:
+            continue
+        out.append((max(0, soft - fields[used] - reserve), words))
+    return out
 
 
 def _meminfo_bytes(key: str) -> int | None:

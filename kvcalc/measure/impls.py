@@ -229,6 +229,35 @@ def refusal_reason(messages: list[str], backend: str, fallback: str) -> str:
     return rest[0] if rest else (fallback.splitlines() or [fallback])[0]
 
 
+def out_of_memory(e: BaseException) -> bool:
+    """Whether `e` is an allocation failure: CUDA's OutOfMemoryError, Python's MemoryError,
+    or the CPU allocator's RuntimeError ("DefaultCPUAllocator: can't allocate memory"),
+    which an implementation's refusal of its inputs must not be mistaken for."""
+    if isinstance(e, MemoryError) or isinstance(e, getattr(torch, "OutOfMemoryError", ())):
+        return True
+    if not isinstance(e, RuntimeError):
+        return False
+    text = str(e).lower()
+    return ("can't allocate memory" in text or "out of memory" in text
+            or "cannot allocate memory" in text)
+
+
+def allocation_failure(e: BaseException) -> str:
+    """The allocator's own words, short ("you tried to allocate 268435456 bytes")."""
+    import re
+
+    from kvcalc.report import human_bytes
+
+    text = " ".join(str(e).split())
+    m = re.search(r"tried to allocate (\d+) bytes", text)
+    if m:
+        return f"an allocation of {human_bytes(int(m.group(1)))} failed"
+    m = re.search(r"Tried to allocate ([\d.]+ [KMGT]iB)", text)  # CUDA's wording
+    if m:
+        return f"an allocation of {m.group(1)} failed"
+    return _short(text.split("] ", 1)[-1]) if text else type(e).__name__
+
+
 def _short(msg: str, limit: int = 120) -> str:
     msg = " ".join(msg.split())
     return msg if len(msg) <= limit else msg[: limit - 3] + "..."

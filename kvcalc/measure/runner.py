@@ -33,14 +33,14 @@ from kvcalc.report import human_bytes, human_seconds
 from kvcalc.roofline import roofline
 from kvcalc.spec import MAX_WIDTH, ModelSpec, dtype as _dtype
 
-MAX_SLOTS = 64  # rotation beyond this: flush instead
+MAX_SLOTS = 64  # rotation beyond this: flush instead (the streamed ceilings: terms.STREAM_MAX_COPIES)
 # Rotate over at least 8x the last-level cache: at 4x a CPU's victim-style LLC still served
 # up to ~25% of a repetition (measured: 27% faster streams at 4x than at 8x on this EPYC).
 L2_MULTIPLE = 8
 # A flush reads one and a half times the last-level cache (enough to evict it under
 # any replacement policy seen in practice), not L2_MULTIPLE times: the flush is for
 # caches too small to rotate, and 4x a big server LLC would be gigabytes.
-FLUSH_NUM, FLUSH_DEN = 3, 2
+FLUSH_NUM, FLUSH_DEN = terms_mod.FLUSH_NUM, terms_mod.FLUSH_DEN
 LOGIT_BYTES = 16  # per logit, worst case: scores, fp32 copy, softmax, cast back
 GRAPH_POOL_SLACK_BYTES = 22 * 2**20  # per captured graph: one small and one large segment
 PROBE_SEQ_LEN = 64  # tokens in the SDPA backend probes
@@ -103,8 +103,44 @@ def l2_plan(slot_bytes: int, cache_bytes: int, cache_name: str, mode: str,
         warn = "" if total >= L2_MULTIPLE else f" (capped at {MAX_SLOTS}; partly {cache_name}-resident)"
         plural = what + ("s" if not what.endswith("s") else "")
         return n, 0, f"rotated {n} {plural}, {_times(total)} {cache_name}{warn}"
-    flush = -(-FLUSH_NUM * cache_bytes // FLUSH_DEN)  # checked by the memory guard with the rest
+    flush = terms_mod.flush_bytes(cache_bytes)  # checked by the memory guard with the rest
     return 1, flush, f"{cache_name} flushed before each repetition ({human_bytes(flush)} read)"
+
+
+def attention_workspace(name: str, kv_bytes: int, logits: int, g: int, e: int,
+                        sdpa_copies_kv: bool) -> int:
+    """Temporaries of one attention call of `name` over `kv_bytes` of K/V with `logits`
+    bytes of scores (LOGIT_BYTES per logit) and group size `g` (an upper bound)."""
+    if name == "sdpa-math" or (name == "sdpa" and sdpa_copies_kv):
+        # The math backend upcasts half-precision q, K, V to fp32, repeats K/V per query
+        # head and makes the transposed K contiguous: up to two expanded copies live at
+        # once (about 1.5g + 1 caches measured in fp32 on a CPU; 2g + 1 is the bound).
+        upcast = 4 // e if e < 4 else 1
+        return logits + (2 * g + 1) * kv_bytes * upcast
+    if name == "repeat":
+        return logits + g * kv_bytes  # K and V repeated per query head
+    return logits
+
+
+def shape_ceilings_need(step: str, spec: ModelSpec, batch: int, seq_len: int, dtype: str,
+                        impl_names: list[str], sdpa_copies_kv: bool, cache_bytes: int,
+                        stream: int) -> int:
+    """What the ceilings at the step's shapes (terms.shape_ceilings, refresh_streams) hold at
+    once, as allocated: the K/V stream's heads with its queries, outputs and each
+    implementation's temporaries (with a tiny head_dim the logits outweigh K/V); the weight
+    stream's copies of the layer, counted with their per-tensor overhead, and its flush."""
+    e = _dtype(dtype).nbytes(1)
+    n = terms_mod.kv_stream_heads(spec.head_dim, seq_len, e, stream)
+    kv = 2 * terms_mod.tensor_bytes(n * seq_len * spec.head_dim * e)
+    q_out = 2 * terms_mod.tensor_bytes(n * spec.head_dim * e)
+    kv_need = kv + q_out + max(attention_workspace(name, kv, LOGIT_BYTES * n * seq_len, 1, e,
+                                                   sdpa_copies_kv) for name in impl_names)
+    w_need = 0
+    if step == "layer":
+        w_need = terms_mod.weight_stream_need_bytes(e, batch, spec.heads, spec.kv_heads,
+                                                    spec.head_dim, spec.d_model, stream,
+                                                    cache_bytes)
+    return terms_mod.shape_workspace_bytes(cache_bytes, max(kv_need, w_need))
 
 
 def needed_bytes(pred: StepPrediction, spec: ModelSpec, batch: int, seq_len: int,
@@ -115,20 +151,8 @@ def needed_bytes(pred: StepPrediction, spec: ModelSpec, batch: int, seq_len: int
     g = spec.heads // spec.kv_heads
     small = e * batch * (spec.heads * spec.head_dim + spec.d_model)  # q or x
     logits = LOGIT_BYTES * batch * spec.heads * seq_len
-    expanded = g * pred.kv_cache_bytes  # K and V repeated per query head
-
-    def workspace(name: str) -> int:
-        if name == "sdpa-math" or (name == "sdpa" and sdpa_copies_kv):
-            # The math backend upcasts half-precision q, K, V to fp32, repeats K/V per query
-            # head and makes the transposed K contiguous: up to two expanded copies live at
-            # once (about 1.5g + 1 caches measured in fp32 on a CPU; 2g + 1 is the bound).
-            upcast = 4 // e if e < 4 else 1
-            return logits + (2 * g + 1) * pred.kv_cache_bytes * upcast
-        if name == "repeat":
-            return logits + expanded
-        return logits
-
-    ws = max(workspace(n) for n in impl_names)
+    ws = max(attention_workspace(n, pred.kv_cache_bytes, logits, g, e, sdpa_copies_kv)
+             for n in impl_names)
     if cuda_graphs:
         # Each captured graph keeps its own memory pool, rounded up to whole allocator
         # segments (2 MiB small, 20 MiB large).
@@ -145,6 +169,8 @@ def needed_bytes(pred: StepPrediction, spec: ModelSpec, batch: int, seq_len: int
         "caches": slots * pred.kv_cache_bytes,
         "weights": slots * pred.weight_bytes,
         "inputs": slots * small,
+        # each slot's tensors (K, V, q or x, two weights): alignment and per-tensor objects
+        "tensor_overhead": slots * 5 * terms_mod.tensor_bytes(0),
         "flush": flush_bytes,
         "workspace": ws,
         "reference": reference,
@@ -165,7 +191,8 @@ def plan_groups(config: MeasureConfig, seq_len: int, batch: int, dtype: str, imp
                                            config.l2, "cache" if step == "attention" else "layer")
             parts = needed_bytes(pred, spec, batch, seq_len, dtype, impl_names, slots, flush,
                                  config.cuda_graphs, sdpa_copies.get(kv, False))
-            parts["shape_ceilings"] = terms_mod.shape_workspace_bytes(
+            parts["shape_ceilings"] = shape_ceilings_need(
+                step, spec, batch, seq_len, dtype, impl_names, sdpa_copies.get(kv, False),
                 device_meta["cache_bytes"], stream or terms_mod.stream_bytes(
                     device_meta["cache_bytes"], 8 * device_meta["cache_bytes"] if flush
                     else slots * slot_bytes))
@@ -199,10 +226,41 @@ def run(config: MeasureConfig, progress: Progress | None = None,
     """Measure; see the module docstring. `progress(description, done, total)` is told
     of each phase. `ceiling_buffer_bytes` shrinks the ceiling buffers (tests only).
     `ceilings` reuses ones measured earlier in the same process (a sweep);
-    `check_only` stops after the memory guard, before anything large is allocated."""
+    `check_only` stops after the memory guard, before anything large is allocated.
+
+    An allocation that fails anyway (memory taken by another process meanwhile, a limit
+    the guard could not see) is refused in a KvcalcError, never a torch traceback."""
+    state = {"kind": "cpu", "phase": "preparing", "planned": None, "usable": None}
+    try:
+        return _run(config, progress, ceiling_buffer_bytes, ceilings, check_only, state)
+    except (RuntimeError, MemoryError) as e:
+        if not impls.out_of_memory(e):
+            raise
+        raise KvcalcError(_oom_message(e, state)) from None
+
+
+def _oom_message(e: BaseException, state: dict) -> str:
+    kind = state["kind"]
+    msg = f"out of {kind} memory while {state['phase']} ({impls.allocation_failure(e)})"
+    if state["planned"] is not None:
+        msg += (f"; the memory guard planned a peak of {human_bytes(state['planned'])} of "
+                f"{human_bytes(state['usable'])} usable")
+    words = _limit_words(kind)
+    return msg + (f" under {words}" if words else "") + (
+        "; try a smaller --seq-len or --batch, or free some memory")
+
+
+def _limit_words(kind: str) -> str:
+    """Words naming a limit that bounds this process's memory below the free RAM, or ""."""
+    return ceil_mod.cpu_memory_room()[1] if kind == "cpu" else ""
+
+
+def _run(config: MeasureConfig, progress: Progress | None, ceiling_buffer_bytes: int | None,
+         ceilings: dict | None, check_only: bool, state: dict) -> MeasureResult | None:
     device = ceil_mod.resolve_device(config.device)
     meta = ceil_mod.device_info(device)
     kind = device.type
+    state["kind"] = kind
     if config.cuda_graphs and kind != "cuda":
         raise KvcalcError("--cuda-graphs needs a CUDA device (this run is on the cpu)")
     defaults = DEFAULTS[kind]
@@ -221,6 +279,8 @@ def run(config: MeasureConfig, progress: Progress | None = None,
     seq_len = config.seq_len or defaults.seq_len
     free = ceil_mod.free_bytes(device)
     usable = int(free * config.memory_fraction)
+    state["usable"] = usable
+    state["phase"] = "probing SDPA's backends"
     probe_seq_len = min(PROBE_SEQ_LEN, seq_len)
     probe_need = probe_bytes(config.heads, max(config.kv_variants()), config.head_dim,
                              probe_seq_len, dtype)
@@ -259,8 +319,19 @@ def run(config: MeasureConfig, progress: Progress | None = None,
             sl //= 2
             need = peak(sl, b)
         if need > usable:
-            raise KvcalcError(_refusal(need, free, usable, kind, sl, b, peak, config))
+            raise KvcalcError(_refusal(need, free, usable, kind, sl, b, peak, config,
+                                       lambda: fixed_need(impl_names, copies, sl, b)))
         return sl, b
+
+    def fixed_need(impl_names: list[str], copies: dict[int, bool], s: int, x: int) -> int:
+        """What no smaller --seq-len, --batch or --d-model shrinks: the K/V stream at its
+        least (8x the LLC) and the flush of a cache too small to rotate."""
+        stream = ceiling_buffer_bytes or terms_mod.stream_bytes(meta["cache_bytes"])
+        return max(shape_ceilings_need("attention", g.spec, x, s, dtype, impl_names,
+                                       copies.get(g.kv_heads, False), meta["cache_bytes"], stream)
+                   + g.needed_breakdown["flush"]
+                   for g in plan_groups(config, s, x, dtype, impl_names, meta, copies,
+                                        ceiling_buffer_bytes))
 
     # A request that cannot fit even with the leanest candidates and no K/V copies is
     # refused before any SDPA probe allocates anything.
@@ -285,8 +356,10 @@ def run(config: MeasureConfig, progress: Progress | None = None,
     ceiling_ws = ceil_mod.ceiling_workspace_bytes(kind, dtype) if ceiling_buffer_bytes is None \
         else 2 * ceiling_buffer_bytes
     if ceiling_ws > usable:
+        words = _limit_words(kind)
         raise KvcalcError(f"the bandwidth ceilings need {human_bytes(ceiling_ws)} but only "
-                          f"{human_bytes(usable)} of {kind} memory is usable")
+                          f"{human_bytes(usable)} of {kind} memory is usable"
+                          + (f" under {words}" if words else ""))
     if check_only:
         return None
     groups = plan_groups(config, seq_len, batch, dtype, concrete_for_memory, meta, sdpa_copies,
@@ -299,6 +372,7 @@ def run(config: MeasureConfig, progress: Progress | None = None,
             meta["cache_bytes"], 8 * meta["cache_bytes"] if g.flush_bytes
             else g.slots * (g.pred.kv_cache_bytes + g.pred.weight_bytes))
         g.streamed = streamed
+    state["planned"] = max([ceiling_ws] + [g.needed_bytes for g in groups])
 
     total = 1 + sum(1 + len(g.impls) for g in groups)
     done = 0
@@ -309,6 +383,7 @@ def run(config: MeasureConfig, progress: Progress | None = None,
         if progress is not None:
             progress(msg, done, total)
 
+    state["phase"] = "measuring the bandwidth ceilings"
     if ceilings is None:
         if progress is not None:
             progress(f"measuring {kind} ceilings", 0, total)
@@ -330,6 +405,7 @@ def run(config: MeasureConfig, progress: Progress | None = None,
             cands = [picks[group.step]]
             reason = (f"--compare: auto's pick at kv_heads={config.kv_heads} for every variant"
                       + (f"; {auto_reason}" if auto_reason else ""))
+        state["phase"] = f"measuring the {group.step} step at kv_heads={group.kv_heads}"
         by_group[i] = _run_group(group, config, device, meta, dtype, tdtype, seq_len, batch,
                                  warmup, iters, ceilings, cands, reason, sdpa_probe, tick)
         for r in by_group[i]:
@@ -371,9 +447,11 @@ def _auto_choice(device: torch.device, probe, kv_heads: int) -> tuple[str, str]:
 
 
 def _refusal(need: int, free: int, usable: int, kind: str, seq_len: int, batch: int,
-             peak, config: MeasureConfig) -> str:
+             peak, config: MeasureConfig, fixed_need=None) -> str:
+    words = _limit_words(kind)
     msg = (f"needs {human_bytes(need)} but {human_bytes(free)} is free on {kind} "
-           f"({config.memory_fraction:.0%} usable: {human_bytes(usable)})")
+           + (f"under {words} " if words else "")
+           + f"({config.memory_fraction:.0%} usable: {human_bytes(usable)})")
     tries = []
     sl = _largest_fitting(lambda s: peak(s, batch) <= usable, seq_len)
     if sl:
@@ -383,11 +461,24 @@ def _refusal(need: int, free: int, usable: int, kind: str, seq_len: int, batch: 
         tries.append(f"--batch {b}")
     if tries:
         return f"{msg}; try {' or '.join(tries)}"
+    if fixed_need is not None:
+        # What smaller sizes do not shrink: the streamed ceilings read 8x the LLC at any
+        # shape, and a cache too small to rotate is flushed with 1.5x the LLC.
+        fixed = fixed_need()
+        if fixed > usable:
+            return (f"{msg}; smaller sizes do not fit either: the bandwidth ceilings at the "
+                    f"step's shapes and the cache flush alone need {human_bytes(fixed)} (they "
+                    f"stream at least 8x the {_cache_name(kind)}, whatever --seq-len and "
+                    f"--batch); free some memory" + (" or raise the limit" if words else ""))
     if config.step in ("layer", "both"):
         return (f"{msg}; even --seq-len 1 --batch 1 does not fit: the layer step holds its "
                 f"weights (d_model {config.d_model or config.heads * config.head_dim:,}); try a "
                 f"smaller --d-model, fewer heads or a smaller head_dim")
     return f"{msg}; even --seq-len 1 --batch 1 does not fit: try fewer heads or a smaller head_dim"
+
+
+def _cache_name(kind: str) -> str:
+    return "L2" if kind == "cuda" else "last-level cache"
 
 
 def _largest_fitting(fits, upper: int) -> int:
@@ -415,7 +506,9 @@ def _run_group(group: Group, config: MeasureConfig, device, meta, dtype, tdtype,
         slots = [impls.make_slot(group.step, device, tdtype, batch, seq_len, spec.heads,
                                  spec.kv_heads, spec.head_dim, spec.d_model, gen)
                  for _ in range(group.slots)]
-    except torch.OutOfMemoryError:
+    except (RuntimeError, MemoryError) as e:
+        if not impls.out_of_memory(e):
+            raise
         raise KvcalcError(f"out of {device.type} memory allocating {group.slots} x "
                           f"{human_bytes(pred.kv_cache_bytes + pred.weight_bytes)} (planned peak "
                           f"{human_bytes(group.needed_bytes)}); try a smaller --seq-len or --batch") from None
@@ -435,7 +528,9 @@ def _run_group(group: Group, config: MeasureConfig, device, meta, dtype, tdtype,
                      if group.flush_bytes else None)
         reference = (impls.reference_attention(s0.q, s0.k, s0.v, scale)
                      if group.step == "attention" else impls.reference_layer(s0, scale))
-    except torch.OutOfMemoryError:
+    except (RuntimeError, MemoryError) as e:
+        if not impls.out_of_memory(e):
+            raise
         raise KvcalcError(f"out of {device.type} memory for the flush buffer or the float64 "
                           f"reference (planned peak {human_bytes(group.needed_bytes)}); try a "
                           f"smaller --seq-len or --batch") from None
@@ -510,8 +605,11 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
             return terms_mod.refresh_streams(
                 shape, group.step, attn, device, ceil_mod.torch_dtype(dtype), spec.heads,
                 spec.kv_heads, spec.head_dim, spec.d_model, seq_len, batch,
-                group.stream_bytes or terms_mod.stream_bytes(meta["cache_bytes"]), {})
-        except RuntimeError:  # an implementation that refuses these inputs: reported below
+                group.stream_bytes or terms_mod.stream_bytes(meta["cache_bytes"]), {},
+                cache_bytes=meta["cache_bytes"])
+        except RuntimeError as e:  # an implementation that refuses these inputs: reported below
+            if impls.out_of_memory(e):
+                raise
             return shape
 
     round_shapes = [refreshed()]
@@ -577,6 +675,8 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
             out, ops = impls.traced(calls[0])
             _sync(device)
         except RuntimeError as e:
+            if impls.out_of_memory(e):  # not a refusal of these inputs: run() says so
+                raise
             # A pinned SDPA backend says why it refused in a warning; the error is generic.
             why = impls.refusal_reason([str(w.message) for w in caught],
                                        name[5:] if name.startswith("sdpa-") else "", repr(e))
@@ -612,6 +712,8 @@ def _measure_impl(name, group: Group, config, device, meta, dtype, seq_len, batc
             values.extend(t.values_s)
         after = terms_mod.host_sample()
     except RuntimeError as e:
+        if impls.out_of_memory(e):
+            raise
         row["correct"] = True
         row["note"] = "; ".join([f"timing failed: {impls._short(str(e))}"] + notes)
         return row
@@ -693,7 +795,8 @@ def _shape_ceilings(group: Group, name: str, attn, device, dtype, seq_len, batch
     """The step's FLOP/s at its shapes and its per-call overhead, measured once per
     (group, impl); an implementation that refuses these inputs is predicted from grouped's."""
     spec = group.spec
-    for which, fn in ((name, attn), ("grouped", impls.attention_grouped)):
+    failed: list[str] = []
+    for which, fn in dict.fromkeys(((name, attn), ("grouped", impls.attention_grouped))):
         if which in group.shape_ceilings:
             return group.shape_ceilings[which]
         try:
@@ -703,11 +806,15 @@ def _shape_ceilings(group: Group, name: str, attn, device, dtype, seq_len, batch
                     group.step, fn, device, ceil_mod.torch_dtype(dtype), spec.heads,
                     spec.kv_heads, spec.head_dim, spec.d_model, seq_len, batch, meta["cache_bytes"],
                     group.stream_bytes, group.streamed)
-        except RuntimeError:
+        except RuntimeError as e:
+            if impls.out_of_memory(e):  # not the implementation's refusal: run() says so
+                raise
+            failed.append(f"{which}: {impls._short(str(e))}")
             continue
         group.shape_ceilings[which] = shape
         return shape
-    raise KvcalcError("the grouped attention failed on tiny inputs; nothing to predict from")
+    raise KvcalcError("the ceilings at the step's shapes failed for " + "; ".join(failed)
+                      + "; nothing to predict from")
 
 
 def _backend_notes(name: str, info: impls.BackendInfo, g: int, pred: StepPrediction, device,

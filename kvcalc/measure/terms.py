@@ -35,6 +35,67 @@ LOADED_CORES = 0.25  # other processes (or the hypervisor's steal) above this: a
 
 
 STREAM_MIN_BYTES = 64 * 2**20  # a streamed ceiling reads at least this, and 8x the LLC
+# The weight stream rotates over at most this many copies of the layer (as the timed step,
+# runner.MAX_SLOTS); when more would be needed to read the stream's bytes, it rotates over
+# these and reads FLUSH_NUM/FLUSH_DEN of the last-level cache before each repetition instead.
+# (Counted by bytes alone, a 256-byte layer, heads 1 x head_dim 4, needed 2^20 copies of a
+# 256 MiB stream: each copy's five tensors and Python objects outweighed its bytes, and
+# building them ran over 5 minutes and 8 GB.)
+STREAM_MAX_COPIES = 64
+# A flush reads one and a half times the last-level cache (enough to evict it under any
+# replacement policy seen in practice); the timed step's flush (runner.l2_plan) too.
+FLUSH_NUM, FLUSH_DEN = 3, 2
+# Per tensor beyond its bytes: the allocator's 64-byte alignment and header, the
+# TensorImpl/StorageImpl and the Python object (an upper bound, for the memory guard).
+TENSOR_OVERHEAD_BYTES = 1024
+ALIGN_BYTES = 64
+
+
+def flush_bytes(cache_bytes: int) -> int:
+    """Bytes a flush of the last-level cache reads."""
+    return -(-FLUSH_NUM * cache_bytes // FLUSH_DEN)
+
+
+def tensor_bytes(nbytes: int) -> int:
+    """What a tensor of `nbytes` really takes (alignment and per-tensor overhead)."""
+    return -(-nbytes // ALIGN_BYTES) * ALIGN_BYTES + TENSOR_OVERHEAD_BYTES
+
+
+def weight_stream_copies(weight_bytes: int, total_bytes: int) -> tuple[int, bool]:
+    """(copies of the layer the weight stream rotates over, whether it also flushes):
+    enough copies to read `total_bytes` of weights, at most STREAM_MAX_COPIES."""
+    need = max(1, -(-total_bytes // max(1, weight_bytes)))
+    return min(need, STREAM_MAX_COPIES), need > STREAM_MAX_COPIES
+
+
+def layer_copy_bytes(e: int, batch: int, seq_len: int, heads: int, kv_heads: int,
+                     head_dim: int, d_model: int) -> int:
+    """Memory one layer slot (impls.make_slot) really takes: K, V, x and the two weights."""
+    kv = tensor_bytes(e * batch * kv_heads * seq_len * head_dim)
+    return (2 * kv + tensor_bytes(e * batch * d_model)
+            + tensor_bytes(e * (heads + 2 * kv_heads) * head_dim * d_model)
+            + tensor_bytes(e * d_model * heads * head_dim))
+
+
+def kv_stream_heads(head_dim: int, seq_len: int, e: int, total_bytes: int) -> int:
+    """K/V heads of (seq_len, head_dim) the K/V stream reads: enough for total_bytes."""
+    return max(1, -(-total_bytes // (2 * seq_len * head_dim * e)))
+
+
+def layer_weight_bytes(e: int, heads: int, kv_heads: int, head_dim: int, d_model: int) -> int:
+    """The layer step's weights: the fused qkv projection and the output projection."""
+    return e * ((heads + 2 * kv_heads) * head_dim * d_model + d_model * heads * head_dim)
+
+
+def weight_stream_need_bytes(e: int, batch: int, heads: int, kv_heads: int, head_dim: int,
+                             d_model: int, total_bytes: int, cache_bytes: int) -> int:
+    """Upper bound of what weight_stream_bytes_per_s holds at once (for the memory guard):
+    its copies, the flush buffer when it flushes, and one call's temporaries."""
+    weights = layer_weight_bytes(e, heads, kv_heads, head_dim, d_model)
+    copies, flushed = weight_stream_copies(weights, total_bytes)
+    each = layer_copy_bytes(e, batch, WEIGHT_PROBE_SEQ_LEN, heads, kv_heads, head_dim, d_model)
+    call = 16 * batch * (heads * WEIGHT_PROBE_SEQ_LEN + (heads + 2 * kv_heads) * head_dim + d_model)
+    return copies * each + (tensor_bytes(flush_bytes(cache_bytes)) if flushed else 0) + call
 
 
 @record
@@ -59,16 +120,17 @@ def stream_bytes(cache_bytes: int, working_set: int = 0) -> int:
 
 def refresh_streams(shape: ShapeCeilings, step: str, attn, device, tdtype, heads: int,
                     kv_heads: int, head_dim: int, d_model: int, seq_len: int, batch: int,
-                    stream: int, streamed: dict, lockstep=None) -> ShapeCeilings:
+                    stream: int, streamed: dict, lockstep=None,
+                    cache_bytes: int | None = None) -> ShapeCeilings:
     """`shape` with its streamed bandwidths measured again now (the FLOP/s and overhead
-    kept); `lockstep` as for shape_ceilings."""
+    kept); `lockstep` and `cache_bytes` as for shape_ceilings."""
     from dataclasses import replace
 
     kv, _ = kv_stream_bytes_per_s(attn, device, tdtype, head_dim, seq_len, stream, lockstep)
     w = None
     if step == "layer":
         w, _ = weight_stream_bytes_per_s(attn, device, tdtype, batch, heads, kv_heads, head_dim,
-                                         d_model, stream, shape.overhead_s, lockstep)
+                                         d_model, stream, shape.overhead_s, lockstep, cache_bytes)
     return replace(shape, kv_read_bytes_per_s=kv, weight_read_bytes_per_s=w)
 
 
@@ -91,17 +153,24 @@ def shape_workspace_bytes(cache_bytes: int, stream: int | None = None) -> int:
     return max(3 * (cache_bytes // SHAPE_FRACTION), stream or stream_bytes(cache_bytes)) + 2**22
 
 
-def _median(fns, device, lockstep=None) -> float:
+def _median(fns, device, lockstep=None, flush=None) -> float:
     """A streamed ceiling: the median, like the read ceiling and the steps it predicts.
     `lockstep` (tensor parallelism: a barrier) runs, untimed, before each repetition; then
-    every rank makes the same number of calls, so the count is fixed, never budgeted."""
+    every rank makes the same number of calls, so the count is fixed, never budgeted.
+    `flush` (evicting the last-level cache) runs, untimed, before each repetition too."""
     fns = fns if isinstance(fns, (list, tuple)) else [fns]
     warmup, iters = SHAPE_ITERS
+    before = lockstep
+    if flush is not None:
+        def before():
+            flush()
+            if lockstep is not None:
+                lockstep()
     if lockstep is None:
-        first = time_calls(fns, device=device, warmup=1, iters=1).median_s
+        first = time_calls(fns, device=device, warmup=1, iters=1, flush=before).median_s
         iters = max(STREAM_MIN_ITERS, min(iters, int(STREAM_BUDGET_S / max(first, 1e-9))))
         warmup = max(0, warmup - 2)  # the two calls above warmed it
-    return time_calls(fns, device=device, warmup=warmup, iters=iters, flush=lockstep).median_s
+    return time_calls(fns, device=device, warmup=warmup, iters=iters, flush=before).median_s
 
 
 def _best(fn, device) -> float:
@@ -164,7 +233,7 @@ def kv_stream_bytes_per_s(attn, device, tdtype, head_dim: int, seq_len: int,
     streams far more than the cache holds, so the next finds none of it resident."""
     e = torch.empty((), dtype=tdtype).element_size()
     per_head = 2 * seq_len * head_dim * e
-    n = max(1, -(-total_bytes // per_head))
+    n = kv_stream_heads(head_dim, seq_len, e, total_bytes)
     # Values do not change the bytes a call reads; a fill is ~14x faster than normal_()
     # over the 268 MB this probe streams on this project's VM (rounds re-allocate it).
     k = torch.empty(1, n, seq_len, head_dim, device=device, dtype=tdtype).fill_(0.5)
@@ -179,12 +248,17 @@ WEIGHT_PROBE_SEQ_LEN = 16  # the layer step with a cache this short is its weigh
 
 def weight_stream_bytes_per_s(attn, device, tdtype, batch: int, heads: int, kv_heads: int,
                               head_dim: int, d_model: int, total_bytes: int,
-                              overhead_s: float, lockstep=None) -> tuple[float, int]:
+                              overhead_s: float, lockstep=None,
+                              cache_bytes: int | None = None) -> tuple[float, int]:
     """Weight bytes per second the layer step itself reads: the same call (fused qkv
     F.linear, cache write, attention, output F.linear) at this batch and these weight
     shapes over a WEIGHT_PROBE_SEQ_LEN-token cache, as many copies as make total_bytes,
     rotated. Its K/V is a few kB, so the time is the weights' stream and the call's
     overhead (taken off, never more than half).
+
+    At most STREAM_MAX_COPIES copies: when more would be needed (small weights), the
+    last-level cache (`cache_bytes`; default total_bytes / 8, the stream's own sizing) is
+    flushed before each repetition instead, so each still reads its weights from memory.
 
     (F.linear timed alone on each weight shape was used before: in the 2026-11-23 CPU
     campaign it gave 3.43 GB/s for the MHA shapes and 5.0 for the MQA ones, while the
@@ -196,13 +270,20 @@ def weight_stream_bytes_per_s(attn, device, tdtype, batch: int, heads: int, kv_h
     first = impls.make_slot("layer", device, tdtype, batch, WEIGHT_PROBE_SEQ_LEN, heads,
                             kv_heads, head_dim, d_model, gen)
     each = first.weight_bytes()
-    copies = max(1, -(-total_bytes // each))
+    copies, flushed = weight_stream_copies(each, total_bytes)
     slots = [first] + [impls.make_slot("layer", device, tdtype, batch, WEIGHT_PROBE_SEQ_LEN,
                                        heads, kv_heads, head_dim, d_model, gen)
                        for _ in range(copies - 1)]
+    flush_buf = flush = None
+    if flushed:
+        # int64 words read, not written (as the timed step's flush): a sum over them runs
+        # at memory speed on a CPU, and leaves no dirty lines to write back mid-call.
+        llc = cache_bytes or max(1, total_bytes // 8)
+        flush_buf = torch.zeros(-(-flush_bytes(llc) // 8), dtype=torch.int64, device=device)
+        flush = flush_buf.sum
     scale = head_dim ** -0.5
-    t = _median([impls.layer_call(sl, attn, scale) for sl in slots], device, lockstep)
-    del slots, first
+    t = _median([impls.layer_call(sl, attn, scale) for sl in slots], device, lockstep, flush)
+    del slots, first, flush, flush_buf
     return each / max(t - overhead_s, t / 2), copies
 
 
@@ -257,10 +338,13 @@ def shape_ceilings(step: str, attn, device, tdtype, heads: int, kv_heads: int, h
         if key not in streamed:
             streamed[key] = weight_stream_bytes_per_s(attn, device, tdtype, batch, heads,
                                                       kv_heads, head_dim, d_model, stream,
-                                                      overhead, lockstep)
+                                                      overhead, lockstep, cache_bytes)
         w_read, w_copies = streamed[key]
         method += (f"; weights read: the layer step itself at batch {batch} over a "
-                   f"{WEIGHT_PROBE_SEQ_LEN}-token cache, {w_copies} copies rotated")
+                   f"{WEIGHT_PROBE_SEQ_LEN}-token cache, {w_copies} copies rotated"
+                   + (", the LLC flushed before each" if weight_stream_copies(
+                       layer_weight_bytes(torch.empty((), dtype=tdtype).element_size(), heads,
+                                          kv_heads, head_dim, d_model), stream)[1] else ""))
         qkv_out = (heads + 2 * kv_heads) * head_dim
         r1, rows1 = projection_flops_per_s(device, tdtype, batch, d_model, qkv_out, cache_bytes)
         r2, rows2 = projection_flops_per_s(device, tdtype, batch, heads * head_dim, d_model,

@@ -298,7 +298,7 @@ def _rank_work(rank: int, tp: int, device, backend: str, job: dict) -> dict:
         dist.barrier()
         return terms_mod.refresh_streams(shape, step, attn, device, tdtype, hl, len(kv_heads),
                                          d, dm, L, b, job["stream_bytes"], {},
-                                         lockstep=dist.barrier)
+                                         lockstep=dist.barrier, cache_bytes=job["cache_bytes"])
 
     # --- the timed step, in rounds: (ceilings, a share of the repetitions) each ---
     rounds = max(1, job.get("rounds", 1))

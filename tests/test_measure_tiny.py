@@ -1,0 +1,214 @@
+"""Issue 24, point 3: `kvcalc measure` at a tiny shape (heads 1, head_dim 4, 16 tokens) is
+as quick as a big one and bounded in memory, and under a memory limit it refuses in its
+own words (`kvcalc: error: ...`, exit code 2), never with a torch traceback.
+
+The weight stream once rotated over 256 MiB / 256 B = 2^20 copies of the tiny layer
+(minutes, 8 GB); it now rotates over at most terms.STREAM_MAX_COPIES and flushes the
+last-level cache instead. The memory guard counts what the streamed ceilings really
+allocate and the process's address-space limit (ulimit -v); an allocation that fails
+anyway becomes a KvcalcError."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")  # the `measure` extra
+
+from kvcalc.errors import KvcalcError  # noqa: E402
+from kvcalc.measure import MeasureConfig, ceilings, impls, run, runner, terms  # noqa: E402
+from kvcalc.measure.predict import block_spec  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU = torch.device("cpu")
+TINY = ["--heads", "1", "--kv-heads", "1", "--head-dim", "4", "--seq-len", "16", "--batch", "1",
+        "--device", "cpu"]
+# Measured on this project's shared 2-core VM (load ~5 from other jobs): the tiny layer step
+# 44 s and the attention step 38 s after the fix (a heads 8 / head_dim 64 layer step: 46 s);
+# the layer step ran over 5 minutes (and 8 GB) before it. In pytest, alone: 26 s each.
+TINY_WALL_S = 90
+# What the interpreter, torch, typer and rich hold before anything is measured (~230 MB
+# measured), with room to spare; the rest must be within the memory guard's planned peak.
+BASELINE_RSS = 512 * 2**20
+OOM = ("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+       "memory: you tried to allocate 268435456 bytes. Error code 12 (Cannot allocate memory)")
+
+
+def kvcalc_child(args: list[str], timeout: float, address_space: int | None = None):
+    """(exit code, stdout, stderr, wall seconds, peak RSS bytes) of `python -m kvcalc`,
+    its rusage read by os.wait4 (this child's own, not every child's so far)."""
+    def limit():
+        if address_space is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.monotonic()
+        p = subprocess.Popen([sys.executable, "-m", "kvcalc", *args], stdout=out, stderr=err,
+                             cwd=ROOT, preexec_fn=limit)
+        while True:
+            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() - t0 > timeout:
+                p.kill()
+                os.wait4(p.pid, 0)
+                p.returncode = -9
+                pytest.fail(f"kvcalc {' '.join(args)} ran over {timeout} s")
+            time.sleep(0.1)
+        wall = time.monotonic() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return (p.returncode, out.read().decode(), err.read().decode(), wall,
+                usage.ru_maxrss * 1024)
+
+
+# --------------------------------------------------------------------------------
+# The weight stream: copies counted by bytes and capped, flushed beyond
+# --------------------------------------------------------------------------------
+def test_weight_stream_copies_capped():
+    assert terms.weight_stream_copies(256, 256 * 2**20) == (terms.STREAM_MAX_COPIES, True)
+    assert terms.weight_stream_copies(100 * 2**20, 256 * 2**20) == (3, False)
+    assert terms.weight_stream_copies(4 * 2**20, 256 * 2**20) == (64, False)  # exactly enough
+    assert terms.weight_stream_copies(10**12, 256 * 2**20) == (1, False)
+
+
+def test_tiny_weight_stream_is_quick_and_bounded(monkeypatch):
+    """The 256 MiB default stream over a 256-byte layer: at most STREAM_MAX_COPIES slots
+    (it built 2^20 before), the cache flushed before each repetition instead."""
+    made = []
+    make_slot = impls.make_slot
+    monkeypatch.setattr(impls, "make_slot", lambda *a, **k: made.append(1) or make_slot(*a, **k))
+    flushes = []
+    time_calls = terms.time_calls
+
+    def counting(fns, **kw):
+        if kw.get("flush") is not None:
+            inner = kw["flush"]
+            kw["flush"] = lambda: flushes.append(1) or inner()
+        return time_calls(fns, **kw)
+
+    monkeypatch.setattr(terms, "time_calls", counting)
+    t0 = time.perf_counter()
+    rate, copies = terms.weight_stream_bytes_per_s(impls.attention_grouped, CPU, torch.float32,
+                                                   1, 1, 1, 4, 4, 256 * 2**20, 0.0,
+                                                   cache_bytes=2**20)
+    assert copies == len(made) == terms.STREAM_MAX_COPIES
+    assert flushes, "a capped rotation must flush the cache before each repetition"
+    assert rate > 0 and time.perf_counter() - t0 < 30
+
+
+def test_weight_stream_unchanged_for_big_layers(monkeypatch):
+    """Weights big enough to rotate: as many copies as make the stream, no flush."""
+    seen = []
+    time_calls = terms.time_calls
+    monkeypatch.setattr(terms, "time_calls",
+                        lambda fns, **kw: seen.append(kw.get("flush")) or time_calls(fns, **kw))
+    each = terms.layer_weight_bytes(4, 4, 2, 16, 64)  # 40 KiB
+    _, copies = terms.weight_stream_bytes_per_s(impls.attention_grouped, CPU, torch.float32,
+                                                1, 4, 2, 16, 64, 8 * each, 0.0)
+    assert copies == 8 and seen and all(f is None for f in seen)
+
+
+# --------------------------------------------------------------------------------
+# The memory guard counts what is really allocated
+# --------------------------------------------------------------------------------
+def test_guard_counts_the_streams_logits_and_copies():
+    """With head_dim 1 the K/V stream's queries, outputs and logits outweigh its K/V; the
+    weight stream's copies are counted with their tensors' overhead and the flush."""
+    stream, llc = 256 * 2**20, 32 * 2**20
+    spec = block_spec(1, 1, 1, None)
+    need = runner.shape_ceilings_need("attention", spec, 1, 1, "fp32", ["grouped"], False, llc,
+                                      stream)
+    assert need > 3 * stream
+    spec = block_spec(1, 1, 4, None)
+    w = terms.weight_stream_need_bytes(4, 1, 1, 1, 4, 4, stream, llc)
+    assert w >= terms.STREAM_MAX_COPIES * 5 * terms.TENSOR_OVERHEAD_BYTES + 3 * llc // 2
+    assert w < 64 * 2**20  # not 2^20 copies
+    need = runner.shape_ceilings_need("layer", spec, 1, 16, "fp32", ["grouped"], False, llc,
+                                      stream)
+    assert stream < need < 2 * stream
+
+
+def test_address_space_limit_bounds_free_memory():
+    code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30)); "
+            "import torch; from kvcalc.measure import ceilings; "
+            "room, words = ceilings.cpu_memory_room(); print(room, '|', words)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    room, words = r.stdout.split("|")
+    assert int(room) < 3 * 2**30 - 500 * 2**20  # torch's own mappings are counted
+    assert "ulimit -v" in words
+
+
+# --------------------------------------------------------------------------------
+# Allocation failures are refused in kvcalc's words
+# --------------------------------------------------------------------------------
+def test_out_of_memory_is_told_from_a_refusal():
+    assert impls.out_of_memory(RuntimeError(OOM))
+    assert impls.out_of_memory(MemoryError())
+    assert impls.out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert not impls.out_of_memory(RuntimeError("No available kernel. Aborting execution."))
+    assert impls.allocation_failure(RuntimeError(OOM)) == "an allocation of 268 MB / 256 MiB failed"
+
+
+@pytest.mark.parametrize("where", ["ceilings", "shape_ceilings"])
+def test_allocation_failure_becomes_kvcalc_error(monkeypatch, where):
+    """Formerly a torch RuntimeError traceback (ceilings), or "the grouped attention failed
+    on tiny inputs" (an allocation failure taken for the implementation's refusal)."""
+    def fail(*a, **k):
+        raise RuntimeError(OOM)
+
+    if where == "ceilings":
+        monkeypatch.setattr(ceilings, "measure_ceilings", fail)
+    else:
+        monkeypatch.setattr(terms, "shape_ceilings", fail)
+    with pytest.raises(KvcalcError) as e:
+        run(MeasureConfig(heads=2, kv_heads=1, head_dim=8, seq_len=16, batch=1, device="cpu",
+                          iters=1, warmup=0, step="layer"), ceiling_buffer_bytes=2**20)
+    msg = str(e.value)
+    assert msg.startswith("out of cpu memory") and "256 MiB failed" in msg, msg
+    assert "grouped" not in msg and ("ceilings" in msg) == (where == "ceilings")
+
+
+# --------------------------------------------------------------------------------
+# The command itself (slow: a real run at the default stream and ceiling sizes)
+# --------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("step", ["layer", "attention"])
+def test_tiny_shape_is_quick_and_bounded(step):
+    import json
+
+    rc, out, err, wall, rss = kvcalc_child(["measure", *TINY, "--step", step, "--format", "json"],
+                                           timeout=2 * TINY_WALL_S)
+    assert rc == 0, err
+    assert wall < TINY_WALL_S, f"{wall:.0f} s"
+    result = json.loads(out)
+    (row,) = result["rows"]
+    assert row["median_s"] and row["correct"]
+    planned = result["config"]["peak_planned_bytes"]
+    # The memory guard's plan covers what the run held (2^20 copies were 8 GB).
+    assert rss < BASELINE_RSS + planned, (rss, planned)
+    if step == "layer":
+        assert "flushed" in row["l2_regime"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", ["layer", "attention"])
+def test_memory_limit_refused_in_kvcalc_words(step):
+    """`ulimit -v 1048576` (1 GiB): torch alone maps some 600 MB of it."""
+    rc, out, err, wall, _ = kvcalc_child(["measure", *TINY, "--step", step], timeout=120,
+                                         address_space=2**30)
+    assert rc == 2, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kvcalc: error: "), err
+    assert "Traceback" not in err and "RuntimeError" not in err and "grouped" not in err
+    assert "ulimit -v" in err and out == ""
