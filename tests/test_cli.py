@@ -624,3 +624,25 @@ def test_fit_json_gives_the_utilization_as_a_number():
     out = json.loads(kvcalc("fit", "--preset", "llama3-8b", "--max-model-len", "8192",
                             "--gpu-memory-utilization", "0.85", "--format", "json").stdout)
     assert out["gpu_memory_utilization"] == 0.85
+
+
+def test_fit_engine_count_refuses_batch_instead_of_ignoring_it():
+    r = kvcalc("fit", "--preset", "llama3.1-8b", "--max-model-len", "4096", "--batch", "4")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("kvcalc: error: --batch sizes the plain fit;")
+    assert r.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("target", [["--ttft-ms", "500"], ["--tpot-ms", "20"]])
+def test_latency_targets_count_requests_of_the_engines_length(target):
+    """--max-model-len 4096 once priced each request at the model's whole 131,072-token
+    context (batch 0 where --seq-len 4096 gave 4): both now price 4,096-token requests."""
+    def slo(*flags):
+        r = kvcalc("fit", "--preset", "llama3.1-8b", *flags, *target, "--format", "json")
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    plain, engine = slo("--seq-len", "4096"), slo("--max-model-len", "4096")
+    assert engine["max_batch_for_slo"] == min(plain["max_batch_for_slo"], engine["max_num_seqs"],
+                                              int(engine["max_concurrency"]))
+    assert engine["max_batch_for_slo"] > 0

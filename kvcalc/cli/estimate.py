@@ -8,6 +8,7 @@ import typer
 from kvcalc.cli.options import (
     DEFAULT_GPU,
     BatchOpt,
+    FitBatchOpt,
     BandwidthEffOpt,
     EncoderLenOpt,
     GroupSizeOpt,
@@ -136,7 +137,7 @@ def register(app: typer.Typer) -> None:
     def fit(
         request: ModelRequest,
         seq_len: SeqLenOpt = None,
-        batch: BatchOpt = 1,
+        batch: FitBatchOpt = None,
         kv_dtype: KvDtypeOpt = "bf16",
         weight_dtype: WeightDtypeOpt = None,
         group_size: GroupSizeOpt = None,
@@ -219,23 +220,32 @@ def register(app: typer.Typer) -> None:
             raise KvcalcError("--memory-fraction and --reserve shape the plain fit; with engine "
                               "flags use --gpu-memory-utilization (the engine subtracts "
                               "activations, non-torch memory and CUDA graphs itself)")
-        est = _estimates(request, seq_len, batch, kv_dtype, weight_dtype, tp, gpu,
+        if engine and batch is not None:
+            raise KvcalcError("--batch sizes the plain fit; the engine count is per "
+                              "--max-model-len request and serves up to --max-num-seqs at "
+                              "once: give --max-num-seqs, or drop the engine flags")
+        est = _estimates(request, seq_len, batch or 1, kv_dtype, weight_dtype, tp, gpu,
                          kv_scale_bytes, encoder_seq_len, memory_fraction, reserve,
                          prompt_len=prompt_len, mfu=mfu,
                          bandwidth_efficiency=bandwidth_efficiency, group_size=group_size)[0]
-        slo = _slo(est, ttft_ms, tpot_ms, prompt_len, mfu, bandwidth_efficiency, group_size,
-                   weight_dtype, kv_scale_bytes, encoder_seq_len)
+        slo_args = (ttft_ms, tpot_ms, prompt_len, mfu, bandwidth_efficiency, group_size,
+                    weight_dtype, kv_scale_bytes, encoder_seq_len)
         if engine:
             cap = _engine_capacity(est, max_model_len, gpu_memory_utilization, tp, pp,
                                    block_size, max_num_batched_tokens, max_num_seqs,
                                    enforce_eager, vllm_version, kv_dtype, weight_dtype,
                                    group_size)
+            # Requests as the engine takes them: up to max_model_len tokens each, at most
+            # as many at once as its blocks and max_num_seqs allow.
+            slo = _slo(est, *slo_args, seq_len=cap.settings.max_model_len,
+                       limit=min(cap.max_num_seqs, int(cap.max_concurrency)))
             obj = _capacity_dict(est, cap)
             if slo is not None:
                 obj["max_batch_for_slo"] = slo
             write(fmt, output, force, obj, [report.flatten(obj)],
                   [report.capacity_table(est, cap, slo)])
             return
+        slo = _slo(est, *slo_args)
         obj = {"model": est.spec.name, "gpu": est.hardware.name, "seq_len": est.seq_len,
                "batch": est.batch, "tp": est.tp, "kv_dtype": est.kv_dtype.name,
                "weight_dtype": est.weight_dtype.name, **est.as_dict()["fit"],
@@ -252,8 +262,10 @@ PLAIN_FIT_LEAVES_OUT = (
 
 
 def _slo(est, ttft_ms, tpot_ms, prompt_len, mfu, bandwidth_efficiency, group_size,
-         weight_dtype, kv_scale_bytes, encoder_seq_len):
-    """The largest batch (up to what memory holds at seq_len) meeting the latency targets."""
+         weight_dtype, kv_scale_bytes, encoder_seq_len, seq_len=None, limit=None):
+    """The largest batch meeting the latency targets: requests of `seq_len` tokens (the
+    estimate's by default; prompts of --prompt-len, else the whole length), at most
+    `limit` of them (what memory holds at that length by default)."""
     if ttft_ms is None and tpot_ms is None:
         return None
     for flag, value in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
@@ -263,10 +275,12 @@ def _slo(est, ttft_ms, tpot_ms, prompt_len, mfu, bandwidth_efficiency, group_siz
     from kvcalc.latency import max_batch_for_slo
 
     stored = stored_weights(est.spec, weights_as(est.spec, weight_dtype, group_size), est.tp)
+    length = est.seq_len if seq_len is None else seq_len
     return max_batch_for_slo(
-        est.spec, est.hardware, est.seq_len if prompt_len is None else prompt_len, est.seq_len,
+        est.spec, est.hardware, length if prompt_len is None else prompt_len, length,
         None if ttft_ms is None else ttft_ms / 1000, None if tpot_ms is None else tpot_ms / 1000,
-        est.fit.max_batch, weight_dtype=est.weight_dtype, kv_dtype=est.kv_dtype, tp=est.tp,
+        est.fit.max_batch if limit is None else limit, weight_dtype=est.weight_dtype,
+        kv_dtype=est.kv_dtype, tp=est.tp,
         mfu=mfu, bandwidth_efficiency=bandwidth_efficiency, scale_bytes=kv_scale_bytes,
         encoder_seq_len=encoder_seq_len, stored=stored)
 

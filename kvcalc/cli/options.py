@@ -339,6 +339,11 @@ SeqLenOpt = Annotated[Optional[int], typer.Option(
 BatchOpt = Annotated[int, typer.Option(
     "--batch", parser=counted("--batch"), metavar="<count>",
     help="Sequences decoded together (count; 1k = 1,000, 1K = 1,024).")]
+# fit: None tells a --batch the user gave from the default, which the engine count refuses.
+FitBatchOpt = Annotated[Optional[int], typer.Option(
+    "--batch", parser=counted("--batch"), metavar="<count>", show_default=False,
+    help="Plain fit: sequences decoded together (default 1; 1k = 1,000, 1K = 1,024). The "
+    "engine count serves up to --max-num-seqs instead.")]
 KvDtypeOpt = Annotated[str, typer.Option("--kv-dtype", help=f"KV cache dtype: {DTYPE_HELP}.")]
 WeightDtypeOpt = Annotated[Optional[str], typer.Option(
     "--weight-dtype", show_default=False,
