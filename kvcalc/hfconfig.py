@@ -33,7 +33,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from kvcalc.errors import KvcalcError, os_problem, quoted, value_problem
+from kvcalc.errors import KvcalcError, os_problem, value_problem
 from kvcalc.inputfile import read_text
 from kvcalc.layers import Attention, Dense, GatedDeltaNet, Layer, Mamba, Mamba2, NoMixer, ShortConv
 from kvcalc.layers import MoE
@@ -59,8 +59,8 @@ def _describe(value: Any) -> str:
         return f"a list of {len(value):,}"
     if isinstance(value, dict):
         return f"an object of {len(value):,} keys"
-    if isinstance(value, str):
-        return quoted(value)
+    if isinstance(value, str):  # never quoted back: a config may hold anything
+        return "a string"
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
         return f"a {value.bit_length():,}-bit integer"
     return json.dumps(value)

@@ -429,12 +429,13 @@ def _checked_value(value: Any, hint: Any, key: str, where: str) -> Any:
 
 
 def _describe(value: Any) -> str:
-    kinds = {bool: "a boolean", int: "an integer", float: "a number", str: "the string",
+    # A file's strings are never quoted back (a file that is not a preset may hold anything).
+    kinds = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
              list: "a list", dict: "a mapping", type(None): "null"}
     kind = next((v for k, v in kinds.items() if type(value) is k), type(value).__name__)
-    if isinstance(value, (list, dict)):
+    if isinstance(value, (list, dict, str)) or value is None:
         return kind
-    return f"{kind} {value!r}" if value is not None else kind
+    return f"{kind} {value!r}"
 
 
 def _construct(make: Any, values: dict[str, Any], where: str) -> Any:

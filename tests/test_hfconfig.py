@@ -574,3 +574,15 @@ def test_config_file_problems_in_kvcalcs_words(tmp_path, text, message):
         spec_from_hf_config_file(path)
     assert str(e.value).endswith(message), str(e.value)
     assert "NoneType" not in str(e.value) and "at at" not in str(e.value)
+
+
+def test_a_configs_strings_are_never_quoted_back(tmp_path):
+    """Say what was expected and where, not the file's value (it may hold anything)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": "CANARY-7f3a",
+                                "num_hidden_layers": 2, "num_attention_heads": 4,
+                                "vocab_size": 10, "intermediate_size": 8}))
+    with pytest.raises(KvcalcError) as e:
+        spec_from_hf_config_file(path)
+    assert "CANARY" not in str(e.value)
+    assert str(e.value).endswith("field 'hidden_size' must be an integer, got a string")

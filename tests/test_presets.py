@@ -315,7 +315,7 @@ def test_source_is_required_and_non_empty(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("layers: '2'", r"layers must be an integer, got the string '2'"),
+        ("layers: '2'", r"layers must be an integer, got a string"),
         ("layers: true", r"layers must be an integer, got a boolean True"),
         ("layers: 2.0", r"layers must be an integer, got a number 2\.0 \(write it as an integer"),
         ("qkv_bias: 1", r"qkv_bias must be true or false, got an integer 1"),
