@@ -402,6 +402,9 @@ class Tab:
     caption: str | None = None
     bold: set[int] = field(default_factory=set)  # row indexes shown in bold
     header: bool = True
+    # Too wide for the terminal: True shows each row as a table of its own (column names
+    # beside the values: a sweep's rows); False each value column beside the labels.
+    records: bool = False
 
 
 def _ratio(a: float, b: float) -> str:
@@ -872,7 +875,39 @@ def show(items: list, con=None) -> None:
         elif isinstance(item, str):
             con.print(item, markup=False, highlight=False)
         else:
-            con.print(to_rich(item))
+            for tab in _fitted(item, con):
+                con.print(to_rich(tab))
+
+
+def _fitted(tab: Tab, con) -> list[Tab]:
+    """`tab`, or, where its columns cannot all be as wide as their longest word (a number
+    would be split mid-digit), one narrow table per value column: the labels beside that
+    column's values, under its header."""
+    if len(tab.columns) <= 2:
+        return [tab]
+    # Labels may wrap between words; a value stays on one line (rich would rather fold
+    # "6,738,415,616" than shrink a column of short words).
+    label = max((len(w) for cell in [tab.columns[0], *(r[0] for r in tab.rows)]
+                 for w in cell.split()), default=0)
+    values = [max((len(cell) for cell in [col.split()[-1] if col else "",
+                                          *(r[i] for r in tab.rows)]), default=0)
+              for i, col in enumerate(tab.columns) if i]
+    # to_rich's padding: one space each side of every cell, and the edge
+    if label + sum(values) + 2 * len(tab.columns) + 2 <= con.width:
+        return [tab]
+    out = []
+    if tab.records:
+        for n, r in enumerate(tab.rows):
+            out.append(Tab(tab.title if n == 0 else "", ["", f"row {n + 1:,}"],
+                           [[c, v] for c, v in zip(tab.columns, r)],
+                           caption=tab.caption if n == len(tab.rows) - 1 else None))
+        return out
+    for j in range(1, len(tab.columns)):
+        rows = [[r[0], r[j]] for r in tab.rows if r[j]]
+        out.append(Tab(tab.title if j == 1 else "", ["", tab.columns[j]], rows,
+                       caption=tab.caption if j == len(tab.columns) - 1 else None,
+                       bold={n for n in tab.bold if n < len(rows)}, header=tab.header))
+    return out
 
 
 def to_text(items: list, width: int = 100) -> str:

@@ -646,3 +646,27 @@ def test_latency_targets_count_requests_of_the_engines_length(target):
     assert engine["max_batch_for_slo"] == min(plain["max_batch_for_slo"], engine["max_num_seqs"],
                                               int(engine["max_concurrency"]))
     assert engine["max_batch_for_slo"] > 0
+
+
+def _at_80_columns(*args):
+    r = subprocess.run([sys.executable, "-m", "kvcalc", *args], capture_output=True,
+                       text=True, timeout=60, cwd=ROOT, env={**os.environ, "COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
+    return r.stdout
+
+
+def test_compare_at_80_columns_never_splits_a_number():
+    """It once printed "5,698,228,2" over "24": too wide, each variant gets its own table."""
+    out = _at_80_columns("estimate", "--preset", "llama2-7b", "--compare")
+    for whole in ("6,738,415,616", "5,933,109,248", "5,698,228,224", "15.4 GB / 14.3 GiB",
+                  "1.14x less", "32x less"):
+        assert whole in out, whole
+
+
+def test_sweep_table_at_80_columns_shows_every_row():
+    """It once showed no rows: each row is a table of its own, names beside values."""
+    out = _at_80_columns("sweep", "--preset", "llama3-8b", "--seq-len", "1024,2048",
+                         "--format", "table")
+    assert "row 1" in out and "row 2" in out
+    assert "134217728" in out and "268435456" in out  # each row's KV cache bytes, whole

@@ -206,7 +206,7 @@ def _write_small(fmt: OutputFormat, text: str, output, force: bool, name: str) -
     reader = csv.reader(io.StringIO(text))
     columns = next(reader)
     cells = list(reader)
-    tab = report.Tab(f"kvcalc sweep: {name}, {len(cells):,} rows", columns, cells)
+    tab = report.Tab(f"kvcalc sweep: {name}, {len(cells):,} rows", columns, cells, records=True)
     if fmt is OutputFormat.md:
         report.emit(report.to_markdown([tab]), output, force)
     elif output is None or str(output) == "-":
