@@ -670,3 +670,21 @@ def test_sweep_table_at_80_columns_shows_every_row():
                          "--format", "table")
     assert "row 1" in out and "row 2" in out
     assert "134217728" in out and "268435456" in out  # each row's KV cache bytes, whole
+
+
+@pytest.mark.parametrize("command", ["estimate", "fit", "sweep", "measure", "presets"])
+def test_help_at_80_columns_names_every_option_whole(command):
+    """rich's help panels cut "--gpu-memory-utilizat…" at 80 columns; click's layout
+    keeps each option whole and wraps the descriptions."""
+    from typer.main import get_command
+
+    out = _at_80_columns(command, "--help")
+    assert "…" not in out
+    params = get_command(app).commands[command].params
+    for p in params:
+        for opt in getattr(p, "opts", []):
+            if opt.startswith("--"):
+                assert opt in out, opt
+    # presets prints only: its --format says nothing of an -o it does not have
+    if command == "presets":
+        assert "-o" not in out

@@ -66,9 +66,11 @@ class KvcalcGroup(TyperGroup):
                 try:
                     rv = super().main(args, *rest, standalone_mode=False, **kwargs)
                 except SystemExit as e:
-                    # rich (help pages) meets a closed pipe by pointing stdout at
-                    # /dev/null and exiting 1; the reader had what it wanted: exit 0.
-                    if e.code == 1 and _stdout_identity() != stdout_before and _stdout_is_devnull():
+                    # click (help pages) meets a closed pipe by exiting 1, rich by pointing
+                    # stdout at /dev/null first; the reader had what it wanted: exit 0.
+                    if e.code == 1 and (_stdout_reader_gone() or (
+                            _stdout_identity() != stdout_before and _stdout_is_devnull())):
+                        _silence_stdout()
                         sys.exit(0)
                     raise
             sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
@@ -101,6 +103,18 @@ def _stdout_identity() -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino)
+
+
+def _stdout_reader_gone() -> bool:
+    """stdout is a pipe whose reading end is closed (poll reports an error on it)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(1, select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # pragma: no cover - no poll()
+        return False
 
 
 def _stdout_is_devnull() -> bool:
@@ -219,6 +233,9 @@ app = KvcalcTyper(
     no_args_is_help=False,
     pretty_exceptions_enable=False,
     add_completion=True,
+    # click's own help layout: option names whole and descriptions wrapped at any width
+    # (rich's panels cut "--gpu-memory-utilizat…" at 80 columns), and no rich import.
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 

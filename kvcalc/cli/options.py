@@ -403,6 +403,10 @@ OutputOpt = Annotated[Optional[Path], typer.Option(
     "--output", "-o", help="Write to this file instead of stdout, in the format its suffix "
     "names unless --format says (atomically; never overwrites without --force).")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing --output file.")]
+# For commands that only print (presets): no -o to take the format from.
+PrintFormatOpt = Annotated[Optional[TextFormat], typer.Option(
+    "--format", help="table (rich), json, csv or md (markdown, for issues and docs) "
+    "(default: table).")]
 
 
 def default_seq_len(spec: ModelSpec, seq_len: Optional[int]) -> int:

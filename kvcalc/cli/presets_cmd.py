@@ -4,7 +4,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvcalc.cli.options import FormatOpt, OutputFormat
+from kvcalc.cli.options import OutputFormat, PrintFormatOpt
 from kvcalc.errors import KvcalcError, quoted
 
 
@@ -99,7 +99,7 @@ def register(app: typer.Typer) -> None:
         name: Annotated[Optional[str], typer.Argument(help="The preset to show.")] = None,
         families: Annotated[bool, typer.Option(
             "--families", help="The config.json model_types `--config` reads.")] = False,
-        fmt: FormatOpt = None,
+        fmt: PrintFormatOpt = None,
     ) -> None:
         """List model and hardware presets; `kvcalc presets show NAME` prints one with its source."""
         from kvcalc import presets, report
