@@ -504,6 +504,30 @@ def test_parsed_index_is_current():
     assert shipped == presets.build_index(), "run: python -m kvcalc.presets"
 
 
+def test_preset_files_and_presets_show_fit_80_columns():
+    """Every shipped preset YAML line is at most 80 characters (issue 24.7), so
+    `kvcalc presets show NAME`, which prints the file as it is, fits 80 columns."""
+    from typer.testing import CliRunner
+
+    from kvcalc.cli import app
+
+    root = presets_dir()
+    files = sorted(root.glob("*/*.yaml"))
+    assert len(files) == len(model_names()) + len(hardware_names())
+    too_long = [f"{path.relative_to(root)}:{n}: {len(line)} chars"
+                for path in files
+                for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                if len(line) > 80]
+    assert not too_long, "\n".join(too_long)
+    runner = CliRunner()
+    for name in model_names() + hardware_names():
+        r = runner.invoke(app, ["presets", "show", name], env={"COLUMNS": "80"})
+        assert r.exit_code == 0, (name, r.output)
+        assert "source:" in r.output, name
+        wide = [line for line in r.output.splitlines() if len(line) > 80]
+        assert not wide, (name, wide)
+
+
 def test_an_edited_preset_is_parsed_as_yaml(tmp_path, monkeypatch):
     """A file whose text no longer matches its index entry is read from the YAML itself."""
     import shutil
