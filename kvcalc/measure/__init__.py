@@ -47,8 +47,19 @@ def require_torch():
     """The torch module, or a KvcalcError naming the extra that installs it."""
     try:
         import torch
-    except ImportError:
-        raise KvcalcError(f"kvcalc measure needs PyTorch, which is not installed: {TORCH_HINT}") from None
+    except ModuleNotFoundError as e:
+        if e.name == "torch":
+            raise KvcalcError(f"kvcalc measure needs PyTorch, which is not installed: "
+                              f"{TORCH_HINT}") from None
+        raise KvcalcError(f"PyTorch is installed but cannot load: it needs {e.name!r}, "
+                          "which is missing") from None
+    except (ImportError, OSError) as e:
+        # Installed but not loadable: a CUDA build under an address-space limit (ulimit
+        # -v) cannot map its libraries ("failed to map segment from shared object").
+        why = " ".join(str(e).split())[:160]
+        hint = (" (an address-space limit, ulimit -v, too small for it)"
+                if "map segment" in why or "Cannot allocate memory" in why else "")
+        raise KvcalcError(f"PyTorch is installed but cannot load: {why}{hint}") from None
     return torch
 
 
