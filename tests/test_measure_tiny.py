@@ -204,10 +204,11 @@ def test_tiny_shape_is_quick_and_bounded(step):
     (row,) = result["rows"]
     assert row["median_s"] and row["correct"]
     planned = result["config"]["peak_planned_bytes"]
-    # Bounded: 2^20 copies were 8 GB. Alone this run peaks at ~840 MB (the guard's plan
-    # plus the interpreter and torch); on CI's two workers beside the other suite, the
-    # attention step once peaked at 2.2 GB, so the bound leaves 2 GiB beyond the plan.
-    assert rss < BASELINE_RSS + planned + 2 * 2**30, (rss, planned)
+    # Bounded: 2^20 copies were 8 GB. Alone, with the CPU build of torch, this run peaks
+    # at ~840 MB (the guard's plan plus the interpreter and torch); on a doubly loaded CI
+    # it peaked at 2.2 GB, and with torch's CUDA build (.ci/upgrade lowest) at 3.0 GB:
+    # the bound leaves 3 GiB beyond the plan.
+    assert rss < BASELINE_RSS + planned + 3 * 2**30, (rss, planned)
     if step == "layer":
         assert "flushed" in row["l2_regime"]
 
