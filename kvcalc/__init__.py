@@ -36,13 +36,13 @@ _LAZY = {
     "kv_heads_per_device": "kvcalc.formulas",
     "shazeer_ratio": "kvcalc.formulas",
     "decode_roofline": "kvcalc.roofline",
-    "DTYPES": "kvcalc.spec",
+    "DTYPES": "kvcalc.dtypes",
     "MLA": "kvcalc.spec",
-    "DType": "kvcalc.spec",
+    "DType": "kvcalc.dtypes",
     "Hardware": "kvcalc.spec",
     "ModelSpec": "kvcalc.spec",
     "MoE": "kvcalc.spec",
-    "dtype": "kvcalc.spec",
+    "dtype": "kvcalc.dtypes",
     "load_model": "kvcalc.presets",
     "load_hardware": "kvcalc.presets",
 }
@@ -56,7 +56,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
                                  kv_heads_per_device, shazeer_ratio)
     from kvcalc.presets import load_hardware, load_model
     from kvcalc.roofline import decode_roofline
-    from kvcalc.spec import DTYPES, MLA, DType, Hardware, ModelSpec, MoE, dtype
+    from kvcalc.dtypes import DTYPES, DType, dtype
+    from kvcalc.spec import MLA, Hardware, ModelSpec, MoE
 
 
 def __getattr__(name: str) -> Any:

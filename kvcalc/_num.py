@@ -26,6 +26,16 @@ def cdiv(a, b):
     return -(-a // b)
 
 
+def split(n, tp: int):
+    """One device's share of `n` elements split over `tp` devices (rounded up)."""
+    return -(-n // tp)
+
+
+def linear_params(fan_in: int, fan_out: int, bias: bool) -> int:
+    """nn.Linear(fan_in, fan_out, bias): weight plus optional bias."""
+    return fan_in * fan_out + (fan_out if bias else 0)
+
+
 def maximum(a, b):
     """max(a, b) element-wise."""
     if _is_int(a) and _is_int(b):

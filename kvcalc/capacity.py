@@ -94,8 +94,9 @@ from kvcalc import formulas
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas import CacheGroup
-from kvcalc.spec import MAX_SEQ_LEN, Hardware, ModelSpec, check_size, dtype
-from kvcalc.spec import weight_dtype as _weight_dtype
+from kvcalc.dtypes import MAX_SEQ_LEN, check_size, dtype
+from kvcalc.spec import Hardware, ModelSpec
+from kvcalc.dtypes import weight_dtype as _weight_dtype
 
 __all__ = [
     "CONTEXT_BYTES", "COMM_BYTES_PER_RANK", "CUDA_GRAPH_BYTES_PER_GRAPH", "FWD_HIDDEN_COPIES",

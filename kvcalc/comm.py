@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.spec import DType, ModelSpec, dtype as _dtype
+from kvcalc.dtypes import DType, dtype as _dtype
+from kvcalc.spec import ModelSpec
 
 
 def allreduces_per_layer(layer) -> int:

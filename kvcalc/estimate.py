@@ -12,8 +12,9 @@ from __future__ import annotations
 from kvcalc import _num, formulas, roofline
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.spec import DType, Hardware, ModelSpec, check_size, dtype as _dtype
-from kvcalc.spec import weight_dtype as _weight_dtype
+from kvcalc.dtypes import DType, check_size, dtype as _dtype
+from kvcalc.spec import Hardware, ModelSpec
+from kvcalc.dtypes import weight_dtype as _weight_dtype
 
 
 @record

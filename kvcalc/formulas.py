@@ -19,17 +19,11 @@ from __future__ import annotations
 from dataclasses import field
 
 from kvcalc import _num
+from kvcalc._num import linear_params as _linear
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.spec import (
-    MAX_BATCH,
-    MAX_SEQ_LEN,
-    MAX_TP,
-    DType,
-    ModelSpec,
-    check_size,
-    dtype as _dtype,
-)
+from kvcalc.dtypes import MAX_BATCH, MAX_SEQ_LEN, MAX_TP, DType, check_size, dtype as _dtype
+from kvcalc.spec import ModelSpec
 
 
 def _as_dtype(d: DType | str) -> DType:
@@ -247,11 +241,6 @@ def kv_cache(
 # --------------------------------------------------------------------------------
 # Parameters
 # --------------------------------------------------------------------------------
-def _linear(fan_in: int, fan_out: int, bias: bool) -> int:
-    """nn.Linear(fan_in, fan_out, bias): weight plus optional bias."""
-    return fan_in * fan_out + (fan_out if bias else 0)
-
-
 def norm_params(spec: ModelSpec, width: int | None = None) -> int:
     """RMSNorm has a weight; LayerNorm a weight and (unless bias-free) a bias."""
     w = spec.d_model if width is None else width

@@ -37,7 +37,8 @@ from kvcalc.errors import KvcalcError, os_problem, value_problem
 from kvcalc.inputfile import read_text
 from kvcalc.layers import Attention, Dense, GatedDeltaNet, Layer, Mamba, Mamba2, NoMixer, ShortConv
 from kvcalc.layers import MoE
-from kvcalc.spec import MAX_LAYERS, MAX_WIDTH, MLA, ModelSpec, compress
+from kvcalc.dtypes import MAX_LAYERS, MAX_WIDTH
+from kvcalc.spec import MLA, ModelSpec, compress
 from kvcalc.spec import MoE as FlatMoE
 
 _MISSING = object()

@@ -27,7 +27,8 @@ from kvcalc import formulas
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.roofline import compute_dtype_for
-from kvcalc.spec import MAX_BATCH, DType, Hardware, ModelSpec, check_size, dtype as _dtype
+from kvcalc.dtypes import MAX_BATCH, DType, check_size, dtype as _dtype
+from kvcalc.spec import Hardware, ModelSpec
 
 DEFAULT_MFU = "0.5"
 DEFAULT_BANDWIDTH_EFFICIENCY = "0.8"

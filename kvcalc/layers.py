@@ -28,21 +28,12 @@ from dataclasses import replace
 from typing import Union
 
 from kvcalc import _num
+from kvcalc._num import linear_params as _linear, split as _split
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.spec import MAX_WIDTH, DType, check_size
+from kvcalc.dtypes import MAX_WIDTH, DType, check_size
 
 ATTENTION_KINDS = ("full", "sliding", "chunked")
-
-
-def _linear(fan_in: int, fan_out: int, bias: bool) -> int:
-    """nn.Linear(fan_in, fan_out, bias): weight plus optional bias."""
-    return fan_in * fan_out + (fan_out if bias else 0)
-
-
-def _split(n: int, tp: int) -> int:
-    """One device's share of `n` elements split over `tp` devices (rounded up)."""
-    return -(-n // tp)
 
 
 # --------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ here on first use. See kvcalc.layers for what every kind answers.
 from __future__ import annotations
 
 from kvcalc._record import record
-from kvcalc.layers import _linear, _split
-from kvcalc.spec import DType
+from kvcalc._num import linear_params as _linear, split as _split
+from kvcalc.dtypes import DType
 
 # --------------------------------------------------------------------------------
 # Mixers with a constant state per sequence

@@ -25,7 +25,8 @@ from typing import Any
 
 from kvcalc.errors import KvcalcError, os_problem, quoted
 from kvcalc.inputfile import read_text
-from kvcalc.spec import MLA, Hardware, ModelSpec, MoE, dtype
+from kvcalc.dtypes import dtype
+from kvcalc.spec import MLA, Hardware, ModelSpec, MoE
 
 __all__ = [
     "hardware_from_mapping",

@@ -48,8 +48,9 @@ from dataclasses import field
 
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.spec import DType, ModelSpec, dtype
-from kvcalc.spec import weight_dtype as spec_weight_dtype
+from kvcalc.dtypes import DType, dtype
+from kvcalc.spec import ModelSpec
+from kvcalc.dtypes import weight_dtype as spec_weight_dtype
 
 # Stored element types and their bytes (checkpoint tensor dtypes).
 _ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int32": 4, "int64": 8,

@@ -13,7 +13,8 @@ from fractions import Fraction
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas import DecodeCost, kv_cache, param_counts, weight_params_per_device
-from kvcalc.spec import MAX_SEQ_LEN, DType, Hardware, ModelSpec, dtype as _dtype
+from kvcalc.dtypes import MAX_SEQ_LEN, DType, dtype as _dtype
+from kvcalc.spec import Hardware, ModelSpec
 
 
 @record

@@ -1,4 +1,4 @@
-"""Frozen descriptions of what kvcalc reasons about: models, hardware, dtypes.
+"""Frozen descriptions of what kvcalc reasons about: models and hardware.
 
 Everything here is plain data plus validation. Sizes are Python ints; nothing is
 derived (head_dim is a field of its own, never d_model // heads).
@@ -8,83 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from itertools import groupby
 from dataclasses import field
 
 from kvcalc._record import record
-from kvcalc.errors import KvcalcError, quoted
-
-# Upper bounds that catch typos (an extra zero or three), not real models.
-MAX_LAYERS = 10_000
-MAX_WIDTH = 1 << 22  # d_model, d_ff, vocab, head_dim, heads
-MAX_SEQ_LEN = 1 << 34  # 17 billion tokens
-MAX_BATCH = 1 << 24
-MAX_TP = 4096
-
-
-@record
-class DType:
-    """A storage type. Size is in bits so that int4 (half a byte) stays exact."""
-
-    name: str
-    bits: int
-
-    def nbytes(self, elements: int) -> int:
-        """Bytes for `elements` values, rounded up to whole bytes (packed int4)."""
-        return -(-elements * self.bits // 8)
-
-
-DTYPES: dict[str, DType] = {
-    d.name: d
-    for d in (
-        DType("fp32", 32),
-        DType("bf16", 16),
-        DType("fp16", 16),
-        DType("fp8", 8),
-        DType("int8", 8),
-        DType("int4", 4),
-    )
-}
-DTYPE_ALIASES = {
-    "float32": "fp32",
-    "float": "fp32",
-    "bfloat16": "bf16",
-    "float16": "fp16",
-    "half": "fp16",
-    "float8": "fp8",
-    "fp8_e4m3": "fp8",
-    "fp8_e5m2": "fp8",
-}
-
-
-def dtype(name: str) -> DType:
-    """Look a dtype up by name or common alias; a KvcalcError names the choices."""
-    key = DTYPE_ALIASES.get(name.lower(), name.lower())
-    try:
-        return DTYPES[key]
-    except KeyError:
-        raise KvcalcError(
-            f"unknown dtype {quoted(name)}; choose one of: {', '.join(DTYPES)}"
-        ) from None
-
-
-# --weight-dtype also takes the checkpoint formats users name weights by (vLLM's
-# --quantization awq|gptq): their values' dtype here, their layout in kvcalc.quant
-# (AWQ and GPTQ int4, 128 weights per group unless --group-size says).
-WEIGHT_FORMATS = {"awq": "int4", "gptq": "int4"}
-
-
-def weight_dtype(name: str) -> DType:
-    """The dtype of weight values a --weight-dtype names: a dtype (dtype()) or a
-    checkpoint format of WEIGHT_FORMATS (awq -> int4); a KvcalcError names the choices."""
-    key = name.strip().lower()
-    if key in WEIGHT_FORMATS:
-        return DTYPES[WEIGHT_FORMATS[key]]
-    try:
-        return dtype(name.strip())
-    except KvcalcError:
-        raise KvcalcError(f"unknown dtype {quoted(name)} for weights; choose one of: "
-                          f"{', '.join([*DTYPES, *WEIGHT_FORMATS])}") from None
-
+from kvcalc.dtypes import MAX_LAYERS, MAX_WIDTH, check_size, dtype
+from kvcalc.errors import KvcalcError
+from kvcalc.layers import Attention, Dense, Latent, Layer, Run
+from kvcalc.layers import MoE as MoEMLP
 
 @record
 class MLA:
@@ -299,8 +230,6 @@ class ModelSpec:
         name = _variant_name(self.name, kv_heads, self.heads)
         if not self.extra.get("explicit_runs"):
             return self.replace(kv_heads=kv_heads, name=name)
-        from kvcalc.layers import Attention, Run
-
         def swap(layer):
             m = layer.mixer
             if isinstance(m, Attention) and m.kv_heads == self.kv_heads:
@@ -333,11 +262,6 @@ def _uniform_runs(spec: "ModelSpec") -> tuple:
     """Runs from the flat fields: MoE after `moe.dense_layers` dense layers; a
     sliding window on every layer, or on all but every `global_every`-th (layer i
     is global when (i + 1) % global_every == 0: Gemma 2's odd layers)."""
-    from itertools import groupby
-
-    from kvcalc.layers import Attention, Dense, Latent, Layer, Run
-    from kvcalc.layers import MoE as MoEMLP
-
     if spec.mla is not None:
         m = spec.mla
         mixer = Latent(heads=spec.heads, kv_lora_rank=m.kv_lora_rank, rope_dim=m.qk_rope_head_dim,
@@ -368,10 +292,6 @@ def _uniform_runs(spec: "ModelSpec") -> tuple:
 
 def compress(layers: list) -> tuple:
     """Consecutive equal layers as Runs."""
-    from itertools import groupby
-
-    from kvcalc.layers import Run
-
     return tuple(Run(layer, sum(1 for _ in same)) for layer, same in groupby(layers))
 
 
@@ -395,18 +315,6 @@ def _variant_name(name: str, kv_heads: int, heads: int) -> str:
     base = base_name(name)
     kind = "MHA" if kv_heads == heads else "MQA" if kv_heads == 1 else f"GQA-{kv_heads}"
     return f"{base}[{kind}]"
-
-
-def check_size(name: str, value: int, upper: int) -> int:
-    """A positive integer below a sanity limit, or a KvcalcError naming it."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise KvcalcError(f"{name} must be an integer, got {value!r}")
-    if value <= 0:
-        raise KvcalcError(f"{name} must be positive, got {value}")
-    if value > upper:
-        shown = value if value.bit_length() <= 64 else f"a {value.bit_length():,}-bit number"
-        raise KvcalcError(f"{name}={shown} is absurdly large (limit {upper})")
-    return value
 
 
 def _positive(obj: object, name: str, upper: int) -> None:

@@ -47,10 +47,17 @@ from kvcalc._record import record
 from kvcalc.errors import KvcalcError, quoted
 from kvcalc.estimate import estimate, row_columns, stored_weights, weights_as
 from kvcalc.roofline import compute_dtype_for, decode_roofline, fit as roofline_fit
-from kvcalc.spec import (
-    MAX_BATCH, MAX_SEQ_LEN, MAX_TP, MAX_WIDTH, DType, Hardware, ModelSpec, base_name,
-    WEIGHT_FORMATS, dtype as _dtype, weight_dtype as _weight_dtype,
+from kvcalc.dtypes import (
+    MAX_BATCH,
+    MAX_SEQ_LEN,
+    MAX_TP,
+    MAX_WIDTH,
+    DType,
+    WEIGHT_FORMATS,
+    dtype as _dtype,
+    weight_dtype as _weight_dtype,
 )
+from kvcalc.spec import Hardware, ModelSpec, base_name
 
 ROW_LIMIT = 50_000_000  # rows above which a sweep needs force=True (--force)
 CHUNK_ROWS = 1 << 15  # rows computed and formatted together

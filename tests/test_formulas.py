@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from kvcalc import formulas
 from kvcalc.errors import KvcalcError
-from kvcalc.spec import MLA, DType, ModelSpec, MoE, dtype
+from kvcalc.dtypes import DType, dtype
+from kvcalc.spec import MLA, ModelSpec, MoE
 
 torch = pytest.importorskip("torch")
 import torch_reference as ref  # noqa: E402  (tests/ is on sys.path via conftest)

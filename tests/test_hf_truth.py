@@ -28,7 +28,7 @@ import hf_truth  # noqa: E402  (tests/ is on sys.path)
 from kvcalc.formulas import param_counts  # noqa: E402
 from kvcalc.hfconfig import spec_from_hf_config, spec_from_hf_config_file  # noqa: E402
 from kvcalc.presets import presets_dir  # noqa: E402
-from kvcalc.spec import dtype  # noqa: E402
+from kvcalc.dtypes import dtype
 
 # Published configs: the test data, and those behind the layered presets (shipped).
 DIRS = (Path(__file__).parent / "data" / "hf", presets_dir() / "hf")

@@ -23,7 +23,8 @@ from kvcalc.cli.options import parse_size
 from kvcalc.errors import KvcalcError
 from kvcalc.presets import load_hardware, load_model
 from kvcalc.quant import Quantization, adhoc, weight_bytes
-from kvcalc.spec import ModelSpec, weight_dtype
+from kvcalc.dtypes import weight_dtype
+from kvcalc.spec import ModelSpec
 from kvcalc.sweep import parse_spec
 from kvcalc.units import count
 

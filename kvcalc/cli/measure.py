@@ -280,7 +280,7 @@ def _model_fields(preset, heads, kv_heads, head_dim, d_model) -> dict[str, Any]:
 def _dtype_name(name: Optional[str]) -> Optional[str]:
     if name is None:
         return None
-    from kvcalc.spec import dtype
+    from kvcalc.dtypes import dtype
 
     return dtype(name).name  # accepts aliases (bfloat16, float32, half ...)
 

@@ -19,7 +19,8 @@ import typer
 from kvcalc._record import record
 from kvcalc import units
 from kvcalc.errors import KvcalcError, quoted
-from kvcalc.spec import DTYPES, MAX_LAYERS, MAX_WIDTH, Hardware, ModelSpec, check_size
+from kvcalc.dtypes import DTYPES, MAX_LAYERS, MAX_WIDTH, check_size
+from kvcalc.spec import Hardware, ModelSpec
 
 DEFAULT_GPU = "h100-sxm"
 DEFAULT_SEQ_LEN = 4096  # when the model states no max context

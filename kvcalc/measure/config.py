@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.spec import MAX_BATCH, MAX_SEQ_LEN, MAX_WIDTH, check_size
+from kvcalc.dtypes import MAX_BATCH, MAX_SEQ_LEN, MAX_WIDTH, check_size
 
 DEVICES = ("auto", "cuda", "cpu")
 STEP_CHOICES = ("attention", "layer", "both")

@@ -25,7 +25,8 @@ from kvcalc.formulas import (
     attention_step,
     kv_bytes_per_token_per_layer,
 )
-from kvcalc.spec import DType, ModelSpec, dtype as _dtype
+from kvcalc.dtypes import DType, dtype as _dtype
+from kvcalc.spec import ModelSpec
 
 STEPS = ("attention", "layer")
 

@@ -31,7 +31,8 @@ from kvcalc.measure.predict import StepPrediction, block_spec, predict, time_ter
 from kvcalc.measure.timing import summarise, time_calls
 from kvcalc.report import human_bytes, human_seconds
 from kvcalc.roofline import roofline
-from kvcalc.spec import MAX_WIDTH, ModelSpec, dtype as _dtype
+from kvcalc.dtypes import MAX_WIDTH, dtype as _dtype
+from kvcalc.spec import ModelSpec
 
 MAX_SLOTS = 64  # rotation beyond this: flush instead (the streamed ceilings: terms.STREAM_MAX_COPIES)
 # Rotate over at least 8x the last-level cache: at 4x a CPU's victim-style LLC still served
