@@ -1,0 +1,170 @@
+"""The shape of the package, checked from its source: imports run one way (down the
+layers below), nothing imports in a circle, and no module grows past 600 lines.
+
+The layers follow shared/STYLE.md: arithmetic and dtypes at the bottom, then layer
+kinds, the model, formulas, model sources, time and capacity, the estimate, output,
+the sweep and measurement, and the CLI on top. An import inside a function counts
+like one at the top: laziness saves start-up time, it does not change the direction.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "kvcalc"
+MAX_LINES = 600
+
+# Lowest first. A module may import its own layer (the circle check keeps that honest)
+# and the layers below it, never one above. Prefixes match a module and its children.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("kvcalc.errors", "kvcalc._record", "kvcalc._num", "kvcalc.dtypes", "kvcalc.units",
+     "kvcalc.inputfile", "kvcalc.yamlread", "kvcalc.report.units"),
+    ("kvcalc.layers_state", "kvcalc.layers"),
+    ("kvcalc.spec",),
+    ("kvcalc.formulas", "kvcalc.towers", "kvcalc.comm"),
+    ("kvcalc.quant",),
+    ("kvcalc.hfconfig", "kvcalc.presets"),
+    ("kvcalc.roofline", "kvcalc.latency", "kvcalc.capacity"),
+    ("kvcalc.estimate",),
+    ("kvcalc.report", "kvcalc.csvtext", "kvcalc.plot"),
+    ("kvcalc.sweep", "kvcalc.measure"),
+    ("kvcalc.cli", "kvcalc.__main__"),
+)
+
+# Modules still over MAX_LINES while the house (#19) is split; each leaves this list
+# when its split lands, and the list must end empty.
+OVERSIZED = frozenset({"kvcalc.capacity", "kvcalc.formulas", "kvcalc.hfconfig",
+                       "kvcalc.measure.runner", "kvcalc.quant", "kvcalc.report",
+                       "kvcalc.sweep"})
+# Upward imports still being removed, by the same rule: the set must end empty.
+KNOWN_UPWARD = frozenset({("kvcalc.estimate", "kvcalc.report")})
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The kvcalc modules `name` imports anywhere in its source (functions included)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            # `from a import b` names module a.b when there is one, else a itself.
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
+                       for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in known:  # `import kvcalc.x.y` where y is a name
+                t = t.rpartition(".")[0]
+            if t and t != name and t.startswith("kvcalc"):
+                found.add(t)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    known = set(mods)
+    # The package's own __init__ re-exports the public API on first use (PEP 562): it is
+    # the top, not a layer, and `from kvcalc import x` only loads it on the way to x.
+    return {n: _imports(n, p, known) - {"kvcalc"} for n, p in mods.items() if n != "kvcalc"}
+
+
+def _layer(name: str) -> int:
+    best, rank = -1, None
+    for i, prefixes in enumerate(LAYERS):
+        for p in prefixes:
+            if (name == p or name.startswith(p + ".")) and len(p) > best:
+                best, rank = len(p), i
+    if rank is None:
+        raise AssertionError(f"{name} is in no layer of tests/test_architecture.py: place it")
+    return rank
+
+
+def test_every_module_has_a_layer():
+    for name in _graph():
+        _layer(name)
+
+
+def test_imports_only_go_down():
+    upward = sorted(f"{a} (layer {_layer(a)}) imports {b} (layer {_layer(b)})"
+                    for a, deps in _graph().items() for b in deps
+                    if _layer(b) > _layer(a) and (a, b) not in KNOWN_UPWARD)
+    assert not upward, "imports that point up:\n" + "\n".join(upward)
+    graph = _graph()
+    gone = sorted(f"{a} -> {b}" for a, b in KNOWN_UPWARD if b not in graph.get(a, ()))
+    assert not gone, f"take these off KNOWN_UPWARD, they are gone: {gone}"
+
+
+def test_no_import_circle():
+    graph = _graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not circles, "import circles: " + "; ".join(" <-> ".join(c) for c in circles)
+
+
+def test_no_module_over_600_lines():
+    sizes = {n: len(p.read_text(encoding="utf-8").splitlines()) for n, p in _modules().items()}
+    over = {n: s for n, s in sizes.items() if s > MAX_LINES and n not in OVERSIZED}
+    assert not over, f"modules over {MAX_LINES} lines: {over}"
+    shrunk = sorted(n for n in OVERSIZED if sizes.get(n, 0) <= MAX_LINES)
+    assert not shrunk, f"take these off OVERSIZED, they fit now: {shrunk}"
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from kvcalc import _num, spec\n", {"kvcalc._num", "kvcalc.spec"}),
+    ("from kvcalc.spec import ModelSpec\n", {"kvcalc.spec"}),
+    ("def f():\n    from kvcalc.measure import impls\n", {"kvcalc.measure.impls"}),
+    ("import kvcalc.spec as s\n", {"kvcalc.spec"}),
+    ("from . import impls\n", {"kvcalc.measure.impls"}),
+])
+def test_the_import_reader_sees_every_form(tmp_path, source, expected):
+    """The checks above are only as good as this reader: each import form resolves."""
+    path = tmp_path / "mod.py"
+    path.write_text(source)
+    known = {"kvcalc._num", "kvcalc.spec", "kvcalc.measure", "kvcalc.measure.impls",
+             "kvcalc.measure.mod"}
+    assert _imports("kvcalc.measure.mod", path, known) == expected
