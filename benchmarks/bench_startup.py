@@ -4,8 +4,10 @@
 
 Runs each command `--repeat` times, interleaved (so a busy machine slows them alike),
 and prints the median wall time of each and its ratio to the floor. The goal is
-<= 1.5x for `kvcalc estimate --preset gpt3` (table and JSON). `--help` is also set
-against a bare typer app's `--help`, which imports rich's markdown and pygments.
+<= 1.5x for `kvcalc estimate --preset gpt3` (table and JSON). Each command is also set
+against a bare typer app that runs one command with one option (typer 0.29 imports
+pydantic to coerce it, as it does kvcalc's), and `--help` against a bare typer app's
+`--help`.
 stdout goes to /dev/null; the kvcalc under test is the checkout this file lives in.
 
 Bytecode is cached for every run (PYTHONDONTWRITEBYTECODE is dropped and the .pyc
@@ -31,6 +33,10 @@ FLOOR = [sys.executable, "-c", "import typer, rich"]
 # the help of a bare typer app with one command, not an import.
 HELP_FLOOR = [sys.executable, "-c", "import typer\napp = typer.Typer()\n@app.command()\n"
               "def main(x: int = 1):\n    'A command.'\napp(['--help'], prog_name='bare')"]
+# What any typer 0.29 program pays to run a command with one option: typer coerces every
+# option through pydantic, kvcalc's options included (kvcalc/cli/parsing.py).
+COMMAND_FLOOR = [sys.executable, "-c", "import typer, rich\napp = typer.Typer()\n@app.command()\n"
+                 "def main(x: int = 1):\n    'A command.'\napp(['--x', '2'], prog_name='bare')"]
 COMMANDS = {
     "estimate (table)": ["estimate", "--preset", "gpt3"],
     "estimate --format json": ["estimate", "--preset", "gpt3", "--format", "json"],
@@ -55,6 +61,7 @@ def main() -> None:
                PYTHONPYCACHEPREFIX=tempfile.mkdtemp(prefix="kvcalc-bench-pyc-"))
     runs = {"floor: python -c 'import typer, rich'": FLOOR,
             "a bare typer app's --help": HELP_FLOOR,
+            "a bare typer app running a command": COMMAND_FLOOR,
             **{f"kvcalc {name}": [sys.executable, "-m", "kvcalc", *a] for name, a in COMMANDS.items()}}
     for cmd in runs.values():  # warm the page cache and .pyc files
         _time(cmd, env)
@@ -64,12 +71,15 @@ def main() -> None:
             times[name].append(_time(cmd, env))
     floor = statistics.median(next(iter(times.values())))
     help_floor = statistics.median(times["a bare typer app's --help"])
+    command_floor = statistics.median(times["a bare typer app running a command"])
     for name, ts in times.items():
         med = statistics.median(ts)
         line = (f"{name:44s} median {med * 1e3:7.1f} ms  min {min(ts) * 1e3:7.1f} ms  "
                 f"{med / floor:4.2f}x the floor")
         if name == "kvcalc --help":
             line += f" ({med / help_floor:4.2f}x a bare typer app's --help)"
+        elif name.startswith("kvcalc"):
+            line += f" ({med / command_floor:4.2f}x a bare typer app's command)"
         print(line)
 
 

@@ -223,8 +223,9 @@ def _read_yaml(path: Path) -> Any:
 # presets/_parsed.json holds, for each shipped YAML file, its size, CRC-32 and the data
 # kvcalc.yamlread parsed from it, as JSON. A file whose text still matches is read from
 # there (importing and running PyYAML costs more than the rest of `kvcalc estimate`); an
-# edited file, or one whose data JSON cannot hold exactly, is parsed as YAML. A test
-# checks that the shipped index is current: `python -m kvcalc.presets` rewrites it.
+# edited file, or one whose data JSON cannot hold exactly, is parsed as YAML. The wheel's
+# build hook (hatch_build.py) makes it; a checkout has none (`python -m kvcalc.presets`
+# writes one there, to time start-up as installed).
 INDEX_NAME = "_parsed.json"
 _NOT_INDEXED = object()
 

@@ -9,11 +9,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from kvcalc.cli import app
+from kvcalc.cli.parsing import OptionProblem, counted
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -688,3 +691,69 @@ def test_help_at_80_columns_names_every_option_whole(command):
     # presets prints only: its --format says nothing of an -o it does not have
     if command == "presets":
         assert "-o" not in out
+
+
+# --- typer, through its public API only -------------------------------------------
+# kvcalc's CLI leans on three things typer does; each is checked here so that a typer
+# release that changes one fails these tests by name instead of changing kvcalc's
+# messages. pyproject.toml bounds typer to the minor series these ran on.
+
+def test_typer_is_a_release_these_tests_cover():
+    import re as _re
+    from importlib.metadata import version
+    from pathlib import Path as _Path
+
+    text = (_Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    bound = _re.search(r'"typer>=([0-9.]+),<([0-9.]+)"', text)
+    assert bound, "pyproject.toml must bound typer above and below"
+    low, high = (tuple(int(x) for x in b.split(".")) for b in bound.groups())
+    have = tuple(int(x) for x in _re.findall(r"[0-9]+", version("typer"))[:2])
+    assert low[:2] <= have < high[:2], (
+        f"typer {version('typer')} is outside {bound.group(0)}: run this file against it, "
+        "fix kvcalc/cli/parsing.py where it fails, then move the bound")
+
+
+def test_no_typer_internals_in_kvcalc():
+    """No private module or attribute of typer (typer._click, _runtime_param,
+    type_descriptor, registered_commands): those change without notice."""
+    from pathlib import Path as _Path
+
+    banned = ("typer._", "_runtime_param", "type_descriptor", "registered_commands",
+              "registered_groups", "typer.main.")
+    root = _Path(__file__).resolve().parent.parent / "kvcalc"
+    found = [f"{p.relative_to(root.parent)}: {b}" for p in sorted(root.rglob("*.py"))
+             for b in banned if b in p.read_text(encoding="utf-8")]
+    assert not found, found
+
+
+def test_typer_hands_a_parser_problem_through_untouched():
+    """typer runs every `parser=` inside pydantic; kvcalc's OptionProblem must come out
+    as raised (a pydantic ValidationError or click's "Invalid value" would replace
+    kvcalc's words), and a parsed value must arrive as the parser returned it."""
+    got = {}
+    tiny = typer.Typer()
+
+    @tiny.command()
+    def main(n: Annotated[int, typer.Option("--n", parser=counted("--seq-len"))] = 1):
+        got["n"] = n
+
+    ok = CliRunner().invoke(tiny, ["--n", "32k"])
+    assert ok.exit_code == 0 and got["n"] == 32_000
+    bad = CliRunner().invoke(tiny, ["--n", "12q"])
+    assert isinstance(bad.exception, OptionProblem), bad.output
+    assert str(bad.exception).startswith("--seq-len expects a whole number of tokens")
+
+
+def test_plain_options_reads_every_simple_option_in_kvcalcs_words():
+    """Every non-switch option of every command gets kvcalc's reader: a wrong value
+    to any of them is one `kvcalc: error:` line naming the flag, never pydantic's."""
+    from typer.testing import CliRunner as _Runner
+
+    from kvcalc.cli import app as _app
+
+    for command, flag in [("estimate", "--tp"), ("fit", "--gpu-memory-utilization"),
+                          ("sweep", "--kv-scale-bytes"), ("estimate", "--layers"),
+                          ("measure", "--iters"), ("presets", "--format")]:
+        r = _Runner().invoke(_app, [command, flag, "nonsense!"])
+        assert r.exit_code == 2, (command, flag, r.output)
+        assert "Input should" not in r.output and "Invalid value" not in r.output

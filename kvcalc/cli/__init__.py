@@ -11,13 +11,8 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperGroup
 
-try:  # typer >= 0.20 vendors click as typer._click
-    from typer._click import exceptions as click_exceptions
-except ImportError:  # older typer uses click itself
-    from click import exceptions as click_exceptions
-
 from kvcalc import __version__
-from kvcalc.cli.parsing import plain_coercion, refuse_repeats
+from kvcalc.cli.parsing import OptionProblem, refuse_repeats
 from kvcalc.errors import KvcalcError, os_problem
 
 
@@ -34,6 +29,12 @@ Try:
 
 Every command takes -h/--help; `kvcalc --version` prints the version.
 """
+
+
+# click's UsageError and ClickException, reached through typer's public BadParameter
+# (typer >= 0.20 vendors click privately; older typer uses click itself).
+_USAGE_ERROR, _CLICK_EXCEPTION = (next(c for c in typer.BadParameter.__mro__ if c.__name__ == n)
+                                  for n in ("UsageError", "ClickException"))
 
 
 class _ReaderGone(Exception):
@@ -61,7 +62,6 @@ class KvcalcGroup(TyperGroup):
                 problem = _completion_shell_problem(args)
                 if problem:
                     raise KvcalcError(problem)
-                plain_coercion(self)
                 refuse_repeats(self, args)
                 try:
                     rv = super().main(args, *rest, standalone_mode=False, **kwargs)
@@ -74,15 +74,15 @@ class KvcalcGroup(TyperGroup):
                         sys.exit(0)
                     raise
             sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
-        except KvcalcError as e:
+        except (KvcalcError, OptionProblem) as e:
             _fail(str(e))
-        except click_exceptions.UsageError as e:
+        except _USAGE_ERROR as e:
             message = e.format_message().replace("\n", " ")
             if not message:
                 sys.exit(e.exit_code)
             hint = f" (see `kvcalc {e.ctx.info_name} --help`)" if e.ctx and e.ctx.parent else ""
             _fail(message + hint)
-        except click_exceptions.ClickException as e:
+        except _CLICK_EXCEPTION as e:
             _fail(e.format_message().replace("\n", " "))
         except typer.Abort:
             sys.stderr.write("kvcalc: aborted\n")
@@ -193,26 +193,6 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
-class KvcalcTyper(typer.Typer):
-    """Builds only the command being run: `kvcalc estimate ...` need not turn the other
-    commands' signatures into click parameters (a tenth of its start-up). Help,
-    completion and anything that is not exactly a command's name see them all."""
-
-    def __call__(self, *args, **kwargs):
-        argv = kwargs.get("args", args[0] if args else None)
-        name = _invoked_command(sys.argv[1:] if argv is None else list(argv))
-        commands, groups = self.registered_commands, self.registered_groups
-        if name is not None:
-            chosen = [c for c in commands if _command_name(c) == name]
-            chosen_groups = [g for g in groups if g.name == name]
-            if chosen or chosen_groups:
-                self.registered_commands, self.registered_groups = chosen, chosen_groups
-        try:
-            return super().__call__(*args, **kwargs)
-        finally:
-            self.registered_commands, self.registered_groups = commands, groups
-
-
 def _invoked_command(argv: list[str]) -> str | None:
     """The command `argv` runs, where only it needs building; None while the shell
     completes a line (every command is a candidate) or when argv names none."""
@@ -221,11 +201,7 @@ def _invoked_command(argv: list[str]) -> str | None:
     return argv[0]
 
 
-def _command_name(info) -> str:
-    return info.name or info.callback.__name__.replace("_", "-")
-
-
-app = KvcalcTyper(
+app = typer.Typer(
     cls=KvcalcGroup,
     name="kvcalc",
     help="KV-cache, parameter and decode-bandwidth calculator for MHA, GQA, MQA and MLA "
@@ -272,18 +248,18 @@ def _running_kvcalc() -> bool:
 
 
 def _register() -> None:
-    name = _invoked_command(sys.argv[1:]) if _running_kvcalc() else None
-    wanted = _MODULES.get(name) if name else None
-    for name in dict.fromkeys(_MODULES.values()):
-        if wanted is not None and name != wanted:
+    invoked = _invoked_command(sys.argv[1:]) if _running_kvcalc() else None
+    wanted = _MODULES.get(invoked) if invoked else None
+    for module_name in dict.fromkeys(_MODULES.values()):
+        if wanted is not None and module_name != wanted:
             continue
         try:
-            module = __import__(f"kvcalc.cli.{name}", fromlist=["register"])
+            module = __import__(f"kvcalc.cli.{module_name}", fromlist=["register"])
         except ModuleNotFoundError as e:
-            if e.name != f"kvcalc.cli.{name}":
+            if e.name != f"kvcalc.cli.{module_name}":
                 raise
             continue
-        module.register(app)
+        module.register(app, only=invoked if wanted is not None else None)
 
 
 _register()

@@ -5,6 +5,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from kvcalc.cli.parsing import command
+
 from kvcalc.cli.options import (
     DEFAULT_GPU,
     BatchOpt,
@@ -78,8 +80,8 @@ def _notes(est) -> list[str]:
     return ["\n".join(f"note: {n}" for n in notes)] if notes else []
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
+def register(app: typer.Typer, only: str | None = None) -> None:
+    @command(app, only)
     @model_options
     def estimate(
         request: ModelRequest,
@@ -132,7 +134,7 @@ def register(app: typer.Typer) -> None:
             items = [report.headline(est), *body, *_notes(est)]
         write(fmt, output, force, obj, rows, items)
 
-    @app.command()
+    @command(app, only)
     @model_options
     def fit(
         request: ModelRequest,

@@ -10,12 +10,14 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from kvcalc.cli.parsing import command
+
 from kvcalc.cli.options import ForceOpt, FormatOpt, OutputFormat, OutputOpt, output_format
 from kvcalc.errors import KvcalcError, quoted
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
+def register(app: typer.Typer, only: str | None = None) -> None:
+    @command(app, only)
     def measure(
         heads: Annotated[Optional[int], typer.Option(
             "--heads",

@@ -18,6 +18,7 @@ import typer
 
 from kvcalc._record import record
 from kvcalc import units
+from kvcalc.cli.parsing import counted
 from kvcalc.errors import KvcalcError, quoted
 from kvcalc.dtypes import DTYPES, MAX_LAYERS, MAX_WIDTH, check_size
 from kvcalc.spec import Hardware, ModelSpec
@@ -309,25 +310,6 @@ def resolve_gpu(name: Optional[str]) -> Optional[Hardware]:
     if name.lower().endswith((".yaml", ".yml")) or "/" in name:
         return presets.hardware_from_yaml_file(Path(name), require_source=False)
     return presets.load_hardware(name)
-
-
-def counted(flag: str):
-    """typer's `parser=` for a count flag that takes vLLM's suffixes (32k, 32K; see
-    kvcalc.units). Used where typer builds click types (older typer); newer typer gets
-    kvcalc.cli.parsing's coercer, which reads the same way."""
-    def parse(value):
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        try:
-            return units.count(str(value), flag)
-        except KvcalcError as e:
-            try:  # a ValueError would lose the message in click's FuncParamType
-                from typer._click.exceptions import BadParameter
-            except ImportError:
-                from click.exceptions import BadParameter
-            raise BadParameter(str(e)) from None
-
-    return parse
 
 
 SUFFIXES = units.SUFFIX_HELP  # the rule, for --help

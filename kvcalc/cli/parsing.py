@@ -1,12 +1,13 @@
-"""Reading the command line in kvcalc's own words, without pydantic.
+"""Reading the command line in kvcalc's own words.
 
-typer >= 0.2x coerces each option through a pydantic TypeAdapter: importing
-pydantic costs about 100 ms of start-up, and its messages ("Input should be a
-valid integer, unable to parse string as an integer") are not kvcalc's.
-`plain_coercion` gives every option of the simple kinds kvcalc uses (int, float,
-str, bool, Path, an Enum of choices) a small coercer that says what was expected,
-naming the flag and its unit. On older typer (click types, no pydantic) it does
-nothing. `refuse_repeats` refuses an option given twice (click keeps the last).
+typer >= 0.2x coerces each option through a pydantic TypeAdapter, whose messages
+("Input should be a valid integer, unable to parse string as an integer") are not
+kvcalc's.
+`plain_options` gives every option of the simple kinds kvcalc uses (int, float,
+str, Path, an Enum of choices) a `parser=` (typer's public setting) that says what
+was expected, naming the flag and its unit. typer still routes each parser through
+pydantic, so pydantic is imported when a command runs; its messages never show.
+`refuse_repeats` refuses an option given twice (click keeps the last).
 """
 
 from __future__ import annotations
@@ -116,32 +117,73 @@ def _simple_kind(annotation: Any) -> Any:
     return None
 
 
-def plain_coercion(group) -> None:
-    """Install a _Coercer on every simple option of `group` and its commands (typer with
-    per-parameter runtime coercion only; a no-op elsewhere)."""
-    commands = [group, *getattr(group, "commands", {}).values()]
-    for command in commands:
-        for param in getattr(command, "params", []):
-            if not (hasattr(param, "type_descriptor") and hasattr(param, "_runtime_param")):
-                continue
-            if getattr(param, "multiple", False) or getattr(param, "nargs", 1) != 1:
-                continue
-            kind = _simple_kind(param.type_descriptor.annotation)
-            if kind is not None and param._runtime_param is None:
-                param._runtime_param = _Coercer(kind, _flag(param))
-        if hasattr(command, "get_help_option") and hasattr(command, "_help_option"):
-            # click makes -h/--help on first use: give it a coercer then.
-            command.get_help_option = _with_plain_help(command.get_help_option)
+class OptionProblem(Exception):
+    """A value kvcalc cannot read, raised from a `parser=`. Not a ValueError: pydantic,
+    through which typer runs every parser, would rewrite a ValueError's message in its
+    own words; this passes through it untouched to KvcalcGroup, which prints it."""
 
 
-def _with_plain_help(get_help_option):
-    def get(ctx):
-        option = get_help_option(ctx)
-        if option is not None and getattr(option, "_runtime_param", False) is None:
-            option._runtime_param = _Coercer(bool, "--help")
-        return option
+def _reader(kind: Any, flag: str):
+    coercer = _Coercer(kind, flag)
 
-    return get
+    def parse(value: Any) -> Any:
+        try:
+            return coercer.coerce(value)
+        except KvcalcError as e:
+            raise OptionProblem(str(e)) from None
+
+    return parse
+
+
+def counted(flag: str):
+    """The `parser=` of a count flag that takes vLLM's suffixes (32k, 32K; kvcalc.units)."""
+    return _reader(int, flag)
+
+
+def plain_options(fn):
+    """Give every option and argument of the simple kinds kvcalc uses (int, float, str,
+    Path, an Enum of choices; Optional or not) a `parser=` that reads it in kvcalc's
+    words and units, through typer's public `parser` setting. Switches (bool) need none:
+    typer passes a switch's True or False through as it is."""
+    import copy
+    import inspect
+
+    sig = inspect.signature(fn, eval_str=True)
+    params = []
+    for p in sig.parameters.values():
+        annotation = p.annotation
+        meta = getattr(annotation, "__metadata__", ())
+        info = meta[0] if meta else None
+        kind = _simple_kind(typing.get_args(annotation)[0]) if meta else None
+        if (info is not None and hasattr(info, "parser") and info.parser is None
+                and kind is not None and kind is not bool):
+            info = copy.copy(info)
+            info.parser = _reader(kind, _declared_flag(info, p.name))
+            annotation = typing.Annotated[typing.get_args(p.annotation)[0], info]
+        params.append(p.replace(annotation=annotation))
+    fn.__signature__ = sig.replace(parameters=params)
+    fn.__annotations__ = {p.name: p.annotation for p in params}
+    return fn
+
+
+def command(app, only: str | None = None, name: str | None = None):
+    """`app.command(name=name)` over plain_options. `only`: the command this process
+    runs (kvcalc/cli/__init__.py reads it off argv): the others of the module are not
+    built, since turning their signatures into click options is start-up time."""
+    def decorate(fn):
+        if only is None or only == (name or fn.__name__.replace("_", "-")):
+            app.command(name=name)(plain_options(fn))
+        return fn
+
+    return decorate
+
+
+def _declared_flag(info: Any, name: str) -> str:
+    # In Annotated[..., typer.Option("--tp")] typer reads the first string as a flag.
+    first = getattr(info, "default", None)
+    decls = [*([first] if isinstance(first, str) else []), *(getattr(info, "param_decls", None) or ())]
+    longs = [d for d in decls if d.startswith("--")]
+    return longs[0] if longs else name.upper().replace("_", "-")
 
 
 def refuse_repeats(group, args: list[str]) -> None:

@@ -4,6 +4,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from kvcalc.cli.parsing import command
+
 from kvcalc.cli.options import OutputFormat, PrintFormatOpt
 from kvcalc.errors import KvcalcError, quoted
 
@@ -92,8 +94,8 @@ def _family_rows() -> list[dict]:
     return rows
 
 
-def register(app: typer.Typer) -> None:
-    @app.command(name="presets")
+def register(app: typer.Typer, only: str | None = None) -> None:
+    @command(app, only, name="presets")
     def presets_command(
         action: Annotated[Optional[str], typer.Argument(help="`show` to print one preset.")] = None,
         name: Annotated[Optional[str], typer.Argument(help="The preset to show.")] = None,

@@ -14,6 +14,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from kvcalc.cli.parsing import command
+
 from kvcalc.errors import KvcalcError
 from kvcalc.units import SUFFIX_HELP
 from kvcalc.cli.options import (
@@ -75,8 +77,8 @@ SkipOpt = Annotated[bool, typer.Option(
                            "stderr) instead of failing.")]
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
+def register(app: typer.Typer, only: str | None = None) -> None:
+    @command(app, only)
     @model_options(exclude=("kv_heads",))
     def sweep(
         request: ModelRequest,
