@@ -1,8 +1,8 @@
 """Strict YAML reading for presets and --config files (PyYAML, libyaml when present).
 
 YAML 1.2 scalars: the YAML 1.1 forms that 1.2 reads differently (`040`, `0b101`, base 60
-`1:30`, `yes`/`on` as booleans) are refused or read as 1.2 does; duplicate keys are refused
-and merge keys resolved. Only safe_load's constructors exist (a `!!python/...` tag is an
+`1:30`, `yes`/`on` as booleans) are refused or read as 1.2 does; duplicate keys and
+merge keys are refused. Only safe_load's constructors exist (a `!!python/...` tag is an
 error). Imported only when a YAML file has to be parsed: the shipped presets are read from
 their parsed index (kvcalc.presets) unless a file changed.
 """
@@ -18,35 +18,20 @@ import yaml
 from kvcalc.errors import KvcalcError, value_problem
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
-_MAX_MERGED_KEYS = 10_000  # keys copied by merges in one document: a schema has ~40
 
 
 class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml parses when present
-    """SafeLoader that also refuses duplicate keys (the later one would silently win),
-    and resolves merge keys (`<<: *base`, `<<: [*a, *b]`) as YAML 1.1 defines them:
-    the mapping's own keys win over merged ones, and earlier merged mappings over
-    later ones. Merged keys land in the mapping, so the schema checks them like
-    any other key. Each merged key is copied once, and the copies in a document
-    are counted, so merges cannot multiply a small file into a huge one.
-    """
-
-    def __init__(self, stream) -> None:
-        super().__init__(stream)
-        self._merged_keys = 0
-        self._flattening: set[int] = set()
+    """SafeLoader that also refuses duplicate keys (the later one would silently win) and
+    merge keys (`<<: *base`): no preset needs them, and a merge is one more way for a
+    key to come from somewhere other than the line that shows it (YAML 1.2 has none)."""
 
     def flatten_mapping(self, node: yaml.MappingNode) -> None:
-        merge_node = None
-        own: list[tuple[yaml.Node, yaml.Node]] = []
         seen: set[Any] = set()
-        for key_node, value_node in node.value:
+        for key_node, _ in node.value:
             if key_node.tag == _MERGE_TAG:
-                if merge_node is not None:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, "duplicate key '<<' (list the mappings to merge: "
-                        "<<: [*a, *b])", key_node.start_mark)
-                merge_node = value_node
-                continue
+                raise yaml.constructor.ConstructorError(
+                    None, None, "merge keys ('<<') are not read: write the keys out",
+                    key_node.start_mark)
             if key_node.tag == "tag:yaml.org,2002:value":  # as SafeLoader: '=' is a string
                 key_node.tag = "tag:yaml.org,2002:str"
             key = self.construct_object(key_node, deep=True)
@@ -55,38 +40,6 @@ class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml p
                     raise yaml.constructor.ConstructorError(
                         None, None, f"duplicate key {key!r}", key_node.start_mark)
                 seen.add(key)
-            own.append((key_node, value_node))
-        if merge_node is None:
-            return
-        sources = merge_node.value if isinstance(merge_node, yaml.SequenceNode) else [merge_node]
-        merged: dict[Any, tuple[yaml.Node, yaml.Node]] = {}
-        self._flattening.add(id(node))
-        try:
-            for source in reversed(sources):  # earlier mappings win: apply them last
-                if not isinstance(source, yaml.MappingNode):
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"merge key '<<' needs a mapping or a list of mappings, "
-                        f"got a {source.id}", source.start_mark)
-                if id(source) in self._flattening:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, "a mapping merges itself ('<<' of an alias to an enclosing "
-                        "mapping)", source.start_mark)
-                self.flatten_mapping(source)
-                self._merged_keys += len(source.value)
-                if self._merged_keys > _MAX_MERGED_KEYS:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"merge keys copy over {_MAX_MERGED_KEYS:,} keys",
-                        merge_node.start_mark)
-                for key_node, value_node in source.value:
-                    key = self.construct_object(key_node, deep=True)
-                    slot = key if isinstance(key, typing.Hashable) else id(key_node)
-                    merged.pop(slot, None)  # re-insert: dict order follows the winner
-                    merged[slot] = (key_node, value_node)
-        finally:
-            self._flattening.discard(id(node))
-        for slot in seen:
-            merged.pop(slot, None)  # the mapping's own keys win
-        node.value = list(merged.values()) + own
 
 
 # YAML 1.2 (core schema) scalars, not YAML 1.1's: `yes`/`on` are strings, not booleans;
