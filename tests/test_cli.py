@@ -700,16 +700,16 @@ def test_help_at_80_columns_names_every_option_whole(command):
 
 def test_typer_is_a_release_these_tests_cover():
     import re as _re
-    from importlib.metadata import version
-    from pathlib import Path as _Path
+    from importlib.metadata import requires, version
 
-    text = (_Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
-    bound = _re.search(r'"typer>=([0-9.]+),<([0-9.]+)"', text)
-    assert bound, "pyproject.toml must bound typer above and below"
-    low, high = (tuple(int(x) for x in b.split(".")) for b in bound.groups())
+    spec = next(r for r in requires("kvcalc") if _re.match(r"typer\b", r))
+    low = _re.search(r">=([0-9.]+)", spec)
+    high = _re.search(r"<([0-9.]+)", spec)
+    assert low and high, f"kvcalc must bound typer above and below, not {spec!r}"
+    low, high = (tuple(int(x) for x in m.group(1).split("."))[:2] for m in (low, high))
     have = tuple(int(x) for x in _re.findall(r"[0-9]+", version("typer"))[:2])
-    assert low[:2] <= have < high[:2], (
-        f"typer {version('typer')} is outside {bound.group(0)}: run this file against it, "
+    assert low <= have < high, (
+        f"typer {version('typer')} is outside {spec}: run this file against it, "
         "fix kvcalc/cli/parsing.py where it fails, then move the bound")
 
 
@@ -720,7 +720,9 @@ def test_no_typer_internals_in_kvcalc():
 
     banned = ("typer._", "_runtime_param", "type_descriptor", "registered_commands",
               "registered_groups", "typer.main.")
-    root = _Path(__file__).resolve().parent.parent / "kvcalc"
+    import kvcalc as _kvcalc
+
+    root = _Path(_kvcalc.__file__).resolve().parent
     found = [f"{p.relative_to(root.parent)}: {b}" for p in sorted(root.rglob("*.py"))
              for b in banned if b in p.read_text(encoding="utf-8")]
     assert not found, found
