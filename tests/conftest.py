@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -7,6 +8,18 @@ pytest_plugins = ["pytester"]  # tests/test_hf_truth_harness.py checks the hook 
 
 # tests/torch_reference.py and tests/hf_truth.py are imported as plain modules by the tests.
 sys.path.insert(0, str(Path(__file__).parent))
+
+# Hypothesis profiles: a quick run where people work, a thorough one in CI (.ci/run sets
+# HYPOTHESIS_PROFILE=ci). Properties that build torch modules or whole sweeps keep a
+# count of their own in both.
+try:
+    from hypothesis import settings as _settings
+
+    _settings.register_profile("dev", max_examples=50, deadline=None)
+    _settings.register_profile("ci", max_examples=1000, deadline=None, print_blob=True)
+    _settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+except ImportError:  # hypothesis is in the test extra; the properties skip without it
+    pass
 
 _harness_failure: list[str] = []  # the test that reported the broken truth harness
 

@@ -279,7 +279,6 @@ def specs(draw):
 kv_dtypes = st.sampled_from(["fp32", "bf16", "fp8", "int4"])
 
 
-@settings(max_examples=60, deadline=None)
 @given(specs(), st.integers(1, 1 << 20), st.integers(1, 512), kv_dtypes)
 def test_gqa_cache_is_mha_cache_times_kv_over_heads(spec, n, b, kdt):
     mha = formulas.kv_cache(spec.with_kv_heads(spec.heads), n, b, kdt).bytes
@@ -287,7 +286,6 @@ def test_gqa_cache_is_mha_cache_times_kv_over_heads(spec, n, b, kdt):
     assert gqa * spec.heads == mha * spec.kv_heads
 
 
-@settings(max_examples=60, deadline=None)
 @given(specs(), st.integers(1, 1 << 20), st.integers(1, 512), kv_dtypes,
        st.sampled_from([1, 2, 4, 8, 16, 32, 64]))
 def test_tp_totals_at_least_single_device(spec, n, b, kdt, tp):
@@ -300,7 +298,6 @@ def test_tp_totals_at_least_single_device(spec, n, b, kdt, tp):
     assert split.bytes_per_device <= single.bytes
 
 
-@settings(max_examples=60, deadline=None)
 @given(specs(), st.integers(1, 1 << 18), st.integers(1, 256), kv_dtypes)
 def test_monotone_in_seq_len_and_batch(spec, n, b, kdt):
     base = formulas.decode_step(spec, n, b, kv_dtype=kdt)

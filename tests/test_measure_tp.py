@@ -35,6 +35,7 @@ def test_rank_heads_split_and_replicate():
     assert [list(tp_mod.rank_heads(8, 8, 4, r)[1]) for r in range(4)] == [[0, 1], [2, 3], [4, 5], [6, 7]]
 
 
+@pytest.mark.slow  # gloo ranks in processes of their own
 @pytest.mark.parametrize("step", ["attention", "layer"])
 @pytest.mark.parametrize("kv", [8, 1])
 def test_tp2_gloo_shards_match_formulas_and_reduce_for_real(step, kv):
@@ -69,6 +70,7 @@ def test_tp2_gloo_shards_match_formulas_and_reduce_for_real(step, kv):
         assert "replicated" in rows[0]["note"]
 
 
+@pytest.mark.slow  # gloo ranks in processes of their own
 def test_tp1_has_no_allreduce_and_tp2_halves_the_cache():
     res = run(MeasureConfig(kv_heads=8, tp=(1, 2), **TINY))
     one, *two = res.rows
@@ -96,6 +98,7 @@ def _killed(rank, tp, init_method, result_path, timeout_s):
     dist.barrier()
 
 
+@pytest.mark.slow  # gloo ranks in processes of their own
 def test_a_failing_rank_is_named_and_nothing_hangs():
     t0 = time.perf_counter()
     with pytest.raises(KvcalcError, match=r"--tp 2: rank 1 failed: boom on purpose"):
@@ -124,6 +127,7 @@ def test_one_gpu_says_tp_needs_as_many(monkeypatch):
         run(MeasureConfig(kv_heads=8, tp=(2,), device="cuda", **TINY))
 
 
+@pytest.mark.slow  # gloo ranks in processes of their own
 def test_torchrun_ranks_report_once():
     import shutil
     import subprocess

@@ -88,7 +88,9 @@ def shell_env(tmp_path: Path) -> dict:
     return env
 
 
-@pytest.mark.parametrize("command", SHELL)
+@pytest.mark.parametrize("command", [
+    pytest.param(c, marks=pytest.mark.slow) if c.startswith("kvcalc measure") else c
+    for c in SHELL])  # the measure examples run real decode steps: seconds each
 def test_shell_example(command: str, shell_env: dict, tmp_path: Path):
     if command.startswith("kvcalc measure") and not HAS_TORCH:
         pytest.skip("measure needs torch")
