@@ -80,14 +80,15 @@ def _listing(models: list[dict], hardware: list[dict]) -> list:
 
 def _family_rows() -> list[dict]:
     """Each model_type --config reads, with the first line of its adapter's description."""
-    from kvcalc import hfconfig
+    from kvcalc.hfconfig.families import FAMILIES, SUPPORTED_MODEL_TYPES
+    from kvcalc.hfconfig.multimodal import WRAPPERS
 
     rows = []
-    for model_type in sorted(hfconfig.SUPPORTED_MODEL_TYPES):
-        if model_type in hfconfig._WRAPPERS:
-            what = f"multimodal: text_config as {hfconfig._WRAPPERS[model_type]}, vision tower apart"
+    for model_type in sorted(SUPPORTED_MODEL_TYPES):
+        if model_type in WRAPPERS:
+            what = f"multimodal: text_config as {WRAPPERS[model_type]}, vision tower apart"
         else:
-            doc = (hfconfig._FAMILIES[model_type].__doc__ or "").strip()
+            doc = (FAMILIES[model_type].__doc__ or "").strip()
             what = doc.split(": ")[0].split(". ")[0]
             what = " ".join(what.split())
         rows.append({"model_type": model_type, "read_as": what})

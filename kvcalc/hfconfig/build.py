@@ -1,0 +1,28 @@
+"""What an adapter returns: ModelSpec's keyword fields, and for a model described layer
+by layer the runs too.
+
+A family read into flat fields alone lets ModelSpec derive its layers (and a flag may
+reshape it later); one whose layers differ lists them, and `with_runs` compresses them.
+"""
+
+from __future__ import annotations
+
+from kvcalc.layers import Attention, Layer
+from kvcalc.spec import compress
+
+
+def flat_fields(hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int,
+                d_ff: int, vocab: int, **kw) -> dict:
+    """ModelSpec's flat fields under its own names, plus any others given by keyword."""
+    return dict(layers=layers, d_model=hidden, heads=heads, kv_heads=kv_heads,
+                head_dim=head_dim, d_ff=d_ff, vocab=vocab, **kw)
+
+
+def with_runs(fields: dict, layers: list[Layer]) -> dict:
+    """The flat fields plus the runs; the flat fields then describe the attention layers."""
+    return {**fields, "runs": compress(layers)}
+
+
+def attention(kind: str, window: int, **kw) -> Attention:
+    """Attention of `kind` ("full", "sliding" or "chunked"); a full layer keeps no window."""
+    return Attention(kind=kind, window=window if kind != "full" else 0, **kw)

@@ -1,0 +1,66 @@
+"""The family table: each config.json model_type kvcalc reads, and the adapter that reads
+it (a function of the typed config returning ModelSpec's fields).
+
+The first sentence of each adapter's docstring is its description in
+`kvcalc presets --families`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from kvcalc.hfconfig.config import Config
+from kvcalc.hfconfig.gpt_like import (bloom, falcon, gpt2_like, gpt_neo, gpt_neox, gptj, mpt,
+                                      opt, phi)
+from kvcalc.hfconfig.hybrid import jamba, lfm2, mamba, nemotron_h, qwen3_next
+from kvcalc.hfconfig.llama_like import cohere, gemma3, llama_like, llama_variants, olmo, starcoder2
+from kvcalc.hfconfig.moe import deepseek, gpt_oss, llama4, qwen_moe
+from kvcalc.hfconfig.multimodal import WRAPPERS
+
+FAMILIES: dict[str, Callable[[Config], dict]] = {
+    "llama": llama_like,
+    "mistral": llama_like,
+    "mixtral": llama_like,
+    "qwen2": llama_like,
+    "qwen3": llama_like,
+    "gemma": llama_like,
+    "gemma2": llama_like,
+    "phi3": llama_like,
+    "falcon": falcon,
+    "gpt2": gpt2_like,
+    "gpt_bigcode": gpt2_like,
+    "gpt_neox": gpt_neox,
+    "opt": opt,
+    "deepseek_v2": deepseek,
+    "deepseek_v3": deepseek,
+    "gemma3_text": gemma3,
+    "cohere": cohere,
+    "cohere2": cohere,
+    "gpt_oss": gpt_oss,
+    "llama4_text": llama4,
+    "qwen2_moe": qwen_moe,
+    "qwen3_moe": qwen_moe,
+    "olmoe": qwen_moe,
+    "olmo": olmo,
+    "olmo2": olmo,
+    "phi": phi,
+    "gptj": gptj,
+    "starcoder2": starcoder2,
+    "mamba": mamba,
+    "falcon_mamba": mamba,
+    "jamba": jamba,
+    "granite": llama_variants,
+    "granitemoe": llama_variants,
+    "stablelm": llama_variants,
+    "nemotron": llama_variants,
+    "phimoe": llama_variants,
+    "bloom": bloom,
+    "gpt_neo": gpt_neo,
+    "mpt": mpt,
+    "lfm2": lfm2,
+    "qwen3_next": qwen3_next,
+    "minicpm3": deepseek,
+    "nemotron_h": nemotron_h,
+}
+
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)

@@ -1,0 +1,64 @@
+"""Multimodal configs: the language model is `text_config`, read as its own family;
+vision towers and projectors are counted apart (kvcalc.towers).
+
+`text_config` builds the dict the language model is read from, with the defaults the
+wrapper's config class supplies; `with_towers` adds the towers to the spec read from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kvcalc.errors import KvcalcError
+from kvcalc.spec import ModelSpec
+
+# Wrapper model_type -> its language model's model_type (text_config's default).
+WRAPPERS = {
+    "llava": "llama", "llava_next": "llama", "mistral3": "mistral", "gemma3": "gemma3_text",
+    "llama4": "llama4_text", "qwen2_5_vl": "qwen2", "qwen2_vl": "qwen2",
+}
+# Each wrapper's config-class default for tie_word_embeddings.
+_WRAPPER_TIED = {"llava": False, "llava_next": False, "mistral3": True, "gemma3": True,
+                 "llama4": False, "qwen2_5_vl": False, "qwen2_vl": False}
+# LlamaConfig's defaults (Llama 2 7B), which LLaVA-1.5's short text_config relies on.
+_LLAMA_DEFAULTS = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                   "num_attention_heads": 32, "vocab_size": 32000}
+
+
+def text_config(cfg: dict, model_type: str, where: str) -> dict:
+    """The language model's config dict (a copy), with the wrapper's defaults filled in."""
+    text = cfg.get("text_config")
+    if text is None and model_type in ("qwen2_5_vl", "qwen2_vl"):
+        text = {k: v for k, v in cfg.items() if k != "vision_config"}  # older flat layout
+    if not isinstance(text, dict):
+        raise KvcalcError(f"{where}: model_type {model_type!r} needs a 'text_config' object")
+    text = dict(text)
+    text.setdefault("model_type", WRAPPERS[model_type])
+    if text["model_type"] in (model_type, "qwen2_5_vl_text", "qwen2_vl_text"):
+        text["model_type"] = WRAPPERS[model_type]  # Qwen2-VL's text model is Qwen2's
+    if text["model_type"] == "llama" and model_type.startswith("llava"):
+        for key, value in _LLAMA_DEFAULTS.items():
+            text.setdefault(key, value)
+    if text["model_type"] == "gemma3_text":
+        text.setdefault("vocab_size", 262_208)  # Gemma3TextConfig's default, which Gemma 3 relies on
+    # The wrapper's own flag (its config class's default when absent) ties the lm_head of
+    # the whole model in transformers 5, whatever text_config says.
+    tied = cfg.get("tie_word_embeddings")
+    text["tie_word_embeddings"] = _WRAPPER_TIED[model_type] if tied is None else tied
+    return text
+
+
+def with_towers(spec: ModelSpec, cfg: dict, model_type: str, where: str) -> ModelSpec:
+    """The language model's spec with the wrapper's vision towers noted and kept in extra."""
+    from kvcalc.towers import tower_params
+
+    towers = tower_params(cfg, model_type, spec.d_model, where)
+    if towers:
+        notes = spec.notes + (f"; {model_type}: a multimodal config; the language model is "
+                              f"counted, its vision tower and projector "
+                              f"({sum(towers.values()):,} parameters) apart")
+    else:
+        notes = spec.notes + (f"; {model_type}: the language model of a multimodal config "
+                              "(no vision tower formula for it: not counted)")
+    extra = {**spec.extra, "hf_wrapper": model_type, "towers": towers}
+    return dataclasses.replace(spec, notes=notes, extra=extra)
