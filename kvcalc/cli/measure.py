@@ -98,11 +98,11 @@ def register(app: typer.Typer) -> None:
         if output is not None and plot is not None and output.resolve() == plot.resolve():
             raise KvcalcError("--output and --plot name the same file")
         fmt = output_format(fmt, output)
+        from kvcalc.measure import MeasureConfig, run, run_sweep
         from kvcalc.report.consoles import error_console
         from kvcalc.report.csv_json import rows_to_csv, to_json
         from kvcalc.report.files import check_writable, emit
         from kvcalc.report.render import show, to_markdown, to_text
-        from kvcalc.measure import MeasureConfig, run, run_sweep
 
         for target in (output, plot):  # fail before minutes of measuring, not after
             if target is not None:
