@@ -3,7 +3,7 @@
 matplotlib is the `plot` extra: it is imported inside the functions, never at
 import time, and a missing install is a one-line KvcalcError. Figures are built
 on matplotlib.figure.Figure (no pyplot, no global state, no GUI backend) and
-written atomically with report.atomic_write (no overwrite unless force).
+written atomically with report.files.atomic_write (no overwrite unless force).
 Axes carry units; byte ticks are decimal (GB = 10^9) and say so.
 """
 
@@ -53,7 +53,7 @@ def _figure(**kwargs):
 
 
 def _save(fig, path: str | os.PathLike, force: bool) -> Path:
-    from kvcalc import report
+    from kvcalc.report.files import atomic_write
 
     path = Path(path)
     fmt = _FORMATS.get(path.suffix.lower())
@@ -61,7 +61,7 @@ def _save(fig, path: str | os.PathLike, force: bool) -> Path:
         raise KvcalcError(f"cannot tell the image format of {path}: use .png, .svg or .pdf")
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=150, bbox_inches="tight")
-    return report.atomic_write(path, buf.getvalue(), force)
+    return atomic_write(path, buf.getvalue(), force)
 
 
 # --------------------------------------------------------------------------------
@@ -123,7 +123,7 @@ _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#
 def plot_sweep(selection, path: str | os.PathLike, force: bool = False) -> Path:
     """KV cache per device against context (or batch) for each K/V-head count, log-log.
 
-    `selection` is a kvcalc.sweep.PlotSelection filled from the sweep's chunks.
+    `selection` is a kvcalc.sweep.plot_selection.PlotSelection filled from the sweep's chunks.
     With hardware, the device's memory left after the weights is a dashed line
     (one per variant when they differ by more than 2%) and the band above it,
     where the cache does not fit, is shaded.

@@ -1,4 +1,4 @@
-"""The vectorised CSV text (kvcalc.csvtext) against Python's own formatting.
+"""The vectorised CSV text (kvcalc.sweep.csvtext) against Python's own formatting.
 
 The truth is Python: str(int) for integers and format(x, ".12g") for floats, over
 random bit patterns (every binade, subnormals, infinities, NaN), decimal-looking
@@ -12,7 +12,8 @@ import struct
 import numpy as np
 import pytest
 
-from kvcalc import csvtext
+from kvcalc.report.csv_json import cell, format_float
+from kvcalc.sweep import csvtext
 
 
 def texts(mat: np.ndarray) -> list[str]:
@@ -41,7 +42,7 @@ def test_floats_are_format_12g():
     want = [format(v, ".12g") for v in values.tolist()]
     bad = [(v, g, w) for v, g, w in zip(values.tolist(), got, want) if g != w]
     assert not bad, bad[:10]
-    assert csvtext.format_float(0.1) == "0.1" and csvtext.cell(2.0) == "2" and csvtext.cell(3) == 3
+    assert format_float(0.1) == "0.1" and cell(2.0) == "2" and cell(3) == 3
 
 
 @pytest.mark.parametrize("dtype", ["int64", "object"])

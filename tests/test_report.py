@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvcalc import report
+from kvcalc.report.files import atomic_write, check_writable, emit
 from kvcalc.errors import KvcalcError
 
 
@@ -18,8 +18,8 @@ def test_force_through_a_symlink_replaces_the_file_and_keeps_the_link(tmp_path: 
     link = tmp_path / "link.csv"
     link.symlink_to(Path("data") / "real.csv")  # relative, as `ln -s` is usually used
     with pytest.raises(KvcalcError, match="link.csv exists; pass --force"):
-        report.atomic_write(link, "new\n")
-    report.atomic_write(link, "new\n", force=True)
+        atomic_write(link, "new\n")
+    atomic_write(link, "new\n", force=True)
     assert link.is_symlink() and os.readlink(link) == os.path.join("data", "real.csv")
     assert real.read_text() == "new\n"
     assert sorted(p.name for p in real.parent.iterdir()) == ["real.csv"]  # no temp file left
@@ -35,7 +35,7 @@ def test_symlinks_to_anything_but_a_regular_file_are_refused(tmp_path: Path, poi
     link = tmp_path / "out.csv"
     link.symlink_to(points_to)
     with pytest.raises(KvcalcError, match=message):
-        report.atomic_write(link, "data\n", force=True)
+        atomic_write(link, "data\n", force=True)
     assert link.is_symlink() and os.readlink(link) == points_to
 
 
@@ -43,38 +43,13 @@ def test_a_loop_of_links_is_refused(tmp_path: Path) -> None:
     (tmp_path / "a").symlink_to("b")
     (tmp_path / "b").symlink_to("a")
     with pytest.raises(KvcalcError, match="a loop of symbolic links"):
-        report.check_writable(tmp_path / "a", force=True)
+        check_writable(tmp_path / "a", force=True)
 
 
 def test_the_wrote_line_shows_the_path_not_markup(tmp_path: Path, capsys) -> None:
     (tmp_path / "[").mkdir()
     for name in ("[/]v.json", "[red]a.json"):
-        report.emit("{}\n", tmp_path / name)
+        emit("{}\n", tmp_path / name)
         assert capsys.readouterr().err == f"wrote {tmp_path / name}\n"
         assert (tmp_path / name).read_text() == "{}\n"
 
-
-def test_write_behind_keeps_order_and_raises_the_writers_error_in_the_producer():
-    import io
-
-    import pytest
-
-    from kvcalc.report import WriteBehind
-
-    buf = io.BytesIO()
-    with WriteBehind(buf, depth=2) as w:
-        for i in range(200):
-            w.write(b"%d," % i)
-    assert buf.getvalue() == b"".join(b"%d," % i for i in range(200))
-
-    class Broken(io.RawIOBase):
-        def writable(self):
-            return True
-
-        def write(self, data):
-            raise BrokenPipeError(32, "Broken pipe")
-
-    with pytest.raises(BrokenPipeError):
-        with WriteBehind(Broken(), depth=2) as w:
-            for _ in range(1000):  # the writer drains after its error: this never hangs
-                w.write(b"x")

@@ -25,7 +25,7 @@ from kvcalc.presets import load_hardware, load_model
 from kvcalc.quant import Quantization, adhoc, weight_bytes
 from kvcalc.dtypes import weight_dtype
 from kvcalc.spec import ModelSpec
-from kvcalc.sweep import parse_spec
+from kvcalc.sweep.grammar import parse_spec
 from kvcalc.units import count
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib
 import importlib.util
 import io
 import random
@@ -20,11 +19,13 @@ from typer.testing import CliRunner
 from kvcalc.cli import app
 from kvcalc.errors import KvcalcError
 from kvcalc.estimate import estimate
-from kvcalc.report import rows_to_csv
+from kvcalc.report.csv_json import rows_to_csv
 from kvcalc.spec import MLA, Hardware, ModelSpec, MoE
-
-# By module path: a re-export named `sweep` in kvcalc/__init__ must not shadow the module.
-sweep = importlib.import_module("kvcalc.sweep")
+from kvcalc.sweep.compute import chunks, iter_rows
+from kvcalc.sweep.csv import write_csv
+from kvcalc.sweep.grammar import parse_spec
+from kvcalc.sweep.plan import plan_sweep
+from kvcalc.sweep.plot_selection import PlotSelection
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,7 +81,7 @@ def run(*args: str):
     ("3:3:*2", [3]),
 ])
 def test_spec_values(text, values):
-    spec = sweep.parse_spec(text, "--x")
+    spec = parse_spec(text, "--x")
     assert spec.values() == values
     assert spec.count == len(values) == len(spec)
     assert spec.at(np.arange(spec.count)).tolist() == values
@@ -88,14 +89,14 @@ def test_spec_values(text, values):
 
 
 def test_spec_from_python_values():
-    assert sweep.parse_spec(8).values() == [8]
-    assert sweep.parse_spec([1, 8, 32]).values() == [1, 8, 32]
+    assert parse_spec(8).values() == [8]
+    assert parse_spec([1, 8, 32]).values() == [1, 8, 32]
 
 
 def test_linear_spec_stays_lazy():
-    spec = sweep.parse_spec("1024:1048576:+1024")
+    spec = parse_spec("1024:1048576:+1024")
     assert spec.count == 1024 and spec.last == 1048576
-    huge = sweep.parse_spec("1:10000000000:+1")  # ten billion values, never built
+    huge = parse_spec("1:10000000000:+1")  # ten billion values, never built
     assert huge.count == 10_000_000_000
     assert huge.at(np.array([0, 9_999_999_999])).tolist() == [1, 10_000_000_000]
 
@@ -126,15 +127,15 @@ def test_linear_spec_stays_lazy():
 ])
 def test_bad_specs(text, fragment):
     with pytest.raises(KvcalcError) as e:
-        sweep.parse_spec(text, "--seq-len")
+        parse_spec(text, "--seq-len")
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith("--seq-len") and fragment in msg, msg
 
 
 def test_row_limit_needs_force():
     with pytest.raises(KvcalcError, match="50,000,000-row limit.*--force"):
-        sweep.plan_sweep(ADHOC, "1:100000000:+1", 1)
-    plan = sweep.plan_sweep(ADHOC, "1:100000000:+1", 1, force=True)  # planned, not built
+        plan_sweep(ADHOC, "1:100000000:+1", 1)
+    plan = plan_sweep(ADHOC, "1:100000000:+1", 1, force=True)  # planned, not built
     assert plan.rows == 100_000_000
 
 
@@ -174,11 +175,11 @@ CASES = {
 def test_rows_equal_estimate_on_random_samples(case):
     spec, kwargs = CASES[case]
     hardware = None if case == "t5-encoder-follows" else GPU
-    plan = sweep.plan_sweep(spec, "1:70000:+997", "1,2,3,7,64,100,300,900,2700,4096",
-                            hardware=hardware, **kwargs)
+    plan = plan_sweep(spec, "1:70000:+997", "1,2,3,7,64,100,300,900,2700,4096",
+                      hardware=hardware, **kwargs)
     rng = random.Random(f"kvcalc-{case}")
     seen_bounds, seen_fits, checked = set(), set(), 0
-    for chunk in sweep.chunks(plan, chunk_rows=250):
+    for chunk in chunks(plan, chunk_rows=250):
         corners = [0, min(plan.batch.count - 1, len(chunk) - 1), len(chunk) - 1]
         for i in rng.sample(range(len(chunk)), min(8, len(chunk))) + corners:
             got = chunk.row(i)
@@ -199,59 +200,59 @@ def test_rows_equal_estimate_on_random_samples(case):
 
 def test_every_row_of_a_small_grid_and_its_csv_text():
     """Every row equals estimate; the CSV is byte-identical to report.rows_to_csv."""
-    plan = sweep.plan_sweep(MISTRAL, "1,4095,4096,4097,50000", "1,3,4096", kv_heads="1,8,32",
-                            tp="1,2", kv_dtype="bf16,int4", hardware=GPU)
+    plan = plan_sweep(MISTRAL, "1,4095,4096,4097,50000", "1,3,4096", kv_heads="1,8,32",
+                      tp="1,2", kv_dtype="bf16,int4", hardware=GPU)
     want = [estimate(c.spec, s, b, c.kv_dtype, "bf16", c.tp, GPU).as_row()
             for c in plan.combos for s in plan.seq_len.values() for b in plan.batch.values()]
-    got = list(sweep.iter_rows(plan))
+    got = list(iter_rows(plan))
     assert len(got) == len(want) == plan.rows == 3 * 2 * 2 * 5 * 3
     assert all(not same_row(g, w) for g, w in zip(got, want))
     buf = io.BytesIO()
-    assert sweep.write_csv(plan, buf) == plan.rows
+    assert write_csv(plan, buf) == plan.rows
     assert buf.getvalue().decode() == rows_to_csv(want)
     # Chunk boundaries anywhere (here every 7 rows) do not change the text.
     small = io.BytesIO()
-    sweep.write_csv(plan, small, chunk_rows=7)
+    write_csv(plan, small, chunk_rows=7)
     assert small.getvalue() == buf.getvalue()
 
 
 def test_columns_are_estimates():
     est = estimate(ADHOC, 1024, 2, hardware=GPU)
-    plan = sweep.plan_sweep(ADHOC, 1024, 2, hardware=GPU)
+    plan = plan_sweep(ADHOC, 1024, 2, hardware=GPU)
     assert list(plan.columns) == list(est.as_row())
-    assert list(sweep.plan_sweep(ADHOC, 1024, 2).columns) == list(estimate(ADHOC, 1024, 2).as_row())
+    assert list(plan_sweep(ADHOC, 1024, 2).columns) == list(estimate(ADHOC, 1024, 2).as_row())
 
 
 def test_mla_has_no_kv_heads_to_sweep():
     with pytest.raises(KvcalcError, match="MLA.*no K/V heads to sweep"):
-        sweep.plan_sweep(DEEPSEEK_V2, 1024, 1, kv_heads="1,8")
-    plan = sweep.plan_sweep(DEEPSEEK_V2, 1024, 1)
+        plan_sweep(DEEPSEEK_V2, 1024, 1, kv_heads="1,8")
+    plan = plan_sweep(DEEPSEEK_V2, 1024, 1)
     assert [c.kv_heads for c in plan.combos] == [128]
 
 
 def test_invalid_kv_heads_tp_pairs():
     spec = ADHOC.replace(heads=40, kv_heads=40, d_model=5120)
     with pytest.raises(KvcalcError, match="kv_heads=5, tp=2.*--skip-invalid"):
-        sweep.plan_sweep(spec, 1024, 1, kv_heads="5,8", tp="1,2")
-    plan = sweep.plan_sweep(spec, 1024, 1, kv_heads="5,8", tp="1,2", skip_invalid=True)
+        plan_sweep(spec, 1024, 1, kv_heads="5,8", tp="1,2")
+    plan = plan_sweep(spec, 1024, 1, kv_heads="5,8", tp="1,2", skip_invalid=True)
     assert [(c.kv_heads, c.tp) for c in plan.combos] == [(5, 1), (8, 1), (8, 2)]
     assert len(plan.skipped) == 1 and "kv_heads=5, tp=2" in plan.skipped[0]
     with pytest.raises(KvcalcError, match="divisible"):
-        sweep.plan_sweep(spec, 1024, 1, kv_heads="3")
+        plan_sweep(spec, 1024, 1, kv_heads="3")
 
 
 def test_values_past_int64_stay_exact():
     """Rows whose bytes or FLOPs pass 2^63 - 1 are computed with Python ints."""
     big = ModelSpec(name="big", layers=126, d_model=16384, heads=128, kv_heads=128, head_dim=128,
                     d_ff=53248, vocab=128256)
-    plan = sweep.plan_sweep(big, "1024,1073741824", "1,1000000", hardware=GPU)
-    rows = list(sweep.iter_rows(plan))
+    plan = plan_sweep(big, "1024,1073741824", "1,1000000", hardware=GPU)
+    rows = list(iter_rows(plan))
     assert max(r["decode_flops"] for r in rows) > 2**63
     for r in rows:
         want = estimate(big, r["seq_len"], r["batch"], hardware=GPU).as_row()
         assert not same_row(r, want), same_row(r, want)
     text = io.BytesIO()
-    sweep.write_csv(plan, text)
+    write_csv(plan, text)
     parsed = list(csv.DictReader(io.StringIO(text.getvalue().decode())))
     assert [int(p["kv_cache_bytes"]) for p in parsed] == [r["kv_cache_bytes"] for r in rows]
 
@@ -279,8 +280,8 @@ def test_monotone_and_gqa_scaling(layers, heads_log, head_dim, window, global_ev
                      sliding_window=window, global_every=global_every if window else 0)
     tp = min(2**tp_log, heads)
     kv = sorted({1, max(1, heads // 4), heads})
-    plan = sweep.plan_sweep(spec, sorted(seq), sorted(batch), kv_heads=kv, kv_dtype=kv_dtype,
-                            tp=tp, hardware=GPU)
+    plan = plan_sweep(spec, sorted(seq), sorted(batch), kv_heads=kv, kv_dtype=kv_dtype,
+                      tp=tp, hardware=GPU)
     df = pd_concat(plan)
     for _, group in df.groupby(["kv_heads", "batch"]):  # along seq_len
         for col in ("kv_cache_bytes", "kv_cache_bytes_per_device", "decode_bytes",
@@ -300,23 +301,35 @@ def test_monotone_and_gqa_scaling(layers, heads_log, head_dim, window, global_ev
 def pd_concat(plan):
     pd = pytest.importorskip("pandas")
 
-    return pd.concat([c.to_frame() for c in sweep.chunks(plan)], ignore_index=True)
+    return pd.concat([c.to_frame() for c in chunks(plan)], ignore_index=True)
 
 
 def test_sliding_window_cache_stops_growing():
-    plan = sweep.plan_sweep(MISTRAL, "4096,8192,65536", 1)
-    kv = [r["kv_cache_bytes"] for r in sweep.iter_rows(plan)]
-    full = [r["kv_cache_bytes_full"] for r in sweep.iter_rows(plan)]
+    plan = plan_sweep(MISTRAL, "4096,8192,65536", 1)
+    kv = [r["kv_cache_bytes"] for r in iter_rows(plan)]
+    full = [r["kv_cache_bytes_full"] for r in iter_rows(plan)]
     assert kv[0] == kv[1] == kv[2] and full[2] == 16 * full[0]
     # K and V x 32 layers x 8 K/V heads x 128 x 4096 window tokens x 2 bytes (bf16).
     assert kv[0] == full[0] == 2 * 32 * 8 * 128 * 4096 * 2 == 536_870_912
 
 
 def test_sweep_dataframe_api():
+    """As the README calls it: kvcalc.sweep.sweep_frame, loaded on first use."""
     pytest.importorskip("pandas")
-    df = sweep.sweep_frame(ADHOC, "1024:4096:*2", "1,4", kv_heads="1,32")
+    import kvcalc.sweep
+
+    df = kvcalc.sweep.sweep_frame(ADHOC, "1024:4096:*2", "1,4", kv_heads="1,32")
     assert len(df) == 12 and list(df.columns) == list(estimate(ADHOC, 1, 1).as_row())
     assert df["kv_cache_bytes"].dtype == np.int64
+
+
+def test_the_spec_grammar_imports_no_numpy():
+    """`kvcalc measure` parses SPECs with the sweep's grammar; that alone loads no numpy."""
+    code = ("import sys; import kvcalc.sweep; from kvcalc.sweep.grammar import parse_spec; "
+            "assert parse_spec([1, 8]).values() == [1, 8]; "
+            "print(sorted(m for m in ('numpy', 'pandas') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0 and r.stdout == "[]\n", r.stderr
 
 
 # --------------------------------------------------------------------------------
@@ -472,9 +485,9 @@ def test_plot_sweep_labels_mla_by_its_latent(tmp_path, monkeypatch):
     from kvcalc import plot
 
     saved = _saved_figure(monkeypatch, plot)
-    selection = sweep.PlotSelection(sweep.plan_sweep(DEEPSEEK_V2, "1024:8192:*2", 1,
-                                                     hardware=GPU))
-    for chunk in sweep.chunks(selection.plan):
+    selection = PlotSelection(plan_sweep(DEEPSEEK_V2, "1024:8192:*2", 1,
+                                         hardware=GPU))
+    for chunk in chunks(selection.plan):
         selection.add(chunk)
     plot.plot_sweep(selection, tmp_path / "s.png")
     labels = [t.get_text() for t in saved[0].get_axes()[0].get_legend().get_texts()]
@@ -486,8 +499,8 @@ def test_plot_sweep_labels_mla_by_its_latent(tmp_path, monkeypatch):
 def test_encoder_length_that_decides_the_fit():
     # A short decoder prompt with a long encoder input: the cross-attention cache is what
     # does not fit, so the sweep's self-check and its rows must use --encoder-seq-len.
-    plan = sweep.plan_sweep(T5, 128, "1,64", hardware=GPU, encoder_seq_len=1024)
-    rows = [row for chunk in sweep.chunks(plan) for row in chunk.rows()]
+    plan = plan_sweep(T5, 128, "1,64", hardware=GPU, encoder_seq_len=1024)
+    rows = [row for chunk in chunks(plan) for row in chunk.rows()]
     for row in rows:
         want = estimate(T5, 128, row["batch"], "bf16", "bf16", 1, GPU, 0, 1024).as_row()
         assert not same_row(row, want)
@@ -504,10 +517,10 @@ def test_encoder_length_that_decides_the_fit():
 def test_specs_past_pythons_digit_limit_are_one_line_errors(text, fragment):
     # int() refuses strings over 4,300 digits with a ValueError: checked before it.
     with pytest.raises(KvcalcError) as e:
-        sweep.parse_spec(text, "--seq-len")
+        parse_spec(text, "--seq-len")
     msg = str(e.value)
     assert "\n" not in msg and fragment in msg and len(msg) < 300, msg
-    assert sweep.parse_spec("0" * 5000 + "7", "--seq-len").values() == [7]
+    assert parse_spec("0" * 5000 + "7", "--seq-len").values() == [7]
 
 
 # --------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ np = pytest.importorskip("numpy")
 from kvcalc.estimate import estimate  # noqa: E402
 from kvcalc.hfconfig import spec_from_hf_config  # noqa: E402
 from kvcalc.presets import load_hardware, load_model  # noqa: E402
-from kvcalc.sweep import iter_rows, plan_sweep, rows_equal  # noqa: E402
+from kvcalc.sweep.compute import iter_rows  # noqa: E402
+from kvcalc.sweep.plan import plan_sweep  # noqa: E402
 
 # One model per kind (and the hybrids that mix them).
 MODELS = {
@@ -55,6 +56,21 @@ NEMOTRON_H = {  # NemotronHConfig's defaults: Mamba-2, MoE-only, attention and M
     "moe_shared_expert_intermediate_size": 7688,
 }
 EXTRA = {"lfm2": LFM2, "nemotron_h": NEMOTRON_H}
+
+
+def rows_equal(a: dict, b: dict, rel: float = 1e-12) -> list[str]:
+    """Columns where two rows differ: ints, strings and bools exactly, floats to `rel`."""
+    bad = [k for k in a.keys() ^ b.keys()]
+    if list(a) != list(b):
+        bad.append("(column order)")
+    for k in a.keys() & b.keys():
+        x, y = a[k], b[k]
+        if isinstance(x, float) or isinstance(y, float):
+            if not abs(x - y) <= rel * max(abs(x), abs(y)):
+                bad.append(k)
+        elif x != y or type(x) is not type(y):
+            bad.append(k)
+    return bad
 
 
 def _spec(name):

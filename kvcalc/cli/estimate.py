@@ -59,24 +59,26 @@ def write(fmt: OutputFormat, output, force: bool, obj, rows: list[dict], items: 
 
     `obj` is the JSON, `rows` the CSV rows, `items` the paragraphs and tables (Tab) that
     table and md draw."""
-    from kvcalc import report
+    from kvcalc.report.csv_json import rows_to_csv, to_json
+    from kvcalc.report.files import emit
+    from kvcalc.report.render import show, to_markdown, to_text
 
     if fmt is OutputFormat.table and (output is None or str(output) == "-"):
-        report.show(items)
+        show(items)
     elif fmt is OutputFormat.table:
-        report.emit(report.to_text(items), output, force)
+        emit(to_text(items), output, force)
     elif fmt is OutputFormat.md:
-        report.emit(report.to_markdown(items), output, force)
+        emit(to_markdown(items), output, force)
     elif fmt is OutputFormat.json:
-        report.emit(report.to_json(obj), output, force)
+        emit(to_json(obj), output, force)
     else:
-        report.emit(report.rows_to_csv(rows), output, force)
+        emit(rows_to_csv(rows), output, force)
 
 
 def _notes(est) -> list[str]:
-    from kvcalc import report
+    from kvcalc.report.tables import estimate_notes
 
-    notes = report.estimate_notes(est)
+    notes = estimate_notes(est)
     return ["\n".join(f"note: {n}" for n in notes)] if notes else []
 
 
@@ -115,7 +117,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         --seq-len 8192 --batch 16 --tp 4 --format json`; `kvcalc estimate --preset
         llama2-7b --compare`; `-o r.md` writes markdown.
         """
-        from kvcalc import report
+        from kvcalc.report.tables import compare_table, estimate_tables, headline, summary_table
 
         fmt = output_format(fmt, output)
         ests = _estimates(request, seq_len, batch, kv_dtype, weight_dtype, tp, gpu,
@@ -126,12 +128,12 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             obj = {"variants": [e.as_dict() for e in ests],
                    "reductions_vs_mha": [_reductions(ests[0], e) for e in ests[1:]]}
             rows = [{**e.as_row(), **_reductions(ests[0], e)} for e in ests]
-            items = [report.compare_table(ests)]
+            items = [compare_table(ests)]
         else:
             est = ests[0]
             obj, rows = est.as_dict(), [est.as_row()]
-            body = report.estimate_tables(est) if detail else [report.summary_table(est)]
-            items = [report.headline(est), *body, *_notes(est)]
+            body = estimate_tables(est) if detail else [summary_table(est)]
+            items = [headline(est), *body, *_notes(est)]
         write(fmt, output, force, obj, rows, items)
 
     @command(app, only)
@@ -207,7 +209,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         `kvcalc fit --config config.json --gpu h100-sxm --tp 4 --max-model-len 32768
         --gpu-memory-utilization 0.95 --format json`.
         """
-        from kvcalc import report
+        from kvcalc.report.csv_json import flatten
+        from kvcalc.report.tables import capacity_table, fit_table
 
         fmt = output_format(fmt, output)
         if gpu.strip().lower() == "none":
@@ -244,8 +247,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             obj = _capacity_dict(est, cap)
             if slo is not None:
                 obj["max_batch_for_slo"] = slo
-            write(fmt, output, force, obj, [report.flatten(obj)],
-                  [report.capacity_table(est, cap, slo)])
+            write(fmt, output, force, obj, [flatten(obj)],
+                  [capacity_table(est, cap, slo)])
             return
         slo = _slo(est, *slo_args)
         obj = {"model": est.spec.name, "gpu": est.hardware.name, "seq_len": est.seq_len,
@@ -254,7 +257,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                "leaves_out": PLAIN_FIT_LEAVES_OUT}
         if slo is not None:
             obj["max_batch_for_slo"] = slo
-        write(fmt, output, force, obj, [obj], [report.fit_table(est, slo)])
+        write(fmt, output, force, obj, [obj], [fit_table(est, slo)])
 
 
 PLAIN_FIT_LEAVES_OUT = (

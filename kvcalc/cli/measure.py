@@ -100,12 +100,15 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         if output is not None and plot is not None and output.resolve() == plot.resolve():
             raise KvcalcError("--output and --plot name the same file")
         fmt = output_format(fmt, output)
-        from kvcalc import report
         from kvcalc.measure import MeasureConfig, run, run_sweep
+        from kvcalc.report.consoles import error_console
+        from kvcalc.report.csv_json import rows_to_csv, to_json
+        from kvcalc.report.files import check_writable, emit
+        from kvcalc.report.render import show, to_markdown, to_text
 
         for target in (output, plot):  # fail before minutes of measuring, not after
             if target is not None:
-                report.check_writable(target, force)
+                check_writable(target, force)
         if output is not None and plot is not None and output.resolve() == plot.resolve():
             raise KvcalcError("--output and --plot name the same file")
         if plot is not None:
@@ -144,19 +147,19 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             from kvcalc.plot import plot_measure
 
             plot_measure(timed_rows, plot, force)
-            report.error_console().print(f"wrote {plot}", highlight=False, markup=False)
+            error_console().print(f"wrote {plot}", highlight=False, markup=False)
         if fmt is OutputFormat.table and (output is None or str(output) == "-"):
-            report.show([_measure_tab(result)])
+            show([_measure_tab(result)])
             return
         if fmt is OutputFormat.table:
-            text = report.to_text([_measure_tab(result)], width=160)
+            text = to_text([_measure_tab(result)], width=160)
         elif fmt is OutputFormat.md:
-            text = report.to_markdown([_measure_tab(result)])
+            text = to_markdown([_measure_tab(result)])
         elif fmt is OutputFormat.json:
-            text = report.to_json(result.to_dict())
+            text = to_json(result.to_dict())
         else:
-            text = report.rows_to_csv(result.rows)
-        report.emit(text, output, force)
+            text = rows_to_csv(result.rows)
+        emit(text, output, force)
 
 
 def _tp_degrees(text: Optional[str]) -> list[int]:
@@ -174,25 +177,28 @@ def _tp_degrees(text: Optional[str]) -> list[int]:
 
 
 def _emit_tp(result, fmt, output, force) -> None:
-    from kvcalc import report
+    from kvcalc.report.csv_json import rows_to_csv, to_json
+    from kvcalc.report.files import emit
+    from kvcalc.report.render import show, to_markdown, to_text
 
     if fmt is OutputFormat.json:
-        report.emit(report.to_json(result.to_dict()), output, force)
+        emit(to_json(result.to_dict()), output, force)
         return
     if fmt is OutputFormat.csv:
-        report.emit(report.rows_to_csv(result.rows), output, force)
+        emit(rows_to_csv(result.rows), output, force)
         return
     tab = _tp_tab(result)
     if fmt is OutputFormat.table and (output is None or str(output) == "-"):
-        report.show([tab])
+        show([tab])
     elif fmt is OutputFormat.md:
-        report.emit(report.to_markdown([tab]), output, force)
+        emit(to_markdown([tab]), output, force)
     else:
-        report.emit(report.to_text([tab], width=160), output, force)
+        emit(to_text([tab], width=160), output, force)
 
 
 def _tp_tab(result):
-    from kvcalc import report
+    from kvcalc.report.render import Tab
+    from kvcalc.report.units import human_count, human_rate
 
     columns = ["tp", "rank", "q / kv heads", "KV held", "median", "predicted", "all-reduce",
                "AR predicted", "AR bytes", "step (slowest rank)", "bound"]
@@ -200,11 +206,11 @@ def _tp_tab(result):
     for r in result.rows:
         body.append([
             str(r["tp"]), str(r["rank"]), f"{r['q_heads']} / {r['kv_heads_range']}",
-            report.human_count(r["kv_bytes_held"], "B"), _fmt_s(r["median_s"]),
+            human_count(r["kv_bytes_held"], "B"), _fmt_s(r["median_s"]),
             f"{_fmt_s(r['predicted_s'])} ({_fmt_ratio(r['measured_over_predicted'])})",
             _fmt_s(r["allreduce_median_s"] if r["tp"] > 1 else None),
             _fmt_s(r["allreduce_predicted_s"] if r["tp"] > 1 else None),
-            report.human_count(r["allreduce_bytes"], "B") if r["tp"] > 1 else "-",
+            human_count(r["allreduce_bytes"], "B") if r["tp"] > 1 else "-",
             f"{_fmt_s(r['step_median_s'])} / {_fmt_s(r['step_predicted_s'])} "
             f"({_fmt_ratio(r['step_measured_over_predicted'])})",
             r["bound"]])
@@ -222,11 +228,11 @@ def _tp_tab(result):
         if r["tp"] > 1 and r["rank"] == 0:
             caption.append(f"tp {r['tp']}: {r['backend']} all-reduce latency "
                            f"{_fmt_s(r['allreduce_latency_s'])}, bus bandwidth "
-                           f"{report.human_rate(r['allreduce_bus_bytes_per_s'])}")
+                           f"{human_rate(r['allreduce_bus_bytes_per_s'])}")
     for text in dict.fromkeys(r["note"] for r in result.rows if r["note"]):
         caption.append(f"note: {text}")
-    return report.Tab("kvcalc measure --tp: per rank, measured vs predicted", columns, body,
-                      caption="\n".join(caption))
+    return Tab("kvcalc measure --tp: per rank, measured vs predicted", columns, body,
+               caption="\n".join(caption))
 
 
 def _sizes(text: Optional[str], flag: str, sweep: bool) -> list[int]:
@@ -240,7 +246,7 @@ def _sizes(text: Optional[str], flag: str, sweep: bool) -> list[int]:
         from kvcalc import units
 
         return [units.count(text, flag)]  # 32k = 32,000, 32K = 32,768 (vLLM's suffixes)
-    from kvcalc.sweep import parse_spec
+    from kvcalc.sweep.grammar import parse_spec
 
     spec = parse_spec(text, flag)
     if spec.count > 256:
@@ -298,14 +304,14 @@ def _run_with_progress(run, config):
 
     Only on a terminal: redirected, a transient bar leaves nothing useful, only a stray
     blank line before any error message."""
-    from kvcalc import report
+    from kvcalc.report.consoles import error_console
 
-    if not report.error_console().is_terminal:
+    if not error_console().is_terminal:
         return run(config, progress=None)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=report.error_console(), transient=True) as bar:
+                  TimeElapsedColumn(), console=error_console(), transient=True) as bar:
         task = bar.add_task("preparing", total=None)
 
         def progress(description: str, done: int, total: int) -> None:
@@ -315,9 +321,9 @@ def _run_with_progress(run, config):
 
 
 def _fmt_s(value) -> str:
-    from kvcalc import report
+    from kvcalc.report.units import human_seconds
 
-    return "-" if value is None else report.human_seconds(value)
+    return "-" if value is None else human_seconds(value)
 
 
 def _fmt_ratio(value, digits: int = 2) -> str:
@@ -325,7 +331,8 @@ def _fmt_ratio(value, digits: int = 2) -> str:
 
 
 def _measure_tab(result):
-    from kvcalc import report
+    from kvcalc.report.render import Tab
+    from kvcalc.report.units import human_count, human_rate
 
     rows = result.rows
     compare = any(r["predicted_speedup_vs_mha"] is not None for r in rows)
@@ -348,11 +355,11 @@ def _measure_tab(result):
             # grouped and repeat are plain matmuls; an SDPA row names the backend that ran
             r["impl"] if r["backend"] in ("", "matmul") else f"{r['impl']} ({r['backend']})",
             f"{r['heads']}/{r['kv_heads']} {r['attention']}",
-            report.human_count(r["kv_cache_bytes"], "B"),
+            human_count(r["kv_cache_bytes"], "B"),
             f"{_fmt_s(r['median_s'])} ±{50 * (r['p90_s'] - r['p10_s']) / r['median_s']:.0f}%" if timed
             else ("failed" if not r["correct"] else "not timed"),
             f"{_fmt_s(r['predicted_s'])} ({_fmt_ratio(r['measured_over_predicted'])})",
-            f"{report.human_rate(r['achieved_bytes_per_s'])} {100 * r['fraction_of_ceiling']:.0f}%"
+            f"{human_rate(r['achieved_bytes_per_s'])} {100 * r['fraction_of_ceiling']:.0f}%"
             if timed else "-",
             r["bound"],
         ]
@@ -368,9 +375,9 @@ def _measure_tab(result):
         f"{dev['name']} ({dev['type']}), torch {dev['torch_version']}, {cfg['dtype']}, "
         f"seq_len {cfg['seq_len']} x batch {cfg['batch']}, head_dim {cfg['head_dim']}"
         + (f", preset {cfg['model']}" if cfg.get("model") else ""),
-        f"ceilings ({c['source']}): copy {report.human_rate(c['copy_bytes_per_s'])} (read + write "
-        f"counted), read {report.human_rate(c['read_bytes_per_s'])}, matmul "
-        f"{report.human_count(c['matmul_flops_per_s'], 'FLOP/s')} ({c['dtype']})",
+        f"ceilings ({c['source']}): copy {human_rate(c['copy_bytes_per_s'])} (read + write "
+        f"counted), read {human_rate(c['read_bytes_per_s'])}, matmul "
+        f"{human_count(c['matmul_flops_per_s'], 'FLOP/s')} ({c['dtype']})",
         f"timer {timer}, median of {cfg['iters']} after {cfg['warmup']} warm-up, CUDA graphs "
         f"{'on' if cfg['cuda_graphs'] else 'off'}"
         + (f"; {regimes[0]}" if len(regimes) == 1 else ""),
@@ -391,5 +398,5 @@ def _measure_tab(result):
     what = "decode " + (steps[0] if len(steps) == 1 else "step")
     # Cells are plain text (Tab): paths, device names and SDPA's messages with brackets
     # print as written, never as markup.
-    return report.Tab(f"kvcalc measure: {what}, measured vs predicted", columns,
-                      [list(line) for line in body], caption="\n".join(caption))
+    return Tab(f"kvcalc measure: {what}, measured vs predicted", columns,
+               [list(line) for line in body], caption="\n".join(caption))

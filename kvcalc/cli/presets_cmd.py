@@ -48,7 +48,8 @@ def _raw_yaml(name: str) -> tuple[str, str, str]:
 def _listing(models: list[dict], hardware: list[dict]) -> list:
     """The two tables `kvcalc presets` draws: short columns that fit 80 columns (each
     preset's source is in `kvcalc presets show NAME` and in --format json/csv)."""
-    from kvcalc import report
+    from kvcalc.report.render import Tab
+    from kvcalc.report.units import human_bytes
 
     def cell(value) -> str:
         return "-" if value is None else str(value)
@@ -61,20 +62,20 @@ def _listing(models: list[dict], hardware: list[dict]) -> list:
     if any(not m["max_context"] for m in models):
         notes.append("max ctx -: the config states none")
     return [
-        report.Tab("Model presets", ["name", "attn", "layers", "d_model", "heads", "kv", "head_dim",
-                                     "max ctx"],
-                   [[m["name"], m["attention"], str(m["layers"]), str(m["d_model"]), cell(m["heads"]),
-                     cell(m["kv_heads"]), cell(m["head_dim"]),
-                     f"{m['max_context']:,}" if m["max_context"] else "-"]
-                    for m in models],
-                   caption="; ".join(notes) or None),
-        report.Tab("Hardware presets", ["name", "memory", "GB/s", "bf16 TFLOP/s", "L2 (MB)"],
-                   [[h["name"], report.human_bytes(h["memory_bytes"]),
-                     f"{h['memory_bandwidth_bytes_per_s'] / 1e9:,.0f}",
-                     f"{h['bf16_flops_per_s'] / 1e12:,.0f}", f"{h['l2_bytes'] / 1e6:,.0f}"]
-                    for h in hardware],
-                   caption="GB/MB = 10^9/10^6 bytes, GiB = 2^30; datasheet figures, dense. "
-                           "`kvcalc presets show NAME` for one preset and its source."),
+        Tab("Model presets", ["name", "attn", "layers", "d_model", "heads", "kv", "head_dim",
+                              "max ctx"],
+            [[m["name"], m["attention"], str(m["layers"]), str(m["d_model"]), cell(m["heads"]),
+              cell(m["kv_heads"]), cell(m["head_dim"]),
+              f"{m['max_context']:,}" if m["max_context"] else "-"]
+             for m in models],
+            caption="; ".join(notes) or None),
+        Tab("Hardware presets", ["name", "memory", "GB/s", "bf16 TFLOP/s", "L2 (MB)"],
+            [[h["name"], human_bytes(h["memory_bytes"]),
+              f"{h['memory_bandwidth_bytes_per_s'] / 1e9:,.0f}",
+              f"{h['bf16_flops_per_s'] / 1e12:,.0f}", f"{h['l2_bytes'] / 1e6:,.0f}"]
+             for h in hardware],
+            caption="GB/MB = 10^9/10^6 bytes, GiB = 2^30; datasheet figures, dense. "
+                    "`kvcalc presets show NAME` for one preset and its source."),
     ]
 
 
@@ -105,7 +106,10 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         fmt: PrintFormatOpt = None,
     ) -> None:
         """List model and hardware presets; `kvcalc presets show NAME` prints one with its source."""
-        from kvcalc import presets, report
+        from kvcalc import presets
+        from kvcalc.report.csv_json import rows_to_csv, to_json
+        from kvcalc.report.files import emit
+        from kvcalc.report.render import Tab, show, to_markdown
 
         fmt = OutputFormat(fmt.value) if fmt else OutputFormat.table
         if families:
@@ -113,18 +117,18 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                 raise KvcalcError("--families lists model_types; it takes no preset name")
             rows = _family_rows()
             if fmt is OutputFormat.json:
-                report.emit(report.to_json(rows))
+                emit(to_json(rows))
             elif fmt is OutputFormat.csv:
-                report.emit(report.rows_to_csv(rows))
+                emit(rows_to_csv(rows))
             else:
-                tab = report.Tab(f"{len(rows)} config.json model_types kvcalc reads",
-                                 ["model_type", "read as"],
-                                 [[r["model_type"], r["read_as"]] for r in rows],
-                                 caption="`kvcalc estimate --config path/to/config.json`")
+                tab = Tab(f"{len(rows)} config.json model_types kvcalc reads",
+                          ["model_type", "read as"],
+                          [[r["model_type"], r["read_as"]] for r in rows],
+                          caption="`kvcalc estimate --config path/to/config.json`")
                 if fmt is OutputFormat.md:
-                    report.emit(report.to_markdown([tab]))
+                    emit(to_markdown([tab]))
                 else:
-                    report.show([tab])
+                    show([tab])
             return
         if action is not None:
             name = name.strip() if name is not None else None  # as --preset ' gpt3' does
@@ -132,19 +136,19 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                 raise KvcalcError("usage: kvcalc presets [show NAME]")
             kind, stem, text = _raw_yaml(name)
             if fmt in (OutputFormat.table, OutputFormat.md):
-                report.emit(text if fmt is OutputFormat.table else f"```yaml\n{text}```\n")
+                emit(text if fmt is OutputFormat.table else f"```yaml\n{text}```\n")
                 return
             row = _model_row(stem) if kind == "models" else _hardware_row(stem)
-            report.emit(report.to_json(row) if fmt is OutputFormat.json else report.rows_to_csv([row]))
+            emit(to_json(row) if fmt is OutputFormat.json else rows_to_csv([row]))
             return
         models = [_model_row(n) for n in presets.model_names()]
         hardware = [_hardware_row(n) for n in presets.hardware_names()]
         if fmt is OutputFormat.json:
-            report.emit(report.to_json({"models": models, "hardware": hardware}))
+            emit(to_json({"models": models, "hardware": hardware}))
         elif fmt is OutputFormat.csv:
-            report.emit(report.rows_to_csv([{"kind": "model", **m} for m in models]
-                                           + [{"kind": "hardware", **h} for h in hardware]))
+            emit(rows_to_csv([{"kind": "model", **m} for m in models]
+                             + [{"kind": "hardware", **h} for h in hardware]))
         elif fmt is OutputFormat.md:
-            report.emit(report.to_markdown(_listing(models, hardware)))
+            emit(to_markdown(_listing(models, hardware)))
         else:
-            report.show(_listing(models, hardware))
+            show(_listing(models, hardware))

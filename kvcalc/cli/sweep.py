@@ -110,7 +110,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         --plot s.png`; `kvcalc sweep --preset mistral-7b --seq-len 1024:65536:+1024
         --batch 1:64:+1 --kv-dtype bf16,fp8 --tp 1,2 -o mistral.csv`.
         """
-        from kvcalc import report
+        from kvcalc.report.csv_json import to_json
+        from kvcalc.report.files import AtomicOutput, check_writable, emit
         from kvcalc.plot import MISSING, check_plot_name, has_matplotlib
 
         to_stdout = output is None or str(output) == "-"
@@ -119,21 +120,23 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         fmt = output_format(fmt, None if to_stdout else output, tuple(OutputFormat)) \
             if (fmt or not to_stdout) else OutputFormat.csv
         if fmt is OutputFormat.parquet:
-            from kvcalc.sweep import PARQUET_MISSING, has_pyarrow
+            from kvcalc.sweep.parquet import PARQUET_MISSING, has_pyarrow
 
             if to_stdout:
                 raise KvcalcError("Parquet is a binary file format: give -o FILE.parquet")
             if not has_pyarrow():
                 raise KvcalcError(PARQUET_MISSING)
         if not to_stdout:
-            report.check_writable(output, force)
+            check_writable(output, force)
         draw = False
         if plot is not None:
-            report.check_writable(plot, force)
+            check_writable(plot, force)
             check_plot_name(plot)
             draw = has_matplotlib()  # without it: the rows first, then say what to install
-        from kvcalc.sweep import (PlotSelection, keep_freed_memory, plan_sweep, write_csv,
-                                  write_parquet)
+        from kvcalc.sweep.csv import write_csv
+        from kvcalc.sweep.parquet import write_parquet
+        from kvcalc.sweep.plan import plan_sweep
+        from kvcalc.sweep.plot_selection import PlotSelection
 
         hardware = resolve_gpu(gpu)
         fraction, reserve_bytes = device_memory(hardware, memory_fraction, reserve)
@@ -153,7 +156,6 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             _say(f"skipped {line}")
 
         selection = PlotSelection(plan) if draw else None
-        keep_freed_memory()
         with _progress(plan) as advance:
             def on_chunk(chunk) -> None:
                 if selection is not None:
@@ -161,17 +163,17 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                 advance(len(chunk))
 
             if fmt is OutputFormat.parquet:
-                with report.AtomicOutput(output, force) as out:
+                with AtomicOutput(output, force) as out:
                     rows = write_parquet(plan, out, progress=on_chunk)
             elif fmt is OutputFormat.json:  # the rows' own values: floats in full
-                from kvcalc.sweep import chunks
+                from kvcalc.sweep.compute import chunks
 
                 data = []
                 for chunk in chunks(plan):
                     data.extend(chunk.rows())
                     on_chunk(chunk)
                 rows = len(data)
-                report.emit(report.to_json(data), output, force)
+                emit(to_json(data), output, force)
             elif fmt is not OutputFormat.csv:
                 buf = io.BytesIO()
                 rows = write_csv(plan, buf, progress=on_chunk)
@@ -185,7 +187,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                     _silence_stdout()
                     return
             else:
-                with report.AtomicOutput(output, force) as out:
+                with AtomicOutput(output, force) as out:
                     rows = write_csv(plan, out, progress=on_chunk)
         if plot is not None and not draw:
             where = "stdout" if to_stdout else str(output)
@@ -203,18 +205,19 @@ def _write_small(fmt: OutputFormat, text: str, output, force: bool, name: str) -
     """A small sweep's CSV text as md or a table."""
     import csv
 
-    from kvcalc import report
+    from kvcalc.report.files import emit
+    from kvcalc.report.render import Tab, show, to_markdown, to_text
 
     reader = csv.reader(io.StringIO(text))
     columns = next(reader)
     cells = list(reader)
-    tab = report.Tab(f"kvcalc sweep: {name}, {len(cells):,} rows", columns, cells, records=True)
+    tab = Tab(f"kvcalc sweep: {name}, {len(cells):,} rows", columns, cells, records=True)
     if fmt is OutputFormat.md:
-        report.emit(report.to_markdown([tab]), output, force)
+        emit(to_markdown([tab]), output, force)
     elif output is None or str(output) == "-":
-        report.show([tab])
+        show([tab])
     else:
-        report.emit(report.to_text([tab], width=400), output, force)
+        emit(to_text([tab], width=400), output, force)
 
 
 def _silence_stdout() -> None:
@@ -244,9 +247,9 @@ def _progress(plan):
     """A rich progress bar over rows on stderr, only for a terminal and a big sweep."""
     if plan.rows < 200_000 or not sys.stderr.isatty():
         return _NoProgress()
-    from kvcalc import report
+    from kvcalc.report.consoles import error_console
 
-    console = report.error_console()
+    console = error_console()
     if not console.is_terminal:
         return _NoProgress()
     from rich.progress import (

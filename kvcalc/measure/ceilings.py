@@ -419,7 +419,8 @@ def _plausible_ceiling(value: Any, lo: float, hi: float) -> float | None:
 
 
 def store_cached(path: str | os.PathLike, key: str, ceilings: dict[str, Any]) -> None:
-    from kvcalc.report import atomic_write, to_json
+    from kvcalc.report.csv_json import to_json
+    from kvcalc.report.files import atomic_write
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

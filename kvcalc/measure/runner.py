@@ -29,7 +29,7 @@ from kvcalc.measure.config import ALL_IMPLS, AUTO_CANDIDATES, DEFAULTS, MeasureC
 from kvcalc.measure import terms as terms_mod
 from kvcalc.measure.predict import StepPrediction, block_spec, predict, time_terms
 from kvcalc.measure.timing import summarise, time_calls
-from kvcalc.report import human_bytes, human_seconds
+from kvcalc.report.units import human_bytes, human_seconds
 from kvcalc.roofline import roofline
 from kvcalc.dtypes import MAX_WIDTH, dtype as _dtype
 from kvcalc.spec import ModelSpec

@@ -405,7 +405,7 @@ def run_tp(config, progress=None):
     from kvcalc.measure.config import DEFAULTS, MeasureResult
     from kvcalc.measure.predict import block_spec, predict
     from kvcalc.measure.runner import attention_kind, default_batch, l2_plan, _utc_now
-    from kvcalc.report import human_bytes
+    from kvcalc.report.units import human_bytes
 
     tps = list(config.tp)
     if config.step == "both":

@@ -7,9 +7,8 @@ near-tie), or that falls outside the fast path (non-finite, huge, tiny), is form
 Python. Every field is a fixed-width block of bytes with NUL where no character goes;
 `join_rows` lays the blocks side by side and drops the NULs, which leaves the CSV lines.
 
-Twelve significant digits, not the shortest round-trip repr: the repr of a double costs
-~20 times more to produce, and the float columns (seconds, tokens/s, FLOP/byte ratios)
-derive from integers that the same row carries exactly.
+The digits and the scalar form (`format_float`, `cell`) are kvcalc.report.csv_json's,
+which `estimate --format csv` uses: both commands write the same text.
 """
 
 from __future__ import annotations
@@ -20,8 +19,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from kvcalc.errors import KvcalcError
+from kvcalc.report.csv_json import FLOAT_DIGITS, format_float
 
-FLOAT_DIGITS = 12
 _INT64_DIGITS = 19
 
 
@@ -46,11 +45,6 @@ _EXPONENT = _table([f"e{'-' if e < 0 else '+'}{abs(e):02d}" for e in range(-_EXP
 _POW10_INT = np.array([10 ** k for k in range(_INT64_DIGITS)], dtype=np.int64)
 _POW10_FLOAT = np.array([10.0 ** k for k in range(23)])  # exact up to 1e22
 _SIG_LO, _SIG_HI = 10.0 ** (FLOAT_DIGITS - 1), 10.0 ** FLOAT_DIGITS
-
-
-def format_float(x: float) -> str:
-    """The text a float column carries (scalar; `float_field` is the array form)."""
-    return format(x, f".{FLOAT_DIGITS}g")
 
 
 def _bytes(groups: np.ndarray) -> np.ndarray:
@@ -170,11 +164,6 @@ def float_field(col: np.ndarray) -> np.ndarray:
         out[idx] = 0
         out[idx, :texts.shape[1]] = texts
     return out
-
-
-def cell(value):
-    """A value as the CSV writer should see it: floats as their text, the rest as is."""
-    return format_float(value) if isinstance(value, float) else value
 
 
 def literal_field(text: str) -> bytes:

@@ -1,0 +1,330 @@
+"""The analytical commands' tables: an Estimate (and a capacity) as `Tab`s and
+sentences, with every figure formatted by kvcalc.report.units.
+
+Plain data only: drawing them is kvcalc.report.render's job.
+"""
+
+from __future__ import annotations
+
+from kvcalc.report.render import Tab
+from kvcalc.report.units import (count_words, exact_bytes, human_bytes, human_count,
+                                 human_rate, human_seconds)
+from kvcalc.spec import base_name
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.3g}x" if b else "-"
+
+
+def tokens_left(est) -> int | None:
+    """Tokens the batch's cache can still grow by on the device (all sequences growing
+    alike), None when every layer slides (the cache stops growing) or without a device."""
+    f = est.fit
+    if f is None or f.max_seq_len_unbounded or not f.fits:
+        return None
+    return est.batch * max(0, f.max_seq_len - est.seq_len)
+
+
+def _on_device(est) -> str:
+    return f"{est.tp} x {est.hardware.name}" if est.tp > 1 else est.hardware.name
+
+
+def _not_fit_words(est) -> str:
+    m = est.min_tp_that_fits
+    return ("does not fit at any tp" if m is None else f"does not fit (smallest tp that fits: {m})")
+
+
+def headline(est) -> str:
+    """The answer in one sentence: model, context x batch, KV cache, parameters, decode
+    time and tokens/s on the device, whether it fits and the cache room left."""
+    s, c, p = est.spec, est.cache, est.params
+    seqs = "sequence" if est.batch == 1 else "sequences"
+    cache = f"KV cache {human_bytes(c.bytes)} ({c.bytes_per_token:,} B/token)"
+    if s.attention_free:  # Mamba: no K/V at all
+        cache = f"state {human_bytes(c.bytes)} (constant per sequence; no attention, no KV cache)"
+    if est.tp > 1:
+        cache += f", {human_bytes(c.bytes_per_device)} per device"
+    params = f"{count_words(p.total)} parameters"
+    if p.active != p.total:
+        params += f" ({count_words(p.active)} active)"
+    text = f"{s.name}, {est.seq_len:,} tokens x {est.batch} {seqs}: {cache}; {params}"
+    if est.roofline is None:
+        return text + "."
+    r = est.roofline
+    speed = (f"{human_seconds(r.time_s)}/token, {r.tokens_per_s:,.{0 if r.tokens_per_s >= 100 else 1}f} "
+             f"tokens/s ({r.bound}-bound)")
+    if est.fit.fits:
+        left = tokens_left(est)
+        room = (f"room for {left:,} more tokens of cache" if left is not None
+                else "the state does not grow with the context" if s.attention_free
+                else "the cache stops growing (every layer slides)")
+        return f"{text}; on {_on_device(est)} {speed}; fits, {room}."
+    return (f"{text}; on {_on_device(est)} it {_not_fit_words(est)}; "
+            f"if it fit: {speed}.")
+
+
+def summary_table(est) -> Tab:
+    """The compact table under the headline: one row per figure a person asks for."""
+    s, d, p = est.spec, est.decode, est.params
+    rows: list[list[str]] = []
+    rows += _cache_rows(est)
+    rows.append(["parameters", f"{p.total:,} ({count_words(p.total)})"])
+    if p.active != p.total:
+        rows.append(["active per token (MoE)", f"{p.active:,} ({count_words(p.active)})"])
+    rows.append([f"weights ({weights_label(est)})", exact_bytes(est.weight_bytes)])
+    rows.append(["decode step: bytes", exact_bytes(d.bytes)])
+    rows.append(["decode step: FLOPs", f"{d.flops:,} ({human_count(d.flops, 'FLOP')})"])
+    rows.append(["FLOPs per byte", f"{d.arithmetic_intensity:.3g}"
+                 + (f" (ridge {est.roofline.ridge_flops_per_byte:.0f})" if est.roofline else "")])
+    if est.roofline is not None:
+        r, f = est.roofline, est.fit
+        caveat = "" if f.fits else " if it fit"
+        rows.append([f"time per token{caveat}", f"{human_seconds(r.time_s)} ({r.bound}-bound)"])
+        rows.append([f"tokens/s{caveat}", f"{r.tokens_per_s:,.1f}"])
+        if est.latency is not None:
+            lat = est.latency
+            rows.append([f"first token, {lat.prompt_len:,}-token prompt{caveat}",
+                         f"{human_seconds(lat.ttft_s)} ({lat.prefill_bound}-bound)"])
+            rows.append([f"per output token{caveat}",
+                         f"{human_seconds(lat.tpot_s)} ({lat.tokens_per_s:,.0f} tokens/s)"])
+        rows.append(["free for KV per device", exact_bytes(f.free_for_kv_bytes)
+                     if f.free_for_kv_bytes >= 0 else
+                     f"none: weights exceed memory by {human_bytes(-f.free_for_kv_bytes)}"])
+        rows.append([f"max batch at {est.seq_len:,} tokens", f"{f.max_batch:,}"])
+        rows.append([f"max context at batch {est.batch}", max_context_words(est)])
+        fits = "yes" if f.fits else f"no; {_not_fit_words(est)[len('does not fit '):].strip('()')}"
+        rows.append([f"fits on {_on_device(est)}", fits])
+    title = (f"{s.name} ({s.mixing}, {s.layers} layers), KV {est.kv_dtype.name}"
+             + (f", tp {est.tp}" if est.tp > 1 else ""))
+    caption = "`--detail` for every breakdown, `--format json` for all of it"
+    if est.latency is not None:
+        caption = (f"time per token: datasheet roofline; first/per output token at "
+                   f"{est.latency.mfu:.0%} MFU and {est.latency.bandwidth_efficiency:.0%} of "
+                   f"bandwidth (--mfu, --bandwidth-efficiency). " + caption)
+    return Tab(title, ["", ""], rows, header=False, caption=caption)
+
+
+def _cache_rows(est) -> list[list[str]]:
+    """KV-cache rows of the compact table (one place to add per-kind rows)."""
+    c = est.cache
+    rows = [["KV cache per token", exact_bytes(c.bytes_per_token)],
+            [f"KV cache, {est.seq_len:,} x {est.batch}", exact_bytes(c.bytes)]]
+    if len(c.bytes_by_kind) > 1 or c.state_bytes_per_sequence:
+        for label, nbytes in c.bytes_by_kind.items():  # e.g. "  52 x sliding 1,024"
+            rows.append([f"  {c.layers_by_kind[label]} x {label}", exact_bytes(nbytes)])
+    if c.bytes_full != c.bytes:
+        rows.append(["  without windows", exact_bytes(c.bytes_full)])
+    if c.state_bytes_per_sequence:
+        rows.append(["  constant state per sequence", exact_bytes(c.state_bytes_per_sequence)])
+    if est.tp > 1:
+        rows.append(["  per device", exact_bytes(c.bytes_per_device)])
+    return rows
+
+
+def max_context_words(est) -> str:
+    """The longest context at the batch: a number, or why memory does not bound it."""
+    f, s = est.fit, est.spec
+    if not f.max_seq_len_unbounded:
+        return f"{f.max_seq_len:,}"
+    if s.max_context:
+        return f"{f.max_seq_len:,} (model limit; cache stops growing)"
+    if s.attention_free:
+        return "unbounded (a constant state, no attention)"
+    return "unbounded (the cache stops growing)"
+
+
+def weights_label(est) -> str:
+    return est.stored.label.split(" (")[0].split(",")[0] if est.stored else est.weight_dtype.name
+
+
+def estimate_tables(est) -> list:
+    """Every breakdown for one `Estimate` (kvcalc.estimate): the `--detail` view."""
+    s, c, d, p = est.spec, est.cache, est.decode, est.params
+    src = f"source: {s.source}" if s.source else ""
+    shape = (f"{s.mixing}: " if s.attention_free else
+             f"{s.attention_kind}: {s.heads} query heads, "
+             f"{s.kv_heads if s.mla is None else '-'} K/V heads, head_dim {s.head_dim}, ")
+    head = (f"{s.name}  {shape}{s.layers} layers, d_model {s.d_model}\n"
+            f"seq_len {est.seq_len:,}, batch {est.batch}, KV {est.kv_dtype.name}, "
+            f"weights {est.weight_dtype.name}, tp {est.tp}"
+            + (f", {est.hardware.name}" if est.hardware else "") + (f"\n{src}" if src else ""))
+    out: list = [head]
+
+    rows = [["per token per layer", exact_bytes(c.bytes_per_token_per_layer)],
+            ["per token (all layers)", exact_bytes(c.bytes_per_token)],
+            ["per sequence", exact_bytes(c.bytes_per_sequence)],
+            [f"batch of {est.batch} (kv_cache_bytes)", exact_bytes(c.bytes)]]
+    if c.bytes_full != c.bytes:
+        rows.append(["without sliding window", exact_bytes(c.bytes_full)])
+    if c.cross_attention_bytes_per_sequence:
+        rows.append(["cross-attention, per sequence", exact_bytes(c.cross_attention_bytes_per_sequence)])
+    if est.tp > 1:
+        share = ("the whole latent, replicated" if s.mla is not None
+                 else f"{c.kv_heads_per_device} K/V head{'s' if c.kv_heads_per_device > 1 else ''} each")
+        rows.append([f"per device ({share})", exact_bytes(c.bytes_per_device)])
+        rows.append([f"all {est.tp} devices", exact_bytes(c.bytes_all_devices)])
+    out.append(Tab("KV cache", ["", "bytes"], rows))
+
+    prow = [[name, f"{n:,}", f"{n / p.total:.1%}"] for name, n in p.breakdown.items()]
+    bold = {len(prow)}
+    prow.append([f"total ({human_count(p.total)})", f"{p.total:,}", "100%"])
+    prow.append(["attention (all projections)", f"{p.attention:,}", f"{p.attention / p.total:.1%}"])
+    if p.active != p.total:
+        prow.append([f"active per token, MoE ({human_count(p.active)})", f"{p.active:,}",
+                     f"{p.active / p.total:.1%}"])
+    prow.append([f"weights in {est.weight_dtype.name}", exact_bytes(est.weight_bytes), ""])
+    out.append(Tab("Parameters", ["", "count", "share"], prow, bold=bold))
+
+    drow = [["FLOPs", f"{d.flops:,}", human_count(d.flops, "FLOP")]]
+    for name, n in d.bytes_breakdown.items():
+        drow.append([f"bytes: {name}", f"{n:,}", human_bytes(n)])
+    bold = {len(drow)}
+    drow.append(["bytes moved", f"{d.bytes:,}", human_bytes(d.bytes)])
+    drow.append(["arithmetic intensity (step)", f"{d.arithmetic_intensity:.4g}", "FLOP/byte"])
+    drow.append(["arithmetic intensity (attention)", f"{d.attention_intensity:.4g}", "FLOP/byte"])
+    drow.append([f"prefill FLOPs ({est.seq_len:,} tokens)", f"{d.prefill_flops:,}",
+                 human_count(d.prefill_flops, "FLOP")])
+    out.append(Tab("One decode step (one token per sequence)", ["", "exact", ""], drow,
+                   caption="; ".join(d.notes) or None, bold=bold))
+
+    if est.shazeer is not None:
+        sz = est.shazeer
+        srow = [[name, f"{v:.4g}", "<- dominates" if name == sz.dominant_term else ""]
+                for name, v in sz.terms.items()]
+        srow.append(["exact ratio (memory / arithmetic)", f"{sz.ratio:.4g}", ""])
+        bz = est.shazeer_batched
+        srow.append(["batched (whole prompt at once):", "", ""])
+        srow += [[f"  {name}", f"{v:.4g}", "<- dominates" if name == bz.dominant_term else ""]
+                 for name, v in bz.terms.items()]
+        srow.append(["  exact ratio (memory / arithmetic)", f"{bz.ratio:.4g}", ""])
+        out.append(Tab("Shazeer (2019) memory-to-arithmetic ratio, incremental decoding (and batched)",
+                       ["term", "value", ""], srow,
+                       caption=f"b={est.batch}, n={sz.n}, d={s.d_model}, h={s.heads}, "
+                               f"g={s.kv_heads}, k={s.head_dim}; n*g/(d*h) is the K/V reload term"
+                               + ("; n is the tokens a layer attends over on average "
+                                  "(sliding windows), not seq_len" if sz.n != est.seq_len else "")))
+    if est.roofline is not None:
+        r, f = est.roofline, est.fit
+        hw = est.hardware
+        per_dev = f"one of {est.tp} devices' " if est.tp > 1 else ""
+        caveat = "" if f.fits else f" -- {_not_fit_words(est)}, so only if it fit"
+        rrow = []
+        if est.tp > 1:
+            rrow += [["bytes per device", f"{d.per_device_bytes:,} ({human_bytes(d.per_device_bytes)})"],
+                     ["FLOPs per device", human_count(d.per_device_flops, "FLOP")]]
+        rrow += [[f"memory time ({per_dev}bytes / bandwidth)", human_seconds(r.memory_s)],
+                 [f"compute time ({per_dev}FLOPs / dense peak)", human_seconds(r.compute_s)],
+                 ["bound", f"{r.bound} (ridge {r.ridge_flops_per_byte:.0f} FLOP/byte)"],
+                 ["time per token (per step)", human_seconds(r.time_s)],
+                 ["tokens/s (whole batch)", f"{r.tokens_per_s:,.1f}"]]
+        out.append(Tab(f"Roofline on {_on_device(est)} ({human_rate(hw.memory_bandwidth_bytes_per_s)}, "
+                       f"{human_count(r.peak_flops_per_s, 'FLOP/s')} dense){caveat}",
+                       ["", "lower bound"], rrow, caption=f"datasheet figures: {hw.source}",
+                       bold={len(rrow) - 3}))
+        frow = [["device memory usable", exact_bytes(f.usable_bytes)],
+                ["weights per device", exact_bytes(f.weight_bytes)],
+                ["free for KV cache per device", exact_bytes(f.free_for_kv_bytes)],
+                [f"max batch at {est.seq_len:,} tokens", f"{f.max_batch:,}"],
+                [f"max context at batch {est.batch}",
+                 max_context_words(est)],
+                ["fits as asked", "yes" if f.fits else "NO"]]
+        if est.min_tp_that_fits != est.tp:
+            frow.append(["smallest tp that fits",
+                         "none" if est.min_tp_that_fits is None else str(est.min_tp_that_fits)])
+        out.append(Tab(f"Fit on {est.tp} x {hw.name}", ["", ""], frow))
+    return out
+
+
+def estimate_notes(est) -> list[str]:
+    return [n for n in est.notes() if n not in est.decode.notes]
+
+
+def compare_table(estimates: list) -> Tab:
+    """MHA / GQA / MQA side by side with reduction factors against the first (MHA)."""
+    base = estimates[0]
+    cols = [""] + [f"{e.spec.attention_kind} ({e.spec.kv_heads} KV)" for e in estimates]
+    cols += [f"{e.spec.attention_kind} vs MHA" for e in estimates[1:]]
+
+    def line(label, get, fmt, reduce=True, gain=False):
+        vals = [get(e) for e in estimates]
+        cells = [fmt(v) for v in vals]
+        if reduce:  # "4x less" for costs, "1.13x more" for intensity and throughput
+            cells += [f"{_ratio(v, vals[0])} more" if gain else f"{_ratio(vals[0], v)} less"
+                      for v in vals[1:]]
+        else:
+            cells += ["" for _ in vals[1:]]
+        return [label] + cells
+
+    rows = [
+        line("KV bytes per token", lambda e: e.cache.bytes_per_token, lambda v: f"{v:,}"),
+        line("kv_cache_bytes", lambda e: e.cache.bytes, human_bytes),
+        *([line(f"KV cache per device (tp {base.tp})", lambda e: e.cache.bytes_per_device,
+                human_bytes)] if base.tp > 1 else []),
+        line("params total", lambda e: e.params.total, lambda v: f"{v:,}"),
+        line("params attention", lambda e: e.params.attention, lambda v: f"{v:,}"),
+        line("decode bytes", lambda e: e.decode.bytes, human_bytes),
+        line("decode FLOPs", lambda e: e.decode.flops, lambda v: human_count(v, "FLOP")),
+        line("arithmetic intensity", lambda e: e.decode.arithmetic_intensity, lambda v: f"{v:.4g}",
+             gain=True),
+        line("attention intensity", lambda e: e.decode.attention_intensity, lambda v: f"{v:.4g}",
+             gain=True),
+    ]
+    caption = "X vs MHA: how many times less (costs) or more (intensity, tokens/s) X gives"
+    if base.roofline is not None:
+        rows.append(line("roofline time per step", lambda e: e.roofline.time_s, human_seconds))
+        rows.append(line("tokens/s", lambda e: e.roofline.tokens_per_s, lambda v: f"{v:,.0f}",
+                         gain=True))
+        rows.append(line("bound", lambda e: e.roofline.bound, str, reduce=False))
+        rows.append(line("max batch (fit)", lambda e: e.fit.max_batch, lambda v: f"{v:,}", reduce=False))
+        rows.append(line(f"fits on {_on_device(base)}", lambda e: e, lambda e: "yes" if e.fit.fits else (
+            "no" if e.min_tp_that_fits is None else f"no (tp {e.min_tp_that_fits})"), reduce=False))
+        if not all(e.fit.fits for e in estimates):
+            caption += "; a variant that does not fit shows the time it would take if it did"
+    where = (f", tp {base.tp}" if base.tp > 1 else "") + (
+        f", on {base.hardware.name}" if base.hardware else "")
+    if base.tp > 1 and any(e.cache.bytes_all_devices > e.cache.bytes for e in estimates):
+        caption += "; with tp > kv_heads, K/V heads are replicated, so per-device savings shrink"
+    return Tab(f"{base_name(base.spec.name)}: MHA vs GQA vs MQA at seq_len "
+               f"{base.seq_len:,}, batch {base.batch}{where}", cols, rows, caption=caption)
+
+
+def capacity_table(est, cap, slo: int | None = None) -> Tab:
+    """`kvcalc fit` with engine flags: vLLM's start-up arithmetic, per device."""
+    s, m = cap.settings, cap.memory
+    rows = [["driver-visible memory x utilization", exact_bytes(m["budget"])],
+            ["  weights", exact_bytes(m["weights"])],
+            ["  activation peak (profiling pass)", exact_bytes(m["activation_peak"])],
+            ["  non-torch (CUDA context, NCCL)", exact_bytes(m["non_torch"])],
+            ["  CUDA graphs", exact_bytes(m["cuda_graphs"])],
+            ["KV cache memory", exact_bytes(m["kv_cache"])],
+            [f"KV blocks of {cap.block_size} tokens", f"{cap.num_gpu_blocks:,}"],
+            ["KV cache tokens", f"{cap.kv_cache_tokens:,}"],
+            [f"max concurrency at {s.max_model_len:,} tokens", f"{cap.max_concurrency:.2f}x"]]
+    if slo is not None:
+        rows.append(["largest batch meeting the latency targets", f"{slo:,}"])
+    where = f"{s.tp} x {cap.hardware}" + (f", pp {s.pp}" if s.pp > 1 else "")
+    return Tab(f"{est.spec.name} on {where}, as vLLM {s.vllm_version} counts it "
+               f"(utilization {s.gpu_memory_utilization})", ["", ""], rows,
+               caption="\n".join(f"note: {n}" for n in cap.notes) or None)
+
+
+def fit_table(est, slo: int | None = None) -> Tab:
+    f, hw = est.fit, est.hardware
+    rows = [["usable per device (x fraction, - reserve)", exact_bytes(f.usable_bytes)],
+            ["weights per device", exact_bytes(f.weight_bytes)],
+            ["free for KV cache per device", exact_bytes(f.free_for_kv_bytes)],
+            [f"KV per sequence per device at {est.seq_len:,}", exact_bytes(f.kv_bytes_per_sequence)],
+            [f"max batch at {est.seq_len:,} tokens", f"{f.max_batch:,}"],
+            [f"max context at batch {est.batch}",
+             max_context_words(est)],
+            ["fits as asked", "yes" if f.fits else "no"],
+            ["smallest tp that fits",
+             "none" if est.min_tp_that_fits is None else str(est.min_tp_that_fits)]]
+    if slo is not None:
+        rows.append(["largest batch meeting the latency targets", f"{slo:,}"])
+    notes = [n for n in est.notes() if "max context" in n or "replicated" in n]
+    notes.append("leaves out the serving engine's activation peak, non-torch memory, CUDA "
+                 "graphs and block rounding: --max-model-len counts as vLLM does")
+    return Tab(f"{est.spec.name} on {est.tp} x {hw.name} ({human_bytes(hw.memory_bytes)} each), "
+               f"weights {est.weight_dtype.name}, KV {est.kv_dtype.name}", ["", ""], rows,
+               caption="\n".join(f"note: {n}" for n in notes) or None)

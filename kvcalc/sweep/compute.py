@@ -1,0 +1,232 @@
+"""The sweep's rows, computed a chunk at a time on numpy arrays.
+
+Each chunk is rows [start, stop) of one combination's seq_len x batch grid. Its
+varying columns come from `estimate.row_columns`, the function `estimate()` itself
+uses for its row, called on whole arrays: the formulas (kvcalc.formulas,
+kvcalc.layers) take Python ints or numpy arrays alike, so every layer kind a model
+has is swept with the same arithmetic as one estimate.
+
+Integers are int64 while they provably fit (everything grows with seq_len and
+batch, so the largest row of a block bounds the block); rows that could pass
+2^63 - 1 are computed with Python ints instead, so bytes and FLOPs stay exact.
+Floats are float64(a) / float64(b): identical to Python's int / int (what
+`estimate` does) when both are below 2^53, otherwise within an ulp or two.
+
+Chunks are computed in a pool of threads (numpy releases the GIL for nearly all
+of the work) and handed on in order, a bounded number in flight.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import field
+from typing import Callable, Iterator
+
+import numpy as np
+
+from kvcalc._record import record
+from kvcalc.errors import KvcalcError
+from kvcalc.estimate import row_columns
+from kvcalc.spec import ModelSpec
+from kvcalc.sweep.grammar import INT64_MAX
+from kvcalc.sweep.plan import FLOAT_COLUMNS, Combo, SweepPlan, plan_sweep
+
+CHUNK_ROWS = 1 << 15  # rows computed and formatted together
+_SAFE_FLOAT = float(1 << 62)  # float64 magnitude test with margin for its rounding
+# Columns whose magnitude bounds every intermediate of the arithmetic (all sums of
+# non-negative terms): if these fit in int64, so does everything else.
+_BOUNDING = ("kv_cache_bytes_full", "decode_flops", "decode_bytes")
+
+
+def _varying_columns(c: Combo, S, B, hardware: bool) -> dict:
+    """The varying columns for arrays S (seq_len) and B (batch) of equal shape.
+
+    Works on int64 arrays (fast), object arrays of Python ints (exact, any size)
+    and float64 arrays (magnitudes only, for the overflow test): estimate.row_columns
+    and the formulas under it take any of them.
+    """
+    return row_columns(c.spec, S, B, c.kv_dtype, c.weight_dtype, c.tp,
+                       c.hardware if hardware else None, c.scale_bytes, c.encoder_seq_len,
+                       c.free_bytes, c.stored)
+
+
+def _compute(c: Combo, S: np.ndarray, B: np.ndarray, hardware: bool) -> dict:
+    """_varying_columns on int64, with the rows that could overflow recomputed in
+    Python ints."""
+    corner = _varying_columns(c, np.array([int(S.max())], dtype=object),
+                              np.array([int(B.max())], dtype=object), False)
+    if max(int(corner[k][0]) for k in _BOUNDING) <= INT64_MAX:
+        return _varying_columns(c, S, B, hardware)
+    approx = _varying_columns(c, S.astype(np.float64), B.astype(np.float64), False)
+    big = np.zeros(len(S), dtype=bool)
+    for k in _BOUNDING:
+        big |= approx[k] >= _SAFE_FLOAT
+    exact = _varying_columns(c, S[big].astype(object), B[big].astype(object), hardware)
+    fast = _varying_columns(c, S[~big], B[~big], hardware) if (~big).any() else None
+    out = {}
+    for k, v in exact.items():
+        col = np.empty(len(S), dtype=object if k not in FLOAT_COLUMNS else np.float64)
+        if k in ("roofline_bound", "fits"):
+            col = np.empty(len(S), dtype=bool)
+        col[big] = v.astype(col.dtype)
+        if fast is not None:
+            col[~big] = fast[k]
+        out[k] = col
+    return out
+
+
+@record(frozen=False)
+class Chunk:
+    """Rows [start, stop) of one combination's seq_len x batch grid (batch fastest)."""
+
+    plan: SweepPlan
+    combo: Combo
+    seq_len: np.ndarray
+    batch: np.ndarray
+    values: dict = field(default_factory=dict)  # varying columns as arrays
+    start: int = 0  # index of the first row in the combination's seq_len x batch grid
+
+    def __len__(self) -> int:
+        return len(self.seq_len)
+
+    def column(self, name: str) -> np.ndarray:
+        """One column as an array of len(self) (constants broadcast)."""
+        if name == "seq_len":
+            return self.seq_len
+        if name == "batch":
+            return self.batch
+        if name == "roofline_bound":
+            return np.where(self.values[name], "memory", "compute")
+        if name in self.values:
+            return self.values[name]
+        value = self.combo.constants[name]
+        big = isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT64_MAX
+        return np.full(len(self), value, dtype=object if big else None)
+
+    def to_frame(self):
+        pd = _pandas()
+
+        return pd.DataFrame({name: self.column(name) for name in self.plan.columns})
+
+    def row(self, i: int) -> dict:
+        """Row i as a dict of Python values, equal to estimate(...).as_row()."""
+        out = {}
+        for name in self.plan.columns:
+            if name in self.combo.constants:
+                out[name] = self.combo.constants[name]
+            elif name == "roofline_bound":
+                out[name] = "memory" if self.values[name][i] else "compute"
+            else:
+                out[name] = self.column(name)[i].item() if name in ("seq_len", "batch") \
+                    else _python(self.values[name][i])
+        return out
+
+    def rows(self) -> Iterator[dict]:
+        """Rows as dicts of Python values, equal to estimate(...).as_row()."""
+        cols = {}
+        for name in self.plan.columns:
+            if name in self.combo.constants:
+                continue
+            cols[name] = (self.column(name).tolist() if name != "roofline_bound"
+                          else ["memory" if v else "compute" for v in self.values[name].tolist()])
+        for i in range(len(self)):
+            consts = self.combo.constants
+            yield {name: consts[name] if name in consts else cols[name][i]
+                   for name in self.plan.columns}
+
+
+def _python(value):
+    """A numpy scalar as the Python value estimate() gives (int, float or bool)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _tasks(plan: SweepPlan, chunk_rows: int) -> Iterator[tuple[int, int, int]]:
+    per_combo = plan.rows_per_combo
+    for i in range(len(plan.combos)):
+        for lo in range(0, per_combo, chunk_rows):
+            yield i, lo, min(lo + chunk_rows, per_combo)
+
+
+def _chunk_at(plan: SweepPlan, combo_index: int, lo: int, hi: int) -> Chunk:
+    idx = np.arange(lo, hi, dtype=np.int64)
+    n_b = plan.batch.count
+    S = plan.seq_len.at(idx // n_b)
+    B = plan.batch.at(idx % n_b)
+    combo = plan.combos[combo_index]
+    return Chunk(plan, combo, S, B, _compute(combo, S, B, plan.hardware is not None), start=lo)
+
+
+def chunks(plan: SweepPlan, chunk_rows: int = CHUNK_ROWS) -> Iterator[Chunk]:
+    """Compute the sweep block by block (memory bounded by chunk_rows)."""
+    for task in _tasks(plan, chunk_rows):
+        yield _chunk_at(plan, *task)
+
+
+def _threads() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 8))
+
+
+def in_order(plan: SweepPlan, work: Callable[[Chunk], object], chunk_rows: int,
+             threads: int | None) -> Iterator[tuple[Chunk, object]]:
+    """(chunk, work(chunk)) for every chunk, in order, computed in `threads` threads
+    (numpy and pyarrow release the GIL for nearly all of it), at most two per thread
+    in flight so memory stays bounded."""
+    threads = threads or _threads()
+
+    def run(task: tuple[int, int, int]) -> tuple[Chunk, object]:
+        chunk = _chunk_at(plan, *task)
+        return chunk, work(chunk)
+
+    if threads == 1:
+        for task in _tasks(plan, chunk_rows):
+            yield run(task)
+        return
+    pending: deque = deque()
+    with ThreadPoolExecutor(threads, thread_name_prefix="kvcalc-sweep") as pool:
+        try:
+            for task in _tasks(plan, chunk_rows):
+                pending.append(pool.submit(run, task))
+                if len(pending) >= 2 * threads:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for f in pending:
+                f.cancel()
+
+
+def iter_rows(plan: SweepPlan) -> Iterator[dict]:
+    """Every row as a dict of Python values (slow; for tests and small sweeps)."""
+    for chunk in chunks(plan):
+        yield from chunk.rows()
+
+
+def _pandas():
+    try:
+        import pandas
+    except ImportError:
+        raise KvcalcError("DataFrames need pandas: pip install 'kvcalc[pandas]'") from None
+    return pandas
+
+
+def sweep_frame(spec: ModelSpec, seq_len, batch=1, **kwargs):
+    """The sweep as one pandas DataFrame (columns of Estimate.as_row()); the
+    arguments are plan_sweep's.
+
+    For big sweeps use `plan_sweep` + `write_csv` or `write_parquet` (streamed), or
+    `chunks`. Needs pandas (pip install 'kvcalc[pandas]').
+    """
+    pd = _pandas()
+
+    plan = plan_sweep(spec, seq_len, batch, **kwargs)
+    if plan.rows > 5_000_000 and not kwargs.get("force"):
+        raise KvcalcError(f"{plan.rows:,} rows is too many for one DataFrame; use write_csv "
+                          "or chunks, or pass force=True")
+    frames = [c.to_frame() for c in chunks(plan)]
+    return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,242 @@
+"""The sweep's plan: the SPECs checked, and one Combo per (kv_heads, kv_dtype, tp).
+
+Nothing per row is computed here: a plan holds the model, the SPECs and, for each
+combination, the model variant and the row columns that do not vary with seq_len or
+batch (parameters, weight bytes, the device's memory after the weights). Row order:
+kv_heads, then tp, then kv_dtype (each as given in its SPEC), then seq_len, then
+batch (fastest).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from kvcalc import formulas
+from kvcalc._record import record
+from kvcalc.dtypes import (
+    MAX_BATCH,
+    MAX_SEQ_LEN,
+    MAX_TP,
+    MAX_WIDTH,
+    DType,
+    WEIGHT_FORMATS,
+    check_size,
+    dtype as _dtype,
+    weight_dtype as _weight_dtype,
+)
+from kvcalc.errors import KvcalcError
+from kvcalc.estimate import stored_weights, weights_as
+from kvcalc.roofline import fit as roofline_fit
+from kvcalc.spec import Hardware, ModelSpec
+from kvcalc.sweep.grammar import Spec, parse_names, parse_spec
+
+ROW_LIMIT = 50_000_000  # rows above which a sweep needs force=True (--force)
+
+# The columns of Estimate.as_row(), in its order (tests/test_sweep.py holds them to it).
+BASE_COLUMNS = (
+    "model", "attention", "layers", "heads", "kv_heads", "head_dim", "seq_len", "batch",
+    "kv_dtype", "weight_dtype", "tp", "kv_bytes_per_token", "kv_cache_bytes",
+    "kv_cache_bytes_full", "kv_cache_bytes_per_device", "params_total", "params_attention",
+    "weight_bytes", "decode_flops", "decode_bytes", "arithmetic_intensity",
+    "attention_arithmetic_intensity",
+)
+
+HARDWARE_COLUMNS = ("gpu", "roofline_s", "roofline_bound", "tokens_per_s",
+                    "free_for_kv_bytes_per_device", "fits")
+FLOAT_COLUMNS = ("arithmetic_intensity", "attention_arithmetic_intensity", "roofline_s",
+                 "tokens_per_s")
+
+
+@record
+class Combo:
+    """One (kv_heads, kv_dtype, tp) combination: the model variant and the settings its
+    rows share. Every figure that varies with seq_len and batch comes from
+    estimate.row_columns on whole arrays, the function estimate() itself uses."""
+
+    spec: ModelSpec
+    kv_dtype: DType
+    weight_dtype: DType
+    tp: int
+    constants: dict  # the row's columns that do not depend on seq_len or batch
+    hardware: Hardware | None = None
+    scale_bytes: int = 0
+    encoder_seq_len: int | None = None
+    free_bytes: int | None = None  # device memory after this combination's weights
+    stored: object = None  # formulas.StoredWeights: quantized weights as stored
+
+    @property
+    def kv_heads(self) -> int:
+        return self.spec.kv_heads
+
+
+@record
+class SweepPlan:
+    """What to compute: the model, the SPECs, the fixed settings, and the combinations."""
+
+    spec: ModelSpec
+    seq_len: Spec
+    batch: Spec
+    kv_heads: tuple[int, ...]
+    kv_dtypes: tuple[str, ...]
+    tps: tuple[int, ...]
+    weight_dtype: str  # the dtype's name (bf16 when the weights are as stored)
+    hardware: Hardware | None
+    scale_bytes: int
+    encoder_seq_len: int | None
+    memory_fraction: float | str
+    reserve_bytes: int
+    combos: tuple[Combo, ...]
+    skipped: tuple[str, ...] = ()  # combinations estimate() rejects, when skip_invalid
+    weight_arg: str | None = None  # --weight-dtype as given (None: as the config stores)
+    group_size: int | None = None
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return BASE_COLUMNS + (HARDWARE_COLUMNS if self.hardware is not None else ())
+
+    @property
+    def rows_per_combo(self) -> int:
+        return self.seq_len.count * self.batch.count
+
+    @property
+    def rows(self) -> int:
+        return self.rows_per_combo * len(self.combos)
+
+
+def _combo(spec: ModelSpec, kdt: DType, wdt: DType, tp: int, hw: Hardware | None,
+           scale_bytes: int, encoder_seq_len: int | None, memory_fraction,
+           reserve_bytes: int, quantization=None) -> Combo:
+    formulas.kv_heads_per_device(spec, tp)  # raises on a bad tp
+    stored = stored_weights(spec, quantization, tp)
+    params = formulas.param_counts(spec)
+    cache = formulas.kv_cache(spec, 1, 1, kdt, tp, scale_bytes, encoder_seq_len)
+    constants = {
+        "model": spec.name, "attention": spec.attention_kind, "layers": spec.layers,
+        "heads": spec.heads, "kv_heads": spec.kv_heads, "head_dim": spec.head_dim,
+        "kv_dtype": kdt.name, "weight_dtype": wdt.name, "tp": tp,
+        "kv_bytes_per_token": cache.bytes_per_token,
+        "params_total": params.total, "params_attention": params.attention,
+        "weight_bytes": stored.total if stored else wdt.nbytes(params.total),
+    }
+    free = None
+    if hw is not None:
+        free = roofline_fit(spec, hw, 1, 1, wdt, kdt, tp, scale_bytes, memory_fraction,
+                            reserve_bytes, None, stored.per_device if stored else None
+                            ).free_for_kv_bytes
+        constants["gpu"] = hw.name
+        constants["free_for_kv_bytes_per_device"] = free
+    return Combo(spec=spec, kv_dtype=kdt, weight_dtype=wdt, tp=tp, constants=constants,
+                 hardware=hw, scale_bytes=scale_bytes, encoder_seq_len=encoder_seq_len,
+                 free_bytes=free, stored=stored)
+
+
+def _as_tuple(value, name: str, upper: int) -> tuple[int, ...]:
+    spec = parse_spec(value, name)
+    if spec.count > 4096:
+        raise KvcalcError(f"{name} {spec.text!r} has {spec.count:,} values; at most 4,096 allowed")
+    check_size(name.lstrip("-").replace("-", "_"), spec.max, upper)
+    return tuple(spec.values())
+
+
+def variant(spec: ModelSpec, kv_heads: int) -> ModelSpec:
+    """The model with `kv_heads` K/V heads, as `--kv-heads` makes it (unchanged if equal)."""
+    return spec if kv_heads == spec.kv_heads else spec.with_kv_heads(kv_heads)
+
+
+def plan_sweep(
+    spec: ModelSpec,
+    seq_len: str | int | Sequence[int] | Spec,
+    batch: str | int | Sequence[int] | Spec = 1,
+    kv_heads: str | int | Sequence[int] | Spec | None = None,
+    kv_dtype: str | Sequence[str] = "bf16",
+    tp: str | int | Sequence[int] | Spec = 1,
+    weight_dtype: DType | str | None = None,
+    hardware: Hardware | None = None,
+    scale_bytes: int = 0,
+    encoder_seq_len: int | None = None,
+    memory_fraction: float | str = 1,
+    reserve_bytes: int = 0,
+    force: bool = False,
+    group_size: int | None = None,
+    skip_invalid: bool = False,
+    make_variant: Callable[[int], ModelSpec] | None = None,
+) -> SweepPlan:
+    """Validate a sweep and work out its combinations; nothing per row is computed yet.
+
+    Arguments are those of `estimate()`, where seq_len, batch, kv_heads, kv_dtype
+    and tp may be SPECs (strings), ints or lists. kv_heads=None keeps the model's;
+    MLA models have no K/V heads to sweep. A (kv_heads, tp) pair estimate() would
+    reject raises, or with skip_invalid is left out and named in `plan.skipped`.
+    More than ROW_LIMIT rows needs force=True.
+    `make_variant(kv_heads)` builds each K/V-head variant (default `variant`; the
+    CLI passes its own, so that rows match `kvcalc estimate --kv-heads` exactly).
+    """
+    seq = parse_spec(seq_len, "--seq-len")
+    bat = parse_spec(batch, "--batch")
+    check_size("seq_len", seq.max, MAX_SEQ_LEN)
+    check_size("batch", bat.max, MAX_BATCH)
+    if kv_heads is None:
+        heads = (spec.kv_heads,)
+    else:
+        if spec.attention_free:
+            raise KvcalcError(f"{spec.name} has no attention ({spec.state_mixers} layers "
+                              "only): there are no K/V heads to sweep; drop --kv-heads")
+        if spec.mla is not None:
+            raise KvcalcError(f"{spec.name} uses MLA: its cache is one shared latent, so there "
+                              "are no K/V heads to sweep; drop --kv-heads")
+        heads = _as_tuple(kv_heads, "--kv-heads", MAX_WIDTH)
+    kdts = parse_names(kv_dtype, "--kv-dtype")
+    tps = _as_tuple(tp, "--tp", MAX_TP)
+    # None: weights as the config stores them (quantization_config, else bf16).
+    wdt = _dtype("bf16") if weight_dtype is None else (
+        weight_dtype if isinstance(weight_dtype, DType) else _weight_dtype(weight_dtype))
+    weight_arg = None if weight_dtype is None else wdt.name
+    if isinstance(weight_dtype, str) and weight_dtype.strip().lower() in WEIGHT_FORMATS:
+        weight_arg = weight_dtype.strip().lower()  # awq, gptq: their layout, int4 values
+    quantization = weights_as(spec, weight_arg, group_size)
+    if encoder_seq_len is not None:
+        check_size("encoder_seq_len", encoder_seq_len, MAX_SEQ_LEN)
+
+    total = seq.count * bat.count * len(heads) * len(kdts) * len(tps)
+    if total > ROW_LIMIT and not force:
+        raise KvcalcError(f"the sweep has {total:,} rows, over the {ROW_LIMIT:,}-row limit; "
+                          "narrow a SPEC or pass --force")
+
+    combos: list[Combo] = []
+    skipped: list[str] = []
+    for g in heads:
+        try:
+            spec_g = make_variant(g) if make_variant is not None else variant(spec, g)
+        except KvcalcError as e:
+            if not skip_invalid:
+                raise KvcalcError(f"--kv-heads {g}: {e}") from None
+            skipped.append(f"kv_heads={g}: {e}")
+            continue
+        for t in tps:
+            try:
+                formulas.kv_heads_per_device(spec_g, t)
+            except KvcalcError as e:
+                if not skip_invalid:
+                    raise KvcalcError(f"kv_heads={g}, tp={t}: {e} (--skip-invalid leaves such "
+                                      "combinations out)") from None
+                skipped.append(f"kv_heads={g}, tp={t}: {e}")
+                continue
+            for kname in kdts:
+                combos.append(_combo(spec_g, _dtype(kname), wdt, t, hardware, scale_bytes,
+                                     encoder_seq_len, memory_fraction, reserve_bytes,
+                                     quantization))
+    if not combos:
+        raise KvcalcError("no valid combination left to sweep: " + "; ".join(skipped))
+    # The settings estimate() refuses that building the combinations does not check
+    # (the rows never go through estimate() itself).
+    first = combos[0].spec
+    if encoder_seq_len is not None and not first.encoder_layers:
+        raise KvcalcError(f"--encoder-seq-len applies to encoder-decoder models; {first.name} "
+                          "is decoder-only")
+    if scale_bytes:
+        check_size("kv_scale_bytes", scale_bytes, 64)
+    return SweepPlan(spec=spec, seq_len=seq, batch=bat, kv_heads=heads, kv_dtypes=kdts,
+                     tps=tps, weight_dtype=wdt.name, weight_arg=weight_arg,
+                     group_size=group_size, hardware=hardware, scale_bytes=scale_bytes,
+                     encoder_seq_len=encoder_seq_len, memory_fraction=memory_fraction,
+                     reserve_bytes=reserve_bytes, combos=tuple(combos), skipped=tuple(skipped))
