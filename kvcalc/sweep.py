@@ -42,11 +42,12 @@ from typing import IO, Callable, Iterator, Sequence
 
 import numpy as np
 
-from kvcalc import csvtext, formulas, units
+from kvcalc import csvtext, units
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError, quoted
 from kvcalc.estimate import estimate, row_columns, stored_weights, weights_as
-from kvcalc.roofline import compute_dtype_for, decode_roofline, fit as roofline_fit
+from kvcalc.capacity.fit import fit as plain_fit
+from kvcalc.roofline import compute_dtype_for, decode_roofline
 from kvcalc.dtypes import (
     MAX_BATCH,
     MAX_SEQ_LEN,
@@ -54,9 +55,12 @@ from kvcalc.dtypes import (
     MAX_WIDTH,
     DType,
     WEIGHT_FORMATS,
+    check_size,
     dtype as _dtype,
     weight_dtype as _weight_dtype,
 )
+from kvcalc.formulas.cache import kv_cache, kv_heads_per_device
+from kvcalc.formulas.params import param_counts
 from kvcalc.spec import Hardware, ModelSpec, base_name
 
 ROW_LIMIT = 50_000_000  # rows above which a sweep needs force=True (--force)
@@ -264,7 +268,7 @@ class Combo:
     scale_bytes: int = 0
     encoder_seq_len: int | None = None
     free_bytes: int | None = None  # device memory after this combination's weights
-    stored: object = None  # formulas.StoredWeights: quantized weights as stored
+    stored: object = None  # kvcalc.formulas.step.StoredWeights: quantized weights as stored
 
     @property
     def kv_heads(self) -> int:
@@ -314,10 +318,10 @@ class SweepPlan:
 def _combo(spec: ModelSpec, kdt: DType, wdt: DType, tp: int, hw: Hardware | None,
            scale_bytes: int, encoder_seq_len: int | None, memory_fraction,
            reserve_bytes: int, quantization=None) -> Combo:
-    formulas.kv_heads_per_device(spec, tp)  # raises on a bad tp
+    kv_heads_per_device(spec, tp)  # raises on a bad tp
     stored = stored_weights(spec, quantization, tp)
-    params = formulas.param_counts(spec)
-    cache = formulas.kv_cache(spec, 1, 1, kdt, tp, scale_bytes, encoder_seq_len)
+    params = param_counts(spec)
+    cache = kv_cache(spec, 1, 1, kdt, tp, scale_bytes, encoder_seq_len)
     constants = {
         "model": spec.name, "attention": spec.attention_kind, "layers": spec.layers,
         "heads": spec.heads, "kv_heads": spec.kv_heads, "head_dim": spec.head_dim,
@@ -328,7 +332,7 @@ def _combo(spec: ModelSpec, kdt: DType, wdt: DType, tp: int, hw: Hardware | None
     }
     free = None
     if hw is not None:
-        free = roofline_fit(spec, hw, 1, 1, wdt, kdt, tp, scale_bytes, memory_fraction,
+        free = plain_fit(spec, hw, 1, 1, wdt, kdt, tp, scale_bytes, memory_fraction,
                             reserve_bytes, None, stored.per_device if stored else None
                             ).free_for_kv_bytes
         constants["gpu"] = hw.name
@@ -342,7 +346,7 @@ def _as_tuple(value, name: str, upper: int) -> tuple[int, ...]:
     spec = parse_spec(value, name)
     if spec.count > 4096:
         raise KvcalcError(f"{name} {spec.text!r} has {spec.count:,} values; at most 4,096 allowed")
-    formulas.check_size(name.lstrip("-").replace("-", "_"), spec.max, upper)
+    check_size(name.lstrip("-").replace("-", "_"), spec.max, upper)
     return tuple(spec.values())
 
 
@@ -383,8 +387,8 @@ def plan_sweep(
     """
     seq = parse_spec(seq_len, "--seq-len")
     bat = parse_spec(batch, "--batch")
-    formulas.check_size("seq_len", seq.max, MAX_SEQ_LEN)
-    formulas.check_size("batch", bat.max, MAX_BATCH)
+    check_size("seq_len", seq.max, MAX_SEQ_LEN)
+    check_size("batch", bat.max, MAX_BATCH)
     if kv_heads is None:
         heads = (spec.kv_heads,)
     else:
@@ -405,7 +409,7 @@ def plan_sweep(
         weight_arg = weight_dtype.strip().lower()  # awq, gptq: their layout, int4 values
     quantization = weights_as(spec, weight_arg, group_size)
     if encoder_seq_len is not None:
-        formulas.check_size("encoder_seq_len", encoder_seq_len, MAX_SEQ_LEN)
+        check_size("encoder_seq_len", encoder_seq_len, MAX_SEQ_LEN)
 
     total = seq.count * bat.count * len(heads) * len(kdts) * len(tps)
     if total > ROW_LIMIT and not force:
@@ -424,7 +428,7 @@ def plan_sweep(
             continue
         for t in tps:
             try:
-                formulas.kv_heads_per_device(spec_g, t)
+                kv_heads_per_device(spec_g, t)
             except KvcalcError as e:
                 if not skip_invalid:
                     raise KvcalcError(f"kv_heads={g}, tp={t}: {e} (--skip-invalid leaves such "
@@ -634,7 +638,7 @@ def reference_row(plan: SweepPlan, combo: Combo, seq_len: int, batch: int) -> di
         est = replace(
             est, hardware=hw,
             roofline=decode_roofline(est.decode, hw, compute_dtype_for(wdt)),
-            fit=roofline_fit(combo.spec, hw, seq_len, batch, wdt, combo.kv_dtype, combo.tp,
+            fit=plain_fit(combo.spec, hw, seq_len, batch, wdt, combo.kv_dtype, combo.tp,
                              plan.scale_bytes, plan.memory_fraction, plan.reserve_bytes,
                              plan.encoder_seq_len,
                              combo.stored.per_device if combo.stored else None))
