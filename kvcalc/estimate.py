@@ -269,8 +269,8 @@ def row_columns(spec: ModelSpec, seq_len, batch, kv_dtype: DType, weight_dtype: 
     """
     cache = kv_cache(spec, seq_len, batch, kv_dtype, tp, scale_bytes, encoder_seq_len)
     d = decode_step(spec, seq_len, batch, weight_dtype, kv_dtype,
-                             roofline.compute_dtype_for(weight_dtype), tp, scale_bytes,
-                             encoder_seq_len, prefill=False, stored=stored)
+                    roofline.compute_dtype_for(weight_dtype), tp, scale_bytes,
+                    encoder_seq_len, prefill=False, stored=stored)
     out = {
         "kv_cache_bytes": cache.bytes,
         "kv_cache_bytes_full": cache.bytes_full,
@@ -376,30 +376,30 @@ def estimate(
     params = param_counts(spec)
     act = roofline.compute_dtype_for(wdt)
     decode = decode_step(spec, seq_len, batch, wdt, kdt, act, tp, scale_bytes,
-                                  encoder_seq_len, stored=stored)
+                         encoder_seq_len, stored=stored)
     shazeer = batched = None
     if spec.mla is None and any(l.mixer.attends for l, _ in spec.groups()):
         # n is the context each layer attends over: with sliding windows, the
         # layer-average of min(seq_len, window), as the cache and decode bytes use.
         n_eff = max(1, effective_context(spec, seq_len))
         shazeer = shazeer_ratio("incremental", batch, n_eff, spec.d_model, spec.heads,
-                                         spec.kv_heads, spec.head_dim, spec.v_head_dim)
+                                spec.kv_heads, spec.head_dim, spec.v_head_dim)
         batched = shazeer_ratio("batched", batch, seq_len, spec.d_model, spec.heads,
-                                         spec.kv_heads, spec.head_dim, spec.v_head_dim)
+                                spec.kv_heads, spec.head_dim, spec.v_head_dim)
     roof = fit = min_tp = None
     if hardware is not None:
         roof = roofline.decode_roofline(decode, hardware, roofline.compute_dtype_for(wdt))
         fit = plain_fit(spec, hardware, seq_len, batch, wdt, kdt, tp, scale_bytes,
-                           memory_fraction, reserve_bytes, encoder_seq_len,
-                           stored.per_device if stored else None)
+                        memory_fraction, reserve_bytes, encoder_seq_len,
+                        stored.per_device if stored else None)
         for candidate in valid_tps(spec):
             if candidate == tp:  # already fitted above
                 fits = fit.fits
             else:
                 on = stored_weights(spec, quantization, candidate)
                 fits = plain_fit(spec, hardware, seq_len, batch, wdt, kdt, candidate,
-                                    scale_bytes, memory_fraction, reserve_bytes, encoder_seq_len,
-                                    on.per_device if on else None).fits
+                                 scale_bytes, memory_fraction, reserve_bytes, encoder_seq_len,
+                                 on.per_device if on else None).fits
             if fits:
                 min_tp = candidate
                 break
@@ -446,8 +446,8 @@ def stored_weights(spec: ModelSpec, quantization, tp: int) -> StoredWeights | No
 
     wb = quant.weight_bytes(spec, quantization)
     return StoredWeights(total=wb.total, breakdown=dict(wb.breakdown),
-                                  per_device=quant.weight_bytes_per_device(spec, quantization, tp),
-                                  tp=tp, label=quantization.label)
+                         per_device=quant.weight_bytes_per_device(spec, quantization, tp),
+                         tp=tp, label=quantization.label)
 
 
 def default_gqa_kv_heads(heads: int) -> int:

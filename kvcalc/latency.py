@@ -123,11 +123,10 @@ def latency(spec: ModelSpec, hw: Hardware, prompt_len: int, seq_len: int | None 
 
     # Prefill: FLOPs of the prompts; bytes: weights once, the cache written, activations.
     one = decode_step(spec, prompt_len, batch, wdt, kdt, adt, tp, scale_bytes,
-                               encoder_seq_len, stored=stored)
+                      encoder_seq_len, stored=stored)
     cache = kv_cache(spec, prompt_len, batch, kdt, tp, scale_bytes, encoder_seq_len)
     act_per_token = one.bytes_breakdown["activations"] // batch
-    weights_dev = weight_params_per_device(
-        spec, param_counts(spec).total, tp)
+    weights_dev = weight_params_per_device(spec, param_counts(spec).total, tp)
     weight_bytes = stored.per_device if stored is not None else wdt.nbytes(weights_dev)
     prefill_bytes = (weight_bytes + cache.bytes_per_device
                      + -(-act_per_token * prompt_len * batch // tp))
@@ -147,7 +146,7 @@ def latency(spec: ModelSpec, hw: Hardware, prompt_len: int, seq_len: int | None 
 def _decode(spec, seq_len, batch, wdt, kdt, adt, tp, scale_bytes, encoder_seq_len,
             flops_per_s: Fraction, bytes_per_s: Fraction, stored) -> dict:
     d = decode_step(spec, seq_len, batch, wdt, kdt, adt, tp, scale_bytes,
-                             encoder_seq_len, prefill=False, stored=stored)
+                    encoder_seq_len, prefill=False, stored=stored)
     return dict(decode_flops=d.per_device_flops, decode_bytes=d.per_device_bytes,
                 decode_compute_s=float(Fraction(d.per_device_flops) / flops_per_s),
                 decode_memory_s=float(Fraction(d.per_device_bytes) / bytes_per_s))

@@ -333,8 +333,8 @@ def _combo(spec: ModelSpec, kdt: DType, wdt: DType, tp: int, hw: Hardware | None
     free = None
     if hw is not None:
         free = plain_fit(spec, hw, 1, 1, wdt, kdt, tp, scale_bytes, memory_fraction,
-                            reserve_bytes, None, stored.per_device if stored else None
-                            ).free_for_kv_bytes
+                         reserve_bytes, None, stored.per_device if stored else None
+                         ).free_for_kv_bytes
         constants["gpu"] = hw.name
         constants["free_for_kv_bytes_per_device"] = free
     return Combo(spec=spec, kv_dtype=kdt, weight_dtype=wdt, tp=tp, constants=constants,
@@ -639,9 +639,9 @@ def reference_row(plan: SweepPlan, combo: Combo, seq_len: int, batch: int) -> di
             est, hardware=hw,
             roofline=decode_roofline(est.decode, hw, compute_dtype_for(wdt)),
             fit=plain_fit(combo.spec, hw, seq_len, batch, wdt, combo.kv_dtype, combo.tp,
-                             plan.scale_bytes, plan.memory_fraction, plan.reserve_bytes,
-                             plan.encoder_seq_len,
-                             combo.stored.per_device if combo.stored else None))
+                          plan.scale_bytes, plan.memory_fraction, plan.reserve_bytes,
+                          plan.encoder_seq_len,
+                          combo.stored.per_device if combo.stored else None))
     return est.as_row()
 
 

@@ -206,7 +206,7 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings,
         avail = deciding.kv_cache
         fits = avail > 0 and need <= avail
         largest = largest_fitting_len(plans, block, avail, in_flight, s.encoder_len,
-                                       s.max_model_len) if avail > 0 else 0
+                                      s.max_model_len) if avail > 0 else 0
         if context:
             largest = min(largest, context)  # a length the engine would accept
         if avail <= 0:
