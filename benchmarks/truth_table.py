@@ -8,7 +8,7 @@ import warnings
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests")); warnings.filterwarnings("ignore")
 import hf_truth, test_hf_truth as T
-from kvcalc.formulas import param_counts
+from kvcalc.formulas.params import param_counts
 from kvcalc.hfconfig import spec_from_hf_config
 rows = []
 cases = [(s, T._cfg(s)) for s in T.CONFIGS] + [(f"default:{m}", T._default_cfg(m)) for m in sorted(T.DEFAULT_CONFIGS)]

@@ -30,11 +30,11 @@ __version__ = "0.1.0"
 # name -> module it comes from, imported when first asked for
 _LAZY = {
     "Estimate": "kvcalc.estimate",
-    "attention_step": "kvcalc.formulas",
-    "decode_step": "kvcalc.formulas",
-    "kv_bytes_per_token_per_layer": "kvcalc.formulas",
-    "kv_heads_per_device": "kvcalc.formulas",
-    "shazeer_ratio": "kvcalc.formulas",
+    "attention_step": "kvcalc.formulas.attention",
+    "decode_step": "kvcalc.formulas.step",
+    "kv_bytes_per_token_per_layer": "kvcalc.formulas.cache",
+    "kv_heads_per_device": "kvcalc.formulas.cache",
+    "shazeer_ratio": "kvcalc.formulas.attention",
     "decode_roofline": "kvcalc.roofline",
     "DTYPES": "kvcalc.dtypes",
     "MLA": "kvcalc.spec",
@@ -52,8 +52,9 @@ __all__ = sorted([*_LAZY, "KvcalcError", "__version__", "attention_variants", "e
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from kvcalc.estimate import Estimate
-    from kvcalc.formulas import (attention_step, decode_step, kv_bytes_per_token_per_layer,
-                                 kv_heads_per_device, shazeer_ratio)
+    from kvcalc.formulas.attention import attention_step, shazeer_ratio
+    from kvcalc.formulas.cache import kv_bytes_per_token_per_layer, kv_heads_per_device
+    from kvcalc.formulas.step import decode_step
     from kvcalc.presets import load_hardware, load_model
     from kvcalc.roofline import decode_roofline
     from kvcalc.dtypes import DTYPES, DType, dtype
@@ -117,7 +118,7 @@ def kv_cache(model, seq_len: int, batch: int = 1, kv_dtype="bf16", tp: int = 1,
              scale_bytes: int = 0, encoder_seq_len: int | None = None):
     """The KV cache of `batch` sequences at `seq_len` tokens (bytes as exact ints);
     `model` is a ModelSpec or a preset name."""
-    from kvcalc.formulas import kv_cache as _kv_cache
+    from kvcalc.formulas.cache import kv_cache as _kv_cache
 
     return _kv_cache(_model(model), seq_len, batch, kv_dtype, tp, scale_bytes, encoder_seq_len)
 
@@ -125,7 +126,7 @@ def kv_cache(model, seq_len: int, batch: int = 1, kv_dtype="bf16", tp: int = 1,
 def param_counts(model):
     """Parameters matrix by matrix (`.total`, `.attention`, `.breakdown`); `model` is a
     ModelSpec or a preset name."""
-    from kvcalc.formulas import param_counts as _param_counts
+    from kvcalc.formulas.params import param_counts as _param_counts
 
     return _param_counts(_model(model))
 
@@ -135,7 +136,7 @@ def fit(model, hardware, seq_len: int, batch: int = 1, weight_dtype="bf16", kv_d
         reserve_bytes: int = 0, encoder_seq_len: int | None = None):
     """What fits on `tp` devices after the weights; model and hardware as objects or
     preset names."""
-    from kvcalc.roofline import fit as _fit
+    from kvcalc.capacity.fit import fit as _fit
 
     hw = _hardware(hardware)
     if hw is None:

@@ -9,10 +9,15 @@ reproduces column for column.
 from __future__ import annotations
 
 
-from kvcalc import _num, formulas, roofline
+from kvcalc import _num, roofline
 from kvcalc._record import record
+from kvcalc.capacity.fit import Fit, fit as plain_fit
 from kvcalc.errors import KvcalcError
 from kvcalc.dtypes import DType, check_size, dtype as _dtype
+from kvcalc.formulas.attention import ShazeerRatio, shazeer_ratio
+from kvcalc.formulas.cache import KVCache, kv_cache
+from kvcalc.formulas.params import ParamCounts, param_counts
+from kvcalc.formulas.step import DecodeCost, StoredWeights, decode_step
 from kvcalc.spec import Hardware, ModelSpec
 from kvcalc.dtypes import weight_dtype as _weight_dtype
 
@@ -27,21 +32,21 @@ class Estimate:
     kv_dtype: DType
     weight_dtype: DType
     tp: int
-    cache: formulas.KVCache
-    params: formulas.ParamCounts
-    decode: formulas.DecodeCost
-    shazeer: formulas.ShazeerRatio | None  # incremental decoding (this estimate's step)
+    cache: KVCache
+    params: ParamCounts
+    decode: DecodeCost
+    shazeer: ShazeerRatio | None  # incremental decoding (this estimate's step)
     hardware: Hardware | None = None
     roofline: roofline.Roofline | None = None
-    fit: roofline.Fit | None = None
+    fit: Fit | None = None
     # None: no valid tp fits (or no hardware); JSON null and an empty CSV cell, never a
     # 0 that reads as a tp degree
     min_tp_that_fits: int | None = None
     scale_bytes: int = 0
-    shazeer_batched: formulas.ShazeerRatio | None = None  # the whole prompt at once
+    shazeer_batched: ShazeerRatio | None = None  # the whole prompt at once
     encoder_seq_len: int | None = None
     latency: object = None  # latency.Latency with hardware: TTFT, TPOT, tokens/s
-    stored: formulas.StoredWeights | None = None  # quantized weights as stored
+    stored: StoredWeights | None = None  # quantized weights as stored
     allreduce: object = None  # comm.AllReduceCost: tp > 1 on hardware with interconnect figures
 
     @property
@@ -254,7 +259,7 @@ class Estimate:
 def row_columns(spec: ModelSpec, seq_len, batch, kv_dtype: DType, weight_dtype: DType,
                 tp: int = 1, hardware: Hardware | None = None, scale_bytes: int = 0,
                 encoder_seq_len: int | None = None, free_for_kv_bytes: int | None = None,
-                stored: formulas.StoredWeights | None = None) -> dict:
+                stored: StoredWeights | None = None) -> dict:
     """The row columns that vary with seq_len and batch: Python ints in, exact ints out
     (estimate); equal-shape numpy arrays in, arrays out (sweep). One formula for both.
 
@@ -262,10 +267,10 @@ def row_columns(spec: ModelSpec, seq_len, batch, kv_dtype: DType, weight_dtype: 
     arithmetic), `roofline_bound` True where memory binds, and whether the batch's cache
     fits in `free_for_kv_bytes` (the fit's free memory for this model, dtype and tp).
     """
-    cache = formulas.kv_cache(spec, seq_len, batch, kv_dtype, tp, scale_bytes, encoder_seq_len)
-    d = formulas.decode_step(spec, seq_len, batch, weight_dtype, kv_dtype,
-                             roofline.compute_dtype_for(weight_dtype), tp, scale_bytes,
-                             encoder_seq_len, prefill=False, stored=stored)
+    cache = kv_cache(spec, seq_len, batch, kv_dtype, tp, scale_bytes, encoder_seq_len)
+    d = decode_step(spec, seq_len, batch, weight_dtype, kv_dtype,
+                    roofline.compute_dtype_for(weight_dtype), tp, scale_bytes,
+                    encoder_seq_len, prefill=False, stored=stored)
     out = {
         "kv_cache_bytes": cache.bytes,
         "kv_cache_bytes_full": cache.bytes_full,
@@ -315,7 +320,7 @@ def layer_pattern(spec: ModelSpec) -> list[dict]:
     return out
 
 
-def _shazeer_dict(r: formulas.ShazeerRatio) -> dict:
+def _shazeer_dict(r: ShazeerRatio) -> dict:
     return {"mode": r.mode, "n": r.n, "ratio": r.ratio, "terms": r.terms,
             "dominant_term": r.dominant_term}
 
@@ -367,34 +372,34 @@ def estimate(
     wdt = _dtype("bf16") if weight_dtype is None else (
         weight_dtype if isinstance(weight_dtype, DType) else _weight_dtype(weight_dtype))
     stored = stored_weights(spec, quantization, tp)
-    cache = formulas.kv_cache(spec, seq_len, batch, kdt, tp, scale_bytes, encoder_seq_len)
-    params = formulas.param_counts(spec)
+    cache = kv_cache(spec, seq_len, batch, kdt, tp, scale_bytes, encoder_seq_len)
+    params = param_counts(spec)
     act = roofline.compute_dtype_for(wdt)
-    decode = formulas.decode_step(spec, seq_len, batch, wdt, kdt, act, tp, scale_bytes,
-                                  encoder_seq_len, stored=stored)
+    decode = decode_step(spec, seq_len, batch, wdt, kdt, act, tp, scale_bytes,
+                         encoder_seq_len, stored=stored)
     shazeer = batched = None
     if spec.mla is None and any(l.mixer.attends for l, _ in spec.groups()):
         # n is the context each layer attends over: with sliding windows, the
         # layer-average of min(seq_len, window), as the cache and decode bytes use.
         n_eff = max(1, effective_context(spec, seq_len))
-        shazeer = formulas.shazeer_ratio("incremental", batch, n_eff, spec.d_model, spec.heads,
-                                         spec.kv_heads, spec.head_dim, spec.v_head_dim)
-        batched = formulas.shazeer_ratio("batched", batch, seq_len, spec.d_model, spec.heads,
-                                         spec.kv_heads, spec.head_dim, spec.v_head_dim)
+        shazeer = shazeer_ratio("incremental", batch, n_eff, spec.d_model, spec.heads,
+                                spec.kv_heads, spec.head_dim, spec.v_head_dim)
+        batched = shazeer_ratio("batched", batch, seq_len, spec.d_model, spec.heads,
+                                spec.kv_heads, spec.head_dim, spec.v_head_dim)
     roof = fit = min_tp = None
     if hardware is not None:
         roof = roofline.decode_roofline(decode, hardware, roofline.compute_dtype_for(wdt))
-        fit = roofline.fit(spec, hardware, seq_len, batch, wdt, kdt, tp, scale_bytes,
-                           memory_fraction, reserve_bytes, encoder_seq_len,
-                           stored.per_device if stored else None)
+        fit = plain_fit(spec, hardware, seq_len, batch, wdt, kdt, tp, scale_bytes,
+                        memory_fraction, reserve_bytes, encoder_seq_len,
+                        stored.per_device if stored else None)
         for candidate in valid_tps(spec):
             if candidate == tp:  # already fitted above
                 fits = fit.fits
             else:
                 on = stored_weights(spec, quantization, candidate)
-                fits = roofline.fit(spec, hardware, seq_len, batch, wdt, kdt, candidate,
-                                    scale_bytes, memory_fraction, reserve_bytes, encoder_seq_len,
-                                    on.per_device if on else None).fits
+                fits = plain_fit(spec, hardware, seq_len, batch, wdt, kdt, candidate,
+                                 scale_bytes, memory_fraction, reserve_bytes, encoder_seq_len,
+                                 on.per_device if on else None).fits
             if fits:
                 min_tp = candidate
                 break
@@ -433,16 +438,16 @@ def weights_as(spec: ModelSpec, weight_dtype, group_size: int | None = None):
     return quant.adhoc(name, group_size)
 
 
-def stored_weights(spec: ModelSpec, quantization, tp: int) -> formulas.StoredWeights | None:
+def stored_weights(spec: ModelSpec, quantization, tp: int) -> StoredWeights | None:
     """Bytes of quantized weights as stored, in all and on one of `tp` devices."""
     if quantization is None:
         return None
     from kvcalc import quant
 
     wb = quant.weight_bytes(spec, quantization)
-    return formulas.StoredWeights(total=wb.total, breakdown=dict(wb.breakdown),
-                                  per_device=quant.weight_bytes_per_device(spec, quantization, tp),
-                                  tp=tp, label=quantization.label)
+    return StoredWeights(total=wb.total, breakdown=dict(wb.breakdown),
+                         per_device=quant.weight_bytes_per_device(spec, quantization, tp),
+                         tp=tp, label=quantization.label)
 
 
 def default_gqa_kv_heads(heads: int) -> int:

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from kvcalc import formulas
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.roofline import compute_dtype_for
 from kvcalc.dtypes import MAX_BATCH, DType, check_size, dtype as _dtype
+from kvcalc.formulas.cache import kv_cache
+from kvcalc.formulas.params import param_counts, weight_params_per_device
+from kvcalc.formulas.step import decode_step
 from kvcalc.spec import Hardware, ModelSpec
 
 DEFAULT_MFU = "0.5"
@@ -120,12 +122,11 @@ def latency(spec: ModelSpec, hw: Hardware, prompt_len: int, seq_len: int | None 
     bandwidth = hw.memory_bandwidth_bytes_per_s
 
     # Prefill: FLOPs of the prompts; bytes: weights once, the cache written, activations.
-    one = formulas.decode_step(spec, prompt_len, batch, wdt, kdt, adt, tp, scale_bytes,
-                               encoder_seq_len, stored=stored)
-    cache = formulas.kv_cache(spec, prompt_len, batch, kdt, tp, scale_bytes, encoder_seq_len)
+    one = decode_step(spec, prompt_len, batch, wdt, kdt, adt, tp, scale_bytes,
+                      encoder_seq_len, stored=stored)
+    cache = kv_cache(spec, prompt_len, batch, kdt, tp, scale_bytes, encoder_seq_len)
     act_per_token = one.bytes_breakdown["activations"] // batch
-    weights_dev = formulas.weight_params_per_device(
-        spec, formulas.param_counts(spec).total, tp)
+    weights_dev = weight_params_per_device(spec, param_counts(spec).total, tp)
     weight_bytes = stored.per_device if stored is not None else wdt.nbytes(weights_dev)
     prefill_bytes = (weight_bytes + cache.bytes_per_device
                      + -(-act_per_token * prompt_len * batch // tp))
@@ -144,8 +145,8 @@ def latency(spec: ModelSpec, hw: Hardware, prompt_len: int, seq_len: int | None 
 
 def _decode(spec, seq_len, batch, wdt, kdt, adt, tp, scale_bytes, encoder_seq_len,
             flops_per_s: Fraction, bytes_per_s: Fraction, stored) -> dict:
-    d = formulas.decode_step(spec, seq_len, batch, wdt, kdt, adt, tp, scale_bytes,
-                             encoder_seq_len, prefill=False, stored=stored)
+    d = decode_step(spec, seq_len, batch, wdt, kdt, adt, tp, scale_bytes,
+                    encoder_seq_len, prefill=False, stored=stored)
     return dict(decode_flops=d.per_device_flops, decode_bytes=d.per_device_bytes,
                 decode_compute_s=float(Fraction(d.per_device_flops) / flops_per_s),
                 decode_memory_s=float(Fraction(d.per_device_bytes) / bytes_per_s))

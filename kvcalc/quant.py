@@ -538,11 +538,11 @@ def _model_items(spec: ModelSpec, mtp_layers: int = 0) -> list[tuple[list, int]]
     """(items, times) for every decoder layer (each index once: patterns may name
     layers), then the embedding, lm_head, final norm and whatever param_counts counts
     beyond the decoder layers (encoder stacks, position tables) as plain params."""
-    from kvcalc import formulas
+    from kvcalc.formulas.params import norm_params, param_counts
 
     d = spec.d_model
     model_type = spec.extra.get("hf_model_type", "")
-    norm = formulas.norm_params(spec)
+    norm = norm_params(spec)
     out: list[tuple[list, int]] = []
     i = 0
     for run in spec.runs:
@@ -558,7 +558,7 @@ def _model_items(spec: ModelSpec, mtp_layers: int = 0) -> list[tuple[list, int]]
             items = _layer_items(last, d, spec.layers + j, model_type, norm)
             items += [_Plain("mtp", 2 * d * d + 3 * norm + 2 * spec.vocab * d)]
             out.append((items, 1))
-    counts = formulas.param_counts(spec).breakdown
+    counts = param_counts(spec).breakdown
     covered: dict[str, int] = {}
     for items, times in out[: spec.layers]:
         for it in items:

@@ -14,17 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvcalc.capacity import (
-    GiB,
-    EngineSettings,
-    blocks_per_request,
-    default_batch_limits,
-    kv_cache_groups,
-    pipeline_layers,
-    serving_capacity,
-)
+from kvcalc.capacity.blocks import blocks_per_request, kv_cache_groups
+from kvcalc.capacity.engine import GiB, EngineSettings, default_batch_limits
+from kvcalc.capacity.memory import pipeline_layers
+from kvcalc.capacity.serving import serving_capacity
 from kvcalc.errors import KvcalcError
-from kvcalc.formulas import CacheGroup
+from kvcalc.formulas.cache import CacheGroup
 from kvcalc.hfconfig import spec_from_hf_config_file
 from kvcalc.presets import load_hardware, model_from_mapping
 

@@ -7,9 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvcalc import formulas
 from kvcalc.errors import KvcalcError
 from kvcalc.dtypes import DType, dtype
+from kvcalc.formulas.attention import attention_step, shazeer_ratio
+from kvcalc.formulas.cache import kv_bytes_per_token_per_layer, kv_cache
+from kvcalc.formulas.params import attention_params, param_counts
+from kvcalc.formulas.step import decode_step, prefill_flops
 from kvcalc.spec import MLA, ModelSpec, MoE
 
 torch = pytest.importorskip("torch")
@@ -45,16 +48,16 @@ T5_11B = ModelSpec(  # google-t5/t5-11b config.json (d_kv 128 x 128 heads != d_m
 
 # --- KV cache: hand arithmetic ----------------------------------------------------
 def test_gpt3_cache_at_2048_fp16_is_9_GiB_not_19_GB():
-    cache = formulas.kv_cache(GPT3, seq_len=2048, batch=1, kv_dtype="fp16")
+    cache = kv_cache(GPT3, seq_len=2048, batch=1, kv_dtype="fp16")
     assert cache.bytes == 2 * 96 * 96 * 128 * 2048 * 2 == 9_663_676_416
     assert cache.bytes == 9 * 2**30  # exactly 9 GiB
-    mqa = formulas.kv_cache(GPT3.with_kv_heads(1), 2048, 1, "fp16")
+    mqa = kv_cache(GPT3.with_kv_heads(1), 2048, 1, "fp16")
     assert mqa.bytes == 2 * 96 * 1 * 128 * 2048 * 2 == 100_663_296
 
 
 def test_llama2_7b_is_mha_and_its_cache_per_token():
     # 2 (K,V) x 32 layers x 32 heads x 128 x 2 bytes = 512 KiB per token.
-    c = formulas.kv_cache(LLAMA2_7B, 4096, 1, "fp16")
+    c = kv_cache(LLAMA2_7B, 4096, 1, "fp16")
     assert c.bytes_per_token == 2 * 32 * 32 * 128 * 2 == 524_288
     assert c.bytes == 524_288 * 4096
 
@@ -62,37 +65,37 @@ def test_llama2_7b_is_mha_and_its_cache_per_token():
 @pytest.mark.parametrize("name, bits", [("fp32", 32), ("bf16", 16), ("fp16", 16), ("fp8", 8),
                                         ("int8", 8), ("int4", 4)])
 def test_kv_dtypes(name, bits):
-    per_layer = formulas.kv_bytes_per_token_per_layer(MISTRAL, name)
+    per_layer = kv_bytes_per_token_per_layer(MISTRAL, name)
     assert per_layer == 2 * 8 * 128 * bits // 8
 
 
 def test_int4_scale_overhead_per_token_per_head():
     # int4: 2 x 8 heads x 128 x 0.5 bytes, plus an fp16 scale per token per head for K and V.
-    assert formulas.kv_bytes_per_token_per_layer(MISTRAL, "int4", scale_bytes=2) == 1024 + 2 * 8 * 2
+    assert kv_bytes_per_token_per_layer(MISTRAL, "int4", scale_bytes=2) == 1024 + 2 * 8 * 2
 
 
 def test_sliding_window_keeps_window_tokens_and_reports_full():
-    c = formulas.kv_cache(MISTRAL, 32768, 1, "bf16")
+    c = kv_cache(MISTRAL, 32768, 1, "bf16")
     per_layer = 2 * 8 * 128 * 2
     assert c.bytes == 32 * per_layer * 4096
     assert c.bytes_full == 32 * per_layer * 32768
-    short = formulas.kv_cache(MISTRAL, 1000, 1, "bf16")
+    short = kv_cache(MISTRAL, 1000, 1, "bf16")
     assert short.bytes == short.bytes_full == 32 * per_layer * 1000
 
 
 def test_gemma2_alternating_local_global_layers():
-    c = formulas.kv_cache(GEMMA2_9B, 8192, 1, "bf16")
+    c = kv_cache(GEMMA2_9B, 8192, 1, "bf16")
     per_layer = 2 * 8 * 256 * 2
     # HF Gemma2: even layers slide (window 4096), odd layers are global: 21 + 21.
     assert c.bytes == per_layer * (21 * 4096 + 21 * 8192)
 
 
 def test_mla_caches_latent_plus_rope_key_per_layer():
-    c = formulas.kv_cache(DEEPSEEK_V2, 1024, 2, "bf16")
+    c = kv_cache(DEEPSEEK_V2, 1024, 2, "bf16")
     assert c.bytes_per_token_per_layer == (512 + 64) * 2
     assert c.bytes == 60 * (512 + 64) * 2 * 1024 * 2
     # Replicated on every TP device.
-    tp8 = formulas.kv_cache(DEEPSEEK_V2, 1024, 2, "bf16", tp=8)
+    tp8 = kv_cache(DEEPSEEK_V2, 1024, 2, "bf16", tp=8)
     assert tp8.bytes_per_device == c.bytes and tp8.bytes_all_devices == 8 * c.bytes
 
 
@@ -100,24 +103,24 @@ def test_tp_replicates_kv_heads_when_tp_exceeds_them():
     # Llama-3-70B: 64 query heads, 8 K/V heads.
     spec = ModelSpec(name="l3-70b", layers=80, d_model=8192, heads=64, kv_heads=8, head_dim=128,
                      d_ff=28672, vocab=128256)
-    single = formulas.kv_cache(spec, 8192, 4, "bf16")
+    single = kv_cache(spec, 8192, 4, "bf16")
     # K and V x 80 layers x 8 K/V heads x 128 x 8192 tokens x 4 sequences x 2 bytes (bf16).
     assert single.bytes == 2 * 80 * 8 * 128 * 8192 * 4 * 2 == 10_737_418_240
-    tp4 = formulas.kv_cache(spec, 8192, 4, "bf16", tp=4)
+    tp4 = kv_cache(spec, 8192, 4, "bf16", tp=4)
     assert tp4.kv_heads_per_device == 2 and tp4.bytes_per_device * 4 == single.bytes
     assert tp4.bytes_per_device == 2 * 80 * 2 * 128 * 8192 * 4 * 2 == 2_684_354_560
-    tp16 = formulas.kv_cache(spec, 8192, 4, "bf16", tp=16)
+    tp16 = kv_cache(spec, 8192, 4, "bf16", tp=16)
     assert tp16.kv_heads_per_device == 1
     assert tp16.bytes_per_device == single.bytes // 8  # one of 8 heads per device
     assert tp16.bytes_per_device == 2 * 80 * 1 * 128 * 8192 * 4 * 2 == 1_342_177_280
     assert tp16.bytes_all_devices == 2 * single.bytes  # each head stored twice
     assert tp16.bytes_all_devices == 16 * 1_342_177_280 == 21_474_836_480
     with pytest.raises(KvcalcError, match="tp=3"):
-        formulas.kv_cache(spec, 8192, 4, "bf16", tp=3)
+        kv_cache(spec, 8192, 4, "bf16", tp=3)
 
 
 def test_t5_cross_attention_cache_is_added():
-    c = formulas.kv_cache(T5_11B, 512, 1, "bf16", encoder_seq_len=1024)
+    c = kv_cache(T5_11B, 512, 1, "bf16", encoder_seq_len=1024)
     per_layer = 2 * 128 * 128 * 2
     assert c.cross_attention_bytes_per_sequence == 24 * per_layer * 1024
     assert c.bytes == 24 * per_layer * (512 + 1024)
@@ -133,7 +136,7 @@ def test_cache_bytes_equal_real_tensor_sizes(kv_heads):
         k = torch.empty(batch, kv_heads, seq_len, spec.head_dim, dtype=torch.bfloat16, device="meta")
         v = torch.empty(batch, kv_heads, seq_len, spec.v_head_dim, dtype=torch.bfloat16, device="meta")
         total += k.numel() * k.element_size() + v.numel() * v.element_size()
-    assert formulas.kv_cache(spec, seq_len, batch, "bf16").bytes == total
+    assert kv_cache(spec, seq_len, batch, "bf16").bytes == total
 
 
 # --- parameters: torch.nn on the meta device ---------------------------------------
@@ -145,20 +148,20 @@ SPECS = [GPT3, LLAMA2_7B, MISTRAL, GEMMA2_9B, MIXTRAL, T5_11B,
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
 def test_param_count_equals_torch_module(spec):
-    assert formulas.param_counts(spec).total == ref.count(ref.build(spec))
+    assert param_counts(spec).total == ref.count(ref.build(spec))
 
 
 @pytest.mark.parametrize("spec", [DEEPSEEK_V2], ids=lambda s: s.name)
 def test_mla_moe_param_count_per_layer_equals_torch(spec):
     # Whole DeepSeek-V2 on meta takes ~10^4 modules; check a dense layer, an MoE layer
     # and the attention exactly, and the total against the paper's 236B.
-    dense = formulas.param_counts(spec).per_layer
+    dense = param_counts(spec).per_layer
     assert dense == ref.count(ref.build_one_layer(spec))
-    assert sum(formulas.attention_params(spec).values()) == ref.attention_params(spec)
+    assert sum(attention_params(spec).values()) == ref.attention_params(spec)
     with torch.device("meta"):
         moe_layer = ref.Block(spec, spec.moe.dense_layers)
-    p = formulas.param_counts(spec)
-    per_moe_layer = (sum(formulas.attention_params(spec).values()) + 2 * spec.d_model
+    p = param_counts(spec)
+    per_moe_layer = (sum(attention_params(spec).values()) + 2 * spec.d_model
                      + p.breakdown["moe/router"] // spec.moe_layers
                      + p.breakdown["moe/experts"] // spec.moe_layers
                      + p.breakdown["moe/shared_experts"] // spec.moe_layers)
@@ -169,19 +172,19 @@ def test_mla_moe_param_count_per_layer_equals_torch(spec):
 
 def test_published_counts():
     # Llama-2-7B: 6,738,415,616 parameters (sum of the HF checkpoint's tensors).
-    assert formulas.param_counts(LLAMA2_7B).total == 6_738_415_616
+    assert param_counts(LLAMA2_7B).total == 6_738_415_616
     # Mistral-7B-v0.1: 7,241,732,096.
-    assert formulas.param_counts(MISTRAL).total == 7_241_732_096
+    assert param_counts(MISTRAL).total == 7_241_732_096
     # Mixtral-8x7B: 46,702,792,704 total, about 12.9B active (Mixtral paper: 47B / 13B).
-    mix = formulas.param_counts(MIXTRAL)
+    mix = param_counts(MIXTRAL)
     assert mix.total == 46_702_792_704
     assert abs(mix.active - 12.9e9) / 12.9e9 < 0.01
     # GPT-3: "175.0B" in Table 2.1.
-    assert abs(formulas.param_counts(GPT3).total - 175.0e9) / 175.0e9 < 0.005
+    assert abs(param_counts(GPT3).total - 175.0e9) / 175.0e9 < 0.005
 
 
 def test_gqa_shrinks_only_k_and_v():
-    mha, gqa = formulas.param_counts(LLAMA2_7B), formulas.param_counts(LLAMA2_7B.with_kv_heads(8))
+    mha, gqa = param_counts(LLAMA2_7B), param_counts(LLAMA2_7B.with_kv_heads(8))
     # k and v each lose 4096 x (32 - 8) x 128 weights per layer.
     assert mha.total - gqa.total == 32 * 2 * 4096 * 24 * 128
     assert mha.breakdown["attention/q"] == gqa.breakdown["attention/q"]
@@ -190,7 +193,7 @@ def test_gqa_shrinks_only_k_and_v():
 # --- decode step ----------------------------------------------------------------
 def test_decode_step_llama2_7b_by_hand():
     b, n = 4, 1000
-    cost = formulas.decode_step(LLAMA2_7B, n, b, "bf16", "bf16", "bf16")
+    cost = decode_step(LLAMA2_7B, n, b, "bf16", "bf16", "bf16")
     d, ff, v, L = 4096, 11008, 32000, 32
     matmul_params = L * (4 * d * d + 3 * d * ff) + v * d  # per token; lm_head included
     attn = L * 2 * 32 * n * (128 + 128)
@@ -205,7 +208,7 @@ def test_decode_step_llama2_7b_by_hand():
 
 def test_attention_step_intensity_is_about_group_size():
     for kv in (32, 8, 1):
-        c = formulas.attention_step(8, 4096, 32, kv, 128, "bf16")
+        c = attention_step(8, 4096, 32, kv, 128, "bf16")
         assert c.kv_bytes == 8 * 4096 * kv * 2 * 128 * 2
         assert c.flops == 2 * 8 * 32 * 4096 * 256
         # 2 x g FLOPs per 2-byte element: about g FLOP/byte.
@@ -223,8 +226,8 @@ def test_prefill_attention_positions_causal_and_windowed():
 
 
 def test_moe_reads_only_touched_experts():
-    one = formulas.decode_step(MIXTRAL, 128, 1)
-    many = formulas.decode_step(MIXTRAL, 128, 64)
+    one = decode_step(MIXTRAL, 128, 1)
+    many = decode_step(MIXTRAL, 128, 64)
     expert = 3 * 4096 * 14336 * 2  # bytes of one expert in bf16
     assert one.experts_read_per_layer == 2 and many.experts_read_per_layer == 8
     diff = many.bytes_breakdown["weights"] - one.bytes_breakdown["weights"]
@@ -234,23 +237,23 @@ def test_moe_reads_only_touched_experts():
 # --- Shazeer's ratio ------------------------------------------------------------
 def test_shazeer_incremental_terms_and_mqa_cut():
     b, n, d, h, k = 1, 2048, 4096, 32, 128
-    mha = formulas.shazeer_ratio("incremental", b, n, d, h, h, k)
-    mqa = formulas.shazeer_ratio("incremental", b, n, d, h, 1, k)
+    mha = shazeer_ratio("incremental", b, n, d, h, h, k)
+    mqa = shazeer_ratio("incremental", b, n, d, h, 1, k)
     assert mha.terms == {"1/d": 1 / d, "n*g/(d*h)": n / d, "1/b": 1.0}
     assert mqa.terms["n*g/(d*h)"] == n / (d * h)
     assert mqa.ratio < mha.ratio
     # Long context, big batch: the K/V reload term dominates MHA but not MQA.
-    big = formulas.shazeer_ratio("incremental", 256, 32768, d, h, h, k)
+    big = shazeer_ratio("incremental", 256, 32768, d, h, h, k)
     assert big.dominant_term == "n*g/(d*h)"
-    big_mqa = formulas.shazeer_ratio("incremental", 256, 32768, d, h, 1, k)
+    big_mqa = shazeer_ratio("incremental", 256, 32768, d, h, 1, k)
     assert big.terms["n*g/(d*h)"] == h * big_mqa.terms["n*g/(d*h)"] == 8.0
     # Short context, batch 1: reloading the weights (1/b) dominates either way.
-    assert formulas.shazeer_ratio("incremental", 1, 512, d, h, 1, k).dominant_term == "1/b"
+    assert shazeer_ratio("incremental", 1, 512, d, h, 1, k).dominant_term == "1/b"
 
 
 def test_shazeer_batched_counts_small_case_by_hand():
     # b=1, n=2, d=4, h=2, g=2, k=v=2: write each tensor out.
-    r = formulas.shazeer_ratio("batched", 1, 2, 4, 2, 2, 2)
+    r = shazeer_ratio("batched", 1, 2, 4, 2, 2, 2)
     memory = (3 * 1 * 2 * 4            # X, M, Y
               + 4 * 2 * 4 + 4 * 2 * 4  # P_q, P_o (d h k) and P_k, P_v (d g k)
               + 2 * 1 * 2 * 2 * 2      # Q, O
@@ -281,8 +284,8 @@ kv_dtypes = st.sampled_from(["fp32", "bf16", "fp8", "int4"])
 
 @given(specs(), st.integers(1, 1 << 20), st.integers(1, 512), kv_dtypes)
 def test_gqa_cache_is_mha_cache_times_kv_over_heads(spec, n, b, kdt):
-    mha = formulas.kv_cache(spec.with_kv_heads(spec.heads), n, b, kdt).bytes
-    gqa = formulas.kv_cache(spec, n, b, kdt).bytes
+    mha = kv_cache(spec.with_kv_heads(spec.heads), n, b, kdt).bytes
+    gqa = kv_cache(spec, n, b, kdt).bytes
     assert gqa * spec.heads == mha * spec.kv_heads
 
 
@@ -291,8 +294,8 @@ def test_gqa_cache_is_mha_cache_times_kv_over_heads(spec, n, b, kdt):
 def test_tp_totals_at_least_single_device(spec, n, b, kdt, tp):
     if spec.heads % tp or (spec.kv_heads % tp and tp % spec.kv_heads):
         return
-    single = formulas.kv_cache(spec, n, b, kdt)
-    split = formulas.kv_cache(spec, n, b, kdt, tp=tp)
+    single = kv_cache(spec, n, b, kdt)
+    split = kv_cache(spec, n, b, kdt, tp=tp)
     assert split.bytes_all_devices >= single.bytes
     assert split.bytes_per_device * tp == split.bytes_all_devices
     assert split.bytes_per_device <= single.bytes
@@ -300,12 +303,12 @@ def test_tp_totals_at_least_single_device(spec, n, b, kdt, tp):
 
 @given(specs(), st.integers(1, 1 << 18), st.integers(1, 256), kv_dtypes)
 def test_monotone_in_seq_len_and_batch(spec, n, b, kdt):
-    base = formulas.decode_step(spec, n, b, kv_dtype=kdt)
-    longer = formulas.decode_step(spec, n + 1, b, kv_dtype=kdt)
-    wider = formulas.decode_step(spec, n, b + 1, kv_dtype=kdt)
+    base = decode_step(spec, n, b, kv_dtype=kdt)
+    longer = decode_step(spec, n + 1, b, kv_dtype=kdt)
+    wider = decode_step(spec, n, b + 1, kv_dtype=kdt)
     assert longer.bytes >= base.bytes and longer.flops >= base.flops
     assert wider.bytes > base.bytes and wider.flops > base.flops
-    c0, c1 = formulas.kv_cache(spec, n, b, kdt), formulas.kv_cache(spec, n + 1, b, kdt)
+    c0, c1 = kv_cache(spec, n, b, kdt), kv_cache(spec, n + 1, b, kdt)
     assert c0.bytes <= c1.bytes and c0.bytes <= c0.bytes_full
 
 
@@ -314,14 +317,14 @@ def test_monotone_in_seq_len_and_batch(spec, n, b, kdt):
 def test_params_match_torch_for_random_specs(spec):
     if spec.layers * spec.d_model * spec.d_ff > 3e10:  # keep module construction quick
         spec = spec.replace(layers=2)
-    assert formulas.param_counts(spec).total == ref.count(ref.build(spec))
+    assert param_counts(spec).total == ref.count(ref.build(spec))
 
 
 def test_bad_sizes_are_named():
     with pytest.raises(KvcalcError, match="seq_len"):
-        formulas.kv_cache(LLAMA2_7B, 0)
+        kv_cache(LLAMA2_7B, 0)
     with pytest.raises(KvcalcError, match="absurdly large"):
-        formulas.kv_cache(LLAMA2_7B, 10**15)
+        kv_cache(LLAMA2_7B, 10**15)
     with pytest.raises(KvcalcError, match="divisible"):
         LLAMA2_7B.with_kv_heads(3)
     with pytest.raises(KvcalcError, match="unknown dtype"):
@@ -330,7 +333,7 @@ def test_bad_sizes_are_named():
 
 
 def test_fit_counts_the_encoder_cache_it_is_given():
-    from kvcalc.roofline import fit
+    from kvcalc.capacity.fit import fit
     from kvcalc.spec import Hardware
 
     hw = Hardware(name="toy", memory_bytes=10**12, memory_bandwidth_bytes_per_s=10**12,
@@ -353,14 +356,14 @@ def _h100():
 
 
 def test_llama3_70b_total_is_published():
-    assert formulas.param_counts(LLAMA3_70B).total == 70_553_706_496
+    assert param_counts(LLAMA3_70B).total == 70_553_706_496
 
 
 def test_decode_roofline_llama3_70b_tp4_by_hand():
     from kvcalc.roofline import decode_roofline
 
     P, b, n, tp = 70_553_706_496, 16, 8192, 4
-    cost = formulas.decode_step(LLAMA3_70B, n, b, tp=tp)
+    cost = decode_step(LLAMA3_70B, n, b, tp=tp)
     read = P - 128256 * 8192 + b * 8192  # the untied input table: only the batch's rows
     weights_dev = 2 * read // tp  # every part divides by 4 here
     kv_dev = b * n * 80 * 2 * (8 // tp) * 128 * 2
@@ -375,7 +378,7 @@ def test_decode_roofline_llama3_70b_tp4_by_hand():
 
 
 def test_fit_llama3_70b_tp4_by_hand():
-    from kvcalc.roofline import fit
+    from kvcalc.capacity.fit import fit
 
     f = fit(LLAMA3_70B, _h100(), 8192, 1, tp=4)
     weights_dev = 2 * 70_553_706_496 // 4
@@ -387,7 +390,7 @@ def test_fit_llama3_70b_tp4_by_hand():
 
 
 def test_kv_projection_weights_replicate_with_their_heads():
-    from kvcalc.roofline import fit
+    from kvcalc.capacity.fit import fit
 
     kv_proj = 80 * 2 * 8192 * 8 * 128  # k and v weights, all layers
     other = 70_553_706_496 - kv_proj
@@ -397,7 +400,7 @@ def test_kv_projection_weights_replicate_with_their_heads():
 
 
 def test_fit_with_alternating_windows_closed_form():
-    from kvcalc.roofline import fit
+    from kvcalc.capacity.fit import fit
     from kvcalc.spec import Hardware
 
     hw = Hardware(name="toy", memory_bytes=40 * 10**9, memory_bandwidth_bytes_per_s=10**12,
@@ -410,8 +413,8 @@ def test_fit_with_alternating_windows_closed_form():
     # Past the window: 21 global layers hold L tokens, 21 local ones 4096, for 4 sequences.
     expected = (free // (4 * per_layer) - 21 * 4096) // 21
     assert f.max_seq_len == expected
-    assert formulas.kv_cache(GEMMA2_9B, expected, 4).bytes <= free
-    assert formulas.kv_cache(GEMMA2_9B, expected + 1, 4).bytes > free
+    assert kv_cache(GEMMA2_9B, expected, 4).bytes <= free
+    assert kv_cache(GEMMA2_9B, expected + 1, 4).bytes > free
 
 
 def test_prefill_attention_terms_by_second_difference():
@@ -422,14 +425,14 @@ def test_prefill_attention_terms_by_second_difference():
                            v_head_dim=128, q_lora_rank=1536),
                    moe=MoE(experts=256, active=8, expert_d_ff=2048, shared_experts=1,
                            dense_layers=3, router_bias=True))
-    f = formulas.prefill_flops
+    f = prefill_flops
     # MLA prefill decompresses K and V: 2 x heads x (nope + rope + v) per attended position.
     assert f(v3, 3) - 2 * f(v3, 2) + f(v3, 1) == 61 * 2 * 128 * (128 + 64 + 128)
     assert f(LLAMA2_7B, 3) - 2 * f(LLAMA2_7B, 2) + f(LLAMA2_7B, 1) == 32 * 2 * 32 * 256
 
 
 def test_t5_prefill_counts_encoder_and_cross_attention():
-    f = formulas.prefill_flops
+    f = prefill_flops
     d, h, k, ff, L = 1024, 128, 128, 65536, 24
     # One more encoder token: the encoder's matmuls for it, its bidirectional attention
     # (linear part), and the cross K/V projections in every decoder layer.

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.xdist_group("transformers-truth")
 
 import hf_truth  # noqa: E402  (tests/ is on sys.path)
 
-from kvcalc.formulas import param_counts  # noqa: E402
+from kvcalc.formulas.params import param_counts  # noqa: E402
 from kvcalc.hfconfig import spec_from_hf_config, spec_from_hf_config_file  # noqa: E402
 from kvcalc.presets import presets_dir  # noqa: E402
 from kvcalc.dtypes import dtype

@@ -176,7 +176,7 @@ def test_name_of_a_config_json_in_a_model_directory(tmp_path):
 
 
 def test_mla_cache_is_the_latent_plus_rope_key():
-    from kvcalc.formulas import kv_bytes_per_token_per_layer
+    from kvcalc.formulas.cache import kv_bytes_per_token_per_layer
 
     s = spec("deepseek-ai__DeepSeek-V2")
     assert s.mla.kv_lora_rank + s.mla.qk_rope_head_dim == 576
@@ -244,7 +244,7 @@ def test_every_data_file_has_a_published_count():
 
 @pytest.mark.parametrize("stem", sorted(PUBLISHED))
 def test_param_count_matches_published(stem):
-    from kvcalc.formulas import param_counts
+    from kvcalc.formulas.params import param_counts
 
     published, exact, where = PUBLISHED[stem]
     total = param_counts(spec(stem)).total
@@ -256,7 +256,7 @@ def test_param_count_matches_published(stem):
 
 def test_falcon_40b_count_by_hand():
     """Falcon-40B from FalconForCausalLM's module shapes, independent of formulas.py."""
-    from kvcalc.formulas import param_counts
+    from kvcalc.formulas.params import param_counts
 
     d, v, L, hd, heads, kv = 8192, 65024, 60, 64, 128, 8
     qkv = d * (heads + 2 * kv) * hd  # query_key_value, bias=False
@@ -269,7 +269,7 @@ def test_falcon_40b_count_by_hand():
 
 
 def test_mixtral_active_params_match_published():
-    from kvcalc.formulas import param_counts
+    from kvcalc.formulas.params import param_counts
 
     # Mistral AI, "Mixtral of experts" (2023-12-11): 46.7B total, 12.9B used per token.
     active = param_counts(spec("mistralai__Mixtral-8x7B-v0.1")).active

@@ -12,7 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")  # the `measure` extra; CI installs it, so these run
 
 from kvcalc.errors import KvcalcError  # noqa: E402
-from kvcalc.formulas import attention_params, attention_step, decode_step  # noqa: E402
+from kvcalc.formulas.attention import attention_step  # noqa: E402
+from kvcalc.formulas.params import attention_params  # noqa: E402
+from kvcalc.formulas.step import decode_step  # noqa: E402
 from kvcalc.measure import MeasureConfig, require_torch, run  # noqa: E402
 from kvcalc.measure import ceilings, impls, runner, timing  # noqa: E402
 from kvcalc.measure.predict import attention_prediction, block_spec, layer_prediction  # noqa: E402

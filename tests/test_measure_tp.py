@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kvcalc.errors import KvcalcError  # noqa: E402
-from kvcalc.formulas import kv_cache  # noqa: E402
+from kvcalc.formulas.cache import kv_cache  # noqa: E402
 from kvcalc.measure import MeasureConfig, run  # noqa: E402
 from kvcalc.measure import tp as tp_mod  # noqa: E402
 from kvcalc.measure.predict import block_spec  # noqa: E402

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kvcalc import formulas
 from kvcalc.errors import KvcalcError
+from kvcalc.formulas.cache import kv_cache
+from kvcalc.formulas.params import param_counts
 from kvcalc.presets import (
     hardware_from_mapping,
     hardware_from_yaml_file,
@@ -117,7 +118,7 @@ def test_loading_is_case_insensitive_and_cached() -> None:
 @pytest.mark.parametrize("name", model_names())
 def test_param_count_matches_published(name: str) -> None:
     spec = load_model(name)
-    total = formulas.param_counts(spec).total
+    total = param_counts(spec).total
     miss = abs(total / spec.published_params - 1)
     if name in PARAM_COUNT_EXCEPTIONS:
         # A known, explained convention gap (see the preset's notes and the README), still small.
@@ -140,7 +141,7 @@ def test_param_count_matches_published(name: str) -> None:
 def test_param_count_exceptions_are_real_and_explained() -> None:
     for name in PARAM_COUNT_EXCEPTIONS:
         spec = load_model(name)
-        miss = abs(formulas.param_counts(spec).total / spec.published_params - 1)
+        miss = abs(param_counts(spec).total / spec.published_params - 1)
         assert miss > TOLERANCE, f"{name} is within tolerance; drop it from the exceptions"
 
 
@@ -150,7 +151,7 @@ def test_falcon_checkpoint_total_is_the_count_plus_a_second_embedding(name, chec
     # vLLM PR #3590: Falcon checkpoints store lm_head.weight although it is tied, so the
     # Hub's tensor total is the model's unique parameters plus one more vocab x d_model.
     spec = load_model(name)
-    total = formulas.param_counts(spec).total
+    total = param_counts(spec).total
     assert total + spec.vocab * spec.d_model == spec.published_params == checkpoint_total
 
 
@@ -187,13 +188,13 @@ def test_gpt3_kv_cache_by_hand() -> None:
     tokens, fp16_bytes = 2048, 2
     by_hand = 2 * spec.layers * spec.kv_heads * spec.head_dim * tokens * fp16_bytes
     assert by_hand == 2 * 96 * 96 * 128 * 2048 * 2 == 9_663_676_416
-    assert formulas.kv_cache(spec, tokens, batch=1, kv_dtype="fp16").bytes == by_hand
+    assert kv_cache(spec, tokens, batch=1, kv_dtype="fp16").bytes == by_hand
 
 
 def test_mla_cache_is_the_latent_plus_the_rope_key() -> None:
     # DeepSeek-V2 paper, Table 1: (d_c + d_h^R) = 512 + 64 values per token and layer.
     spec = load_model("deepseek-v2")
-    per_layer = formulas.kv_cache(spec, 1, kv_dtype="bf16").bytes_per_token_per_layer
+    per_layer = kv_cache(spec, 1, kv_dtype="bf16").bytes_per_token_per_layer
     assert per_layer == (512 + 64) * 2
 
 
@@ -464,7 +465,7 @@ def test_qwen3_next_published_total_is_the_model_plus_one_mtp_layer() -> None:
     moe = 512 * 2048 + 513 * 3 * 2048 * 512 + 2048
     mtp = 4096 * 2048 + 3 * 2048 + attention + moe + 2 * 2048
     spec = load_model("qwen3-next-80b-a3b")
-    assert formulas.param_counts(spec).total + mtp == spec.published_params
+    assert param_counts(spec).total + mtp == spec.published_params
 
 
 def test_quantized_presets_weigh_what_their_checkpoints_store() -> None:
@@ -475,7 +476,7 @@ def test_quantized_presets_weigh_what_their_checkpoints_store() -> None:
     assert estimate(load_model("gpt-oss-20b"), 1024).weight_bytes == 13_761_264_768
     assert estimate(load_model("gpt-oss-120b"), 1024).weight_bytes == 65_248_815_744
     dense = estimate(load_model("gpt-oss-20b"), 1024, weight_dtype="bf16")
-    assert dense.weight_bytes == 2 * formulas.param_counts(load_model("gpt-oss-20b")).total
+    assert dense.weight_bytes == 2 * param_counts(load_model("gpt-oss-20b")).total
 
 
 def test_an_installed_wheels_index_is_its_presets():

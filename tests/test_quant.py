@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kvcalc import formulas
 from kvcalc.errors import KvcalcError
+from kvcalc.formulas.params import param_counts, weight_params_per_device
 from kvcalc.hfconfig import spec_from_hf_config, spec_from_hf_config_file
 from kvcalc.presets import presets_dir
 from kvcalc.quant import (Quantization, adhoc, quantization_from_hf, quantization_of,
@@ -44,7 +44,7 @@ def _fp8_block() -> Quantization:
 def test_unquantized_is_param_counts_times_dtype(path):
     spec = spec_from_hf_config_file(path)
     w = weight_bytes(spec, None, "bf16")
-    expected = {k: 2 * n for k, n in formulas.param_counts(spec).breakdown.items()}
+    expected = {k: 2 * n for k, n in param_counts(spec).breakdown.items()}
     got = {k: b for k, b in w.breakdown.items() if k != "buffers"}
     assert got == expected
     assert weight_bytes_per_device(spec, None, 1) == w.total
@@ -67,7 +67,7 @@ def test_gpt_oss_mxfp4_equals_index_total_size(stem, total_size):
     w = weight_bytes(spec, q)
     assert w.total == total_size
     # 4.25 bits a routed-expert weight: 4-bit values plus one byte per 32
-    experts = formulas.param_counts(spec).breakdown["moe/experts"]
+    experts = param_counts(spec).breakdown["moe/experts"]
     biases = spec.layers * cfg["num_local_experts"] * (2 * spec.d_ff + spec.d_model)  # gate_up, down
     assert w.parts["values"] * 8 == (experts - biases) * 4
 
@@ -276,7 +276,7 @@ def test_adhoc_int4_group_128_and_choices():
 def test_adhoc_llama_keeps_embeddings_lm_head_and_norms_in_model_dtype():
     spec = spec_from_hf_config_file(PRESETS / "meta-llama__Llama-3.1-8B.json")
     w = weight_bytes(spec, adhoc("int4", 128))
-    c = formulas.param_counts(spec).breakdown
+    c = param_counts(spec).breakdown
     for key in ("embedding", "lm_head", "norms"):
         assert w.breakdown[key] == 2 * c[key]
     # every decoder matrix: 4.25 bits (values) + 16/128 (scales) + 4/128 (zeros)
@@ -291,7 +291,7 @@ def test_not_converted_patterns_follow_transformers():
     plain = weight_bytes(spec, quantization_from_hf({"quantization_config": base}))
     skip = weight_bytes(spec, quantization_from_hf({"quantization_config": {
         **base, "modules_to_not_convert": ["down_proj"]}}))
-    c = formulas.param_counts(spec).breakdown
+    c = param_counts(spec).breakdown
     down = c["mlp"] // 3
     assert skip.breakdown["mlp"] - plain.breakdown["mlp"] > down  # down_proj back to bf16
     assert skip.breakdown["attention/q"] == plain.breakdown["attention/q"]
@@ -321,8 +321,8 @@ def test_per_device_splits_and_replicates_kv():
     # tp 16 > 8 kv heads: each device holds one whole K/V head (replicated twice)
     assert weight_bytes_per_device(spec, q, 16) == -(-(w.total - kv) // 16) + kv // 8
     # unquantized: the same split as formulas.weight_params_per_device, in bytes
-    counts = formulas.param_counts(spec)
-    assert weight_bytes_per_device(spec, None, 16) == 2 * formulas.weight_params_per_device(
+    counts = param_counts(spec)
+    assert weight_bytes_per_device(spec, None, 16) == 2 * weight_params_per_device(
         spec, counts.total, 16, counts)
 
 

@@ -292,7 +292,8 @@ def _slo(est, ttft_ms, tpot_ms, prompt_len, mfu, bandwidth_efficiency, group_siz
 
 def _engine_capacity(est, max_model_len, utilization, tp, pp, block_size, batched, seqs,
                      enforce_eager, vllm_version, kv_dtype, weight_dtype, group_size):
-    from kvcalc.capacity import EngineSettings, parse_version, serving_capacity
+    from kvcalc.capacity.engine import EngineSettings, parse_version
+    from kvcalc.capacity.serving import serving_capacity
 
     spec = est.spec
     version = vllm_version or "0.33"

@@ -1,4 +1,4 @@
-"""What `kvcalc measure` predicts for the steps it times: bytes and FLOPs, from formulas.py.
+"""What `kvcalc measure` predicts for the steps it times: bytes and FLOPs, from kvcalc.formulas.
 
 Pure integer math, no torch. Two steps:
 
@@ -19,13 +19,11 @@ from dataclasses import field
 
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.formulas import (
-    layer_matmuls,
-    attention_params,
-    attention_step,
-    kv_bytes_per_token_per_layer,
-)
 from kvcalc.dtypes import DType, dtype as _dtype
+from kvcalc.formulas.attention import attention_step
+from kvcalc.formulas.cache import kv_bytes_per_token_per_layer
+from kvcalc.formulas.params import attention_params
+from kvcalc.formulas.step import layer_matmuls
 from kvcalc.spec import ModelSpec
 
 STEPS = ("attention", "layer")

@@ -3,7 +3,7 @@
 Order of work, so that nothing big is allocated before the memory guard passed:
 1. resolve the device, dtype and sizes (device defaults where the user gave none);
 2. plan every (step, kv_heads) group: predicted bytes and FLOPs (predict.py, i.e.
-   formulas.py), how many distinct caches defeat L2, and the bytes it will hold;
+   kvcalc.formulas), how many distinct caches defeat L2, and the bytes it will hold;
 3. refuse (KvcalcError, with a smaller setting that fits) if the largest group
    does not fit in the free memory;
 4. measure the ceilings (copy, read, matmul) on this device;
@@ -22,7 +22,7 @@ import torch
 
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.formulas import kv_bytes_per_token_per_layer
+from kvcalc.formulas.cache import kv_bytes_per_token_per_layer
 from kvcalc.measure import ceilings as ceil_mod
 from kvcalc.measure import impls
 from kvcalc.measure.config import ALL_IMPLS, AUTO_CANDIDATES, DEFAULTS, MeasureConfig, MeasureResult, Progress

@@ -187,7 +187,7 @@ def _rank_work(rank: int, tp: int, device, backend: str, job: dict) -> dict:
     import torch
     import torch.distributed as dist
 
-    from kvcalc.formulas import kv_cache, kv_heads_per_device
+    from kvcalc.formulas.cache import kv_cache, kv_heads_per_device
     from kvcalc.measure import ceilings as ceil_mod
     from kvcalc.measure import impls
     from kvcalc.measure import terms as terms_mod
@@ -399,7 +399,7 @@ def run_tp(config, progress=None):
     Returns a MeasureResult; under torchrun, ranks other than 0 return None."""
     import torch
 
-    from kvcalc.formulas import kv_heads_per_device
+    from kvcalc.formulas.cache import kv_heads_per_device
     from kvcalc.measure import ceilings as ceil_mod
     from kvcalc.measure import terms as terms_mod
     from kvcalc.measure.config import DEFAULTS, MeasureResult

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from kvcalc import formulas
 from kvcalc._record import record
 from kvcalc.dtypes import (
     MAX_BATCH,
@@ -26,7 +25,9 @@ from kvcalc.dtypes import (
 )
 from kvcalc.errors import KvcalcError
 from kvcalc.estimate import stored_weights, weights_as
-from kvcalc.roofline import fit as roofline_fit
+from kvcalc.capacity.fit import fit as plain_fit
+from kvcalc.formulas.cache import kv_cache, kv_heads_per_device
+from kvcalc.formulas.params import param_counts
 from kvcalc.spec import Hardware, ModelSpec
 from kvcalc.sweep.grammar import Spec, parse_names, parse_spec
 
@@ -62,7 +63,7 @@ class Combo:
     scale_bytes: int = 0
     encoder_seq_len: int | None = None
     free_bytes: int | None = None  # device memory after this combination's weights
-    stored: object = None  # formulas.StoredWeights: quantized weights as stored
+    stored: object = None  # kvcalc.formulas.step.StoredWeights: quantized weights as stored
 
     @property
     def kv_heads(self) -> int:
@@ -106,10 +107,10 @@ class SweepPlan:
 def _combo(spec: ModelSpec, kdt: DType, wdt: DType, tp: int, hw: Hardware | None,
            scale_bytes: int, encoder_seq_len: int | None, memory_fraction,
            reserve_bytes: int, quantization=None) -> Combo:
-    formulas.kv_heads_per_device(spec, tp)  # raises on a bad tp
+    kv_heads_per_device(spec, tp)  # raises on a bad tp
     stored = stored_weights(spec, quantization, tp)
-    params = formulas.param_counts(spec)
-    cache = formulas.kv_cache(spec, 1, 1, kdt, tp, scale_bytes, encoder_seq_len)
+    params = param_counts(spec)
+    cache = kv_cache(spec, 1, 1, kdt, tp, scale_bytes, encoder_seq_len)
     constants = {
         "model": spec.name, "attention": spec.attention_kind, "layers": spec.layers,
         "heads": spec.heads, "kv_heads": spec.kv_heads, "head_dim": spec.head_dim,
@@ -120,9 +121,9 @@ def _combo(spec: ModelSpec, kdt: DType, wdt: DType, tp: int, hw: Hardware | None
     }
     free = None
     if hw is not None:
-        free = roofline_fit(spec, hw, 1, 1, wdt, kdt, tp, scale_bytes, memory_fraction,
-                            reserve_bytes, None, stored.per_device if stored else None
-                            ).free_for_kv_bytes
+        free = plain_fit(spec, hw, 1, 1, wdt, kdt, tp, scale_bytes, memory_fraction,
+                         reserve_bytes, None, stored.per_device if stored else None
+                         ).free_for_kv_bytes
         constants["gpu"] = hw.name
         constants["free_for_kv_bytes_per_device"] = free
     return Combo(spec=spec, kv_dtype=kdt, weight_dtype=wdt, tp=tp, constants=constants,
@@ -214,7 +215,7 @@ def plan_sweep(
             continue
         for t in tps:
             try:
-                formulas.kv_heads_per_device(spec_g, t)
+                kv_heads_per_device(spec_g, t)
             except KvcalcError as e:
                 if not skip_invalid:
                     raise KvcalcError(f"kv_heads={g}, tp={t}: {e} (--skip-invalid leaves such "

@@ -1,0 +1,33 @@
+"""Serving capacity: what fits on a device, plainly and as vLLM counts it.
+
+Serving policy apart from physics. `formulas` says how many bytes a token costs in
+each layer (`cache_groups`) and how many weights a device holds; this package says
+what fits after them, one question per module:
+
+- `fit`: the plain floor: weights, then the KV cache, under a memory fraction and
+  a reserve (largest batch, longest context);
+- `engine`: the flags that decide vLLM's capacity (`EngineSettings`) and the
+  defaults each release fills in;
+- `memory`: what the engine sets aside before the cache: weights per pipeline
+  stage, the profile run's activation and sampler peaks, non-torch memory, CUDA
+  graphs (modelled, with the constants calibrated on public logs);
+- `blocks`: pages, KV cache groups, blocks one request needs;
+- `serving`: the whole start-up computation (`serving_capacity`): the budget, the
+  blocks, the reported tokens and concurrency, and the refusal.
+
+Which vLLM this follows
+-----------------------
+The default is the V1 engine of vLLM 0.33 (`vllm_version="0.33"`), as read in the
+Python source of the wheels (kvcalc's ../shared/reference/serving-capacity.md gives
+the file and function of each fact, with the version it was read in); the block and
+concurrency arithmetic was checked again in vllm-project/vllm at commit
+001cabc1be16a59a70d720ed61a13b678c060a18 (`vllm/v1/core/kv_cache_utils.py`,
+`get_max_concurrency_for_kv_cache_config`: blocks per request summed over groups,
+concurrency = num_blocks / that sum). Older engines are selected by `vllm_version`
+and `engine` because the public logs kvcalc is tested against span 0.6.4 to 0.11;
+every branch names the versions it stands for. Each module lists the facts it
+follows (quoted, not copied code).
+
+Everything is exact integer arithmetic on bytes (utilization is read as a decimal
+fraction); functions are pure; inputs and results are frozen dataclasses.
+"""

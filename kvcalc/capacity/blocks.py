@@ -1,0 +1,173 @@
+"""Pages, KV cache groups and blocks: how vLLM cuts the cache memory it has into blocks,
+and what one request needs of them.
+
+Facts (quoted, not copied code; see the package docstring for the versions read):
+
+* page = block_size x per-token bytes of one layer (`AttentionSpec.page_size_bytes`);
+  MLA keeps one latent per token; KV heads per rank max(1, kv_heads // tp).
+* grouping (`get_kv_cache_groups`): one group when every layer caches alike;
+  otherwise layers are bucketed by kind, group size = the smallest bucket (the
+  largest if largest < 1.5 x smallest), each bucket cut into groups of that size,
+  padded. Blocks: num_blocks = available // max over groups of the group's summed
+  pages; every worker is cut to the minimum over workers.
+* per-request need (`max_memory_usage_bytes`): full/MLA: cdiv(len, block) pages;
+  sliding: cdiv(min(window - 1 + in_flight, len), block) + 1; chunked local:
+  cdiv(min(chunk + in_flight, len), block); state (mamba): one page (1 + speculative
+  blocks); in_flight = max_num_batched_tokens x (2 with async scheduling, 0.27+,
+  PP = 1; else 1).
+* the largest length that fits (`estimate_max_model_len`): a binary search over one
+  request's bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kvcalc._record import record
+from kvcalc.errors import KvcalcError
+from kvcalc.dtypes import MAX_SEQ_LEN
+from kvcalc.formulas.cache import CacheGroup
+
+__all__ = ["KINDS", "GroupPlan", "align_block_size", "blocks_per_request", "groups_on_stage",
+           "kv_cache_groups", "largest_fitting_len", "pad_state_pages", "page_size_bytes",
+           "request_bytes"]
+
+# The cache group kinds this arithmetic models.
+KINDS = ("full", "sliding", "chunked", "mla", "state", "cross")
+
+
+def page_size_bytes(group: CacheGroup, block_size: int) -> int:
+    """Bytes of one block of one layer: block_size tokens, or the state (mamba) page."""
+    if group.kind == "state":
+        return group.state_bytes
+    return block_size * group.token_bytes
+
+
+def blocks_per_request(group: CacheGroup, block_size: int, max_model_len: int,
+                       in_flight: int, encoder_len: int | None = None) -> int:
+    """Blocks one layer of `group` needs for one request at max_model_len (vLLM's
+    max_memory_usage_bytes over the page size)."""
+    b = block_size
+    if group.kind in ("full", "mla"):
+        return -(-max_model_len // b)
+    if group.kind == "sliding":
+        return -(-min(group.window - 1 + in_flight, max_model_len) // b) + 1
+    if group.kind == "chunked":
+        return -(-min(group.window + in_flight, max_model_len) // b)
+    if group.kind == "state":
+        return 1
+    if group.kind == "cross":
+        return -(-(encoder_len or max_model_len) // b)
+    raise KvcalcError(f"unknown cache group kind {group.kind!r}")
+
+
+@record
+class GroupPlan:
+    """One of vLLM's KV cache groups: `layers` layers (of `slots`, padding counted) of one kind."""
+
+    kind: str
+    window: int
+    layers: int  # real layers
+    slots: int  # group size (real layers + padding)
+    page_bytes: int  # one layer's page
+    blocks_per_request: int  # blocks of this group one max_model_len request needs
+
+
+def kv_cache_groups(groups: tuple[CacheGroup, ...], block_size: int, max_model_len: int,
+                    in_flight: int, encoder_len: int | None = None) -> tuple[GroupPlan, ...]:
+    """vLLM's grouping (get_kv_cache_groups): one group when every layer caches alike,
+    else buckets by kind cut into groups of the smallest bucket's size (the largest's
+    when largest < 1.5 x smallest), the last group of a bucket padded."""
+    live = [g for g in groups if g.layers > 0]
+    if not live:
+        return ()
+    if len(live) == 1:
+        g = live[0]
+        return (GroupPlan(g.kind, g.window, g.layers, g.layers, page_size_bytes(g, block_size),
+                          blocks_per_request(g, block_size, max_model_len, in_flight,
+                                             encoder_len)),)
+    counts = [g.layers for g in live]
+    lo, hi = min(counts), max(counts)
+    size = hi if hi < 1.5 * lo else lo
+    plans = []
+    for g in live:
+        n_groups = -(-g.layers // size)
+        left = g.layers
+        for _ in range(n_groups):
+            real = min(size, left)
+            left -= real
+            plans.append(GroupPlan(g.kind, g.window, real, size, page_size_bytes(g, block_size),
+                                   blocks_per_request(g, block_size, max_model_len, in_flight,
+                                                      encoder_len)))
+    return tuple(plans)
+
+
+def align_block_size(groups: tuple[CacheGroup, ...], block_size: int | None) -> int:
+    """16, or for state (mamba) hybrids the smallest multiple of 16 whose attention page
+    is at least the state page (vLLM 0.33 `_align_hybrid_block_size`; the state page is
+    then padded to the attention page)."""
+    if block_size is not None:
+        return block_size
+    state = [g.state_bytes for g in groups if g.kind == "state" and g.layers]
+    token = [g.token_bytes for g in groups if g.kind != "state" and g.layers]
+    if not state or not token:
+        return 16
+    per_token = max(token)
+    need = max(state)
+    tokens = -(-need // per_token)
+    return -(-tokens // 16) * 16
+
+
+def pad_state_pages(groups: tuple[CacheGroup, ...], block_size: int) -> tuple[CacheGroup, ...]:
+    """State (mamba) pages padded to the attention page, so one block size fits both."""
+    token = [g.token_bytes for g in groups if g.kind != "state" and g.layers]
+    if not token:
+        return groups
+    attn_page = block_size * max(token)
+    return tuple(dataclasses.replace(g, state_bytes=max(g.state_bytes, attn_page))
+                 if g.kind == "state" else g for g in groups)
+
+
+def groups_on_stage(groups: tuple[CacheGroup, ...], layers: int, stage_layers: int,
+                    stage: int, sizes: tuple[int, ...]) -> tuple[CacheGroup, ...]:
+    """The groups' layers on one stage, splitting each kind in proportion (layer order
+    is not known at this level; exact for uniform models and regular interleaves)."""
+    if len(sizes) == 1:
+        return groups
+    start = sum(sizes[:stage])
+    out = []
+    for g in groups:
+        # layers of this kind among [start, start + stage_layers), spread evenly
+        lo = g.layers * start // layers
+        hi = g.layers * (start + stage_layers) // layers
+        out.append(dataclasses.replace(g, layers=hi - lo))
+    return tuple(out)
+
+
+def request_bytes(plans: tuple[GroupPlan, ...], block: int, length: int, in_flight: int,
+                  encoder_len: int | None) -> int:
+    """Bytes one request at `length` needs on one rank: every real layer's blocks x page."""
+    total = 0
+    for p in plans:
+        g = CacheGroup(p.kind, p.layers, 0, 0, p.window)
+        total += p.layers * p.page_bytes * blocks_per_request(g, block, length, in_flight,
+                                                              encoder_len)
+    return total
+
+
+def largest_fitting_len(plans: tuple[GroupPlan, ...], block: int, avail: int, in_flight: int,
+                        encoder_len: int | None, upper: int) -> int:
+    """The largest length whose one request fits in `avail` (binary search, as vLLM's
+    estimate_max_model_len); at most `upper` when that already fits... or beyond it."""
+    lo, hi = 0, max(upper, 1)
+    while request_bytes(plans, block, hi, in_flight, encoder_len) <= avail and hi < MAX_SEQ_LEN:
+        lo, hi = hi, min(hi * 2, MAX_SEQ_LEN)
+    if request_bytes(plans, block, hi, in_flight, encoder_len) <= avail:
+        return hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if request_bytes(plans, block, mid, in_flight, encoder_len) <= avail:
+            lo = mid
+        else:
+            hi = mid
+    return lo

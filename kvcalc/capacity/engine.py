@@ -1,0 +1,192 @@
+"""The engine flags that decide vLLM's capacity, and the defaults each release fills in.
+
+Facts (quoted, not copied code; see the package docstring for the versions read):
+
+* default batch limits (`EngineArgs.get_batch_defaults`, 0.33; 0.8.5 for 0.8-0.29):
+  see `default_batch_limits`.
+* async scheduling (0.27+, V1, PP = 1) doubles the tokens in flight per request
+  (`async_scheduling_on`; kvcalc.capacity.blocks counts what they hold).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from fractions import Fraction
+
+from kvcalc._record import record
+from kvcalc.errors import KvcalcError
+from kvcalc.dtypes import MAX_SEQ_LEN, check_size, dtype
+from kvcalc.dtypes import weight_dtype as _weight_dtype
+from kvcalc.spec import Hardware
+
+__all__ = ["GiB", "MiB", "EngineSettings", "async_scheduling_on", "default_batch_limits",
+           "device_total_bytes", "parse_version"]
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def parse_version(v: str | tuple[int, ...]) -> tuple[int, int]:
+    """'0.6.4.post1' -> (6, 4); '0.33' -> (33, 0); (0, 11) -> (11, 0). Minor, patch of 0.x."""
+    if isinstance(v, tuple):
+        parts = [int(p) for p in v]
+    else:
+        parts = []
+        for p in str(v).strip().lstrip("v").split("."):
+            digits = "".join(ch for ch in p if ch.isdigit()) if not p.isdigit() else p
+            if not digits:
+                break
+            parts.append(int(digits))
+            if not p.isdigit():
+                break
+    if not parts or parts[0] != 0 or len(parts) < 2:
+        raise KvcalcError(f"vllm_version must look like 0.MINOR[.PATCH], got {v!r}")
+    return (parts[1], parts[2] if len(parts) > 2 else 0)
+
+
+@record
+class EngineSettings:
+    """The engine flags that decide capacity (vLLM's names; None = the engine default).
+
+    `engine`: "v1" (default) or "v0" (the pre-2025 engine: blocks of all layers,
+    driver-only sampler). `vllm_version` picks the era of each rule (see kvcalc.capacity).
+    `weights_bytes`: measured weights per device, overrides kvcalc's count (use it for
+    quantized checkpoints). `kv_cache_memory_bytes`: vLLM's --kv-cache-memory.
+    `usage`: "server" (vllm serve, the default) or "llm" (the LLM class), for defaults.
+    """
+
+    max_model_len: int
+    gpu_memory_utilization: float | str = "0.9"
+    tp: int = 1
+    pp: int = 1
+    block_size: int | None = None  # None: 16 (raised for hybrid state models)
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    kv_dtype: str = "auto"  # "auto": the model dtype
+    mamba_ssm_dtype: str = "auto"  # recurrent-state dtype; "auto": the model dtype (vLLM 0.33)
+    model_dtype: str = "bf16"
+    weight_dtype: str | None = None  # None: as the config stores (else the model dtype);
+    # a dtype: every matrix but embeddings, quantized ones with scales per group_size
+    group_size: int | None = None
+    weights_bytes: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    enforce_eager: bool = False
+    chunked_prefill: bool | None = None  # None: the engine's default
+    async_scheduling: bool | None = None  # None: on for V1 0.27+ with PP = 1
+    engine: str = "v1"
+    vllm_version: str = "0.33"
+    usage: str = "server"
+    num_gpu_blocks_override: int | None = None
+    encoder_len: int | None = None  # cross-attention tokens (encoder-decoder); None: max_model_len
+    # vLLM refuses a max_model_len above the model's own context unless the environment
+    # sets VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; the CLI reads that variable into this flag.
+    allow_long_max_model_len: bool = False
+
+    def __post_init__(self) -> None:
+        check_size("max_model_len", self.max_model_len, MAX_SEQ_LEN)
+        check_size("tp", self.tp, 4096)
+        check_size("pp", self.pp, 4096)
+        for name in ("block_size", "max_num_batched_tokens", "max_num_seqs", "weights_bytes",
+                     "group_size",
+                     "kv_cache_memory_bytes", "num_gpu_blocks_override", "encoder_len"):
+            v = getattr(self, name)
+            if v is not None:
+                check_size(name, v, 1 << 60)
+        if self.engine not in ("v0", "v1"):
+            raise KvcalcError(f"engine must be 'v0' or 'v1', got {self.engine!r}")
+        if self.usage not in ("server", "llm"):
+            raise KvcalcError(f"usage must be 'server' or 'llm', got {self.usage!r}")
+        util = self.utilization
+        if not 0 < util <= 1:
+            raise KvcalcError(f"gpu_memory_utilization must be in (0, 1], got {util}")
+        parse_version(self.vllm_version)
+        dtype(self.model_dtype)
+        for name in ("kv_dtype", "mamba_ssm_dtype"):
+            if getattr(self, name) != "auto":
+                dtype(getattr(self, name))
+        if self.weight_dtype is not None:
+            _weight_dtype(self.weight_dtype)  # a dtype, or awq/gptq
+
+    @property
+    def utilization(self) -> Fraction:
+        """gpu_memory_utilization as an exact fraction ("0.9" -> 9/10, not 0.9000000000000000222)."""
+        u = self.gpu_memory_utilization
+        try:
+            return Fraction(str(u)) if not isinstance(u, Fraction) else u
+        except (ValueError, ZeroDivisionError):
+            raise KvcalcError(f"gpu_memory_utilization must be a number, got {u!r}") from None
+
+    @property
+    def version(self) -> tuple[int, int]:
+        return parse_version(self.vllm_version)
+
+    def replace(self, **changes) -> "EngineSettings":
+        return dataclasses.replace(self, **changes)
+
+
+# --------------------------------------------------------------------------------
+# Defaults the engine picks
+# --------------------------------------------------------------------------------
+def default_batch_limits(hw: Hardware, s: EngineSettings) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) as vLLM fills them in, the user's own first.
+
+    V1 0.30-0.33 (`EngineArgs.get_batch_defaults`, server / LLM class): device total
+    >= 160 GiB: 16384/16384 tokens, 1024 seqs; >= 70 GiB and not A100/GB10:
+    16384 (LLM) / 8192 (server) tokens, 1024 seqs; otherwise 8192 / 2048, 256 seqs.
+    0.8-0.29: the same without the 160 GiB tier and without the A100 exclusion.
+    V1 0.7: 8192 (LLM) / 2048 (server), 256 seqs. Then, chunked prefill off:
+    tokens = max(max_model_len, tokens); finally min(tokens, seqs x max_model_len).
+    V0 (<= 0.10): chunked prefill is on only above 32K context; then 512 tokens
+    before 0.7 and 2048 from 0.7 (the profile peaks of vllm#10517 at 35K and #13061
+    at 128K match these), otherwise one max_model_len batch (>= 2048); 256 seqs.
+    """
+    minor, _ = s.version
+    total = device_total_bytes(hw)
+    chunked = _chunked_prefill(s)
+    if s.engine == "v0":
+        seqs = 256
+        tokens = (512 if minor < 7 else 2048) if chunked else max(s.max_model_len, 2048)
+    else:
+        name = hw.name.lower()
+        big = total >= 70 * GiB
+        if minor >= 30 and ("a100" in name or "gb10" in name or "spark" in name):
+            big = False
+        if minor >= 30 and total >= 160 * GiB:
+            tokens, seqs = 16384, 1024
+        elif minor >= 8 and big:
+            tokens, seqs = (16384 if s.usage == "llm" else 8192), 1024
+        elif minor >= 8:
+            tokens, seqs = (8192 if s.usage == "llm" else 2048), 256
+        else:
+            tokens, seqs = (8192 if s.usage == "llm" else 2048), 256
+        if not chunked:
+            tokens = max(s.max_model_len, tokens)
+    if s.max_num_seqs is not None:
+        seqs = s.max_num_seqs
+    if s.max_num_batched_tokens is not None:
+        tokens = s.max_num_batched_tokens
+    else:
+        tokens = min(tokens, seqs * s.max_model_len)
+    return tokens, seqs
+
+
+def _chunked_prefill(s: EngineSettings) -> bool:
+    if s.chunked_prefill is not None:
+        return s.chunked_prefill
+    if s.engine == "v0":
+        return s.max_model_len > 32768
+    return True
+
+
+def async_scheduling_on(s: EngineSettings) -> bool:
+    """Whether the engine schedules a step while the last one runs (then twice the
+    batched tokens are in flight per request)."""
+    if s.async_scheduling is not None:
+        return s.async_scheduling
+    return s.engine == "v1" and s.version >= (27, 0) and s.pp == 1
+
+
+def device_total_bytes(hw: Hardware) -> int:
+    """Driver-visible bytes (torch.cuda.mem_get_info's total), nominal if the preset lacks it."""
+    v = getattr(hw, "visible_memory_bytes", 0) or 0
+    return v if v > 0 else hw.memory_bytes

@@ -1,0 +1,226 @@
+"""vLLM's start-up arithmetic, whole: the memory budget, what each kind of rank sets
+aside, the blocks the rest makes, the capacity the engine reports, and whether it starts.
+
+Facts (quoted, not copied code; see the package docstring for the versions read):
+
+* budget: `torch.cuda.mem_get_info` total x gpu_memory_utilization; from 0.20
+  `request_memory` rounds it up (ceil). `kv_cache_memory_bytes` (0.11+) replaces
+  the whole computation.
+* available KV memory = budget - weights - activation peak of the profile run -
+  non-torch memory [- CUDA-graph estimate, subtracted from 0.20 unless
+  enforce_eager]. V0 and V1 alike; what "non-torch" covers changed (kvcalc.capacity.memory).
+* reported capacity (0.24+): concurrency = num_blocks / sum over groups of
+  cdiv(need_g, page_g); "GPU KV cache size" = int(concurrency x max_model_len).
+  Up to 0.20 (and V1 0.7-0.20): tokens = num_blocks // groups x block_size. V0:
+  "# GPU blocks", tokens = blocks x block_size, concurrency = tokens / len.
+* refusal: V1 refuses when one max_model_len request needs more bytes than are
+  available (`check_enough_kv_cache_memory`) and names the largest length that
+  fits (`estimate_max_model_len`); V0 refuses when max_model_len exceeds
+  blocks x block_size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+
+from kvcalc._record import record
+from kvcalc.capacity.blocks import (
+    KINDS,
+    GroupPlan,
+    align_block_size,
+    groups_on_stage,
+    kv_cache_groups,
+    largest_fitting_len,
+    pad_state_pages,
+    request_bytes,
+)
+from kvcalc.capacity.engine import (
+    GiB,
+    EngineSettings,
+    async_scheduling_on,
+    default_batch_limits,
+    device_total_bytes,
+)
+from kvcalc.capacity.memory import (
+    activation_peak_bytes,
+    cuda_graph_bytes,
+    non_torch_bytes,
+    pipeline_layers,
+    stage_weight_bytes,
+)
+from kvcalc.errors import KvcalcError
+from kvcalc.formulas.cache import cache_groups
+from kvcalc.spec import Hardware, ModelSpec
+
+__all__ = ["Capacity", "DeviceMemory", "serving_capacity"]
+
+
+@record
+class DeviceMemory:
+    """One device's memory as the engine plans it (bytes). kv_cache < 0: nothing fits."""
+
+    stage: int
+    samples: bool  # this rank runs the sampler in the profile run
+    total: int  # driver-visible memory
+    budget: int  # total x gpu_memory_utilization (or kv_cache_memory_bytes' own plan)
+    weights: int
+    activation_peak: int
+    forward_activation: int
+    sampler: int
+    non_torch: int
+    cuda_graphs: int
+    kv_cache: int  # available KV cache memory
+    layers: int
+    bytes_per_block: int
+    num_blocks: int
+
+    def as_dict(self) -> dict[str, int]:
+        """The memory terms, in bytes, in the order vLLM subtracts them."""
+        return {"budget": self.budget, "weights": self.weights,
+                "activation_peak": self.activation_peak, "non_torch": self.non_torch,
+                "cuda_graphs": self.cuda_graphs, "kv_cache": self.kv_cache}
+
+
+@record
+class Capacity:
+    """What vLLM would log at start-up, and whether it would start."""
+
+    settings: EngineSettings
+    hardware: str
+    block_size: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    groups: tuple[GroupPlan, ...]
+    devices: tuple[DeviceMemory, ...]  # one per distinct kind of rank (stage, samples)
+    deciding: DeviceMemory  # the rank with the fewest blocks: it sizes every rank
+    num_gpu_blocks: int
+    kv_cache_tokens: int  # "GPU KV cache size: N tokens" as that version prints it
+    max_concurrency: float  # "Maximum concurrency for L tokens per request: X"
+    fits: bool  # one max_model_len request fits: the engine starts
+    max_model_len_fit: int  # the largest max_model_len that would fit (0: none)
+    refusal: str  # vLLM's reason for refusing, "" when it starts
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def memory(self) -> dict[str, int]:
+        """Per-device breakdown of the deciding rank, in bytes."""
+        return self.deciding.as_dict()
+
+
+def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings,
+                     scale_bytes: int = 0) -> Capacity:
+    """vLLM's start-up arithmetic for `spec` on devices like `hw` with settings `s`.
+
+    Pure: no I/O. Raises KvcalcError for settings the engine would reject before
+    sizing memory (tp not dividing the heads, pp above the layer count).
+    """
+    context = spec.max_context if not s.allow_long_max_model_len else 0
+    if context and s.max_model_len > context:
+        raise KvcalcError(
+            f"max_model_len {s.max_model_len:,} is over {spec.name}'s context of {context:,} "
+            f"tokens (the length its config gives); vLLM refuses it, unless the environment "
+            f"sets VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (kvcalc reads it too: positions past the "
+            f"context give garbage or NaN)")
+    kv_dt = s.model_dtype if s.kv_dtype == "auto" else s.kv_dtype
+    state_dt = s.model_dtype if s.mamba_ssm_dtype == "auto" else s.mamba_ssm_dtype
+    groups = cache_groups(spec, kv_dt, s.tp, scale_bytes, state_dtype=state_dt)
+    for g in groups:
+        if g.kind not in KINDS:
+            raise KvcalcError(f"cache group kind {g.kind!r} is not modelled by capacity yet")
+    block = align_block_size(groups, s.block_size)
+    groups = pad_state_pages(groups, block)
+    tokens, seqs = default_batch_limits(hw, s)
+    in_flight = tokens * (2 if async_scheduling_on(s) else 1)
+    if s.engine == "v1" and s.version < (27, 0):
+        in_flight = tokens
+    minor = s.version
+    notes: list[str] = []
+
+    sizes = pipeline_layers(spec.layers, s.pp)
+    total = device_total_bytes(hw)
+    if total == hw.memory_bytes and not getattr(hw, "visible_memory_bytes", 0):
+        notes.append(f"{hw.name}: no driver-visible memory in the preset; nominal used")
+    if s.engine == "v1" and minor >= (20, 0):
+        budget = -(-total * s.utilization.numerator // s.utilization.denominator)
+    else:
+        budget = total * s.utilization.numerator // s.utilization.denominator
+
+    plans_by_stage = []
+    devices = []
+    for stage, n_layers in enumerate(sizes):
+        stage_groups = groups_on_stage(groups, spec.layers, n_layers, stage, sizes)
+        plans = kv_cache_groups(stage_groups, block, s.max_model_len, in_flight, s.encoder_len)
+        plans_by_stage.append(plans)
+        if s.engine == "v0" or minor < (8, 0):
+            # One group of all layers: a block holds every layer's page.
+            per_block = sum(p.page_bytes * p.slots for p in plans)
+        else:
+            per_block = max(p.page_bytes * p.slots for p in plans) if plans else 0
+        last = stage == len(sizes) - 1
+        kinds = [True] if (s.engine == "v1" or s.tp == 1) else [True, False]
+        for samples in (kinds if last else [False]):
+            weights = stage_weight_bytes(spec, s, stage)
+            peak, fwd, samp = activation_peak_bytes(spec, s, tokens, seqs, samples)
+            nt = non_torch_bytes(s)
+            graphs = cuda_graph_bytes(spec, s, seqs)
+            if s.kv_cache_memory_bytes is not None:
+                avail = s.kv_cache_memory_bytes
+            else:
+                avail = budget - weights - peak - nt - graphs
+            n_blocks = max(avail, 0) // per_block if per_block else 0
+            if s.num_gpu_blocks_override is not None:
+                n_blocks = s.num_gpu_blocks_override
+            devices.append(DeviceMemory(
+                stage=stage, samples=samples, total=total, budget=budget, weights=weights,
+                activation_peak=peak, forward_activation=fwd, sampler=samp, non_torch=nt,
+                cuda_graphs=graphs, kv_cache=avail, layers=n_layers, bytes_per_block=per_block,
+                num_blocks=n_blocks))
+    deciding = min(devices, key=lambda d: (d.num_blocks, d.kv_cache))
+    num_blocks = deciding.num_blocks
+    plans = plans_by_stage[deciding.stage]
+
+    # Reported capacity.
+    n_groups = max(len(plans), 1)
+    per_request = sum(p.blocks_per_request for p in plans) if plans else 1
+    if s.engine == "v0" or minor < (8, 0):
+        kv_tokens = num_blocks * block
+        concurrency = kv_tokens / s.max_model_len
+    elif minor < (24, 0):
+        kv_tokens = num_blocks // n_groups * block
+        concurrency = num_blocks / per_request
+    else:
+        concurrency = num_blocks / per_request
+        kv_tokens = int(concurrency * s.max_model_len)
+
+    # Refusal, and the largest max_model_len that fits.
+    if s.engine == "v0":
+        fits = s.max_model_len <= num_blocks * block and num_blocks > 0
+        largest = num_blocks * block
+        refusal = "" if fits else (
+            f"The model's max seq len ({s.max_model_len}) is larger than the maximum number "
+            f"of tokens that can be stored in KV cache ({largest})")
+        if num_blocks <= 0:
+            refusal = "No available memory for the cache blocks"
+    else:
+        need = request_bytes(plans, block, s.max_model_len, in_flight, s.encoder_len)
+        avail = deciding.kv_cache
+        fits = avail > 0 and need <= avail
+        largest = largest_fitting_len(plans, block, avail, in_flight, s.encoder_len,
+                                      s.max_model_len) if avail > 0 else 0
+        if context:
+            largest = min(largest, context)  # a length the engine would accept
+        if avail <= 0:
+            refusal = "No available memory for the cache blocks"
+        elif not fits:
+            refusal = (f"To serve at least one request with the model's max seq len "
+                       f"({s.max_model_len}), {need / GiB:.2f} GiB KV cache is needed, which "
+                       f"is larger than the available KV cache memory ({avail / GiB:.2f} GiB). "
+                       f"Based on the available memory, the estimated maximum model length "
+                       f"is {largest}")
+        else:
+            refusal = ""
+    return Capacity(
+        settings=s, hardware=hw.name, block_size=block, max_num_batched_tokens=tokens,
+        max_num_seqs=seqs, groups=plans, devices=tuple(devices), deciding=deciding,
+        num_gpu_blocks=num_blocks, kv_cache_tokens=kv_tokens, max_concurrency=concurrency,
+        fits=fits, max_model_len_fit=largest, refusal=refusal, notes=tuple(notes))
