@@ -37,8 +37,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 # Modules still over MAX_LINES while the house (#19) is split; each leaves this list
 # when its split lands, and the list must end empty.
 OVERSIZED = frozenset({"kvcalc.capacity", "kvcalc.formulas", "kvcalc.hfconfig",
-                       "kvcalc.measure.runner", "kvcalc.report",
-                       "kvcalc.sweep"})
+                       "kvcalc.report", "kvcalc.sweep"})
 # Upward imports still being removed, by the same rule: the set must end empty.
 KNOWN_UPWARD = frozenset({("kvcalc.estimate", "kvcalc.report")})
 
