@@ -2,10 +2,13 @@
 
 Formulas are written once over these helpers: `estimate` passes ints and gets exact
 ints back; the sweep passes same-shape int64 (or object) arrays and gets arrays.
-numpy is imported only when an array comes in.
+numpy is imported only when an array comes in. `Linear` is the shape of one
+projection matrix, the unit every layer kind lists its tensors in.
 """
 
 from __future__ import annotations
+
+from kvcalc._record import record
 
 
 def _is_int(x) -> bool:
@@ -34,6 +37,26 @@ def split(n, tp: int):
 def linear_params(fan_in: int, fan_out: int, bias: bool) -> int:
     """nn.Linear(fan_in, fan_out, bias): weight plus optional bias."""
     return fan_in * fan_out + (fan_out if bias else 0)
+
+
+@record
+class Linear:
+    """One nn.Linear(fan_in, fan_out, bias): a weight of fan_out rows by fan_in columns."""
+
+    fan_in: int
+    fan_out: int
+    bias: bool = False
+    module: str = ""  # its attribute name in transformers ("q_proj"); "": the tensor's key
+    kv: bool = False  # a K/V projection: it follows its heads under tensor parallelism
+
+    @property
+    def params(self) -> int:
+        return linear_params(self.fan_in, self.fan_out, self.bias)
+
+
+def params_by_name(tensors: dict) -> dict[str, int]:
+    """Parameters of a layer's `tensors()` (Linear matrices and plain element counts)."""
+    return {k: t.params if isinstance(t, Linear) else t for k, t in tensors.items()}
 
 
 def maximum(a, b):

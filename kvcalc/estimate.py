@@ -430,23 +430,23 @@ def weights_as(spec: ModelSpec, weight_dtype, group_size: int | None = None):
                               "awq, gptq, mxfp4 or nvfp4)")
         if not (spec.extra.get("quantization") or spec.extra.get("quantization_error")):
             return None  # unquantized: no need to load kvcalc.quant at start-up
-    from kvcalc import quant
+    from kvcalc.quant.formats import adhoc, quantization_of
 
     if weight_dtype is None:
-        return quant.quantization_of(spec)
+        return quantization_of(spec)
     name = weight_dtype.name if isinstance(weight_dtype, DType) else str(weight_dtype)
-    return quant.adhoc(name, group_size)
+    return adhoc(name, group_size)
 
 
 def stored_weights(spec: ModelSpec, quantization, tp: int) -> StoredWeights | None:
     """Bytes of quantized weights as stored, in all and on one of `tp` devices."""
     if quantization is None:
         return None
-    from kvcalc import quant
+    from kvcalc.quant.weights import weight_bytes, weight_bytes_per_device
 
-    wb = quant.weight_bytes(spec, quantization)
+    wb = weight_bytes(spec, quantization)
     return StoredWeights(total=wb.total, breakdown=dict(wb.breakdown),
-                         per_device=quant.weight_bytes_per_device(spec, quantization, tp),
+                         per_device=weight_bytes_per_device(spec, quantization, tp),
                          tp=tp, label=quantization.label)
 
 

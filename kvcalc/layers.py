@@ -8,7 +8,9 @@ class answering the same questions, exactly, for a sequence at context `seq_len`
 - `tokens_held(seq_len)`: tokens the layer keeps for one sequence
 - `tokens_read(seq_len)`: tokens one decode step attends to
 - `state_bytes(conv_dt, state_dt, tp)`: constant bytes per sequence, whatever its length
-- `params(d_model)`: parameters by matrix name
+- `tensors(d_model)`: every weight by name: a `Linear` per projection matrix (its shape
+  and transformers' module name), an element count for the rest (norms, convolutions)
+- `params(d_model)`: parameters by name, from `tensors`
 - `matmuls(d_model)`: (fan_in, fan_out) of the projections one token runs
 - `decode_flops(context)`, `prefill_positions(seq_len)`: the attention term
 
@@ -28,7 +30,7 @@ from dataclasses import replace
 from typing import Union
 
 from kvcalc import _num
-from kvcalc._num import linear_params as _linear, split as _split
+from kvcalc._num import Linear, linear_params as _linear, params_by_name
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.dtypes import MAX_WIDTH, DType, check_size
@@ -77,6 +79,7 @@ class Attention:
                 f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
 
     attends = True  # softmax attention over cached tokens
+    module = "self_attn"  # the mixer's name in a transformers decoder layer
 
     @property
     def label(self) -> str:
@@ -129,13 +132,13 @@ class Attention:
         q, r = s // w, s % w  # chunked: whole chunks, then the last partial one
         return q * (w * (w + 1) // 2) + r * (r + 1) // 2
 
-    def params(self, d_model: int) -> dict[str, int]:
-        d, h, g = d_model, self.heads, self.kv_heads
-        out = {
-            "q": _linear(d, h * self.head_dim * (2 if self.gated else 1), self.qkv_bias),
-            "k": _linear(d, g * self.head_dim, self.qkv_bias),
-            "v": _linear(d, g * self.v_head_dim, self.qkv_bias),
-            "o": _linear(h * self.v_head_dim, d, self.out_bias),
+    def tensors(self, d_model: int) -> dict[str, Linear | int]:
+        d, h, g, b = d_model, self.heads, self.kv_heads, self.qkv_bias
+        out: dict[str, Linear | int] = {
+            "q": Linear(d, h * self.head_dim * (2 if self.gated else 1), b, "q_proj"),
+            "k": Linear(d, g * self.head_dim, b, "k_proj", kv=True),
+            "v": Linear(d, g * self.v_head_dim, b, "v_proj", kv=True),
+            "o": Linear(h * self.v_head_dim, d, self.out_bias, "o_proj"),
         }
         if self.qk_norm:
             out["qk_norm"] = self.qk_norm
@@ -143,10 +146,13 @@ class Attention:
             out["sinks"] = h
         return out
 
+    def params(self, d_model: int) -> dict[str, int]:
+        return params_by_name(self.tensors(d_model))
+
     def kv_projection_params(self, d_model: int) -> int:
         """k and v weights: these follow their heads under TP (replicated with them)."""
-        p = self.params(d_model)
-        return p["k"] + p["v"]
+        return sum(t.params for t in self.tensors(d_model).values()
+                   if isinstance(t, Linear) and t.kv)
 
     def matmuls(self, d_model: int) -> list[tuple[int, int]]:
         q_out = self.heads * self.head_dim * (2 if self.gated else 1)
@@ -178,6 +184,7 @@ class Latent:
     label = "mla"
     cache_kind = "mla"
     attends = True
+    module = "self_attn"
 
     def kv_heads_per_device(self, tp: int) -> int:
         if self.heads % tp:
@@ -208,21 +215,24 @@ class Latent:
     def prefill_positions(self, seq_len):
         return seq_len * (seq_len + 1) // 2
 
-    def params(self, d_model: int) -> dict[str, int]:
-        d, h = d_model, self.heads
+    def tensors(self, d_model: int) -> dict[str, Linear | int]:
+        d, h, b = d_model, self.heads, self.bias
         qk_head = self.nope_dim + self.rope_dim
-        out: dict[str, int] = {}
+        out: dict[str, Linear | int] = {}
         if self.q_lora_rank:
-            out["q_a"] = _linear(d, self.q_lora_rank, self.bias)
+            out["q_a"] = Linear(d, self.q_lora_rank, b, "q_a_proj")
             out["q_a_norm"] = self.q_lora_rank
-            out["q_b"] = self.q_lora_rank * h * qk_head
+            out["q_b"] = Linear(self.q_lora_rank, h * qk_head, module="q_b_proj")
         else:
-            out["q"] = d * h * qk_head
-        out["kv_a"] = _linear(d, self.kv_lora_rank + self.rope_dim, self.bias)
+            out["q"] = Linear(d, h * qk_head, module="q_proj")
+        out["kv_a"] = Linear(d, self.kv_lora_rank + self.rope_dim, b, "kv_a_proj_with_mqa")
         out["kv_a_norm"] = self.kv_lora_rank
-        out["kv_b"] = self.kv_lora_rank * h * (self.nope_dim + self.v_dim)
-        out["o"] = _linear(h * self.v_dim, d, self.bias)
+        out["kv_b"] = Linear(self.kv_lora_rank, h * (self.nope_dim + self.v_dim), module="kv_b_proj")
+        out["o"] = Linear(h * self.v_dim, d, b, "o_proj")
         return out
+
+    def params(self, d_model: int) -> dict[str, int]:
+        return params_by_name(self.tensors(d_model))
 
     def kv_projection_params(self, d_model: int) -> int:
         return 0  # the latent projection is shared, split like everything else
@@ -275,10 +285,13 @@ class Dense:
 
     kind = "dense"
 
+    def tensors(self, d_model: int) -> dict[str, Linear]:
+        d, f, b = d_model, self.d_ff, self.bias
+        ups = ("gate_proj", "up_proj") if self.gated else ("up_proj",)
+        return {**{name: Linear(d, f, b) for name in ups}, "down_proj": Linear(f, d, b)}
+
     def params(self, d_model: int) -> int:
-        d, f = d_model, self.d_ff
-        ups = 2 if self.gated else 1
-        return ups * _linear(d, f, self.bias) + _linear(f, d, self.bias)
+        return sum(t.params for t in self.tensors(d_model).values())
 
     def matmuls(self, d_model: int) -> list[tuple[int, int]]:
         return [(d_model, (2 if self.gated else 1) * self.d_ff), (self.d_ff, d_model)]

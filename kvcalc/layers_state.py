@@ -9,7 +9,7 @@ here on first use. See kvcalc.layers for what every kind answers.
 from __future__ import annotations
 
 from kvcalc._record import record
-from kvcalc._num import linear_params as _linear, split as _split
+from kvcalc._num import Linear, params_by_name, split as _split
 from kvcalc.dtypes import DType
 
 # --------------------------------------------------------------------------------
@@ -20,6 +20,10 @@ class _Stateful:
 
     cache_kind = "state"
     attends = False
+    module = "mixer"  # the mixer's name in a transformers decoder layer
+
+    def params(self, d_model: int) -> dict[str, int]:
+        return params_by_name(self.tensors(d_model))
 
     def kv_heads_per_device(self, tp: int) -> int:
         return 0
@@ -74,16 +78,16 @@ class Mamba(_Stateful):
         return (state_dt.nbytes(inner * self.d_state)
                 + conv_dt.nbytes(inner * (self.conv_len or self.d_conv)))
 
-    def params(self, d_model: int) -> dict[str, int]:
+    def tensors(self, d_model: int) -> dict[str, Linear | int]:
         d, n = d_model, self.d_inner
-        out = {
-            "in_proj": _linear(d, 2 * n, self.proj_bias),
+        out: dict[str, Linear | int] = {
+            "in_proj": Linear(d, 2 * n, self.proj_bias),
             "conv1d": n * self.d_conv + (n if self.conv_bias else 0),
-            "x_proj": n * (self.dt_rank + 2 * self.d_state),
-            "dt_proj": _linear(self.dt_rank, n, True),
+            "x_proj": Linear(n, self.dt_rank + 2 * self.d_state),
+            "dt_proj": Linear(self.dt_rank, n, True),
             "A_log": n * self.d_state,
             "D": n,
-            "out_proj": _linear(n, d, self.proj_bias),
+            "out_proj": Linear(n, d, self.proj_bias),
         }
         if self.inner_norms:
             out["inner_norms"] = self.dt_rank + 2 * self.d_state
@@ -115,6 +119,7 @@ class GatedDeltaNet(_Stateful):
 
     kind = "linear"
     label = "linear attention"
+    module = "linear_attn"
 
     @property
     def conv_channels(self) -> int:
@@ -125,17 +130,17 @@ class GatedDeltaNet(_Stateful):
         conv = _split(self.conv_channels, tp) * (self.conv_len or self.conv_kernel)
         return state_dt.nbytes(rec) + conv_dt.nbytes(conv)
 
-    def params(self, d_model: int) -> dict[str, int]:
+    def tensors(self, d_model: int) -> dict[str, Linear | int]:
         d = d_model
         key, value = self.k_heads * self.k_dim, self.v_heads * self.v_dim
         return {
-            "in_proj_qkvz": d * (2 * key + 2 * value),
-            "in_proj_ba": d * 2 * self.v_heads,
+            "in_proj_qkvz": Linear(d, 2 * key + 2 * value),
+            "in_proj_ba": Linear(d, 2 * self.v_heads),
             "conv1d": self.conv_channels * self.conv_kernel,
             "dt_bias": self.v_heads,
             "A_log": self.v_heads,
             "norm": self.v_dim,
-            "out_proj": value * d,
+            "out_proj": Linear(value, d),
         }
 
     def matmuls(self, d_model: int) -> list[tuple[int, int]]:
@@ -158,16 +163,17 @@ class ShortConv(_Stateful):
 
     kind = "conv"
     label = "short conv"
+    module = "conv"
 
     def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
         return conv_dt.nbytes(_split(self.width, tp) * (self.conv_len or self.kernel))
 
-    def params(self, d_model: int) -> dict[str, int]:
+    def tensors(self, d_model: int) -> dict[str, Linear | int]:
         w = self.width
         return {
-            "in_proj": _linear(d_model, 3 * w, self.bias),
+            "in_proj": Linear(d_model, 3 * w, self.bias),
             "conv": w * self.kernel + (w if self.bias else 0),
-            "out_proj": _linear(w, d_model, self.bias),
+            "out_proj": Linear(w, d_model, self.bias),
         }
 
     def matmuls(self, d_model: int) -> list[tuple[int, int]]:
@@ -206,14 +212,14 @@ class Mamba2(_Stateful):
         return (state_dt.nbytes(_split(self.heads, tp) * self.head_dim * self.d_state)
                 + conv_dt.nbytes(_split(self.conv_channels, tp) * self.conv_kernel))
 
-    def params(self, d_model: int) -> dict[str, int]:
+    def tensors(self, d_model: int) -> dict[str, Linear | int]:
         n, c = self.d_inner, self.conv_channels
         return {
-            "in_proj": _linear(d_model, n + c + self.heads, self.proj_bias),
+            "in_proj": Linear(d_model, n + c + self.heads, self.proj_bias),
             "conv1d": c * self.conv_kernel + (c if self.conv_bias else 0),
             "dt_bias": self.heads, "A_log": self.heads, "D": self.heads,
             "norm": n,
-            "out_proj": _linear(n, d_model, self.proj_bias),
+            "out_proj": Linear(n, d_model, self.proj_bias),
         }
 
     def matmuls(self, d_model: int) -> list[tuple[int, int]]:
@@ -235,7 +241,7 @@ class NoMixer(_Stateful):
     def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
         return 0
 
-    def params(self, d_model: int) -> dict[str, int]:
+    def tensors(self, d_model: int) -> dict[str, Linear | int]:
         return {}
 
     def matmuls(self, d_model: int) -> list[tuple[int, int]]:

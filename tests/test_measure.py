@@ -16,7 +16,7 @@ from kvcalc.formulas.attention import attention_step  # noqa: E402
 from kvcalc.formulas.params import attention_params  # noqa: E402
 from kvcalc.formulas.step import decode_step  # noqa: E402
 from kvcalc.measure import MeasureConfig, require_torch, run  # noqa: E402
-from kvcalc.measure import ceilings, impls, runner, timing  # noqa: E402
+from kvcalc.measure import ceilings, guard, impls, timing  # noqa: E402
 from kvcalc.measure.predict import attention_prediction, block_spec, layer_prediction  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -345,14 +345,14 @@ def test_package_import_does_not_import_torch():
 # --------------------------------------------------------------------------------
 def test_l2_plan():
     mb = 10**6
-    assert runner.l2_plan(1000 * mb, 50 * mb, "L2", "auto", "cache")[:2] == (1, 0)
-    n, flush, text = runner.l2_plan(25 * mb, 50 * mb, "L2", "auto", "cache")
+    assert guard.l2_plan(1000 * mb, 50 * mb, "L2", "auto", "cache")[:2] == (1, 0)
+    n, flush, text = guard.l2_plan(25 * mb, 50 * mb, "L2", "auto", "cache")
     assert (n, flush) == (16, 0) and text == "rotated 16 caches, 8.0x L2"  # 8x the L2
-    n, flush, text = runner.l2_plan(1000, 50 * mb, "L2", "auto", "cache")
+    n, flush, text = guard.l2_plan(1000, 50 * mb, "L2", "auto", "cache")
     assert n == 1 and flush == 75 * mb and "flushed" in text
-    assert runner.l2_plan(1000, 50 * mb, "L2", "none", "cache")[2] == "cache fits in L2 (not flushed)"
-    n, _, text = runner.l2_plan(1000, 50 * mb, "L2", "rotate", "cache")
-    assert n == runner.MAX_SLOTS and "capped" in text
+    assert guard.l2_plan(1000, 50 * mb, "L2", "none", "cache")[2] == "cache fits in L2 (not flushed)"
+    n, _, text = guard.l2_plan(1000, 50 * mb, "L2", "rotate", "cache")
+    assert n == guard.MAX_SLOTS and "capped" in text
 
 
 def test_summarise_quantiles():

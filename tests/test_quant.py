@@ -14,8 +14,8 @@ from kvcalc.errors import KvcalcError
 from kvcalc.formulas.params import param_counts, weight_params_per_device
 from kvcalc.hfconfig import spec_from_hf_config, spec_from_hf_config_file
 from kvcalc.presets import presets_dir
-from kvcalc.quant import (Quantization, adhoc, quantization_from_hf, quantization_of,
-                          weight_bytes, weight_bytes_per_device)
+from kvcalc.quant.formats import Quantization, adhoc, quantization_from_hf, quantization_of
+from kvcalc.quant.weights import weight_bytes, weight_bytes_per_device
 
 ROOT = Path(__file__).parents[1]
 # The published configs behind the presets ship inside kvcalc: found where it is installed.
@@ -215,9 +215,9 @@ def test_fp8_block_matches_transformers_fp8_linear(stem, reduce):
 # Small cases by hand
 # --------------------------------------------------------------------------------
 def _one_matrix(q: Quantization, rows: int, cols: int, dt: str = "bf16") -> int:
-    from kvcalc.quant import _ELEMENT_BYTES, _matrix_tensors
+    from kvcalc.quant.stored import ELEMENT_BYTES, matrix_tensors
 
-    return sum(n * _ELEMENT_BYTES[d] for _, d, n in _matrix_tensors(q, rows, cols, dt))
+    return sum(n * ELEMENT_BYTES[d] for _, d, n in matrix_tensors(q, rows, cols, dt))
 
 
 def test_fp8_block_scales_round_up_per_matrix():

@@ -22,7 +22,8 @@ from kvcalc import presets
 from kvcalc.cli.options import parse_size
 from kvcalc.errors import KvcalcError
 from kvcalc.presets import load_hardware, load_model
-from kvcalc.quant import Quantization, adhoc, weight_bytes
+from kvcalc.quant.formats import Quantization, adhoc
+from kvcalc.quant.weights import weight_bytes
 from kvcalc.dtypes import weight_dtype
 from kvcalc.spec import ModelSpec
 from kvcalc.sweep.grammar import parse_spec

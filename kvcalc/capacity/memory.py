@@ -106,16 +106,16 @@ def _tower_bytes(spec: ModelSpec, s: EngineSettings, stage: int) -> int:
 
 
 def _language_model_bytes(spec: ModelSpec, s: EngineSettings, stage: int) -> int:
-    from kvcalc import quant
+    from kvcalc.quant.formats import adhoc, quantization_of
+    from kvcalc.quant.weights import weight_bytes, weight_bytes_per_device
 
-    q = (quant.adhoc(s.weight_dtype, s.group_size) if s.weight_dtype
-         else quant.quantization_of(spec))
+    q = adhoc(s.weight_dtype, s.group_size) if s.weight_dtype else quantization_of(spec)
     if q is not None:
         # Quantized as stored (kvcalc.quant): values, scales and zeros matrix by matrix.
         # The stage share splits the body by layers, with the embedding and lm_head (in
         # the model dtype) on the first and last stage, as below.
-        wb = quant.weight_bytes(spec, q, s.model_dtype)
-        dev = quant.weight_bytes_per_device(spec, q, s.tp, s.model_dtype)
+        wb = weight_bytes(spec, q, s.model_dtype)
+        dev = weight_bytes_per_device(spec, q, s.tp, s.model_dtype)
         emb_dev = -(-(wb.breakdown.get("embedding", 0) + wb.breakdown.get("position_embedding", 0))
                     // s.tp)
         head_dev = -(-wb.breakdown.get("lm_head", 0) // s.tp)

@@ -161,7 +161,7 @@ def decode_step(
 
     seq_len and batch may be ints (exact) or equal-shape numpy arrays (a sweep: int64,
     object or float64); `prefill=False` skips the prompt FLOPs a sweep row does not show.
-    `stored`: the weights as a quantized checkpoint stores them (quant.weight_bytes and
+    `stored`: the weights as a quantized checkpoint stores them (quant.weights.weight_bytes and
     its per-device figure, `.total`, `.breakdown`, `.per_device`); the step then reads
     those bytes less the rows and experts it does not touch, instead of `weight_dtype`.
     """

@@ -22,10 +22,10 @@ from kvcalc.spec import ModelSpec
 def _quantization_extra(cfg: dict, where: str) -> dict:
     """{"quantization": Quantization} from the config's quantization_config (kvcalc.quant);
     one kvcalc cannot read keeps its message as "quantization_error" (raised by
-    quant.quantization_of when weight bytes are asked for: the cache still loads)."""
+    kvcalc.quant.formats.quantization_of when weight bytes are asked for: the cache still loads)."""
     if cfg.get("quantization_config") is None:
         return {}
-    from kvcalc.quant import quantization_from_hf
+    from kvcalc.quant.formats import quantization_from_hf
 
     try:
         return {"quantization": quantization_from_hf(cfg, where)}

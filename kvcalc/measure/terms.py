@@ -36,14 +36,14 @@ LOADED_CORES = 0.25  # other processes (or the hypervisor's steal) above this: a
 
 STREAM_MIN_BYTES = 64 * 2**20  # a streamed ceiling reads at least this, and 8x the LLC
 # The weight stream rotates over at most this many copies of the layer (as the timed step,
-# runner.MAX_SLOTS); when more would be needed to read the stream's bytes, it rotates over
+# guard.MAX_SLOTS); when more would be needed to read the stream's bytes, it rotates over
 # these and reads FLUSH_NUM/FLUSH_DEN of the last-level cache before each repetition instead.
 # (Counted by bytes alone, a 256-byte layer, heads 1 x head_dim 4, needed 2^20 copies of a
 # 256 MiB stream: each copy's five tensors and Python objects outweighed its bytes, and
 # building them ran over 5 minutes and 8 GB.)
 STREAM_MAX_COPIES = 64
 # A flush reads one and a half times the last-level cache (enough to evict it under any
-# replacement policy seen in practice); the timed step's flush (runner.l2_plan) too.
+# replacement policy seen in practice); the timed step's flush (guard.l2_plan) too.
 FLUSH_NUM, FLUSH_DEN = 3, 2
 # Per tensor beyond its bytes: the allocator's 64-byte alignment and header, the
 # TensorImpl/StorageImpl and the Python object (an upper bound, for the memory guard).

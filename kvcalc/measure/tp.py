@@ -404,7 +404,8 @@ def run_tp(config, progress=None):
     from kvcalc.measure import terms as terms_mod
     from kvcalc.measure.config import DEFAULTS, MeasureResult
     from kvcalc.measure.predict import block_spec, predict
-    from kvcalc.measure.runner import attention_kind, default_batch, l2_plan, _utc_now
+    from kvcalc.measure.guard import default_batch, l2_plan
+    from kvcalc.measure.impl_row import attention_kind, row_stamp
     from kvcalc.report.units import human_bytes
 
     tps = list(config.tp)
@@ -488,9 +489,7 @@ def run_tp(config, progress=None):
             ranks = launch(rank_main, tp, (job,))
         rows.extend(_rows(ranks, tp, job, meta, spec, full, regime, attention_kind(
             config.heads, config.kv_heads)))
-    stamp = {"device": meta["name"], "torch_version": meta["torch_version"],
-             "cuda_version": meta.get("cuda") or "", "measured_at": _utc_now()}
-    rows = [{**stamp, **r} for r in rows]
+    rows = [{**row_stamp(meta), **r} for r in rows]
     base = [r for r in rows if r["tp"] == min(tps)]
     for r in rows:
         b0 = next((x for x in base if x["rank"] == 0), None)

@@ -1,11 +1,5 @@
-"""Weights as stored: bytes of a checkpoint whose linear layers are quantized.
-
-A quantized linear layer of `fan_out` x `fan_in` weights stores, per matrix, its
-values at their own width plus scales (and zero points) per group or block, so the
-bytes follow each matrix's shape, not the parameter total. This module lists the
-model's tensors matrix by matrix (kvcalc.layers gives the shapes) and stores each
-one as its checkpoint format does. Everything else (embeddings, lm_head, norms,
-biases, routers, convolutions, excluded modules) stays in the model's own dtype.
+"""Checkpoint formats: a `quantization_config` (or `--weight-dtype`) read into a
+`Quantization`, and which of the model's modules it converts.
 
 Formats, each as the checkpoint files hold it (tensor shapes for a weight of
 N = fan_out rows and K = fan_in columns; G = group size):
@@ -47,14 +41,9 @@ import re
 from dataclasses import field
 
 from kvcalc._record import record
-from kvcalc.errors import KvcalcError
-from kvcalc.dtypes import DType, dtype
-from kvcalc.spec import ModelSpec
 from kvcalc.dtypes import weight_dtype as spec_weight_dtype
-
-# Stored element types and their bytes (checkpoint tensor dtypes).
-_ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int32": 4, "int64": 8,
-                  "int8": 1, "uint8": 1}
+from kvcalc.errors import KvcalcError
+from kvcalc.spec import ModelSpec
 
 LAYOUTS = ("fp8_block", "fp8_channel", "fp8_tensor", "mxfp4", "nvfp4", "awq", "gptq",
            "bnb4", "bnb8", "ct_int", "int")
@@ -100,6 +89,18 @@ class Quantization:
         if self.group_size < 0:
             raise KvcalcError(f"group size must be >= 0 (0: per output channel), got {self.group_size}")
 
+    def converts(self, name: str, role: str) -> bool:
+        """Whether the matrix `name` (its module under the decoder: "layers.3.mlp.gate")
+        in `role` (linear, expert, router, head) is stored in this format."""
+        if role == "head":
+            return self.lm_head and not _matches(name, self.not_converted)
+        if self.experts_only and role != "expert":
+            return False
+        if role == "router" and not self.routers:
+            return False
+        names = (name, name.rsplit(".", 2)[0] if role == "expert" else name)
+        return not any(_matches(n, self.not_converted) for n in names)
+
     @property
     def label(self) -> str:
         """A short description: 'fp8 (128x128 blocks)', 'gptq int4 g128'..."""
@@ -119,38 +120,6 @@ class Quantization:
         g = f" g{self.group_size}" if self.group_size else " per channel"
         return f"{self.method} int{self.bits}{g}"
 
-
-@record
-class WeightBytes:
-    """Bytes of the weights as stored.
-
-    `total`: every tensor of the language model (as kvcalc.formulas.param_counts
-    counts it: no multimodal towers, no MTP module unless asked for); `breakdown`:
-    bytes under param_counts' keys ("attention/q", "moe/experts", "embedding"...);
-    `parts`: bytes by role ("values", "scales", "zeros", "g_idx", "unquantized");
-    `elements`: stored tensor elements by dtype (a packed int32 counts once, as
-    safetensors and the Hub count them). Key "buffers": tensors the checkpoint holds
-    that transformers keeps as buffers (DeepSeek-V3's fp32 e_score_correction_bias),
-    outside param_counts. `towers`: vision towers and projectors,
-    in the model dtype, apart.
-    """
-
-    total: int
-    breakdown: dict[str, int]
-    parts: dict[str, int]
-    elements: dict[str, int]
-    towers: int = 0
-    quantization: Quantization | None = None
-
-    @property
-    def stored_elements(self) -> int:
-        """All tensor elements (the Hub's safetensors parameter count)."""
-        return sum(self.elements.values())
-
-    @property
-    def checkpoint(self) -> int:
-        """The language model and its towers: the checkpoint's tensor bytes."""
-        return self.total + self.towers
 
 
 # --------------------------------------------------------------------------------
@@ -380,6 +349,15 @@ def adhoc(weight_dtype: str, group_size: int | None = None) -> Quantization | No
     return None
 
 
+def quantization_of(spec: ModelSpec) -> Quantization | None:
+    """The quantization hfconfig read from the model's config (None: unquantized).
+    A config kvcalc could not read raises its KvcalcError here, when bytes are asked."""
+    err = spec.extra.get("quantization_error")
+    if err:
+        raise KvcalcError(err)
+    return spec.extra.get("quantization")
+
+
 # --------------------------------------------------------------------------------
 # Module names (for not_converted patterns) and pattern matching
 # --------------------------------------------------------------------------------
@@ -404,362 +382,3 @@ def _matches(name: str, patterns: tuple[str, ...]) -> bool:
                 if full == p or full.startswith(p + ".") or full.endswith(p):
                     return True
     return False
-
-
-# --------------------------------------------------------------------------------
-# The model's tensors
-# --------------------------------------------------------------------------------
-@record
-class _Matrix:
-    key: str  # param_counts breakdown key
-    name: str  # module name under the decoder ("layers.3.self_attn.q_proj")
-    rows: int  # fan_out
-    cols: int  # fan_in
-    count: int = 1  # identical matrices (experts)
-    bias: bool = False
-    role: str = "linear"  # linear, expert, router, head
-    kv: bool = False  # a K/V projection (follows its heads under TP)
-
-
-@record
-class _Plain:
-    key: str
-    elements: int
-    dtype: str = ""  # "": the model dtype
-
-
-def _attention_items(mx, d: int, key: str, base: str) -> list:
-    from kvcalc.layers import Attention, Latent
-
-    out: list = []
-    if isinstance(mx, Attention):
-        b = mx.qkv_bias
-        q_out = mx.heads * mx.head_dim * (2 if mx.gated else 1)
-        out += [_Matrix(f"{key}/q", f"{base}.q_proj", q_out, d, bias=b),
-                _Matrix(f"{key}/k", f"{base}.k_proj", mx.kv_heads * mx.head_dim, d, bias=b, kv=True),
-                _Matrix(f"{key}/v", f"{base}.v_proj", mx.kv_heads * mx.v_head_dim, d, bias=b, kv=True),
-                _Matrix(f"{key}/o", f"{base}.o_proj", d, mx.heads * mx.v_head_dim, bias=mx.out_bias)]
-        if mx.qk_norm:
-            out.append(_Plain(f"{key}/qk_norm", mx.qk_norm))
-        if mx.sinks:
-            out.append(_Plain(f"{key}/sinks", mx.heads))
-        return out
-    assert isinstance(mx, Latent)
-    h, qk = mx.heads, mx.nope_dim + mx.rope_dim
-    if mx.q_lora_rank:
-        out += [_Matrix(f"{key}/q_a", f"{base}.q_a_proj", mx.q_lora_rank, d, bias=mx.bias),
-                _Plain(f"{key}/q_a_norm", mx.q_lora_rank),
-                _Matrix(f"{key}/q_b", f"{base}.q_b_proj", h * qk, mx.q_lora_rank)]
-    else:
-        out.append(_Matrix(f"{key}/q", f"{base}.q_proj", h * qk, d))
-    out += [_Matrix(f"{key}/kv_a", f"{base}.kv_a_proj_with_mqa", mx.kv_lora_rank + mx.rope_dim, d,
-                    bias=mx.bias),
-            _Plain(f"{key}/kv_a_norm", mx.kv_lora_rank),
-            _Matrix(f"{key}/kv_b", f"{base}.kv_b_proj", h * (mx.nope_dim + mx.v_dim), mx.kv_lora_rank),
-            _Matrix(f"{key}/o", f"{base}.o_proj", d, h * mx.v_dim, bias=mx.bias)]
-    return out
-
-
-def _mixer_items(mx, d: int, prefix: str) -> list:
-    """The mixer's tensors: its projections as matrices, the rest as plain params."""
-    from kvcalc.layers import Attention, GatedDeltaNet, Latent, Mamba, Mamba2, ShortConv
-
-    key = "attention" if mx.attends else mx.kind
-    if isinstance(mx, (Attention, Latent)):
-        return _attention_items(mx, d, key, f"{prefix}.self_attn")
-    params = mx.params(d)
-    if isinstance(mx, Mamba):
-        n, base, b = mx.d_inner, f"{prefix}.mixer", mx.proj_bias
-        mats = [_Matrix(f"{key}/in_proj", f"{base}.in_proj", 2 * n, d, bias=b),
-                _Matrix(f"{key}/x_proj", f"{base}.x_proj", mx.dt_rank + 2 * mx.d_state, n),
-                _Matrix(f"{key}/dt_proj", f"{base}.dt_proj", n, mx.dt_rank, bias=True),
-                _Matrix(f"{key}/out_proj", f"{base}.out_proj", d, n, bias=b)]
-    elif isinstance(mx, Mamba2):
-        n, base, b = mx.d_inner, f"{prefix}.mixer", mx.proj_bias
-        mats = [_Matrix(f"{key}/in_proj", f"{base}.in_proj", n + mx.conv_channels + mx.heads, d, bias=b),
-                _Matrix(f"{key}/out_proj", f"{base}.out_proj", d, n, bias=b)]
-    elif isinstance(mx, GatedDeltaNet):
-        k, v, base = mx.k_heads * mx.k_dim, mx.v_heads * mx.v_dim, f"{prefix}.linear_attn"
-        mats = [_Matrix(f"{key}/in_proj_qkvz", f"{base}.in_proj_qkvz", 2 * k + 2 * v, d),
-                _Matrix(f"{key}/in_proj_ba", f"{base}.in_proj_ba", 2 * mx.v_heads, d),
-                _Matrix(f"{key}/out_proj", f"{base}.out_proj", d, v)]
-    elif isinstance(mx, ShortConv):
-        base, b = f"{prefix}.conv", mx.bias
-        mats = [_Matrix(f"{key}/in_proj", f"{base}.in_proj", 3 * mx.width, d, bias=b),
-                _Matrix(f"{key}/out_proj", f"{base}.out_proj", d, mx.width, bias=b)]
-    else:  # NoMixer, or a kind without matrices known here: every parameter plain
-        mats = []
-    named = {m.key.split("/", 1)[1] for m in mats}
-    return mats + [_Plain(f"{key}/{k}", n) for k, n in params.items() if k not in named]
-
-
-def _dense_items(mlp, d: int, key: str, base: str, count: int = 1, role: str = "linear") -> list:
-    f, b = mlp.d_ff, mlp.bias
-    ups = [("gate_proj", f), ("up_proj", f)] if mlp.gated else [("up_proj", f)]
-    return ([_Matrix(key, f"{base}.{n}", rows, d, count, b, role) for n, rows in ups]
-            + [_Matrix(key, f"{base}.down_proj", d, f, count, b, role)])
-
-
-_SCORE_BIAS_BUFFER = ("deepseek_v3",)
-
-
-def _mlp_items(mlp, d: int, prefix: str, model_type: str) -> list:
-    if mlp is None:
-        return []
-    if mlp.kind == "dense":
-        return _dense_items(mlp, d, "mlp", f"{prefix}.mlp")
-    router = "router" if model_type == "gpt_oss" else "gate"
-    out: list = [_Matrix("moe/router", f"{prefix}.mlp.{router}", mlp.experts, d,
-                         bias=mlp.router_bias, role="router")]
-    if model_type in _SCORE_BIAS_BUFFER:
-        # DeepSeek-V3's e_score_correction_bias: fp32 in the checkpoint, a buffer (not a
-        # parameter) in transformers, so param_counts leaves it out.
-        out.append(_Plain("buffers", mlp.experts, "fp32"))
-    out += _dense_items(mlp.expert, d, "moe/experts", f"{prefix}.mlp.experts.0", mlp.experts, "expert")
-    if mlp.shared_experts:
-        shared = "shared_expert" if mlp.shared_gate else "shared_experts"
-        out += _dense_items(mlp.shared, d, "moe/shared_experts", f"{prefix}.mlp.{shared}",
-                            mlp.shared_experts)
-        if mlp.shared_gate:
-            out.append(_Matrix("moe/shared_gate", f"{prefix}.mlp.shared_expert_gate", 1, d,
-                               role="router"))
-    return out
-
-
-def _layer_items(layer, d: int, index: int, model_type: str, norm: int) -> list:
-    prefix = f"layers.{index}"
-    items = _mixer_items(layer.mixer, d, prefix) + _mlp_items(layer.mlp, d, prefix, model_type)
-    if layer.norms:
-        items.append(_Plain("norms", layer.norms * norm))
-    return items
-
-
-def _model_items(spec: ModelSpec, mtp_layers: int = 0) -> list[tuple[list, int]]:
-    """(items, times) for every decoder layer (each index once: patterns may name
-    layers), then the embedding, lm_head, final norm and whatever param_counts counts
-    beyond the decoder layers (encoder stacks, position tables) as plain params."""
-    from kvcalc.formulas.params import norm_params, param_counts
-
-    d = spec.d_model
-    model_type = spec.extra.get("hf_model_type", "")
-    norm = norm_params(spec)
-    out: list[tuple[list, int]] = []
-    i = 0
-    for run in spec.runs:
-        for _ in range(run.count):
-            out.append((_layer_items(run.layer, d, i, model_type, norm), 1))
-            i += 1
-    if mtp_layers:
-        # DeepSeek-V3's multi-token-prediction module (num_nextn_predict_layers), as its
-        # checkpoint stores it: a copy of the last decoder layer, enorm, hnorm, eh_proj
-        # (2d -> d, kept in the model dtype), and its own embedding, norm and head.
-        last = spec.runs[-1].layer
-        for j in range(mtp_layers):
-            items = _layer_items(last, d, spec.layers + j, model_type, norm)
-            items += [_Plain("mtp", 2 * d * d + 3 * norm + 2 * spec.vocab * d)]
-            out.append((items, 1))
-    counts = param_counts(spec).breakdown
-    covered: dict[str, int] = {}
-    for items, times in out[: spec.layers]:
-        for it in items:
-            if it.key == "buffers":
-                continue
-            n = it.elements if isinstance(it, _Plain) else it.count * (
-                it.rows * it.cols + (it.rows if it.bias else 0))
-            covered[it.key] = covered.get(it.key, 0) + n * times
-    tail: list = []
-    head = counts.get("lm_head", 0)
-    if head:
-        tail.append(_Matrix("lm_head", "lm_head", spec.vocab, d, role="head"))
-    for key, n in counts.items():
-        rest = n - covered.get(key, 0) - (head if key == "lm_head" else 0)
-        if rest < 0:
-            raise KvcalcError(f"{spec.name}: the tensors listed for {key!r} exceed its parameter "
-                              f"count by {-rest:,} (a layer kind kvcalc.quant does not know)")
-        if rest:
-            tail.append(_Plain(key, rest))
-    out.append((tail, 1))
-    return out
-
-
-# --------------------------------------------------------------------------------
-# Bytes of one matrix as stored
-# --------------------------------------------------------------------------------
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _qs_json_bytes(q: Quantization, rows: int, cols: int, model_dtype: str) -> int:
-    """Length of bitsandbytes' packed quant state (json.dumps of its non-tensor fields)."""
-    torch_name = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(model_dtype, "bfloat16")
-    text = (f'{{"quant_type": "{q.quant_type or "nf4"}", "blocksize": {q.group_size}, '
-            f'"dtype": "{torch_name}", "shape": [{rows}, {cols}]')
-    if q.double_quant:
-        # nested_offset is a float32 mean as a Python float: 17 significant digits
-        # ("0.0" and 17 digits is typical; the real length varies by a byte or two).
-        text += ', "nested_blocksize": 256, "nested_dtype": "float32", "nested_offset": 0.04016156122088432'
-    return len(text + "}")
-
-
-def _matrix_tensors(q: Quantization, rows: int, cols: int, model_dtype: str) -> list[tuple[str, str, int]]:
-    """(role, element dtype, elements) of the tensors one converted matrix stores."""
-    n, k, g = rows, cols, q.group_size
-    lay = q.layout
-    if lay == "fp8_block":
-        bn, bk = q.block
-        t = [("values", "fp8", n * k), ("scales", "fp32", _cdiv(n, bn) * _cdiv(k, bk))]
-    elif lay == "fp8_channel":
-        t = [("values", "fp8", n * k), ("scales", "fp32", n)]
-    elif lay == "fp8_tensor":
-        t = [("values", "fp8", n * k), ("scales", "fp32", 1)]
-    elif lay == "mxfp4":
-        blocks = _cdiv(k, 32)
-        t = [("values", "uint8", n * blocks * 16), ("scales", "uint8", n * blocks)]
-    elif lay == "nvfp4":
-        t = [("values", "uint8", n * _cdiv(k, 2)), ("scales", "fp8", n * _cdiv(k, 16)),
-             ("scales", "fp32", 1)]
-    elif lay == "awq":
-        groups = _cdiv(k, g) if g else 1
-        packed = _cdiv(n * q.bits, 32)
-        t = [("values", "int32", k * packed), ("scales", "fp16", groups * n)]
-        if q.zero_points:
-            t.append(("zeros", "int32", groups * packed))
-    elif lay == "gptq":
-        groups = _cdiv(k, g) if g else 1
-        t = [("values", "int32", _cdiv(k * q.bits, 32) * n), ("scales", "fp16", groups * n),
-             ("zeros", "int32", groups * _cdiv(n * q.bits, 32)), ("g_idx", "int32", k)]
-    elif lay == "ct_int":
-        groups = _cdiv(k, g) if g else 1
-        scale = model_dtype if model_dtype in ("bf16", "fp16", "fp32") else "bf16"
-        t = [("values", "int32", n * _cdiv(k * q.bits, 32)), ("scales", scale, n * groups),
-             ("other", "int64", 2)]
-        if q.zero_points:
-            t.append(("zeros", "int32", _cdiv(n * q.bits, 32) * groups))
-        if q.g_idx:
-            t.append(("g_idx", "int32", k))
-    elif lay == "bnb4":
-        blocks = _cdiv(n * k, g or 64)
-        t = [("values", "uint8", _cdiv(n * k, 2)), ("scales", "fp32", 16)]
-        if q.double_quant:
-            t += [("scales", "uint8", blocks), ("scales", "fp32", _cdiv(blocks, 256) + 256)]
-        else:
-            t.append(("scales", "fp32", blocks))
-        t.append(("other", "uint8", _qs_json_bytes(q, n, k, model_dtype)))
-    elif lay == "bnb8":
-        t = [("values", "int8", n * k), ("scales", "fp32", n)]
-    else:  # int (ad hoc): packed values, fp16 scales per group, packed zeros
-        groups = _cdiv(k, g) if g else 1
-        t = [("values", "uint8", _cdiv(n * k * q.bits, 8)), ("scales", q.scale_dtype, n * groups)]
-        if q.zero_points:
-            t.append(("zeros", "uint8", _cdiv(n * groups * q.bits, 8)))
-    if q.static_input_scale and lay.startswith("fp8"):
-        t.append(("scales", "fp32", 1))
-    return t
-
-
-def _converted(q: Quantization, m: _Matrix) -> bool:
-    if m.role == "head":
-        return q.lm_head and not _matches(m.name, q.not_converted)
-    if q.experts_only and m.role != "expert":
-        return False
-    if m.role == "router" and not q.routers:
-        return False
-    names = (m.name, m.name.rsplit(".", 2)[0] if m.role == "expert" else m.name)
-    return not any(_matches(n, q.not_converted) for n in names)
-
-
-# --------------------------------------------------------------------------------
-# The whole model
-# --------------------------------------------------------------------------------
-def _model_dtype(default_dtype: DType | str) -> str:
-    dt = default_dtype if isinstance(default_dtype, DType) else dtype(default_dtype)
-    if dt.name not in ("bf16", "fp16", "fp32"):
-        raise KvcalcError(f"the model dtype (unquantized weights) must be bf16, fp16 or fp32, "
-                          f"got {dt.name}")
-    return dt.name
-
-
-def _tally(spec: ModelSpec, quant: Quantization | None, model_dt: str, mtp_layers: int,
-           tp: int = 1):
-    """Bytes by key, part and dtype for all devices (tp=1) or one of `tp`."""
-    breakdown: dict[str, int] = {}
-    parts: dict[str, int] = {}
-    elements: dict[str, int] = {}
-    kv_all = kv_dev = 0
-    cache: dict = {}
-
-    def put(key: str, part: str, dt: str, n: int, times: int) -> int:
-        if not n:
-            return 0
-        b = n * _ELEMENT_BYTES[dt] * times
-        breakdown[key] = breakdown.get(key, 0) + b
-        parts[part] = parts.get(part, 0) + b
-        elements[dt] = elements.get(dt, 0) + n * times
-        return b
-
-    layer_mixers = [r.layer.mixer for r in spec.runs for _ in range(r.count)]
-    for index, (items, times) in enumerate(_model_items(spec, mtp_layers)):
-        share = None
-        if tp > 1 and index < spec.layers:
-            mx = layer_mixers[index]
-            if getattr(mx, "kv_heads", 0):
-                share = (mx.kv_heads_per_device(tp), mx.kv_heads)
-        for it in items:
-            if isinstance(it, _Plain):
-                put(it.key, "unquantized", it.dtype or model_dt, it.elements, times)
-                continue
-            conv = quant is not None and _converted(quant, it)
-            if conv:
-                tkey = (it.rows, it.cols)
-                if tkey not in cache:
-                    cache[tkey] = _matrix_tensors(quant, it.rows, it.cols, model_dt)
-                b = sum(put(it.key, part, dt, n * it.count, times) for part, dt, n in cache[tkey])
-            else:
-                b = put(it.key, "unquantized", model_dt, it.rows * it.cols * it.count, times)
-            if it.bias:
-                b += put(it.key, "unquantized", model_dt, it.rows * it.count, times)
-            if it.kv and share is not None:
-                kv_all += b
-                kv_dev += b * share[0] // share[1]
-    return breakdown, parts, elements, kv_all, kv_dev
-
-
-def weight_bytes(spec: ModelSpec, quant: Quantization | None = None,
-                 default_dtype: DType | str = "bf16", mtp_layers: int = 0) -> WeightBytes:
-    """Exact bytes of the weights as stored: quantized matrices at their width plus
-    scales, zero points and g_idx; everything else in `default_dtype` (the model's
-    own dtype). `quant` None: every weight in `default_dtype` (then the breakdown is
-    param_counts' times the dtype's bytes). `mtp_layers`: add DeepSeek-V3's
-    multi-token-prediction module(s) the checkpoint carries (config
-    `num_nextn_predict_layers`; inference engines load them only to speculate).
-    """
-    model_dt = _model_dtype(default_dtype)
-    breakdown, parts, elements, _, _ = _tally(spec, quant, model_dt, mtp_layers)
-    towers = sum(spec.extra.get("towers", {}).values()) * _ELEMENT_BYTES[model_dt]
-    return WeightBytes(total=sum(breakdown.values()), breakdown=breakdown, parts=parts,
-                       elements=elements, towers=towers, quantization=quant)
-
-
-def weight_bytes_per_device(spec: ModelSpec, quant: Quantization | None, tp: int,
-                            default_dtype: DType | str = "bf16") -> int:
-    """Bytes of weights one of `tp` tensor-parallel devices holds, as
-    kvcalc.formulas.weight_params_per_device splits parameters: everything evenly
-    (rounded up) except the self-attention K/V projections (values, scales and
-    biases), which follow their heads and are replicated when tp > kv_heads.
-    Towers are not included (add `weight_bytes(...).towers` split as you place them).
-    """
-    if tp < 1:
-        raise KvcalcError(f"tp must be >= 1, got {tp}")
-    model_dt = _model_dtype(default_dtype)
-    breakdown, _, _, kv_all, kv_dev = _tally(spec, quant, model_dt, 0, tp)
-    total = sum(breakdown.values())
-    return -(-(total - kv_all) // tp) + kv_dev
-
-
-def quantization_of(spec: ModelSpec) -> Quantization | None:
-    """The quantization hfconfig read from the model's config (None: unquantized).
-    A config kvcalc could not read raises its KvcalcError here, when bytes are asked."""
-    err = spec.extra.get("quantization_error")
-    if err:
-        raise KvcalcError(err)
-    return spec.extra.get("quantization")
