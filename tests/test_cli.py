@@ -702,7 +702,15 @@ def test_typer_is_a_release_these_tests_cover():
     import re as _re
     from importlib.metadata import requires, version
 
-    spec = next(r for r in requires("kvcalc") if _re.match(r"typer\b", r))
+    import kvcalc as _kvcalc
+
+    # The checkout's pyproject.toml where there is one (an editable install's metadata
+    # may predate it), else the installed wheel's metadata.
+    pyproject = Path(_kvcalc.__file__).resolve().parent.parent / "pyproject.toml"
+    if pyproject.is_file():
+        spec = _re.search(r'"(typer[^"]*)"', pyproject.read_text()).group(1)
+    else:
+        spec = next(r for r in requires("kvcalc") if _re.match(r"typer\b", r))
     low = _re.search(r">=([0-9.]+)", spec)
     high = _re.search(r"<([0-9.]+)", spec)
     assert low and high, f"kvcalc must bound typer above and below, not {spec!r}"
