@@ -166,6 +166,21 @@ class ModelSpec:
         """One kind of layer throughout (windows, MoE and MLA aside, today's flat model)."""
         return len(self._groups) == 1
 
+    @property
+    def attention_mixer(self):
+        """The attention the flat fields describe, as a layer kind (kvcalc.layers): a
+        full-attention `Attention`, or `Latent` for MLA. The single-layer questions (the
+        encoder's and the cross-attention's blocks, `kvcalc measure`'s step) ask it, so
+        each attention formula is the layer kind's own, written once."""
+        if self.mla is not None:
+            m = self.mla
+            return Latent(heads=self.heads, kv_lora_rank=m.kv_lora_rank,
+                          rope_dim=m.qk_rope_head_dim, nope_dim=m.qk_nope_head_dim,
+                          v_dim=m.v_head_dim, q_lora_rank=m.q_lora_rank, bias=self.qkv_bias)
+        return Attention(heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim,
+                         v_head_dim=self.v_head_dim, qkv_bias=self.qkv_bias,
+                         out_bias=self.out_bias, qk_norm=2 * self.head_dim if self.qk_norm else 0)
+
     # --- derived counts (pure, cheap) -------------------------------------------
     @property
     def group_size(self) -> int:
@@ -262,18 +277,9 @@ def _uniform_runs(spec: "ModelSpec") -> tuple:
     """Runs from the flat fields: MoE after `moe.dense_layers` dense layers; a
     sliding window on every layer, or on all but every `global_every`-th (layer i
     is global when (i + 1) % global_every == 0: Gemma 2's odd layers)."""
-    if spec.mla is not None:
-        m = spec.mla
-        mixer = Latent(heads=spec.heads, kv_lora_rank=m.kv_lora_rank, rope_dim=m.qk_rope_head_dim,
-                       nope_dim=m.qk_nope_head_dim, v_dim=m.v_head_dim, q_lora_rank=m.q_lora_rank,
-                       bias=spec.qkv_bias)
-        full = sliding = mixer
-    else:
-        full = Attention(heads=spec.heads, kv_heads=spec.kv_heads, head_dim=spec.head_dim,
-                         v_head_dim=spec.v_head_dim, qkv_bias=spec.qkv_bias,
-                         out_bias=spec.out_bias, qk_norm=2 * spec.head_dim if spec.qk_norm else 0)
-        sliding = (dataclasses.replace(full, kind="sliding", window=spec.sliding_window)
-                   if spec.sliding_window else full)
+    full = spec.attention_mixer
+    sliding = (dataclasses.replace(full, kind="sliding", window=spec.sliding_window)
+               if spec.sliding_window and spec.mla is None else full)
     gated = spec.mlp == "gated"
     dense = Dense(spec.d_ff, gated, spec.mlp_bias)
     mlps = [dense] * spec.layers

@@ -62,12 +62,10 @@ def kv_bytes_per_token_per_layer(
     dt = as_dtype(kv_dtype)
     if scale_bytes < 0:
         raise KvcalcError(f"scale_bytes must be >= 0, got {scale_bytes}")
-    if spec.mla is not None:
-        return dt.nbytes(spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) + scale_bytes
-    g = spec.kv_heads if kv_heads is None else kv_heads
-    k_bytes = dt.nbytes(g * spec.head_dim)
-    v_bytes = dt.nbytes(g * spec.v_head_dim)
-    return k_bytes + v_bytes + 2 * g * scale_bytes
+    mixer = spec.attention_mixer
+    if kv_heads is not None and spec.mla is None:
+        mixer = mixer.with_kv_heads(kv_heads)
+    return mixer.token_bytes(dt, 1, scale_bytes)
 
 
 @record

@@ -21,40 +21,15 @@ def norm_params(spec: ModelSpec, width: int | None = None) -> int:
 
 
 def attention_params(spec: ModelSpec, kv_heads: int | None = None) -> dict[str, int]:
-    """One self-attention block by matrix: q, k, v, o (and qk-norm weights).
-
-    q: d_model -> heads*head_dim; k: d_model -> kv_heads*head_dim;
-    v: d_model -> kv_heads*v_head_dim; o: heads*v_head_dim -> d_model.
-    MQA/GQA shrink k and v only (Shazeer 2019 sec. 3; Ainslie et al. 2023 sec. 2.2).
-    MLA (DeepSeek-V2 sec. 2.1): q_a, q_a_norm, q_b (or full q), kv_a (latent +
-    shared RoPE key), kv_a_norm, kv_b (latent -> per-head k_nope and v), o.
-    """
-    d = spec.d_model
-    if spec.mla is not None:
-        m = spec.mla
-        qk_head = m.qk_nope_head_dim + m.qk_rope_head_dim
-        out: dict[str, int] = {}
-        if m.q_lora_rank:
-            out["q_a"] = d * m.q_lora_rank
-            out["q_a_norm"] = m.q_lora_rank  # RMSNorm
-            out["q_b"] = m.q_lora_rank * spec.heads * qk_head
-        else:
-            out["q"] = d * spec.heads * qk_head
-        out["kv_a"] = d * (m.kv_lora_rank + m.qk_rope_head_dim)
-        out["kv_a_norm"] = m.kv_lora_rank
-        out["kv_b"] = m.kv_lora_rank * spec.heads * (m.qk_nope_head_dim + m.v_head_dim)
-        out["o"] = spec.heads * m.v_head_dim * d
-        return out
-    g = spec.kv_heads if kv_heads is None else kv_heads
-    out = {
-        "q": _linear(d, spec.heads * spec.head_dim, spec.qkv_bias),
-        "k": _linear(d, g * spec.head_dim, spec.qkv_bias),
-        "v": _linear(d, g * spec.v_head_dim, spec.qkv_bias),
-        "o": _linear(spec.heads * spec.v_head_dim, d, spec.out_bias),
-    }
-    if spec.qk_norm:
-        out["qk_norm"] = 2 * spec.head_dim
-    return out
+    """One self-attention block by matrix, as the layer kind counts it
+    (kvcalc.layers.Attention / Latent: q, k, v, o and qk-norm weights; MLA's q_a,
+    q_a_norm, q_b or q, kv_a, kv_a_norm, kv_b, o). MQA/GQA shrink k and v only
+    (Shazeer 2019 sec. 3; Ainslie et al. 2023 sec. 2.2). `kv_heads`: another K/V
+    head count than the model's (its GQA/MQA/MHA variant)."""
+    mixer = spec.attention_mixer
+    if kv_heads is not None:
+        mixer = mixer.with_kv_heads(kv_heads)
+    return mixer.params(spec.d_model)
 
 
 def mlp_params(spec: ModelSpec, width: int) -> int:

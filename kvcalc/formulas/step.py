@@ -21,47 +21,26 @@ from kvcalc.spec import ModelSpec
 
 
 def attention_flops_per_token(spec: ModelSpec, context: int, absorbed: bool = True) -> int:
-    """FLOPs of one query token attending over `context` cached tokens in one layer.
-
-    Scores q.K^T: 2*heads*head_dim*context; weighted sum of V: 2*heads*v_head_dim*context.
-    MLA, weights absorbed (DeepSeek-V2 sec. 2.1.3, the decode form): scores over
-    kv_lora_rank + qk_rope_head_dim, values over kv_lora_rank, for every head.
-    MLA with `absorbed=False` (prefill, where K and V are decompressed once per
-    token): scores over qk_nope + qk_rope, values over v_head_dim.
-    Softmax and scaling (about 5 FLOPs per score) are not counted.
-    """
-    if spec.mla is not None:
-        m = spec.mla
-        if absorbed:
-            return 2 * spec.heads * context * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
-        return 2 * spec.heads * context * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
-    return 2 * spec.heads * context * (spec.head_dim + spec.v_head_dim)
+    """FLOPs of one query token attending over `context` cached tokens in one layer,
+    as the layer kind counts them (kvcalc.layers): scores q.K^T and the weighted sum
+    of V. MLA with `absorbed=False` (prefill, K and V decompressed once per token)
+    uses per-head dims instead of the latent. Softmax and scaling (about 5 FLOPs per
+    score) are not counted."""
+    mixer = spec.attention_mixer
+    if not absorbed and spec.mla is not None:
+        return context * mixer.prefill_flops_per_position()
+    return mixer.decode_flops(context)
 
 
 def layer_matmuls(spec: ModelSpec) -> list[tuple[int, int, int]]:
-    """(fan_in, fan_out, count) of every matmul one token runs in one decoder layer.
+    """(fan_in, fan_out, count) of every matmul one token runs in one attention block
+    (the layer kind's own list: fused qkv and o, or MLA's projections).
 
     Used for FLOPs (2 x fan_in x fan_out) and for activation traffic (each matmul
     reads its input and writes its output once). Norms, residual adds and the MLP
     activation are assumed fused into neighbouring kernels.
     """
-    d = spec.d_model
-    mm: list[tuple[int, int, int]] = []
-    if spec.mla is not None:
-        m = spec.mla
-        qk_head = m.qk_nope_head_dim + m.qk_rope_head_dim
-        if m.q_lora_rank:
-            mm += [(d, m.q_lora_rank, 1), (m.q_lora_rank, spec.heads * qk_head, 1)]
-        else:
-            mm.append((d, spec.heads * qk_head, 1))
-        mm.append((d, m.kv_lora_rank + m.qk_rope_head_dim, 1))
-        mm.append((m.kv_lora_rank, spec.heads * (m.qk_nope_head_dim + m.v_head_dim), 1))
-        mm.append((spec.heads * m.v_head_dim, d, 1))
-    else:
-        kv_out = spec.kv_heads * (spec.head_dim + spec.v_head_dim)
-        mm.append((d, spec.heads * spec.head_dim + kv_out, 1))  # fused qkv
-        mm.append((spec.heads * spec.v_head_dim, d, 1))
-    return mm
+    return [(i, o, 1) for i, o in spec.attention_mixer.matmuls(spec.d_model)]
 
 
 def _mlp_matmuls(spec: ModelSpec, width: int, count: int) -> list[tuple[int, int, int]]:
