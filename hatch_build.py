@@ -27,7 +27,10 @@ class PresetsIndexHook(BuildHookInterface):
             return
         self._tmp = tempfile.mkdtemp(prefix="kvcalc-index-")
         path = os.path.join(self._tmp, "_parsed.json")
-        env = {**os.environ, "PYTHONPATH": self.root}
+        # pip's isolated build environment reaches its packages (PyYAML) through
+        # PYTHONPATH: keep it, with the source tree first.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (self.root, os.environ.get("PYTHONPATH", "")) if p)}
         result = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=self.root, env=env,
                                 capture_output=True, text=True, encoding="utf-8")
         if result.returncode:
