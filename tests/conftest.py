@@ -21,6 +21,14 @@ try:
 except ImportError:  # hypothesis is in the test extra; the properties skip without it
     pass
 
+def pytest_configure(config):
+    # Here as well as in pyproject.toml: CI's no-torch tier runs a copy of tests/ alone.
+    for line in ("gpu: needs a CUDA device (skipped without one)",
+                 "slow: takes more than a few seconds (runs real decode steps or ranks)",
+                 "xdist_group: tests pytest-xdist runs in one worker (--dist loadgroup)"):
+        config.addinivalue_line("markers", line)
+
+
 _harness_failure: list[str] = []  # the test that reported the broken truth harness
 
 

@@ -36,13 +36,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kvcalc.cli", "kvcalc.__main__"),
 )
 
-# Modules still over MAX_LINES while the house (#19) is split; each leaves this list
-# when its split lands, and the list must end empty.
-OVERSIZED: frozenset[str] = frozenset()
-# Upward imports still being removed, by the same rule: the set must end empty.
-KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset()
-
-
 def _module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -104,12 +97,8 @@ def test_every_module_has_a_layer():
 
 def test_imports_only_go_down():
     upward = sorted(f"{a} (layer {_layer(a)}) imports {b} (layer {_layer(b)})"
-                    for a, deps in _graph().items() for b in deps
-                    if _layer(b) > _layer(a) and (a, b) not in KNOWN_UPWARD)
+                    for a, deps in _graph().items() for b in deps if _layer(b) > _layer(a))
     assert not upward, "imports that point up:\n" + "\n".join(upward)
-    graph = _graph()
-    gone = sorted(f"{a} -> {b}" for a, b in KNOWN_UPWARD if b not in graph.get(a, ()))
-    assert not gone, f"take these off KNOWN_UPWARD, they are gone: {gone}"
 
 
 def test_no_import_circle():
@@ -149,10 +138,8 @@ def test_no_import_circle():
 
 def test_no_module_over_600_lines():
     sizes = {n: len(p.read_text(encoding="utf-8").splitlines()) for n, p in _modules().items()}
-    over = {n: s for n, s in sizes.items() if s > MAX_LINES and n not in OVERSIZED}
+    over = {n: s for n, s in sizes.items() if s > MAX_LINES}
     assert not over, f"modules over {MAX_LINES} lines: {over}"
-    shrunk = sorted(n for n in OVERSIZED if sizes.get(n, 0) <= MAX_LINES)
-    assert not shrunk, f"take these off OVERSIZED, they fit now: {shrunk}"
 
 
 @pytest.mark.parametrize("source, expected", [
