@@ -586,3 +586,36 @@ def test_a_configs_strings_are_never_quoted_back(tmp_path):
         spec_from_hf_config_file(path)
     assert "CANARY" not in str(e.value)
     assert str(e.value).endswith("field 'hidden_size' must be an integer, got a string")
+
+
+LFM2 = dict(model_type="lfm2", vocab_size=65536, hidden_size=1024, intermediate_size=6656,
+            num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=8,
+            conv_L_cache=3)
+
+
+@pytest.mark.parametrize("idxs, message", [
+    (3, "field 'full_attn_idxs' must be a list of layer indices, got 3"),
+    ("x", "field 'full_attn_idxs' must be a list of layer indices, got a string"),
+    ([2, "5"], "must list layer indices 0 to 15, got a string"),
+    ([2, 16], "must list layer indices 0 to 15, got 16"),
+    ([True], "must list layer indices 0 to 15, got true"),
+])
+def test_lfm2_full_attn_idxs_that_are_not_indices_are_named(idxs, message):
+    """LFM2's attention layers come from `full_attn_idxs`; anything but a list of layer
+    indices is one KvcalcError naming the field (it was a bare TypeError)."""
+    with pytest.raises(KvcalcError, match=message) as e:
+        spec_from_hf_config({**LFM2, "full_attn_idxs": idxs}, "lfm2", "t")
+    assert "\n" not in str(e.value)
+
+
+def test_lfm2_full_attn_idxs_place_the_attention_layers():
+    """Published LFM2-350M: attention on layers 2, 5, 8, 10, 12, 14, convolutions elsewhere;
+    absent or null: attention everywhere (transformers' Lfm2Config default)."""
+    kinds = [layer.mixer.kind for layer in
+             spec_from_hf_config({**LFM2, "full_attn_idxs": [2, 5, 8, 10, 12, 14]},
+                                 "lfm2", "t").layer_list()]
+    assert [i for i, k in enumerate(kinds) if k == "full"] == [2, 5, 8, 10, 12, 14]
+    assert set(kinds) == {"full", "conv"}
+    for absent in ({}, {"full_attn_idxs": None}):
+        spec = spec_from_hf_config({**LFM2, **absent}, "lfm2", "t")
+        assert {layer.mixer.kind for layer in spec.layer_list()} == {"full"}

@@ -157,8 +157,18 @@ def lfm2_full_attn_idxs(c: Config, layers: int) -> list[str]:
     """LFM2: attention on the layers `full_attn_idxs` lists (absent: every layer),
     short convolutions elsewhere."""
     idxs = c.raw("full_attn_idxs")
-    idxs = list(range(layers)) if idxs is MISSING or idxs is None else idxs
-    return ["full" if i in idxs else "conv" for i in range(layers)]
+    if idxs is MISSING or idxs is None:
+        return ["full"] * layers
+    if not isinstance(idxs, list):
+        raise c.error(f"field 'full_attn_idxs' must be a list of layer indices, "
+                      f"got {describe(idxs)}")
+    odd = next((i for i in idxs if isinstance(i, bool) or not isinstance(i, int)
+                or not 0 <= i < layers), None)
+    if odd is not None:
+        raise c.error(f"field 'full_attn_idxs' must list layer indices 0 to {layers - 1}, "
+                      f"got {describe(odd)}")
+    held = set(idxs)
+    return ["full" if i in held else "conv" for i in range(layers)]
 
 
 def nemotron_h_blocks(c: Config) -> list[str]:
