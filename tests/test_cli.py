@@ -16,7 +16,7 @@ import typer
 from typer.testing import CliRunner
 
 from kvcalc.cli import app
-from kvcalc.cli.parsing import OptionProblem, counted
+from kvcalc.cli.parsing import OptionProblem, reader
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -744,7 +744,7 @@ def test_typer_hands_a_parser_problem_through_untouched():
     tiny = typer.Typer()
 
     @tiny.command()
-    def main(n: Annotated[int, typer.Option("--n", parser=counted("--seq-len"))] = 1):
+    def main(n: Annotated[int, typer.Option("--n", parser=reader(int, "--seq-len"))] = 1):
         got["n"] = n
 
     ok = CliRunner().invoke(tiny, ["--n", "32k"])

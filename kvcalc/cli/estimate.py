@@ -30,7 +30,6 @@ from kvcalc.cli.options import (
     SeqLenOpt,
     TpOpt,
     WeightDtypeOpt,
-    counted,
     default_seq_len,
     device_memory,
     model_options,
@@ -152,7 +151,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         gpu: Annotated[str, typer.Option("--gpu", help="Hardware preset (or YAML file) to "
                                          "fit on.")] = DEFAULT_GPU,
         max_model_len: Annotated[Optional[int], typer.Option(
-            "--max-model-len", show_default=False, parser=counted("--max-model-len"),
+            "--max-model-len", show_default=False,
             metavar="<tokens>",
             help="Count as vLLM does (V1 engine) for requests up to this many tokens: KV "
             f"cache tokens, blocks, concurrency; {SUFFIXES}. Any engine flag turns this on "
@@ -166,7 +165,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             "(default 16, raised for hybrid models as vLLM does).")] = None,
         max_num_batched_tokens: Annotated[Optional[int], typer.Option(
             "--max-num-batched-tokens", show_default=False,
-            parser=counted("--max-num-batched-tokens"), metavar="<tokens>",
+            metavar="<tokens>",
             help="Engine: tokens per scheduler step, which sizes the profiling pass; "
             "suffixes as --max-model-len (default: the engine's for this GPU).")] = None,
         max_num_seqs: Annotated[Optional[int], typer.Option(

@@ -18,7 +18,6 @@ import typer
 
 from kvcalc._record import record
 from kvcalc import units
-from kvcalc.cli.parsing import counted
 from kvcalc.errors import KvcalcError, quoted
 from kvcalc.dtypes import DTYPES, MAX_LAYERS, MAX_WIDTH, check_size
 from kvcalc.spec import Hardware, ModelSpec
@@ -316,15 +315,15 @@ SUFFIXES = units.SUFFIX_HELP  # the rule, for --help
 
 # Workload options, as Annotated aliases the commands list explicitly.
 SeqLenOpt = Annotated[Optional[int], typer.Option(
-    "--seq-len", parser=counted("--seq-len"), metavar="<tokens>",
+    "--seq-len", metavar="<tokens>",
     help=f"Context length in tokens; {SUFFIXES} (default: the model's max context, or "
     f"{DEFAULT_SEQ_LEN}).")]
 BatchOpt = Annotated[int, typer.Option(
-    "--batch", parser=counted("--batch"), metavar="<count>",
+    "--batch", metavar="<count>",
     help="Sequences decoded together (count; 1k = 1,000, 1K = 1,024).")]
 # fit: None tells a --batch the user gave from the default, which the engine count refuses.
 FitBatchOpt = Annotated[Optional[int], typer.Option(
-    "--batch", parser=counted("--batch"), metavar="<count>", show_default=False,
+    "--batch", metavar="<count>", show_default=False,
     help="Plain fit: sequences decoded together (default 1; 1k = 1,000, 1K = 1,024). The "
     "engine count serves up to --max-num-seqs instead.")]
 KvDtypeOpt = Annotated[str, typer.Option("--kv-dtype", help=f"KV cache dtype: {DTYPE_HELP}.")]
@@ -339,7 +338,7 @@ GroupSizeOpt = Annotated[Optional[int], typer.Option(
     help="Weights per quantization scale for a quantized --weight-dtype, e.g. 128 "
     "(default: one scale per output row).")]
 PromptLenOpt = Annotated[Optional[int], typer.Option(
-    "--prompt-len", show_default=False, parser=counted("--prompt-len"), metavar="<tokens>",
+    "--prompt-len", show_default=False, metavar="<tokens>",
     help="Prompt tokens for the time to first token, suffixes as --seq-len (default: --seq-len).")]
 MfuOpt = Annotated[str, typer.Option(
     "--mfu", help="Share of the dense peak a prefill reaches, in [0.001, 1].")]
@@ -352,7 +351,7 @@ GpuOpt = Annotated[str, typer.Option(
 ScaleOpt = Annotated[int, typer.Option(
     "--kv-scale-bytes", help="Bytes of quantization scale per token per K/V head (e.g. 2 for fp16 scales).")]
 EncoderLenOpt = Annotated[Optional[int], typer.Option(
-    "--encoder-seq-len", parser=counted("--encoder-seq-len"), metavar="<tokens>",
+    "--encoder-seq-len", metavar="<tokens>",
     help="Encoder tokens for encoder-decoder models, suffixes as --seq-len (default: --seq-len).")]
 MemFractionOpt = Annotated[Optional[float], typer.Option(
     "--memory-fraction", show_default=False,

@@ -123,7 +123,9 @@ class OptionProblem(Exception):
     own words; this passes through it untouched to KvcalcGroup, which prints it."""
 
 
-def _reader(kind: Any, flag: str):
+def reader(kind: Any, flag: str):
+    """The `parser=` plain_options gives a `kind` option: kvcalc's words, vLLM's suffixes
+    for the count flags of kvcalc.units."""
     coercer = _Coercer(kind, flag)
 
     def parse(value: Any) -> Any:
@@ -133,11 +135,6 @@ def _reader(kind: Any, flag: str):
             raise OptionProblem(str(e)) from None
 
     return parse
-
-
-def counted(flag: str):
-    """The `parser=` of a count flag that takes vLLM's suffixes (32k, 32K; kvcalc.units)."""
-    return _reader(int, flag)
 
 
 def plain_options(fn):
@@ -158,7 +155,7 @@ def plain_options(fn):
         if (info is not None and hasattr(info, "parser") and info.parser is None
                 and kind is not None and kind is not bool):
             info = copy.copy(info)
-            info.parser = _reader(kind, _declared_flag(info, p.name))
+            info.parser = reader(kind, _declared_flag(info, p.name))
             annotation = typing.Annotated[typing.get_args(p.annotation)[0], info]
         params.append(p.replace(annotation=annotation))
     fn.__signature__ = sig.replace(parameters=params)
