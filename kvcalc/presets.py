@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kvcalc.errors import KvcalcError, os_problem, quoted
+from kvcalc.errors import KvcalcError, quoted
 from kvcalc.inputfile import read_text
 from kvcalc.dtypes import dtype
 from kvcalc.spec import MLA, Hardware, ModelSpec, MoE
@@ -204,8 +204,6 @@ def _read_yaml(path: Path) -> Any:
         raise KvcalcError(f"{where}: no such file") from None
     except IsADirectoryError:
         raise KvcalcError(f"{where}: is a folder; give a YAML file") from None
-    except OSError as e:
-        raise KvcalcError(f"{where}: cannot read: {os_problem(e)}") from None
     data = _indexed(path, text)
     if data is _NOT_INDEXED:
         from kvcalc.yamlread import parse

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kvcalc.errors import KvcalcError, os_problem, value_problem
+from kvcalc.errors import KvcalcError, value_problem
 from kvcalc.hfconfig.config import Config, describe, json_kind
 from kvcalc.hfconfig.families import FAMILIES, SUPPORTED_MODEL_TYPES
 from kvcalc.hfconfig.multimodal import WRAPPERS, text_config, with_towers
@@ -100,10 +100,6 @@ def spec_from_hf_config_file(path: str | Path, name: str | None = None) -> Model
                           "it never downloads)") from None
     except IsADirectoryError:
         raise KvcalcError(f"{p}: is a directory; give the path of its config.json") from None
-    except UnicodeDecodeError:
-        raise KvcalcError(f"{p}: cannot read: not UTF-8 text") from None
-    except OSError as e:
-        raise KvcalcError(f"{p}: cannot read: {os_problem(e)}") from None
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as e:
