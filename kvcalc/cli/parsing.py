@@ -39,67 +39,52 @@ def _flag(param) -> str:
     return longs[0] if longs else (getattr(param, "human_readable_name", None) or param.name)
 
 
-class _Coercer:
-    """The `coerce(value, param, ctx)` typer calls for each option, for one simple type."""
-
-    def __init__(self, kind: Any, flag: str):
-        self.kind = kind
-        self.flag = flag
-
-    def coerce(self, value: Any, param: Any = None, ctx: Any = None) -> Any:
-        if value is None:
-            return None
-        kind, flag = self.kind, self.flag
-        if isinstance(kind, type) and issubclass(kind, Enum):
-            if isinstance(value, kind):
-                return value
-            text = str(value).strip().lower()
-            for member in kind:
-                if str(member.value).lower() == text:
-                    return member
-            raise KvcalcError(f"{flag} expects one of {', '.join(str(m.value) for m in kind)}; "
-                              f"got {quoted(str(value))}")
-        if kind is bool:
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in ("1", "true", "yes", "on"):
-                return True
-            if text in ("0", "false", "no", "off", ""):
-                return False
-            raise KvcalcError(f"{flag} is a switch (true or false); got {quoted(str(value))}")
-        if kind is int:
-            if isinstance(value, int) and not isinstance(value, bool):
-                return value
-            text = str(value).strip()
-            if flag in units.COUNTS:  # 32k, 128K: vLLM's suffixes (kvcalc.units)
-                return units.count(text, flag)
-            unit = UNITS.get(flag)
-            what = f"a whole number of {unit}" if unit else "a whole number"
-            if not _INT.fullmatch(text):
-                raise KvcalcError(f"{flag} expects {what}, got {quoted(str(value))}")
-            if len(text.replace("_", "").lstrip("+-")) > _MAX_INT_DIGITS:
-                raise KvcalcError(f"{flag}: {quoted(text)} is absurdly large")
-            return int(text)
-        if kind is float:
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                return float(value)
-            text = str(value).strip()
-            try:
-                number = float(text)
-            except ValueError:
-                number = None
-            if number is None or number != number or number in (float("inf"), float("-inf")) \
-                    or len(text) > 40:
-                raise KvcalcError(f"{flag} expects a number such as 0.9, got {quoted(str(value))}")
-            return number
-        if kind is Path:
-            if isinstance(value, Path):
-                return value
-            if not str(value):
-                raise KvcalcError(f"{flag} expects a file name, got ''")
-            return Path(value)
-        return value if isinstance(value, str) else str(value)
+def _read(kind: Any, flag: str, value: Any) -> Any:
+    """`value` of `flag` as a `kind` (int, float, str, Path or an Enum), or a
+    KvcalcError in kvcalc's words."""
+    if value is None:
+        return None
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        if isinstance(value, kind):
+            return value
+        text = str(value).strip().lower()
+        for member in kind:
+            if str(member.value).lower() == text:
+                return member
+        raise KvcalcError(f"{flag} expects one of {', '.join(str(m.value) for m in kind)}; "
+                          f"got {quoted(str(value))}")
+    if kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        text = str(value).strip()
+        if flag in units.COUNTS:  # 32k, 128K: vLLM's suffixes (kvcalc.units)
+            return units.count(text, flag)
+        unit = UNITS.get(flag)
+        what = f"a whole number of {unit}" if unit else "a whole number"
+        if not _INT.fullmatch(text):
+            raise KvcalcError(f"{flag} expects {what}, got {quoted(str(value))}")
+        if len(text.replace("_", "").lstrip("+-")) > _MAX_INT_DIGITS:
+            raise KvcalcError(f"{flag}: {quoted(text)} is absurdly large")
+        return int(text)
+    if kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        text = str(value).strip()
+        try:
+            number = float(text)
+        except ValueError:
+            number = None
+        if number is None or number != number or number in (float("inf"), float("-inf")) \
+                or len(text) > 40:
+            raise KvcalcError(f"{flag} expects a number such as 0.9, got {quoted(str(value))}")
+        return number
+    if kind is Path:
+        if isinstance(value, Path):
+            return value
+        if not str(value):
+            raise KvcalcError(f"{flag} expects a file name, got ''")
+        return Path(value)
+    return value if isinstance(value, str) else str(value)
 
 
 def _simple_kind(annotation: Any) -> Any:
@@ -126,11 +111,9 @@ class OptionProblem(Exception):
 def reader(kind: Any, flag: str):
     """The `parser=` plain_options gives a `kind` option: kvcalc's words, vLLM's suffixes
     for the count flags of kvcalc.units."""
-    coercer = _Coercer(kind, flag)
-
     def parse(value: Any) -> Any:
         try:
-            return coercer.coerce(value)
+            return _read(kind, flag, value)
         except KvcalcError as e:
             raise OptionProblem(str(e)) from None
 
