@@ -12,14 +12,13 @@ from __future__ import annotations
 from kvcalc import _num, roofline
 from kvcalc._record import record
 from kvcalc.capacity.fit import Fit, fit as plain_fit
+from kvcalc.dtypes import DType, check_size, dtype as _dtype, weight_dtype as _weight_dtype
 from kvcalc.errors import KvcalcError
-from kvcalc.dtypes import DType, check_size, dtype as _dtype
 from kvcalc.formulas.attention import ShazeerRatio, shazeer_ratio
 from kvcalc.formulas.cache import KVCache, kv_cache
 from kvcalc.formulas.params import ParamCounts, param_counts
 from kvcalc.formulas.step import DecodeCost, StoredWeights, decode_step
 from kvcalc.spec import Hardware, ModelSpec
-from kvcalc.dtypes import weight_dtype as _weight_dtype
 
 
 @record

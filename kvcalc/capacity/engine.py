@@ -15,8 +15,7 @@ from fractions import Fraction
 
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.dtypes import MAX_SEQ_LEN, check_size, dtype
-from kvcalc.dtypes import weight_dtype as _weight_dtype
+from kvcalc.dtypes import MAX_SEQ_LEN, check_size, dtype, weight_dtype as _weight_dtype
 from kvcalc.spec import Hardware
 
 __all__ = ["GiB", "MiB", "EngineSettings", "async_scheduling_on", "default_batch_limits",

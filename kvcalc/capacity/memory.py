@@ -42,8 +42,7 @@ calibrates the constants against the logs in tests/data/vllm/ (README there):
 from __future__ import annotations
 
 from kvcalc.capacity.engine import GiB, MiB, EngineSettings
-from kvcalc.dtypes import dtype
-from kvcalc.dtypes import weight_dtype as _weight_dtype
+from kvcalc.dtypes import dtype, weight_dtype as _weight_dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.params import param_counts, weight_params_per_device
 from kvcalc.spec import ModelSpec
