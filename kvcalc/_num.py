@@ -34,6 +34,18 @@ def split(n, tp: int):
     return -(-n // tp)
 
 
+def largest(holds, lo: int, hi: int) -> int:
+    """The largest n in [lo, hi) with holds(n), given holds(lo) and not holds(hi), for a
+    `holds` true up to some n and false beyond (a monotone fit): an exact binary search."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if holds(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def linear_params(fan_in: int, fan_out: int, bias: bool) -> int:
     """nn.Linear(fan_in, fan_out, bias): weight plus optional bias."""
     return fan_in * fan_out + (fan_out if bias else 0)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from kvcalc import _num
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.roofline import compute_dtype_for
@@ -170,11 +171,4 @@ def max_batch_for_slo(spec: ModelSpec, hw: Hardware, prompt_len: int, seq_len: i
         return 0
     if meets(limit):
         return limit
-    lo, hi = 1, limit  # meets(lo), not meets(hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if meets(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return _num.largest(meets, 1, limit)

@@ -12,6 +12,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from hypothesis import given, strategies as st
 import yaml
 
 from kvcalc.capacity.blocks import blocks_per_request, kv_cache_groups
@@ -242,3 +243,13 @@ def test_engine_weights_hold_the_vision_tower(tp) -> None:
     with_towers = serving_capacity(gemma, h100, settings).memory["weights"]
     without = serving_capacity(text_only, h100, settings).memory["weights"]
     assert with_towers - without == 2 * -(-(416_866_032 + 2_950_272) // tp)  # bf16
+
+
+@given(st.integers(0, 10**6), st.integers(0, 10**6), st.integers(1, 10**6))
+def test_the_one_binary_search_finds_the_last_length_that_holds(lo, k, width):
+    # Every "largest that fits" (plain fit, vLLM's max_model_len, latency limits) is
+    # _num.largest: checked here against the threshold it must find, by construction.
+    from kvcalc import _num
+    hi = lo + width
+    k = lo + k % width  # the last n that holds, in [lo, hi)
+    assert _num.largest(lambda n: n <= k, lo, hi) == k

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from kvcalc import _num
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.dtypes import MAX_SEQ_LEN
@@ -159,15 +160,12 @@ def largest_fitting_len(plans: tuple[GroupPlan, ...], block: int, avail: int, in
                         encoder_len: int | None, upper: int) -> int:
     """The largest length whose one request fits in `avail` (binary search, as vLLM's
     estimate_max_model_len); at most `upper` when that already fits... or beyond it."""
+    def fits(length: int) -> bool:
+        return request_bytes(plans, block, length, in_flight, encoder_len) <= avail
+
     lo, hi = 0, max(upper, 1)
-    while request_bytes(plans, block, hi, in_flight, encoder_len) <= avail and hi < MAX_SEQ_LEN:
+    while fits(hi) and hi < MAX_SEQ_LEN:
         lo, hi = hi, min(hi * 2, MAX_SEQ_LEN)
-    if request_bytes(plans, block, hi, in_flight, encoder_len) <= avail:
+    if fits(hi):
         return hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if request_bytes(plans, block, mid, in_flight, encoder_len) <= avail:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return _num.largest(fits, lo, hi)

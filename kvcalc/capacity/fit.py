@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from kvcalc import _num
 from kvcalc._record import record
 from kvcalc.dtypes import MAX_SEQ_LEN, DType, dtype as _dtype
 from kvcalc.errors import KvcalcError
@@ -92,14 +93,7 @@ def fit(spec: ModelSpec, hw: Hardware, seq_len: int, batch: int = 1,
         # Memory does not bound the context: the model's trained context does, when known.
         max_len = spec.max_context if unbounded and spec.max_context else MAX_SEQ_LEN
     else:
-        lo, hi = 1, MAX_SEQ_LEN  # bytes_at(lo) <= free < bytes_at(hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if bytes_at(mid) <= free:
-                lo = mid
-            else:
-                hi = mid
-        max_len = lo
+        max_len = _num.largest(lambda n: bytes_at(n) <= free, 1, MAX_SEQ_LEN)
         unbounded = False
     return Fit(
         usable_bytes=usable,
