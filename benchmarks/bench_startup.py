@@ -5,9 +5,8 @@
 Runs each command `--repeat` times, interleaved (so a busy machine slows them alike),
 and prints the median wall time of each and its ratio to the floor. The goal is
 <= 1.5x for `kvcalc estimate --preset gpt3` (table and JSON). Each command is also set
-against a bare typer app that runs one command with one option (typer 0.29 imports
-pydantic to coerce it, as it does kvcalc's), and `--help` against a bare typer app's
-`--help`.
+against a bare typer app that runs one command with one int option, and `--help` against
+a bare typer app's `--help`.
 stdout goes to /dev/null; the kvcalc under test is the checkout this file lives in, with
 the presets index an installed wheel carries (written to presets/_parsed.json, which git
 ignores, when the checkout has none).
@@ -35,8 +34,7 @@ FLOOR = [sys.executable, "-c", "import typer, rich"]
 # the help of a bare typer app with one command, not an import.
 HELP_FLOOR = [sys.executable, "-c", "import typer\napp = typer.Typer()\n@app.command()\n"
               "def main(x: int = 1):\n    'A command.'\napp(['--help'], prog_name='bare')"]
-# What any typer 0.29 program pays to run a command with one option: typer coerces every
-# option through pydantic, kvcalc's options included (kvcalc/cli/parsing.py).
+# What any typer program pays to run a command with one option.
 COMMAND_FLOOR = [sys.executable, "-c", "import typer, rich\napp = typer.Typer()\n@app.command()\n"
                  "def main(x: int = 1):\n    'A command.'\napp(['--x', '2'], prog_name='bare')"]
 COMMANDS = {

@@ -8,8 +8,9 @@ import json
 import os
 import subprocess
 import sys
+from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import pytest
 import typer
@@ -736,22 +737,50 @@ def test_no_typer_internals_in_kvcalc():
     assert not found, found
 
 
+class Shade(str, Enum):  # an Enum option, as typer sees kvcalc's --format
+    light = "light"
+    dark = "dark"
+
+
 def test_typer_hands_a_parser_problem_through_untouched():
-    """typer runs every `parser=` inside pydantic; kvcalc's OptionProblem must come out
-    as raised (a pydantic ValidationError or click's "Invalid value" would replace
-    kvcalc's words), and a parsed value must arrive as the parser returned it."""
+    """typer runs every `parser=` inside click's type; kvcalc's OptionProblem must come
+    out as raised (click's "Invalid value" would replace kvcalc's words), a parsed value
+    must arrive as the parser returned it, and an Enum option as its member (the reader
+    returns the member's value; typer maps it to the member)."""
     got = {}
     tiny = typer.Typer()
 
     @tiny.command()
-    def main(n: Annotated[int, typer.Option("--n", parser=reader(int, "--seq-len"))] = 1):
-        got["n"] = n
+    def main(n: Annotated[int, typer.Option("--n", parser=reader(int, "--seq-len"))] = 1,
+             shade: Annotated[Optional[Shade], typer.Option(
+                 "--shade", parser=reader(Shade, "--shade"))] = None):
+        got["n"], got["shade"] = n, shade
 
-    ok = CliRunner().invoke(tiny, ["--n", "32k"])
-    assert ok.exit_code == 0 and got["n"] == 32_000
+    ok = CliRunner().invoke(tiny, ["--n", "32k", "--shade", "DARK"])
+    assert ok.exit_code == 0, ok.output
+    assert got["n"] == 32_000 and got["shade"] is Shade.dark
+    ok = CliRunner().invoke(tiny, ["--n", "2"])
+    assert ok.exit_code == 0 and got["shade"] is None
     bad = CliRunner().invoke(tiny, ["--n", "12q"])
     assert isinstance(bad.exception, OptionProblem), bad.output
     assert str(bad.exception).startswith("--seq-len expects a whole number of tokens")
+    bad = CliRunner().invoke(tiny, ["--shade", "grey"])
+    assert isinstance(bad.exception, OptionProblem), bad.output
+    assert str(bad.exception) == "--shade expects one of light, dark; got 'grey'"
+
+
+def test_analytical_commands_load_neither_pydantic_nor_the_heavy_libraries():
+    """The start-up budget (README "Start-up"): typer 0.28 runs options without pydantic,
+    and estimate needs no numpy, pandas, torch or matplotlib (`python -X importtime`)."""
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "kvcalc", "estimate",
+                        "--preset", "gpt3", "--format", "json"], capture_output=True,
+                       text=True, timeout=60, cwd=ROOT)
+    assert json.loads(r.stdout)["kv_cache_bytes"] == 9_663_676_416
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0]
+                for line in r.stderr.splitlines() if line.startswith("import time:")}
+    assert "typer" in imported and "kvcalc" in imported
+    assert not imported & {"pydantic", "numpy", "pandas", "torch", "matplotlib"}, \
+        sorted(imported & {"pydantic", "numpy", "pandas", "torch", "matplotlib"})
 
 
 def test_plain_options_reads_every_simple_option_in_kvcalcs_words():

@@ -1,12 +1,10 @@
 """Reading the command line in kvcalc's own words.
 
-typer >= 0.2x coerces each option through a pydantic TypeAdapter, whose messages
-("Input should be a valid integer, unable to parse string as an integer") are not
-kvcalc's.
+typer leaves an option's value to click's types, whose messages ("Invalid value for
+'--tp': 'x' is not a valid integer.") are not kvcalc's.
 `plain_options` gives every option of the simple kinds kvcalc uses (int, float,
 str, Path, an Enum of choices) a `parser=` (typer's public setting) that says what
-was expected, naming the flag and its unit. typer still routes each parser through
-pydantic, so pydantic is imported when a command runs; its messages never show.
+was expected, naming the flag and its unit.
 `refuse_repeats` refuses an option given twice (click keeps the last).
 """
 
@@ -45,12 +43,14 @@ def _read(kind: Any, flag: str, value: Any) -> Any:
     if value is None:
         return None
     if isinstance(kind, type) and issubclass(kind, Enum):
+        # The member's value, not the member: typer maps the value to the member itself
+        # (typer 0.28 reads a member returned here with str(), which is 'Kind.name').
         if isinstance(value, kind):
-            return value
+            return value.value
         text = str(value).strip().lower()
         for member in kind:
             if str(member.value).lower() == text:
-                return member
+                return member.value
         raise KvcalcError(f"{flag} expects one of {', '.join(str(m.value) for m in kind)}; "
                           f"got {quoted(str(value))}")
     if kind is int:
@@ -103,9 +103,9 @@ def _simple_kind(annotation: Any) -> Any:
 
 
 class OptionProblem(Exception):
-    """A value kvcalc cannot read, raised from a `parser=`. Not a ValueError: pydantic,
-    through which typer runs every parser, would rewrite a ValueError's message in its
-    own words; this passes through it untouched to KvcalcGroup, which prints it."""
+    """A value kvcalc cannot read, raised from a `parser=`. Not a ValueError: click, which
+    runs every parser, would rewrite a ValueError's message in its own words ("Invalid
+    value for ..."); this passes through it untouched to KvcalcGroup, which prints it."""
 
 
 def reader(kind: Any, flag: str):
