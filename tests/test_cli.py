@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -17,6 +16,7 @@ import typer
 from typer.testing import CliRunner
 
 from kvcalc.cli import app
+from kvcalc.cli.options import TextFormat
 from kvcalc.cli.parsing import OptionProblem, reader
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -737,36 +737,32 @@ def test_no_typer_internals_in_kvcalc():
     assert not found, found
 
 
-class Shade(str, Enum):  # an Enum option, as typer sees kvcalc's --format
-    light = "light"
-    dark = "dark"
-
-
 def test_typer_hands_a_parser_problem_through_untouched():
     """typer runs every `parser=` inside click's type; kvcalc's OptionProblem must come
     out as raised (click's "Invalid value" would replace kvcalc's words), a parsed value
-    must arrive as the parser returned it, and an Enum option as its member (the reader
-    returns the member's value; typer maps it to the member)."""
+    must arrive as the parser returned it, and a choice (kvcalc's --format) as its
+    member, or None when not given."""
+
     got = {}
     tiny = typer.Typer()
 
     @tiny.command()
     def main(n: Annotated[int, typer.Option("--n", parser=reader(int, "--seq-len"))] = 1,
-             shade: Annotated[Optional[Shade], typer.Option(
-                 "--shade", parser=reader(Shade, "--shade"))] = None):
-        got["n"], got["shade"] = n, shade
+             fmt: Annotated[Optional[TextFormat], typer.Option(
+                 "--format", parser=reader(TextFormat, "--format"))] = None):
+        got["n"], got["fmt"] = n, fmt
 
-    ok = CliRunner().invoke(tiny, ["--n", "32k", "--shade", "DARK"])
+    ok = CliRunner().invoke(tiny, ["--n", "32k", "--format", "JSON"])
     assert ok.exit_code == 0, ok.output
-    assert got["n"] == 32_000 and got["shade"] is Shade.dark
+    assert got["n"] == 32_000 and got["fmt"] is TextFormat.json
     ok = CliRunner().invoke(tiny, ["--n", "2"])
-    assert ok.exit_code == 0 and got["shade"] is None
+    assert ok.exit_code == 0 and got["fmt"] is None
     bad = CliRunner().invoke(tiny, ["--n", "12q"])
     assert isinstance(bad.exception, OptionProblem), bad.output
     assert str(bad.exception).startswith("--seq-len expects a whole number of tokens")
-    bad = CliRunner().invoke(tiny, ["--shade", "grey"])
+    bad = CliRunner().invoke(tiny, ["--format", "xml"])
     assert isinstance(bad.exception, OptionProblem), bad.output
-    assert str(bad.exception) == "--shade expects one of light, dark; got 'grey'"
+    assert str(bad.exception) == "--format expects one of table, json, csv, md; got 'xml'"
 
 
 def test_analytical_commands_load_neither_pydantic_nor_the_heavy_libraries():

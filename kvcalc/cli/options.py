@@ -26,7 +26,16 @@ DEFAULT_GPU = "h100-sxm"
 DEFAULT_SEQ_LEN = 4096  # when the model states no max context
 
 
-class OutputFormat(str, Enum):
+class Choice(str, Enum):
+    """The choices of an option. str() gives the value, as the user types it: typer finds
+    the member a `parser=` returns by str(member), which for a plain str-Enum is
+    'OutputFormat.json' on Python >= 3.11."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class OutputFormat(Choice):
     table = "table"
     json = "json"
     csv = "csv"
@@ -39,7 +48,7 @@ TEXT_FORMATS = (OutputFormat.table, OutputFormat.json, OutputFormat.csv, OutputF
 
 # --format where Parquet is not offered (everything but `kvcalc sweep`): typer offers an
 # Enum's values as the choices, so the text formats get an Enum of their own.
-TextFormat = Enum("TextFormat", [(f.name, f.value) for f in TEXT_FORMATS], type=str)
+TextFormat = Choice("TextFormat", [(f.name, f.value) for f in TEXT_FORMATS])
 
 
 # -o FILE without --format: the format its suffix names.

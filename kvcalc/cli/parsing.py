@@ -43,14 +43,12 @@ def _read(kind: Any, flag: str, value: Any) -> Any:
     if value is None:
         return None
     if isinstance(kind, type) and issubclass(kind, Enum):
-        # The member's value, not the member: typer maps the value to the member itself
-        # (typer 0.28 reads a member returned here with str(), which is 'Kind.name').
         if isinstance(value, kind):
-            return value.value
+            return value
         text = str(value).strip().lower()
         for member in kind:
             if str(member.value).lower() == text:
-                return member.value
+                return member
         raise KvcalcError(f"{flag} expects one of {', '.join(str(m.value) for m in kind)}; "
                           f"got {quoted(str(value))}")
     if kind is int:
