@@ -58,20 +58,9 @@ def write(fmt: OutputFormat, output, force: bool, obj, rows: list[dict], items: 
 
     `obj` is the JSON, `rows` the CSV rows, `items` the paragraphs and tables (Tab) that
     table and md draw."""
-    from kvcalc.report.csv_json import rows_to_csv, to_json
-    from kvcalc.report.files import emit
-    from kvcalc.report.render import show, to_markdown, to_text
+    from kvcalc.report.render import deliver
 
-    if fmt is OutputFormat.table and (output is None or str(output) == "-"):
-        show(items)
-    elif fmt is OutputFormat.table:
-        emit(to_text(items), output, force)
-    elif fmt is OutputFormat.md:
-        emit(to_markdown(items), output, force)
-    elif fmt is OutputFormat.json:
-        emit(to_json(obj), output, force)
-    else:
-        emit(rows_to_csv(rows), output, force)
+    deliver(fmt.value, items, data=obj, rows=rows, output=output, force=force)
 
 
 def _notes(est) -> list[str]:

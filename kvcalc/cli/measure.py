@@ -102,9 +102,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         fmt = output_format(fmt, output)
         from kvcalc.measure import MeasureConfig, run, run_sweep
         from kvcalc.report.consoles import error_console
-        from kvcalc.report.csv_json import rows_to_csv, to_json
-        from kvcalc.report.files import check_writable, emit
-        from kvcalc.report.render import show, to_markdown, to_text
+        from kvcalc.report.files import check_writable
+        from kvcalc.report.render import deliver
 
         for target in (output, plot):  # fail before minutes of measuring, not after
             if target is not None:
@@ -148,18 +147,9 @@ def register(app: typer.Typer, only: str | None = None) -> None:
 
             plot_measure(timed_rows, plot, force)
             error_console().print(f"wrote {plot}", highlight=False, markup=False)
-        if fmt is OutputFormat.table and (output is None or str(output) == "-"):
-            show([_measure_tab(result)])
-            return
-        if fmt is OutputFormat.table:
-            text = to_text([_measure_tab(result)], width=160)
-        elif fmt is OutputFormat.md:
-            text = to_markdown([_measure_tab(result)])
-        elif fmt is OutputFormat.json:
-            text = to_json(result.to_dict())
-        else:
-            text = rows_to_csv(result.rows)
-        emit(text, output, force)
+        tab = _measure_tab(result) if fmt in (OutputFormat.table, OutputFormat.md) else None
+        deliver(fmt.value, [tab], data=result.to_dict(), rows=result.rows, output=output,
+                force=force, width=160)
 
 
 def _tp_degrees(text: Optional[str]) -> list[int]:
@@ -177,23 +167,11 @@ def _tp_degrees(text: Optional[str]) -> list[int]:
 
 
 def _emit_tp(result, fmt, output, force) -> None:
-    from kvcalc.report.csv_json import rows_to_csv, to_json
-    from kvcalc.report.files import emit
-    from kvcalc.report.render import show, to_markdown, to_text
+    from kvcalc.report.render import deliver
 
-    if fmt is OutputFormat.json:
-        emit(to_json(result.to_dict()), output, force)
-        return
-    if fmt is OutputFormat.csv:
-        emit(rows_to_csv(result.rows), output, force)
-        return
-    tab = _tp_tab(result)
-    if fmt is OutputFormat.table and (output is None or str(output) == "-"):
-        show([tab])
-    elif fmt is OutputFormat.md:
-        emit(to_markdown([tab]), output, force)
-    else:
-        emit(to_text([tab], width=160), output, force)
+    tab = _tp_tab(result) if fmt in (OutputFormat.table, OutputFormat.md) else None
+    deliver(fmt.value, [tab], data=result.to_dict(), rows=result.rows, output=output,
+            force=force, width=160)
 
 
 def _tp_tab(result):

@@ -107,28 +107,18 @@ def register(app: typer.Typer, only: str | None = None) -> None:
     ) -> None:
         """List model and hardware presets; `kvcalc presets show NAME` prints one with its source."""
         from kvcalc import presets
-        from kvcalc.report.csv_json import rows_to_csv, to_json
         from kvcalc.report.files import emit
-        from kvcalc.report.render import Tab, show, to_markdown
+        from kvcalc.report.render import Tab, deliver
 
         fmt = OutputFormat(fmt.value) if fmt else OutputFormat.table
         if families:
             if action is not None:
                 raise KvcalcError("--families lists model_types; it takes no preset name")
             rows = _family_rows()
-            if fmt is OutputFormat.json:
-                emit(to_json(rows))
-            elif fmt is OutputFormat.csv:
-                emit(rows_to_csv(rows))
-            else:
-                tab = Tab(f"{len(rows)} config.json model_types kvcalc reads",
-                          ["model_type", "read as"],
-                          [[r["model_type"], r["read_as"]] for r in rows],
-                          caption="`kvcalc estimate --config path/to/config.json`")
-                if fmt is OutputFormat.md:
-                    emit(to_markdown([tab]))
-                else:
-                    show([tab])
+            tab = Tab(f"{len(rows)} config.json model_types kvcalc reads",
+                      ["model_type", "read as"], [[r["model_type"], r["read_as"]] for r in rows],
+                      caption="`kvcalc estimate --config path/to/config.json`")
+            deliver(fmt.value, [tab], data=rows, rows=rows)
             return
         if action is not None:
             name = name.strip() if name is not None else None  # as --preset ' gpt3' does
@@ -139,16 +129,10 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                 emit(text if fmt is OutputFormat.table else f"```yaml\n{text}```\n")
                 return
             row = _model_row(stem) if kind == "models" else _hardware_row(stem)
-            emit(to_json(row) if fmt is OutputFormat.json else rows_to_csv([row]))
+            deliver(fmt.value, [], data=row, rows=[row])
             return
         models = [_model_row(n) for n in presets.model_names()]
         hardware = [_hardware_row(n) for n in presets.hardware_names()]
-        if fmt is OutputFormat.json:
-            emit(to_json({"models": models, "hardware": hardware}))
-        elif fmt is OutputFormat.csv:
-            emit(rows_to_csv([{"kind": "model", **m} for m in models]
-                             + [{"kind": "hardware", **h} for h in hardware]))
-        elif fmt is OutputFormat.md:
-            emit(to_markdown(_listing(models, hardware)))
-        else:
-            show(_listing(models, hardware))
+        deliver(fmt.value, _listing(models, hardware), data={"models": models, "hardware": hardware},
+                rows=[{"kind": "model", **m} for m in models]
+                + [{"kind": "hardware", **h} for h in hardware])

@@ -110,8 +110,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         --plot s.png`; `kvcalc sweep --preset mistral-7b --seq-len 1024:65536:+1024
         --batch 1:64:+1 --kv-dtype bf16,fp8 --tp 1,2 -o mistral.csv`.
         """
-        from kvcalc.report.csv_json import to_json
-        from kvcalc.report.files import AtomicOutput, check_writable, emit
+        from kvcalc.report.files import AtomicOutput, check_writable
+        from kvcalc.report.render import deliver
         from kvcalc.plot import MISSING, check_plot_name, has_matplotlib
 
         to_stdout = output is None or str(output) == "-"
@@ -173,7 +173,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                     data.extend(chunk.rows())
                     on_chunk(chunk)
                 rows = len(data)
-                emit(to_json(data), output, force)
+                deliver("json", [], data=data, output=output, force=force)
             elif fmt is not OutputFormat.csv:
                 buf = io.BytesIO()
                 rows = write_csv(plan, buf, progress=on_chunk)
@@ -205,19 +205,13 @@ def _write_small(fmt: OutputFormat, text: str, output, force: bool, name: str) -
     """A small sweep's CSV text as md or a table."""
     import csv
 
-    from kvcalc.report.files import emit
-    from kvcalc.report.render import Tab, show, to_markdown, to_text
+    from kvcalc.report.render import Tab, deliver
 
     reader = csv.reader(io.StringIO(text))
     columns = next(reader)
     cells = list(reader)
     tab = Tab(f"kvcalc sweep: {name}, {len(cells):,} rows", columns, cells, records=True)
-    if fmt is OutputFormat.md:
-        emit(to_markdown([tab]), output, force)
-    elif output is None or str(output) == "-":
-        show([tab])
-    else:
-        emit(to_text([tab], width=400), output, force)
+    deliver(fmt.value, [tab], output=output, force=force, width=400)
 
 
 def _silence_stdout() -> None:

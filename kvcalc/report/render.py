@@ -203,3 +203,26 @@ def to_text(items: list, width: int = 100) -> str:
     show(items, Console(file=buf, width=width, color_system=None, highlight=False,
                         legacy_windows=False, force_terminal=False))
     return buf.getvalue()
+
+
+def deliver(fmt: str, items: list, *, data=None, rows: list | None = None, output=None,
+            force: bool = False, width: int = 100) -> None:
+    """One result in the format `fmt` names (table, md, json, csv), to stdout or, written
+    atomically, to `output`: `items` (paragraphs and Tabs) for table and md, `data` for
+    json, `rows` (dicts) for csv. A table file is plain text `width` columns wide."""
+    from kvcalc.report.csv_json import rows_to_csv, to_json
+    from kvcalc.report.files import emit
+
+    to_stdout = output is None or str(output) == "-"
+    if fmt == "table" and to_stdout:
+        show(items)
+    elif fmt == "table":
+        emit(to_text(items, width=width), output, force)
+    elif fmt == "md":
+        emit(to_markdown(items), output, force)
+    elif fmt == "json":
+        emit(to_json(data), output, force)
+    elif fmt == "csv":
+        emit(rows_to_csv(rows), output, force)
+    else:
+        raise ValueError(f"no renderer for {fmt!r}")
