@@ -13,11 +13,12 @@ torch = pytest.importorskip("torch")  # the `measure` extra; CI installs it, so 
 
 from kvcalc.errors import KvcalcError  # noqa: E402
 from kvcalc.formulas.attention import attention_step  # noqa: E402
-from kvcalc.formulas.params import attention_params  # noqa: E402
+from kvcalc.formulas.params import param_counts  # noqa: E402
 from kvcalc.formulas.step import decode_step  # noqa: E402
 from kvcalc.measure import MeasureConfig, require_torch, run  # noqa: E402
 from kvcalc.measure import ceilings, guard, impls, timing  # noqa: E402
-from kvcalc.measure.predict import attention_prediction, block_spec, layer_prediction  # noqa: E402
+from kvcalc.measure.predict import attention_prediction, block, layer_prediction  # noqa: E402
+from kvcalc.spec import ModelSpec  # noqa: E402
 
 CPU = torch.device("cpu")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -124,13 +125,13 @@ def test_cache_bytes_equal_formula(h, kv, dtype, elem):
                                h * head_dim, torch.Generator().manual_seed(0))
         assert slot.cache_bytes() == hand
         if step == "layer":
-            spec = block_spec(h, kv, head_dim)
-            assert slot.weight_bytes() == layer_prediction(spec, batch, seq_len, dtype).weight_bytes
+            blk = block(h, kv, head_dim)
+            assert slot.weight_bytes() == layer_prediction(blk, batch, seq_len, dtype).weight_bytes
 
 
 def test_predictions_by_hand_and_from_formulas():
     # batch 4, seq_len 2048, 32 query heads, 8 K/V heads, head_dim 128, d_model 4096, bf16.
-    spec = block_spec(32, 8, 128, 4096)
+    blk = block(32, 8, 128, 4096)
     a = attention_prediction(4, 2048, 32, 8, 128, "bf16")
     # FLOPs: 2 x batch x heads x positions x (q.k over 128 + p.v over 128).
     assert a.flops == 2 * 4 * 32 * 2048 * (128 + 128) == 134_217_728
@@ -140,7 +141,7 @@ def test_predictions_by_hand_and_from_formulas():
     assert a.bytes == 33_554_432 + 32_768 + 32_768
     cost = attention_step(4, 2048, 32, 8, 128, "bf16")
     assert (a.flops, a.bytes) == (cost.flops, cost.bytes)
-    lay = layer_prediction(spec, 4, 2048, "bf16")
+    lay = layer_prediction(blk, 4, 2048, "bf16")
     # Weights: q and o 4096 x 4096 each, k and v 4096 x (8 x 128) each, 2 bytes.
     attn_weights = 2 * 4096 * 4096 + 2 * 4096 * 8 * 128
     assert attn_weights == 41_943_040
@@ -153,11 +154,14 @@ def test_predictions_by_hand_and_from_formulas():
         2 * 4 * ((4096 + 6144) + (4096 + 4096)) + 2 * 32_768) == 212_992
     # q, k, v and o projections: 2 FLOPs per weight per token, plus the attention.
     assert lay.flops == 4 * 2 * 41_943_040 + 134_217_728 == 469_762_048
-    # The same figures through formulas.py's whole-layer decode step and parameter counts.
+    # The same figures through the formulas' whole-model decode step and parameter counts,
+    # for a one-layer model of these heads.
+    spec = ModelSpec(name="one", layers=1, d_model=4096, heads=32, kv_heads=8, head_dim=128,
+                     d_ff=1, vocab=1)
     one_layer = decode_step(spec, 2048, 4, "bf16", "bf16", "bf16")
     assert lay.bytes_breakdown["kv_read"] == one_layer.bytes_breakdown["kv_read"]
     assert lay.bytes_breakdown["kv_write"] == one_layer.bytes_breakdown["kv_write"]
-    assert sum(attention_params(spec).values()) == attn_weights
+    assert param_counts(spec).attention == attn_weights
 
 
 def test_runner_refuses_when_allocation_disagrees_with_formula(monkeypatch):
@@ -561,7 +565,7 @@ def test_time_terms_by_hand():
     # Layer step, 4 query / 2 K/V heads of 8, d_model 32, batch 2, 16 tokens, fp32.
     from kvcalc.measure.predict import time_terms
 
-    pred = layer_prediction(block_spec(4, 2, 8, 32), batch=2, seq_len=16, dtype="fp32")
+    pred = layer_prediction(block(4, 2, 8, 32), batch=2, seq_len=16, dtype="fp32")
     # weights: 32 x (4 + 2 x 2) x 8 + 32 x 32 = 3,072 params; K/V read 2 x 16 x 2 x 8 x 2 x 4 B;
     # one token written 2 x 2 x 8 x 2 x 4 B; activations (32+64 + 32+32) x 2 + q, o 2 x 2 x 4 x 8.
     assert pred.bytes_breakdown == {"weights": 12_288, "kv_read": 4_096, "kv_write": 256,

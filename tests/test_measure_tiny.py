@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch")  # the `measure` extra
 
 from kvcalc.errors import KvcalcError  # noqa: E402
 from kvcalc.measure import MeasureConfig, ceilings, guard, impls, run, terms  # noqa: E402
-from kvcalc.measure.predict import block_spec  # noqa: E402
+from kvcalc.measure.predict import block  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = torch.device("cpu")
@@ -125,15 +125,15 @@ def test_guard_counts_the_streams_logits_and_copies():
     """With head_dim 1 the K/V stream's queries, outputs and logits outweigh its K/V; the
     weight stream's copies are counted with their tensors' overhead and the flush."""
     stream, llc = 256 * 2**20, 32 * 2**20
-    spec = block_spec(1, 1, 1, None)
-    need = guard.shape_ceilings_need("attention", spec, 1, 1, "fp32", ["grouped"], False, llc,
+    blk = block(1, 1, 1, None)
+    need = guard.shape_ceilings_need("attention", blk, 1, 1, "fp32", ["grouped"], False, llc,
                                       stream)
     assert need > 3 * stream
-    spec = block_spec(1, 1, 4, None)
+    blk = block(1, 1, 4, None)
     w = terms.weight_stream_need_bytes(4, 1, 1, 1, 4, 4, stream, llc)
     assert w >= terms.STREAM_MAX_COPIES * 5 * terms.TENSOR_OVERHEAD_BYTES + 3 * llc // 2
     assert w < 64 * 2**20  # not 2^20 copies
-    need = guard.shape_ceilings_need("layer", spec, 1, 16, "fp32", ["grouped"], False, llc,
+    need = guard.shape_ceilings_need("layer", blk, 1, 16, "fp32", ["grouped"], False, llc,
                                       stream)
     assert stream < need < 2 * stream
 

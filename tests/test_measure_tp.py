@@ -14,7 +14,7 @@ from kvcalc.errors import KvcalcError  # noqa: E402
 from kvcalc.formulas.cache import kv_cache  # noqa: E402
 from kvcalc.measure import MeasureConfig, run  # noqa: E402
 from kvcalc.measure import tp as tp_mod  # noqa: E402
-from kvcalc.measure.predict import block_spec  # noqa: E402
+from kvcalc.spec import ModelSpec  # noqa: E402
 
 TINY = dict(heads=8, head_dim=16, seq_len=64, batch=2, iters=3, warmup=1, l2="none")
 
@@ -47,7 +47,9 @@ def test_tp2_gloo_shards_match_formulas_and_reduce_for_real(step, kv):
     # K/V bytes held per rank, by hand: batch 2 x 64 tokens x (8 / 2 heads, or the single
     # head replicated) x 16 x (K, V) x 4 B; and as formulas.kv_cache(tp=2) counts it.
     held = 2 * 64 * (4 if kv == 8 else 1) * 16 * 2 * 4
-    per_device = kv_cache(block_spec(8, kv, 16), 64, 2, "fp32", tp=2).bytes_per_device
+    one_layer = ModelSpec(name="one", layers=1, d_model=128, heads=8, kv_heads=kv, head_dim=16,
+                          d_ff=1, vocab=1)
+    per_device = kv_cache(one_layer, 64, 2, "fp32", tp=2).bytes_per_device
     assert [r["kv_bytes_held"] for r in rows] == [held, held] == [per_device] * 2
     # The all-reduced output was checked against float64 on rank 0.
     assert all(r["correct"] and r["rel_error"] < 1e-5 for r in rows)

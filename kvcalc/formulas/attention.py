@@ -9,15 +9,29 @@ from __future__ import annotations
 
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.dtypes import MAX_BATCH, MAX_SEQ_LEN, DType, check_size
-from kvcalc.formulas.cache import as_dtype, kv_bytes_per_token_per_layer
-from kvcalc.formulas.step import attention_flops_per_token
-from kvcalc.spec import ModelSpec
+from kvcalc.dtypes import MAX_BATCH, MAX_SEQ_LEN, MAX_WIDTH, DType, check_size
+from kvcalc.formulas.cache import as_dtype
+from kvcalc.layers import Attention
 
 
 # --------------------------------------------------------------------------------
 # The bare attention step kvcalc measure times
 # --------------------------------------------------------------------------------
+def attention_layer(heads: int, kv_heads: int, head_dim: int, v_head_dim: int | None = None,
+                    d_model: int | None = None) -> Attention:
+    """One full-attention layer kind of these heads, its sizes checked as a model's are
+    (d_model, heads x head_dim unless given, only checked: attention does not read it)."""
+    v = v_head_dim or head_dim
+    for name, n in (("d_model", d_model or heads * head_dim), ("heads", heads),
+                    ("kv_heads", kv_heads), ("head_dim", head_dim), ("v_head_dim", v)):
+        check_size(name, n, MAX_WIDTH)
+    if kv_heads > heads:
+        raise KvcalcError(f"kv_heads ({kv_heads}) cannot exceed heads ({heads})")
+    if heads % kv_heads:
+        raise KvcalcError(f"heads ({heads}) must be divisible by kv_heads ({kv_heads})")
+    return Attention(heads, kv_heads, head_dim, v)
+
+
 @record
 class AttentionStepCost:
     """One decode-attention call: `batch` query tokens, `heads` query heads, over a
@@ -49,17 +63,15 @@ def attention_step(
     (head_dim + v_head_dim). Hence intensity about 2 x heads/kv_heads FLOPs per
     element (Shazeer 2019 sec. 3.1).
     """
-    spec = ModelSpec(name="attention", layers=1, d_model=heads * head_dim, heads=heads,
-                     kv_heads=kv_heads, head_dim=head_dim, v_head_dim=v_head_dim or head_dim,
-                     d_ff=1, vocab=1)
+    layer = attention_layer(heads, kv_heads, head_dim, v_head_dim)
     dt = as_dtype(dtype)
     check_size("seq_len", seq_len, MAX_SEQ_LEN)
     check_size("batch", batch, MAX_BATCH)
     return AttentionStepCost(
-        flops=batch * attention_flops_per_token(spec, seq_len),
-        kv_bytes=batch * seq_len * kv_bytes_per_token_per_layer(spec, dt),
+        flops=batch * layer.decode_flops(seq_len),
+        kv_bytes=batch * seq_len * layer.token_bytes(dt),
         q_bytes=dt.nbytes(batch * heads * head_dim),
-        o_bytes=dt.nbytes(batch * heads * spec.v_head_dim),
+        o_bytes=dt.nbytes(batch * heads * layer.v_head_dim),
     )
 
 

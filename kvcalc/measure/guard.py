@@ -14,14 +14,12 @@ from dataclasses import field
 
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.formulas.cache import kv_bytes_per_token_per_layer
 from kvcalc.measure import ceilings as ceil_mod
 from kvcalc.measure import terms as terms_mod
 from kvcalc.measure.config import DEFAULTS, MeasureConfig
-from kvcalc.measure.predict import StepPrediction, block_spec, predict
+from kvcalc.measure.predict import Block, StepPrediction, block, predict
 from kvcalc.report.units import human_bytes
 from kvcalc.dtypes import dtype as _dtype
-from kvcalc.spec import ModelSpec
 
 MAX_SLOTS = 64  # rotation beyond this: flush instead (the streamed ceilings: terms.STREAM_MAX_COPIES)
 # Rotate over at least 8x the last-level cache: at 4x a CPU's victim-style LLC still served
@@ -54,7 +52,7 @@ class Group:
 
     step: str
     kv_heads: int
-    spec: ModelSpec
+    block: Block
     pred: StepPrediction
     impls: list[str]
     slots: int
@@ -108,7 +106,7 @@ def attention_workspace(name: str, kv_bytes: int, logits: int, g: int, e: int,
     return logits
 
 
-def shape_ceilings_need(step: str, spec: ModelSpec, batch: int, seq_len: int, dtype: str,
+def shape_ceilings_need(step: str, blk: Block, batch: int, seq_len: int, dtype: str,
                         impl_names: list[str], sdpa_copies_kv: bool, cache_bytes: int,
                         stream: int) -> int:
     """What the ceilings at the step's shapes (terms.shape_ceilings, refresh_streams) hold at
@@ -116,27 +114,27 @@ def shape_ceilings_need(step: str, spec: ModelSpec, batch: int, seq_len: int, dt
     implementation's temporaries (with a tiny head_dim the logits outweigh K/V); the weight
     stream's copies of the layer, counted with their per-tensor overhead, and its flush."""
     e = _dtype(dtype).nbytes(1)
-    n = terms_mod.kv_stream_heads(spec.head_dim, seq_len, e, stream)
-    kv = 2 * terms_mod.tensor_bytes(n * seq_len * spec.head_dim * e)
-    q_out = 2 * terms_mod.tensor_bytes(n * spec.head_dim * e)
+    n = terms_mod.kv_stream_heads(blk.head_dim, seq_len, e, stream)
+    kv = 2 * terms_mod.tensor_bytes(n * seq_len * blk.head_dim * e)
+    q_out = 2 * terms_mod.tensor_bytes(n * blk.head_dim * e)
     kv_need = kv + q_out + max(attention_workspace(name, kv, LOGIT_BYTES * n * seq_len, 1, e,
                                                    sdpa_copies_kv) for name in impl_names)
     w_need = 0
     if step == "layer":
-        w_need = terms_mod.weight_stream_need_bytes(e, batch, spec.heads, spec.kv_heads,
-                                                    spec.head_dim, spec.d_model, stream,
+        w_need = terms_mod.weight_stream_need_bytes(e, batch, blk.heads, blk.kv_heads,
+                                                    blk.head_dim, blk.d_model, stream,
                                                     cache_bytes)
     return terms_mod.shape_workspace_bytes(cache_bytes, max(kv_need, w_need))
 
 
-def needed_bytes(pred: StepPrediction, spec: ModelSpec, batch: int, seq_len: int,
+def needed_bytes(pred: StepPrediction, blk: Block, batch: int, seq_len: int,
                  dtype: str, impl_names: list[str], slots: int, flush_bytes: int,
                  cuda_graphs: bool, sdpa_copies_kv: bool) -> dict[str, int]:
     """What a group holds at its peak, by part (bytes; an upper bound)."""
     e = _dtype(dtype).nbytes(1)
-    g = spec.heads // spec.kv_heads
-    small = e * batch * (spec.heads * spec.head_dim + spec.d_model)  # q or x
-    logits = LOGIT_BYTES * batch * spec.heads * seq_len
+    g = blk.heads // blk.kv_heads
+    small = e * batch * (blk.heads * blk.head_dim + blk.d_model)  # q or x
+    logits = LOGIT_BYTES * batch * blk.heads * seq_len
     ws = max(attention_workspace(n, pred.kv_cache_bytes, logits, g, e, sdpa_copies_kv)
              for n in impl_names)
     if cuda_graphs:
@@ -146,11 +144,11 @@ def needed_bytes(pred: StepPrediction, spec: ModelSpec, batch: int, seq_len: int
     # The float64 reference: one sequence's K and V of one head at a time (two for
     # the layer step, which copies a whole sequence), its logits, and the output.
     per_seq_cache = pred.kv_cache_bytes // batch
-    reference = (2 * seq_len * spec.head_dim * 8 + 2 * g * seq_len * 8
-                 + 8 * batch * spec.heads * spec.head_dim)
+    reference = (2 * seq_len * blk.head_dim * 8 + 2 * g * seq_len * 8
+                 + 8 * batch * blk.heads * blk.head_dim)
     if pred.step == "layer":
         reference += (8 // e) * (per_seq_cache + pred.weight_bytes) + 8 * batch * (
-            (spec.heads + 2 * spec.kv_heads) * spec.head_dim + spec.d_model)
+            (blk.heads + 2 * blk.kv_heads) * blk.head_dim + blk.d_model)
     return {
         "caches": slots * pred.kv_cache_bytes,
         "weights": slots * pred.weight_bytes,
@@ -170,19 +168,19 @@ def plan_groups(config: MeasureConfig, seq_len: int, batch: int, dtype: str, imp
     cache_name = device_meta["cache_name"]
     for step in config.steps():
         for kv in config.kv_variants():
-            spec = block_spec(config.heads, kv, config.head_dim, config.d_model)
-            pred = predict(step, spec, batch, seq_len, dtype)
+            blk = block(config.heads, kv, config.head_dim, config.d_model)
+            pred = predict(step, blk, batch, seq_len, dtype)
             slot_bytes = pred.kv_cache_bytes + pred.weight_bytes
             slots, flush, regime = l2_plan(slot_bytes, device_meta["cache_bytes"], cache_name,
                                            config.l2, "cache" if step == "attention" else "layer")
-            parts = needed_bytes(pred, spec, batch, seq_len, dtype, impl_names, slots, flush,
+            parts = needed_bytes(pred, blk, batch, seq_len, dtype, impl_names, slots, flush,
                                  config.cuda_graphs, sdpa_copies.get(kv, False))
             parts["shape_ceilings"] = shape_ceilings_need(
-                step, spec, batch, seq_len, dtype, impl_names, sdpa_copies.get(kv, False),
+                step, blk, batch, seq_len, dtype, impl_names, sdpa_copies.get(kv, False),
                 device_meta["cache_bytes"], stream or terms_mod.stream_bytes(
                     device_meta["cache_bytes"], 8 * device_meta["cache_bytes"] if flush
                     else slots * slot_bytes))
-            groups.append(Group(step, kv, spec, pred, impl_names, slots, flush, regime,
+            groups.append(Group(step, kv, blk, pred, impl_names, slots, flush, regime,
                                 sum(parts.values()), parts))
     return groups
 
@@ -194,8 +192,8 @@ def _pow2_floor(n: int) -> int:
 def default_batch(config: MeasureConfig, seq_len: int, dtype: str, device_type: str) -> int:
     """Smallest power of two whose cache (given kv_heads) reaches the device's target size."""
     d = DEFAULTS[device_type]
-    spec = block_spec(config.heads, config.kv_heads, config.head_dim, config.d_model)
-    per_seq = seq_len * kv_bytes_per_token_per_layer(spec, dtype)
+    attn = block(config.heads, config.kv_heads, config.head_dim, config.d_model).attention
+    per_seq = seq_len * attn.token_bytes(_dtype(dtype))
     want = max(1, math.ceil(d.target_cache_bytes / per_seq))
     b = 1
     while b < want and b < d.max_default_batch:
@@ -254,7 +252,7 @@ def _fixed_need(config: MeasureConfig, dtype: str, room: MemoryRoom, impl_names:
     least (8x the LLC) and the flush of a cache too small to rotate."""
     cache_bytes = room.meta["cache_bytes"]
     stream = room.buffer or terms_mod.stream_bytes(cache_bytes)
-    return max(shape_ceilings_need("attention", g.spec, x, s, dtype, impl_names,
+    return max(shape_ceilings_need("attention", g.block, x, s, dtype, impl_names,
                                    copies.get(g.kv_heads, False), cache_bytes, stream)
                + g.needed_breakdown["flush"]
                for g in plan_groups(config, s, x, dtype, impl_names, room.meta, copies,

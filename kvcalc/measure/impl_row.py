@@ -68,8 +68,8 @@ class GroupBench:
 def measure_impl(name: str, b: GroupBench) -> dict:
     """The row of implementation `name` (see the module docstring)."""
     group, device = b.group, b.device
-    spec, pred = group.spec, group.pred
-    g = spec.heads // spec.kv_heads
+    blk, pred = group.block, group.pred
+    g = blk.heads // blk.kv_heads
     attn = impls.get_impl(name)
     build = impls.attention_call if group.step == "attention" else impls.layer_call
     calls = [build(s, attn, b.scale) for s in b.slots]
@@ -89,7 +89,7 @@ def measure_impl(name: str, b: GroupBench) -> dict:
     del first
     info = impls.impl_backend(name, ops)
     row["backend"] = info.backend
-    notes = _backend_notes(name, info, g, pred, device, b.sdpa_probe.get(spec.kv_heads))
+    notes = _backend_notes(name, info, g, pred, device, b.sdpa_probe.get(blk.kv_heads))
     err = impls.relative_error(out, b.reference)
     del out
     tol = impls.TOLERANCE[b.dtype]
@@ -140,11 +140,11 @@ def _refreshed(shape, b: GroupBench, attn):
     """The streamed bandwidths again, right before a share of this row's timing: the
     host's memory bandwidth drifts (other tenants), so each figure is taken next to
     the repetitions it predicts; the row uses the median over its rounds."""
-    group, spec = b.group, b.group.spec
+    group, blk = b.group, b.group.block
     try:
         return terms_mod.refresh_streams(
-            shape, group.step, attn, b.device, ceil_mod.torch_dtype(b.dtype), spec.heads,
-            spec.kv_heads, spec.head_dim, spec.d_model, b.seq_len, b.batch,
+            shape, group.step, attn, b.device, ceil_mod.torch_dtype(b.dtype), blk.heads,
+            blk.kv_heads, blk.head_dim, blk.d_model, b.seq_len, b.batch,
             group.stream_bytes or terms_mod.stream_bytes(b.meta["cache_bytes"]), {},
             cache_bytes=b.meta["cache_bytes"])
     except RuntimeError as e:  # an implementation that refuses these inputs: reported below
@@ -157,7 +157,7 @@ def _blank_row(name: str, b: GroupBench, read_bw: float, mm_flops: float, rl: Ro
                shape) -> dict:
     """The row before the call: the setting, the prediction, nothing measured yet."""
     group, device = b.group, b.device
-    spec, pred = group.spec, group.pred
+    blk, pred = group.block, group.pred
     return {
         "device": b.meta["name"],
         "torch_version": b.meta["torch_version"],
@@ -169,11 +169,11 @@ def _blank_row(name: str, b: GroupBench, read_bw: float, mm_flops: float, rl: Ro
         "impl_requested": name,
         "auto_pick": False,
         "backend": "",
-        "attention": attention_kind(spec.heads, spec.kv_heads),
-        "heads": spec.heads,
-        "kv_heads": spec.kv_heads,
-        "head_dim": spec.head_dim,
-        "d_model": spec.d_model,
+        "attention": attention_kind(blk.heads, blk.kv_heads),
+        "heads": blk.heads,
+        "kv_heads": blk.kv_heads,
+        "head_dim": blk.head_dim,
+        "d_model": blk.d_model,
         "layers": b.config.layers,
         "seq_len": b.seq_len,
         "batch": b.batch,
@@ -188,7 +188,7 @@ def _blank_row(name: str, b: GroupBench, read_bw: float, mm_flops: float, rl: Ro
         "p10_s": None,
         "p90_s": None,
         "iters": 0,
-        **_prediction(pred, read_bw, shape, group.step, spec.heads // spec.kv_heads),
+        **_prediction(pred, read_bw, shape, group.step, blk.heads // blk.kv_heads),
         "attention_flops_per_s_at_shape": shape.attention_flops_per_s,
         "projection_flops_per_s_at_shape": shape.projection_flops_per_s,
         "roofline_s": rl.time_s,
@@ -325,7 +325,7 @@ def _prediction(pred: StepPrediction, read_bw: float, shape, step: str, group: i
 def _shape_ceilings(group: Group, name: str, attn, device, dtype, seq_len, batch, meta):
     """The step's FLOP/s at its shapes and its per-call overhead, measured once per
     (group, impl); an implementation that refuses these inputs is predicted from grouped's."""
-    spec = group.spec
+    blk = group.block
     failed: list[str] = []
     for which, fn in dict.fromkeys(((name, attn), ("grouped", impls.attention_grouped))):
         if which in group.shape_ceilings:
@@ -334,8 +334,8 @@ def _shape_ceilings(group: Group, name: str, attn, device, dtype, seq_len, batch
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 shape = terms_mod.shape_ceilings(
-                    group.step, fn, device, ceil_mod.torch_dtype(dtype), spec.heads,
-                    spec.kv_heads, spec.head_dim, spec.d_model, seq_len, batch, meta["cache_bytes"],
+                    group.step, fn, device, ceil_mod.torch_dtype(dtype), blk.heads,
+                    blk.kv_heads, blk.head_dim, blk.d_model, seq_len, batch, meta["cache_bytes"],
                     group.stream_bytes, group.streamed)
         except RuntimeError as e:
             if impls.out_of_memory(e):  # not the implementation's refusal: run() says so

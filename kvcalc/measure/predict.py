@@ -1,4 +1,5 @@
-"""What `kvcalc measure` predicts for the steps it times: bytes and FLOPs, from kvcalc.formulas.
+"""What `kvcalc measure` predicts for the steps it times: bytes and FLOPs, as the layer kind
+it runs (kvcalc.layers.Attention) counts them.
 
 Pure integer math, no torch. Two steps:
 
@@ -20,11 +21,8 @@ from dataclasses import field
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.dtypes import DType, dtype as _dtype
-from kvcalc.formulas.attention import attention_step
-from kvcalc.formulas.cache import kv_bytes_per_token_per_layer
-from kvcalc.formulas.params import attention_params
-from kvcalc.formulas.step import layer_matmuls
-from kvcalc.spec import ModelSpec
+from kvcalc.formulas.attention import attention_layer, attention_step
+from kvcalc.layers import Attention
 
 STEPS = ("attention", "layer")
 
@@ -49,11 +47,33 @@ class StepPrediction:
         return self.flops / self.bytes
 
 
-def block_spec(heads: int, kv_heads: int, head_dim: int, d_model: int | None = None,
-               name: str = "measure") -> ModelSpec:
-    """A one-layer ModelSpec for the bare attention block (validates the sizes)."""
-    return ModelSpec(name=name, layers=1, d_model=d_model or heads * head_dim, heads=heads,
-                     kv_heads=kv_heads, head_dim=head_dim, d_ff=1, vocab=1)
+@record
+class Block:
+    """The bare attention block kvcalc measure times: one full-attention layer kind
+    (kvcalc.layers.Attention, which answers every byte and FLOP question) and the
+    model width its projections read and write."""
+
+    attention: Attention
+    d_model: int
+
+    @property
+    def heads(self) -> int:
+        return self.attention.heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.attention.kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.attention.head_dim
+
+
+def block(heads: int, kv_heads: int, head_dim: int, d_model: int | None = None) -> Block:
+    """The block of `heads` query heads over `kv_heads` K/V heads (d_model: heads x
+    head_dim unless given), its sizes validated as a model's would be."""
+    return Block(attention_layer(heads, kv_heads, head_dim, d_model=d_model),
+                 d_model or heads * head_dim)
 
 
 def attention_prediction(batch: int, seq_len: int, heads: int, kv_heads: int, head_dim: int,
@@ -69,24 +89,23 @@ def attention_prediction(batch: int, seq_len: int, heads: int, kv_heads: int, he
     )
 
 
-def layer_prediction(spec: ModelSpec, batch: int, seq_len: int,
+def layer_prediction(blk: Block, batch: int, seq_len: int,
                      dtype: DType | str) -> StepPrediction:
     """One incremental self-attention layer step for `batch` sequences at `seq_len`.
 
     Weights, cache and activations all in `dtype`. FLOPs: 2 x fan_in x fan_out per
     token for the fused qkv and the output projection, plus the attention over
-    seq_len positions (formulas.attention_step).
+    seq_len positions (formulas.attention_step). The layer kind answers each term.
     """
-    if spec.mla is not None:
-        raise KvcalcError(f"{spec.name} uses MLA; kvcalc measure times MHA/GQA/MQA only")
     dt = dtype if isinstance(dtype, DType) else _dtype(dtype)
-    attn = attention_step(batch, seq_len, spec.heads, spec.kv_heads, spec.head_dim, dt,
-                          spec.v_head_dim)
-    weights = dt.nbytes(sum(attention_params(spec).values()))
-    matmuls = layer_matmuls(spec)
-    proj_flops = batch * sum(2 * i * o * c for i, o, c in matmuls)
-    act_bytes = dt.nbytes(batch * sum((i + o) * c for i, o, c in matmuls))
-    kv_write = batch * kv_bytes_per_token_per_layer(spec, dt)
+    mixer, d = blk.attention, blk.d_model
+    attn = attention_step(batch, seq_len, mixer.heads, mixer.kv_heads, mixer.head_dim, dt,
+                          mixer.v_head_dim)
+    weights = dt.nbytes(sum(mixer.params(d).values()))
+    matmuls = mixer.matmuls(d)
+    proj_flops = batch * sum(2 * i * o for i, o in matmuls)
+    act_bytes = dt.nbytes(batch * sum(i + o for i, o in matmuls))
+    kv_write = batch * mixer.token_bytes(dt)
     return StepPrediction(
         step="layer",
         flops=proj_flops + attn.flops,
@@ -102,13 +121,13 @@ def layer_prediction(spec: ModelSpec, batch: int, seq_len: int,
     )
 
 
-def predict(step: str, spec: ModelSpec, batch: int, seq_len: int,
+def predict(step: str, blk: Block, batch: int, seq_len: int,
             dtype: DType | str) -> StepPrediction:
     """The prediction for `step` ("attention" or "layer")."""
     if step == "attention":
-        return attention_prediction(batch, seq_len, spec.heads, spec.kv_heads, spec.head_dim, dtype)
+        return attention_prediction(batch, seq_len, blk.heads, blk.kv_heads, blk.head_dim, dtype)
     if step == "layer":
-        return layer_prediction(spec, batch, seq_len, dtype)
+        return layer_prediction(blk, batch, seq_len, dtype)
     raise KvcalcError(f"step must be one of {', '.join(STEPS)}, got {step!r}")
 
 

@@ -29,7 +29,7 @@ from kvcalc.measure.config import ALL_IMPLS, AUTO_CANDIDATES, DEFAULTS, MeasureC
 from kvcalc.measure.guard import (PROBE_SEQ_LEN, Group, MemoryRoom, ceiling_need, default_batch,
                                   fit_sizes, limit_words, plan_groups, probe_bytes)
 from kvcalc.measure.impl_row import GroupBench, attention_kind, measure_impl, row_stamp, sync
-from kvcalc.measure.predict import block_spec
+from kvcalc.measure.predict import block
 from kvcalc.report.units import human_bytes, human_seconds
 from kvcalc.dtypes import MAX_WIDTH
 
@@ -100,7 +100,7 @@ def _setting(config: MeasureConfig, ceiling_buffer_bytes: int | None, state: dic
         raise KvcalcError(f"--heads x --head-dim = {config.heads * config.head_dim:,} is absurdly "
                           f"large (limit {MAX_WIDTH:,})")
     for kv in config.kv_variants():
-        block_spec(config.heads, kv, config.head_dim, config.d_model)
+        block(config.heads, kv, config.head_dim, config.d_model)
     free = ceil_mod.free_bytes(device)
     usable = int(free * config.memory_fraction)
     state["usable"] = usable
@@ -259,7 +259,7 @@ def _result(s: _Setting, rows: list[dict], groups: list[Group], ceilings: dict, 
         **{k: v for k, v in asdict(config).items() if k != "ceilings_cache"},
         "ceilings_cache": str(config.ceilings_cache) if config.ceilings_cache else None,
         "seq_len": seq_len, "batch": batch, "dtype": s.dtype, "warmup": s.warmup, "iters": s.iters,
-        "d_model": groups[0].spec.d_model,
+        "d_model": groups[0].block.d_model,
         "device_resolved": s.kind, "impls": names,
         "auto_candidates": auto_candidates,
         "free_memory_bytes": s.room.free, "peak_planned_bytes": max(g.needed_bytes for g in groups),
@@ -287,8 +287,8 @@ def _run_group(group: Group, s: _Setting, seq_len: int, batch: int, ceilings: di
     """One group's rows: its buffers allocated and checked, each implementation measured,
     the buffers freed."""
     bench = _bench(group, s, seq_len, batch, ceilings, sdpa_probe)
-    spec, pred = group.spec, group.pred
-    tick(f"{group.step} {attention_kind(spec.heads, spec.kv_heads)} kv_heads={spec.kv_heads}: "
+    blk, pred = group.block, group.pred
+    tick(f"{group.step} {attention_kind(blk.heads, blk.kv_heads)} kv_heads={blk.kv_heads}: "
          f"{group.slots} x {human_bytes(pred.kv_cache_bytes)} allocated")
     rows = []
     measured: dict[str, dict] = {}
@@ -301,7 +301,7 @@ def _run_group(group: Group, s: _Setting, seq_len: int, batch: int, ceilings: di
             row = measured.get(name) or measure_impl(name, bench)
             measured[name] = row
         rows.append(row)
-        tick(f"{group.step} kv_heads={spec.kv_heads} {row['impl']}: "
+        tick(f"{group.step} kv_heads={blk.kv_heads} {row['impl']}: "
              + ("ok" if row["median_s"] is not None else "failed"))
     del bench
     if s.device.type == "cuda":
@@ -313,11 +313,11 @@ def _bench(group: Group, s: _Setting, seq_len: int, batch: int, ceilings: dict,
            sdpa_probe: dict) -> GroupBench:
     """The group's slots (K/V caches, queries, weights) allocated and checked against the
     formula's bytes, its flush buffer, and the float64 reference output."""
-    spec, pred, device = group.spec, group.pred, s.device
+    blk, pred, device = group.block, group.pred, s.device
     gen = torch.Generator(device=device).manual_seed(s.config.seed * 1000 + group.kv_heads)
     try:
-        slots = [impls.make_slot(group.step, device, s.tdtype, batch, seq_len, spec.heads,
-                                 spec.kv_heads, spec.head_dim, spec.d_model, gen)
+        slots = [impls.make_slot(group.step, device, s.tdtype, batch, seq_len, blk.heads,
+                                 blk.kv_heads, blk.head_dim, blk.d_model, gen)
                  for _ in range(group.slots)]
     except (RuntimeError, MemoryError) as e:
         if not impls.out_of_memory(e):
@@ -333,7 +333,7 @@ def _bench(group: Group, s: _Setting, seq_len: int, batch: int, ceilings: dict,
         if slot.weight_bytes() != pred.weight_bytes:
             raise KvcalcError(f"accounting error: allocated weights are {slot.weight_bytes():,} B but "
                               f"the formula says {pred.weight_bytes:,} B")
-    scale = spec.head_dim ** -0.5
+    scale = blk.head_dim ** -0.5
     s0 = slots[0]
     try:
         # int64 words: a sum over them runs at memory speed on a CPU too (uint8's does not).

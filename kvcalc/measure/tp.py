@@ -187,11 +187,11 @@ def _rank_work(rank: int, tp: int, device, backend: str, job: dict) -> dict:
     import torch
     import torch.distributed as dist
 
-    from kvcalc.formulas.cache import kv_cache, kv_heads_per_device
+    from kvcalc.formulas.cache import as_dtype
     from kvcalc.measure import ceilings as ceil_mod
     from kvcalc.measure import impls
     from kvcalc.measure import terms as terms_mod
-    from kvcalc.measure.predict import block_spec, predict, time_terms
+    from kvcalc.measure.predict import block, predict, time_terms
     from kvcalc.measure.timing import summarise
 
     step, dtype = job["step"], job["dtype"]
@@ -199,16 +199,16 @@ def _rank_work(rank: int, tp: int, device, backend: str, job: dict) -> dict:
     heads, kv, d, dm = job["heads"], job["kv_heads"], job["head_dim"], job["d_model"]
     b, L = job["batch"], job["seq_len"]
     q_heads, kv_heads = rank_heads(heads, kv, tp, rank)
-    full = block_spec(heads, kv, d, dm)
-    local = block_spec(len(q_heads), len(kv_heads), d, dm)
+    full = block(heads, kv, d, dm).attention
+    local = block(len(q_heads), len(kv_heads), d, dm)
     pred = predict(step, local, b, L, dtype)
-    # Three independent counts of the bytes this rank holds must agree: the formulas' TP
-    # accounting, a one-rank spec of the shard, and (below) the allocated tensors.
-    per_device = kv_cache(full, L, b, dtype, tp=tp).bytes_per_device
-    if len(kv_heads) != kv_heads_per_device(full, tp) or pred.kv_cache_bytes != per_device:
+    # Three independent counts of the bytes this rank holds must agree: the layer kind's
+    # TP accounting, a one-rank block of the shard, and (below) the allocated tensors.
+    per_device = b * L * full.token_bytes(as_dtype(dtype), tp)
+    if len(kv_heads) != full.kv_heads_per_device(tp) or pred.kv_cache_bytes != per_device:
         raise KvcalcError(f"rank {rank}: holds {len(kv_heads)} K/V heads "
-                          f"({pred.kv_cache_bytes:,} B) but kv_cache(tp={tp}) counts "
-                          f"{kv_heads_per_device(full, tp)} ({per_device:,} B)")
+                          f"({pred.kv_cache_bytes:,} B) but the layer at tp={tp} counts "
+                          f"{full.kv_heads_per_device(tp)} ({per_device:,} B)")
 
     attn = impls.get_impl(job["impl"])
     slots = [build_slot(step, device, tdtype, job, q_heads, kv_heads) for _ in range(job["slots"])]
@@ -399,11 +399,10 @@ def run_tp(config, progress=None):
     Returns a MeasureResult; under torchrun, ranks other than 0 return None."""
     import torch
 
-    from kvcalc.formulas.cache import kv_heads_per_device
     from kvcalc.measure import ceilings as ceil_mod
     from kvcalc.measure import terms as terms_mod
     from kvcalc.measure.config import DEFAULTS, MeasureResult
-    from kvcalc.measure.predict import block_spec, predict
+    from kvcalc.measure.predict import block, predict
     from kvcalc.measure.guard import default_batch, l2_plan
     from kvcalc.measure.impl_row import attention_kind, row_stamp
     from kvcalc.report.units import human_bytes
@@ -436,7 +435,7 @@ def run_tp(config, progress=None):
     iters = config.iters or d.iters
     seq_len = config.seq_len or d.seq_len
     batch = config.batch or default_batch(config, seq_len, dtype, kind)
-    spec = block_spec(config.heads, config.kv_heads, config.head_dim, config.d_model)
+    blk = block(config.heads, config.kv_heads, config.head_dim, config.d_model)
     e = ceil_mod.torch_dtype(dtype).itemsize
     free = ceil_mod.free_bytes(device)
     usable = int(free * config.memory_fraction)
@@ -447,15 +446,15 @@ def run_tp(config, progress=None):
         if config.kv_heads % tp and tp % config.kv_heads:
             raise KvcalcError(f"--tp {tp} and --kv-heads {config.kv_heads}: one must divide the "
                               f"other (K/V heads are split, or replicated tp/kv_heads times)")
-        kv_dev = kv_heads_per_device(spec, tp)
+        kv_dev = blk.attention.kv_heads_per_device(tp)
         for r in range(tp):
             q, kvr = rank_heads(config.heads, config.kv_heads, tp, r)
             if len(kvr) != kv_dev or (len(q) % len(kvr)):
                 raise KvcalcError(f"rank {r} of --tp {tp} would read {len(kvr)} K/V heads, "
                                   f"the formulas count {kv_dev}")
-        local = block_spec(config.heads // tp, kv_dev, config.head_dim, spec.d_model)
+        local = block(config.heads // tp, kv_dev, config.head_dim, blk.d_model)
         pred = predict(config.step, local, batch, seq_len, dtype)
-        full = predict(config.step, spec, batch, seq_len, dtype)
+        full = predict(config.step, blk, batch, seq_len, dtype)
         slot_bytes = pred.kv_cache_bytes + pred.weight_bytes
         # The ranks share the host's last-level cache on a CPU; on CUDA each has its own L2.
         shared = tp if kind == "cpu" else 1
@@ -474,7 +473,7 @@ def run_tp(config, progress=None):
                               f"{kind} memory is usable; try a smaller --seq-len or --batch")
         job = {"device_type": kind, "step": config.step, "dtype": dtype, "impl": impl,
                "heads": config.heads, "kv_heads": config.kv_heads, "head_dim": config.head_dim,
-               "d_model": spec.d_model, "batch": batch, "seq_len": seq_len, "seed": config.seed,
+               "d_model": blk.d_model, "batch": batch, "seq_len": seq_len, "seed": config.seed,
                "slots": slots, "warmup": warmup, "iters": iters, "read_bytes": read_bytes,
                "cache_bytes": meta["cache_bytes"],
                "stream_bytes": stream, "rounds": d.rounds}
@@ -487,7 +486,7 @@ def run_tp(config, progress=None):
                 return None
         else:
             ranks = launch(rank_main, tp, (job,))
-        rows.extend(_rows(ranks, tp, job, meta, spec, full, regime, attention_kind(
+        rows.extend(_rows(ranks, tp, job, meta, blk, full, regime, attention_kind(
             config.heads, config.kv_heads)))
     rows = [{**row_stamp(meta), **r} for r in rows]
     base = [r for r in rows if r["tp"] == min(tps)]
@@ -497,7 +496,7 @@ def run_tp(config, progress=None):
             r["speedup_vs_tp_min"] = b0["step_median_s"] / r["step_median_s"]
             r["predicted_speedup_vs_tp_min"] = b0["step_predicted_s"] / r["step_predicted_s"]
     resolved = {"heads": config.heads, "kv_heads": config.kv_heads, "head_dim": config.head_dim,
-                "d_model": spec.d_model, "seq_len": seq_len, "batch": batch, "dtype": dtype,
+                "d_model": blk.d_model, "seq_len": seq_len, "batch": batch, "dtype": dtype,
                 "step": config.step, "impl": impl, "tp": tps, "warmup": warmup, "iters": iters,
                 "launcher": "torchrun" if torchrun else "torch.multiprocessing.spawn",
                 "device_resolved": kind, "free_memory_bytes": free}
@@ -505,7 +504,7 @@ def run_tp(config, progress=None):
                          config=resolved)
 
 
-def _rows(ranks: list[dict], tp: int, job: dict, meta: dict, spec, full, regime: str,
+def _rows(ranks: list[dict], tp: int, job: dict, meta: dict, blk, full, regime: str,
           attention: str) -> list[dict]:
     from kvcalc.measure import terms as terms_mod
 
