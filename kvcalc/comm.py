@@ -23,15 +23,17 @@ from kvcalc.dtypes import DType, dtype as _dtype
 from kvcalc.spec import ModelSpec
 
 
-def allreduces_per_layer(layer) -> int:
-    """All-reduces one decoder layer pays under TP: one per block (mixer, MLP) it has."""
-    mixer = 0 if getattr(layer.mixer, "kind", "") == "none" else 1
+def allreduces_per_layer(layer, d_model: int) -> int:
+    """All-reduces one decoder layer pays under TP: one per block (mixer, MLP) it has;
+    a block ends in its row-parallel output projection (a mixer without projections,
+    an MLP-only layer's, runs none)."""
+    mixer = 1 if layer.mixer.matmuls(d_model) else 0
     return mixer + (0 if layer.mlp is None else 1)
 
 
 def allreduces_per_step(spec: ModelSpec) -> int:
     """All-reduces in one decode step of the whole model (decoder layers)."""
-    return sum(n * allreduces_per_layer(layer) for layer, n in spec.groups())
+    return sum(n * allreduces_per_layer(layer, spec.d_model) for layer, n in spec.groups())
 
 
 def allreduce_message_bytes(spec: ModelSpec, batch: int, act_dtype: DType | str) -> int:

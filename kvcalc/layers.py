@@ -5,14 +5,24 @@ class answering the same questions, exactly, for a sequence at context `seq_len`
 (a Python int, or a numpy array in a sweep):
 
 - `token_bytes(dt, tp, scale_bytes)`: bytes one cached token adds on one of `tp` devices
-- `tokens_held(seq_len)`: tokens the layer keeps for one sequence
-- `tokens_read(seq_len)`: tokens one decode step attends to
+- `tokens_held(seq_len, encoder_len)`: tokens the layer keeps for one sequence (the
+  encoder's length, `encoder_len` or else `seq_len`, is what a cross-attention keeps)
+- `tokens_read(seq_len, encoder_len)`: tokens one decode step attends to
+- `tokens_written`: tokens one decode step adds to the cache (1, or 0: cross-attention's
+  K/V are written once, at prefill; a state is rewritten, not grown)
+- `bounded`: what it keeps stops growing with the decoder's length
 - `state_bytes(conv_dt, state_dt, tp)`: constant bytes per sequence, whatever its length
+- `kv_cache_spec(specs)`: which of a serving engine's cache specs it is (`specs.full()`,
+  `.sliding(window)`, `.chunked(chunk)`, `.state()`, `.cross()`): the engine's rules
+  for each live in kvcalc.capacity, as vLLM keeps them on its spec classes
+- `param_key`: the first part of its keys in a parameter breakdown ("attention", ...)
 - `tensors(d_model)`: every weight by name: a `Linear` per projection matrix (its shape
   and transformers' module name), an element count for the rest (norms, convolutions)
 - `params(d_model)`: parameters by name, from `tensors`
 - `matmuls(d_model)`: (fan_in, fan_out) of the projections one token runs
-- `decode_flops(context)`, `prefill_positions(seq_len)`: the attention term
+- `decode_flops(context)`, `step_flops(seq_len, encoder_len)`, `prefill_positions(seq_len)`,
+  `prefill_flops(seq_len, encoder_len)`: the attention (or recurrent) term of one decode
+  token and of a prompt
 
 What a layer holds follows transformers' own cache after a prefill and a decode
 step (tests/data/hf/CACHE_BEHAVIOUR.md): a sliding layer keeps `window` tokens, a
@@ -35,7 +45,75 @@ from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.dtypes import MAX_WIDTH, DType, check_size
 
-ATTENTION_KINDS = ("full", "sliding", "chunked")
+# --------------------------------------------------------------------------------
+# What an attention layer keeps: every token, a sliding window, or a chunk
+# --------------------------------------------------------------------------------
+class _Full:
+    """Every token stays."""
+
+    bounded = False
+
+    def label(self, window: int) -> str:
+        return "full"
+
+    def held(self, seq_len, window: int):
+        return seq_len
+
+    read = held
+
+    def prefill_positions(self, s, window: int):
+        return s * (s + 1) // 2
+
+    def kv_cache_spec(self, specs, window: int):
+        return specs.full()
+
+
+class _Sliding:
+    """The last `window` tokens (Mistral 7B sec. 2: a rolling buffer)."""
+
+    bounded = True
+
+    def label(self, window: int) -> str:
+        return f"sliding {window:,}"
+
+    def held(self, seq_len, window: int):
+        return _num.minimum(seq_len, window)
+
+    read = held
+
+    def prefill_positions(self, s, window: int):
+        m = _num.minimum(s, window)
+        return m * (m + 1) // 2 + (s - m) * window
+
+    def kv_cache_spec(self, specs, window: int):
+        return specs.sliding(window)
+
+
+class _Chunked:
+    """Llama 4's local attention: fixed chunks of `window` tokens; at most one chunk
+    kept, and the newest token reads back to its chunk's start."""
+
+    bounded = True
+
+    def label(self, window: int) -> str:
+        return f"chunked {window:,}"
+
+    def held(self, seq_len, window: int):
+        return _num.minimum(seq_len, window)
+
+    def read(self, seq_len, window: int):
+        return (seq_len - 1) % window + 1  # a chunk restarts every `window` tokens
+
+    def prefill_positions(self, s, window: int):
+        q, r = s // window, s % window  # whole chunks, then the last partial one
+        return q * (window * (window + 1) // 2) + r * (r + 1) // 2
+
+    def kv_cache_spec(self, specs, window: int):
+        return specs.chunked(window)
+
+
+_KEEPS = {"full": _Full(), "sliding": _Sliding(), "chunked": _Chunked()}
+ATTENTION_KINDS = tuple(_KEEPS)
 
 
 # --------------------------------------------------------------------------------
@@ -77,17 +155,28 @@ class Attention:
         if self.kv_heads > self.heads or self.heads % self.kv_heads:
             raise KvcalcError(
                 f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        # What it keeps, chosen once from the kind its config names.
+        object.__setattr__(self, "_keeps", _KEEPS[self.kind])
 
     attends = True  # softmax attention over cached tokens
     module = "self_attn"  # the mixer's name in a transformers decoder layer
+    param_key = "attention"
+    tokens_written = 1
 
     @property
     def label(self) -> str:
-        return self.kind if self.kind == "full" else f"{self.kind} {self.window:,}"
+        return self._keeps.label(self.window)
 
     @property
     def cache_kind(self) -> str:
         return self.kind
+
+    @property
+    def bounded(self) -> bool:
+        return self._keeps.bounded
+
+    def kv_cache_spec(self, specs):
+        return self._keeps.kv_cache_spec(specs, self.window)
 
     def kv_heads_per_device(self, tp: int) -> int:
         """Megatron TP: kv_heads/tp each, or one whole head replicated when tp > kv_heads."""
@@ -104,14 +193,12 @@ class Attention:
         g = self.kv_heads_per_device(tp)
         return dt.nbytes(g * self.head_dim) + dt.nbytes(g * self.v_head_dim) + 2 * g * scale_bytes
 
-    def tokens_held(self, seq_len):
-        return seq_len if self.kind == "full" else _num.minimum(seq_len, self.window)
+    def tokens_held(self, seq_len, encoder_len=None):
+        return self._keeps.held(seq_len, self.window)
 
-    def tokens_read(self, seq_len):
-        """Positions the newest token attends to: a chunk restarts every `window` tokens."""
-        if self.kind == "chunked":
-            return (seq_len - 1) % self.window + 1
-        return self.tokens_held(seq_len)
+    def tokens_read(self, seq_len, encoder_len=None):
+        """Positions the newest token attends to."""
+        return self._keeps.read(seq_len, self.window)
 
     def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
         return 0
@@ -120,17 +207,16 @@ class Attention:
         """Scores (q.K) and the weighted sum of V for one query token over `context` tokens."""
         return 2 * self.heads * context * (self.head_dim + self.v_head_dim)
 
+    def step_flops(self, seq_len, encoder_len=None):
+        """One decode token's attention over what it reads at this length."""
+        return self.decode_flops(self.tokens_read(seq_len, encoder_len))
+
     def prefill_positions(self, seq_len):
         """Sum over a causal prompt of the positions each token attends to."""
-        s = seq_len
-        if self.kind == "full":
-            return s * (s + 1) // 2
-        w = self.window
-        if self.kind == "sliding":
-            m = _num.minimum(s, w)
-            return m * (m + 1) // 2 + (s - m) * w
-        q, r = s // w, s % w  # chunked: whole chunks, then the last partial one
-        return q * (w * (w + 1) // 2) + r * (r + 1) // 2
+        return self._keeps.prefill_positions(seq_len, self.window)
+
+    def prefill_flops(self, seq_len, encoder_len=None):
+        return self.decode_flops(1) * self.prefill_positions(seq_len)
 
     def tensors(self, d_model: int) -> dict[str, Linear | int]:
         d, h, g, b = d_model, self.heads, self.kv_heads, self.qkv_bias
@@ -185,6 +271,12 @@ class Latent:
     cache_kind = "mla"
     attends = True
     module = "self_attn"
+    param_key = "attention"
+    tokens_written = 1
+    bounded = False
+
+    def kv_cache_spec(self, specs):
+        return specs.full()  # vLLM's MLAAttentionSpec is a full-attention spec
 
     def kv_heads_per_device(self, tp: int) -> int:
         if self.heads % tp:
@@ -195,7 +287,7 @@ class Latent:
         self.kv_heads_per_device(tp)
         return dt.nbytes(self.kv_lora_rank + self.rope_dim) + scale_bytes
 
-    def tokens_held(self, seq_len):
+    def tokens_held(self, seq_len, encoder_len=None):
         return seq_len
 
     tokens_read = tokens_held
@@ -208,12 +300,19 @@ class Latent:
         RoPE key, values over the latent, for every head."""
         return 2 * self.heads * context * (2 * self.kv_lora_rank + self.rope_dim)
 
+    def step_flops(self, seq_len, encoder_len=None):
+        return self.decode_flops(seq_len)
+
     def prefill_flops_per_position(self) -> int:
         """Prefill decompresses K and V once per token: per-head dims."""
         return 2 * self.heads * (self.nope_dim + self.rope_dim + self.v_dim)
 
     def prefill_positions(self, seq_len):
         return seq_len * (seq_len + 1) // 2
+
+    def prefill_flops(self, seq_len, encoder_len=None):
+        """Causal, with K and V decompressed once per token: per-head dims."""
+        return self.prefill_flops_per_position() * self.prefill_positions(seq_len)
 
     def tensors(self, d_model: int) -> dict[str, Linear | int]:
         d, h, b = d_model, self.heads, self.bias
@@ -253,6 +352,41 @@ class Latent:
         raise KvcalcError("an MLA layer has no K/V heads to change")
 
 
+@record
+class CrossAttention(Attention):
+    """Encoder-decoder cross-attention (T5): a decoder token's queries over the
+    encoder's output. K and V are projected from the encoder's `encoder_len` tokens
+    once, at prefill, and every decoder layer keeps them for the whole generation
+    (transformers' EncoderDecoderCache; vLLM's CrossAttentionSpec)."""
+
+    module = "EncDecAttention"
+    param_key = "cross_attention"
+    label = "cross"
+    cache_kind = "cross"
+    tokens_written = 0  # a decode step reads the encoder's K/V, adds none
+    bounded = False  # the encoder length follows the decoder's unless given
+
+    def kv_cache_spec(self, specs):
+        return specs.cross()
+
+    def tokens_held(self, seq_len, encoder_len=None):
+        return seq_len if encoder_len is None else encoder_len
+
+    tokens_read = tokens_held
+
+    def prefill_flops(self, seq_len, encoder_len=None):
+        """Every prompt token attends to every encoder token."""
+        return seq_len * self.decode_flops(self.tokens_read(seq_len, encoder_len))
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        """A decoder token runs q and o; k and v ran over the encoder's output."""
+        return [(d_model, self.heads * self.head_dim), (self.heads * self.v_head_dim, d_model)]
+
+    def encoder_matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        """What each encoder token runs once, at prefill: the fused k and v projection."""
+        return [(d_model, self.kv_heads * (self.head_dim + self.v_head_dim))]
+
+
 # --------------------------------------------------------------------------------
 # Mixers with a constant state per sequence: kvcalc/layers_state.py, loaded on first use
 # --------------------------------------------------------------------------------
@@ -284,6 +418,7 @@ class Dense:
     bias: bool = False
 
     kind = "dense"
+    experts = 0  # routes to none: every weight runs for every token
 
     def tensors(self, d_model: int) -> dict[str, Linear]:
         d, f, b = d_model, self.d_ff, self.bias
@@ -292,6 +427,12 @@ class Dense:
 
     def params(self, d_model: int) -> int:
         return sum(t.params for t in self.tensors(d_model).values())
+
+    def param_breakdown(self, d_model: int) -> dict[str, int]:
+        return {"mlp": self.params(d_model)}
+
+    def inactive_params(self, d_model: int) -> int:
+        return 0
 
     def matmuls(self, d_model: int) -> list[tuple[int, int]]:
         return [(d_model, (2 if self.gated else 1) * self.d_ff), (self.d_ff, d_model)]
@@ -343,6 +484,9 @@ class MoE:
     def params(self, d_model: int) -> int:
         return sum(self.breakdown(d_model).values())
 
+    def param_breakdown(self, d_model: int) -> dict[str, int]:
+        return {f"moe/{key}": n for key, n in self.breakdown(d_model).items()}
+
     def inactive_params(self, d_model: int) -> int:
         return (self.experts - self.active) * self.expert.params(d_model)
 
@@ -361,11 +505,18 @@ MLP = Union[Dense, MoE]
 
 @record
 class Layer:
-    """One decoder layer: a mixer, an MLP (None for Mamba blocks) and its norms."""
+    """One decoder layer: a mixer, an MLP (None for Mamba blocks) and its norms; an
+    encoder-decoder's decoder layer also cross-attends to the encoder."""
 
     mixer: Mixer
     mlp: MLP | None
-    norms: int = 2  # d_model-wide norms (input, post-attention; Gemma 2/3: four)
+    norms: int = 2  # d_model-wide norms (input, post-attention; Gemma 2/3: four; T5's decoder: three)
+    cross: CrossAttention | None = None
+
+    @property
+    def mixers(self) -> tuple:
+        """What it mixes tokens with: its own mixer, then any cross-attention."""
+        return (self.mixer,) if self.cross is None else (self.mixer, self.cross)
 
     @property
     def label(self) -> str:

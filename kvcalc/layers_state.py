@@ -21,6 +21,15 @@ class _Stateful:
     cache_kind = "state"
     attends = False
     module = "mixer"  # the mixer's name in a transformers decoder layer
+    tokens_written = 0  # the state is rewritten in place, not grown
+    bounded = True
+
+    @property
+    def param_key(self) -> str:
+        return self.kind
+
+    def kv_cache_spec(self, specs):
+        return specs.state()
 
     def params(self, d_model: int) -> dict[str, int]:
         return params_by_name(self.tensors(d_model))
@@ -31,7 +40,7 @@ class _Stateful:
     def token_bytes(self, dt: DType, tp: int = 1, scale_bytes: int = 0) -> int:
         return 0
 
-    def tokens_held(self, seq_len):
+    def tokens_held(self, seq_len, encoder_len=None):
         return 0 * seq_len
 
     tokens_read = tokens_held
@@ -41,6 +50,14 @@ class _Stateful:
 
     def prefill_positions(self, seq_len):
         return 0 * seq_len
+
+    def step_flops(self, seq_len, encoder_len=None):
+        """The recurrence, once per token: no context to attend over."""
+        return self.recurrent_flops() + 0 * seq_len
+
+    def prefill_flops(self, seq_len, encoder_len=None):
+        """The recurrence, once per prompt token."""
+        return self.recurrent_flops() * seq_len
 
     def kv_projection_params(self, d_model: int) -> int:
         return 0

@@ -14,7 +14,7 @@ from dataclasses import field
 from kvcalc._record import record
 from kvcalc.dtypes import MAX_LAYERS, MAX_WIDTH, check_size, dtype
 from kvcalc.errors import KvcalcError
-from kvcalc.layers import Attention, Dense, Latent, Layer, Run
+from kvcalc.layers import Attention, CrossAttention, Dense, Latent, Layer, Run
 from kvcalc.layers import MoE as MoEMLP
 
 @record
@@ -58,7 +58,8 @@ class ModelSpec:
     """One transformer, as its config file describes it.
 
     Counts are for the decoder stack unless `encoder_layers` is set, in which case
-    the model is an encoder-decoder (T5) whose decoder layers also cross-attend.
+    the model is an encoder-decoder (T5) whose decoder layers also cross-attend
+    (`Layer.cross`); its encoder stack is then `encoder_runs`, derived like `runs`.
     """
 
     name: str
@@ -150,6 +151,7 @@ class ModelSpec:
         else:
             object.__setattr__(self, "runs", _uniform_runs(self))
         object.__setattr__(self, "_groups", _merge(self.runs))
+        object.__setattr__(self, "encoder_runs", _encoder_runs(self))
 
     # --- the layers --------------------------------------------------------------
     def groups(self) -> tuple:
@@ -283,6 +285,9 @@ def _uniform_runs(spec: "ModelSpec") -> tuple:
     gated = spec.mlp == "gated"
     dense = Dense(spec.d_ff, gated, spec.mlp_bias)
     mlps = [dense] * spec.layers
+    # An encoder-decoder's decoder layers cross-attend too, behind a norm of their own.
+    cross = _cross_attention(spec)
+    norms = spec.norms_per_layer + (cross is not None)
     if spec.moe is not None:
         e = spec.moe
         moe = MoEMLP(experts=e.experts, active=e.active, expert_d_ff=e.expert_d_ff,
@@ -292,8 +297,26 @@ def _uniform_runs(spec: "ModelSpec") -> tuple:
     mixers = [sliding if spec.sliding_window and not (spec.global_every and (i + 1) % spec.global_every == 0)
               else full for i in range(spec.layers)]
     # Equal neighbours are the same objects here: group them before making Layers.
-    return tuple(Run(Layer(mx, mlp, spec.norms_per_layer), sum(1 for _ in same))
+    return tuple(Run(Layer(mx, mlp, norms, cross), sum(1 for _ in same))
                  for (mx, mlp), same in groupby(zip(mixers, mlps)))
+
+
+def _cross_attention(spec: "ModelSpec") -> CrossAttention | None:
+    """T5's cross-attention: the flat fields' heads over the encoder's output."""
+    if not spec.encoder_layers:
+        return None
+    return CrossAttention(heads=spec.heads, kv_heads=spec.kv_heads, head_dim=spec.head_dim,
+                          v_head_dim=spec.v_head_dim, qkv_bias=spec.qkv_bias,
+                          out_bias=spec.out_bias, qk_norm=2 * spec.head_dim if spec.qk_norm else 0)
+
+
+def _encoder_runs(spec: "ModelSpec") -> tuple:
+    """T5's encoder stack, as runs of layers: the flat fields' attention (bidirectional)
+    and MLP; () for a decoder-only model."""
+    if not spec.encoder_layers:
+        return ()
+    mlp = Dense(spec.d_ff, spec.mlp == "gated", spec.mlp_bias)
+    return (Run(Layer(spec.attention_mixer, mlp, spec.norms_per_layer), spec.encoder_layers),)
 
 
 def compress(layers: list) -> tuple:

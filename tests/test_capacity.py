@@ -21,6 +21,7 @@ from kvcalc.capacity.memory import pipeline_layers
 from kvcalc.capacity.serving import serving_capacity
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import CacheGroup
+from kvcalc.layers import Attention
 from kvcalc.hfconfig import spec_from_hf_config_file
 from kvcalc.presets import load_hardware, model_from_mapping
 
@@ -124,19 +125,20 @@ def test_full_attention_blocks_and_tokens_by_hand() -> None:
 
 def test_sliding_window_blocks_per_request() -> None:
     # vLLM: cdiv(min(window - 1 + in_flight, len), block) + 1 for a sliding layer.
-    g = CacheGroup("sliding", 1, 100, window=1024)
+    g = CacheGroup(Attention(8, 8, 64, kind="sliding", window=1024), 1, 100)
     assert blocks_per_request(g, 16, 32768, 2048) == -(-(1023 + 2048) // 16) + 1 == 193
     assert blocks_per_request(g, 16, 500, 2048) == -(-500 // 16) + 1 == 33
-    full = CacheGroup("full", 1, 100)
+    full = CacheGroup(Attention(8, 8, 64), 1, 100)
     assert blocks_per_request(full, 16, 20000, 0) == 1250
 
 
 def test_gemma3_like_grouping_five_sliding_groups_and_one_full() -> None:
     # Reference doc sec. 4: 48 layers, 5:1 -> 40 sliding + 8 full; group size 8:
     # 5 sliding groups + 1 full group.
-    groups = (CacheGroup("full", 8, 4096), CacheGroup("sliding", 40, 4096, window=1024))
+    full, sliding = Attention(8, 8, 64), Attention(8, 8, 64, kind="sliding", window=1024)
+    groups = (CacheGroup(full, 8, 4096), CacheGroup(sliding, 40, 4096))
     plans = kv_cache_groups(groups, 16, 32768, 2048)
-    assert [p.kind for p in plans] == ["full"] + ["sliding"] * 5
+    assert [p.group.label for p in plans] == ["full"] + ["sliding 1,024"] * 5
     assert all(p.slots == 8 for p in plans)
 
 

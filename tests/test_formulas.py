@@ -11,7 +11,7 @@ from kvcalc.errors import KvcalcError
 from kvcalc.dtypes import DType, dtype
 from kvcalc.formulas.attention import attention_step, shazeer_ratio
 from kvcalc.formulas.cache import kv_bytes_per_token_per_layer, kv_cache
-from kvcalc.formulas.params import attention_params, param_counts
+from kvcalc.formulas.params import param_counts
 from kvcalc.formulas.step import decode_step, prefill_flops
 from kvcalc.spec import MLA, ModelSpec, MoE
 
@@ -157,11 +157,11 @@ def test_mla_moe_param_count_per_layer_equals_torch(spec):
     # and the attention exactly, and the total against the paper's 236B.
     dense = param_counts(spec).per_layer
     assert dense == ref.count(ref.build_one_layer(spec))
-    assert sum(attention_params(spec).values()) == ref.attention_params(spec)
+    assert sum(spec.runs[0].layer.mixer.params(spec.d_model).values()) == ref.attention_params(spec)
     with torch.device("meta"):
         moe_layer = ref.Block(spec, spec.moe.dense_layers)
     p = param_counts(spec)
-    per_moe_layer = (sum(attention_params(spec).values()) + 2 * spec.d_model
+    per_moe_layer = (sum(spec.runs[0].layer.mixer.params(spec.d_model).values()) + 2 * spec.d_model
                      + p.breakdown["moe/router"] // spec.moe_layers
                      + p.breakdown["moe/experts"] // spec.moe_layers
                      + p.breakdown["moe/shared_experts"] // spec.moe_layers)

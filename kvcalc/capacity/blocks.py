@@ -25,49 +25,58 @@ import dataclasses
 
 from kvcalc import _num
 from kvcalc._record import record
-from kvcalc.errors import KvcalcError
 from kvcalc.dtypes import MAX_SEQ_LEN
 from kvcalc.formulas.cache import CacheGroup
 
-__all__ = ["KINDS", "GroupPlan", "align_block_size", "blocks_per_request", "groups_on_stage",
+__all__ = ["GroupPlan", "align_block_size", "blocks_per_request", "groups_on_stage",
            "kv_cache_groups", "largest_fitting_len", "pad_state_pages", "page_size_bytes",
            "request_bytes"]
 
-# The cache group kinds this arithmetic models.
-KINDS = ("full", "sliding", "chunked", "mla", "state", "cross")
-
 
 def page_size_bytes(group: CacheGroup, block_size: int) -> int:
-    """Bytes of one block of one layer: block_size tokens, or the state (mamba) page."""
-    if group.kind == "state":
-        return group.state_bytes
-    return block_size * group.token_bytes
+    """Bytes of one block of one layer: block_size tokens, or the whole state (a mamba
+    page); a group holds one or the other."""
+    return block_size * group.token_bytes + group.state_bytes
+
+
+class _BlocksPerRequest:
+    """vLLM's max_memory_usage_bytes of each KV cache spec, in blocks of one layer, for
+    one request at `length` tokens. A layer kind names the spec it is
+    (`mixer.kv_cache_spec(rules)`), these are the engine's rules for each."""
+
+    def __init__(self, block_size: int, length: int, in_flight: int, encoder_len: int | None):
+        self.block, self.length = block_size, length
+        self.in_flight, self.encoder_len = in_flight, encoder_len
+
+    def full(self) -> int:  # FullAttentionSpec, MLAAttentionSpec
+        return _num.cdiv(self.length, self.block)
+
+    def sliding(self, window: int) -> int:  # SlidingWindowSpec: and one block more
+        return _num.cdiv(min(window - 1 + self.in_flight, self.length), self.block) + 1
+
+    def chunked(self, chunk: int) -> int:  # ChunkedLocalAttentionSpec
+        return _num.cdiv(min(chunk + self.in_flight, self.length), self.block)
+
+    def state(self) -> int:  # MambaSpec: one page per request
+        return 1
+
+    def cross(self) -> int:  # CrossAttentionSpec: the encoder's tokens
+        return _num.cdiv(self.encoder_len or self.length, self.block)
 
 
 def blocks_per_request(group: CacheGroup, block_size: int, max_model_len: int,
                        in_flight: int, encoder_len: int | None = None) -> int:
     """Blocks one layer of `group` needs for one request at max_model_len (vLLM's
     max_memory_usage_bytes over the page size)."""
-    b = block_size
-    if group.kind in ("full", "mla"):
-        return -(-max_model_len // b)
-    if group.kind == "sliding":
-        return -(-min(group.window - 1 + in_flight, max_model_len) // b) + 1
-    if group.kind == "chunked":
-        return -(-min(group.window + in_flight, max_model_len) // b)
-    if group.kind == "state":
-        return 1
-    if group.kind == "cross":
-        return -(-(encoder_len or max_model_len) // b)
-    raise KvcalcError(f"unknown cache group kind {group.kind!r}")
+    rules = _BlocksPerRequest(block_size, max_model_len, in_flight, encoder_len)
+    return group.mixer.kv_cache_spec(rules)
 
 
 @record
 class GroupPlan:
     """One of vLLM's KV cache groups: `layers` layers (of `slots`, padding counted) of one kind."""
 
-    kind: str
-    window: int
+    group: CacheGroup  # the layers' kind and bytes (its layer count: all of them)
     layers: int  # real layers
     slots: int  # group size (real layers + padding)
     page_bytes: int  # one layer's page
@@ -84,7 +93,7 @@ def kv_cache_groups(groups: tuple[CacheGroup, ...], block_size: int, max_model_l
         return ()
     if len(live) == 1:
         g = live[0]
-        return (GroupPlan(g.kind, g.window, g.layers, g.layers, page_size_bytes(g, block_size),
+        return (GroupPlan(g, g.layers, g.layers, page_size_bytes(g, block_size),
                           blocks_per_request(g, block_size, max_model_len, in_flight,
                                              encoder_len)),)
     counts = [g.layers for g in live]
@@ -97,7 +106,7 @@ def kv_cache_groups(groups: tuple[CacheGroup, ...], block_size: int, max_model_l
         for _ in range(n_groups):
             real = min(size, left)
             left -= real
-            plans.append(GroupPlan(g.kind, g.window, real, size, page_size_bytes(g, block_size),
+            plans.append(GroupPlan(g, real, size, page_size_bytes(g, block_size),
                                    blocks_per_request(g, block_size, max_model_len, in_flight,
                                                       encoder_len)))
     return tuple(plans)
@@ -109,8 +118,8 @@ def align_block_size(groups: tuple[CacheGroup, ...], block_size: int | None) -> 
     then padded to the attention page)."""
     if block_size is not None:
         return block_size
-    state = [g.state_bytes for g in groups if g.kind == "state" and g.layers]
-    token = [g.token_bytes for g in groups if g.kind != "state" and g.layers]
+    state = [g.state_bytes for g in groups if g.state_bytes and g.layers]
+    token = [g.token_bytes for g in groups if g.token_bytes and g.layers]
     if not state or not token:
         return 16
     per_token = max(token)
@@ -121,12 +130,12 @@ def align_block_size(groups: tuple[CacheGroup, ...], block_size: int | None) -> 
 
 def pad_state_pages(groups: tuple[CacheGroup, ...], block_size: int) -> tuple[CacheGroup, ...]:
     """State (mamba) pages padded to the attention page, so one block size fits both."""
-    token = [g.token_bytes for g in groups if g.kind != "state" and g.layers]
+    token = [g.token_bytes for g in groups if g.token_bytes and g.layers]
     if not token:
         return groups
     attn_page = block_size * max(token)
     return tuple(dataclasses.replace(g, state_bytes=max(g.state_bytes, attn_page))
-                 if g.kind == "state" else g for g in groups)
+                 if g.state_bytes else g for g in groups)
 
 
 def groups_on_stage(groups: tuple[CacheGroup, ...], layers: int, stage_layers: int,
@@ -148,12 +157,8 @@ def groups_on_stage(groups: tuple[CacheGroup, ...], layers: int, stage_layers: i
 def request_bytes(plans: tuple[GroupPlan, ...], block: int, length: int, in_flight: int,
                   encoder_len: int | None) -> int:
     """Bytes one request at `length` needs on one rank: every real layer's blocks x page."""
-    total = 0
-    for p in plans:
-        g = CacheGroup(p.kind, p.layers, 0, 0, p.window)
-        total += p.layers * p.page_bytes * blocks_per_request(g, block, length, in_flight,
-                                                              encoder_len)
-    return total
+    return sum(p.layers * p.page_bytes * blocks_per_request(p.group, block, length, in_flight,
+                                                            encoder_len) for p in plans)
 
 
 def largest_fitting_len(plans: tuple[GroupPlan, ...], block: int, avail: int, in_flight: int,

@@ -84,9 +84,7 @@ def fit(spec: ModelSpec, hw: Hardware, seq_len: int, batch: int = 1,
 
     # A cache that stops growing (every layer windowed, chunked or a constant state) leaves
     # the context bounded by the model, not by memory.
-    unbounded = not spec.encoder_layers and all(
-        layer.mixer.cache_kind in ("sliding", "chunked", "state", "none")
-        for layer, _ in spec.groups())
+    unbounded = all(mx.bounded for layer, _ in spec.groups() for mx in layer.mixers)
     if free < bytes_at(1):
         max_len = 0
     elif bytes_at(MAX_SEQ_LEN) <= free:

@@ -25,7 +25,6 @@ from dataclasses import field
 
 from kvcalc._record import record
 from kvcalc.capacity.blocks import (
-    KINDS,
     GroupPlan,
     align_block_size,
     groups_on_stage,
@@ -124,9 +123,6 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings,
     kv_dt = s.model_dtype if s.kv_dtype == "auto" else s.kv_dtype
     state_dt = s.model_dtype if s.mamba_ssm_dtype == "auto" else s.mamba_ssm_dtype
     groups = cache_groups(spec, kv_dt, s.tp, scale_bytes, state_dtype=state_dt)
-    for g in groups:
-        if g.kind not in KINDS:
-            raise KvcalcError(f"cache group kind {g.kind!r} is not modelled by capacity yet")
     block = align_block_size(groups, s.block_size)
     groups = pad_state_pages(groups, block)
     tokens, seqs = default_batch_limits(hw, s)

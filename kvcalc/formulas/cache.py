@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from kvcalc import _num
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.dtypes import MAX_BATCH, MAX_SEQ_LEN, MAX_TP, DType, check_size, dtype as _dtype
@@ -72,34 +71,25 @@ def kv_bytes_per_token_per_layer(
 class CacheGroup:
     """Decoder layers that cache alike: the unit a serving engine pages by.
 
-    `kind`: "full", "sliding", "chunked", "mla", "state" or "cross". Bytes are on
-    one of `tp` devices, for ONE layer of the group: `token_bytes` per cached token
-    (0 for state kinds), `state_bytes` per sequence whatever its length (0 for
-    attention kinds). `window` is the sliding window or attention chunk in tokens
-    (0 where every token stays); cross-attention holds the encoder's tokens.
-    `name` says which state mixer a state group is (mamba, linear attention, ...).
+    `mixer`: the layer kind they share (kvcalc.layers), which says what a layer keeps
+    (every token, a window, a chunk, the encoder's tokens, or a constant state). Bytes
+    are on one of `tp` devices, for ONE layer of the group: `token_bytes` per cached
+    token (0 for state kinds), `state_bytes` per sequence whatever its length (0 for
+    attention kinds).
     """
 
-    kind: str
+    mixer: object
     layers: int
     token_bytes: int
     state_bytes: int = 0
-    window: int = 0
-    name: str = ""
 
     @property
     def label(self) -> str:
-        if self.name:
-            return self.name
-        return f"{self.kind} {self.window:,}" if self.window else self.kind
+        return self.mixer.label
 
     def tokens_held(self, seq_len, encoder_seq_len=None):
         """Tokens one layer of the group keeps for a sequence at `seq_len` (int or array)."""
-        if self.kind == "state":
-            return 0 * seq_len
-        if self.kind == "cross":
-            return seq_len if encoder_seq_len is None else encoder_seq_len
-        return _num.minimum(seq_len, self.window) if self.window else seq_len
+        return self.mixer.tokens_held(seq_len, encoder_seq_len)
 
     def bytes_per_sequence(self, seq_len, encoder_seq_len=None):
         """All layers of the group, one sequence (int or array)."""
@@ -111,30 +101,25 @@ def cache_groups(spec: ModelSpec, kv_dtype: DType | str = "bf16", tp: int = 1,
                  scale_bytes: int = 0, state_dtype: DType | str = "fp32") -> tuple[CacheGroup, ...]:
     """The model's decoder layers grouped by how they cache, with per-device bytes.
 
-    Layers that differ only in their MLP cache alike and share a group.
-    Recurrent states are held in `state_dtype` (transformers keeps them fp32 in a
-    bf16 model); convolution states in the cache dtype. Cross-attention
-    (encoder-decoder) is its own group: every decoder layer holds the encoder's
-    K/V besides its own self-attention cache.
+    Layers that differ only in their MLP (or in what their cache does not hold) cache
+    alike and share a group. Recurrent states are held in `state_dtype` (transformers
+    keeps them fp32 in a bf16 model); convolution states in the cache dtype.
+    Cross-attention (encoder-decoder) is its own group: every decoder layer holds the
+    encoder's K/V besides its own self-attention cache.
     """
     dt, sdt = as_dtype(kv_dtype), as_dtype(state_dtype)
     check_size("tp", tp, MAX_TP)
-    merged: dict[tuple, int] = {}
+    merged: dict[tuple, list] = {}
     for layer, n in spec.groups():
-        mx = layer.mixer
-        kind = mx.cache_kind
-        if kind == "none":
-            continue  # holds nothing: no group for an engine to page
-        key = (kind, mx.token_bytes(dt, tp, scale_bytes), mx.state_bytes(dt, sdt, tp),
-               getattr(mx, "window", 0), mx.label if kind == "state" else "")
-        merged[key] = merged.get(key, 0) + n
-    groups = [CacheGroup(kind, n, token, state, window, name)
-              for (kind, token, state, window, name), n in merged.items()]
-    if spec.encoder_layers:
-        token = kv_bytes_per_token_per_layer(spec, dt, scale_bytes,
-                                             kv_heads=kv_heads_per_device(spec, tp))
-        groups.append(CacheGroup("cross", spec.layers, token))
-    return tuple(groups)
+        for mx in layer.mixers:
+            token, state = mx.token_bytes(dt, tp, scale_bytes), mx.state_bytes(dt, sdt, tp)
+            if not (token or state):
+                continue  # holds nothing (an MLP-only block): no group for an engine to page
+            # The label names what a layer keeps (kind and window, or the state mixer).
+            first = merged.setdefault((mx.label, token, state), [mx, 0])
+            first[1] += n
+    return tuple(CacheGroup(mx, n, token, state)
+                 for (_, token, state), (mx, n) in merged.items())
 
 
 @record
@@ -200,9 +185,12 @@ def kv_cache(
 
     per_seq = sum(g.bytes_per_sequence(seq_len, enc_len) for g in own)
     per_seq_dev = sum(g.bytes_per_sequence(seq_len, enc_len) for g in dev)
-    cross = sum(g.bytes_per_sequence(seq_len, enc_len) for g in own if g.kind == "cross")
+    # Cross-attention keeps the encoder's K/V, whatever the decoder's length: a decode
+    # step adds none of it (its kind writes no tokens).
+    cross = sum(g.bytes_per_sequence(seq_len, enc_len) for g in own
+                if g.token_bytes and not g.mixer.tokens_written)
     state = sum(g.layers * g.state_bytes for g in own)
-    per_token = sum(g.layers * g.token_bytes for g in own if g.kind != "cross")
+    per_token = sum(g.layers * g.token_bytes * g.mixer.tokens_written for g in own)
     per_seq_full = per_token * seq_len + cross + state
     by_kind: dict[str, int] = {}
     layers_by_kind: dict[str, int] = {}

@@ -9,7 +9,6 @@ Sources, cited per function:
 
 from __future__ import annotations
 
-from kvcalc._num import linear_params as _linear
 from kvcalc._record import record
 from kvcalc.spec import ModelSpec
 
@@ -18,26 +17,6 @@ def norm_params(spec: ModelSpec, width: int | None = None) -> int:
     """RMSNorm has a weight; LayerNorm a weight and (unless bias-free) a bias."""
     w = spec.d_model if width is None else width
     return 2 * w if spec.norm == "layernorm" and spec.norm_bias else w
-
-
-def attention_params(spec: ModelSpec, kv_heads: int | None = None) -> dict[str, int]:
-    """One self-attention block by matrix, as the layer kind counts it
-    (kvcalc.layers.Attention / Latent: q, k, v, o and qk-norm weights; MLA's q_a,
-    q_a_norm, q_b or q, kv_a, kv_a_norm, kv_b, o). MQA/GQA shrink k and v only
-    (Shazeer 2019 sec. 3; Ainslie et al. 2023 sec. 2.2). `kv_heads`: another K/V
-    head count than the model's (its GQA/MQA/MHA variant)."""
-    mixer = spec.attention_mixer
-    if kv_heads is not None:
-        mixer = mixer.with_kv_heads(kv_heads)
-    return mixer.params(spec.d_model)
-
-
-def mlp_params(spec: ModelSpec, width: int) -> int:
-    """Gated (SwiGLU/GeGLU): gate and up d->width, down width->d. Plain: up, down."""
-    d = spec.d_model
-    if spec.mlp == "gated":
-        return 2 * _linear(d, width, spec.mlp_bias) + _linear(width, d, spec.mlp_bias)
-    return _linear(d, width, spec.mlp_bias) + _linear(width, d, spec.mlp_bias)
 
 
 @record
@@ -57,8 +36,32 @@ class ParamCounts:
         return self.total - self.embedding
 
 
-def _mixer_prefix(mixer) -> str:
-    return "attention" if mixer.attends else mixer.kind
+def _layer_params(add, layer, count: int, d: int, norm: int, stack: str = "") -> int:
+    """One group of `count` alike layers into the breakdown (keys under `stack`); returns
+    the routed-expert parameters a token does not visit."""
+    for mixer in layer.mixers:
+        for key, n in mixer.params(d).items():
+            add(f"{stack}{mixer.param_key}/{key}", n * count)
+    if layer.mlp is not None:
+        for key, n in layer.mlp.param_breakdown(d).items():
+            add(f"{stack}{key}", n * count)
+    add(f"{stack}norms", layer.norms * norm * count)
+    return 0 if layer.mlp is None else layer.mlp.inactive_params(d) * count
+
+
+def _cross_beside_encoder(b: dict[str, int]) -> dict[str, int]:
+    """The breakdown with each cross-attention matrix listed right after the encoder's
+    attention matrix of the same name: the order kvcalc's reports have always had."""
+    cross = {k: n for k, n in b.items() if k.startswith("cross_attention/")}
+    out: dict[str, int] = {}
+    for key, n in b.items():
+        if key in cross:
+            continue
+        out[key] = n
+        twin = "cross_attention/" + key.removeprefix("encoder/attention/")
+        if key.startswith("encoder/attention/") and twin in cross:
+            out[twin] = cross.pop(twin)
+    return {**out, **cross}
 
 
 def param_counts(spec: ModelSpec) -> ParamCounts:
@@ -77,28 +80,12 @@ def param_counts(spec: ModelSpec) -> ParamCounts:
             b[key] = b.get(key, 0) + n
 
     norm = norm_params(spec)
-    inactive = 0
-    for layer, n in spec.groups():
-        prefix = _mixer_prefix(layer.mixer)
-        for key, count in layer.mixer.params(d).items():
-            add(f"{prefix}/{key}", count * n)
-        mlp = layer.mlp
-        if mlp is not None and mlp.kind == "moe":
-            for key, count in mlp.breakdown(d).items():
-                add(f"moe/{key}", count * n)
-            inactive += mlp.inactive_params(d) * n
-        elif mlp is not None:
-            add("mlp", mlp.params(d) * n)
-        add("norms", layer.norms * norm * n)
-
-    if spec.encoder_layers:
-        # Encoder self-attention, and the decoder's cross-attention (MHA over encoder states).
-        for key, n in attention_params(spec).items():
-            add(f"encoder/attention/{key}", n * spec.encoder_layers)
-            add(f"cross_attention/{key}", n * spec.layers)
-        add("encoder/mlp", mlp_params(spec, spec.d_ff) * spec.encoder_layers)
-        add("norms", norm * spec.layers)  # the cross-attention block's norm
-        add("encoder/norms", spec.norms_per_layer * norm * spec.encoder_layers + norm)
+    inactive = sum(_layer_params(add, layer, n, d, norm) for layer, n in spec.groups())
+    for run in spec.encoder_runs:  # an encoder-decoder's encoder stack, then its final norm
+        _layer_params(add, run.layer, run.count, d, norm, "encoder/")
+    if spec.encoder_runs:
+        add("encoder/norms", norm)
+        b = _cross_beside_encoder(b)
     if spec.final_norm:
         add("norms", norm)
     if spec.embedding_norm:
@@ -106,7 +93,7 @@ def param_counts(spec: ModelSpec) -> ParamCounts:
 
     add("embedding", spec.vocab * d)
     add("position_embedding", spec.learned_pos * d)
-    stacks = 2 if spec.encoder_layers else 1
+    stacks = 2 if spec.encoder_runs else 1
     add("relative_position_bias", spec.relative_attention_buckets * spec.heads * stacks)
     if not spec.tied_embeddings:
         add("lm_head", spec.vocab * d)
@@ -117,8 +104,9 @@ def param_counts(spec: ModelSpec) -> ParamCounts:
     embedding = b.get("embedding", 0) + b.get("position_embedding", 0) + b.get(
         "relative_position_bias", 0)
     first = spec.runs[0].layer
-    first_mlp = first.mlp.params(d) if first.mlp is not None and first.mlp.kind == "dense" else 0
-    per_layer = sum(first.mixer.params(d).values()) + first_mlp + first.norms * norm
+    first_mlp = first.mlp.params(d) if first.mlp is not None and not first.mlp.experts else 0
+    per_layer = (sum(sum(mx.params(d).values()) for mx in first.mixers) + first_mlp
+                 + first.norms * norm)
     return ParamCounts(
         breakdown=b,
         total=total,

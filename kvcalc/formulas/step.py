@@ -20,51 +20,26 @@ from kvcalc.formulas.params import param_counts, weight_params_per_device
 from kvcalc.spec import ModelSpec
 
 
-def attention_flops_per_token(spec: ModelSpec, context: int, absorbed: bool = True) -> int:
-    """FLOPs of one query token attending over `context` cached tokens in one layer,
-    as the layer kind counts them (kvcalc.layers): scores q.K^T and the weighted sum
-    of V. MLA with `absorbed=False` (prefill, K and V decompressed once per token)
-    uses per-head dims instead of the latent. Softmax and scaling (about 5 FLOPs per
-    score) are not counted."""
-    mixer = spec.attention_mixer
-    if not absorbed and spec.mla is not None:
-        return context * mixer.prefill_flops_per_position()
-    return mixer.decode_flops(context)
-
-
-def layer_matmuls(spec: ModelSpec) -> list[tuple[int, int, int]]:
-    """(fan_in, fan_out, count) of every matmul one token runs in one attention block
-    (the layer kind's own list: fused qkv and o, or MLA's projections).
-
-    Used for FLOPs (2 x fan_in x fan_out) and for activation traffic (each matmul
-    reads its input and writes its output once). Norms, residual adds and the MLP
-    activation are assumed fused into neighbouring kernels.
-    """
-    return [(i, o, 1) for i, o in spec.attention_mixer.matmuls(spec.d_model)]
-
-
-def _mlp_matmuls(spec: ModelSpec, width: int, count: int) -> list[tuple[int, int, int]]:
-    d = spec.d_model
-    up = 2 * width if spec.mlp == "gated" else width
-    return [(d, up, count), (width, d, count)]
-
-
 def token_matmuls(spec: ModelSpec) -> list[tuple[int, int, int]]:
     """(fan_in, fan_out, count) of every matmul one decoder token runs, lm_head aside.
 
     Each layer's mixer projections and its MLP; MoE layers run the router,
     `active` routed and every shared expert; encoder-decoder layers also run the
     cross-attention q and o (its K/V come from the encoder, computed once).
+    Used for FLOPs (2 x fan_in x fan_out) and for activation traffic (each matmul
+    reads its input and writes its output once). Norms, residual adds and the MLP
+    activation are assumed fused into neighbouring kernels.
     """
-    d = spec.d_model
+    return _matmuls(spec.groups(), spec.d_model)
+
+
+def _matmuls(groups, d: int) -> list[tuple[int, int, int]]:
     mm = []
-    for layer, n in spec.groups():
-        mm += [(i, o, n) for i, o in layer.mixer.matmuls(d)]
+    for layer, n in groups:
+        for mixer in layer.mixers:
+            mm += [(i, o, n) for i, o in mixer.matmuls(d)]
         if layer.mlp is not None:
             mm += [(i, o, n) for i, o in layer.mlp.matmuls(d)]
-    if spec.encoder_layers:
-        mm += [(d, spec.heads * spec.head_dim, spec.layers),
-               (spec.heads * spec.v_head_dim, d, spec.layers)]
     return mm
 
 
@@ -159,7 +134,7 @@ def decode_step(
     expert_slots = 0
     for layer, n in spec.groups():
         m = layer.mlp
-        if m is not None and m.kind == "moe":
+        if m is not None and m.experts:
             touched = _num.minimum(batch * m.active, m.experts)
             experts_touched = _num.maximum(experts_touched, touched)
             unread_expert_params += (m.experts - touched) * m.expert.params(d) * n
@@ -175,13 +150,8 @@ def decode_step(
     proj_flops_per_token = sum(2 * i * o * c for i, o, c in mm)
     attn_flops_per_token = 0
     for layer, n in spec.groups():
-        mx = layer.mixer
-        attn_flops_per_token += n * mx.decode_flops(mx.tokens_read(seq_len))
-        if not mx.attends:
-            attn_flops_per_token += n * mx.recurrent_flops()
-    if spec.encoder_layers:
-        enc_len = seq_len if encoder_seq_len is None else encoder_seq_len
-        attn_flops_per_token += spec.layers * attention_flops_per_token(spec, enc_len)
+        for mx in layer.mixers:
+            attn_flops_per_token += n * mx.step_flops(seq_len, encoder_seq_len)
 
     flops_breakdown = {
         "projections_and_mlp": proj_flops_per_token * batch,
@@ -197,7 +167,7 @@ def decode_step(
     if spec.learned_pos:
         read_params = (read_params - spec.learned_pos * d
                        + _num.minimum(batch, spec.learned_pos) * d)
-    if spec.encoder_layers:
+    if spec.encoder_runs:
         # The encoder ran at prefill; cross-attention K/V projections ran then too.
         read_params -= sum(n for k, n in params.breakdown.items() if k.startswith("encoder/"))
         read_params -= params.breakdown.get("cross_attention/k", 0)
@@ -216,7 +186,7 @@ def decode_step(
         if spec.learned_pos:
             unread_bytes += (spec.learned_pos - _num.minimum(batch, spec.learned_pos)) * (
                 by_key.get("position_embedding", 0) // spec.learned_pos)
-        if spec.encoder_layers:
+        if spec.encoder_runs:
             unread_bytes += sum(n for k, n in by_key.items() if k.startswith("encoder/"))
             unread_bytes += by_key.get("cross_attention/k", 0) + by_key.get("cross_attention/v", 0)
         if expert_slots:
@@ -231,9 +201,8 @@ def decode_step(
     kv_write = cache.bytes_per_token * batch + state_batch
     act_elems = sum((i + o) * c for i, o, c in mm) * batch
     # Attention reads q and writes its output for every layer (K/V counted above).
-    qo_elems = sum(n * layer.mixer.decode_act_elements() for layer, n in spec.groups())
-    if spec.encoder_layers:
-        qo_elems += spec.layers * spec.heads * (spec.head_dim + spec.v_head_dim)
+    qo_elems = sum(n * mx.decode_act_elements() for layer, n in spec.groups()
+                   for mx in layer.mixers)
     attn_act_bytes = adt.nbytes(qo_elems * batch)
     act_bytes = adt.nbytes(act_elems) + attn_act_bytes
 
@@ -247,8 +216,8 @@ def decode_step(
 
     # Per device under TP: weights and activations split evenly, K/V as stored per device.
     kv_write_dev = batch * sum(
-        g.layers * (g.token_bytes + g.state_bytes)
-        for g in cache_groups(spec, kdt, tp, scale_bytes, cache.state_dtype) if g.kind != "cross")
+        g.layers * (g.token_bytes * g.mixer.tokens_written + g.state_bytes)
+        for g in cache_groups(spec, kdt, tp, scale_bytes, cache.state_dtype))
     per_device_bytes = weight_bytes_dev + cache.bytes_per_device + kv_write_dev + -(-act_bytes // tp)
 
     prefill_total = prefill_flops(spec, seq_len, encoder_seq_len) * batch if prefill else 0
@@ -286,24 +255,17 @@ def prefill_flops(spec: ModelSpec, seq_len: int, encoder_seq_len: int | None = N
     per_token = sum(2 * i * o * c for i, o, c in mm)
     lm_head = 2 * d * spec.vocab
 
-    attn = 0
-    for layer, n in spec.groups():
-        mx = layer.mixer
-        if not mx.attends:
-            attn += n * mx.recurrent_flops() * seq_len
-            continue
-        # MLA decompresses K and V once per token in prefill: per-head dims.
-        per_position = (mx.prefill_flops_per_position() if mx.cache_kind == "mla"
-                        else mx.decode_flops(1))
-        attn += n * per_position * mx.prefill_positions(seq_len)
+    attn = sum(n * mx.prefill_flops(seq_len, encoder_seq_len)
+               for layer, n in spec.groups() for mx in layer.mixers)
     total = per_token * seq_len + lm_head + attn
 
-    if spec.encoder_layers:
+    if spec.encoder_runs:
+        # The encoder's layers over its tokens, each token attending to all of them
+        # (bidirectional), and every decoder layer's cross-attention K/V of its output.
         enc_len = seq_len if encoder_seq_len is None else encoder_seq_len
-        enc_mm = layer_matmuls(spec) + _mlp_matmuls(spec, spec.d_ff, 1)
-        total += spec.encoder_layers * enc_len * sum(2 * i * o * c for i, o, c in enc_mm)
-        total += spec.encoder_layers * enc_len * attention_flops_per_token(spec, enc_len)
-        kv_out = spec.kv_heads * (spec.head_dim + spec.v_head_dim)
-        total += spec.layers * enc_len * 2 * d * kv_out  # cross K/V of the encoder output
-        total += spec.layers * seq_len * attention_flops_per_token(spec, enc_len)
+        encoder = [(run.layer, run.count) for run in spec.encoder_runs]
+        total += enc_len * sum(2 * i * o * c for i, o, c in _matmuls(encoder, d))
+        total += enc_len * sum(n * layer.mixer.decode_flops(enc_len) for layer, n in encoder)
+        total += enc_len * sum(n * 2 * i * o for layer, n in spec.groups() if layer.cross
+                               for i, o in layer.cross.encoder_matmuls(d))
     return total

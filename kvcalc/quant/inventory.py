@@ -49,8 +49,7 @@ def _named(tensors: dict, key: str, base: str, count: int = 1, role: str = "line
 
 def _mixer_items(mx, d: int, prefix: str) -> list:
     """The mixer's tensors: its projections as matrices, the rest as plain params."""
-    key = "attention" if mx.attends else mx.kind
-    return _named(mx.tensors(d), key + "/{}", f"{prefix}.{mx.module}")
+    return _named(mx.tensors(d), mx.param_key + "/{}", f"{prefix}.{mx.module}")
 
 
 _SCORE_BIAS_BUFFER = ("deepseek_v3",)
@@ -59,7 +58,7 @@ _SCORE_BIAS_BUFFER = ("deepseek_v3",)
 def _mlp_items(mlp, d: int, prefix: str, model_type: str) -> list:
     if mlp is None:
         return []
-    if mlp.kind == "dense":
+    if not mlp.experts:  # a dense MLP
         return _named(mlp.tensors(d), "mlp", f"{prefix}.mlp")
     router = "router" if model_type == "gpt_oss" else "gate"
     out: list = [Matrix("moe/router", f"{prefix}.mlp.{router}", mlp.experts, d,
