@@ -21,7 +21,7 @@ from kvcalc.capacity.memory import pipeline_layers
 from kvcalc.capacity.serving import serving_capacity
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import CacheGroup
-from kvcalc.layers import Attention
+from kvcalc.layers import Attention, CrossAttention, Mamba
 from kvcalc.hfconfig import spec_from_hf_config_file
 from kvcalc.presets import load_hardware, model_from_mapping
 
@@ -130,6 +130,19 @@ def test_sliding_window_blocks_per_request() -> None:
     assert blocks_per_request(g, 16, 500, 2048) == -(-500 // 16) + 1 == 33
     full = CacheGroup(Attention(8, 8, 64), 1, 100)
     assert blocks_per_request(full, 16, 20000, 0) == 1250
+
+
+def test_chunked_state_and_cross_blocks_per_request() -> None:
+    # vLLM: chunked local attention cdiv(min(chunk + in_flight, len), block); a mamba
+    # state one page; cross-attention the encoder's tokens, cdiv(encoder_len, block).
+    chunked = CacheGroup(Attention(8, 8, 64, kind="chunked", window=8192), 1, 100)
+    assert blocks_per_request(chunked, 16, 32768, 2048) == (8192 + 2048) // 16 == 640
+    assert blocks_per_request(chunked, 16, 1000, 2048) == -(-1000 // 16) == 63
+    state = CacheGroup(Mamba(d_inner=64, d_state=16, d_conv=4, dt_rank=4), 1, 0, 9000)
+    assert blocks_per_request(state, 16, 32768, 2048) == 1
+    cross = CacheGroup(CrossAttention(8, 8, 64), 1, 100)
+    assert blocks_per_request(cross, 16, 32768, 2048, encoder_len=1500) == -(-1500 // 16) == 94
+    assert blocks_per_request(cross, 16, 32768, 2048) == 32768 // 16  # follows the decoder
 
 
 def test_gemma3_like_grouping_five_sliding_groups_and_one_full() -> None:

@@ -126,6 +126,20 @@ def test_t5_cross_attention_cache_is_added():
     assert c.bytes == 24 * per_layer * (512 + 1024)
 
 
+def test_t5_decode_step_reads_the_encoder_cache_and_writes_only_its_own():
+    # 24 decoder layers, 128 heads of 128, bf16, decoder at 512, encoder at 1024 tokens.
+    d = decode_step(T5_11B, 512, 1, "bf16", "bf16", "bf16", encoder_seq_len=1024)
+    per_token_layer = 2 * 128 * 128 * 2  # K and V bytes of one token in one layer
+    # Self-attention over 512 positions and cross-attention over 1,024, q.K and p.V each.
+    assert d.attention_flops == 24 * 2 * 128 * (512 + 1024) * (128 + 128)
+    assert d.bytes_breakdown["kv_read"] == 24 * per_token_layer * (512 + 1024)
+    assert d.bytes_breakdown["kv_write"] == 24 * per_token_layer  # the new token, self only
+    # The decoder token runs q, k, v, o of self-attention, q and o of cross-attention and
+    # the MLP (1024 -> 65536 -> 1024) in each layer, and the lm_head.
+    proj = 24 * (4 * 1024 * 16384 + 2 * 1024 * 16384 + 2 * 1024 * 65536) + 1024 * 32128
+    assert d.flops_breakdown["projections_and_mlp"] == 2 * proj
+
+
 # --- real cache tensors ---------------------------------------------------------
 @pytest.mark.parametrize("kv_heads", [32, 8, 1])
 def test_cache_bytes_equal_real_tensor_sizes(kv_heads):
