@@ -510,7 +510,7 @@ class Layer:
 
     mixer: Mixer
     mlp: MLP | None
-    norms: int = 2  # d_model-wide norms (input, post-attention; Gemma 2/3: four; T5's decoder: three)
+    norms: int = 2  # d_model-wide norms: input, post-attention (Gemma 2/3: four; T5 decoder: three)
     cross: CrossAttention | None = None
 
     @property

@@ -171,9 +171,8 @@ class ModelSpec:
     @property
     def attention_mixer(self):
         """The attention the flat fields describe, as a layer kind (kvcalc.layers): a
-        full-attention `Attention`, or `Latent` for MLA. The single-layer questions (the
-        encoder's and the cross-attention's blocks, `kvcalc measure`'s step) ask it, so
-        each attention formula is the layer kind's own, written once."""
+        full-attention `Attention`, or `Latent` for MLA: the uniform decoder's and the
+        encoder's layers are built from it (formulas.kv_bytes_per_token_per_layer asks it too)."""
         if self.mla is not None:
             m = self.mla
             return Latent(heads=self.heads, kv_lora_rank=m.kv_lora_rank,
