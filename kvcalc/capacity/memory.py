@@ -45,6 +45,7 @@ from kvcalc.capacity.engine import GiB, MiB, EngineSettings
 from kvcalc.dtypes import dtype, weight_dtype as _weight_dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.params import param_counts, weight_params_per_device
+from kvcalc.layers import MoE
 from kvcalc.spec import ModelSpec
 
 __all__ = [
@@ -157,12 +158,13 @@ def _language_model_bytes(spec: ModelSpec, s: EngineSettings, stage: int) -> int
 # Measured terms, modelled
 # --------------------------------------------------------------------------------
 def _mlp_width(spec: ModelSpec) -> int:
-    """Intermediate width one token's MLP materialises (all routed + shared experts it visits)."""
-    if spec.moe is None:
-        return spec.d_ff
-    m = spec.moe
-    widest = (m.active + m.shared_experts) * m.expert_d_ff
-    return max(widest, spec.d_ff if m.dense_layers else 0)
+    """Intermediate width one token's MLP materialises, in the widest layer: a dense MLP's
+    d_ff, a MoE layer's routed experts it visits plus its shared experts. A model whose
+    layers have no MLP (Mamba) materialises its mixer's inner width, which d_ff holds."""
+    widths = [m.active * m.expert_d_ff + m.shared_experts * m.shared.d_ff
+              if isinstance(m, MoE) else m.d_ff
+              for m in (layer.mlp for layer, _ in spec.groups()) if m is not None]
+    return max(widths, default=spec.d_ff)
 
 
 def forward_activation_bytes(spec: ModelSpec, tokens: int, s: EngineSettings) -> int:
