@@ -1,7 +1,9 @@
 """kvcalc: exact KV-cache, parameter and decode-step math, and measurements that check it.
 
 The public Python API, re-exported. Models and devices are given as objects
-(ModelSpec, Hardware) or by preset name:
+(ModelSpec, Hardware) or by preset name; `ModelSpec.uniform(...)` builds a model whose
+layers are alike, with the layer kinds `Latent` (MLA) and `MoE` for its attention and
+experts:
 
     >>> import kvcalc
     >>> kvcalc.kv_cache("gpt3", seq_len=2048, kv_dtype="fp16").bytes
@@ -37,11 +39,11 @@ _LAZY = {
     "shazeer_ratio": "kvcalc.formulas.attention",
     "decode_roofline": "kvcalc.roofline",
     "DTYPES": "kvcalc.dtypes",
-    "MLA": "kvcalc.spec",
+    "Latent": "kvcalc.layers",
     "DType": "kvcalc.dtypes",
     "Hardware": "kvcalc.spec",
     "ModelSpec": "kvcalc.spec",
-    "MoE": "kvcalc.spec",
+    "MoE": "kvcalc.layers",
     "dtype": "kvcalc.dtypes",
     "load_model": "kvcalc.presets",
     "load_hardware": "kvcalc.presets",
@@ -58,7 +60,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from kvcalc.presets import load_hardware, load_model
     from kvcalc.roofline import decode_roofline
     from kvcalc.dtypes import DTYPES, DType, dtype
-    from kvcalc.spec import MLA, Hardware, ModelSpec, MoE
+    from kvcalc.layers import Latent, MoE
+    from kvcalc.spec import Hardware, ModelSpec
 
 
 def __getattr__(name: str) -> Any:

@@ -206,7 +206,7 @@ def _variant_label(s, mla) -> str:
     """'GQA: 8 K/V heads'; for MLA the cached latent, since its `heads` K/V heads
     (what the spec's kv_heads holds) are decompressed per step, never cached."""
     if mla is not None:
-        return f"MLA latent (kv_lora_rank {mla.kv_lora_rank} + rope {mla.qk_rope_head_dim})"
+        return f"MLA latent (kv_lora_rank {mla.kv_lora_rank} + rope {mla.rope_dim})"
     return f"{s.attention}: {s.kv_heads} K/V head{'s' if s.kv_heads != 1 else ''}"
 
 

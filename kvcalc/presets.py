@@ -1,8 +1,10 @@
 """Presets: strict loading of the YAML files under presets/ into specs.
 
 Every preset is a plain YAML mapping whose keys are exactly the fields of
-`ModelSpec` (models) or `Hardware` (hardware), with `mla:` and `moe:` nested
-mappings for the fields of `MLA` and `MoE`. Loading is deliberately strict: a
+`ModelSpec` (models) or `Hardware` (hardware); a model's keys also give the flat
+description `ModelSpec.uniform` builds its layers from: `sliding_window`,
+`global_every`, and `mla:` and `moe:` nested mappings (translated here into the layer
+kinds kvcalc.layers.Latent and MoE). Loading is deliberately strict: a
 misspelt key, a string where a number belongs or a missing `source:` is an
 error that names the file and the key, never a silently used default.
 
@@ -23,10 +25,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kvcalc._record import record as _record
 from kvcalc.errors import KvcalcError, quoted
 from kvcalc.inputfile import read_text
-from kvcalc.dtypes import dtype
-from kvcalc.spec import MLA, Hardware, ModelSpec, MoE
+from kvcalc.dtypes import MAX_WIDTH, check_size, dtype
+from kvcalc.layers import Latent, MoE
+from kvcalc.spec import Hardware, ModelSpec
 
 __all__ = [
     "hardware_from_mapping",
@@ -40,9 +44,48 @@ __all__ = [
     "presets_dir",
 ]
 
+
+@_record
+class _MLAKeys:
+    """A preset's `mla:` mapping: DeepSeek's config.json names (the Latent layer's fields)."""
+
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int = 0  # 0: queries use a full-rank d_model x heads*qk_head_dim matrix
+
+
+@_record
+class _MoEKeys:
+    """A preset's `moe:` mapping: experts replacing the MLP of every layer but the first
+    `dense_layers`."""
+
+    experts: int  # routed experts per MoE layer
+    active: int  # routed experts each token goes to
+    expert_d_ff: int  # width of one routed expert's MLP
+    shared_experts: int = 0  # always-on experts of width expert_d_ff (DeepSeek)
+    dense_layers: int = 0  # leading layers with an ordinary MLP of width d_ff
+    router_bias: bool = False  # a per-expert bias (DeepSeek-V3's e_score_correction_bias)
+
+
+@_record
+class _UniformKeys:
+    """A model preset's keys that are ModelSpec.uniform's own, not ModelSpec fields."""
+
+    sliding_window: int = 0  # 0: full attention in every layer
+    global_every: int = 0  # 0: all layers slide; n: every n-th layer is global (Gemma 2: 2)
+    mla: _MLAKeys | None = None
+    moe: _MoEKeys | None = None
+
+
+# Where a model preset's own keys go among ModelSpec's (the order messages list keys in).
+_UNIFORM_KEYS_AFTER = {"max_context": ("sliding_window", "global_every"),
+                       "encoder_layers": ("mla", "moe")}
 # Dataclass fields that are not YAML keys: `extra` is for values a loader
 # (such as the HF config.json reader) wants to carry along, not for presets.
-_NOT_YAML_KEYS = {ModelSpec: {"extra", "runs"}, Hardware: set(), MLA: set(), MoE: set()}
+_NOT_YAML_KEYS = {ModelSpec: {"extra", "runs", "recipe"}, Hardware: set(), _MLAKeys: set(),
+                  _MoEKeys: set()}
 # A preset whose layers differ gives its architecture as the published config.json:
 # `hf_config:` names a file under presets/hf/ or holds the config's fields inline.
 # Beside it, only these keys describe the preset itself.
@@ -179,8 +222,10 @@ def hardware_from_yaml_file(path: str | Path, *, require_source: bool = True) ->
 
 @functools.lru_cache(maxsize=None)
 def _type_hints(cls: type) -> dict:
-    """The class's field types, evaluated once (its annotations are strings)."""
-    return typing.get_type_hints(cls)
+    """The class's field types, evaluated once (its annotations are strings); a model
+    preset's keys include ModelSpec.uniform's own."""
+    own = typing.get_type_hints(_UniformKeys) if cls is ModelSpec else {}
+    return {**typing.get_type_hints(cls), **own}
 
 
 @functools.lru_cache(maxsize=4)
@@ -285,7 +330,30 @@ def model_from_mapping(d: Any, where: str, *, default_name: str | None = None,
     if isinstance(d, Mapping) and "hf_config" in d:
         return _model_from_hf_preset(d, where, default_name, require_source)
     values = _fields_from_mapping(d, ModelSpec, where, default_name, require_source)
-    return _construct(ModelSpec, values, where)
+    return _construct(_uniform, values, where)
+
+
+def _uniform(mla: _MLAKeys | None = None, moe: _MoEKeys | None = None, **values) -> ModelSpec:
+    """ModelSpec.uniform from a preset's keys: `mla:` and `moe:` become the layer kinds,
+    their values checked as they are named in the file."""
+    if mla is not None:
+        values["mla"] = Latent(heads=values["heads"], kv_lora_rank=mla.kv_lora_rank,
+                               rope_dim=mla.qk_rope_head_dim, nope_dim=mla.qk_nope_head_dim,
+                               v_dim=mla.v_head_dim, q_lora_rank=mla.q_lora_rank,
+                               bias=values.get("qkv_bias", False))
+    if moe is not None:
+        if not 1 <= moe.active <= moe.experts:
+            raise KvcalcError(f"moe.active must be 1..experts ({moe.experts}), got {moe.active}")
+        check_size("moe.experts", moe.experts, MAX_WIDTH)
+        check_size("moe.expert_d_ff", moe.expert_d_ff, MAX_WIDTH)
+        if not 0 <= moe.shared_experts <= MAX_WIDTH:
+            raise KvcalcError(f"moe.shared_experts must be 0..{MAX_WIDTH}, got {moe.shared_experts}")
+        values["moe"] = MoE(experts=moe.experts, active=moe.active, expert_d_ff=moe.expert_d_ff,
+                            shared_experts=moe.shared_experts, router_bias=moe.router_bias,
+                            gated=values.get("mlp", "gated") == "gated",
+                            expert_bias=values.get("mlp_bias", False))
+        values["dense_layers"] = moe.dense_layers
+    return ModelSpec.uniform(**values)
 
 
 def _model_from_hf_preset(d: Mapping, where: str, default_name: str | None,
@@ -371,7 +439,14 @@ def _checked_mapping(d: Any, cls: type, where: str, prefix: str) -> dict[str, An
 
 @functools.lru_cache(maxsize=None)
 def _yaml_fields(cls: type) -> dict[str, dataclasses.Field]:
-    return {f.name: f for f in dataclasses.fields(cls) if f.name not in _NOT_YAML_KEYS[cls]}
+    out = {}
+    own = {f.name: f for f in dataclasses.fields(_UniformKeys)}
+    for f in dataclasses.fields(cls):
+        if f.name not in _NOT_YAML_KEYS[cls]:
+            out[f.name] = f
+        if cls is ModelSpec:  # the flat description's own keys, where they always stood
+            out.update((k, own[k]) for k in _UNIFORM_KEYS_AFTER.get(f.name, ()))
+    return out
 
 
 def _is_required(f: dataclasses.Field) -> bool:
@@ -388,7 +463,7 @@ def _hint(key: str, fields: Mapping[str, Any], prefix: str) -> str:
 
 
 def _checked_value(value: Any, hint: Any, key: str, where: str) -> Any:
-    """`value` if it has the type `hint` asks for; nested MLA/MoE mappings become dataclasses."""
+    """`value` if it has the type `hint` asks for; nested `mla:`/`moe:` mappings become records."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if args and type(None) in args:  # `X | None`: null or an X
         if value is None:

@@ -1,7 +1,8 @@
 """Frozen descriptions of what kvcalc reasons about: models and hardware.
 
-Everything here is plain data plus validation. Sizes are Python ints; nothing is
-derived (head_dim is a field of its own, never d_model // heads).
+Everything here is plain data plus validation. Sizes are Python ints; head_dim is a
+field of its own, never d_model // heads. A model's decoder is its runs of layers
+(kvcalc.layers); its flat views (mla, sliding_window) are read from them.
 """
 
 from __future__ import annotations
@@ -17,33 +18,6 @@ from kvcalc.errors import KvcalcError
 from kvcalc.layers import Attention, CrossAttention, Dense, Latent, Layer, Run
 from kvcalc.layers import MoE as MoEMLP
 
-@record
-class MLA:
-    """Multi-head latent attention (DeepSeek-V2 section 2.1, DeepSeek-V3 config).
-
-    The cache holds one compressed latent (kv_lora_rank) plus one shared RoPE key
-    (qk_rope_head_dim) per token per layer, for all heads together.
-    """
-
-    kv_lora_rank: int
-    qk_rope_head_dim: int
-    qk_nope_head_dim: int
-    v_head_dim: int
-    q_lora_rank: int = 0  # 0: queries use a full-rank d_model x heads*qk_head_dim matrix
-
-
-@record
-class MoE:
-    """Mixture of experts replacing the MLP of every layer but the first `dense_layers`."""
-
-    experts: int  # routed experts per MoE layer
-    active: int  # routed experts each token goes to
-    expert_d_ff: int  # width of one routed expert's MLP
-    shared_experts: int = 0  # always-on experts of width expert_d_ff (DeepSeek)
-    dense_layers: int = 0  # leading layers with an ordinary MLP of width d_ff
-    router_bias: bool = False  # a per-expert bias (DeepSeek-V3's e_score_correction_bias)
-
-
 # Mixers that attend (kvcalc.layers cache kinds), and the state mixers' names in words.
 _ATTENDING = ("full", "sliding", "chunked", "mla")
 _MIXER_NAMES = {"mamba": "Mamba", "mamba2": "Mamba-2", "linear": "Gated DeltaNet",
@@ -54,12 +28,37 @@ MLP_KINDS = ("gated", "plain")
 
 
 @record
-class ModelSpec:
-    """One transformer, as its config file describes it.
+class Recipe:
+    """What `ModelSpec.uniform` builds a model's layers from beyond the spec's own fields
+    (heads, d_ff, norms_per_layer, ...): windows, latent attention and experts.
 
-    Counts are for the decoder stack unless `encoder_layers` is set, in which case
-    the model is an encoder-decoder (T5) whose decoder layers also cross-attend
-    (`Layer.cross`); its encoder stack is then `encoder_runs`, derived like `runs`.
+    A spec keeps it so that a flag can reshape the model (`--layers 2`) by building its
+    layers again; every number is read from the layers, never from here.
+    """
+
+    sliding_window: int = 0  # 0: full attention in every layer
+    global_every: int = 0  # 0: all layers slide; n: every n-th layer is global (Gemma 2: 2)
+    mla: Latent | None = None  # every layer's attention (DeepSeek), with the spec's heads
+    moe: MoEMLP | None = None  # the MLP of every layer after the first `dense_layers`
+    dense_layers: int = 0  # leading layers with an ordinary MLP of width d_ff
+
+
+_RECIPE_KEYS = tuple(f.name for f in dataclasses.fields(Recipe))
+
+
+@record
+class ModelSpec:
+    """One transformer: its embedding and its decoder as runs of alike layers.
+
+    `runs` is the model: every count the formulas give comes from its layers. The flat
+    fields say what its config file says: the width and vocabulary, and the attention
+    and MLP shape that the encoder (T5), the single-layer questions (`kvcalc measure`,
+    the attention step) and the display use. Build a model whose layers are all alike
+    from that flat description with `ModelSpec.uniform`; `ModelSpec(..., runs=...)` is
+    a model described layer by layer. Counts are for the decoder stack unless
+    `encoder_layers` is set, in which case the model is an encoder-decoder (T5) whose
+    decoder layers also cross-attend (`Layer.cross`); its encoder stack is then
+    `encoder_runs`, derived like `runs`.
     """
 
     name: str
@@ -84,22 +83,19 @@ class ModelSpec:
     learned_pos: int = 0  # rows of a learned position table (GPT-2/3), 0 for RoPE/ALiBi
     relative_attention_buckets: int = 0  # T5: a buckets x heads bias table per stack
     max_context: int = 0  # 0: unknown
-    sliding_window: int = 0  # 0: full attention in every layer
-    global_every: int = 0  # 0: all layers slide; n: every n-th layer is global (Gemma 2: 2)
     encoder_layers: int = 0  # T5: encoder stack depth (decoder depth is `layers`)
-    mla: MLA | None = None
-    moe: MoE | None = None
     source: str = ""
     notes: str = ""
     published_params: int = 0  # the headline count the source gives, for checks
     extra: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
-    # The decoder, layer by layer, as runs of alike layers (kvcalc.layers.Run). Empty:
-    # built from the flat fields above (one uniform layer, windows and MoE as flagged).
-    # Given: it is the model; the flat fields then describe its attention layers for
-    # display and for the single-layer questions (measure, the attention step).
+    # The decoder, layer by layer, as runs of alike layers (kvcalc.layers.Run): the model.
+    # Built from `recipe` when the spec has one (ModelSpec.uniform).
     runs: tuple = ()
     embedding_norm: bool = False  # a norm right after the embedding (BLOOM)
     extra_params: int = 0  # parameters outside the decoder layers not named above
+    # How ModelSpec.uniform built the runs, to build them again when a flag changes the
+    # shape; None for a model described layer by layer. Not part of the model's identity.
+    recipe: Recipe | None = field(default=None, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.v_head_dim:
@@ -107,10 +103,15 @@ class ModelSpec:
         _positive(self, "layers", MAX_LAYERS)
         for name in ("d_model", "heads", "kv_heads", "head_dim", "d_ff", "vocab", "v_head_dim"):
             _positive(self, name, MAX_WIDTH)
-        for name in ("learned_pos", "max_context", "sliding_window", "global_every",
-                     "encoder_layers", "relative_attention_buckets", "published_params"):
-            if getattr(self, name) < 0:
-                raise KvcalcError(f"{name} must be >= 0, got {getattr(self, name)}")
+        flat = self.recipe or Recipe()
+        for name, value in (("learned_pos", self.learned_pos), ("max_context", self.max_context),
+                            ("sliding_window", flat.sliding_window),
+                            ("global_every", flat.global_every),
+                            ("encoder_layers", self.encoder_layers),
+                            ("relative_attention_buckets", self.relative_attention_buckets),
+                            ("published_params", self.published_params)):
+            if value < 0:
+                raise KvcalcError(f"{name} must be >= 0, got {value}")
         if self.mlp not in MLP_KINDS:
             raise KvcalcError(f"mlp must be one of {MLP_KINDS}, got {self.mlp!r}")
         if self.norm not in NORM_KINDS:
@@ -125,33 +126,35 @@ class ModelSpec:
             raise KvcalcError(
                 f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})"
             )
-        if self.global_every and not self.sliding_window:
-            raise KvcalcError("global_every needs a sliding_window")
-        if self.moe is not None:
-            m = self.moe
-            if not 1 <= m.active <= m.experts:
-                raise KvcalcError(f"moe.active must be 1..experts ({m.experts}), got {m.active}")
-            if not 0 <= m.dense_layers <= self.layers:
-                raise KvcalcError("moe.dense_layers must be between 0 and layers")
-            check_size("moe.experts", m.experts, MAX_WIDTH)
-            check_size("moe.expert_d_ff", m.expert_d_ff, MAX_WIDTH)
-            if m.shared_experts < 0 or m.shared_experts > MAX_WIDTH:
-                raise KvcalcError(f"moe.shared_experts must be 0..{MAX_WIDTH}, got {m.shared_experts}")
-        if self.mla is not None:
-            for f in dataclasses.fields(MLA):
-                v = getattr(self.mla, f.name)
-                if f.name == "q_lora_rank" and v == 0:
-                    continue  # full-rank queries
-                check_size(f"mla.{f.name}", v, MAX_WIDTH)
-        if self.runs:
-            if sum(r.count for r in self.runs) != self.layers:
-                raise KvcalcError(
-                    f"the layer runs add up to {sum(r.count for r in self.runs)} layers, "
-                    f"not layers={self.layers}")
-        else:
-            object.__setattr__(self, "runs", _uniform_runs(self))
+        if self.recipe is not None:
+            _check_recipe(self, self.recipe)
+            built = _uniform_runs(self, self.recipe)
+            if self.runs and self.runs != built:  # dataclasses.replace of a shape field
+                raise KvcalcError(f"{self.name}: its runs differ from the ones its recipe "
+                                  "builds; change a uniform model with .replace()")
+            object.__setattr__(self, "runs", built)
+        elif not self.runs:
+            raise KvcalcError(f"{self.name}: no layers; give runs=..., or build a model whose "
+                              "layers are alike with ModelSpec.uniform(...)")
+        if sum(r.count for r in self.runs) != self.layers:
+            raise KvcalcError(
+                f"the layer runs add up to {sum(r.count for r in self.runs)} layers, "
+                f"not layers={self.layers}")
         object.__setattr__(self, "_groups", _merge(self.runs))
         object.__setattr__(self, "encoder_runs", _encoder_runs(self))
+
+    @classmethod
+    def uniform(cls, *, sliding_window: int = 0, global_every: int = 0,
+                mla: Latent | None = None, moe: MoEMLP | None = None, dense_layers: int = 0,
+                **fields) -> "ModelSpec":
+        """A model whose layers are alike, from the flat description presets and config
+        files give: the spec's fields (layers, heads, d_ff, ...), and for the layers a
+        sliding window on every layer or on all but every `global_every`-th (layer i is
+        global when (i + 1) % global_every == 0: Gemma 2's odd layers), latent attention
+        (`mla`, a kvcalc.layers.Latent with the model's heads) in place of the K/V heads,
+        and experts (`moe`, a kvcalc.layers.MoE) as the MLP of every layer after the
+        first `dense_layers`."""
+        return cls(**fields, recipe=Recipe(sliding_window, global_every, mla, moe, dense_layers))
 
     # --- the layers --------------------------------------------------------------
     def groups(self) -> tuple:
@@ -164,23 +167,26 @@ class ModelSpec:
         return [r.layer for r in self.runs for _ in range(r.count)]
 
     @property
-    def uniform(self) -> bool:
-        """One kind of layer throughout (windows, MoE and MLA aside, today's flat model)."""
-        return len(self._groups) == 1
+    def attention_mixer(self):
+        """The model's attention as one layer kind (kvcalc.layers): its layers' latent
+        attention (`Latent`) for MLA, else a full-attention `Attention` of the flat fields'
+        shape. The encoder's layers are built from it (formulas.kv_bytes_per_token_per_layer
+        asks it too)."""
+        mla = self.mla
+        return _flat_attention(self) if mla is None else mla
+
+    # --- views of the layers (display, JSON, CSV) -------------------------------
+    @property
+    def mla(self) -> Latent | None:
+        """The layers' latent attention (DeepSeek's MLA), or None."""
+        return next((layer.mixer for layer, _ in self._groups
+                     if isinstance(layer.mixer, Latent)), None)
 
     @property
-    def attention_mixer(self):
-        """The attention the flat fields describe, as a layer kind (kvcalc.layers): a
-        full-attention `Attention`, or `Latent` for MLA: the uniform decoder's and the
-        encoder's layers are built from it (formulas.kv_bytes_per_token_per_layer asks it too)."""
-        if self.mla is not None:
-            m = self.mla
-            return Latent(heads=self.heads, kv_lora_rank=m.kv_lora_rank,
-                          rope_dim=m.qk_rope_head_dim, nope_dim=m.qk_nope_head_dim,
-                          v_dim=m.v_head_dim, q_lora_rank=m.q_lora_rank, bias=self.qkv_bias)
-        return Attention(heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim,
-                         v_head_dim=self.v_head_dim, qkv_bias=self.qkv_bias,
-                         out_bias=self.out_bias, qk_norm=2 * self.head_dim if self.qk_norm else 0)
+    def sliding_window(self) -> int:
+        """The sliding layers' window in tokens; 0 when no layer slides."""
+        return next((layer.mixer.window for layer, _ in self._groups
+                     if layer.mixer.cache_kind == "sliding"), 0)
 
     # --- derived counts (pure, cheap) -------------------------------------------
     @property
@@ -232,20 +238,45 @@ class ModelSpec:
 
     @property
     def moe_layers(self) -> int:
-        return sum(n for layer, n in self._groups if layer.mlp is not None and layer.mlp.kind == "moe")
+        return sum(n for layer, n in self._groups if isinstance(layer.mlp, MoEMLP))
 
     def layers_of(self, cache_kind: str) -> int:
         """Decoder layers whose cache is of `cache_kind` (full, sliding, chunked, mla, state)."""
         return sum(n for layer, n in self._groups if layer.mixer.cache_kind == cache_kind)
 
+    # --- variants ------------------------------------------------------------------
     def with_kv_heads(self, kv_heads: int) -> "ModelSpec":
         """The same model with another number of K/V heads (its GQA/MQA/MHA variant):
         every attention layer with the model's K/V head count takes the new one."""
         if self.mla is not None:
             raise KvcalcError(f"{self.name} uses MLA: it has no K/V heads to change")
-        name = _variant_name(self.name, kv_heads, self.heads)
-        if not self.extra.get("explicit_runs"):
-            return self.replace(kv_heads=kv_heads, name=name)
+        return self.replace(kv_heads=kv_heads,
+                            name=_variant_name(self.name, kv_heads, self.heads))
+
+    def replace(self, **changes) -> "ModelSpec":
+        """A copy with fields changed. A model built by `uniform` is built again, from its
+        fields and recipe with the changes (which may name the recipe's inputs:
+        sliding_window=0). One described layer by layer keeps its layers, but for its K/V
+        heads: changing its shape through one flat field would leave the layers saying
+        otherwise, so that is refused. Given `runs`, the copy is described layer by layer."""
+        if "runs" in changes:
+            return dataclasses.replace(self, recipe=None, **changes)
+        if self.recipe is not None:
+            recipe = {k: changes.pop(k) for k in _RECIPE_KEYS if k in changes}
+            return dataclasses.replace(self, runs=(), **changes,
+                                       recipe=dataclasses.replace(self.recipe, **recipe))
+        shape = set(changes) - {"name", "source", "notes", "published_params", "extra",
+                                "max_context", "kv_heads"}
+        if shape:
+            raise KvcalcError(
+                f"{self.name} is described layer by layer: {', '.join(sorted(shape))} "
+                "cannot be changed by a flag")
+        if changes.get("kv_heads", self.kv_heads) != self.kv_heads:
+            changes["runs"] = self._runs_with_kv_heads(changes["kv_heads"])
+        return dataclasses.replace(self, **changes)
+
+    def _runs_with_kv_heads(self, kv_heads: int) -> tuple:
+        """The runs, every attention layer with the model's K/V head count taking `kv_heads`."""
         def swap(layer):
             m = layer.mixer
             if isinstance(m, Attention) and m.kv_heads == self.kv_heads:
@@ -255,46 +286,50 @@ class ModelSpec:
                 return dataclasses.replace(layer, mixer=m.with_kv_heads(kv_heads))
             return layer
 
-        runs = tuple(Run(swap(r.layer), r.count) for r in self.runs)
-        return dataclasses.replace(self, kv_heads=kv_heads, name=name, runs=runs)
-
-    def replace(self, **changes) -> "ModelSpec":
-        """A copy with fields changed. A model built from flat fields is rebuilt from
-        them; one described layer by layer keeps its runs (changing its shape through
-        the flat fields would silently disagree with them, so that is refused)."""
-        if self.extra.get("explicit_runs"):
-            shape = set(changes) - {"name", "source", "notes", "published_params", "extra",
-                                    "max_context", "kv_heads", "runs"}
-            if shape:
-                raise KvcalcError(
-                    f"{self.name} is described layer by layer: {', '.join(sorted(shape))} "
-                    "cannot be changed by a flag")
-        elif "runs" not in changes:
-            changes["runs"] = ()
-        return dataclasses.replace(self, **changes)
+        return tuple(Run(swap(r.layer), r.count) for r in self.runs)
 
 
-def _uniform_runs(spec: "ModelSpec") -> tuple:
-    """Runs from the flat fields: MoE after `moe.dense_layers` dense layers; a
-    sliding window on every layer, or on all but every `global_every`-th (layer i
-    is global when (i + 1) % global_every == 0: Gemma 2's odd layers)."""
-    full = spec.attention_mixer
-    sliding = (dataclasses.replace(full, kind="sliding", window=spec.sliding_window)
-               if spec.sliding_window and spec.mla is None else full)
-    gated = spec.mlp == "gated"
-    dense = Dense(spec.d_ff, gated, spec.mlp_bias)
-    mlps = [dense] * spec.layers
+def _check_recipe(spec: ModelSpec, r: Recipe) -> None:
+    if r.global_every and not r.sliding_window:
+        raise KvcalcError("global_every needs a sliding_window")
+    if r.moe is not None and not 0 <= r.dense_layers <= spec.layers:
+        raise KvcalcError("moe.dense_layers must be between 0 and layers")
+    if r.mla is not None:
+        m = r.mla
+        for name, v in (("kv_lora_rank", m.kv_lora_rank), ("qk_rope_head_dim", m.rope_dim),
+                        ("qk_nope_head_dim", m.nope_dim), ("v_head_dim", m.v_dim),
+                        ("q_lora_rank", m.q_lora_rank)):
+            if name == "q_lora_rank" and v == 0:
+                continue  # full-rank queries
+            check_size(f"mla.{name}", v, MAX_WIDTH)
+        if m.heads != spec.heads:
+            raise KvcalcError(f"mla has {m.heads} heads, the model {spec.heads}")
+
+
+def _flat_attention(spec: ModelSpec) -> Attention:
+    """Full attention of the flat fields' shape."""
+    return Attention(heads=spec.heads, kv_heads=spec.kv_heads, head_dim=spec.head_dim,
+                     v_head_dim=spec.v_head_dim, qkv_bias=spec.qkv_bias,
+                     out_bias=spec.out_bias, qk_norm=2 * spec.head_dim if spec.qk_norm else 0)
+
+
+def _uniform_runs(spec: ModelSpec, r: Recipe) -> tuple:
+    """Runs from the flat fields and the recipe: MoE after `dense_layers` dense layers; a
+    sliding window on every layer, or on all but every `global_every`-th (layer i is
+    global when (i + 1) % global_every == 0)."""
+    full = _flat_attention(spec) if r.mla is None else r.mla
+    slides = bool(r.sliding_window) and r.mla is None
+    sliding = dataclasses.replace(full, kind="sliding", window=r.sliding_window) if slides else full
     # An encoder-decoder's decoder layers cross-attend too, behind a norm of their own.
     cross = _cross_attention(spec)
     norms = spec.norms_per_layer + (cross is not None)
-    if spec.moe is not None:
-        e = spec.moe
-        moe = MoEMLP(experts=e.experts, active=e.active, expert_d_ff=e.expert_d_ff,
-                     shared_experts=e.shared_experts, router_bias=e.router_bias, gated=gated,
-                     expert_bias=spec.mlp_bias)
-        mlps = [dense] * e.dense_layers + [moe] * (spec.layers - e.dense_layers)
-    mixers = [sliding if spec.sliding_window and not (spec.global_every and (i + 1) % spec.global_every == 0)
-              else full for i in range(spec.layers)]
+    dense = Dense(spec.d_ff, spec.mlp == "gated", spec.mlp_bias)
+    mlps = [dense] * spec.layers
+    if r.moe is not None:
+        mlps = [dense] * r.dense_layers + [r.moe] * (spec.layers - r.dense_layers)
+    every = r.global_every
+    mixers = [sliding if slides and not (every and (i + 1) % every == 0) else full
+              for i in range(spec.layers)]
     # Equal neighbours are the same objects here: group them before making Layers.
     return tuple(Run(Layer(mx, mlp, norms, cross), sum(1 for _ in same))
                  for (mx, mlp), same in groupby(zip(mixers, mlps)))

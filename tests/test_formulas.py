@@ -13,34 +13,35 @@ from kvcalc.formulas.attention import attention_step, shazeer_ratio
 from kvcalc.formulas.cache import kv_bytes_per_token_per_layer, kv_cache
 from kvcalc.formulas.params import param_counts
 from kvcalc.formulas.step import decode_step, prefill_flops
-from kvcalc.spec import MLA, ModelSpec, MoE
+from kvcalc.layers import Latent, MoE
+from kvcalc.spec import ModelSpec
 
 torch = pytest.importorskip("torch")
 import torch_reference as ref  # noqa: E402  (tests/ is on sys.path via conftest)
 
-GPT3 = ModelSpec(  # GPT-3 paper, Table 2.1
+GPT3 = ModelSpec.uniform(  # GPT-3 paper, Table 2.1
     name="gpt3", layers=96, d_model=12288, heads=96, kv_heads=96, head_dim=128, d_ff=4 * 12288,
     vocab=50257, mlp="plain", qkv_bias=True, out_bias=True, mlp_bias=True, norm="layernorm",
     norm_bias=True, tied_embeddings=True, learned_pos=2048)
-LLAMA2_7B = ModelSpec(  # meta-llama/Llama-2-7b-hf config.json
+LLAMA2_7B = ModelSpec.uniform(  # meta-llama/Llama-2-7b-hf config.json
     name="llama2-7b", layers=32, d_model=4096, heads=32, kv_heads=32, head_dim=128, d_ff=11008,
     vocab=32000)
-MISTRAL = ModelSpec(  # mistralai/Mistral-7B-v0.1 config.json
+MISTRAL = ModelSpec.uniform(  # mistralai/Mistral-7B-v0.1 config.json
     name="mistral-7b", layers=32, d_model=4096, heads=32, kv_heads=8, head_dim=128, d_ff=14336,
     vocab=32000, sliding_window=4096)
-GEMMA2_9B = ModelSpec(  # google/gemma-2-9b config.json
+GEMMA2_9B = ModelSpec.uniform(  # google/gemma-2-9b config.json
     name="gemma2-9b", layers=42, d_model=3584, heads=16, kv_heads=8, head_dim=256, d_ff=14336,
     vocab=256000, norms_per_layer=4, tied_embeddings=True, sliding_window=4096, global_every=2)
-DEEPSEEK_V2 = ModelSpec(  # deepseek-ai/DeepSeek-V2 config.json
+DEEPSEEK_V2 = ModelSpec.uniform(  # deepseek-ai/DeepSeek-V2 config.json
     name="deepseek-v2", layers=60, d_model=5120, heads=128, kv_heads=128, head_dim=192,
     d_ff=12288, vocab=102400,
-    mla=MLA(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
-            q_lora_rank=1536),
-    moe=MoE(experts=160, active=6, expert_d_ff=1536, shared_experts=2, dense_layers=1))
-MIXTRAL = ModelSpec(  # mistralai/Mixtral-8x7B-v0.1 config.json
+    mla=Latent(heads=128, kv_lora_rank=512, rope_dim=64, nope_dim=128, v_dim=128,
+               q_lora_rank=1536),
+    moe=MoE(experts=160, active=6, expert_d_ff=1536, shared_experts=2), dense_layers=1)
+MIXTRAL = ModelSpec.uniform(  # mistralai/Mixtral-8x7B-v0.1 config.json
     name="mixtral", layers=32, d_model=4096, heads=32, kv_heads=8, head_dim=128, d_ff=14336,
     vocab=32000, moe=MoE(experts=8, active=2, expert_d_ff=14336))
-T5_11B = ModelSpec(  # google-t5/t5-11b config.json (d_kv 128 x 128 heads != d_model 1024)
+T5_11B = ModelSpec.uniform(  # google-t5/t5-11b config.json (d_kv 128 x 128 heads != d_model 1024)
     name="t5-11b", layers=24, encoder_layers=24, d_model=1024, heads=128, kv_heads=128,
     head_dim=128, d_ff=65536, vocab=32128, mlp="plain", norm="rmsnorm",
     tied_embeddings=True, relative_attention_buckets=32)
@@ -101,8 +102,8 @@ def test_mla_caches_latent_plus_rope_key_per_layer():
 
 def test_tp_replicates_kv_heads_when_tp_exceeds_them():
     # Llama-3-70B: 64 query heads, 8 K/V heads.
-    spec = ModelSpec(name="l3-70b", layers=80, d_model=8192, heads=64, kv_heads=8, head_dim=128,
-                     d_ff=28672, vocab=128256)
+    spec = ModelSpec.uniform(name="l3-70b", layers=80, d_model=8192, heads=64, kv_heads=8,
+                             head_dim=128, d_ff=28672, vocab=128256)
     single = kv_cache(spec, 8192, 4, "bf16")
     # K and V x 80 layers x 8 K/V heads x 128 x 8192 tokens x 4 sequences x 2 bytes (bf16).
     assert single.bytes == 2 * 80 * 8 * 128 * 8192 * 4 * 2 == 10_737_418_240
@@ -156,8 +157,8 @@ def test_cache_bytes_equal_real_tensor_sizes(kv_heads):
 # --- parameters: torch.nn on the meta device ---------------------------------------
 SPECS = [GPT3, LLAMA2_7B, MISTRAL, GEMMA2_9B, MIXTRAL, T5_11B,
          LLAMA2_7B.with_kv_heads(8), LLAMA2_7B.with_kv_heads(1),
-         ModelSpec(name="qwen3-like", layers=4, d_model=1024, heads=16, kv_heads=8, head_dim=128,
-                   d_ff=3072, vocab=1000, qk_norm=True, qkv_bias=True)]
+         ModelSpec.uniform(name="qwen3-like", layers=4, d_model=1024, heads=16, kv_heads=8,
+                           head_dim=128, d_ff=3072, vocab=1000, qk_norm=True, qkv_bias=True)]
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
@@ -173,7 +174,7 @@ def test_mla_moe_param_count_per_layer_equals_torch(spec):
     assert dense == ref.count(ref.build_one_layer(spec))
     assert sum(spec.runs[0].layer.mixer.params(spec.d_model).values()) == ref.attention_params(spec)
     with torch.device("meta"):
-        moe_layer = ref.Block(spec, spec.moe.dense_layers)
+        moe_layer = ref.Block(spec, ref.dense_layers(spec))
     p = param_counts(spec)
     per_moe_layer = (sum(spec.runs[0].layer.mixer.params(spec.d_model).values()) + 2 * spec.d_model
                      + p.breakdown["moe/router"] // spec.moe_layers
@@ -283,7 +284,7 @@ def specs(draw):
     heads = draw(st.sampled_from([1, 2, 4, 8, 12, 16, 32, 64]))
     kv = draw(st.sampled_from([g for g in range(1, heads + 1) if heads % g == 0]))
     window = draw(st.sampled_from([0, 0, 128, 4096]))
-    return ModelSpec(
+    return ModelSpec.uniform(
         name="h", layers=draw(st.integers(1, 96)), d_model=draw(st.integers(1, 64)) * 64,
         heads=heads, kv_heads=kv, head_dim=draw(st.sampled_from([32, 64, 80, 128, 256])),
         d_ff=draw(st.integers(1, 400)) * 64, vocab=draw(st.integers(100, 300_000)),
@@ -360,7 +361,7 @@ def test_fit_counts_the_encoder_cache_it_is_given():
 
 
 # --- roofline, fit and TP by hand (Llama-3-70B, published 70,553,706,496 parameters) --------
-LLAMA3_70B = ModelSpec(  # meta-llama/Meta-Llama-3-70B config.json
+LLAMA3_70B = ModelSpec.uniform(  # meta-llama/Meta-Llama-3-70B config.json
     name="llama3-70b", layers=80, d_model=8192, heads=64, kv_heads=8, head_dim=128, d_ff=28672,
     vocab=128256, max_context=8192)
 def _h100():
@@ -433,12 +434,12 @@ def test_fit_with_alternating_windows_closed_form():
 
 def test_prefill_attention_terms_by_second_difference():
     # prefill(L) = a*L + c + q*L*(L+1)/2 for full attention: the second difference is q.
-    v3 = ModelSpec(name="v3", layers=61, d_model=7168, heads=128, kv_heads=128, head_dim=192,
-                   d_ff=18432, vocab=129280,
-                   mla=MLA(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
-                           v_head_dim=128, q_lora_rank=1536),
-                   moe=MoE(experts=256, active=8, expert_d_ff=2048, shared_experts=1,
-                           dense_layers=3, router_bias=True))
+    v3 = ModelSpec.uniform(name="v3", layers=61, d_model=7168, heads=128, kv_heads=128,
+                           head_dim=192, d_ff=18432, vocab=129280,
+                           mla=Latent(heads=128, kv_lora_rank=512, rope_dim=64, nope_dim=128,
+                                      v_dim=128, q_lora_rank=1536),
+                           moe=MoE(experts=256, active=8, expert_d_ff=2048, shared_experts=1,
+                                   router_bias=True), dense_layers=3)
     f = prefill_flops
     # MLA prefill decompresses K and V: 2 x heads x (nope + rope + v) per attended position.
     assert f(v3, 3) - 2 * f(v3, 2) + f(v3, 1) == 61 * 2 * 128 * (128 + 64 + 128)

@@ -19,6 +19,7 @@ import pytest
 
 from kvcalc.errors import KvcalcError
 from kvcalc.hfconfig import SUPPORTED_MODEL_TYPES, spec_from_hf_config, spec_from_hf_config_file
+from kvcalc.layers import Dense
 
 DATA = Path(__file__).parent / "data" / "hf"
 
@@ -143,17 +144,41 @@ def test_every_expected_file_exists():
     assert set(EXPECTED) <= {p.stem for p in DATA.glob("*.json")}
 
 
+# The config's names for MLA's widths, as kvcalc.layers.Latent names them.
+_LATENT = {"kv_lora_rank": "kv_lora_rank", "qk_rope_head_dim": "rope_dim",
+           "qk_nope_head_dim": "nope_dim", "v_head_dim": "v_dim", "q_lora_rank": "q_lora_rank"}
+
+
+def _check_layers(s, key: str, want, stem: str) -> None:
+    """The flat description's terms (global_every, mla, moe) asked of the layers."""
+    layers = s.layer_list()
+    if key == "global_every":  # n: layer i attends globally when (i + 1) % n == 0
+        slides = [layer.mixer.kind == "sliding" for layer in layers]
+        window = bool(s.sliding_window)
+        assert slides == [window and not (want and (i + 1) % want == 0)
+                          for i in range(len(layers))], f"{stem}: {key}"
+    elif key == "mla":
+        assert {type(layer.mixer).__name__ for layer in layers} == {"Latent"}, stem
+        for sub, sub_want in want.items():
+            assert getattr(s.mla, _LATENT[sub]) == sub_want, f"{stem}: mla.{sub}"
+    else:  # moe: experts after the first dense_layers
+        dense = want["dense_layers"]
+        assert all(isinstance(layer.mlp, Dense) for layer in layers[:dense]), stem
+        (moe,) = {layer.mlp for layer in layers[dense:]}
+        for sub, sub_want in want.items():
+            if sub != "dense_layers":
+                assert getattr(moe, sub) == sub_want, f"{stem}: moe.{sub}"
+
+
 @pytest.mark.parametrize("stem", sorted(EXPECTED))
 def test_derived_fields(stem):
     s = spec(stem)
     for key, want in EXPECTED[stem].items():
+        if key in ("global_every", "mla", "moe"):
+            _check_layers(s, key, want, stem)
+            continue
         got = getattr(s, key)
-        if isinstance(want, dict):
-            assert got is not None, f"{stem}: {key} missing"
-            for sub, sub_want in want.items():
-                assert getattr(got, sub) == sub_want, f"{stem}: {key}.{sub}"
-        else:
-            assert got == want, f"{stem}: {key} is {got!r}, expected {want!r}"
+        assert got == want, f"{stem}: {key} is {got!r}, expected {want!r}"
 
 
 def test_name_and_source_from_file():
@@ -179,7 +204,7 @@ def test_mla_cache_is_the_latent_plus_rope_key():
     from kvcalc.formulas.cache import kv_bytes_per_token_per_layer
 
     s = spec("deepseek-ai__DeepSeek-V2")
-    assert s.mla.kv_lora_rank + s.mla.qk_rope_head_dim == 576
+    assert s.mla.kv_lora_rank + s.mla.rope_dim == 576
     # bf16: (512 + 64) x 2 bytes per token per layer, whatever kv_heads/head_dim say.
     assert kv_bytes_per_token_per_layer(s, "bf16") == 1152
 
@@ -321,7 +346,7 @@ def test_qwen2_sliding_window_when_enabled():
     assert spec_from_hf_config(cfg, "x", "t").sliding_window == 0
     cfg["max_window_layers"] = 0
     s = spec_from_hf_config(cfg, "x", "t")
-    assert (s.sliding_window, s.global_every, s.sliding_layers) == (4096, 0, 28)
+    assert (s.sliding_window, s.sliding_layers) == (4096, 28)
     cfg["max_window_layers"] = 14
     with pytest.raises(KvcalcError, match="cannot describe"):
         spec_from_hf_config(cfg, "x", "t")
@@ -332,7 +357,8 @@ def test_gemma2_explicit_layer_types():
     cfg["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention"
                           for i in range(42)]
     s = spec_from_hf_config(cfg, "x", "t")
-    assert (s.sliding_window, s.global_every) == (4096, 2)
+    assert s.sliding_window == 4096
+    assert [layer.mixer.kind for layer in s.layer_list()] == ["sliding", "full"] * 21
     cfg["layer_types"] = ["full_attention"] * 42
     assert spec_from_hf_config(cfg, "x", "t").sliding_window == 0
 
@@ -383,7 +409,7 @@ def test_opt_variants():
 def test_deepseek_variants():
     cfg = load("deepseek-ai__DeepSeek-V2") | {"q_lora_rank": None}
     assert spec_from_hf_config(cfg, "x", "t").mla.q_lora_rank == 0  # V2-Lite: full-rank q
-    assert spec_from_hf_config(cfg | {"n_routed_experts": None}, "x", "t").moe is None
+    assert spec_from_hf_config(cfg | {"n_routed_experts": None}, "x", "t").moe_layers == 0
     with pytest.raises(KvcalcError, match="moe_layer_freq"):
         spec_from_hf_config(cfg | {"moe_layer_freq": 2}, "x", "t")
 

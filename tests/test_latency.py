@@ -9,8 +9,8 @@ from kvcalc.latency import latency, max_batch_for_slo
 from kvcalc.spec import Hardware, ModelSpec
 
 # 1 layer, d 8, 2 heads of 4 (MHA), gated MLP of 16, vocab 10, untied.
-TINY = ModelSpec(name="tiny", layers=1, d_model=8, heads=2, kv_heads=2, head_dim=4, d_ff=16,
-                 vocab=10)
+TINY = ModelSpec.uniform(name="tiny", layers=1, d_model=8, heads=2, kv_heads=2, head_dim=4, d_ff=16,
+                         vocab=10)
 # 1,000 FLOP/s dense bf16 and 100 B/s: slow enough that the numbers read by hand.
 SLOW = Hardware(name="slow", memory_bytes=10**9, memory_bandwidth_bytes_per_s=100,
                 flops_per_s={"bf16": 1000})

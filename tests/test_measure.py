@@ -156,8 +156,8 @@ def test_predictions_by_hand_and_from_formulas():
     assert lay.flops == 4 * 2 * 41_943_040 + 134_217_728 == 469_762_048
     # The same figures through the formulas' whole-model decode step and parameter counts,
     # for a one-layer model of these heads.
-    spec = ModelSpec(name="one", layers=1, d_model=4096, heads=32, kv_heads=8, head_dim=128,
-                     d_ff=1, vocab=1)
+    spec = ModelSpec.uniform(name="one", layers=1, d_model=4096, heads=32, kv_heads=8,
+                             head_dim=128, d_ff=1, vocab=1)
     one_layer = decode_step(spec, 2048, 4, "bf16", "bf16", "bf16")
     assert lay.bytes_breakdown["kv_read"] == one_layer.bytes_breakdown["kv_read"]
     assert lay.bytes_breakdown["kv_write"] == one_layer.bytes_breakdown["kv_write"]

@@ -47,8 +47,8 @@ def test_tp2_gloo_shards_match_formulas_and_reduce_for_real(step, kv):
     # K/V bytes held per rank, by hand: batch 2 x 64 tokens x (8 / 2 heads, or the single
     # head replicated) x 16 x (K, V) x 4 B; and as formulas.kv_cache(tp=2) counts it.
     held = 2 * 64 * (4 if kv == 8 else 1) * 16 * 2 * 4
-    one_layer = ModelSpec(name="one", layers=1, d_model=128, heads=8, kv_heads=kv, head_dim=16,
-                          d_ff=1, vocab=1)
+    one_layer = ModelSpec.uniform(name="one", layers=1, d_model=128, heads=8, kv_heads=kv,
+                                  head_dim=16, d_ff=1, vocab=1)
     per_device = kv_cache(one_layer, 64, 2, "fp32", tp=2).bytes_per_device
     assert [r["kv_bytes_held"] for r in rows] == [held, held] == [per_device] * 2
     # The all-reduced output was checked against float64 on rank 0.

@@ -23,7 +23,8 @@ from kvcalc.presets import (
     model_names,
     presets_dir,
 )
-from kvcalc.spec import MLA, Hardware, ModelSpec, MoE
+from kvcalc.layers import Dense, Latent, MoE
+from kvcalc.spec import Hardware, ModelSpec
 
 REQUIRED_MODELS = {
     "gpt3", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama2-7b", "llama2-13b",
@@ -206,7 +207,9 @@ def test_other_published_facts() -> None:
     assert mistral.sliding_window == 4096 and mistral.sliding_layers == 32
     g9, g27 = load_model("gemma2-9b"), load_model("gemma2-27b")
     assert (g9.head_dim, g27.head_dim) == (256, 128)
-    assert g27.sliding_window == 4096 and g27.global_every == 2 and g27.norms_per_layer == 4
+    assert g27.sliding_window == 4096 and g27.norms_per_layer == 4
+    # even layers slide, odd layers attend globally (global_every: 2)
+    assert [layer.mixer.kind for layer in g27.layer_list()] == ["sliding", "full"] * 23
     assert g27.sliding_layers == 23
     qwen = load_model("qwen2-7b")
     assert qwen.qkv_bias and not qwen.out_bias and qwen.sliding_window == 0
@@ -222,16 +225,16 @@ def test_other_published_facts() -> None:
 
 def test_deepseek_mla_and_moe_fields() -> None:
     v2, v3 = load_model("deepseek-v2"), load_model("deepseek-v3")
-    assert v2.mla == MLA(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
-                         v_head_dim=128, q_lora_rank=1536)
-    assert v2.moe == MoE(experts=160, active=6, expert_d_ff=1536, shared_experts=2,
-                         dense_layers=1, router_bias=False)
+    assert v2.mla == Latent(heads=128, kv_lora_rank=512, rope_dim=64, nope_dim=128, v_dim=128,
+                            q_lora_rank=1536)
+    assert [layer.mlp for layer in v2.layer_list()] == [Dense(12288)] + [MoE(
+        experts=160, active=6, expert_d_ff=1536, shared_experts=2, router_bias=False)] * 59
     assert v2.d_ff == 12288 and v2.attention_kind == "MLA"
-    assert v3.moe == MoE(experts=256, active=8, expert_d_ff=2048, shared_experts=1,
-                         dense_layers=3, router_bias=True)
+    assert [layer.mlp for layer in v3.layer_list()] == [Dense(18432)] * 3 + [MoE(
+        experts=256, active=8, expert_d_ff=2048, shared_experts=1, router_bias=True)] * 58
     assert v3.d_ff == 18432 and v3.layers == 61 and v3.moe_layers == 58
     # The MLA cache per token and layer: the latent plus the shared RoPE key.
-    assert v2.mla.kv_lora_rank + v2.mla.qk_rope_head_dim == 576
+    assert v2.mla.kv_lora_rank + v2.mla.rope_dim == 576
 
 
 def test_h100_sxm_datasheet_figures() -> None:
@@ -290,13 +293,14 @@ def test_nested_missing_key_is_named(tmp_path: Path) -> None:
         model_from_yaml_file(write(tmp_path, text))
 
 
-def test_nested_mappings_become_dataclasses(tmp_path: Path) -> None:
+def test_nested_mappings_become_layer_kinds(tmp_path: Path) -> None:
     text = MINIMAL_MODEL + (
         "mla: {kv_lora_rank: 64, qk_rope_head_dim: 8, qk_nope_head_dim: 16, v_head_dim: 16}\n"
         "moe: {experts: 8, active: 2, expert_d_ff: 64, router_bias: true}\n"
     )
     spec = model_from_yaml_file(write(tmp_path, text))
-    assert spec.mla == MLA(64, 8, 16, 16) and spec.moe == MoE(8, 2, 64, router_bias=True)
+    assert spec.mla == Latent(heads=4, kv_lora_rank=64, rope_dim=8, nope_dim=16, v_dim=16)
+    assert {layer.mlp for layer in spec.layer_list()} == {MoE(8, 2, 64, router_bias=True)}
 
 
 def test_missing_required_keys_are_named(tmp_path: Path) -> None:

@@ -82,7 +82,7 @@ def test_deepseek_r1_fp8_equals_published_inventory():
     w = weight_bytes(spec, q, mtp_layers=cfg["num_nextn_predict_layers"])
     assert w.stored_elements == 684_531_386_000
     # fp32: the block scales and one e_score_correction_bias per MoE layer (MTP's included)
-    scale_elements = w.elements["fp32"] - (spec.moe_layers + 1) * spec.moe.experts
+    scale_elements = w.elements["fp32"] - (spec.moe_layers + 1) * cfg["n_routed_experts"]
     assert scale_elements * 4 == w.parts["scales"]
     assert w.stored_elements - scale_elements == 684_489_845_504
     assert round(w.total / GIB, 2) == 641.29

@@ -217,8 +217,8 @@ def test_awq_and_gptq_bytes_by_hand():
     # One layer, d_model 256, d_ff 512: q, k, v, o are 256 x 256 (N x K), gate and up
     # 512 x 256, down 256 x 512. int4 values are N*K/2 bytes; fp16 scales 2 B per
     # (K/128 groups x N); int32 zero points pack 8 per word: K/128 x N/8 x 4 B.
-    spec = ModelSpec(name="t", layers=1, d_model=256, heads=2, kv_heads=2, head_dim=128,
-                     d_ff=512, vocab=1000)
+    spec = ModelSpec.uniform(name="t", layers=1, d_model=256, heads=2, kv_heads=2, head_dim=128,
+                             d_ff=512, vocab=1000)
     awq = weight_bytes(spec, adhoc("awq")).parts
     values = 4 * 256 * 256 // 2 + 3 * 512 * 256 // 2  # 327,680
     scales = 4 * (2 * 256 * 2) + 2 * (2 * 512 * 2) + 4 * 256 * 2  # 10,240

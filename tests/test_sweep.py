@@ -20,7 +20,8 @@ from kvcalc.cli import app
 from kvcalc.errors import KvcalcError
 from kvcalc.estimate import estimate
 from kvcalc.report.csv_json import rows_to_csv
-from kvcalc.spec import MLA, Hardware, ModelSpec, MoE
+from kvcalc.layers import Latent, MoE
+from kvcalc.spec import Hardware, ModelSpec
 from kvcalc.sweep.compute import chunks, iter_rows
 from kvcalc.sweep.csv import write_csv
 from kvcalc.sweep.grammar import parse_spec
@@ -36,29 +37,29 @@ GPU = Hardware(name="test-gpu", memory_bytes=24 * 2**30,
                flops_per_s={"fp32": 20_000_000_000_000, "bf16": 150_000_000_000_000,
                             "fp8": 300_000_000_000_000, "int8": 300_000_000_000_000})
 
-ADHOC = ModelSpec(name="adhoc", layers=32, d_model=4096, heads=32, kv_heads=32, head_dim=128,
-                  d_ff=16384, vocab=32000, mlp="plain")
-MISTRAL = ModelSpec(name="mistral-like", layers=32, d_model=4096, heads=32, kv_heads=8,
-                    head_dim=128, d_ff=14336, vocab=32000, sliding_window=4096)
-GEMMA2 = ModelSpec(name="gemma2-like", layers=42, d_model=3584, heads=16, kv_heads=8,
-                   head_dim=256, d_ff=14336, vocab=256000, norms_per_layer=4,
-                   tied_embeddings=True, sliding_window=4096, global_every=2)
-MIXTRAL = ModelSpec(name="mixtral-like", layers=32, d_model=4096, heads=32, kv_heads=8,
-                    head_dim=128, d_ff=14336, vocab=32000,
-                    moe=MoE(experts=8, active=2, expert_d_ff=14336))
-DEEPSEEK_V2 = ModelSpec(
+ADHOC = ModelSpec.uniform(name="adhoc", layers=32, d_model=4096, heads=32, kv_heads=32,
+                          head_dim=128, d_ff=16384, vocab=32000, mlp="plain")
+MISTRAL = ModelSpec.uniform(name="mistral-like", layers=32, d_model=4096, heads=32, kv_heads=8,
+                            head_dim=128, d_ff=14336, vocab=32000, sliding_window=4096)
+GEMMA2 = ModelSpec.uniform(name="gemma2-like", layers=42, d_model=3584, heads=16, kv_heads=8,
+                           head_dim=256, d_ff=14336, vocab=256000, norms_per_layer=4,
+                           tied_embeddings=True, sliding_window=4096, global_every=2)
+MIXTRAL = ModelSpec.uniform(name="mixtral-like", layers=32, d_model=4096, heads=32, kv_heads=8,
+                            head_dim=128, d_ff=14336, vocab=32000,
+                            moe=MoE(experts=8, active=2, expert_d_ff=14336))
+DEEPSEEK_V2 = ModelSpec.uniform(
     name="deepseek-v2-like", layers=60, d_model=5120, heads=128, kv_heads=128, head_dim=192,
     d_ff=12288, vocab=102400,
-    mla=MLA(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
-            q_lora_rank=1536),
-    moe=MoE(experts=160, active=6, expert_d_ff=1536, shared_experts=2, dense_layers=1))
-T5 = ModelSpec(name="t5-like", layers=24, encoder_layers=24, d_model=1024, heads=128,
-               kv_heads=128, head_dim=128, d_ff=65536, vocab=32128, mlp="plain",
-               tied_embeddings=True, relative_attention_buckets=32)
-GPT3 = ModelSpec(name="gpt3-like", layers=96, d_model=12288, heads=96, kv_heads=96,
-                 head_dim=128, d_ff=4 * 12288, vocab=50257, mlp="plain", qkv_bias=True,
-                 out_bias=True, mlp_bias=True, norm="layernorm", norm_bias=True,
-                 tied_embeddings=True, learned_pos=2048)
+    mla=Latent(heads=128, kv_lora_rank=512, rope_dim=64, nope_dim=128, v_dim=128,
+               q_lora_rank=1536),
+    moe=MoE(experts=160, active=6, expert_d_ff=1536, shared_experts=2), dense_layers=1)
+T5 = ModelSpec.uniform(name="t5-like", layers=24, encoder_layers=24, d_model=1024, heads=128,
+                       kv_heads=128, head_dim=128, d_ff=65536, vocab=32128, mlp="plain",
+                       tied_embeddings=True, relative_attention_buckets=32)
+GPT3 = ModelSpec.uniform(name="gpt3-like", layers=96, d_model=12288, heads=96, kv_heads=96,
+                         head_dim=128, d_ff=4 * 12288, vocab=50257, mlp="plain", qkv_bias=True,
+                         out_bias=True, mlp_bias=True, norm="layernorm", norm_bias=True,
+                         tied_embeddings=True, learned_pos=2048)
 
 
 def run(*args: str):
@@ -243,8 +244,8 @@ def test_invalid_kv_heads_tp_pairs():
 
 def test_values_past_int64_stay_exact():
     """Rows whose bytes or FLOPs pass 2^63 - 1 are computed with Python ints."""
-    big = ModelSpec(name="big", layers=126, d_model=16384, heads=128, kv_heads=128, head_dim=128,
-                    d_ff=53248, vocab=128256)
+    big = ModelSpec.uniform(name="big", layers=126, d_model=16384, heads=128, kv_heads=128,
+                            head_dim=128, d_ff=53248, vocab=128256)
     plan = plan_sweep(big, "1024,1073741824", "1,1000000", hardware=GPU)
     rows = list(iter_rows(plan))
     assert max(r["decode_flops"] for r in rows) > 2**63
@@ -275,9 +276,10 @@ def test_values_past_int64_stay_exact():
 def test_monotone_and_gqa_scaling(layers, heads_log, head_dim, window, global_every, kv_dtype,
                                   tp_log, seq, batch):
     heads = 2**heads_log
-    spec = ModelSpec(name="h", layers=layers, d_model=heads * head_dim, heads=heads,
-                     kv_heads=heads, head_dim=head_dim, d_ff=4 * heads * head_dim, vocab=50000,
-                     sliding_window=window, global_every=global_every if window else 0)
+    spec = ModelSpec.uniform(name="h", layers=layers, d_model=heads * head_dim, heads=heads,
+                             kv_heads=heads, head_dim=head_dim, d_ff=4 * heads * head_dim,
+                             vocab=50000, sliding_window=window,
+                             global_every=global_every if window else 0)
     tp = min(2**tp_log, heads)
     kv = sorted({1, max(1, heads // 4), heads})
     plan = plan_sweep(spec, sorted(seq), sorted(batch), kv_heads=kv, kv_dtype=kv_dtype,

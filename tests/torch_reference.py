@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from kvcalc.layers import MoE as MoELayer
 from kvcalc.spec import ModelSpec
 
 
@@ -39,18 +40,18 @@ class MLAttention(nn.Module):
 
     def __init__(self, spec: ModelSpec):
         super().__init__()
-        m, d, h = spec.mla, spec.d_model, spec.heads
-        q_head = m.qk_nope_head_dim + m.qk_rope_head_dim
+        m, d, h = spec.mla, spec.d_model, spec.heads  # kvcalc.layers.Latent's widths
+        q_head = m.nope_dim + m.rope_dim
         if m.q_lora_rank:
             self.q_a_proj = nn.Linear(d, m.q_lora_rank, bias=False)
             self.q_a_layernorm = nn.RMSNorm(m.q_lora_rank)
             self.q_b_proj = nn.Linear(m.q_lora_rank, h * q_head, bias=False)
         else:
             self.q_proj = nn.Linear(d, h * q_head, bias=False)
-        self.kv_a_proj_with_mqa = nn.Linear(d, m.kv_lora_rank + m.qk_rope_head_dim, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(d, m.kv_lora_rank + m.rope_dim, bias=False)
         self.kv_a_layernorm = nn.RMSNorm(m.kv_lora_rank)
-        self.kv_b_proj = nn.Linear(m.kv_lora_rank, h * (m.qk_nope_head_dim + m.v_head_dim), bias=False)
-        self.o_proj = nn.Linear(h * m.v_head_dim, d, bias=False)
+        self.kv_b_proj = nn.Linear(m.kv_lora_rank, h * (m.nope_dim + m.v_dim), bias=False)
+        self.o_proj = nn.Linear(h * m.v_dim, d, bias=False)
 
 
 class MLP(nn.Module):
@@ -68,7 +69,7 @@ class MoE(nn.Module):
 
     def __init__(self, spec: ModelSpec):
         super().__init__()
-        m = spec.moe
+        m = _experts(spec)
         self.gate = nn.Linear(spec.d_model, m.experts, bias=False)
         if m.router_bias:  # DeepSeek-V3 e_score_correction_bias
             self.e_score_correction_bias = nn.Parameter(torch.empty(m.experts))
@@ -78,6 +79,16 @@ class MoE(nn.Module):
             self.shared_experts = MLP(spec, m.shared_experts * m.expert_d_ff)
 
 
+def _experts(spec: ModelSpec):
+    """The experts of the spec's MoE layers (kvcalc.layers.MoE), or None."""
+    return next((layer.mlp for layer in spec.layer_list() if isinstance(layer.mlp, MoELayer)), None)
+
+
+def dense_layers(spec: ModelSpec) -> int:
+    """Leading layers with a dense MLP (DeepSeek's first_k_dense_replace)."""
+    return next(i for i, layer in enumerate(spec.layer_list()) if isinstance(layer.mlp, MoELayer))
+
+
 class Block(nn.Module):
     def __init__(self, spec: ModelSpec, index: int, cross_attention: bool = False, moe_ok=True):
         super().__init__()
@@ -85,7 +96,7 @@ class Block(nn.Module):
         if cross_attention:
             self.cross_attn = Attention(spec)
             self.cross_norm = _norm(spec, spec.d_model)
-        dense = spec.moe is None or index < spec.moe.dense_layers or not moe_ok
+        dense = _experts(spec) is None or index < dense_layers(spec) or not moe_ok
         self.mlp = MLP(spec, spec.d_ff) if dense else MoE(spec)
         self.norms = nn.ModuleList(_norm(spec, spec.d_model) for _ in range(spec.norms_per_layer))
 

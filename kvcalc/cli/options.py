@@ -213,7 +213,7 @@ class ModelRequest:
                                   f"{self.heads}; give --head-dim")
             head_dim = self.d_model // self.heads
         # Defaults only for flags not given: an explicit 0 or '' is checked, not replaced.
-        return ModelSpec(
+        return ModelSpec.uniform(
             name="custom",
             layers=self.layers,
             d_model=self.d_model,

@@ -19,10 +19,11 @@ Conventions for the spec:
 - head_dim: `head_dim` when present and not null, else hidden_size // heads
   (Falcon, GPT-2, GPT-BigCode, GPT-NeoX and OPT always use hidden // heads).
 - MLA (DeepSeek-V2/V3): kv_heads = heads and head_dim = qk_nope + qk_rope
-  describe the query/key heads; the cache is `mla.kv_lora_rank +
-  mla.qk_rope_head_dim` per token per layer and does not use kv_heads/head_dim.
-- sliding_window is set only when the model's attention uses it; global_every
-  describes Gemma 2's alternation (layer i slides when i is even).
+  describe the query/key heads; the cache is the Latent layer's `kv_lora_rank +
+  rope_dim` (qk_rope_head_dim) per token per layer and does not use kv_heads/head_dim.
+- a layer slides only when the model's attention applies its window; a flat family's
+  global_every (ModelSpec.uniform) describes Gemma 2's alternation (layer i slides
+  when i is even).
 
 No torch, pandas or transformers import: this is plain dict reading.
 

@@ -1,8 +1,9 @@
 """What an adapter returns: ModelSpec's keyword fields, and for a model described layer
 by layer the runs too.
 
-A family read into flat fields alone lets ModelSpec derive its layers (and a flag may
-reshape it later); one whose layers differ lists them, and `with_runs` compresses them.
+A family read into flat fields alone (windows, MLA and experts as ModelSpec.uniform takes
+them) has its layers built by ModelSpec.uniform, and a flag may reshape it later; one whose
+layers differ lists them, and `with_runs` compresses them.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ def flat_fields(hidden: int, layers: int, heads: int, kv_heads: int, head_dim: i
 
 
 def with_runs(fields: dict, layers: list[Layer]) -> dict:
-    """The flat fields plus the runs; the flat fields then describe the attention layers."""
+    """The flat fields plus the runs: the runs are the model; the flat fields describe its
+    attention and MLP shape for the encoder, the single-layer questions and the display."""
     return {**fields, "runs": compress(layers)}
 
 

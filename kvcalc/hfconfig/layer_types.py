@@ -8,7 +8,7 @@ field, and the functions below it are the older switches (`sliding_window_patter
 Gemma 2's and gpt-oss's alternation, Qwen's `max_window_layers`, Llama 4's
 `no_rope_layers`, LFM2's `full_attn_idxs`, Nemotron-H's `hybrid_override_pattern`).
 
-Families read into flat fields get the pair ModelSpec holds, (sliding_window,
+Families read into flat fields get the pair ModelSpec.uniform takes, (sliding_window,
 global_every); families described layer by layer get one kind per layer.
 """
 
@@ -79,7 +79,7 @@ def required_window(c: Config, key: str = "sliding_window") -> int:
 
 
 # ------------------------------------------------------------------------------------
-# Flat families: the (sliding_window, global_every) pair ModelSpec holds
+# Flat families: the (sliding_window, global_every) pair ModelSpec.uniform takes
 # ------------------------------------------------------------------------------------
 def _flat_window(c: Config, types: list[str], window: int) -> tuple[int, int]:
     """(sliding_window, global_every) from a checked `layer_types` list."""
@@ -93,7 +93,7 @@ def _flat_window(c: Config, types: list[str], window: int) -> tuple[int, int]:
         raise c.error("layer_types has sliding layers but sliding_window is null")
     if all(sliding):
         return window, 0
-    # Every n-th layer global (layers n-1, 2n-1, ...), as ModelSpec.global_every means.
+    # Every n-th layer global (layers n-1, 2n-1, ...), as ModelSpec.uniform's global_every means.
     for n in range(2, len(types) + 1):
         if all(s == bool((i + 1) % n) for i, s in enumerate(sliding)):
             return window, n

@@ -16,7 +16,6 @@ from kvcalc.hfconfig.layer_types import (ATTENTION_TYPES, gemma2_window, layer_k
                                          qwen_window, required_window,
                                          sliding_window_pattern)
 from kvcalc.layers import Attention, Dense, Layer, MoE
-from kvcalc.spec import MoE as FlatMoE
 
 
 def llama_like(c: Config) -> dict:
@@ -86,12 +85,10 @@ def llama_like(c: Config) -> dict:
 
     if family == "mixtral":
         experts = c.req_int("num_local_experts")
-        out["moe"] = FlatMoE(
+        out["moe"] = MoE(
             experts=experts,
             active=c.req_int("num_experts_per_tok"),
             expert_d_ff=d_ff,  # each expert is a w1/w3/w2 gated MLP of intermediate_size
-            shared_experts=0,
-            dense_layers=0,
             router_bias=False,  # gate: Linear(hidden, num_local_experts, bias=False)
         )
     out["notes"] = notes
@@ -135,7 +132,7 @@ def llama_variants(c: Config) -> dict:
     fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
                          qkv_bias=bias, out_bias=out_bias, mlp_bias=mlp_bias,
                          norm="layernorm" if layernorm else "rmsnorm", norm_bias=layernorm,
-                         norms_per_layer=norms, sliding_window=window, extra_params=extra,
+                         norms_per_layer=norms, extra_params=extra,
                          tied_embeddings=c.opt_bool("tie_word_embeddings", False),
                          max_context=c.opt_int("max_position_embeddings", 4096) or 0,
                          notes=notes)
@@ -157,7 +154,7 @@ def gemma3(c: Config) -> dict:
                   for k in kinds]
     fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
                          mlp="gated", norm="rmsnorm", norms_per_layer=4,
-                         qkv_bias=bias, out_bias=bias, qk_norm=True, sliding_window=window,
+                         qkv_bias=bias, out_bias=bias, qk_norm=True,
                          tied_embeddings=c.opt_bool("tie_word_embeddings", True),
                          max_context=c.opt_int("max_position_embeddings", 131072) or 0,
                          notes=[])
@@ -184,7 +181,7 @@ def cohere(c: Config) -> dict:
                   for k in kinds]
     fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
                          norm="layernorm", norm_bias=False, norms_per_layer=1,
-                         qkv_bias=bias, out_bias=bias, sliding_window=window,
+                         qkv_bias=bias, out_bias=bias,
                          tied_embeddings=c.opt_bool("tie_word_embeddings", True),
                          max_context=c.opt_int("max_position_embeddings", 8192) or 0,
                          notes=["attention and MLP in parallel, one LayerNorm per layer"])
@@ -227,7 +224,7 @@ def starcoder2(c: Config) -> dict:
                      qkv_bias=bias, out_bias=bias)
     fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
                          mlp="plain", mlp_bias=bias, qkv_bias=bias, out_bias=bias,
-                         norm="layernorm", norm_bias=True, sliding_window=window,
+                         norm="layernorm", norm_bias=True,
                          tied_embeddings=c.opt_bool("tie_word_embeddings", True),
                          max_context=c.opt_int("max_position_embeddings", 4096) or 0,
                          notes=[])

@@ -9,9 +9,7 @@ from kvcalc.hfconfig.build import attention, flat_fields, with_runs
 from kvcalc.hfconfig.config import MISSING, Config, core_dims
 from kvcalc.hfconfig.layer_types import (ATTENTION_TYPES, every_nth_full, layer_kinds,
                                          llama4_no_rope, required_window)
-from kvcalc.layers import Attention, Dense, Layer, MoE
-from kvcalc.spec import MLA
-from kvcalc.spec import MoE as FlatMoE
+from kvcalc.layers import Attention, Dense, Latent, Layer, MoE
 
 
 def sparse_layers(c: Config, layers: int) -> list[bool]:
@@ -30,31 +28,34 @@ def deepseek(c: Config) -> dict:
     """DeepSeek-V2/V3: MLA attention, DeepSeekMoE after `first_k_dense_replace` layers."""
     family = c.model_type
     hidden, layers, heads, vocab, d_ff = core_dims(c)
-    mla = MLA(
+    bias = c.opt_bool("attention_bias", False)
+    mla = Latent(
+        heads=heads,
         kv_lora_rank=c.req_int("kv_lora_rank"),
-        qk_rope_head_dim=c.req_int("qk_rope_head_dim"),
-        qk_nope_head_dim=c.req_int("qk_nope_head_dim"),
-        v_head_dim=c.req_int("v_head_dim"),
+        rope_dim=c.req_int("qk_rope_head_dim"),
+        nope_dim=c.req_int("qk_nope_head_dim"),
+        v_dim=c.req_int("v_head_dim"),
         q_lora_rank=c.opt_int("q_lora_rank", 0) or 0,  # null: full-rank q_proj
+        bias=bias,
     )
     notes = [
         "MLA: kv_heads and head_dim describe the query/key heads; the cache holds "
-        f"kv_lora_rank + qk_rope_head_dim = {mla.kv_lora_rank + mla.qk_rope_head_dim} "
+        f"kv_lora_rank + qk_rope_head_dim = {mla.kv_lora_rank + mla.rope_dim} "
         "elements per token per layer"
     ]
-    moe = None
+    moe, dense_layers = None, 0
     routed = c.opt_int("n_routed_experts", None)
     if routed:
         freq = c.opt_int("moe_layer_freq", 1)
         if freq != 1:
             raise c.error(f"moe_layer_freq={freq}: only 1 (every layer after the dense ones) "
                           "is supported")
-        moe = FlatMoE(
+        dense_layers = c.opt_int("first_k_dense_replace", 0) or 0
+        moe = MoE(
             experts=routed,
             active=c.req_int("num_experts_per_tok"),
             expert_d_ff=c.req_int("moe_intermediate_size"),
             shared_experts=c.opt_int("n_shared_experts", 0) or 0,
-            dense_layers=c.opt_int("first_k_dense_replace", 0) or 0,
             # DeepSeek-V3's router has a per-expert e_score_correction_bias (noaux_tc
             # routing), which transformers 5 holds as a buffer, not a parameter: it is
             # not counted (256 values a layer). V2's gate is a bias-free Linear.
@@ -64,17 +65,16 @@ def deepseek(c: Config) -> dict:
     if mtp:
         notes.append(f"{mtp} multi-token-prediction layer(s) in the checkpoint are not counted "
                      "(transformers does not load them)")
-    bias = c.opt_bool("attention_bias", False)
     return dict(
         layers=layers, d_model=hidden, heads=heads, kv_heads=heads,
-        head_dim=mla.qk_nope_head_dim + mla.qk_rope_head_dim, v_head_dim=mla.v_head_dim,
+        head_dim=mla.nope_dim + mla.rope_dim, v_head_dim=mla.v_dim,
         d_ff=d_ff, vocab=vocab, mlp="gated", norm="rmsnorm", norms_per_layer=2,
         qkv_bias=bias, out_bias=bias,
         # MiniCPM3Config ties the embeddings by default; DeepSeek's configs do not.
         tied_embeddings=c.opt_bool("tie_word_embeddings", family == "minicpm3"),
         max_context=c.opt_int("max_position_embeddings",
                               {"deepseek_v2": 2048, "minicpm3": 32768}.get(family, 4096)) or 0,
-        mla=mla, moe=moe, notes=notes,
+        mla=mla, moe=moe, dense_layers=dense_layers, notes=notes,
     )
 
 
@@ -105,7 +105,6 @@ def qwen_moe(c: Config) -> dict:
     moe = MoE(experts=experts, active=c.req_int("num_experts_per_tok"), expert_d_ff=expert_ff,
               shared_experts=shared, shared_d_ff=shared_ff, shared_gate=bool(shared)) if experts else None
     dense = Dense(d_ff)
-    window = 0
     if family != "olmoe" and c.opt_bool("use_sliding_window", False):
         raise c.error("use_sliding_window is true: sliding layers in MoE Qwen configs are "
                       "not supported")
@@ -114,7 +113,6 @@ def qwen_moe(c: Config) -> dict:
     layer_list = [Layer(attn, moe if (s and moe) else dense, 2) for s in sparse]
     fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
                          qkv_bias=qkv_bias, out_bias=out_bias, qk_norm=bool(qk),
-                         sliding_window=window,
                          tied_embeddings=c.opt_bool("tie_word_embeddings", False),
                          max_context=c.opt_int("max_position_embeddings", 32768) or 0,
                          notes=[])
@@ -138,7 +136,7 @@ def gpt_oss(c: Config) -> dict:
                                   qkv_bias=bias, out_bias=bias, sinks=True), moe, 2)
                   for k in kinds]
     fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
-                         qkv_bias=bias, out_bias=bias, sliding_window=window,
+                         qkv_bias=bias, out_bias=bias,
                          tied_embeddings=c.opt_bool("tie_word_embeddings", False),
                          max_context=c.opt_int("max_position_embeddings", 131072) or 0,
                          notes=["attention sinks: one learned logit per query head "

@@ -66,10 +66,10 @@ def spec_from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
     fields = FAMILIES[model_type](c)
     notes = [f"from Hugging Face config.json, model_type {model_type}", *fields.pop("notes", [])]
     extra = {"hf_model_type": model_type, **_quantization_extra(cfg, where)}
-    if "runs" in fields:
-        extra["explicit_runs"] = True
+    # A family read into flat fields alone has alike layers: ModelSpec.uniform builds them.
+    make = ModelSpec if "runs" in fields else ModelSpec.uniform
     try:
-        return ModelSpec(
+        return make(
             name=name,
             source=source,
             notes="; ".join(notes),
