@@ -379,6 +379,22 @@ def test_overriding_a_preset_renames_it_and_says_so_in_the_source():
     assert r.returncode == 0 and "llama2-7b[layers=2]" in r.stdout
 
 
+def test_kv_heads_flag_changes_every_layer_of_a_model_described_layer_by_layer():
+    config = str(ROOT / "presets" / "hf" / "openai__gpt-oss-20b.json")
+    r = run("estimate", "--config", config, "--kv-heads", "1", "--seq-len", "4096",
+            "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert (out["model"]["name"], out["model"]["kv_heads"]) == ("openai/gpt-oss-20b[MQA]", 1)
+    # config.json: 24 layers, head_dim 64; now 1 K/V head in each (it has 8): K and V x
+    # 24 layers x 1 head x 64 x 2 bytes (bf16).
+    assert out["kv_bytes_per_token"] == 2 * 24 * 1 * 64 * 2 == 6144
+    # Its shape is its layers: a flag cannot change it through one number.
+    r = run("estimate", "--config", config, "--layers", "2")
+    assert r.exit_code != 0
+    assert "is described layer by layer: layers cannot be changed by a flag" in r.stderr
+
+
 def test_output_paths_with_brackets_are_printed_as_named(tmp_path):
     (tmp_path / "[").mkdir()
     for name in ("[/]v.json", "[red]a.json"):

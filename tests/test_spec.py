@@ -1,0 +1,80 @@
+"""ModelSpec: its runs of layers are the model; ModelSpec.uniform builds them from the flat
+description presets and config files give, and builds them again when a flag reshapes it.
+Truth: the published configs' layer patterns (Gemma 2: even layers slide; DeepSeek-V2: the
+first layer dense) and hand arithmetic."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from kvcalc.errors import KvcalcError
+from kvcalc.layers import Attention, Dense, Layer, MoE, Run
+from kvcalc.presets import load_model
+from kvcalc.spec import ModelSpec
+
+TINY = dict(name="tiny", layers=4, d_model=64, heads=4, kv_heads=2, head_dim=16, d_ff=128,
+            vocab=100)
+
+
+def kinds(spec: ModelSpec) -> list[str]:
+    return [layer.mixer.kind for layer in spec.layer_list()]
+
+
+def test_a_shape_flag_builds_a_uniform_model_again():
+    g = load_model("gemma2-9b")  # sliding_window 4096, global_every 2
+    small = g.replace(layers=4)
+    assert kinds(small) == ["sliding", "full", "sliding", "full"]
+    assert small.sliding_window == 4096 and small.sliding_layers == 2
+    # The recipe's own inputs are flags of replace() too.
+    assert kinds(g.replace(sliding_window=0, global_every=0)) == ["full"] * 42
+    v2 = load_model("deepseek-v2").replace(layers=3)  # first_k_dense_replace 1
+    mlps = [layer.mlp for layer in v2.layer_list()]
+    assert mlps[0] == Dense(12288) and isinstance(mlps[1], MoE) and mlps[1] == mlps[2]
+    assert v2.mla is not None and v2.mla.kv_lora_rank == 512
+
+
+def test_kv_heads_of_a_uniform_model():
+    mqa = ModelSpec.uniform(**TINY).with_kv_heads(1)
+    assert mqa.name == "tiny[MQA]" and {layer.mixer.kv_heads for layer in mqa.layer_list()} == {1}
+
+
+def test_a_model_described_layer_by_layer_keeps_its_layers():
+    attn = Attention(heads=4, kv_heads=2, head_dim=16)
+    runs = (Run(Layer(attn, Dense(128)), 1),
+            Run(Layer(Attention(4, 2, 16, kind="sliding", window=8), Dense(128)), 3))
+    spec = ModelSpec(**TINY, runs=runs)
+    assert spec.recipe is None and spec.sliding_window == 8 and spec.sliding_layers == 3
+    with pytest.raises(KvcalcError, match=r"^tiny is described layer by layer: d_ff, layers "
+                                          r"cannot be changed by a flag$"):
+        spec.replace(layers=2, d_ff=64)
+    # K/V heads: every attention layer with the model's count takes the new one.
+    mha = spec.replace(kv_heads=4)
+    assert [layer.mixer.kv_heads for layer in mha.layer_list()] == [4] * 4
+    assert kinds(mha) == kinds(spec)
+
+
+def test_equal_layers_are_equal_models_however_built():
+    flat = ModelSpec.uniform(**TINY)
+    assert ModelSpec(**TINY, runs=flat.runs) == flat
+
+
+def test_no_layers_and_layers_that_disagree_are_refused():
+    with pytest.raises(KvcalcError, match="no layers"):
+        ModelSpec(**TINY)
+    flat = ModelSpec.uniform(**TINY)
+    with pytest.raises(KvcalcError, match="runs differ"):
+        dataclasses.replace(flat, d_ff=256)  # past replace(): the layers would say 128
+    assert flat.replace(d_ff=256).layer_list()[0].mlp == Dense(256)
+    with pytest.raises(KvcalcError, match="the layer runs add up to 4 layers, not layers=3"):
+        ModelSpec(**{**TINY, "layers": 3}, runs=flat.runs)
+
+
+def test_uniform_checks_its_inputs_as_presets_name_them():
+    with pytest.raises(KvcalcError, match="global_every needs a sliding_window"):
+        ModelSpec.uniform(**TINY, global_every=2)
+    with pytest.raises(KvcalcError, match="sliding_window must be >= 0, got -1"):
+        ModelSpec.uniform(**TINY, sliding_window=-1)
+    with pytest.raises(KvcalcError, match="moe.dense_layers must be between 0 and layers"):
+        ModelSpec.uniform(**TINY, moe=MoE(8, 2, 64), dense_layers=5)
