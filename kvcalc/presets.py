@@ -347,7 +347,8 @@ def _uniform(mla: _MLAKeys | None = None, moe: _MoEKeys | None = None, **values)
         check_size("moe.experts", moe.experts, MAX_WIDTH)
         check_size("moe.expert_d_ff", moe.expert_d_ff, MAX_WIDTH)
         if not 0 <= moe.shared_experts <= MAX_WIDTH:
-            raise KvcalcError(f"moe.shared_experts must be 0..{MAX_WIDTH}, got {moe.shared_experts}")
+            raise KvcalcError(f"moe.shared_experts must be 0..{MAX_WIDTH}, "
+                              f"got {moe.shared_experts}")
         values["moe"] = MoE(experts=moe.experts, active=moe.active, expert_d_ff=moe.expert_d_ff,
                             shared_experts=moe.shared_experts, router_bias=moe.router_bias,
                             gated=values.get("mlp", "gated") == "gated",

@@ -303,6 +303,22 @@ def test_nested_mappings_become_layer_kinds(tmp_path: Path) -> None:
     assert {layer.mlp for layer in spec.layer_list()} == {MoE(8, 2, 64, router_bias=True)}
 
 
+@pytest.mark.parametrize(("block", "message"), [
+    ("moe: {experts: 8, active: 9, expert_d_ff: 64}", r"moe\.active must be 1\.\.experts \(8\), got 9"),
+    ("moe: {experts: 8, active: 2, expert_d_ff: 64, dense_layers: 3}",
+     r"moe\.dense_layers must be between 0 and layers"),
+    ("moe: {experts: 8, active: 2, expert_d_ff: 64, shared_experts: -1}",
+     r"moe\.shared_experts must be 0\.\.4194304, got -1"),
+    ("mla: {kv_lora_rank: 0, qk_rope_head_dim: 8, qk_nope_head_dim: 16, v_head_dim: 16}",
+     r"mla\.kv_lora_rank must be positive, got 0"),
+    ("global_every: 2", r"global_every needs a sliding_window"),
+])
+def test_bad_values_in_the_flat_description_are_named_as_written(tmp_path: Path, block: str,
+                                                                 message: str) -> None:
+    with pytest.raises(KvcalcError, match=rf"m\.yaml: {message}$"):
+        model_from_yaml_file(write(tmp_path, MINIMAL_MODEL + block + "\n"))
+
+
 def test_missing_required_keys_are_named(tmp_path: Path) -> None:
     text = MINIMAL_MODEL.replace("d_ff: 128\n", "").replace("vocab: 100\n", "")
     with pytest.raises(KvcalcError, match=r"missing required keys: d_ff, vocab"):
