@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kvcalc.errors", "kvcalc._record", "kvcalc._num", "kvcalc.dtypes", "kvcalc.units",
      "kvcalc.inputfile", "kvcalc.yamlread", "kvcalc.report.units"),
     ("kvcalc.layers_state", "kvcalc.layers"),
-    ("kvcalc.spec",),
+    ("kvcalc.spec", "kvcalc.workload"),
     ("kvcalc.formulas", "kvcalc.towers", "kvcalc.comm"),
     ("kvcalc.quant",),
     ("kvcalc.hfconfig", "kvcalc.presets"),
