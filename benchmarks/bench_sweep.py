@@ -94,7 +94,8 @@ def breakdown(flags: list[str]) -> dict[str, float]:
     hw = presets.load_hardware(flags[-1]) if flags[-1] != "none" else None
     args = dict(zip(SWEEP[::2], SWEEP[1::2]))
     t0 = time.perf_counter()
-    plan = plan_sweep(spec, args["--seq-len"], args["--batch"], args["--kv-heads"], hardware=hw)
+    plan = plan_sweep(spec, args["--seq-len"], args["--batch"], kv_heads=args["--kv-heads"],
+                      hardware=hw)
     t1 = time.perf_counter()
     for _ in chunks(plan):
         pass

@@ -47,6 +47,8 @@ _LAZY = {
     "dtype": "kvcalc.dtypes",
     "load_model": "kvcalc.presets",
     "load_hardware": "kvcalc.presets",
+    "Memory": "kvcalc.workload",
+    "Workload": "kvcalc.workload",
 }
 
 __all__ = sorted([*_LAZY, "KvcalcError", "__version__", "attention_variants", "estimate", "fit",
@@ -62,6 +64,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from kvcalc.dtypes import DTYPES, DType, dtype
     from kvcalc.layers import Latent, MoE
     from kvcalc.spec import Hardware, ModelSpec
+    from kvcalc.workload import Memory, Workload
 
 
 def __getattr__(name: str) -> Any:
@@ -100,21 +103,32 @@ def _hardware(hardware):
 def estimate(model, seq_len: int | None = None, batch: int = 1, kv_dtype="bf16",
              weight_dtype=None, tp: int = 1, hardware=None, scale_bytes: int = 0,
              encoder_seq_len: int | None = None, memory_fraction: float | str = 1,
-             reserve_bytes: int = 0, **options):
+             reserve_bytes: int = 0, *, prompt_len: int | None = None, mfu: float | str = "0.5",
+             bandwidth_efficiency: float | str = "0.8", group_size: int | None = None):
     """Every figure `kvcalc estimate` prints, as an Estimate (`.as_dict()` is its JSON).
 
     `model` is a ModelSpec or a preset name; `hardware` a Hardware, a preset name or
     None (no roofline, no fit); `seq_len` defaults to the model's max context (or 4096);
-    `weight_dtype` None reads the weights as the config stores them. `options`:
-    prompt_len, mfu, bandwidth_efficiency, group_size (kvcalc.estimate.estimate).
+    `weight_dtype` None reads the weights as the config stores them (else every matrix
+    in it, with scales per `group_size` for int4, int8, fp8, mxfp4 and nvfp4). With
+    hardware: TTFT for `batch` prompts of `prompt_len` tokens (default seq_len) and TPOT
+    at seq_len, at the stated MFU and bandwidth efficiency.
     """
-    from kvcalc.estimate import estimate as _estimate
+    from kvcalc.estimate import estimate as _estimate, workload_for
+    from kvcalc.workload import Memory
 
     spec = _model(model)
     if seq_len is None:
         seq_len = spec.max_context or 4096
-    return _estimate(spec, seq_len, batch, kv_dtype, weight_dtype, tp, _hardware(hardware),
-                     scale_bytes, encoder_seq_len, memory_fraction, reserve_bytes, **options)
+    hw = _hardware(hardware)
+    workload = workload_for(spec, seq_len=seq_len, batch=batch, kv_dtype=kv_dtype,
+                            weight_dtype=weight_dtype, tp=tp, scale_bytes=scale_bytes,
+                            encoder_seq_len=encoder_seq_len, prompt_len=prompt_len,
+                            group_size=group_size)
+    memory = None if hw is None else Memory(hardware=hw, fraction=memory_fraction,
+                                            reserve_bytes=reserve_bytes)
+    return _estimate(spec, workload, memory=memory, mfu=mfu,
+                     bandwidth_efficiency=bandwidth_efficiency)
 
 
 def kv_cache(model, seq_len: int, batch: int = 1, kv_dtype="bf16", tp: int = 1,
@@ -140,12 +154,19 @@ def fit(model, hardware, seq_len: int, batch: int = 1, weight_dtype="bf16", kv_d
     """What fits on `tp` devices after the weights; model and hardware as objects or
     preset names."""
     from kvcalc.capacity.fit import fit as _fit
+    from kvcalc.dtypes import DType, dtype
+    from kvcalc.workload import Memory, Workload
 
     hw = _hardware(hardware)
     if hw is None:
         raise KvcalcError("fit needs a device: a Hardware or a hardware preset name")
-    return _fit(_model(model), hw, seq_len, batch, weight_dtype, kv_dtype, tp, scale_bytes,
-                memory_fraction, reserve_bytes, encoder_seq_len)
+    spec = _model(model)
+    # The weights' dtype as a plain one: no quantization layout, no awq/gptq names here.
+    wdt = weight_dtype if isinstance(weight_dtype, DType) else dtype(weight_dtype)
+    workload = Workload(seq_len=seq_len, batch=batch, kv_dtype=kv_dtype, weight_dtype=wdt,
+                        tp=tp, kv_scale_bytes=scale_bytes, encoder_seq_len=encoder_seq_len)
+    return _fit(spec, workload,
+                memory=Memory(hardware=hw, fraction=memory_fraction, reserve_bytes=reserve_bytes))
 
 
 def attention_variants(model, kv_heads: int | None = None):

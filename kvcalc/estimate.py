@@ -1,52 +1,84 @@
 """One configuration in, every analytical figure out: the engine behind `estimate`.
 
-`estimate()` gathers the formulas (cache, parameters, decode step, Shazeer's
-ratio) and, with a hardware preset, the roofline and the fit. `as_dict()` is the
-public JSON of `kvcalc estimate`; `as_row()` the flat CSV row `kvcalc sweep`
-reproduces column for column.
+`workload_for()` turns the values a user gives into a checked Workload;
+`estimate()` gathers the formulas (cache, parameters, decode step, Shazeer's ratio)
+for it and, with a device's Memory, the roofline, the fit and the latency, each
+figure computed once and kept in the Estimate. `as_dict()` is the public JSON of
+`kvcalc estimate`; `as_row()` the flat CSV row `kvcalc sweep` reproduces column for
+column.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 
-from kvcalc import _num, roofline
+from kvcalc import roofline
 from kvcalc._record import record
-from kvcalc.capacity.fit import Fit, fit as plain_fit
+from kvcalc.capacity.fit import Fit, fit as plain_fit, fits as plain_fits
 from kvcalc.dtypes import DType, check_size, dtype as _dtype, weight_dtype as _weight_dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.attention import ShazeerRatio, shazeer_ratio
 from kvcalc.formulas.cache import KVCache, kv_cache
 from kvcalc.formulas.params import ParamCounts, param_counts
 from kvcalc.formulas.step import DecodeCost, StoredWeights, decode_step
+from kvcalc.latency import DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_MFU, latency
 from kvcalc.spec import Hardware, ModelSpec
+from kvcalc.workload import Memory, Workload
 
 
 @record
 class Estimate:
-    """Every figure for one configuration (model, context, batch, dtypes, tp, device)."""
+    """Every figure for one configuration (model, workload, device), each computed once."""
 
     spec: ModelSpec
-    seq_len: int
-    batch: int
-    kv_dtype: DType
-    weight_dtype: DType
-    tp: int
+    workload: Workload
     cache: KVCache
     params: ParamCounts
     decode: DecodeCost
     shazeer: ShazeerRatio | None  # incremental decoding (this estimate's step)
-    hardware: Hardware | None = None
+    shazeer_batched: ShazeerRatio | None = None  # the whole prompt at once
+    stored: StoredWeights | None = None  # quantized weights as stored
+    memory: Memory | None = None  # the device and its share; None: no roofline, no fit
     roofline: roofline.Roofline | None = None
     fit: Fit | None = None
     # None: no valid tp fits (or no hardware); JSON null and an empty CSV cell, never a
     # 0 that reads as a tp degree
     min_tp_that_fits: int | None = None
-    scale_bytes: int = 0
-    shazeer_batched: ShazeerRatio | None = None  # the whole prompt at once
-    encoder_seq_len: int | None = None
     latency: object = None  # latency.Latency with hardware: TTFT, TPOT, tokens/s
-    stored: StoredWeights | None = None  # quantized weights as stored
     allreduce: object = None  # comm.AllReduceCost: tp > 1 on hardware with interconnect figures
+
+    # The workload's and the device's settings, as the report and the CLI read them.
+    @property
+    def hardware(self) -> Hardware | None:
+        return self.memory.hardware if self.memory is not None else None
+
+    @property
+    def seq_len(self) -> int:
+        return self.workload.seq_len
+
+    @property
+    def batch(self) -> int:
+        return self.workload.batch
+
+    @property
+    def kv_dtype(self) -> DType:
+        return self.workload.kv_dtype
+
+    @property
+    def weight_dtype(self) -> DType:
+        return self.workload.weight_dtype
+
+    @property
+    def tp(self) -> int:
+        return self.workload.tp
+
+    @property
+    def scale_bytes(self) -> int:
+        return self.workload.kv_scale_bytes
+
+    @property
+    def encoder_seq_len(self) -> int | None:
+        return self.workload.encoder_seq_len
 
     @property
     def weight_bytes(self) -> int:
@@ -159,14 +191,10 @@ class Estimate:
         return out
 
     def as_row(self) -> dict:
-        """One flat row: the columns `kvcalc sweep` writes (exact ints for bytes).
-
-        The columns that vary with seq_len and batch come from row_columns(), the very
-        function the sweep calls on whole arrays of them."""
-        s, c = self.spec, self.cache
-        free = self.fit.free_for_kv_bytes if self.fit is not None else None
-        v = row_columns(s, self.seq_len, self.batch, self.kv_dtype, self.weight_dtype, self.tp,
-                        self.hardware, self.scale_bytes, self.encoder_seq_len, free, self.stored)
+        """One flat row: the columns `kvcalc sweep` writes (exact ints for bytes), read
+        from the figures this estimate holds. The sweep computes the same columns with
+        row_columns() on whole arrays (tests/test_sweep.py holds them equal)."""
+        s, c, d = self.spec, self.cache, self.decode
         row = {
             "model": s.name,
             "attention": s.attention_kind,
@@ -180,25 +208,26 @@ class Estimate:
             "weight_dtype": self.weight_dtype.name,
             "tp": self.tp,
             "kv_bytes_per_token": c.bytes_per_token,
-            "kv_cache_bytes": v["kv_cache_bytes"],
-            "kv_cache_bytes_full": v["kv_cache_bytes_full"],
-            "kv_cache_bytes_per_device": v["kv_cache_bytes_per_device"],
+            "kv_cache_bytes": c.bytes,
+            "kv_cache_bytes_full": c.bytes_full,
+            "kv_cache_bytes_per_device": c.bytes_per_device,
             "params_total": self.params.total,
             "params_attention": self.params.attention,
             "weight_bytes": self.weight_bytes,
-            "decode_flops": v["decode_flops"],
-            "decode_bytes": v["decode_bytes"],
-            "arithmetic_intensity": v["arithmetic_intensity"],
-            "attention_arithmetic_intensity": v["attention_arithmetic_intensity"],
+            "decode_flops": d.flops,
+            "decode_bytes": d.bytes,
+            "arithmetic_intensity": d.arithmetic_intensity,
+            "attention_arithmetic_intensity": d.attention_intensity,
         }
         if self.hardware is not None:
+            r, f = self.roofline, self.fit
             row.update({
                 "gpu": self.hardware.name,
-                "roofline_s": v["roofline_s"],
-                "roofline_bound": "memory" if v["roofline_bound"] else "compute",
-                "tokens_per_s": v["tokens_per_s"],
-                "free_for_kv_bytes_per_device": free,
-                "fits": v["fits"],
+                "roofline_s": r.time_s,
+                "roofline_bound": r.bound,
+                "tokens_per_s": r.tokens_per_s,
+                "free_for_kv_bytes_per_device": f.free_for_kv_bytes,
+                "fits": f.fits,
             })
         return row
 
@@ -255,46 +284,6 @@ class Estimate:
         return tuple(out)
 
 
-def row_columns(spec: ModelSpec, seq_len, batch, kv_dtype: DType, weight_dtype: DType,
-                tp: int = 1, hardware: Hardware | None = None, scale_bytes: int = 0,
-                encoder_seq_len: int | None = None, free_for_kv_bytes: int | None = None,
-                stored: StoredWeights | None = None) -> dict:
-    """The row columns that vary with seq_len and batch: Python ints in, exact ints out
-    (estimate); equal-shape numpy arrays in, arrays out (sweep). One formula for both.
-
-    With hardware: the decode step's time bound on one of `tp` devices (decode_roofline's
-    arithmetic), `roofline_bound` True where memory binds, and whether the batch's cache
-    fits in `free_for_kv_bytes` (the fit's free memory for this model, dtype and tp).
-    """
-    cache = kv_cache(spec, seq_len, batch, kv_dtype, tp, scale_bytes, encoder_seq_len)
-    d = decode_step(spec, seq_len, batch, weight_dtype, kv_dtype,
-                    roofline.compute_dtype_for(weight_dtype), tp, scale_bytes,
-                    encoder_seq_len, prefill=False, stored=stored)
-    out = {
-        "kv_cache_bytes": cache.bytes,
-        "kv_cache_bytes_full": cache.bytes_full,
-        "kv_cache_bytes_per_device": cache.bytes_per_device,
-        "decode_flops": d.flops,
-        "decode_bytes": d.bytes,
-        "arithmetic_intensity": d.flops / d.bytes,
-        "attention_arithmetic_intensity": d.attention_flops / d.attention_bytes,
-    }
-    if hardware is not None:
-        memory_s = d.per_device_bytes / hardware.memory_bandwidth_bytes_per_s
-        compute_s = d.per_device_flops / hardware.peak_flops(
-            roofline.compute_dtype_for(weight_dtype))
-        memory_bound = memory_s >= compute_s
-        time_s = _num.where(memory_bound, memory_s, compute_s)
-        kv = cache.bytes_per_device
-        out.update({
-            "roofline_s": time_s,
-            "roofline_bound": memory_bound,
-            "tokens_per_s": batch / time_s,
-            "fits": (kv >= 0) & (kv <= free_for_kv_bytes),
-        })
-    return out
-
-
 def effective_context(spec: ModelSpec, seq_len: int) -> int:
     """The context an attention layer attends over, averaged over attention layers
     (windows and chunks applied): Shazeer's n for a model whose layers differ."""
@@ -336,26 +325,13 @@ def valid_tps(spec: ModelSpec, upper: int = 1024) -> list[int]:
     return out
 
 
-def estimate(
-    spec: ModelSpec,
-    seq_len: int,
-    batch: int = 1,
-    kv_dtype: DType | str = "bf16",
-    weight_dtype: DType | str | None = None,
-    tp: int = 1,
-    hardware: Hardware | None = None,
-    scale_bytes: int = 0,
-    encoder_seq_len: int | None = None,
-    memory_fraction: float | str = 1,
-    reserve_bytes: int = 0,
-    prompt_len: int | None = None,
-    mfu: float | str = "0.5",
-    bandwidth_efficiency: float | str = "0.8",
-    group_size: int | None = None,
-) -> Estimate:
-    """Every analytical figure for one configuration. With hardware: the roofline, the
-    fit, and the latency (TTFT for `batch` prompts of `prompt_len` tokens, default
-    seq_len, and TPOT at seq_len) at the stated MFU and bandwidth efficiency.
+def workload_for(spec: ModelSpec, *, seq_len: int, batch: int = 1,
+                 kv_dtype: DType | str = "bf16", weight_dtype: DType | str | None = None,
+                 tp: int = 1, scale_bytes: int = 0, encoder_seq_len: int | None = None,
+                 prompt_len: int | None = None, group_size: int | None = None) -> Workload:
+    """The Workload for `spec` from the values a user gives (dtype names or DTypes),
+    checked here in this order (the first error is the one reported); the lengths and tp
+    are checked by the formulas, the first time the cache is computed.
 
     Weights: `weight_dtype` None reads them as the model's config stores them (its
     quantization_config, else bf16); a dtype quantizes every matrix to it, with scales
@@ -370,54 +346,65 @@ def estimate(
     quantization = weights_as(spec, weight_dtype, group_size)
     wdt = _dtype("bf16") if weight_dtype is None else (
         weight_dtype if isinstance(weight_dtype, DType) else _weight_dtype(weight_dtype))
-    stored = stored_weights(spec, quantization, tp)
-    cache = kv_cache(spec, seq_len, batch, kdt, tp, scale_bytes, encoder_seq_len)
+    return Workload(seq_len=seq_len, batch=batch, kv_dtype=kdt, weight_dtype=wdt, tp=tp,
+                    kv_scale_bytes=scale_bytes, encoder_seq_len=encoder_seq_len,
+                    prompt_len=prompt_len, quantization=quantization)
+
+
+def estimate(spec: ModelSpec, workload: Workload, *, memory: Memory | None = None,
+             mfu: float | str = DEFAULT_MFU,
+             bandwidth_efficiency: float | str = DEFAULT_BANDWIDTH_EFFICIENCY) -> Estimate:
+    """Every analytical figure for one configuration, each computed once. With `memory`
+    (a device): the roofline, the fit, the smallest tp that fits, and the latency (TTFT
+    for the batch's prompts, TPOT at seq_len) at the stated MFU and bandwidth efficiency.
+    """
+    w = workload
+    stored = stored_weights(spec, w.quantization, w.tp)
+    cache = kv_cache(spec, w.seq_len, w.batch, w.kv_dtype, w.tp, w.kv_scale_bytes,
+                     w.encoder_seq_len)
     params = param_counts(spec)
-    act = roofline.compute_dtype_for(wdt)
-    decode = decode_step(spec, seq_len, batch, wdt, kdt, act, tp, scale_bytes,
-                         encoder_seq_len, stored=stored)
+    compute_dtype = roofline.compute_dtype_for(w.weight_dtype)
+    decode = decode_step(spec, w.seq_len, w.batch, w.weight_dtype, w.kv_dtype, compute_dtype,
+                         w.tp, w.kv_scale_bytes, w.encoder_seq_len, stored=stored)
     shazeer = batched = None
     if spec.mla is None and any(l.mixer.attends for l, _ in spec.groups()):
         # n is the context each layer attends over: with sliding windows, the
         # layer-average of min(seq_len, window), as the cache and decode bytes use.
-        n_eff = max(1, effective_context(spec, seq_len))
-        shazeer = shazeer_ratio("incremental", batch, n_eff, spec.d_model, spec.heads,
+        n_eff = max(1, effective_context(spec, w.seq_len))
+        shazeer = shazeer_ratio("incremental", w.batch, n_eff, spec.d_model, spec.heads,
                                 spec.kv_heads, spec.head_dim, spec.v_head_dim)
-        batched = shazeer_ratio("batched", batch, seq_len, spec.d_model, spec.heads,
+        batched = shazeer_ratio("batched", w.batch, w.seq_len, spec.d_model, spec.heads,
                                 spec.kv_heads, spec.head_dim, spec.v_head_dim)
-    roof = fit = min_tp = None
-    if hardware is not None:
-        roof = roofline.decode_roofline(decode, hardware, roofline.compute_dtype_for(wdt))
-        fit = plain_fit(spec, hardware, seq_len, batch, wdt, kdt, tp, scale_bytes,
-                        memory_fraction, reserve_bytes, encoder_seq_len,
-                        stored.per_device if stored else None)
-        for candidate in valid_tps(spec):
-            if candidate == tp:  # already fitted above
-                fits = fit.fits
-            else:
-                on = stored_weights(spec, quantization, candidate)
-                fits = plain_fit(spec, hardware, seq_len, batch, wdt, kdt, candidate,
-                                 scale_bytes, memory_fraction, reserve_bytes, encoder_seq_len,
-                                 on.per_device if on else None).fits
-            if fits:
-                min_tp = candidate
-                break
-    lat = None
-    if hardware is not None:
-        from kvcalc.latency import latency
-
-        lat = latency(spec, hardware, seq_len if prompt_len is None else prompt_len, seq_len,
-                      batch, wdt, kdt, tp, mfu, bandwidth_efficiency, scale_bytes,
-                      encoder_seq_len, stored)
+    if memory is None:
+        return Estimate(spec=spec, workload=w, cache=cache, params=params, decode=decode,
+                        shazeer=shazeer, shazeer_batched=batched, stored=stored)
+    hardware = memory.hardware
+    roof = roofline.decode_roofline(decode, hardware, compute_dtype)
+    fit = plain_fit(spec, w, memory=memory, stored=stored)
+    min_tp = None
+    for candidate in valid_tps(spec):
+        if candidate == w.tp:  # already fitted above
+            fits = fit.fits
+        else:
+            fits = plain_fits(spec, replace(w, tp=candidate), memory=memory,
+                              stored=stored_weights(spec, w.quantization, candidate))
+        if fits:
+            min_tp = candidate
+            break
+    lat = latency(spec, w, hardware=hardware, mfu=mfu,
+                  bandwidth_efficiency=bandwidth_efficiency, stored=stored, step=decode,
+                  cache=cache, params=params)
     comm = None
-    if hardware is not None and tp > 1 and hardware.interconnect_bandwidth_bytes_per_s:
+    if w.tp > 1 and hardware.interconnect_bandwidth_bytes_per_s:
         from kvcalc.comm import decode_allreduce
 
-        comm = decode_allreduce(spec, batch, tp, act, hardware.interconnect_bandwidth_bytes_per_s,
+        comm = decode_allreduce(spec, w.batch, w.tp, compute_dtype,
+                                hardware.interconnect_bandwidth_bytes_per_s,
                                 hardware.interconnect, hardware.allreduce_latency_s)
-    return Estimate(spec, seq_len, batch, kdt, wdt, tp, cache, params, decode, shazeer,
-                    hardware, roof, fit, min_tp, scale_bytes, batched, encoder_seq_len, lat,
-                    stored, comm)
+    return Estimate(spec=spec, workload=w, cache=cache, params=params, decode=decode,
+                    shazeer=shazeer, shazeer_batched=batched, stored=stored, memory=memory,
+                    roofline=roof, fit=fit, min_tp_that_fits=min_tp, latency=lat,
+                    allreduce=comm)
 
 
 def weights_as(spec: ModelSpec, weight_dtype, group_size: int | None = None):

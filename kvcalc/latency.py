@@ -21,17 +21,19 @@ scheduling overheads are not included.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 
 from kvcalc import _num
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.roofline import compute_dtype_for
-from kvcalc.dtypes import MAX_BATCH, DType, check_size, dtype as _dtype
-from kvcalc.formulas.cache import kv_cache
-from kvcalc.formulas.params import param_counts, weight_params_per_device
-from kvcalc.formulas.step import decode_step
+from kvcalc.dtypes import MAX_BATCH, check_size, dtype as _dtype
+from kvcalc.formulas.cache import KVCache, kv_cache
+from kvcalc.formulas.params import ParamCounts, param_counts, weight_params_per_device
+from kvcalc.formulas.step import DecodeCost, StoredWeights, decode_step
 from kvcalc.spec import Hardware, ModelSpec
+from kvcalc.workload import Workload
 
 DEFAULT_MFU = "0.5"
 DEFAULT_BANDWIDTH_EFFICIENCY = "0.8"
@@ -106,64 +108,72 @@ class Latency:
         }
 
 
-def latency(spec: ModelSpec, hw: Hardware, prompt_len: int, seq_len: int | None = None,
-            batch: int = 1, weight_dtype: DType | str = "bf16", kv_dtype: DType | str = "bf16",
-            tp: int = 1, mfu=DEFAULT_MFU, bandwidth_efficiency=DEFAULT_BANDWIDTH_EFFICIENCY,
-            scale_bytes: int = 0, encoder_seq_len: int | None = None, stored=None) -> Latency:
-    """TTFT for `batch` prompts of `prompt_len` tokens and TPOT at context `seq_len`
-    (default: prompt_len, the first output token's context)."""
-    seq_len = prompt_len if seq_len is None else seq_len
+def latency(spec: ModelSpec, workload: Workload, *, hardware: Hardware, mfu=DEFAULT_MFU,
+            bandwidth_efficiency=DEFAULT_BANDWIDTH_EFFICIENCY,
+            stored: StoredWeights | None = None, step: DecodeCost | None = None,
+            cache: KVCache | None = None, params: ParamCounts | None = None) -> Latency:
+    """TTFT for the workload's batch of prompts (prompt_len tokens, default seq_len) and
+    TPOT at its seq_len.
+
+    `step` (decode_step with its prefill FLOPs), `cache` and `params`: the figures at the
+    workload's seq_len when the caller has them (estimate does); they are read, not
+    computed again.
+    """
+    w = workload
+    seq_len, prompt_len, batch, tp = w.seq_len, w.prompt_tokens, w.batch, w.tp
     check_size("batch", batch, MAX_BATCH)
     mfu_f = _fraction(mfu, "MFU")
     bw_f = _fraction(bandwidth_efficiency, "bandwidth efficiency")
-    wdt = weight_dtype if isinstance(weight_dtype, DType) else _dtype(weight_dtype)
-    kdt = kv_dtype if isinstance(kv_dtype, DType) else _dtype(kv_dtype)
+    wdt, kdt = w.weight_dtype, w.kv_dtype
     adt = _dtype(compute_dtype_for(wdt))
-    peak = hw.peak_flops(adt.name)
-    bandwidth = hw.memory_bandwidth_bytes_per_s
+    flops_per_s = hardware.peak_flops(adt.name) * mfu_f
+    bytes_per_s = hardware.memory_bandwidth_bytes_per_s * bw_f
 
     # Prefill: FLOPs of the prompts; bytes: weights once, the cache written, activations.
-    one = decode_step(spec, prompt_len, batch, wdt, kdt, adt, tp, scale_bytes,
-                      encoder_seq_len, stored=stored)
-    cache = kv_cache(spec, prompt_len, batch, kdt, tp, scale_bytes, encoder_seq_len)
-    act_per_token = one.bytes_breakdown["activations"] // batch
-    weights_dev = weight_params_per_device(spec, param_counts(spec).total, tp)
+    # A prompt as long as the context has the figures of the step at seq_len.
+    same = prompt_len == seq_len
+    prompt = step if same and step is not None else decode_step(
+        spec, prompt_len, batch, wdt, kdt, adt, tp, w.kv_scale_bytes, w.encoder_seq_len,
+        stored=stored)
+    prompt_cache = cache if same and cache is not None else kv_cache(
+        spec, prompt_len, batch, kdt, tp, w.kv_scale_bytes, w.encoder_seq_len)
+    act_per_token = prompt.bytes_breakdown["activations"] // batch
+    weights_dev = weight_params_per_device(spec, (params or param_counts(spec)).total, tp)
     weight_bytes = stored.per_device if stored is not None else wdt.nbytes(weights_dev)
-    prefill_bytes = (weight_bytes + cache.bytes_per_device
+    prefill_bytes = (weight_bytes + prompt_cache.bytes_per_device
                      + -(-act_per_token * prompt_len * batch // tp))
-    prefill_flops = -(-one.prefill_flops // tp)
+    prefill_flops = -(-prompt.prefill_flops // tp)
 
+    # Decode: one step at seq_len (its per-device figures leave the prefill's out).
+    if step is None:
+        step = prompt if same else decode_step(
+            spec, seq_len, batch, wdt, kdt, adt, tp, w.kv_scale_bytes, w.encoder_seq_len,
+            prefill=False, stored=stored)
     return Latency(
         prompt_len=prompt_len, seq_len=seq_len, batch=batch, tp=tp,
         mfu=float(mfu_f), bandwidth_efficiency=float(bw_f),
         prefill_flops=prefill_flops, prefill_bytes=prefill_bytes,
-        prefill_compute_s=float(Fraction(prefill_flops) / (peak * mfu_f)),
-        prefill_memory_s=float(Fraction(prefill_bytes) / (bandwidth * bw_f)),
-        **_decode(spec, seq_len, batch, wdt, kdt, adt, tp, scale_bytes, encoder_seq_len,
-                  peak * mfu_f, bandwidth * bw_f, stored),
+        prefill_compute_s=float(Fraction(prefill_flops) / flops_per_s),
+        prefill_memory_s=float(Fraction(prefill_bytes) / bytes_per_s),
+        decode_flops=step.per_device_flops, decode_bytes=step.per_device_bytes,
+        decode_compute_s=float(Fraction(step.per_device_flops) / flops_per_s),
+        decode_memory_s=float(Fraction(step.per_device_bytes) / bytes_per_s),
     )
 
 
-def _decode(spec, seq_len, batch, wdt, kdt, adt, tp, scale_bytes, encoder_seq_len,
-            flops_per_s: Fraction, bytes_per_s: Fraction, stored) -> dict:
-    d = decode_step(spec, seq_len, batch, wdt, kdt, adt, tp, scale_bytes,
-                    encoder_seq_len, prefill=False, stored=stored)
-    return dict(decode_flops=d.per_device_flops, decode_bytes=d.per_device_bytes,
-                decode_compute_s=float(Fraction(d.per_device_flops) / flops_per_s),
-                decode_memory_s=float(Fraction(d.per_device_bytes) / bytes_per_s))
-
-
-def max_batch_for_slo(spec: ModelSpec, hw: Hardware, prompt_len: int, seq_len: int | None,
+def max_batch_for_slo(spec: ModelSpec, workload: Workload, *, hardware: Hardware,
                       ttft_s: float | None, tpot_s: float | None, limit: int,
-                      **kwargs) -> int:
-    """The largest batch (at most `limit`, e.g. what memory allows) whose TTFT and TPOT
-    both meet their targets; 0 if not even one sequence does. Both times grow with the
-    batch, so a binary search over integers is exact."""
+                      mfu=DEFAULT_MFU, bandwidth_efficiency=DEFAULT_BANDWIDTH_EFFICIENCY,
+                      stored: StoredWeights | None = None) -> int:
+    """The largest batch (at most `limit`, e.g. what memory allows) of the workload's
+    requests whose TTFT and TPOT both meet their targets; 0 if not even one sequence
+    does. Both times grow with the batch, so a binary search over integers is exact."""
     if ttft_s is None and tpot_s is None:
         return limit
 
     def meets(b: int) -> bool:
-        lat = latency(spec, hw, prompt_len, seq_len, b, **kwargs)
+        lat = latency(spec, replace(workload, batch=b), hardware=hardware, mfu=mfu,
+                      bandwidth_efficiency=bandwidth_efficiency, stored=stored)
         return ((ttft_s is None or lat.ttft_s <= ttft_s)
                 and (tpot_s is None or lat.tpot_s <= tpot_s))
 

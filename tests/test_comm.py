@@ -32,7 +32,7 @@ def test_llama_decode_allreduce_by_hand():
 def test_estimate_carries_the_allreduce_term_and_says_when_it_dominates():
     from dataclasses import replace
 
-    from kvcalc.estimate import estimate
+    from kvcalc import estimate
     from kvcalc.presets import load_hardware
 
     spec = load_model("llama3-8b")
@@ -58,7 +58,7 @@ def test_estimate_carries_the_allreduce_term_and_says_when_it_dominates():
 def test_latency_from_the_preset_by_hand():
     """The H100 preset's published small-message latency (sglang PR #2904: vLLM's custom
     all-reduce, 512 B, 9.5 us at tp 2) is paid by every all-reduce of a decode step."""
-    from kvcalc.estimate import estimate
+    from kvcalc import estimate
     from kvcalc.presets import load_hardware
 
     h100 = load_hardware("h100-sxm")

@@ -349,11 +349,13 @@ def test_bad_sizes_are_named():
 
 def test_fit_counts_the_encoder_cache_it_is_given():
     from kvcalc.capacity.fit import fit
+    from kvcalc.workload import Memory, Workload
     from kvcalc.spec import Hardware
 
     hw = Hardware(name="toy", memory_bytes=10**12, memory_bandwidth_bytes_per_s=10**12,
                   flops_per_s={"bf16": 10**15})
-    f = fit(T5_11B, hw, 512, 2, encoder_seq_len=4096)
+    f = fit(T5_11B, Workload(seq_len=512, batch=2, encoder_seq_len=4096),
+            memory=Memory(hardware=hw))
     per_layer = 2 * 128 * 128 * 2
     assert f.kv_bytes_requested == 2 * 24 * per_layer * (512 + 4096)
     weights = 2 * 11_307_321_344  # t5-11b's published parameter count, bf16
@@ -394,8 +396,9 @@ def test_decode_roofline_llama3_70b_tp4_by_hand():
 
 def test_fit_llama3_70b_tp4_by_hand():
     from kvcalc.capacity.fit import fit
+    from kvcalc.workload import Memory, Workload
 
-    f = fit(LLAMA3_70B, _h100(), 8192, 1, tp=4)
+    f = fit(LLAMA3_70B, Workload(seq_len=8192, tp=4), memory=Memory(hardware=_h100()))
     weights_dev = 2 * 70_553_706_496 // 4
     free = 80 * 2**30 - weights_dev
     per_seq = 80 * 2 * 2 * 128 * 2 * 8192  # 2 of 8 K/V heads per device, bf16
@@ -406,21 +409,23 @@ def test_fit_llama3_70b_tp4_by_hand():
 
 def test_kv_projection_weights_replicate_with_their_heads():
     from kvcalc.capacity.fit import fit
+    from kvcalc.workload import Memory, Workload
 
     kv_proj = 80 * 2 * 8192 * 8 * 128  # k and v weights, all layers
     other = 70_553_706_496 - kv_proj
-    f = fit(LLAMA3_70B, _h100(), 8192, 1, tp=16)
+    f = fit(LLAMA3_70B, Workload(seq_len=8192, tp=16), memory=Memory(hardware=_h100()))
     # 16 devices, 8 K/V heads: each device holds one head's k/v weights (1/8 of them).
     assert f.weight_bytes == 2 * (-(-other // 16) + kv_proj // 8)
 
 
 def test_fit_with_alternating_windows_closed_form():
     from kvcalc.capacity.fit import fit
+    from kvcalc.workload import Memory, Workload
     from kvcalc.spec import Hardware
 
     hw = Hardware(name="toy", memory_bytes=40 * 10**9, memory_bandwidth_bytes_per_s=10**12,
                   flops_per_s={"bf16": 10**15})
-    f = fit(GEMMA2_9B, hw, 8192, 4)
+    f = fit(GEMMA2_9B, Workload(seq_len=8192, batch=4), memory=Memory(hardware=hw))
     per_layer = 2 * 8 * 256 * 2
     # google/gemma-2-9b: 9,241,705,984 parameters (HF safetensors total), bf16 weights.
     free = 40 * 10**9 - 2 * 9_241_705_984
@@ -461,7 +466,7 @@ def test_t5_prefill_counts_encoder_and_cross_attention():
 
 
 def test_min_tp_that_fits_is_none_when_nothing_fits():
-    from kvcalc.estimate import estimate
+    from kvcalc import estimate
     from kvcalc.presets import load_hardware
 
     h100 = load_hardware("h100-sxm")

@@ -7,6 +7,7 @@ import pytest
 from kvcalc.errors import KvcalcError
 from kvcalc.latency import latency, max_batch_for_slo
 from kvcalc.spec import Hardware, ModelSpec
+from kvcalc.workload import Workload
 
 # 1 layer, d 8, 2 heads of 4 (MHA), gated MLP of 16, vocab 10, untied.
 TINY = ModelSpec.uniform(name="tiny", layers=1, d_model=8, heads=2, kv_heads=2, head_dim=4, d_ff=16,
@@ -14,6 +15,11 @@ TINY = ModelSpec.uniform(name="tiny", layers=1, d_model=8, heads=2, kv_heads=2, 
 # 1,000 FLOP/s dense bf16 and 100 B/s: slow enough that the numbers read by hand.
 SLOW = Hardware(name="slow", memory_bytes=10**9, memory_bandwidth_bytes_per_s=100,
                 flops_per_s={"bf16": 1000})
+PROMPT_3 = Workload(seq_len=3)  # one prompt of 3 tokens, decoded at 3
+
+
+def _batch(b: int) -> Workload:
+    return Workload(seq_len=3, batch=b)
 
 
 def test_prefill_flops_and_ttft_by_hand():
@@ -21,7 +27,7 @@ def test_prefill_flops_and_ttft_by_hand():
     # (512), down 16 -> 8 (256): 1,280. lm_head once: 2*8*10 = 160. Attention: 2 heads x
     # (4 + 4) x 2 = 32 per attended position, causal 1 + 2 + 3 = 6 positions.
     flops = 1280 * 3 + 160 + 32 * 6
-    lat = latency(TINY, SLOW, prompt_len=3, mfu="0.5", bandwidth_efficiency="0.25")
+    lat = latency(TINY, PROMPT_3, hardware=SLOW, mfu="0.5", bandwidth_efficiency="0.25")
     assert lat.prefill_flops == flops == 4192
     assert lat.prefill_compute_s == pytest.approx(flops / 500)
     assert lat.prefill_memory_s == pytest.approx(lat.prefill_bytes / 25)
@@ -35,31 +41,34 @@ def test_decode_bytes_and_tpot_by_hand():
     # 2 x 2 heads x 4 x 3 x 2 B = 96 B read, 32 B written. Activations: each matmul's
     # input and output ((8+24) + (8+8) + (8+32) + (16+8) + (8+10) = 130) plus q and the
     # attention output (2 x 2 x 4 = 16): 146 elements x 2 B = 292 B.
-    lat = latency(TINY, SLOW, prompt_len=3, mfu="1", bandwidth_efficiency="1")
+    lat = latency(TINY, PROMPT_3, hardware=SLOW, mfu="1", bandwidth_efficiency="1")
     assert lat.decode_bytes == 1504 + 96 + 32 + 292
     assert lat.tpot_s == pytest.approx(max(lat.decode_bytes / 100, lat.decode_flops / 1000))
     assert lat.tokens_per_s == pytest.approx(1 / lat.tpot_s)
 
 
 def test_efficiencies_are_checked_and_printed():
-    lat = latency(TINY, SLOW, prompt_len=3)
+    lat = latency(TINY, PROMPT_3, hardware=SLOW)
     assert (lat.as_dict()["mfu"], lat.as_dict()["bandwidth_efficiency"]) == (0.5, 0.8)
     with pytest.raises(KvcalcError, match="MFU must be in"):
-        latency(TINY, SLOW, prompt_len=3, mfu="1.5")
+        latency(TINY, PROMPT_3, hardware=SLOW, mfu="1.5")
 
 
 def test_largest_batch_meeting_both_targets():
     # Targets just above batch 4's TTFT and batch 6's TPOT: batch 4 is the answer.
-    ttft = latency(TINY, SLOW, 3, batch=4).ttft_s * 1.000001
-    tpot = latency(TINY, SLOW, 3, batch=6).tpot_s * 1.000001
-    b = max_batch_for_slo(TINY, SLOW, 3, None, ttft, tpot, limit=10_000)
+    ttft = latency(TINY, _batch(4), hardware=SLOW).ttft_s * 1.000001
+    tpot = latency(TINY, _batch(6), hardware=SLOW).tpot_s * 1.000001
+    b = max_batch_for_slo(TINY, PROMPT_3, hardware=SLOW, ttft_s=ttft, tpot_s=tpot,
+                          limit=10_000)
     assert b == 4
-    ok = latency(TINY, SLOW, 3, batch=b)
-    over = latency(TINY, SLOW, 3, batch=b + 1)
+    ok = latency(TINY, _batch(b), hardware=SLOW)
+    over = latency(TINY, _batch(b + 1), hardware=SLOW)
     assert ok.ttft_s <= ttft and ok.tpot_s <= tpot
     assert over.ttft_s > ttft or over.tpot_s > tpot
-    assert max_batch_for_slo(TINY, SLOW, 3, None, 1e-9, None, limit=10) == 0
-    assert max_batch_for_slo(TINY, SLOW, 3, None, None, None, limit=7) == 7
+    assert max_batch_for_slo(TINY, PROMPT_3, hardware=SLOW, ttft_s=1e-9, tpot_s=None,
+                             limit=10) == 0
+    assert max_batch_for_slo(TINY, PROMPT_3, hardware=SLOW, ttft_s=None, tpot_s=None,
+                             limit=7) == 7
 
 
 @pytest.mark.parametrize("flag", ["--mfu", "--bandwidth-efficiency"])
@@ -78,6 +87,6 @@ def test_shares_outside_a_thousandth_to_one_are_one_line_errors(flag, value):
 
 
 def test_a_thousandth_is_the_smallest_share():
-    slow = latency(TINY, SLOW, prompt_len=3, mfu="0.001", bandwidth_efficiency="0.001")
-    fast = latency(TINY, SLOW, prompt_len=3, mfu="1", bandwidth_efficiency="1")
+    slow = latency(TINY, PROMPT_3, hardware=SLOW, mfu="0.001", bandwidth_efficiency="0.001")
+    fast = latency(TINY, PROMPT_3, hardware=SLOW, mfu="1", bandwidth_efficiency="1")
     assert slow.tpot_s == pytest.approx(1000 * fast.tpot_s)

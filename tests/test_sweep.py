@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from kvcalc import estimate
 from kvcalc.cli import app
 from kvcalc.errors import KvcalcError
-from kvcalc.estimate import estimate
 from kvcalc.report.csv_json import rows_to_csv
 from kvcalc.layers import Latent, MoE
 from kvcalc.spec import Hardware, ModelSpec
@@ -185,8 +185,8 @@ def test_rows_equal_estimate_on_random_samples(case):
         for i in rng.sample(range(len(chunk)), min(8, len(chunk))) + corners:
             got = chunk.row(i)
             c = chunk.combo
-            est = estimate(c.spec, got["seq_len"], got["batch"], c.kv_dtype, plan.weight_dtype,
-                           c.tp, hardware, plan.scale_bytes, plan.encoder_seq_len,
+            est = estimate(c.spec, got["seq_len"], got["batch"], c.workload.kv_dtype,
+                           plan.weight_dtype, c.workload.tp, hardware, plan.scale_bytes, plan.encoder_seq_len,
                            plan.memory_fraction, plan.reserve_bytes)
             want = est.as_row()
             assert not same_row(got, want), (case, got["seq_len"], got["batch"],
@@ -203,7 +203,7 @@ def test_every_row_of_a_small_grid_and_its_csv_text():
     """Every row equals estimate; the CSV is byte-identical to report.rows_to_csv."""
     plan = plan_sweep(MISTRAL, "1,4095,4096,4097,50000", "1,3,4096", kv_heads="1,8,32",
                       tp="1,2", kv_dtype="bf16,int4", hardware=GPU)
-    want = [estimate(c.spec, s, b, c.kv_dtype, "bf16", c.tp, GPU).as_row()
+    want = [estimate(c.spec, s, b, c.workload.kv_dtype, "bf16", c.workload.tp, GPU).as_row()
             for c in plan.combos for s in plan.seq_len.values() for b in plan.batch.values()]
     got = list(iter_rows(plan))
     assert len(got) == len(want) == plan.rows == 3 * 2 * 2 * 5 * 3
@@ -236,7 +236,7 @@ def test_invalid_kv_heads_tp_pairs():
     with pytest.raises(KvcalcError, match="kv_heads=5, tp=2.*--skip-invalid"):
         plan_sweep(spec, 1024, 1, kv_heads="5,8", tp="1,2")
     plan = plan_sweep(spec, 1024, 1, kv_heads="5,8", tp="1,2", skip_invalid=True)
-    assert [(c.kv_heads, c.tp) for c in plan.combos] == [(5, 1), (8, 1), (8, 2)]
+    assert [(c.kv_heads, c.workload.tp) for c in plan.combos] == [(5, 1), (8, 1), (8, 2)]
     assert len(plan.skipped) == 1 and "kv_heads=5, tp=2" in plan.skipped[0]
     with pytest.raises(KvcalcError, match="divisible"):
         plan_sweep(spec, 1024, 1, kv_heads="3")

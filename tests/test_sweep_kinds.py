@@ -16,7 +16,7 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from kvcalc.estimate import estimate  # noqa: E402
+from kvcalc import estimate  # noqa: E402
 from kvcalc.hfconfig import spec_from_hf_config  # noqa: E402
 from kvcalc.presets import load_hardware, load_model  # noqa: E402
 from kvcalc.sweep.compute import iter_rows  # noqa: E402

@@ -5,17 +5,16 @@ context at a batch. Sizes stay in integers (bytes); the searches are exact.
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 from kvcalc import _num
 from kvcalc._record import record
-from kvcalc.dtypes import MAX_SEQ_LEN, DType, dtype as _dtype
-from kvcalc.errors import KvcalcError
+from kvcalc.dtypes import MAX_SEQ_LEN
 from kvcalc.formulas.cache import kv_cache
 from kvcalc.formulas.params import param_counts, weight_params_per_device
-from kvcalc.spec import Hardware, ModelSpec
+from kvcalc.formulas.step import StoredWeights
+from kvcalc.spec import ModelSpec
+from kvcalc.workload import Memory, Workload
 
-__all__ = ["Fit", "fit"]
+__all__ = ["Fit", "fit", "fits", "free_for_kv_bytes", "weight_bytes_per_device"]
 
 
 @record
@@ -37,50 +36,63 @@ class Fit:
         return 0 <= self.kv_bytes_requested <= self.free_for_kv_bytes
 
 
-def fit(spec: ModelSpec, hw: Hardware, seq_len: int, batch: int = 1,
-        weight_dtype: DType | str = "bf16", kv_dtype: DType | str = "bf16", tp: int = 1,
-        scale_bytes: int = 0, memory_fraction: float | str = 1, reserve_bytes: int = 0,
-        encoder_seq_len: int | None = None, stored_per_device: int | None = None) -> Fit:
-    """Largest batch at `seq_len` and longest context at `batch` on `tp` devices.
+def weight_bytes_per_device(spec: ModelSpec, workload: Workload, *,
+                            stored: StoredWeights | None = None) -> int:
+    """The weights one of the workload's tp devices holds, in bytes: the language model
+    (sharded evenly, ceil; K/V projections replicated like the cache when tp > kv_heads)
+    in the workload's weight dtype, or as `stored` (a quantized checkpoint) says."""
+    tp = workload.tp
+    # A served multimodal model also holds its vision tower and projector.
+    towers = sum(spec.extra.get("towers", {}).values())
+    if stored is None:
+        resident = param_counts(spec).total + towers
+        return workload.weight_dtype.nbytes(weight_params_per_device(spec, resident, tp))
+    return stored.per_device + -(-2 * towers // tp)  # towers stay in bf16
+
+
+def free_for_kv_bytes(spec: ModelSpec, workload: Workload, *, memory: Memory,
+                      stored: StoredWeights | None = None) -> int:
+    """Bytes one device has left for the KV cache after its weights (negative: the
+    weights alone do not fit)."""
+    return memory.usable_bytes - weight_bytes_per_device(spec, workload, stored=stored)
+
+
+def fits(spec: ModelSpec, workload: Workload, *, memory: Memory,
+         stored: StoredWeights | None = None) -> bool:
+    """`fit(...).fits` without the searches: the workload's batch at its seq_len fits."""
+    free = free_for_kv_bytes(spec, workload, memory=memory, stored=stored)
+    return 0 <= _kv_bytes(spec, workload, workload.seq_len) <= free
+
+
+def _kv_bytes(spec: ModelSpec, w: Workload, seq_len: int) -> int:
+    """One device's cache for the workload's batch at `seq_len` tokens."""
+    return kv_cache(spec, seq_len, w.batch, w.kv_dtype, w.tp, w.kv_scale_bytes,
+                    w.encoder_seq_len).bytes_per_device
+
+
+def fit(spec: ModelSpec, workload: Workload, *, memory: Memory,
+        stored: StoredWeights | None = None) -> Fit:
+    """Largest batch at the workload's seq_len and longest context at its batch, on each
+    of its tp devices.
 
     Weights are sharded evenly over the tp devices (ceil); each device's KV share
     is what `kv_cache` gives per device (heads replicated when tp > kv_heads).
-    `memory_fraction` (like vLLM's gpu_memory_utilization) and `reserve_bytes`
-    (activations, CUDA context) come off the top. An encoder-decoder's cross-attention
-    cache holds `encoder_seq_len` tokens (default: follows the decoder length). The context search is exact
+    `memory` says the device and its share (a fraction like vLLM's
+    gpu_memory_utilization, and a reserve for activations and the CUDA context, both
+    off the top). An encoder-decoder's cross-attention cache holds `encoder_seq_len`
+    tokens (default: follows the decoder length). The context search is exact
     (binary search over integers on a monotone function).
     """
-    try:
-        frac = Fraction(str(memory_fraction))
-    except ValueError:  # nan, inf
-        raise KvcalcError(f"memory fraction must be in (0, 1], got {memory_fraction}") from None
-    if not 0 < frac <= 1:
-        raise KvcalcError(f"memory fraction must be in (0, 1], got {memory_fraction}")
-    if reserve_bytes < 0:
-        raise KvcalcError("reserve bytes must be >= 0")
-    usable_total = int(hw.memory_bytes * frac)
-    if reserve_bytes > usable_total:
-        memory = (f"memory of {hw.name} ({usable_total:,} B)" if frac == 1 else
-                  f"usable memory of {hw.name} ({hw.memory_bytes:,} B x memory fraction "
-                  f"{memory_fraction} = {usable_total:,} B)")
-        raise KvcalcError(f"reserve of {reserve_bytes:,} B exceeds the {memory}")
-    wdt = weight_dtype if isinstance(weight_dtype, DType) else _dtype(weight_dtype)
-    usable = usable_total - reserve_bytes
-    # A served multimodal model also holds its vision tower and projector.
-    towers = sum(spec.extra.get("towers", {}).values())
-    if stored_per_device is None:
-        resident = param_counts(spec).total + towers
-        weight_bytes = wdt.nbytes(weight_params_per_device(spec, resident, tp))
-    else:  # quantized weights as stored; towers stay in bf16
-        weight_bytes = stored_per_device + -(-2 * towers // tp)
-    free = usable - weight_bytes
-    cache = kv_cache(spec, seq_len, batch, kv_dtype, tp, scale_bytes, encoder_seq_len)
-    per_seq = cache.bytes_per_device // batch
+    w = workload
+    usable = memory.usable_bytes
+    weights = weight_bytes_per_device(spec, w, stored=stored)
+    free = usable - weights
+    requested = _kv_bytes(spec, w, w.seq_len)
+    per_seq = requested // w.batch
     max_batch = max(0, free // per_seq) if per_seq else 0
 
     def bytes_at(length: int) -> int:
-        return kv_cache(spec, length, batch, kv_dtype, tp, scale_bytes,
-                        encoder_seq_len).bytes_per_device
+        return _kv_bytes(spec, w, length)
 
     # A cache that stops growing (every layer windowed, chunked or a constant state) leaves
     # the context bounded by the model, not by memory.
@@ -95,10 +107,10 @@ def fit(spec: ModelSpec, hw: Hardware, seq_len: int, batch: int = 1,
         unbounded = False
     return Fit(
         usable_bytes=usable,
-        weight_bytes=weight_bytes,
+        weight_bytes=weights,
         free_for_kv_bytes=free,
         kv_bytes_per_sequence=per_seq,
-        kv_bytes_requested=cache.bytes_per_device,
+        kv_bytes_requested=requested,
         max_batch=max_batch,
         max_seq_len=max_len,
         max_seq_len_unbounded=unbounded and max_len in (MAX_SEQ_LEN, spec.max_context),

@@ -39,18 +39,25 @@ from kvcalc.cli.options import (
 from kvcalc.errors import KvcalcError
 
 
-def _estimates(request: ModelRequest, seq_len, batch, kv_dtype, weight_dtype, tp, gpu,
-               kv_scale_bytes, encoder_seq_len, memory_fraction, reserve, compare=False,
-               **options):
-    from kvcalc.estimate import attention_variants, estimate as run_estimate
+def _estimates(request: ModelRequest, *, seq_len, batch, kv_dtype, weight_dtype, tp, gpu,
+               kv_scale_bytes, encoder_seq_len, memory_fraction, reserve, prompt_len,
+               group_size, compare=False, **options):
+    from kvcalc.estimate import attention_variants, estimate as run_estimate, workload_for
+    from kvcalc.workload import Memory
 
     hardware = resolve_gpu(gpu)
     fraction, reserve_bytes = device_memory(hardware, memory_fraction, reserve)
     spec = request.resolve()
     length = default_seq_len(spec, seq_len)
     specs = attention_variants(spec, request.kv_heads) if compare else [spec]
-    return [run_estimate(s, length, batch, kv_dtype, weight_dtype, tp, hardware, kv_scale_bytes,
-                         encoder_seq_len, fraction, reserve_bytes, **options) for s in specs]
+    memory = None if hardware is None else Memory(hardware=hardware, fraction=fraction,
+                                                  reserve_bytes=reserve_bytes)
+    return [run_estimate(s, workload_for(s, seq_len=length, batch=batch, kv_dtype=kv_dtype,
+                                         weight_dtype=weight_dtype, tp=tp,
+                                         scale_bytes=kv_scale_bytes,
+                                         encoder_seq_len=encoder_seq_len, prompt_len=prompt_len,
+                                         group_size=group_size),
+                         memory=memory, **options) for s in specs]
 
 
 def write(fmt: OutputFormat, output, force: bool, obj, rows: list[dict], items: list) -> None:
@@ -108,10 +115,12 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         from kvcalc.report.tables import compare_table, estimate_tables, headline, summary_table
 
         fmt = output_format(fmt, output)
-        ests = _estimates(request, seq_len, batch, kv_dtype, weight_dtype, tp, gpu,
-                          kv_scale_bytes, encoder_seq_len, memory_fraction, reserve, compare,
-                          prompt_len=prompt_len, mfu=mfu,
-                          bandwidth_efficiency=bandwidth_efficiency, group_size=group_size)
+        ests = _estimates(request, seq_len=seq_len, batch=batch, kv_dtype=kv_dtype,
+                          weight_dtype=weight_dtype, tp=tp, gpu=gpu,
+                          kv_scale_bytes=kv_scale_bytes, encoder_seq_len=encoder_seq_len,
+                          memory_fraction=memory_fraction, reserve=reserve,
+                          prompt_len=prompt_len, group_size=group_size, compare=compare,
+                          mfu=mfu, bandwidth_efficiency=bandwidth_efficiency)
         if compare:
             obj = {"variants": [e.as_dict() for e in ests],
                    "reductions_vs_mha": [_reductions(ests[0], e) for e in ests[1:]]}
@@ -217,20 +226,24 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             raise KvcalcError("--batch sizes the plain fit; the engine count is per "
                               "--max-model-len request and serves up to --max-num-seqs at "
                               "once: give --max-num-seqs, or drop the engine flags")
-        est = _estimates(request, seq_len, batch or 1, kv_dtype, weight_dtype, tp, gpu,
-                         kv_scale_bytes, encoder_seq_len, memory_fraction, reserve,
-                         prompt_len=prompt_len, mfu=mfu,
-                         bandwidth_efficiency=bandwidth_efficiency, group_size=group_size)[0]
-        slo_args = (ttft_ms, tpot_ms, prompt_len, mfu, bandwidth_efficiency, group_size,
-                    weight_dtype, kv_scale_bytes, encoder_seq_len)
+        est = _estimates(request, seq_len=seq_len, batch=batch or 1, kv_dtype=kv_dtype,
+                         weight_dtype=weight_dtype, tp=tp, gpu=gpu,
+                         kv_scale_bytes=kv_scale_bytes, encoder_seq_len=encoder_seq_len,
+                         memory_fraction=memory_fraction, reserve=reserve,
+                         prompt_len=prompt_len, group_size=group_size, mfu=mfu,
+                         bandwidth_efficiency=bandwidth_efficiency)[0]
+        slo_args = dict(ttft_ms=ttft_ms, tpot_ms=tpot_ms, mfu=mfu,
+                        bandwidth_efficiency=bandwidth_efficiency)
         if engine:
-            cap = _engine_capacity(est, max_model_len, gpu_memory_utilization, tp, pp,
-                                   block_size, max_num_batched_tokens, max_num_seqs,
-                                   enforce_eager, vllm_version, kv_dtype, weight_dtype,
-                                   group_size)
+            cap = _engine_capacity(est, max_model_len=max_model_len,
+                                   utilization=gpu_memory_utilization, pp=pp,
+                                   block_size=block_size, batched=max_num_batched_tokens,
+                                   seqs=max_num_seqs, enforce_eager=enforce_eager,
+                                   vllm_version=vllm_version, kv_dtype=kv_dtype,
+                                   weight_dtype=weight_dtype, group_size=group_size)
             # Requests as the engine takes them: up to max_model_len tokens each, at most
             # as many at once as its blocks and max_num_seqs allow.
-            slo = _slo(est, *slo_args, seq_len=cap.settings.max_model_len,
+            slo = _slo(est, **slo_args, seq_len=cap.settings.max_model_len,
                        limit=min(cap.max_num_seqs, int(cap.max_concurrency)))
             obj = _capacity_dict(est, cap)
             if slo is not None:
@@ -238,7 +251,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             write(fmt, output, force, obj, [flatten(obj)],
                   [capacity_table(est, cap, slo)])
             return
-        slo = _slo(est, *slo_args)
+        slo = _slo(est, **slo_args)
         obj = {"model": est.spec.name, "gpu": est.hardware.name, "seq_len": est.seq_len,
                "batch": est.batch, "tp": est.tp, "kv_dtype": est.kv_dtype.name,
                "weight_dtype": est.weight_dtype.name, **est.as_dict()["fit"],
@@ -254,8 +267,7 @@ PLAIN_FIT_LEAVES_OUT = (
     "--max-model-len for the engine's own count")
 
 
-def _slo(est, ttft_ms, tpot_ms, prompt_len, mfu, bandwidth_efficiency, group_size,
-         weight_dtype, kv_scale_bytes, encoder_seq_len, seq_len=None, limit=None):
+def _slo(est, *, ttft_ms, tpot_ms, mfu, bandwidth_efficiency, seq_len=None, limit=None):
     """The largest batch meeting the latency targets: requests of `seq_len` tokens (the
     estimate's by default; prompts of --prompt-len, else the whole length), at most
     `limit` of them (what memory holds at that length by default)."""
@@ -264,21 +276,20 @@ def _slo(est, ttft_ms, tpot_ms, prompt_len, mfu, bandwidth_efficiency, group_siz
     for flag, value in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
         if value is not None and not value > 0:
             raise KvcalcError(f"{flag} must be a positive number of milliseconds, got {value}")
-    from kvcalc.estimate import stored_weights, weights_as
+    from dataclasses import replace
+
     from kvcalc.latency import max_batch_for_slo
 
-    stored = stored_weights(est.spec, weights_as(est.spec, weight_dtype, group_size), est.tp)
-    length = est.seq_len if seq_len is None else seq_len
+    workload = est.workload if seq_len is None else replace(est.workload, seq_len=seq_len)
     return max_batch_for_slo(
-        est.spec, est.hardware, length if prompt_len is None else prompt_len, length,
-        None if ttft_ms is None else ttft_ms / 1000, None if tpot_ms is None else tpot_ms / 1000,
-        est.fit.max_batch if limit is None else limit, weight_dtype=est.weight_dtype,
-        kv_dtype=est.kv_dtype, tp=est.tp,
-        mfu=mfu, bandwidth_efficiency=bandwidth_efficiency, scale_bytes=kv_scale_bytes,
-        encoder_seq_len=encoder_seq_len, stored=stored)
+        est.spec, workload, hardware=est.hardware,
+        ttft_s=None if ttft_ms is None else ttft_ms / 1000,
+        tpot_s=None if tpot_ms is None else tpot_ms / 1000,
+        limit=est.fit.max_batch if limit is None else limit, mfu=mfu,
+        bandwidth_efficiency=bandwidth_efficiency, stored=est.stored)
 
 
-def _engine_capacity(est, max_model_len, utilization, tp, pp, block_size, batched, seqs,
+def _engine_capacity(est, *, max_model_len, utilization, pp, block_size, batched, seqs,
                      enforce_eager, vllm_version, kv_dtype, weight_dtype, group_size):
     from kvcalc.capacity.engine import EngineSettings, parse_version
     from kvcalc.capacity.serving import serving_capacity
@@ -289,10 +300,11 @@ def _engine_capacity(est, max_model_len, utilization, tp, pp, block_size, batche
     engine = "v0" if parse_version(version) < (8, 0) else "v1"
     length = max_model_len or spec.max_context or est.seq_len
     settings = EngineSettings(
-        max_model_len=length, gpu_memory_utilization=utilization or "0.9", tp=tp, pp=pp or 1,
-        block_size=block_size, max_num_batched_tokens=batched, max_num_seqs=seqs,
-        kv_dtype=kv_dtype if kv_dtype != "bf16" else "auto", weight_dtype=weight_dtype,
-        group_size=group_size, enforce_eager=enforce_eager, vllm_version=version, engine=engine,
+        max_model_len=length, gpu_memory_utilization=utilization or "0.9", tp=est.tp,
+        pp=pp or 1, block_size=block_size, max_num_batched_tokens=batched,
+        max_num_seqs=seqs, kv_dtype=kv_dtype if kv_dtype != "bf16" else "auto",
+        weight_dtype=weight_dtype, group_size=group_size, enforce_eager=enforce_eager,
+        vllm_version=version, engine=engine,
         allow_long_max_model_len=_vllm_allows_long_max_model_len())
     cap = serving_capacity(spec, est.hardware, settings, est.scale_bytes)
     if not cap.fits:

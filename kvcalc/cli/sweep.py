@@ -143,8 +143,9 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         spec = request.resolve()
         plan = plan_sweep(
             spec, seq_len if seq_len is not None else str(spec.max_context or DEFAULT_SEQ_LEN),
-            batch, kv_heads, kv_dtype, tp, weight_dtype, hardware, kv_scale_bytes,
-            encoder_seq_len, fraction, reserve_bytes, force=force,
+            batch, kv_heads=kv_heads, kv_dtype=kv_dtype, tp=tp, weight_dtype=weight_dtype,
+            hardware=hardware, scale_bytes=kv_scale_bytes, encoder_seq_len=encoder_seq_len,
+            memory_fraction=fraction, reserve_bytes=reserve_bytes, force=force,
             skip_invalid=skip_invalid,
             # Each K/V-head count resolved as `kvcalc estimate --kv-heads N` would.
             make_variant=lambda g: dataclasses.replace(request, kv_heads=g).resolve())

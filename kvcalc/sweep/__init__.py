@@ -6,7 +6,7 @@ same values), computed on whole arrays a chunk at a time:
 
     grammar.py         the SPEC grammar (no numpy: `kvcalc measure` reads SPECs too)
     plan.py            the plan: SPECs checked, one Combo per (kv_heads, kv_dtype, tp)
-    compute.py         the rows, chunk by chunk (estimate.row_columns on arrays), in threads
+    compute.py         the rows, chunk by chunk (row_columns: the formulas on arrays), in threads
     csvtext.py         numpy columns to CSV text (exact ints, floats as ".12g")
     csv.py             the CSV stream;  parquet.py: the Parquet file (pyarrow)
     plot_selection.py  the rows `--plot` draws, kept while the rest streams past

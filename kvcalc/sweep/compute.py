@@ -1,10 +1,10 @@
 """The sweep's rows, computed a chunk at a time on numpy arrays.
 
 Each chunk is rows [start, stop) of one combination's seq_len x batch grid. Its
-varying columns come from `estimate.row_columns`, the function `estimate()` itself
-uses for its row, called on whole arrays: the formulas (kvcalc.formulas,
-kvcalc.layers) take Python ints or numpy arrays alike, so every layer kind a model
-has is swept with the same arithmetic as one estimate.
+varying columns come from `row_columns`, which calls the formulas `estimate()` calls
+(kvcalc.formulas, kvcalc.layers) on whole arrays: they take Python ints or numpy
+arrays alike, so every layer kind a model has is swept with the same arithmetic as
+one estimate.
 
 Integers are int64 while they provably fit (everything grows with seq_len and
 batch, so the largest row of a block bounds the block); rows that could pass
@@ -21,17 +21,21 @@ from __future__ import annotations
 import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import field
+from dataclasses import field, replace
 from typing import Callable, Iterator
 
 import numpy as np
 
+from kvcalc import _num
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.estimate import row_columns
-from kvcalc.spec import ModelSpec
+from kvcalc.formulas.cache import kv_cache
+from kvcalc.formulas.step import StoredWeights, decode_step
+from kvcalc.roofline import compute_dtype_for
+from kvcalc.spec import Hardware, ModelSpec
 from kvcalc.sweep.grammar import INT64_MAX
 from kvcalc.sweep.plan import FLOAT_COLUMNS, Combo, SweepPlan, plan_sweep
+from kvcalc.workload import Workload
 
 CHUNK_ROWS = 1 << 15  # rows computed and formatted together
 _SAFE_FLOAT = float(1 << 62)  # float64 magnitude test with margin for its rounding
@@ -40,16 +44,57 @@ _SAFE_FLOAT = float(1 << 62)  # float64 magnitude test with margin for its round
 _BOUNDING = ("kv_cache_bytes_full", "decode_flops", "decode_bytes")
 
 
+def row_columns(spec: ModelSpec, workload: Workload, *, hardware: Hardware | None = None,
+                free_for_kv_bytes: int | None = None, stored: StoredWeights | None = None) -> dict:
+    """The row columns that vary with seq_len and batch, for a workload whose seq_len and
+    batch are equal-shape numpy arrays (a chunk of rows; Python ints work too): the
+    figures Estimate.as_row() reads, computed by the same formulas on whole arrays.
+
+    With hardware: the decode step's time bound on one of `tp` devices (decode_roofline's
+    arithmetic), `roofline_bound` True where memory binds, and whether the batch's cache
+    fits in `free_for_kv_bytes` (the fit's free memory for this model, dtype and tp).
+    """
+    w = workload
+    seq_len, batch = w.seq_len, w.batch
+    compute_dtype = compute_dtype_for(w.weight_dtype)
+    cache = kv_cache(spec, seq_len, batch, w.kv_dtype, w.tp, w.kv_scale_bytes, w.encoder_seq_len)
+    d = decode_step(spec, seq_len, batch, w.weight_dtype, w.kv_dtype, compute_dtype, w.tp,
+                    w.kv_scale_bytes, w.encoder_seq_len, prefill=False, stored=stored)
+    out = {
+        "kv_cache_bytes": cache.bytes,
+        "kv_cache_bytes_full": cache.bytes_full,
+        "kv_cache_bytes_per_device": cache.bytes_per_device,
+        "decode_flops": d.flops,
+        "decode_bytes": d.bytes,
+        "arithmetic_intensity": d.flops / d.bytes,
+        "attention_arithmetic_intensity": d.attention_flops / d.attention_bytes,
+    }
+    if hardware is not None:
+        memory_s = d.per_device_bytes / hardware.memory_bandwidth_bytes_per_s
+        compute_s = d.per_device_flops / hardware.peak_flops(compute_dtype)
+        memory_bound = memory_s >= compute_s
+        time_s = _num.where(memory_bound, memory_s, compute_s)
+        kv = cache.bytes_per_device
+        out.update({
+            "roofline_s": time_s,
+            "roofline_bound": memory_bound,
+            "tokens_per_s": batch / time_s,
+            "fits": (kv >= 0) & (kv <= free_for_kv_bytes),
+        })
+    return out
+
+
+
 def _varying_columns(c: Combo, S, B, hardware: bool) -> dict:
     """The varying columns for arrays S (seq_len) and B (batch) of equal shape.
 
     Works on int64 arrays (fast), object arrays of Python ints (exact, any size)
-    and float64 arrays (magnitudes only, for the overflow test): estimate.row_columns
-    and the formulas under it take any of them.
+    and float64 arrays (magnitudes only, for the overflow test): row_columns and the
+    formulas under it take any of them.
     """
-    return row_columns(c.spec, S, B, c.kv_dtype, c.weight_dtype, c.tp,
-                       c.hardware if hardware else None, c.scale_bytes, c.encoder_seq_len,
-                       c.free_bytes, c.stored)
+    return row_columns(c.spec, replace(c.workload, seq_len=S, batch=B),
+                       hardware=c.hardware if hardware else None,
+                       free_for_kv_bytes=c.free_bytes, stored=c.stored)
 
 
 def _compute(c: Combo, S: np.ndarray, B: np.ndarray, hardware: bool) -> dict:

@@ -25,10 +25,12 @@ from kvcalc.dtypes import (
 )
 from kvcalc.errors import KvcalcError
 from kvcalc.estimate import stored_weights, weights_as
-from kvcalc.capacity.fit import fit as plain_fit
+from kvcalc.capacity.fit import free_for_kv_bytes
 from kvcalc.formulas.cache import kv_cache, kv_heads_per_device
 from kvcalc.formulas.params import param_counts
+from kvcalc.formulas.step import StoredWeights
 from kvcalc.spec import Hardware, ModelSpec
+from kvcalc.workload import Memory, Workload
 from kvcalc.sweep.grammar import Spec, parse_names, parse_spec
 
 ROW_LIMIT = 50_000_000  # rows above which a sweep needs force=True (--force)
@@ -50,20 +52,16 @@ FLOAT_COLUMNS = ("arithmetic_intensity", "attention_arithmetic_intensity", "roof
 
 @record
 class Combo:
-    """One (kv_heads, kv_dtype, tp) combination: the model variant and the settings its
-    rows share. Every figure that varies with seq_len and batch comes from
-    estimate.row_columns on whole arrays, the function estimate() itself uses."""
+    """One (kv_heads, kv_dtype, tp) combination: the model variant and the workload its
+    rows share (each row has its own seq_len and batch: the chunk's arrays, which
+    compute.row_columns takes)."""
 
     spec: ModelSpec
-    kv_dtype: DType
-    weight_dtype: DType
-    tp: int
+    workload: Workload  # seq_len 1, batch 1: placeholders for the rows' own
     constants: dict  # the row's columns that do not depend on seq_len or batch
     hardware: Hardware | None = None
-    scale_bytes: int = 0
-    encoder_seq_len: int | None = None
     free_bytes: int | None = None  # device memory after this combination's weights
-    stored: object = None  # kvcalc.formulas.step.StoredWeights: quantized weights as stored
+    stored: StoredWeights | None = None  # quantized weights as stored
 
     @property
     def kv_heads(self) -> int:
@@ -104,30 +102,27 @@ class SweepPlan:
         return self.rows_per_combo * len(self.combos)
 
 
-def _combo(spec: ModelSpec, kdt: DType, wdt: DType, tp: int, hw: Hardware | None,
-           scale_bytes: int, encoder_seq_len: int | None, memory_fraction,
-           reserve_bytes: int, quantization=None) -> Combo:
-    kv_heads_per_device(spec, tp)  # raises on a bad tp
-    stored = stored_weights(spec, quantization, tp)
+def _combo(spec: ModelSpec, workload: Workload, *, memory: Memory | None) -> Combo:
+    w = workload
+    kv_heads_per_device(spec, w.tp)  # raises on a bad tp
+    stored = stored_weights(spec, w.quantization, w.tp)
     params = param_counts(spec)
-    cache = kv_cache(spec, 1, 1, kdt, tp, scale_bytes, encoder_seq_len)
+    cache = kv_cache(spec, 1, 1, w.kv_dtype, w.tp, w.kv_scale_bytes, w.encoder_seq_len)
     constants = {
         "model": spec.name, "attention": spec.attention_kind, "layers": spec.layers,
         "heads": spec.heads, "kv_heads": spec.kv_heads, "head_dim": spec.head_dim,
-        "kv_dtype": kdt.name, "weight_dtype": wdt.name, "tp": tp,
+        "kv_dtype": w.kv_dtype.name, "weight_dtype": w.weight_dtype.name, "tp": w.tp,
         "kv_bytes_per_token": cache.bytes_per_token,
         "params_total": params.total, "params_attention": params.attention,
-        "weight_bytes": stored.total if stored else wdt.nbytes(params.total),
+        "weight_bytes": stored.total if stored else w.weight_dtype.nbytes(params.total),
     }
     free = None
-    if hw is not None:
-        free = plain_fit(spec, hw, 1, 1, wdt, kdt, tp, scale_bytes, memory_fraction,
-                         reserve_bytes, None, stored.per_device if stored else None
-                         ).free_for_kv_bytes
-        constants["gpu"] = hw.name
+    if memory is not None:
+        free = free_for_kv_bytes(spec, w, memory=memory, stored=stored)
+        constants["gpu"] = memory.hardware.name
         constants["free_for_kv_bytes_per_device"] = free
-    return Combo(spec=spec, kv_dtype=kdt, weight_dtype=wdt, tp=tp, constants=constants,
-                 hardware=hw, scale_bytes=scale_bytes, encoder_seq_len=encoder_seq_len,
+    return Combo(spec=spec, workload=w, constants=constants,
+                 hardware=memory.hardware if memory is not None else None,
                  free_bytes=free, stored=stored)
 
 
@@ -148,6 +143,7 @@ def plan_sweep(
     spec: ModelSpec,
     seq_len: str | int | Sequence[int] | Spec,
     batch: str | int | Sequence[int] | Spec = 1,
+    *,
     kv_heads: str | int | Sequence[int] | Spec | None = None,
     kv_dtype: str | Sequence[str] = "bf16",
     tp: str | int | Sequence[int] | Spec = 1,
@@ -203,6 +199,8 @@ def plan_sweep(
         raise KvcalcError(f"the sweep has {total:,} rows, over the {ROW_LIMIT:,}-row limit; "
                           "narrow a SPEC or pass --force")
 
+    memory = None if hardware is None else Memory(hardware=hardware, fraction=memory_fraction,
+                                                  reserve_bytes=reserve_bytes)
     combos: list[Combo] = []
     skipped: list[str] = []
     for g in heads:
@@ -223,9 +221,10 @@ def plan_sweep(
                 skipped.append(f"kv_heads={g}, tp={t}: {e}")
                 continue
             for kname in kdts:
-                combos.append(_combo(spec_g, _dtype(kname), wdt, t, hardware, scale_bytes,
-                                     encoder_seq_len, memory_fraction, reserve_bytes,
-                                     quantization))
+                w = Workload(seq_len=1, batch=1, kv_dtype=_dtype(kname), weight_dtype=wdt, tp=t,
+                             kv_scale_bytes=scale_bytes, encoder_seq_len=encoder_seq_len,
+                             quantization=quantization)
+                combos.append(_combo(spec_g, w, memory=memory))
     if not combos:
         raise KvcalcError("no valid combination left to sweep: " + "; ".join(skipped))
     # The settings estimate() refuses that building the combinations does not check

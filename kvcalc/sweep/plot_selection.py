@@ -37,7 +37,7 @@ class PlotSelection:
     def __init__(self, plan: SweepPlan):
         self.plan = plan
         first = plan.combos[0]
-        self.kv_dtype, self.tp = first.kv_dtype.name, first.tp
+        self.kv_dtype, self.tp = first.workload.kv_dtype.name, first.workload.tp
         self.x = "seq_len" if plan.seq_len.count > 1 or plan.batch.count == 1 else "batch"
         if self.x == "seq_len":
             self.lines = [plan.batch.max]
@@ -48,7 +48,7 @@ class PlotSelection:
 
     def add(self, chunk: Chunk) -> None:
         c = chunk.combo
-        if c.kv_dtype.name != self.kv_dtype or c.tp != self.tp:
+        if c.workload.kv_dtype.name != self.kv_dtype or c.workload.tp != self.tp:
             return
         self._combos[c.kv_heads] = c
         y = chunk.values["kv_cache_bytes_per_device"]
