@@ -106,8 +106,8 @@ class Capacity:
         return self.deciding.as_dict()
 
 
-def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings,
-                     scale_bytes: int = 0) -> Capacity:
+def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
+                     kv_scale_bytes: int = 0) -> Capacity:
     """vLLM's start-up arithmetic for `spec` on devices like `hw` with settings `s`.
 
     Pure: no I/O. Raises KvcalcError for settings the engine would reject before
@@ -122,7 +122,7 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings,
             f"context give garbage or NaN)")
     kv_dt = s.model_dtype if s.kv_dtype == "auto" else s.kv_dtype
     state_dt = s.model_dtype if s.mamba_ssm_dtype == "auto" else s.mamba_ssm_dtype
-    groups = cache_groups(spec, kv_dt, s.tp, scale_bytes, state_dtype=state_dt)
+    groups = cache_groups(spec, kv_dt, s.tp, kv_scale_bytes, state_dtype=state_dt)
     block = align_block_size(groups, s.block_size)
     groups = pad_state_pages(groups, block)
     tokens, seqs = default_batch_limits(hw, s)

@@ -306,7 +306,8 @@ def _engine_capacity(est, *, max_model_len, utilization, pp, block_size, batched
         weight_dtype=weight_dtype, group_size=group_size, enforce_eager=enforce_eager,
         vllm_version=version, engine=engine,
         allow_long_max_model_len=_vllm_allows_long_max_model_len())
-    cap = serving_capacity(spec, est.hardware, settings, est.scale_bytes)
+    cap = serving_capacity(spec, est.hardware, settings,
+                           kv_scale_bytes=est.workload.kv_scale_bytes)
     if not cap.fits:
         raise KvcalcError(cap.refusal or f"one request of {length:,} tokens does not fit")
     return cap
