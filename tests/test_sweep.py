@@ -224,6 +224,23 @@ def test_columns_are_estimates():
     assert list(plan_sweep(ADHOC, 1024, 2).columns) == list(estimate(ADHOC, 1024, 2).as_row())
 
 
+def test_a_row_reads_the_estimates_figures(monkeypatch):
+    """as_row() computes nothing: with the formulas unplugged it gives the same row (the
+    cache, decode step, roofline and fit were computed once, by estimate)."""
+    import sys
+
+    est = estimate(ADHOC, 1024, 2, hardware=GPU)
+    want = est.as_row()
+
+    def unplugged(*args, **kwargs):
+        raise AssertionError("as_row() computed a figure again")
+
+    module = sys.modules["kvcalc.estimate"]
+    for name in ("kv_cache", "decode_step", "param_counts", "plain_fit", "latency"):
+        monkeypatch.setattr(module, name, unplugged)
+    assert est.as_row() == want and est.as_dict()["kv_cache_bytes"] == want["kv_cache_bytes"]
+
+
 def test_mla_has_no_kv_heads_to_sweep():
     with pytest.raises(KvcalcError, match="MLA.*no K/V heads to sweep"):
         plan_sweep(DEEPSEEK_V2, 1024, 1, kv_heads="1,8")
