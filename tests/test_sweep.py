@@ -186,8 +186,8 @@ def test_rows_equal_estimate_on_random_samples(case):
             got = chunk.row(i)
             c = chunk.combo
             est = estimate(c.spec, got["seq_len"], got["batch"], c.workload.kv_dtype,
-                           plan.weight_dtype, c.workload.tp, hardware, plan.scale_bytes, plan.encoder_seq_len,
-                           plan.memory_fraction, plan.reserve_bytes)
+                           plan.weight_dtype, c.workload.tp, hardware, plan.scale_bytes,
+                           plan.encoder_seq_len, plan.memory_fraction, plan.reserve_bytes)
             want = est.as_row()
             assert not same_row(got, want), (case, got["seq_len"], got["batch"],
                                              same_row(got, want))
