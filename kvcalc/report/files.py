@@ -9,7 +9,6 @@ file they name, and anything else (devices, /proc, /dev/stdout, loops) is refuse
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import IO
 
@@ -33,6 +32,8 @@ class AtomicOutput:
         check_writable(self.path, force)
         self.target = write_target(self.path)
         folder = self.target.parent if str(self.target.parent) else Path(".")
+        import tempfile  # only when a file is written, not for output to stdout
+
         try:
             fd, self.tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.target.name}.",
                                             suffix=".tmp")

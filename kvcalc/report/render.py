@@ -210,13 +210,13 @@ def deliver(fmt: str, items: list, *, data=None, rows: list | None = None, outpu
     """One result in the format `fmt` names (table, md, json, csv), to stdout or, written
     atomically, to `output`: `items` (paragraphs and Tabs) for table and md, `data` for
     json, `rows` (dicts) for csv. A table file is plain text `width` columns wide."""
+    if fmt == "table" and (output is None or str(output) == "-"):
+        show(items)  # the common case: no file machinery imported
+        return
     from kvcalc.report.csv_json import rows_to_csv, to_json
     from kvcalc.report.files import emit
 
-    to_stdout = output is None or str(output) == "-"
-    if fmt == "table" and to_stdout:
-        show(items)
-    elif fmt == "table":
+    if fmt == "table":
         emit(to_text(items, width=width), output, force)
     elif fmt == "md":
         emit(to_markdown(items), output, force)
