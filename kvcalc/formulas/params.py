@@ -10,6 +10,7 @@ Sources, cited per function:
 from __future__ import annotations
 
 from kvcalc._record import record
+from kvcalc.dtypes import MAX_TP, check_size
 from kvcalc.spec import ModelSpec
 
 
@@ -126,6 +127,7 @@ def weight_params_per_device(spec: ModelSpec, params: int, tp: int,
     holds a whole head's k and v weights, replicated like the cache (vLLM's
     QKVParallelLinear). Norms and biases are small and counted as split.
     """
+    check_size("tp", tp, MAX_TP)  # the fit asks this before any cache formula does
     d = spec.d_model
     kv_all = kv_dev = 0
     for layer, n in spec.groups():
