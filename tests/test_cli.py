@@ -380,7 +380,9 @@ def test_overriding_a_preset_renames_it_and_says_so_in_the_source():
 
 
 def test_kv_heads_flag_changes_every_layer_of_a_model_described_layer_by_layer():
-    config = str(ROOT / "presets" / "hf" / "openai__gpt-oss-20b.json")
+    from kvcalc.presets import presets_dir
+
+    config = str(presets_dir() / "hf" / "openai__gpt-oss-20b.json")  # the installed presets
     r = run("estimate", "--config", config, "--kv-heads", "1", "--seq-len", "4096",
             "--format", "json")
     assert r.exit_code == 0, r.stderr
