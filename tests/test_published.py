@@ -163,3 +163,10 @@ def test_validate_accepts_the_good_document_and_a_test_config():
     assert [r.id for r in validate({"good.yaml": GOOD})] == ["one"]
     with_config = _broken(lambda d, r: r.update(model="tests/data/golden/config-Qwen__Qwen3-8B.json"))
     assert validate({"good.yaml": with_config})[0].model.endswith("Qwen3-8B.json")
+
+
+def test_readme_totals_match():
+    readme = (PUBLISHED_DIR / "README.md").read_text(encoding="utf-8")
+    files = {row.file for row in ROWS}
+    engines = {row.engine for row in ROWS}
+    assert f"{len(ROWS)} rows from {len(files)} sources, {len(engines)} engines" in readme
