@@ -31,7 +31,7 @@ from kvcalc.roofline import compute_dtype_for
 from kvcalc.dtypes import MAX_BATCH, check_size, dtype as _dtype
 from kvcalc.formulas.cache import KVCache, kv_cache
 from kvcalc.formulas.params import ParamCounts, param_counts, weight_params_per_device
-from kvcalc.formulas.step import DecodeCost, StoredWeights, decode_step
+from kvcalc.formulas.step import DecodeCost, StoredWeights, decode_step, token_matmuls
 from kvcalc.spec import Hardware, ModelSpec
 from kvcalc.workload import Workload
 
@@ -72,16 +72,27 @@ class Latency:
     decode_bytes: int
     decode_compute_s: float
     decode_memory_s: float
+    # Calibrated hardware only (0 / "" otherwise): the engine's fixed costs per step and
+    # whether they overlap the data movement (a GPU) or add to it (a CPU).
+    decode_overhead_s: float = 0.0
+    prefill_overhead_s: float = 0.0
+    overhead_overlaps: bool = True
+    calibration: str = ""  # what the terms were measured on, e.g. "torch-eager on NVIDIA H200"
+
+    def _with_overhead(self, data_s: float, overhead_s: float) -> float:
+        return max(data_s, overhead_s) if self.overhead_overlaps else data_s + overhead_s
 
     @property
     def ttft_s(self) -> float:
         """Time to first token: the batch's prompts prefilled together."""
-        return max(self.prefill_compute_s, self.prefill_memory_s)
+        return self._with_overhead(max(self.prefill_compute_s, self.prefill_memory_s),
+                                   self.prefill_overhead_s)
 
     @property
     def tpot_s(self) -> float:
         """Time per output token: one decode step at seq_len."""
-        return max(self.decode_compute_s, self.decode_memory_s)
+        return self._with_overhead(max(self.decode_compute_s, self.decode_memory_s),
+                                   self.decode_overhead_s)
 
     @property
     def prefill_bound(self) -> str:
@@ -105,6 +116,11 @@ class Latency:
             "prefill_bytes_per_device": self.prefill_bytes,
             "tpot_s": self.tpot_s, "decode_bound": self.decode_bound,
             "tokens_per_s": self.tokens_per_s,
+            **({"calibration": self.calibration, "decode_overhead_s": self.decode_overhead_s,
+                "prefill_overhead_s": self.prefill_overhead_s,
+                "overhead_overlaps": self.overhead_overlaps,
+                "decode_memory_s": self.decode_memory_s,
+                "decode_compute_s": self.decode_compute_s} if self.calibration else {}),
         }
 
 
@@ -149,6 +165,8 @@ def latency(spec: ModelSpec, workload: Workload, *, hardware: Hardware, mfu=DEFA
         step = prompt if same else decode_step(
             spec, seq_len, batch, wdt, kdt, adt, tp, w.kv_scale_bytes, w.encoder_seq_len,
             prefill=False, stored=stored)
+    if hardware.calibration is not None:
+        return _calibrated(hardware, spec, w, prefill_flops, prefill_bytes, step)
     return Latency(
         prompt_len=prompt_len, seq_len=seq_len, batch=batch, tp=tp,
         mfu=float(mfu_f), bandwidth_efficiency=float(bw_f),
@@ -158,6 +176,46 @@ def latency(spec: ModelSpec, workload: Workload, *, hardware: Hardware, mfu=DEFA
         decode_flops=step.per_device_flops, decode_bytes=step.per_device_bytes,
         decode_compute_s=float(Fraction(step.per_device_flops) / flops_per_s),
         decode_memory_s=float(Fraction(step.per_device_bytes) / bytes_per_s),
+    )
+
+
+def _calibrated(hardware: Hardware, spec: ModelSpec, w: Workload, prefill_flops: int,
+                prefill_bytes: int, step: DecodeCost) -> Latency:
+    """Latency from a device's own measured terms (Hardware.calibration), no efficiencies:
+
+        decode  = weights / F.linear's streaming rate at `batch` rows and each
+                  matmul's input width
+                  + K/V / SDPA's K/V streaming rate + activations / the read rate,
+                  floored by FLOPs / the prompt-sized matmul rate;
+        prefill = FLOPs / the prompt-sized matmul rate, floored by bytes / read rate;
+        each with the engine's fixed cost (step + layers x per-layer), which overlaps
+        the data movement on a GPU and adds to it on a CPU.
+    Under TP the per-device bytes are split in the proportions of the whole step."""
+    cal = hardware.calibration
+    b = step.bytes_breakdown
+    kv, acts = b["kv_read"] + b["kv_write"], b["activations"]
+    total = max(1, step.bytes)
+    share = Fraction(step.per_device_bytes, total)  # 1 without TP
+    weights_dev, kv_dev, acts_dev = (float(x * share) for x in (b["weights"], kv, acts))
+    # Each matmul's weights at the rate of its own width, weighted by its elements.
+    mm = [*token_matmuls(spec), (spec.d_model, spec.vocab, 1)]  # the lm_head too
+    elements = sum(i * o * c for i, o, c in mm)
+    weight_s_per_byte = sum(i * o * c / cal.linear_rate(w.batch, i) for i, o, c in mm) / elements
+    memory_s = (weights_dev * weight_s_per_byte
+                + kv_dev / cal.attention_kv_bytes_per_s + acts_dev / cal.read_bytes_per_s)
+    overhead_s = cal.step_overhead_s + spec.layers * cal.layer_overhead_s
+    return Latency(
+        prompt_len=w.prompt_tokens, seq_len=w.seq_len, batch=w.batch, tp=w.tp,
+        mfu=1.0, bandwidth_efficiency=1.0,
+        prefill_flops=prefill_flops, prefill_bytes=prefill_bytes,
+        prefill_compute_s=prefill_flops / cal.prefill_flops_per_s,
+        prefill_memory_s=prefill_bytes / cal.read_bytes_per_s,
+        decode_flops=step.per_device_flops, decode_bytes=step.per_device_bytes,
+        decode_compute_s=step.per_device_flops / cal.prefill_flops_per_s,
+        decode_memory_s=memory_s,
+        decode_overhead_s=overhead_s, prefill_overhead_s=overhead_s,
+        overhead_overlaps=cal.overlapped,
+        calibration=f"{cal.engine} on {hardware.name} ({cal.dtype}, {cal.measured_at})",
     )
 
 

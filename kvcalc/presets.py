@@ -30,7 +30,7 @@ from kvcalc.errors import KvcalcError, quoted
 from kvcalc.inputfile import read_text
 from kvcalc.dtypes import MAX_WIDTH, check_size, dtype
 from kvcalc.layers import Latent, MoE
-from kvcalc.spec import Hardware, ModelSpec
+from kvcalc.spec import Calibration, Hardware, ModelSpec
 
 __all__ = [
     "hardware_from_mapping",
@@ -85,7 +85,7 @@ _UNIFORM_KEYS_AFTER = {"max_context": ("sliding_window", "global_every"),
 # Dataclass fields that are not YAML keys: `extra` is for values a loader
 # (such as the HF config.json reader) wants to carry along, not for presets.
 _NOT_YAML_KEYS = {ModelSpec: {"extra", "runs", "recipe"}, Hardware: set(), _MLAKeys: set(),
-                  _MoEKeys: set()}
+                  _MoEKeys: set(), Calibration: set()}
 # A preset whose layers differ gives its architecture as the published config.json:
 # `hf_config:` names a file under presets/hf/ or holds the config's fields inline.
 # Beside it, only these keys describe the preset itself.
@@ -471,6 +471,8 @@ def _checked_value(value: Any, hint: Any, key: str, where: str) -> Any:
             return None
         (hint,) = [a for a in args if a is not type(None)]
         origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Calibration:  # its own checks name the key; the file goes in front
+        return _construct(hint, _checked_mapping(value, hint, where, prefix=f"{key}."), where)
     if dataclasses.is_dataclass(hint):
         return hint(**_checked_mapping(value, hint, where, prefix=f"{key}."))
     if origin is dict:

@@ -384,6 +384,91 @@ def _positive(obj: object, name: str, upper: int) -> None:
     check_size(name, getattr(obj, name), upper)
 
 
+ENGINES_MEASURED = ("torch-eager",)  # what `kvcalc measure --calibrate` times its terms as
+
+
+@record
+class Calibration:
+    """A device's own decode terms, measured by `kvcalc measure --calibrate` on it.
+
+    Rates are decimal bytes (or FLOPs) per second, each the median of timed calls at
+    the sizes named; seconds are one call's fixed cost. `engine` is what ran the calls
+    (torch eager ops, one kernel each): a calibration says how fast that engine is on
+    this device, and is never mixed with another engine's figures.
+    """
+
+    engine: str
+    device_type: str  # cuda | cpu: on a GPU the host's launches overlap the device's work
+    dtype: str  # the dtype every term was measured in
+    measured_at: str
+    measured_with: str  # device, torch and kvcalc versions, the command
+    read_bytes_per_s: int  # a streamed read far above the L2/LLC (the plateau)
+    read_bytes_per_s_by_size: dict[int, int]  # the same at each buffer size (bytes)
+    # Weights F.linear streams, by its input width (in_features), then input rows: a GEMV's
+    # short rows cost more per byte (on a 2-core EPYC, 10 GB/s at 768 wide, 15 at 2048).
+    linear_bytes_per_s: dict[int, dict[int, int]]
+    attention_kv_bytes_per_s: int  # K/V SDPA streams in decode (one query row per K/V head)
+    prefill_flops_per_s: int  # a prompt-sized matmul (4096 rows)
+    layer_overhead_s: float  # one decode layer's fixed cost (its kernels on tiny tensors)
+    step_overhead_s: float  # one decode step's fixed cost outside the layers
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES_MEASURED:
+            raise KvcalcError(f"calibration.engine must be one of {', '.join(ENGINES_MEASURED)}, "
+                              f"got {self.engine!r}")
+        if self.device_type not in ("cuda", "cpu"):
+            raise KvcalcError(f"calibration.device_type must be cuda or cpu, got {self.device_type!r}")
+        dtype(self.dtype)  # validates the name
+        rates = {"read_bytes_per_s": self.read_bytes_per_s,
+                 "attention_kv_bytes_per_s": self.attention_kv_bytes_per_s,
+                 "prefill_flops_per_s": self.prefill_flops_per_s}
+        tables = {"read_bytes_per_s_by_size": self.read_bytes_per_s_by_size,
+                  "linear_bytes_per_s": self.linear_bytes_per_s}
+        for width, by_rows in self.linear_bytes_per_s.items():
+            tables[f"linear_bytes_per_s.{width}"] = by_rows if isinstance(by_rows, dict) else {}
+        for table, values in tables.items():
+            if not values:
+                raise KvcalcError(f"calibration.{table} needs at least one entry")
+            for k, v in values.items():
+                if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+                    raise KvcalcError(f"calibration.{table}: keys must be positive integers")
+                if table != "linear_bytes_per_s":  # its values are the tables below it
+                    rates[f"{table}.{k}"] = v
+        for name, v in rates.items():
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise KvcalcError(f"calibration.{name} must be a positive integer")
+        for name in ("layer_overhead_s", "step_overhead_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+                raise KvcalcError(f"calibration.{name} must be seconds in [0, 1)")
+
+    @property
+    def overlapped(self) -> bool:
+        """A GPU runs kernels while the host launches the next: fixed costs and data
+        movement overlap (the larger wins). A CPU does both on the same cores (they add)."""
+        return self.device_type == "cuda"
+
+    def linear_rate(self, rows: int, in_features: int) -> float:
+        """Bytes/s F.linear streams a weight of `in_features` columns at `rows` input
+        rows: interpolated in log(rows), then in log(in_features), between the measured
+        points; outside them, the nearest (at large batches the compute term takes over)."""
+        by_width = {w: _log_interpolate(sorted(t.items()), rows)
+                    for w, t in self.linear_bytes_per_s.items()}
+        return _log_interpolate(sorted(by_width.items()), in_features)
+
+
+def _log_interpolate(points: list, x: float) -> float:
+    """y at x from sorted (x, y) points, linear in log(x); clamped at both ends."""
+    import math
+
+    if x <= points[0][0]:
+        return float(points[0][1])
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            return float(y0 + math.log(x / x0) / math.log(x1 / x0) * (y1 - y0))
+    return float(points[-1][1])
+
+
 @record
 class Hardware:
     """One accelerator (or CPU socket) from its datasheet.
@@ -418,6 +503,9 @@ class Hardware:
     # Dense FP4 (NVFP4/MXFP4) tensor peak, FLOP/s; 0 where the chip has no FP4 unit.
     # Kept apart from flops_per_s because kvcalc has no fp4 storage dtype.
     fp4_flops_per_s: int = 0
+    # Measured decode terms of this very device (`kvcalc measure --calibrate`); when
+    # present, latency uses them instead of datasheet peaks times efficiencies.
+    calibration: Calibration | None = None
 
     def __post_init__(self) -> None:
         for name in ("memory_bytes", "memory_bandwidth_bytes_per_s"):

@@ -16,7 +16,9 @@ from kvcalc.measure import MeasureConfig, run  # noqa: E402
 from kvcalc.measure import tp as tp_mod  # noqa: E402
 from kvcalc.spec import ModelSpec  # noqa: E402
 
-TINY = dict(heads=8, head_dim=16, seq_len=64, batch=2, iters=3, warmup=1, l2="none")
+# gloo ranks on the CPU, also where a GPU is present (this file's tests are the CPU path).
+TINY = dict(heads=8, head_dim=16, seq_len=64, batch=2, iters=3, warmup=1, l2="none",
+            device="cpu")
 
 
 @pytest.fixture(autouse=True)
@@ -126,7 +128,7 @@ def test_one_gpu_says_tp_needs_as_many(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     with pytest.raises(KvcalcError, match=r"--tp 2 needs 2 GPUs \(one per rank\); this machine has 1"):
-        run(MeasureConfig(kv_heads=8, tp=(2,), device="cuda", **TINY))
+        run(MeasureConfig(**{**TINY, "kv_heads": 8, "tp": (2,), "device": "cuda"}))
 
 
 @pytest.mark.slow  # gloo ranks in processes of their own
@@ -140,7 +142,7 @@ def test_torchrun_ranks_report_once():
     out = subprocess.run(
         ["torchrun", "--nproc-per-node", "2", "-m", "kvcalc", "measure", "--heads", "8",
          "--kv-heads", "2", "--head-dim", "16", "--seq-len", "64", "--batch", "2", "--tp", "2",
-         "--iters", "3", "--warmup", "1", "--l2", "none", "--format", "csv"],
+         "--iters", "3", "--warmup", "1", "--l2", "none", "--device", "cpu", "--format", "csv"],
         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()

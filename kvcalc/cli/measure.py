@@ -53,7 +53,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             "and, on CUDA when flash accepts the inputs, sdpa-flash; keep the fastest correct).")] = "auto",
         step: Annotated[str, typer.Option(
             "--step", help="attention (the attention call), layer (x -> qkv -> cache write -> "
-            "attention -> output projection) or both (default: attention).")] = "attention",
+            "attention -> output projection), both, or model (a whole decode step of --preset, "
+            "beside `estimate`'s time per output token on --gpu) (default: attention).")] = "attention",
         warmup: Annotated[Optional[int], typer.Option(
             "--warmup", help="Untimed calls before timing (count) (default: 10 GPU, 3 CPU).")] = None,
         iters: Annotated[Optional[int], typer.Option(
@@ -84,6 +85,13 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             "ranks (gloo on a CPU, NCCL with one GPU per rank), each holding its query heads and "
             "their K/V heads; the output's all-reduce is real and timed (default: off, one "
             "process).")] = None,
+        calibrate: Annotated[bool, typer.Option(
+            "--calibrate", help="Measure this device's decode terms (read and F.linear "
+            "streaming, SDPA's K/V streaming, matmul FLOP/s, fixed costs per step and layer) "
+            "and write them as a hardware file for `--gpu FILE` (default: off).")] = False,
+        gpu: Annotated[Optional[str], typer.Option(
+            "--gpu", help="With --step model: the hardware preset or file (e.g. one --calibrate "
+            "wrote) to predict on (default: calibrate this device first).")] = None,
         fmt: FormatOpt = None,
         output: OutputOpt = None,
         force: ForceOpt = False,
@@ -95,8 +103,30 @@ def register(app: typer.Typer, only: str | None = None) -> None:
 
         Examples: `kvcalc measure --heads 32 --kv-heads 8`; `kvcalc measure --preset
         llama3-8b --compare --format csv -o reports/llama3-8b-cpu.csv`; `kvcalc measure
-        --heads 32 --kv-heads 8 --impl all --step both`.
+        --heads 32 --kv-heads 8 --impl all --step both`; `kvcalc measure --calibrate -o
+        mygpu.yaml`, then `kvcalc estimate --preset llama3-8b --gpu mygpu.yaml`; `kvcalc
+        measure --step model --preset llama3.2-1b --gpu mygpu.yaml`.
         """
+        if calibrate or step == "model":
+            from kvcalc.cli import measure_model
+
+            if calibrate and step == "model":
+                raise KvcalcError("--calibrate and --step model are separate runs: calibrate "
+                                  "first (-o FILE), then --step model --gpu FILE")
+            if sweep or tp is not None or compare or plot is not None:
+                raise KvcalcError("--sweep, --tp, --compare and --plot time the attention and "
+                                  "layer steps; drop them with --calibrate or --step model")
+            if calibrate:
+                measure_model.calibrate_command(device, dtype, output, force)
+                return
+            measure_model.model_command(
+                preset, device, dtype, _sizes(seq_len, "--seq-len", False)[0] if seq_len else None,
+                _sizes(batch, "--batch", False)[0] if batch else None, gpu, warmup, iters,
+                cuda_graphs, output_format(fmt, output), output, force)
+            return
+        if gpu is not None:
+            raise KvcalcError("--gpu goes with --step model (the attention and layer steps "
+                              "predict from ceilings measured in the same run)")
         if output is not None and plot is not None and output.resolve() == plot.resolve():
             raise KvcalcError("--output and --plot name the same file")
         fmt = output_format(fmt, output)

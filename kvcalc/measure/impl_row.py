@@ -18,7 +18,7 @@ from kvcalc.measure import impls
 from kvcalc.measure import terms as terms_mod
 from kvcalc.measure.config import DEFAULTS, MeasureConfig
 from kvcalc.measure.guard import Group
-from kvcalc.measure.predict import StepPrediction, time_terms
+from kvcalc.measure.predict import StepPrediction, overlap_flops_per_s, time_terms
 from kvcalc.measure.timing import Timing, summarise, time_calls
 from kvcalc.report.units import human_bytes, human_seconds
 from kvcalc.roofline import Roofline, roofline
@@ -112,7 +112,8 @@ def measure_impl(name: str, b: GroupBench) -> dict:
         row["note"] = "; ".join([f"timing failed: {impls._short(str(e))}"] + notes)
         return row
     if rounds > 1:
-        row.update(_prediction(pred, read_bw, terms_mod.median_streams(round_shapes), group.step, g))
+        row.update(_prediction(pred, read_bw, terms_mod.median_streams(round_shapes), group.step, g,
+                               overlap_flops_per_s(device.type, mm_flops, g)))
         notes.append(f"{rounds} rounds of streamed ceilings then {per_round} repetitions; "
                      "K/V and weight read rates are the rounds' medians")
     row["rounds"] = rounds
@@ -188,7 +189,8 @@ def _blank_row(name: str, b: GroupBench, read_bw: float, mm_flops: float, rl: Ro
         "p10_s": None,
         "p90_s": None,
         "iters": 0,
-        **_prediction(pred, read_bw, shape, group.step, blk.heads // blk.kv_heads),
+        **_prediction(pred, read_bw, shape, group.step, blk.heads // blk.kv_heads,
+                      overlap_flops_per_s(b.device.type, mm_flops, blk.heads // blk.kv_heads)),
         "attention_flops_per_s_at_shape": shape.attention_flops_per_s,
         "projection_flops_per_s_at_shape": shape.projection_flops_per_s,
         "roofline_s": rl.time_s,
@@ -299,12 +301,14 @@ def _launch_notes(t: Timing, name: str, step: str, device, cuda_graphs: bool) ->
     return notes
 
 
-def _prediction(pred: StepPrediction, read_bw: float, shape, step: str, group: int) -> dict:
-    """A row's predicted time, split into its terms, from the ceilings in `shape`."""
+def _prediction(pred: StepPrediction, read_bw: float, shape, step: str, group: int,
+                overlap: float | None) -> dict:
+    """A row's predicted time, split into its terms, from the ceilings in `shape`
+    (`overlap`: the GPU's attention compute rate, predict.overlap_flops_per_s)."""
     tt = time_terms(pred, read_bw, shape.attention_flops_per_s, shape.projection_flops_per_s,
                     shape.overhead_s, kv_read_bytes_per_s=shape.kv_read_bytes_per_s,
                     weight_read_bytes_per_s=shape.weight_read_bytes_per_s,
-                    group=group)
+                    group=group, overlap_flops_per_s=overlap)
     return {
         "predicted_s": tt.total_s,
         "predicted_kv_s": tt.kv_s,

@@ -140,7 +140,8 @@ class TimeTerms:
 
     A call runs in phases one after another, then pays a fixed per-call overhead:
 
-        attention   = kv_s + activations_s + extra_compute_s
+        attention   = kv_s + activations_s + extra_compute_s       (CPU: one after another)
+                    = max(kv_s + activations_s, extra_compute_s)  (CUDA: overlapped)
         projections = weights_s, or max(weights_s, projection_compute_s) when weights_s
                       is a plain read ceiling                     (layer step only)
         total       = attention + projections + overhead_s + allreduce_s
@@ -151,6 +152,12 @@ class TimeTerms:
     FLOP/s the attention reaches at this shape with K/V in cache. weights_s is the
     weight bytes at the bandwidth F.linear streams them at this batch (its arithmetic
     included).
+
+    On a GPU a decode attention kernel multiplies each K/V tile while the next streams
+    in, so the phase costs the larger of the two (`overlapped`), and the compute side is
+    all attention FLOPs at the tensor-core matmul rate scaled by the share of a 16-row
+    MMA tile the g query rows fill (measured on an H200, 2026-11-26: the additive form
+    predicted GQA-8 and MQA 2.5x slower than they ran; reports/gpu-nvidia-h200-*).
     """
 
     kv_s: float  # K/V bytes read (+ one token written) / K/V streaming bandwidth
@@ -162,9 +169,12 @@ class TimeTerms:
     allreduce_s: float = 0.0  # tensor parallelism: the all-reduce's modelled time
     extra_compute_s: float = 0.0  # attention FLOPs beyond what kv_s's streaming performed
     weights_streamed: bool = False  # weights_s is F.linear streaming them (compute included)
+    overlapped: bool = False  # the attention's compute hides under its K/V stream (GPU)
 
     @property
     def attention_s(self) -> float:
+        if self.overlapped:
+            return max(self.kv_s + self.activations_s, self.extra_compute_s)
         return self.kv_s + self.activations_s + self.extra_compute_s
 
     @property
@@ -207,7 +217,8 @@ class TimeTerms:
 def time_terms(pred: StepPrediction, read_bytes_per_s: float, attention_flops_per_s: float,
                projection_flops_per_s: float | None = None, overhead_s: float = 0.0,
                allreduce_s: float = 0.0, kv_read_bytes_per_s: float | None = None,
-               weight_read_bytes_per_s: float | None = None, group: int | None = None) -> TimeTerms:
+               weight_read_bytes_per_s: float | None = None, group: int | None = None,
+               overlap_flops_per_s: float | None = None) -> TimeTerms:
     """Split `pred`'s bytes and FLOPs into the terms of TimeTerms.
 
     `read_bytes_per_s`: the read-only ceiling, for activations, and for K/V and weights
@@ -216,6 +227,8 @@ def time_terms(pred: StepPrediction, read_bytes_per_s: float, attention_flops_pe
     attention FLOPs; the rest are added at `attention_flops_per_s`. Without it (a plain
     read ceiling, no arithmetic inside) every attention FLOP is added.
     `weight_read_bytes_per_s`: F.linear streaming weights at this batch.
+    `overlap_flops_per_s` (a GPU): the attention's compute overlaps its K/V stream, all
+    its FLOPs at this rate (see overlap_flops_per_s()).
     """
     if read_bytes_per_s <= 0 or attention_flops_per_s <= 0:
         raise KvcalcError("ceilings must be positive")
@@ -228,6 +241,10 @@ def time_terms(pred: StepPrediction, read_bytes_per_s: float, attention_flops_pe
     if proj_flops and not (projection_flops_per_s and projection_flops_per_s > 0):
         raise KvcalcError("the layer step needs the projections' FLOP/s")
     included = attn_flops / group if (kv_read_bytes_per_s and group) else 0
+    if overlap_flops_per_s:
+        extra_compute_s = attn_flops / overlap_flops_per_s
+    else:
+        extra_compute_s = (attn_flops - included) / attention_flops_per_s
     return TimeTerms(
         kv_s=kv / (kv_read_bytes_per_s or read_bytes_per_s),
         weights_s=weights / (weight_read_bytes_per_s or read_bytes_per_s),
@@ -236,6 +253,19 @@ def time_terms(pred: StepPrediction, read_bytes_per_s: float, attention_flops_pe
         projection_compute_s=proj_flops / projection_flops_per_s if proj_flops else 0.0,
         overhead_s=overhead_s,
         allreduce_s=allreduce_s,
-        extra_compute_s=(attn_flops - included) / attention_flops_per_s,
+        extra_compute_s=extra_compute_s,
         weights_streamed=bool(weight_read_bytes_per_s and weights),
+        overlapped=bool(overlap_flops_per_s),
     )
+
+
+MMA_TILE_ROWS = 16  # rows of one tensor-core MMA tile (mma.m16n8k16, Ampere and Hopper)
+
+
+def overlap_flops_per_s(device_type: str, matmul_flops_per_s: float, group: int) -> float | None:
+    """The attention's compute rate on a GPU: the measured matmul ceiling, times the share
+    of a 16-row MMA tile that a K/V head's `group` query rows fill (decode kernels pad
+    the rest). None on a CPU, where the phases add (TimeTerms)."""
+    if device_type != "cuda":
+        return None
+    return matmul_flops_per_s * min(1.0, group / MMA_TILE_ROWS)

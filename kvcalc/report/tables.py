@@ -97,7 +97,13 @@ def summary_table(est) -> Tab:
     title = (f"{s.name} ({s.mixing}, {s.layers} layers), KV {est.kv_dtype.name}"
              + (f", tp {est.tp}" if est.tp > 1 else ""))
     caption = "`--detail` for every breakdown, `--format json` for all of it"
-    if est.latency is not None:
+    if est.latency is not None and est.latency.calibration:
+        lat = est.latency
+        how = "overlapping" if lat.overhead_overlaps else "plus"
+        caption = (f"time per token: datasheet roofline; first/per output token from terms "
+                   f"measured by --calibrate ({lat.calibration}): data movement {how} "
+                   f"{human_seconds(lat.decode_overhead_s)} of fixed costs per step. " + caption)
+    elif est.latency is not None:
         caption = (f"time per token: datasheet roofline; first/per output token at "
                    f"{est.latency.mfu:.0%} MFU and {est.latency.bandwidth_efficiency:.0%} of "
                    f"bandwidth (--mfu, --bandwidth-efficiency). " + caption)

@@ -1,0 +1,186 @@
+"""`kvcalc measure --calibrate` and `kvcalc measure --step model`: the loop from
+measurement to prediction.
+
+--calibrate measures this device's decode terms and writes them as a hardware file;
+--step model times whole decode steps of a preset and sets each beside what
+`kvcalc estimate --gpu FILE` predicts from such a file (or from terms calibrated in
+the same run when no --gpu is given).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+from kvcalc.errors import KvcalcError
+
+
+def _device(name: str):
+    from kvcalc.measure import require_torch
+
+    torch = require_torch()
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise KvcalcError("--device cuda: torch sees no CUDA device on this machine")
+    if name not in ("cuda", "cpu"):
+        raise KvcalcError(f"--device must be auto, cuda or cpu, got {name!r}")
+    return torch.device(name)
+
+
+def _dtype(name: Optional[str], device) -> str:
+    from kvcalc.dtypes import dtype
+
+    if name is None:
+        return "bf16" if device.type == "cuda" else "fp32"
+    canonical = dtype(name).name
+    if canonical not in ("fp32", "bf16", "fp16"):
+        raise KvcalcError(f"--dtype {name}: measure runs fp32, bf16 or fp16")
+    return canonical
+
+
+def _say(text: str) -> None:
+    from kvcalc.report.consoles import error_console
+
+    error_console().print(text, highlight=False, markup=False)
+
+
+def calibrate_command(device: str, dtype: Optional[str], output: Optional[Path],
+                      force: bool) -> None:
+    """Measure and write (or print) the hardware file."""
+    from kvcalc.report.files import check_writable, emit
+
+    if output is not None:
+        check_writable(output, force)  # before minutes of measuring
+    dev = _device(device)
+    dt = _dtype(dtype, dev)
+    from kvcalc.measure.calibrate import calibrate, to_yaml
+
+    name = Path(output).stem if output is not None else f"calibrated-{dev.type}"
+    command = "kvcalc " + " ".join(sys.argv[1:])
+    hw = calibrate(dev, dt, name, command, progress=lambda label: _say(f"measuring {label}"))
+    emit(to_yaml(hw), output, force)
+    if output is not None:
+        _say(f"use it with: kvcalc estimate --gpu {output} ...")
+
+
+def model_rows(spec, device, dtype: str, seq_len: int, batch: int, hardware, warmup: int,
+               iters: int, cuda_graphs: bool) -> list[dict]:
+    """One row: the measured decode step of `spec` and estimate's prediction on `hardware`."""
+    import torch
+
+    from kvcalc.dtypes import dtype as _dt
+    from kvcalc.latency import latency
+    from kvcalc.measure import ceilings as ceil_mod
+    from kvcalc.measure.model_step import check_dense, decode_call, step_bytes
+    from kvcalc.measure.timing import time_calls
+    from kvcalc.workload import Workload
+
+    check_dense(spec)
+    tdtype = ceil_mod.torch_dtype(dtype)
+    need = step_bytes(spec, batch, seq_len, torch.empty((), dtype=tdtype).element_size())
+    free = ceil_mod.free_bytes(device)
+    if need > 0.85 * free:
+        from kvcalc.report.units import human_count
+
+        raise KvcalcError(f"--step model: {spec.name} at batch {batch} x {seq_len:,} tokens needs "
+                          f"{human_count(need, 'B')} of weights and cache; "
+                          f"{human_count(free, 'B')} is free on {device.type}")
+    from kvcalc.measure import terms as terms_mod
+
+    call = decode_call(spec, batch, seq_len, device, tdtype)
+    before = terms_mod.host_sample()
+    t = time_calls([call], device=device, warmup=warmup, iters=iters, cuda_graphs=cuda_graphs)
+    others, steal = terms_mod.other_cores(before, terms_mod.host_sample())
+    loaded = None if others is None else (others > terms_mod.LOADED_CORES
+                                          or (steal or 0) > terms_mod.LOADED_CORES)
+    lat = latency(spec, Workload(seq_len=seq_len, batch=batch, kv_dtype=_dt(dtype),
+                                 weight_dtype=_dt(dtype)), hardware=hardware)
+    info = ceil_mod.device_info(device)
+    cal = hardware.calibration
+    return [{
+        "device": info["name"], "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda if device.type == "cuda" else None,
+        "model": spec.name, "layers": spec.layers, "dtype": dtype, "seq_len": seq_len,
+        "batch": batch, "step": "model", "engine": "torch-eager",
+        "cuda_graphs": cuda_graphs, "timer": t.timer, "iters": t.samples,
+        "median_s": t.median_s, "p10_s": t.p10_s, "p90_s": t.p90_s, "min_s": t.min_s,
+        "predicted_s": lat.tpot_s, "measured_over_predicted": t.median_s / lat.tpot_s,
+        "predicted_memory_s": lat.decode_memory_s, "predicted_compute_s": lat.decode_compute_s,
+        "predicted_overhead_s": lat.decode_overhead_s,
+        "overhead_overlaps": lat.overhead_overlaps, "decode_bytes": lat.decode_bytes,
+        "decode_flops": lat.decode_flops, "hardware": hardware.name,
+        "calibration": lat.calibration or None,
+        "calibrated_at": cal.measured_at if cal is not None else None,
+        "load_avg_1m": terms_mod.load_average(), "other_cpu_cores": others,
+        "steal_cpu_cores": steal, "loaded": loaded,
+    }]
+
+
+def model_command(preset: Optional[str], device: str, dtype: Optional[str],
+                  seq_len: Optional[int], batch: Optional[int], gpu: Optional[str],
+                  warmup: Optional[int], iters: Optional[int], cuda_graphs: bool, fmt,
+                  output: Optional[Path], force: bool) -> None:
+    from kvcalc.presets import load_model
+    from kvcalc.report.files import check_writable
+    from kvcalc.report.render import deliver
+
+    if preset is None:
+        raise KvcalcError("--step model needs --preset NAME (a dense decoder)")
+    if output is not None:
+        check_writable(output, force)
+    spec = load_model(preset)
+    dev = _device(device)
+    if cuda_graphs and dev.type != "cuda":
+        raise KvcalcError("--cuda-graphs needs --device cuda")
+    dt = _dtype(dtype, dev)
+    if gpu is not None:
+        from kvcalc.cli.options import resolve_gpu
+
+        hardware = resolve_gpu(gpu)
+        if hardware is None:
+            raise KvcalcError("--step model predicts on a device: give --gpu NAME or FILE, "
+                              "or leave it out to calibrate this one")
+    else:
+        from kvcalc.measure.calibrate import calibrate
+
+        _say("no --gpu FILE: calibrating this device first (kvcalc measure --calibrate)")
+        hardware = calibrate(dev, dt, f"this {dev.type}", "kvcalc measure --step model",
+                             progress=lambda label: _say(f"measuring {label}"))
+    gpu_default = dev.type == "cuda"
+    _say(f"timing {spec.name} decode steps")
+    rows = model_rows(spec, dev, dt, seq_len or (1024 if gpu_default else 256), batch or 1,
+                      hardware, warmup if warmup is not None else (10 if gpu_default else 2),
+                      iters if iters is not None else (50 if gpu_default else 9), cuda_graphs)
+    tab = _model_tab(rows) if fmt.value in ("table", "md") else None
+    deliver(fmt.value, [tab], data={"rows": rows}, rows=rows, output=output, force=force,
+            width=160)
+
+
+def _model_tab(rows: list[dict]):
+    from kvcalc.report.render import Tab
+    from kvcalc.report.units import human_count, human_seconds
+
+    body = []
+    for r in rows:
+        body.append([r["model"], f"{r['seq_len']:,}", f"{r['batch']:,}",
+                     f"{human_seconds(r['median_s'])} ±"
+                     f"{50 * (r['p90_s'] - r['p10_s']) / r['median_s']:.0f}%",
+                     f"{human_seconds(r['predicted_s'])} ({r['measured_over_predicted']:.2f})",
+                     human_seconds(r["predicted_memory_s"]), human_seconds(r["predicted_compute_s"]),
+                     human_seconds(r["predicted_overhead_s"]),
+                     human_count(r["decode_bytes"], "B"), "LOADED" if r["loaded"] else "no"])
+    r = rows[0]
+    how = "max(data, fixed costs)" if r["overhead_overlaps"] else "data + fixed costs"
+    caption = (f"{r['device']}, torch {r['torch_version']}, {r['dtype']}, engine {r['engine']}"
+               f"{', CUDA graphs' if r['cuda_graphs'] else ''}; timer {r['timer']}, median of "
+               f"{r['iters']}\npredicted = kvcalc estimate's time per output token on "
+               f"{r['hardware']} ({r['calibration'] or 'datasheet peaks x efficiencies'}): "
+               f"{how}, data = weights / F.linear streaming + K/V / SDPA streaming + "
+               "activations / read, compute = FLOPs / prompt-sized matmul; host busy: other "
+               "processes kept > 0.25 cores busy while it was timed")
+    return Tab("kvcalc measure --step model: whole decode steps, measured vs estimate",
+               ["model", "seq_len", "batch", "median", "predicted (meas/pred)", "memory",
+                "compute", "fixed", "bytes", "host busy"], body, caption=caption)
+
