@@ -30,9 +30,13 @@ for run in "llama3.2-1b 1024 1" "llama3-8b 1024 1" "llama3-8b 4096 16" "llama3-8
     set -- $run
     for graphs in "" "--cuda-graphs"; do
         part=$(mktemp --suffix .csv)
-        $k --step model --preset "$1" --seq-len "$2" --batch "$3" --gpu "$cal" $graphs \
-            --format csv -o "$part" --force
-        parts+=("$part")
+        # one failure (out of memory, a refusal) is reported, the rest still run
+        if $k --step model --preset "$1" --seq-len "$2" --batch "$3" --gpu "$cal" $graphs \
+            --format csv -o "$part" --force; then
+            parts+=("$part")
+        else
+            echo "model step $run $graphs failed" >&2
+        fi
     done
 done
 $py - "$dir/${tag}-model-steps.csv" "${parts[@]}" <<'PY'
