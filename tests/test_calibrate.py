@@ -224,6 +224,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 
 @cuda
 @pytest.mark.gpu
+@pytest.mark.xdist_group("gpu")  # one worker: timings share no GPU with other tests
 def test_calibrate_then_model_step_on_the_gpu(tmp_path):
     row = _loop(tmp_path, "cuda", "llama3.2-1b", 1024, 1)
     assert row["timer"] == "cuda-events" and row["dtype"] == "bf16"

@@ -417,6 +417,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 
 @cuda
 @pytest.mark.gpu
+@pytest.mark.xdist_group("gpu")  # one worker: timings share no GPU with other tests
 @pytest.mark.parametrize("name", ["grouped", "sdpa", "repeat", "sdpa-flash"])
 @pytest.mark.parametrize("h,kv", SHAPES)
 def test_cuda_impls_match_reference(name, h, kv):
@@ -429,6 +430,7 @@ def test_cuda_impls_match_reference(name, h, kv):
 
 @cuda
 @pytest.mark.gpu
+@pytest.mark.xdist_group("gpu")  # one worker: timings share no GPU with other tests
 def test_cuda_auto_and_events():
     res = run(MeasureConfig(heads=8, kv_heads=2, head_dim=64, seq_len=256, batch=2, iters=5,
                             device="cuda", compare=True, cuda_graphs=True))
@@ -439,6 +441,7 @@ def test_cuda_auto_and_events():
 
 @cuda
 @pytest.mark.gpu
+@pytest.mark.xdist_group("gpu")  # one worker: timings share no GPU with other tests
 def test_cuda_predictions_of_the_default_impl_hold_for_mha_gqa_mqa():
     # The overlapped attention phase (kernels multiply while K/V streams in): on an H200
     # the additive form predicted GQA-8 and MQA 2.5x slower than they ran.
