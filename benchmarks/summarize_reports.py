@@ -74,11 +74,17 @@ def summarize_single(path: Path, rows: list[dict]) -> list[str]:
            " GB/s; " if layer else "")
         + f"attention FLOP/s at shape {_range(rows, 'attention_flops_per_s_at_shape', 1e-9)} G",
         "",
-        "predicted = K/V / (the impl's own K/V streaming bandwidth, one query row per K/V head) "
-        "+ the other (g-1)/g of the attention FLOPs / the attention's FLOP/s at this shape "
-        "[+ weights / (the layer step's own weight streaming bandwidth: the step over a 16-token "
-        "cache)] + overhead; the term columns are each term alone (ms). CPU rows: 3 rounds of "
-        "(streamed ceilings, a third of the repetitions), rates the rounds' medians.",
+        ("predicted = max(K/V / (the impl's own K/V streaming bandwidth, one query row per K/V "
+         "head), all attention FLOPs / (the matmul ceiling x the share of a 16-row MMA tile the "
+         "group's query rows fill)) [+ weights / (the layer step's own weight streaming "
+         "bandwidth: the step over a 16-token cache)] + overhead: on a GPU the attention kernel "
+         "multiplies while K/V streams in; 'extra attn compute' is that compute term."
+         if first.get("cuda_version") else
+         "predicted = K/V / (the impl's own K/V streaming bandwidth, one query row per K/V head) "
+         "+ the other (g-1)/g of the attention FLOPs / the attention's FLOP/s at this shape "
+         "[+ weights / (the layer step's own weight streaming bandwidth: the step over a 16-token "
+         "cache)] + overhead; the term columns are each term alone (ms). CPU rows: 3 rounds of "
+         "(streamed ceilings, a third of the repetitions), rates the rounds' medians."),
         "",
         "| step | impl (backend) | heads/kv | seq_len | batch | KV MB | median ms | predicted ms "
         "| meas/pred | K/V ms | weights ms | extra attn compute ms | overhead ms "
@@ -175,10 +181,50 @@ def summarize_tp(path: Path, rows: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def summarize_model(path: Path, rows: list[dict]) -> list[str]:
+    """`kvcalc measure --step model`: whole decode steps against estimate --gpu FILE."""
+    first = rows[0]
+    lines = [
+        f"### {path.name}",
+        "",
+        f"- device: {first['device']}" + (f", CUDA {first['cuda_version']}" if first.get("cuda_version") else ""),
+        f"- torch {first['torch_version']}, dtype {first['dtype']}, engine {first['engine']} "
+        f"(one torch op per kernel; the graphs rows replay the same step from a CUDA graph), "
+        f"timer {first['timer']}, {first['iters']} timed steps per row (median)",
+        f"- predicted: `kvcalc estimate`'s time per output token on the calibration file "
+        f"{first['hardware']}.yaml ({first['calibration']}), measured by `kvcalc measure "
+        f"--calibrate` in the same campaign: data movement = weights / F.linear's streaming rate "
+        f"at the batch and each matmul's width + K/V / SDPA's streaming rate + activations / "
+        f"read; fixed costs = step + layers x per-layer, from tiny models' eager steps; "
+        + ("max(data, fixed) on a GPU." if first.get("overhead_overlaps") == "True"
+           else "data + fixed on a CPU."),
+        "",
+        "| model | seq_len | batch | CUDA graphs | median ms | p10-p90 ms | predicted ms "
+        "| meas/pred | data ms | fixed ms | compute ms | host |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['seq_len']} | {r['batch']} "
+            f"| {'yes' if r['cuda_graphs'] == 'True' else 'no'} | {_ms(r, 'median_s')} "
+            f"| {_ms(r, 'p10_s')}-{_ms(r, 'p90_s')} | {_ms(r, 'predicted_s')} "
+            f"| {_fmt(_f(r, 'measured_over_predicted'))} | {_ms(r, 'predicted_memory_s')} "
+            f"| {_ms(r, 'predicted_overhead_s')} | {_ms(r, 'predicted_compute_s')} | {_loaded(r)} |")
+    eager = [r for r in rows if r["cuda_graphs"] != "True"]
+    ok = [r for r in eager if abs(_f(r, "measured_over_predicted") - 1) <= GOAL]
+    lines += ["", f"Eager steps (the engine the calibration measured): {len(ok)} of {len(eager)} "
+              f"within +-20% (measured/predicted {_range(eager, 'measured_over_predicted')}). "
+              "Graph replays are another engine (no launch costs): predicted from the eager "
+              "calibration they run faster than predicted where the fixed costs dominate."]
+    return lines + [""]
+
+
 def summarize_file(path: Path) -> list[str]:
     rows = list(csv.DictReader(path.open()))
     if not rows or "median_s" not in rows[0]:
         return []
+    if rows[0].get("step") == "model":
+        return summarize_model(path, rows)
     if "tp" in rows[0] and "rank" in rows[0]:
         return summarize_tp(path, rows)
     return summarize_single(path, rows)
@@ -188,7 +234,9 @@ def main(folder: str = "reports") -> None:
     root = Path(folder)
     out = ["# Measured reports", "",
            "Generated by `benchmarks/summarize_reports.py` from the CSVs beside this file, each written",
-           "by `kvcalc measure` (the commands are in `benchmarks/cpu_campaign.sh`). Every row of every",
+           "by `kvcalc measure` (the commands are in `benchmarks/cpu_campaign.sh` and",
+           "`benchmarks/gpu_campaign.sh`; `*-calibration.yaml` is `kvcalc measure --calibrate`'s",
+           "hardware file, usable as `--gpu FILE`). Every row of every",
            "CSV names its device, torch and CUDA versions, when it was measured and how busy the host",
            "was. Predicted times are built from terms measured in the same run: bytes over the",
            "read-only ceiling, FLOPs over the FLOP/s the step's own matmuls reach at their shape,",
