@@ -1,7 +1,8 @@
 """kvcalc: exact KV-cache, parameter and decode-step math, and measurements that check it.
 
 The public Python API, re-exported. Models and devices are given as objects
-(ModelSpec, Hardware) or by preset name; `ModelSpec.uniform(...)` builds a model whose
+(ModelSpec, Hardware) or by name (a model as `kvcalc estimate MODEL` takes it: a preset,
+a Hub id, a model folder or a config file); `ModelSpec.uniform(...)` builds a model whose
 layers are alike, with the layer kinds `Latent` (MLA) and `MoE` for its attention and
 experts:
 
@@ -19,6 +20,7 @@ imported on first use (PEP 562), so `import kvcalc.cli` stays quick.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
 
 from kvcalc.errors import KvcalcError
@@ -81,11 +83,13 @@ def __dir__() -> list[str]:
 
 
 def _model(model):
-    """A ModelSpec, or a model preset's name ('llama3-8b', any case)."""
-    if isinstance(model, str):
-        from kvcalc.presets import load_model
+    """A ModelSpec, or MODEL as the command line takes it: a preset's name ('llama3-8b',
+    any case), a Hub id ('org/name', 'org/name@revision'), a model folder or a config
+    file (a str or a path; kvcalc.model_source says in which order)."""
+    if isinstance(model, (str, os.PathLike)):
+        from kvcalc.model_source import resolve_model
 
-        return load_model(model)
+        return resolve_model(model)
     return model
 
 
@@ -107,8 +111,8 @@ def estimate(model, seq_len: int | None = None, batch: int = 1, kv_dtype="bf16",
              bandwidth_efficiency: float | str = "0.8", group_size: int | None = None):
     """Every figure `kvcalc estimate` prints, as an Estimate (`.as_dict()` is its JSON).
 
-    `model` is a ModelSpec or a preset name; `hardware` a Hardware, a preset name or
-    None (no roofline, no fit); `seq_len` defaults to the model's max context (or 4096);
+    `model` is a ModelSpec or MODEL (a preset, Hub id, folder or config file); `hardware`
+    a Hardware, a preset name or None (no roofline, no fit); `seq_len` defaults to the model's max context (or 4096);
     `weight_dtype` None reads the weights as the config stores them (else every matrix
     in it, with scales per `group_size` for int4, int8, fp8, mxfp4 and nvfp4). With
     hardware: TTFT for `batch` prompts of `prompt_len` tokens (default seq_len) and TPOT
@@ -134,7 +138,7 @@ def estimate(model, seq_len: int | None = None, batch: int = 1, kv_dtype="bf16",
 def kv_cache(model, seq_len: int, batch: int = 1, kv_dtype="bf16", tp: int = 1,
              scale_bytes: int = 0, encoder_seq_len: int | None = None):
     """The KV cache of `batch` sequences at `seq_len` tokens (bytes as exact ints);
-    `model` is a ModelSpec or a preset name."""
+    `model` is a ModelSpec or MODEL (a preset, Hub id, folder or config file)."""
     from kvcalc.formulas.cache import kv_cache as _kv_cache
 
     return _kv_cache(_model(model), seq_len, batch, kv_dtype, tp, scale_bytes, encoder_seq_len)
@@ -142,7 +146,7 @@ def kv_cache(model, seq_len: int, batch: int = 1, kv_dtype="bf16", tp: int = 1,
 
 def param_counts(model):
     """Parameters matrix by matrix (`.total`, `.attention`, `.breakdown`); `model` is a
-    ModelSpec or a preset name."""
+    ModelSpec or MODEL (a preset, Hub id, folder or config file)."""
     from kvcalc.formulas.params import param_counts as _param_counts
 
     return _param_counts(_model(model))
@@ -170,7 +174,7 @@ def fit(model, hardware, seq_len: int, batch: int = 1, weight_dtype="bf16", kv_d
 
 
 def attention_variants(model, kv_heads: int | None = None):
-    """MHA, GQA and MQA of the same model (a ModelSpec or a preset name)."""
+    """MHA, GQA and MQA of the same model (a ModelSpec or MODEL, as estimate takes it)."""
     from kvcalc.estimate import attention_variants as _variants
 
     return _variants(_model(model), kv_heads)

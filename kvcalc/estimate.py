@@ -22,7 +22,7 @@ from kvcalc.formulas.cache import KVCache, kv_cache
 from kvcalc.formulas.params import ParamCounts, param_counts
 from kvcalc.formulas.step import DecodeCost, StoredWeights, decode_step
 from kvcalc.latency import DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_MFU, latency
-from kvcalc.spec import Hardware, ModelSpec
+from kvcalc.spec import Hardware, ModelSpec, architecture
 from kvcalc.workload import Memory, Workload
 
 
@@ -87,6 +87,13 @@ class Estimate:
             return self.stored.total
         return self.weight_dtype.nbytes(self.params.total)
 
+    @property
+    def weight_bytes_towers(self) -> int:
+        """The vision towers' and projector's bytes (multimodal models; 0 otherwise)."""
+        if self.stored is not None and self.stored.towers is not None:
+            return self.stored.towers
+        return self.weight_dtype.nbytes(sum(self.spec.extra.get("towers", {}).values()))
+
     def as_dict(self) -> dict:
         """The public JSON object (names are an interface: keep them)."""
         s, c, d = self.spec, self.cache, self.decode
@@ -134,8 +141,8 @@ class Estimate:
                 "towers": dict(s.extra.get("towers", {})),
             },
             "weight_bytes": self.weight_bytes,
-            "weight_quantization": self.stored.label if self.stored is not None else None,
-            "weight_bytes_towers": self.weight_dtype.nbytes(sum(s.extra.get("towers", {}).values())),
+            "weight_quantization": (self.stored.label or None) if self.stored is not None else None,
+            "weight_bytes_towers": self.weight_bytes_towers,
             "decode": {
                 "flops": d.flops,
                 "bytes": d.bytes,
@@ -187,6 +194,9 @@ class Estimate:
             out["allreduce"] = {**self.allreduce.as_dict(),
                                 "step_time_with_allreduce_s": step_s + self.allreduce.time_s,
                                 "dominates": self.allreduce.time_s > step_s}
+        source = weights_source(self)
+        if source is not None:  # a model folder or Hub id (presets keep their JSON as it was)
+            out["weights_source"] = source
         out["notes"] = list(self.notes())
         return out
 
@@ -407,13 +417,30 @@ def estimate(spec: ModelSpec, workload: Workload, *, memory: Memory | None = Non
                     allreduce=comm)
 
 
+@record
+class AsStored:
+    """Weights as a model folder or Hub checkpoint stores them (a Workload's
+    `quantization` when no dtype is asked for): its safetensors headers' sum
+    (kvcalc.model_source), None when it has no safetensors files; the config's
+    quantization (or why it cannot be read) is the cross-check, and the count when the
+    headers do not apply."""
+
+    checkpoint: object  # kvcalc.model_source.safetensors.CheckpointBytes, or None
+    described: tuple  # spec.architecture() of the model the headers were read for
+    quantization: object = None  # kvcalc.quant's Quantization from quantization_config
+    quantization_problem: str = ""
+
+
 def weights_as(spec: ModelSpec, weight_dtype, group_size: int | None = None):
     """The quantization weights are stored with: the config's own when no dtype is given,
-    else `weight_dtype` (with `group_size`) for every matrix; None for plain weights."""
+    else `weight_dtype` (with `group_size`) for every matrix; None for plain weights.
+    A model read from a folder or the Hub with no dtype given: AsStored (its headers)."""
     if weight_dtype is None:
         if group_size is not None:
             raise KvcalcError("--group-size needs a quantized --weight-dtype (int4, int8, fp8, "
                               "awq, gptq, mxfp4 or nvfp4)")
+        if "checkpoint" in spec.extra:
+            return _as_stored(spec)
         if not (spec.extra.get("quantization") or spec.extra.get("quantization_error")):
             return None  # unquantized: no need to load kvcalc.quant at start-up
     from kvcalc.quant.formats import adhoc, quantization_of
@@ -424,8 +451,28 @@ def weights_as(spec: ModelSpec, weight_dtype, group_size: int | None = None):
     return adhoc(name, group_size)
 
 
+def _as_stored(spec: ModelSpec) -> AsStored:
+    quantization, problem = None, ""
+    if spec.extra.get("quantization") or spec.extra.get("quantization_error"):
+        from kvcalc.quant.formats import quantization_of
+
+        try:
+            quantization = quantization_of(spec)
+        except KvcalcError as e:
+            if spec.extra["checkpoint"] is None:
+                raise  # no headers to count instead
+            problem = str(e)
+    return AsStored(checkpoint=spec.extra["checkpoint"], described=spec.extra["checkpoint_of"],
+                    quantization=quantization, quantization_problem=problem)
+
+
 def stored_weights(spec: ModelSpec, quantization, tp: int) -> StoredWeights | None:
-    """Bytes of quantized weights as stored, in all and on one of `tp` devices."""
+    """Bytes of quantized weights as stored, in all and on one of `tp` devices; for
+    AsStored, the headers' sum when they describe this very model."""
+    if isinstance(quantization, AsStored):
+        if quantization.checkpoint is not None and architecture(spec) == quantization.described:
+            return _from_headers(spec, quantization, tp)
+        quantization = quantization.quantization
     if quantization is None:
         return None
     from kvcalc.quant.weights import weight_bytes, weight_bytes_per_device
@@ -434,6 +481,41 @@ def stored_weights(spec: ModelSpec, quantization, tp: int) -> StoredWeights | No
     return StoredWeights(total=wb.total, breakdown=dict(wb.breakdown),
                          per_device=weight_bytes_per_device(spec, quantization, tp),
                          tp=tp, label=quantization.label)
+
+
+def _from_headers(spec: ModelSpec, stored: AsStored, tp: int) -> StoredWeights:
+    from kvcalc.quant.weights import checkpoint_weights
+
+    ck, q = stored.checkpoint, stored.quantization
+    cw = checkpoint_weights(spec, q, ck.total_bytes, ck.elements_by_dtype, tp)
+    config = f"the config's {q.label}" if q is not None else f"the config in {cw.model_dtype}"
+    differ = ck.total_bytes - cw.config_total
+    if stored.quantization_problem:
+        check = f"its quantization_config is not read ({stored.quantization_problem})"
+    elif differ:
+        check = (f"{config} gives {cw.config_total:,} B, {abs(differ):,} B "
+                 f"{'less' if differ > 0 else 'more'}")
+    else:
+        check = f"{config} agrees"
+    return StoredWeights(total=cw.total, breakdown=cw.breakdown, per_device=cw.per_device,
+                         tp=tp, label=q.label if q is not None else "",
+                         source=f"{ck.where}, {ck.total_bytes:,} B; {check}", towers=cw.towers)
+
+
+def weights_source(est: Estimate) -> str | None:
+    """Where the weights' bytes come from, for a model read from a folder or the Hub
+    (None for presets and config files, whose weights come from the config alone)."""
+    if "checkpoint" not in est.spec.extra:
+        return None
+    if est.stored is not None and est.stored.source:
+        return est.stored.source
+    stored = est.workload.quantization
+    if not isinstance(stored, AsStored):
+        return f"--weight-dtype {est.stored.label if est.stored else est.weight_dtype.name}"
+    what = stored.quantization.label if stored.quantization is not None else "bf16"
+    if stored.checkpoint is None:
+        return f"config.json ({what}): no safetensors files to read headers from"
+    return f"config.json ({what}): the checkpoint's headers describe another shape"
 
 
 def default_gqa_kv_heads(heads: int) -> int:

@@ -358,6 +358,17 @@ def compress(layers: list) -> tuple:
     return tuple(Run(layer, sum(1 for _ in same)) for layer, same in groupby(layers))
 
 
+# What names and describes a model rather than shaping it.
+_LABELS = ("name", "source", "notes", "published_params")
+
+
+def architecture(spec: ModelSpec) -> tuple:
+    """Every field that shapes the model, its labels left out: two specs with equal
+    architectures have the same tensors (a checkpoint read for one fits the other)."""
+    return tuple(getattr(spec, f.name) for f in dataclasses.fields(spec)
+                 if f.compare and f.name not in _LABELS)
+
+
 def _merge(runs: tuple) -> tuple:
     counts: dict = {}
     for r in runs:

@@ -58,11 +58,15 @@ def test_estimate_gpt3_json_public_interface():
     assert out["shazeer_batched"]["terms"] == {"1/k": 1 / 128, "1/(b*n)": 1 / 2048}
 
 
-def test_estimate_gpt3_table_starts_without_torch_or_pandas():
+@pytest.mark.parametrize("model", [["--preset", "gpt3"], ["gpt3"],
+                                   ["tests/data/hf/meta-llama__Llama-2-7b-hf.json"]])
+def test_estimate_gpt3_table_starts_without_torch_or_pandas(model):
+    """Nor huggingface_hub: only a Hub id loads it (MODEL as a preset or a file does not)."""
     code = ("import sys; from typer.testing import CliRunner; from kvcalc.cli import app;"
-            "r = CliRunner().invoke(app, ['estimate', '--preset', 'gpt3']);"
+            f"r = CliRunner().invoke(app, ['estimate', *{model!r}]);"
             "assert r.exit_code == 0, r.output;"
-            "print(' '.join(m for m in ('torch', 'pandas', 'numpy') if m in sys.modules))")
+            "print(' '.join(m for m in ('torch', 'pandas', 'numpy', 'huggingface_hub') "
+            "if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == ""

@@ -47,6 +47,8 @@ def weight_bytes_per_device(spec: ModelSpec, workload: Workload, *,
     if stored is None:
         resident = param_counts(spec).total + towers
         return workload.weight_dtype.nbytes(weight_params_per_device(spec, resident, tp))
+    if stored.towers is not None:  # counted from the checkpoint's headers
+        return stored.per_device + -(-stored.towers // tp)
     return stored.per_device + -(-2 * towers // tp)  # towers stay in bf16
 
 

@@ -206,6 +206,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         `kvcalc fit --config config.json --gpu h100-sxm --tp 4 --max-model-len 32768
         --gpu-memory-utilization 0.95 --format json`.
         """
+        from kvcalc.estimate import weights_source
         from kvcalc.report.csv_json import flatten
         from kvcalc.report.tables import capacity_table, fit_table
 
@@ -256,6 +257,9 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                "batch": est.batch, "tp": est.tp, "kv_dtype": est.kv_dtype.name,
                "weight_dtype": est.weight_dtype.name, **est.as_dict()["fit"],
                "leaves_out": PLAIN_FIT_LEAVES_OUT}
+        source = weights_source(est)
+        if source is not None:  # a model folder or Hub id
+            obj["weights_source"] = source
         if slo is not None:
             obj["max_batch_for_slo"] = slo
         write(fmt, output, force, obj, [obj], [fit_table(est, slo)])
@@ -325,7 +329,7 @@ def _capacity_dict(est, cap) -> dict:
         "max_model_len": s.max_model_len, "gpu_memory_utilization": float(s.utilization),
         "block_size": cap.block_size, "max_num_batched_tokens": cap.max_num_batched_tokens,
         "max_num_seqs": cap.max_num_seqs, "kv_dtype": est.kv_dtype.name,
-        "weight_quantization": est.stored.label if est.stored else None,
+        "weight_quantization": (est.stored.label or None) if est.stored else None,
         "vllm_version": s.vllm_version, "engine": s.engine,
         "kv_cache_tokens": cap.kv_cache_tokens, "num_gpu_blocks": cap.num_gpu_blocks,
         "max_concurrency": cap.max_concurrency, "max_model_len_fit": cap.max_model_len_fit,

@@ -152,11 +152,16 @@ class ModelRequest:
     d_ff: Optional[int]
     vocab: Optional[int]
     mlp: Optional[str]
+    model: Optional[str] = None  # MODEL: a preset, Hub id, model folder or config file
 
     def resolve(self) -> ModelSpec:
-        """The ModelSpec: a preset or config file with overrides, or ad hoc flags."""
+        """The ModelSpec: MODEL, a preset or config file with overrides, or ad hoc flags."""
         from kvcalc import presets
 
+        if self.model is not None and (self.preset or self.config):
+            given = "--preset" if self.preset else "--config"
+            raise KvcalcError(f"give MODEL or {given}, not both (MODEL {quoted(self.model)} "
+                              "names the model already)")
         if self.preset and self.config:
             raise KvcalcError("give --preset or --config, not both")
         _check_sizes(self)
@@ -164,8 +169,10 @@ class ModelRequest:
             ("layers", self.layers), ("d_model", self.d_model), ("heads", self.heads),
             ("head_dim", self.head_dim), ("d_ff", self.d_ff), ("vocab", self.vocab),
             ("mlp", self.mlp)) if v is not None}
-        if self.preset or self.config:
-            if self.preset:
+        if self.preset or self.config or self.model is not None:
+            if self.model is not None:
+                spec = _resolve_model(self.model)
+            elif self.preset:
                 spec = presets.load_model(self.preset)
             elif self.config.suffix.lower() == ".json":
                 from kvcalc import hfconfig
@@ -227,6 +234,15 @@ class ModelRequest:
         )
 
 
+@functools.lru_cache(maxsize=4)
+def _resolve_model(text: str) -> ModelSpec:
+    """MODEL read once per process: sweep resolves the request again for each --kv-heads,
+    and a Hub id is not asked twice."""
+    from kvcalc.model_source import resolve_model
+
+    return resolve_model(text)
+
+
 # The architecture flags, in the order a modified model's name lists them.
 _ARCH_FLAGS = (("layers", "--layers"), ("d_model", "--d-model"), ("heads", "--heads"),
                ("head_dim", "--head-dim"), ("d_ff", "--d-ff"), ("vocab", "--vocab"),
@@ -261,6 +277,14 @@ def _modified_labels(spec: ModelSpec, overrides: dict) -> dict:
     return {"name": name, "source": source}
 
 
+MODEL_HELP = (
+    "The model: a preset name (`kvcalc presets`), a Hugging Face Hub id (org/name, "
+    "org/name@revision; the local cache first, HF_HUB_OFFLINE=1 for the cache only; needs "
+    "huggingface_hub), a model folder (config.json and safetensors files) or a config file. "
+    "A path that starts with ./, ../, ~ or / is always a path; otherwise a preset name wins, "
+    "then a folder or file here, then a Hub id. Folders and Hub ids count the weights from "
+    "their safetensors headers (never the weights themselves). Or use --preset/--config.")
+
 _MODEL_PARAMS = [
     ("preset", Optional[str], None, "--preset", "Model preset name (see `kvcalc presets`)."),
     ("config", Optional[Path], None, "--config",
@@ -289,7 +313,10 @@ def model_options(fn=None, *, exclude: tuple[str, ...] = ()):
     params = [p for p in _MODEL_PARAMS if p[0] not in exclude]
     sig = inspect.signature(fn, eval_str=True)  # resolve `from __future__` string annotations
     own = [p for p in sig.parameters.values() if p.name != "request"]
-    extra = [
+    model = inspect.Parameter("model", inspect.Parameter.KEYWORD_ONLY, default=None,
+                              annotation=Annotated[Optional[str], typer.Argument(
+                                  metavar="[MODEL]", show_default=False, help=MODEL_HELP)])
+    extra = [model] + [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                           annotation=Annotated[typ, typer.Option(flag, help=help_text,
                                                                  rich_help_panel="Model")])
@@ -299,6 +326,7 @@ def model_options(fn=None, *, exclude: tuple[str, ...] = ()):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         values = {name: kwargs.pop(name) for name, *_ in params}
+        values["model"] = kwargs.pop("model")
         values.update(dict.fromkeys(exclude))
         return fn(*args, request=ModelRequest(**values), **kwargs)
 

@@ -46,13 +46,18 @@ def _matmuls(groups, d: int) -> list[tuple[int, int, int]]:
 @record
 class StoredWeights:
     """Weights as a (quantized) checkpoint stores them: bytes in all, by param_counts key,
-    and on one of `tp` devices (kvcalc.quant computes them)."""
+    and on one of `tp` devices (kvcalc.quant computes them).
+
+    Counted from a checkpoint's safetensors headers, `source` says so and `towers` holds
+    the vision towers' bytes (else None: the towers are in the workload's dtype)."""
 
     total: int
     breakdown: dict
     per_device: int
     tp: int = 1
     label: str = ""
+    source: str = ""
+    towers: int | None = None
 
 
 @record

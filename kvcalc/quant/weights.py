@@ -152,3 +152,46 @@ def weight_bytes_per_device(spec: ModelSpec, quant: Quantization | None, tp: int
     breakdown, _, _, kv_all, kv_dev = _tally(spec, quant, model_dt, 0, tp)
     total = sum(breakdown.values())
     return -(-(total - kv_all) // tp) + kv_dev
+
+
+# safetensors dtype names of the unquantized floats, as kvcalc names them.
+_HEADER_FLOATS = {"BF16": "bf16", "F16": "fp16", "F32": "fp32"}
+
+
+def model_dtype_of(elements_by_dtype: dict[str, int]) -> str:
+    """The model's own dtype as a checkpoint's headers show it: the float dtype (bf16,
+    fp16, fp32) holding the most elements; bf16 when the headers hold none."""
+    floats = {_HEADER_FLOATS[k]: n for k, n in elements_by_dtype.items() if k in _HEADER_FLOATS}
+    return max(floats, key=floats.get) if floats else "bf16"
+
+
+@record
+class CheckpointWeights:
+    """The weights as a checkpoint's headers count them, split as kvcalc splits its own
+    count: `total` the language model (the headers' sum less `towers`), `per_device`
+    one of `tp` devices' share, `breakdown` the config's count by param_counts key (what
+    a decode step leaves unread is taken from it), `config_total` what the config
+    gives for the whole checkpoint in the same dtype (the cross-check)."""
+
+    total: int
+    towers: int
+    per_device: int
+    breakdown: dict[str, int]
+    config_total: int
+    model_dtype: str
+
+
+def checkpoint_weights(spec: ModelSpec, quant: Quantization | None, stored_bytes: int,
+                       elements_by_dtype: dict[str, int], tp: int) -> CheckpointWeights:
+    """`stored_bytes` (every tensor of the checkpoint, from its headers) split as the
+    config's own count splits: the vision towers as the config counts them (in the
+    headers' float dtype), and on each of `tp` devices the config's share plus an even
+    share of whatever the headers hold beyond the config's count (or less)."""
+    model_dt = model_dtype_of(elements_by_dtype)
+    wb = weight_bytes(spec, quant, model_dt)
+    towers = min(wb.towers, stored_bytes)
+    total = stored_bytes - towers
+    per_device = weight_bytes_per_device(spec, quant, tp, model_dt) + -(-(total - wb.total) // tp)
+    return CheckpointWeights(total=total, towers=towers, per_device=per_device,
+                             breakdown=dict(wb.breakdown), config_total=wb.checkpoint,
+                             model_dtype=model_dt)

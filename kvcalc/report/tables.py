@@ -9,6 +9,7 @@ from __future__ import annotations
 from kvcalc.report.render import Tab
 from kvcalc.report.units import (count_words, exact_bytes, human_bytes, human_count,
                                  human_rate, human_seconds)
+from kvcalc.estimate import weights_source
 from kvcalc.spec import base_name
 
 
@@ -72,6 +73,9 @@ def summary_table(est) -> Tab:
     if p.active != p.total:
         rows.append(["active per token (MoE)", f"{p.active:,} ({count_words(p.active)})"])
     rows.append([f"weights ({weights_label(est)})", exact_bytes(est.weight_bytes)])
+    source = weights_source(est)
+    if source is not None:
+        rows.append(["  weights from", source])
     rows.append(["decode step: bytes", exact_bytes(d.bytes)])
     rows.append(["decode step: FLOPs", f"{d.flops:,} ({human_count(d.flops, 'FLOP')})"])
     rows.append(["FLOPs per byte", f"{d.arithmetic_intensity:.3g}"
@@ -140,7 +144,11 @@ def max_context_words(est) -> str:
 
 
 def weights_label(est) -> str:
-    return est.stored.label.split(" (")[0].split(",")[0] if est.stored else est.weight_dtype.name
+    if est.stored is not None and est.stored.label:
+        return est.stored.label.split(" (")[0].split(",")[0]
+    if est.stored is not None and est.stored.source:
+        return "as stored"  # every tensor by its own dtype, from the checkpoint's headers
+    return est.weight_dtype.name
 
 
 def estimate_tables(est) -> list:
@@ -178,7 +186,12 @@ def estimate_tables(est) -> list:
     if p.active != p.total:
         prow.append([f"active per token, MoE ({human_count(p.active)})", f"{p.active:,}",
                      f"{p.active / p.total:.1%}"])
-    prow.append([f"weights in {est.weight_dtype.name}", exact_bytes(est.weight_bytes), ""])
+    from_headers = est.stored is not None and est.stored.source
+    prow.append([f"weights ({weights_label(est)})" if from_headers else
+                 f"weights in {est.weight_dtype.name}", exact_bytes(est.weight_bytes), ""])
+    source = weights_source(est)
+    if source is not None:
+        prow.append([f"weights from: {source}", "", ""])
     out.append(Tab("Parameters", ["", "count", "share"], prow, bold=bold))
 
     drow = [["FLOPs", f"{d.flops:,}", human_count(d.flops, "FLOP")]]
