@@ -115,3 +115,27 @@ def tiny_llama_tensors(dtype: str = "BF16") -> list[tuple[str, str, list[int]]]:
                 (p + "input_layernorm.weight", dtype, [64]),
                 (p + "post_attention_layernorm.weight", dtype, [64])]
     return out + [("model.norm.weight", dtype, [64]), ("lm_head.weight", dtype, [100, 64])]
+
+
+def qwen3_tensors(cfg: dict, dtype: str = "BF16") -> list[tuple[str, str, list[int]]]:
+    """The tensors a Qwen3 checkpoint stores (transformers' modeling_qwen3 names): a Llama
+    with per-head q_norm and k_norm, no biases, and lm_head stored even when tied (the
+    Hub's totals count it: Qwen3-0.6B's 751,632,384)."""
+    d, heads, kv, hd = (cfg["hidden_size"], cfg["num_attention_heads"],
+                        cfg["num_key_value_heads"], cfg["head_dim"])
+    ff, vocab = cfg["intermediate_size"], cfg["vocab_size"]
+    out = [("model.embed_tokens.weight", dtype, [vocab, d])]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        out += [(p + "self_attn.q_proj.weight", dtype, [heads * hd, d]),
+                (p + "self_attn.k_proj.weight", dtype, [kv * hd, d]),
+                (p + "self_attn.v_proj.weight", dtype, [kv * hd, d]),
+                (p + "self_attn.o_proj.weight", dtype, [d, heads * hd]),
+                (p + "self_attn.q_norm.weight", dtype, [hd]),
+                (p + "self_attn.k_norm.weight", dtype, [hd]),
+                (p + "mlp.gate_proj.weight", dtype, [ff, d]),
+                (p + "mlp.up_proj.weight", dtype, [ff, d]),
+                (p + "mlp.down_proj.weight", dtype, [d, ff]),
+                (p + "input_layernorm.weight", dtype, [d]),
+                (p + "post_attention_layernorm.weight", dtype, [d])]
+    return out + [("model.norm.weight", dtype, [d]), ("lm_head.weight", dtype, [vocab, d])]

@@ -378,3 +378,21 @@ def test_analytic_commands_do_not_import_huggingface_hub(tmp_path: Path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "False"
+
+
+def test_a_published_checkpoint_total_from_its_headers(tmp_path: Path):
+    """Qwen/Qwen3-0.6B as the Hub holds it (the published config.json, its tensors as
+    modeling_qwen3 names them, bf16): the headers' elements are the Hub's safetensors
+    total, 751,632,384 (it stores the tied lm_head too), at 2 bytes each; the config's
+    count, which holds the tied matrix once, is 151,936 x 1,024 x 2 bytes fewer."""
+    from kvcalc.presets import presets_dir
+
+    cfg = json.loads((presets_dir() / "hf" / "Qwen__Qwen3-0.6B.json").read_text())
+    folder = H.model_folder(tmp_path / "Qwen3-0.6B", cfg,
+                            {"model.safetensors": H.qwen3_tensors(cfg)})
+    r = kvcalc("estimate", str(folder), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["weight_bytes"] == 751_632_384 * 2
+    assert out["params"]["total"] == 751_632_384 - 151_936 * 1_024
+    assert f"{151_936 * 1_024 * 2:,} B less" in out["weights_source"]

@@ -8,6 +8,7 @@ Each shell example runs in a temporary folder (tests/ linked in, reports/ made) 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -69,6 +70,26 @@ def test_ci_runs_the_readmes_test_command_from_the_pins():
         assert needed in names
 
 
+# The README's Hub id, answered offline: a Hugging Face cache made here holds its
+# config.json and a sparse safetensors file (tests/hubcache.py), and so does the folder
+# the README's folder example names.
+HUB_ID = "Qwen/Qwen3-0.6B"
+HAS_HUB = importlib.util.find_spec("huggingface_hub") is not None
+
+
+def _hub_model(tmp_path: Path) -> dict:
+    import hubcache
+    from kvcalc.presets import presets_dir
+
+    cfg = json.loads((presets_dir() / "hf" / "Qwen__Qwen3-0.6B.json").read_text())
+    shards = {"model.safetensors": hubcache.qwen3_tensors(cfg)}
+    hubcache.model_folder(tmp_path / "work" / "Qwen3-0.6B", cfg, shards)
+    download = hubcache.model_folder(tmp_path / "download", cfg, shards)
+    hubcache.hf_cache(tmp_path / "hf", HUB_ID, download)
+    return {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_CACHE": str(tmp_path / "hf" / "hub"),
+            "HF_HUB_OFFLINE": "1"}
+
+
 @pytest.fixture
 def shell_env(tmp_path: Path) -> dict:
     bin_dir = tmp_path / "bin"
@@ -76,11 +97,11 @@ def shell_env(tmp_path: Path) -> dict:
     shim = bin_dir / "kvcalc"
     shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m kvcalc \"$@\"\n")
     shim.chmod(0o755)
-    (tmp_path / "work").mkdir()
+    (tmp_path / "work").mkdir(exist_ok=True)
     (tmp_path / "work" / "tests").symlink_to(ROOT / "tests")
     (tmp_path / "work" / "reports").mkdir()
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-           "COLUMNS": "100"}
+           "COLUMNS": "100", **_hub_model(tmp_path)}
     # The kvcalc under test: the checkout's when it is importable from here, else the
     # installed one.
     if (ROOT / "kvcalc" / "__init__.py").is_file():
@@ -94,6 +115,8 @@ def shell_env(tmp_path: Path) -> dict:
 def test_shell_example(command: str, shell_env: dict, tmp_path: Path):
     if command.startswith("kvcalc measure") and not HAS_TORCH:
         pytest.skip("measure needs torch")
+    if HUB_ID in command and not HAS_HUB:
+        pytest.skip("Hub ids need huggingface_hub (kvcalc[hub])")
     if "--plot" in command and importlib.util.find_spec("matplotlib") is None:
         pytest.skip("plots need matplotlib")
     for tool in re.findall(r"\|\s*(\w+)", command):

@@ -21,6 +21,7 @@ kvcalc: how big is a model's KV cache, how many parameters it has, how fast it
 can decode on a device and what fits there -- exact, from the model's config.
 
 Try:
+  kvcalc estimate Qwen/Qwen3-8B                 a Hub id (or a model's folder)
   kvcalc estimate --preset llama3-8b            one-line answer, then a table
   kvcalc estimate --preset llama2-7b --compare  MHA vs GQA vs MQA
   kvcalc fit --preset llama3-70b --tp 4         the largest batch and context

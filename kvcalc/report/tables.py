@@ -190,9 +190,8 @@ def estimate_tables(est) -> list:
     prow.append([f"weights ({weights_label(est)})" if from_headers else
                  f"weights in {est.weight_dtype.name}", exact_bytes(est.weight_bytes), ""])
     source = weights_source(est)
-    if source is not None:
-        prow.append([f"weights from: {source}", "", ""])
-    out.append(Tab("Parameters", ["", "count", "share"], prow, bold=bold))
+    out.append(Tab("Parameters", ["", "count", "share"], prow, bold=bold,
+                   caption=None if source is None else f"weights from {source}"))
 
     drow = [["FLOPs", f"{d.flops:,}", human_count(d.flops, "FLOP")]]
     for name, n in d.bytes_breakdown.items():
