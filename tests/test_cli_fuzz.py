@@ -87,6 +87,11 @@ def _values(tmp: Path) -> dict[str, st.SearchStrategy]:
         "--reserve": st.sampled_from(SIZES),
         "--memory-fraction": st.sampled_from(["0.9", "1", "0", "1.5", "-0.1", "nan", "x"]),
         "--format": st.sampled_from(["json", "csv", "md", "table", "parquet", "JSON", "xml", ""]),
+        # MODEL: presets, config files, model folders (good, lying, without config.json),
+        # and words that are none of them. Never an org/name: that would ask the Hub.
+        "MODEL": st.sampled_from(MODELS + FILES[:8] + hostile + [
+            str(tmp), str(tmp / "folder-ok"), str(tmp / "folder-liar"), str(tmp / "loop.yaml"),
+            "extra", "./nope", "", "gpt-3", "LLAMA3-8B", "~nope"]),
     }
 
 
@@ -99,6 +104,8 @@ def _args(draw, tmp: Path) -> list[str]:
     values = _values(tmp)
     options = [p for p in command.params if getattr(p, "param_type_name", "") == "option"]
     args = [name]
+    if name in ("estimate", "fit", "sweep") and draw(st.integers(0, 3)) == 0:
+        args.append(draw(values["MODEL"]))
     if name == "presets":
         args += draw(st.sampled_from([[], ["show", draw(st.sampled_from(MODELS + HARDWARE))],
                                       ["show"], ["show", "nope"], ["list"]]))
@@ -174,6 +181,12 @@ def _files(d: Path):
                "vocab: 100\nmlp: plain\n")
     (d / "bom.yaml").write_bytes(b"\xef\xbb\xbf" + minimal.encode())
     (d / "odd.yaml").write_text(minimal.replace("layers: 2", "layers: 1:30"))
+    import hubcache  # model folders with sparse safetensors files: one true, one lying
+
+    hubcache.model_folder(d / "folder-ok", hubcache.TINY_LLAMA,
+                          {"model.safetensors": hubcache.tiny_llama_tensors()})
+    liar = hubcache.model_folder(d / "folder-liar", hubcache.TINY_LLAMA, {})
+    hubcache.write_raw(liar / "model.safetensors", (1 << 40).to_bytes(8, "little") + b"{", 64)
     yield d
 
 
