@@ -396,3 +396,27 @@ def test_a_published_checkpoint_total_from_its_headers(tmp_path: Path):
     assert out["weight_bytes"] == 751_632_384 * 2
     assert out["params"]["total"] == 751_632_384 - 151_936 * 1_024
     assert f"{151_936 * 1_024 * 2:,} B less" in out["weights_source"]
+
+
+def test_model_safetensors_is_read_alone_beside_other_files(tmp_path: Path):
+    """Mistral's repos hold consolidated.safetensors beside the transformers files: without an
+    index, model.safetensors is the checkpoint; alone, consolidated.safetensors is."""
+    folder = H.model_folder(tmp_path / "m", H.TINY_LLAMA,
+                            {"model.safetensors": H.tiny_llama_tensors()})
+    H.write_safetensors(folder / "consolidated.safetensors", H.tiny_llama_tensors("F32"))
+    assert resolve_model(str(folder)).extra["checkpoint"].total_bytes == 2 * 86_848
+    os.remove(folder / "model.safetensors")
+    assert resolve_model(str(folder)).extra["checkpoint"].total_bytes == 4 * 86_848
+
+
+@needs_hub
+def test_a_cached_config_without_safetensors_offline(tmp_path: Path):
+    src = tmp_path / "download"
+    src.mkdir()
+    (src / "config.json").write_text(json.dumps(H.TINY_LLAMA))
+    H.hf_cache(tmp_path / "hf", "org/config-only", src)
+    r = kvcalc("estimate", "org/config-only", "--format", "json", env=offline(tmp_path / "hf"))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["weight_bytes"] == 2 * 86_848
+    assert out["weights_source"].startswith("config.json (bf16): no safetensors files")

@@ -108,7 +108,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         """KV cache, parameters, decode time and what fits, for one model: one line, then a
         compact table (--detail for every breakdown).
 
-        Examples: `kvcalc estimate --preset gpt3`; `kvcalc estimate --preset llama3-70b
+        Examples: `kvcalc estimate Qwen/Qwen3-8B` (a Hub id; or the model's folder);
+        `kvcalc estimate --preset gpt3`; `kvcalc estimate --preset llama3-70b
         --seq-len 8192 --batch 16 --tp 4 --format json`; `kvcalc estimate --preset
         llama2-7b --compare`; `-o r.md` writes markdown.
         """
@@ -202,7 +203,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         the plain fit (weights and KV only; it says what it leaves out). --ttft-ms and
         --tpot-ms give the largest batch meeting both.
 
-        Examples: `kvcalc fit --preset llama3.1-8b --gpu rtx3090 --max-model-len 20000`;
+        Examples: `kvcalc fit Qwen/Qwen3-8B --gpu l4`; `kvcalc fit --preset llama3.1-8b
+        --gpu rtx3090 --max-model-len 20000`;
         `kvcalc fit --config config.json --gpu h100-sxm --tp 4 --max-model-len 32768
         --gpu-memory-utilization 0.95 --format json`.
         """

@@ -18,7 +18,8 @@ from kvcalc.model_source.safetensors import (CheckpointBytes, checkpoint_bytes, 
                                              read_header)
 from kvcalc.spec import ModelSpec, architecture
 
-INDEX_NAME = "model.safetensors.index.json"  # transformers' name; others end alike
+INDEX_NAME = "model.safetensors.index.json"  # transformers' names; other indexes end alike
+SINGLE_NAME = "model.safetensors"
 
 
 class Incomplete(Exception):
@@ -27,8 +28,9 @@ class Incomplete(Exception):
 
 def safetensors_files(folder: Path, where: str) -> list[Path]:
     """The checkpoint's files: the ones its index names (model.safetensors.index.json,
-    else the one `*.safetensors.index.json`), else every `*.safetensors` file; [] when it
-    has none. Raises Incomplete when an index names a file that is not there."""
+    else the one `*.safetensors.index.json`), else model.safetensors, else every
+    `*.safetensors` file (Mistral's consolidated.safetensors); [] when it has none.
+    Raises Incomplete when an index names a file that is not there."""
     indexes = sorted(p.name for p in folder.glob("*.safetensors.index.json"))
     if indexes:
         if INDEX_NAME in indexes:
@@ -46,6 +48,8 @@ def safetensors_files(folder: Path, where: str) -> list[Path]:
                              f"({', '.join(quoted(m) for m in missing[:3])}"
                              f"{', ...' if len(missing) > 3 else ''})")
         return [folder / f for f in files]
+    if os.path.lexists(folder / SINGLE_NAME):  # transformers reads it alone, beside others
+        return [folder / SINGLE_NAME]
     return sorted(folder.glob("*.safetensors"))
 
 

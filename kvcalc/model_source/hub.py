@@ -115,6 +115,10 @@ def _problem(hub, e: Exception, shown: str) -> str:
         return f"{shown}: a safetensors header on the Hub cannot be read"
     if isinstance(e, KvcalcError):
         return str(e)
+    if isinstance(e, (ConnectionError, TimeoutError)) or any(
+            w in kind.__name__ for w in ("Connect", "Timeout", "Network")):
+        return (f"{shown}: cannot reach the Hugging Face Hub ({kind.__name__}); with "
+                "HF_HUB_OFFLINE=1 kvcalc reads the cache only")
     if isinstance(e, OSError):
         from kvcalc.errors import os_problem
 

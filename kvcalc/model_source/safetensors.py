@@ -23,6 +23,7 @@ from pathlib import Path
 
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError, os_problem
+from kvcalc.inputfile import read_text
 
 # safetensors' own cap (MAX_HEADER_SIZE in its Rust crate): a header beyond it is refused
 # before it is read.
@@ -170,8 +171,6 @@ def parse_header(raw: bytes, where: str) -> object:
 def index_files(path: Path, where: str | None = None) -> list[str]:
     """The shard files a `*.safetensors.index.json` names (its weight_map's values), once
     each, in order of first mention."""
-    from kvcalc.inputfile import read_text
-
     where = where or str(path)
     try:
         text = read_text(path, where, MAX_INDEX_BYTES)
