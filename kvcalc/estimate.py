@@ -426,7 +426,7 @@ class AsStored:
     headers do not apply."""
 
     checkpoint: object  # kvcalc.model_source.safetensors.CheckpointBytes, or None
-    described: tuple  # spec.architecture() of the model the headers were read for
+    described: tuple  # kvcalc.spec.architecture() of the model the headers were read for
     quantization: object = None  # kvcalc.quant's Quantization from quantization_config
     quantization_problem: str = ""
 

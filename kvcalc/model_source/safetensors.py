@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from dataclasses import field
 from pathlib import Path
 
 from kvcalc._record import record
@@ -49,10 +50,10 @@ class CheckpointBytes:
     messages ("safetensors headers (4 files)")."""
 
     total_bytes: int
-    bytes_by_dtype: dict[str, int]
-    elements_by_dtype: dict[str, int]
-    files: int
-    tensors: int
+    bytes_by_dtype: dict[str, int] = field(hash=False)  # (a hashable record all the same)
+    elements_by_dtype: dict[str, int] = field(hash=False)
+    files: int = 1
+    tensors: int = 0
 
     @property
     def where(self) -> str:
