@@ -420,3 +420,8 @@ def test_a_cached_config_without_safetensors_offline(tmp_path: Path):
     out = json.loads(r.stdout)
     assert out["weight_bytes"] == 2 * 86_848
     assert out["weights_source"].startswith("config.json (bf16): no safetensors files")
+
+
+def test_an_unknown_home_is_a_path_that_is_not_there():
+    """`~nope` (no such user): a path, not found; Path.expanduser would raise instead."""
+    refused(kvcalc("estimate", "~no-such-user-here/model"), "no such folder or file")

@@ -37,7 +37,8 @@ def resolve_model(text: str | os.PathLike) -> ModelSpec:
         raise KvcalcError("MODEL is empty: give a preset name, a Hub id (org/name), a model "
                           "folder or a config file")
     if _spelt_as_path(text):
-        return _from_path(Path(text).expanduser())
+        # os.path's expanduser leaves an unknown ~user as written (Path's raises).
+        return _from_path(Path(os.path.expanduser(text)))
     from kvcalc import presets
 
     stem = presets.find(text, presets.model_names())
