@@ -425,3 +425,13 @@ def test_a_cached_config_without_safetensors_offline(tmp_path: Path):
 def test_an_unknown_home_is_a_path_that_is_not_there():
     """`~nope` (no such user): a path, not found; Path.expanduser would raise instead."""
     refused(kvcalc("estimate", "~no-such-user-here/model"), "no such folder or file")
+
+
+@needs_hub
+def test_a_symlink_loop_at_the_cached_config(cached: Path):
+    snapshot = next((cached / "hub" / "models--org--tiny-llama" / "snapshots").iterdir())
+    (snapshot / "config.json").unlink()
+    (snapshot / "config.json").symlink_to(snapshot / "again")
+    (snapshot / "again").symlink_to(snapshot / "config.json")
+    refused(kvcalc("estimate", "org/tiny-llama", env=offline(cached)),
+            "org/tiny-llama", "config.json", "loop of symbolic links")

@@ -14,6 +14,8 @@ reader, kvcalc.model_source.folder); online, when it does not, by HTTP range req
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 from pathlib import Path
 
@@ -56,8 +58,28 @@ def hub_files(repo_id: str, revision: str | None) -> tuple[Path, str]:
     try:
         config = Path(hub.hf_hub_download(repo_id, "config.json", revision=revision))
     except Exception as e:  # noqa: BLE001 - each kind is put in words below
-        raise KvcalcError(_problem(hub, e, shown)) from None
+        raise KvcalcError(_loop_in_cache(hub, repo_id, revision, shown)
+                          or _problem(hub, e, shown)) from None
     return config.parent, shown
+
+
+def _loop_in_cache(hub, repo_id: str, revision: str | None, shown: str) -> str | None:
+    """huggingface_hub takes a cached config.json that is a loop of symbolic links for a
+    missing one; said as what it is."""
+    repo = Path(hub.constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
+    rev = revision or "main"
+    try:
+        commit = (repo / "refs" / rev).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError, ValueError):
+        commit = rev  # a commit hash names its snapshot itself
+    try:
+        os.stat(repo / "snapshots" / commit / "config.json")
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return f"{shown}: its config.json in the cache ({repo}) is a loop of symbolic links"
+    except ValueError:
+        pass
+    return None
 
 
 def remote_checkpoint(repo_id: str, revision: str | None, shown: str) -> CheckpointBytes | None:
