@@ -86,7 +86,6 @@ def _from_hub(repo_id: str, revision: str | None) -> ModelSpec:
     from kvcalc.model_source.folder import Incomplete, folder_checkpoint, folder_model
 
     snapshot, shown = hub.hub_files(repo_id, revision)
-    source = f"Hugging Face Hub {shown} (config.json, safetensors headers)"
     try:
         checkpoint = folder_checkpoint(snapshot, shown)
     except Incomplete as e:
@@ -97,4 +96,5 @@ def _from_hub(repo_id: str, revision: str | None) -> ModelSpec:
     else:
         if checkpoint is None and not hub.offline():
             checkpoint = hub.remote_checkpoint(repo_id, revision, shown)
-    return folder_model(snapshot, name=repo_id, source=source, checkpoint=checkpoint)
+    return folder_model(snapshot, name=repo_id, label=f"Hugging Face Hub {shown}",
+                        checkpoint=checkpoint)

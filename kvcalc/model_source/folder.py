@@ -64,10 +64,11 @@ def folder_checkpoint(folder: Path, where: str) -> CheckpointBytes | None:
 _READ = object()
 
 
-def folder_model(folder: Path, name: str | None = None, source: str | None = None,
+def folder_model(folder: Path, name: str | None = None, label: str | None = None,
                  checkpoint: CheckpointBytes | None | object = _READ) -> ModelSpec:
     """The model in `folder` (its config.json), weighed by its safetensors headers, read
-    here unless the caller gives their sum (`checkpoint`, None for none)."""
+    here unless the caller gives their sum (`checkpoint`, None for none). `label` says
+    where the folder came from in the spec's source ("model folder ..." by default)."""
     from kvcalc.hfconfig import spec_from_hf_config_file
 
     where = str(folder)
@@ -76,13 +77,13 @@ def folder_model(folder: Path, name: str | None = None, source: str | None = Non
         raise KvcalcError(f"{where}: no config.json in this folder (a model folder holds the "
                           "config.json and safetensors files save_pretrained writes)")
     spec = spec_from_hf_config_file(config, name or _folder_name(folder))
-    if source:
-        spec = spec.replace(source=source)
     if checkpoint is _READ:
         try:
             checkpoint = folder_checkpoint(folder, where)
         except Incomplete as e:
             raise KvcalcError(str(e)) from None
+    read = "config.json" + (f" and {checkpoint.where}" if checkpoint is not None else "")
+    spec = spec.replace(source=f"{label or f'model folder {where}'}: {read}")
     return with_checkpoint(spec, checkpoint)
 
 

@@ -160,7 +160,8 @@ def estimate_tables(est) -> list:
              f"{s.kv_heads if s.mla is None else '-'} K/V heads, head_dim {s.head_dim}, ")
     head = (f"{s.name}  {shape}{s.layers} layers, d_model {s.d_model}\n"
             f"seq_len {est.seq_len:,}, batch {est.batch}, KV {est.kv_dtype.name}, "
-            f"weights {est.weight_dtype.name}, tp {est.tp}"
+            f"weights {'as stored' if est.stored and est.stored.source else est.weight_dtype.name}"
+            f", tp {est.tp}"
             + (f", {est.hardware.name}" if est.hardware else "") + (f"\n{src}" if src else ""))
     out: list = [head]
 
