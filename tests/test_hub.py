@@ -265,7 +265,10 @@ def _header(obj) -> bytes:
     ("not an object", lambda: (_header([1, 2]), 100), ["not a JSON object"]),
     ("offsets disagree with shape", lambda: (_header(
         {"w": {"dtype": "BF16", "shape": [4, 4], "data_offsets": [0, 30]}}), 2000),
-     ["span 30 bytes", "is 32"]),
+     ["span 30 bytes", "16 BF16 elements take 32"]),
+    ("a shape past any file", lambda: (_header(
+        {"w": {"dtype": "U8", "shape": [10 ** 99] * 60, "data_offsets": [0, 3]}}), 9000),
+     ["more elements than any file"]),
     ("a gap between tensors", lambda: (_header(
         {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
          "b": {"dtype": "F32", "shape": [2], "data_offsets": [16, 24]}}), 2000),

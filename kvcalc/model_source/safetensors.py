@@ -32,6 +32,7 @@ MAX_HEADER_BYTES = 100_000_000
 # An index file (weight_map of tensor name -> shard) is a few MB for the largest models.
 MAX_INDEX_BYTES = 64 << 20
 MAX_SHARDS = 100_000
+MAX_ELEMENTS = 1 << 64  # 16 EiB of U8: no file is larger; bounds the numbers in messages
 
 # Bits per element of each dtype the format defines (safetensors' Dtype::bitsize).
 DTYPE_BITS = {"BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "U8": 8, "I8": 8,
@@ -86,12 +87,14 @@ def tensor_bytes(header: object, where: str, data_bytes: int | None = None) -> d
         if not isinstance(shape, list) or not all(_natural(n) for n in shape):
             raise KvcalcError(f"{label}: shape must be a list of non-negative integers")
         if (not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_natural, offsets))
-                or offsets[0] > offsets[1]):
+                or offsets[0] > offsets[1] or offsets[1] > MAX_ELEMENTS * 8):
             raise KvcalcError(f"{label}: data_offsets must be [begin, end] with "
                               "0 <= begin <= end")
         elements = 1
         for n in shape:
             elements *= n
+            if elements > MAX_ELEMENTS:  # before the product grows past what a file holds
+                raise KvcalcError(f"{label}: its shape holds more elements than any file can")
         bits = elements * DTYPE_BITS[dtype]
         if bits % 8:
             raise KvcalcError(f"{label}: {elements:,} {dtype} elements are not a whole "
@@ -99,7 +102,7 @@ def tensor_bytes(header: object, where: str, data_bytes: int | None = None) -> d
         nbytes = bits // 8
         if offsets[1] - offsets[0] != nbytes:
             raise KvcalcError(f"{label}: data_offsets span {offsets[1] - offsets[0]:,} bytes, "
-                              f"but {dtype} x {shape} is {nbytes:,}")
+                              f"but its {elements:,} {dtype} elements take {nbytes:,}")
         spans.append((offsets[0], offsets[1], place))
         entry = out.setdefault(dtype, [0, 0, 0])
         entry[0] += nbytes
