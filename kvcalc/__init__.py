@@ -155,8 +155,9 @@ def param_counts(model):
 def fit(model, hardware, seq_len: int, batch: int = 1, weight_dtype="bf16", kv_dtype="bf16",
         tp: int = 1, scale_bytes: int = 0, memory_fraction: float | str = 1,
         reserve_bytes: int = 0, encoder_seq_len: int | None = None):
-    """What fits on `tp` devices after the weights; model and hardware as objects or
-    preset names."""
+    """What fits on `tp` devices after the weights (in `weight_dtype`); the model as a
+    ModelSpec or MODEL (a preset, Hub id, folder or config file), the hardware as a
+    Hardware or a preset name."""
     from kvcalc.capacity.fit import fit as _fit
     from kvcalc.dtypes import DType, dtype
     from kvcalc.workload import Memory, Workload
