@@ -108,7 +108,8 @@ def estimate(model, seq_len: int | None = None, batch: int = 1, kv_dtype="bf16",
              weight_dtype=None, tp: int = 1, hardware=None, scale_bytes: int = 0,
              encoder_seq_len: int | None = None, memory_fraction: float | str = 1,
              reserve_bytes: int = 0, *, prompt_len: int | None = None, mfu: float | str = "0.5",
-             bandwidth_efficiency: float | str = "0.8", group_size: int | None = None):
+             bandwidth_efficiency: float | str = "0.8", group_size: int | None = None,
+             engine: str | None = None):
     """Every figure `kvcalc estimate` prints, as an Estimate (`.as_dict()` is its JSON).
 
     `model` is a ModelSpec or MODEL (a preset, Hub id, folder or config file); `hardware`
@@ -116,7 +117,8 @@ def estimate(model, seq_len: int | None = None, batch: int = 1, kv_dtype="bf16",
     `weight_dtype` None reads the weights as the config stores them (else every matrix
     in it, with scales per `group_size` for int4, int8, fp8, mxfp4 and nvfp4). With
     hardware: TTFT for `batch` prompts of `prompt_len` tokens (default seq_len) and TPOT
-    at seq_len, at the stated MFU and bandwidth efficiency.
+    at seq_len, at the stated MFU and bandwidth efficiency, or as `engine` ('llama.cpp',
+    'vllm@0.21.0', ...) runs them.
     """
     from kvcalc.estimate import estimate as _estimate, workload_for
     from kvcalc.workload import Memory
@@ -131,8 +133,13 @@ def estimate(model, seq_len: int | None = None, batch: int = 1, kv_dtype="bf16",
                             group_size=group_size)
     memory = None if hw is None else Memory(hardware=hw, fraction=memory_fraction,
                                             reserve_bytes=reserve_bytes)
+    eng = None
+    if engine is not None:
+        from kvcalc.engines import load_engine
+
+        eng = load_engine(engine)[0] if isinstance(engine, str) else engine
     return _estimate(spec, workload, memory=memory, mfu=mfu,
-                     bandwidth_efficiency=bandwidth_efficiency)
+                     bandwidth_efficiency=bandwidth_efficiency, engine=eng)
 
 
 def kv_cache(model, seq_len: int, batch: int = 1, kv_dtype="bf16", tp: int = 1,

@@ -363,7 +363,8 @@ def workload_for(spec: ModelSpec, *, seq_len: int, batch: int = 1,
 
 def estimate(spec: ModelSpec, workload: Workload, *, memory: Memory | None = None,
              mfu: float | str = DEFAULT_MFU,
-             bandwidth_efficiency: float | str = DEFAULT_BANDWIDTH_EFFICIENCY) -> Estimate:
+             bandwidth_efficiency: float | str = DEFAULT_BANDWIDTH_EFFICIENCY,
+             engine=None) -> Estimate:
     """Every analytical figure for one configuration, each computed once. With `memory`
     (a device): the roofline, the fit, the smallest tp that fits, and the latency (TTFT
     for the batch's prompts, TPOT at seq_len) at the stated MFU and bandwidth efficiency.
@@ -403,7 +404,7 @@ def estimate(spec: ModelSpec, workload: Workload, *, memory: Memory | None = Non
             break
     lat = latency(spec, w, hardware=hardware, mfu=mfu,
                   bandwidth_efficiency=bandwidth_efficiency, stored=stored, step=decode,
-                  cache=cache, params=params)
+                  cache=cache, params=params, engine=engine)
     comm = None
     if w.tp > 1 and hardware.interconnect_bandwidth_bytes_per_s:
         from kvcalc.comm import decode_allreduce

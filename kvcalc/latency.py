@@ -78,6 +78,7 @@ class Latency:
     prefill_overhead_s: float = 0.0
     overhead_overlaps: bool = True
     calibration: str = ""  # what the terms were measured on, e.g. "torch-eager on NVIDIA H200"
+    engine: str = ""  # --engine: whose fitted terms, e.g. "llama.cpp: int4 weights at 71% ..."
 
     def _with_overhead(self, data_s: float, overhead_s: float) -> float:
         return max(data_s, overhead_s) if self.overhead_overlaps else data_s + overhead_s
@@ -116,24 +117,30 @@ class Latency:
             "prefill_bytes_per_device": self.prefill_bytes,
             "tpot_s": self.tpot_s, "decode_bound": self.decode_bound,
             "tokens_per_s": self.tokens_per_s,
-            **({"calibration": self.calibration, "decode_overhead_s": self.decode_overhead_s,
+            **({"engine": self.engine} if self.engine else {}),
+            **({"calibration": self.calibration or None,
+                "decode_overhead_s": self.decode_overhead_s,
                 "prefill_overhead_s": self.prefill_overhead_s,
                 "overhead_overlaps": self.overhead_overlaps,
                 "decode_memory_s": self.decode_memory_s,
-                "decode_compute_s": self.decode_compute_s} if self.calibration else {}),
+                "decode_compute_s": self.decode_compute_s}
+               if self.calibration or self.engine else {}),
         }
 
 
 def latency(spec: ModelSpec, workload: Workload, *, hardware: Hardware, mfu=DEFAULT_MFU,
             bandwidth_efficiency=DEFAULT_BANDWIDTH_EFFICIENCY,
             stored: StoredWeights | None = None, step: DecodeCost | None = None,
-            cache: KVCache | None = None, params: ParamCounts | None = None) -> Latency:
+            cache: KVCache | None = None, params: ParamCounts | None = None,
+            engine=None, weight_format: str | None = None) -> Latency:
     """TTFT for the workload's batch of prompts (prompt_len tokens, default seq_len) and
     TPOT at its seq_len.
 
     `step` (decode_step with its prefill FLOPs), `cache` and `params`: the figures at the
     workload's seq_len when the caller has them (estimate does); they are read, not
-    computed again.
+    computed again. `engine` (kvcalc.engines.Engine): that engine's fitted terms in place
+    of the efficiencies; `weight_format` names the weights' format family when the
+    workload cannot (a GGUF or EXL2 checkpoint given as stored bytes).
     """
     w = workload
     seq_len, prompt_len, batch, tp = w.seq_len, w.prompt_tokens, w.batch, w.tp
@@ -165,8 +172,18 @@ def latency(spec: ModelSpec, workload: Workload, *, hardware: Hardware, mfu=DEFA
         step = prompt if same else decode_step(
             spec, seq_len, batch, wdt, kdt, adt, tp, w.kv_scale_bytes, w.encoder_seq_len,
             prefill=False, stored=stored)
+    if hardware.calibration is not None and engine is not None:
+        raise KvcalcError(f"{hardware.name} is a calibration of {hardware.calibration.engine} on "
+                          f"one device; --engine {engine.name} times another engine: give one")
     if hardware.calibration is not None:
         return _calibrated(hardware, spec, w, prefill_flops, prefill_bytes, step)
+    if engine is not None:
+        from kvcalc.engines import check_runs, weight_family
+
+        family = weight_format or weight_family(wdt.name, w.quantization)
+        check_runs(engine, family)
+        return _engine_latency(engine, family, hardware, spec, w, prefill_flops,
+                               prefill_bytes, step, adt.name)
     return Latency(
         prompt_len=prompt_len, seq_len=seq_len, batch=batch, tp=tp,
         mfu=float(mfu_f), bandwidth_efficiency=float(bw_f),
@@ -216,6 +233,54 @@ def _calibrated(hardware: Hardware, spec: ModelSpec, w: Workload, prefill_flops:
         decode_overhead_s=overhead_s, prefill_overhead_s=overhead_s,
         overhead_overlaps=cal.overlapped,
         calibration=f"{cal.engine} on {hardware.name} ({cal.dtype}, {cal.measured_at})",
+    )
+
+
+def _engine_latency(engine, family: str, hardware: Hardware, spec: ModelSpec, w: Workload,
+                    prefill_flops: int, prefill_bytes: int, step: DecodeCost,
+                    compute_dtype: str) -> Latency:
+    """Latency on `engine` (kvcalc.engines): on each device of tp,
+
+        gpu     = max(weights / (bandwidth x the engine's share for the format)
+                      + K/V and activations / (bandwidth x its 16-bit share),
+                      FLOPs / (peak x its prefill share))
+                  + layers x layer_s + 2 x layers x allreduce_s (tp > 1)
+        host    = host_step_s + layers x host_layer_s
+        decode  = max(gpu, host)  (the host queues the next kernels while the GPU runs)
+        prefill = max(FLOPs / (peak x prefill share), bytes / bandwidth x share)
+                  + layers x layer_s + 2 x layers x allreduce_s (tp > 1), at least host."""
+    e_w, fitted_w = engine.efficiency(family)
+    e_kv = float(engine.bandwidth_efficiency.get("float", e_w))  # K/V: its 16-bit kernels
+    mfu, fitted_mfu = engine.mfu(family)
+    bw = hardware.memory_bandwidth_bytes_per_s
+    peak = hardware.peak_flops(compute_dtype)
+    b = step.bytes_breakdown
+    share = Fraction(step.per_device_bytes, max(1, step.bytes))
+    weights_dev = float(b["weights"] * share)
+    other_dev = float((step.bytes - b["weights"]) * share)
+    memory_s = weights_dev / (bw * e_w) + other_dev / (bw * e_kv)
+    compute_s = step.per_device_flops / (peak * mfu)
+    layers = spec.layers
+    serial_s = layers * engine.layer_s + (2 * layers * engine.allreduce_s if w.tp > 1 else 0.0)
+    host_s = engine.host_step_s + layers * engine.host_layer_s
+    extrapolated = [] if fitted_w else [f"{family} bandwidth"]
+    extrapolated += [] if fitted_mfu else [f"{family} prefill"]
+    label = (f"{engine.name}: {family} weights at {e_w:.0%} of bandwidth, "
+             f"{engine.layer_s * 1e6:.3g} us per layer on the GPU"
+             + (f", all-reduce {engine.allreduce_s * 1e6:.3g} us x {2 * layers}"
+                if w.tp > 1 else ""))
+    if extrapolated:
+        label += f" (extrapolated: no published {', '.join(extrapolated)} rows)"
+    return Latency(
+        prompt_len=w.prompt_tokens, seq_len=w.seq_len, batch=w.batch, tp=w.tp,
+        mfu=mfu, bandwidth_efficiency=e_w,
+        prefill_flops=prefill_flops, prefill_bytes=prefill_bytes,
+        prefill_compute_s=prefill_flops / (peak * mfu) + serial_s,
+        prefill_memory_s=prefill_bytes / (bw * e_w) + serial_s,
+        decode_flops=step.per_device_flops, decode_bytes=step.per_device_bytes,
+        decode_compute_s=compute_s + serial_s, decode_memory_s=memory_s + serial_s,
+        decode_overhead_s=host_s, prefill_overhead_s=host_s, overhead_overlaps=True,
+        engine=label,
     )
 
 

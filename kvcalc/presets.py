@@ -443,7 +443,7 @@ def _yaml_fields(cls: type) -> dict[str, dataclasses.Field]:
     out = {}
     own = {f.name: f for f in dataclasses.fields(_UniformKeys)}
     for f in dataclasses.fields(cls):
-        if f.name not in _NOT_YAML_KEYS[cls]:
+        if f.name not in _NOT_YAML_KEYS.get(cls, ()):
             out[f.name] = f
         if cls is ModelSpec:  # the flat description's own keys, where they always stood
             out.update((k, own[k]) for k in _UNIFORM_KEYS_AFTER.get(f.name, ()))

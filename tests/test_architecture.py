@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kvcalc.spec", "kvcalc.workload"),
     ("kvcalc.formulas", "kvcalc.towers", "kvcalc.comm"),
     ("kvcalc.quant",),
-    ("kvcalc.hfconfig", "kvcalc.presets", "kvcalc.model_source"),
+    ("kvcalc.hfconfig", "kvcalc.presets", "kvcalc.model_source", "kvcalc.engines"),
     ("kvcalc.roofline", "kvcalc.latency", "kvcalc.capacity"),
     ("kvcalc.estimate",),
     ("kvcalc.report", "kvcalc.plot"),

@@ -9,6 +9,7 @@ from kvcalc.cli.parsing import command
 
 from kvcalc.cli.options import (
     DEFAULT_GPU,
+    EngineOpt,
     BatchOpt,
     FitBatchOpt,
     BandwidthEffOpt,
@@ -60,6 +61,15 @@ def _estimates(request: ModelRequest, *, seq_len, batch, kv_dtype, weight_dtype,
                          memory=memory, **options) for s in specs]
 
 
+def _engine(text):
+    """--engine NAME[@VERSION]: the engine file, or None (the datasheet roofline)."""
+    if text is None:
+        return None
+    from kvcalc.engines import load_engine
+
+    return load_engine(text)[0]
+
+
 def write(fmt: OutputFormat, output, force: bool, obj, rows: list[dict], items: list) -> None:
     """One result in the chosen format, to stdout or atomically to `output`.
 
@@ -92,6 +102,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         prompt_len: PromptLenOpt = None,
         mfu: MfuOpt = "0.5",
         bandwidth_efficiency: BandwidthEffOpt = "0.8",
+        engine: EngineOpt = None,
         compare: Annotated[bool, typer.Option(
             "--compare", help="MHA, GQA and MQA of this model side by side.")] = False,
         detail: Annotated[bool, typer.Option(
@@ -121,7 +132,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                           kv_scale_bytes=kv_scale_bytes, encoder_seq_len=encoder_seq_len,
                           memory_fraction=memory_fraction, reserve=reserve,
                           prompt_len=prompt_len, group_size=group_size, compare=compare,
-                          mfu=mfu, bandwidth_efficiency=bandwidth_efficiency)
+                          mfu=mfu, bandwidth_efficiency=bandwidth_efficiency,
+                          engine=_engine(engine))
         if compare:
             obj = {"variants": [e.as_dict() for e in ests],
                    "reductions_vs_mha": [_reductions(ests[0], e) for e in ests[1:]]}

@@ -381,6 +381,12 @@ MfuOpt = Annotated[str, typer.Option(
     "--mfu", help="Share of the dense peak a prefill reaches, in [0.001, 1].")]
 BandwidthEffOpt = Annotated[str, typer.Option(
     "--bandwidth-efficiency", help="Share of the memory bandwidth decode reaches, in [0.001, 1].")]
+EngineOpt = Annotated[Optional[str], typer.Option(
+    "--engine", show_default=False, metavar="NAME[@VERSION]",
+    help="Time first and output tokens as this engine runs them (llama.cpp, vllm, "
+    "tensorrt-llm, transformers, gpt-fast, exllamav2, mlc-llm, autoawq: terms fitted on "
+    "published measurements, presets/engines) (default: the datasheet roofline at "
+    "--mfu and --bandwidth-efficiency).")]
 TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel devices (count).")]
 GpuOpt = Annotated[str, typer.Option(
     "--gpu", help="Hardware preset, or a YAML file in the presets' schema, for roofline and "

@@ -1,0 +1,134 @@
+"""Serving engines as the latency model sees them: what differs physically between
+llama.cpp, vLLM, TensorRT-LLM, transformers and the others on the same GPU and
+checkpoint (presets/engines/NAME.yaml).
+
+An engine file gives, each fitted on that engine's published measurements
+(tests/data/published, by benchmarks/fit_engines.py, which writes the files):
+- the fraction of the datasheet memory bandwidth its decode kernels reach, by weight
+  format family (its GEMV/GEMM kernels for 16-bit, int8, int4 ... weights);
+- host costs per step and per layer (Python, scheduling, kernel launches), which run
+  while the GPU works: a step takes the longer of the two;
+- a GPU-side cost per layer (kernel floors, synchronisation) added to the data time;
+- the cost of one all-reduce under tensor parallelism (two per layer);
+- the fraction of the dense peak its prefill reaches, by format family.
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+
+from kvcalc._record import record
+from kvcalc.errors import KvcalcError
+
+# Weight format families an engine file names (a checkpoint's layout, or --weight-dtype).
+FAMILIES = ("float", "fp8", "int8", "int4", "awq", "gptq", "exl2", "bnb4", "bnb8", "mxfp4",
+            "nvfp4")
+
+
+@record
+class Engine:
+    name: str
+    source: str
+    bandwidth_efficiency: dict[str, float]  # by format family: share of datasheet bandwidth
+    prefill_mfu: dict[str, float] = field(default_factory=dict)  # share of the dense peak
+    host_step_s: float = 0.0  # host time per decode step, overlapping the GPU's work
+    host_layer_s: float = 0.0  # host time per layer per step, overlapping the GPU's work
+    layer_s: float = 0.0  # GPU time per layer per step beyond moving its bytes
+    allreduce_s: float = 0.0  # one all-reduce of a decode step's activations (tp > 1)
+    versions: str = ""  # the releases its published rows ran, comma-separated
+    rows: dict[str, int] = field(default_factory=dict)  # fitted rows per format family
+    fitted_on: str = ""  # the ids of those rows (tests/data/published)
+    held_out: str = ""  # rows of this engine kept out of the fit, to test it
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        for table in ("bandwidth_efficiency", "prefill_mfu"):
+            for fam, v in getattr(self, table).items():
+                if fam not in FAMILIES:
+                    raise KvcalcError(f"engine {self.name}: {table}.{fam}: not a format family "
+                                      f"(one of {', '.join(FAMILIES)})")
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+                    raise KvcalcError(f"engine {self.name}: {table}.{fam} must be in (0, 1]")
+        if not self.bandwidth_efficiency:
+            raise KvcalcError(f"engine {self.name}: bandwidth_efficiency needs a format")
+        for name in ("host_step_s", "host_layer_s", "layer_s", "allreduce_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+                raise KvcalcError(f"engine {self.name}: {name} must be seconds in [0, 1)")
+
+    def efficiency(self, family: str) -> tuple[float, bool]:
+        """(bandwidth share, fitted) for `family`: the family's own figure, else the
+        engine's 16-bit one (extrapolated: no published row ran that format)."""
+        if family in self.bandwidth_efficiency:
+            return float(self.bandwidth_efficiency[family]), True
+        return float(self.bandwidth_efficiency.get("float", min(self.bandwidth_efficiency.values()))), False
+
+    def mfu(self, family: str) -> tuple[float, bool]:
+        if family in self.prefill_mfu:
+            return float(self.prefill_mfu[family]), True
+        if self.prefill_mfu:
+            return float(self.prefill_mfu.get("float", min(self.prefill_mfu.values()))), False
+        return 0.5, False
+
+
+# Formats an engine cannot run, with the reason (refused, not extrapolated).
+UNSUPPORTED = {
+    ("vllm", "exl2"): "vLLM has no EXL2 kernels (ExLlamaV2's own format)",
+    ("sglang", "exl2"): "SGLang has no EXL2 kernels (ExLlamaV2's own format)",
+    ("tensorrt-llm", "exl2"): "TensorRT-LLM has no EXL2 kernels (ExLlamaV2's own format)",
+    ("llama.cpp", "exl2"): "llama.cpp runs GGUF quants, not EXL2",
+    ("llama.cpp", "awq"): "llama.cpp runs GGUF quants; convert the AWQ checkpoint to GGUF",
+    ("llama.cpp", "gptq"): "llama.cpp runs GGUF quants; convert the GPTQ checkpoint to GGUF",
+    ("exllamav2", "awq"): "ExLlamaV2 runs EXL2 and GPTQ checkpoints, not AWQ",
+    ("mlc-llm", "exl2"): "MLC-LLM compiles its own quantization, not EXL2",
+}
+
+
+def check_runs(engine: Engine, family: str) -> None:
+    reason = UNSUPPORTED.get((engine.name, family))
+    if reason:
+        raise KvcalcError(f"--engine {engine.name} cannot run {family} weights: {reason}")
+
+
+def weight_family(weight_dtype_name: str, quantization) -> str:
+    """The format family of a workload's weights: the checkpoint layout's, else its dtype's."""
+    if quantization is not None:
+        layout, bits = quantization.layout, quantization.bits
+        if layout.startswith("fp8"):
+            return "fp8"
+        if layout in ("awq", "gptq", "bnb4", "bnb8", "mxfp4", "nvfp4"):
+            return layout
+        return "int4" if bits <= 4 else "int8"
+    name = weight_dtype_name
+    if name in ("int4", "int8", "fp8"):
+        return name
+    return "float"
+
+
+def engine_names() -> list[str]:
+    """Names of the engine files (presets/engines/*.yaml), sorted."""
+    from kvcalc.presets import _names
+
+    return _names("engines")
+
+
+def load_engine(text: str) -> tuple[Engine, str | None]:
+    """The engine `NAME[@VERSION]` names, and the version asked for (None: any). A name
+    or version kvcalc has no published rows for is one error naming the known ones."""
+    from kvcalc.presets import _fields_from_mapping, _construct, _read_yaml, find, presets_dir
+
+    name, _, version = text.strip().partition("@")
+    names = engine_names()
+    stem = find(name, names)
+    if stem is None:
+        raise KvcalcError(f"unknown engine {text!r}; known engines: {', '.join(names)}")
+    path = presets_dir() / "engines" / f"{stem}.yaml"
+    where = f"presets/engines/{stem}.yaml"
+    engine = _construct(Engine, _fields_from_mapping(_read_yaml(path), Engine, where, stem, True),
+                        where)
+    if version:
+        known = [v.strip() for v in engine.versions.split(",") if v.strip()]
+        if version not in known:
+            raise KvcalcError(f"--engine {stem}@{version}: no published rows of that version; "
+                              f"{stem}'s are: {', '.join(known) or 'unversioned'}")
+    return engine, version or None
