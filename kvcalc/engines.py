@@ -21,8 +21,10 @@ from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 
 # Weight format families an engine file names (a checkpoint's layout, or --weight-dtype).
-FAMILIES = ("float", "fp8", "int8", "int4", "awq", "gptq", "exl2", "bnb4", "bnb8", "mxfp4",
-            "nvfp4")
+# "awq-gemv": an AWQ checkpoint packed for AutoAWQ's GEMV kernel (quantization_config
+# version "gemv"), fast at batch 1 and slow in prefill; "awq" is the GEMM packing.
+FAMILIES = ("float", "fp8", "int8", "int4", "awq", "awq-gemv", "gptq", "exl2", "bnb4", "bnb8",
+            "mxfp4", "nvfp4")
 
 
 @record

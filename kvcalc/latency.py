@@ -287,7 +287,7 @@ def _engine_latency(engine, family: str, hardware: Hardware, spec: ModelSpec, w:
 def max_batch_for_slo(spec: ModelSpec, workload: Workload, *, hardware: Hardware,
                       ttft_s: float | None, tpot_s: float | None, limit: int,
                       mfu=DEFAULT_MFU, bandwidth_efficiency=DEFAULT_BANDWIDTH_EFFICIENCY,
-                      stored: StoredWeights | None = None) -> int:
+                      stored: StoredWeights | None = None, engine=None) -> int:
     """The largest batch (at most `limit`, e.g. what memory allows) of the workload's
     requests whose TTFT and TPOT both meet their targets; 0 if not even one sequence
     does. Both times grow with the batch, so a binary search over integers is exact."""
@@ -296,7 +296,7 @@ def max_batch_for_slo(spec: ModelSpec, workload: Workload, *, hardware: Hardware
 
     def meets(b: int) -> bool:
         lat = latency(spec, replace(workload, batch=b), hardware=hardware, mfu=mfu,
-                      bandwidth_efficiency=bandwidth_efficiency, stored=stored)
+                      bandwidth_efficiency=bandwidth_efficiency, stored=stored, engine=engine)
         return ((ttft_s is None or lat.ttft_s <= ttft_s)
                 and (tpot_s is None or lat.tpot_s <= tpot_s))
 

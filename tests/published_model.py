@@ -42,7 +42,11 @@ PREDICTED_METRICS = TPOT_METRICS + TTFT_METRICS + ("request_latency_ms",)
 
 
 def family(row) -> str:
-    return "exl2" if row.weights.startswith("exl2-") else FAMILY[row.weights]
+    if row.weights.startswith("exl2-"):
+        return "exl2"
+    if row.weights == "awq" and (row.kernel or "").upper() == "GEMV":
+        return "awq-gemv"  # the checkpoint packed for AutoAWQ's GEMV kernel
+    return FAMILY[row.weights]
 
 
 @lru_cache(maxsize=None)

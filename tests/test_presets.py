@@ -536,7 +536,9 @@ def test_preset_files_and_presets_show_fit_80_columns():
 
     root = presets_dir()
     files = sorted(root.glob("*/*.yaml"))
-    assert len(files) == len(model_names()) + len(hardware_names())
+    from kvcalc.engines import engine_names
+
+    assert len(files) == len(model_names()) + len(hardware_names()) + len(engine_names())
     too_long = [f"{path.relative_to(root)}:{n}: {len(line)} chars"
                 for path in files
                 for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)

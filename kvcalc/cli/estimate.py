@@ -198,6 +198,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         prompt_len: PromptLenOpt = None,
         mfu: MfuOpt = "0.5",
         bandwidth_efficiency: BandwidthEffOpt = "0.8",
+        speed_engine: EngineOpt = None,
         kv_scale_bytes: ScaleOpt = 0,
         encoder_seq_len: EncoderLenOpt = None,
         memory_fraction: MemFractionOpt = None,
@@ -246,9 +247,11 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                          kv_scale_bytes=kv_scale_bytes, encoder_seq_len=encoder_seq_len,
                          memory_fraction=memory_fraction, reserve=reserve,
                          prompt_len=prompt_len, group_size=group_size, mfu=mfu,
-                         bandwidth_efficiency=bandwidth_efficiency)[0]
+                         bandwidth_efficiency=bandwidth_efficiency,
+                         engine=_engine(speed_engine))[0]
         slo_args = dict(ttft_ms=ttft_ms, tpot_ms=tpot_ms, mfu=mfu,
-                        bandwidth_efficiency=bandwidth_efficiency)
+                        bandwidth_efficiency=bandwidth_efficiency,
+                        speed_engine=_engine(speed_engine))
         if engine:
             cap = _engine_capacity(est, max_model_len=max_model_len,
                                    utilization=gpu_memory_utilization, pp=pp,
@@ -285,7 +288,8 @@ PLAIN_FIT_LEAVES_OUT = (
     "--max-model-len for the engine's own count")
 
 
-def _slo(est, *, ttft_ms, tpot_ms, mfu, bandwidth_efficiency, seq_len=None, limit=None):
+def _slo(est, *, ttft_ms, tpot_ms, mfu, bandwidth_efficiency, seq_len=None, limit=None,
+         speed_engine=None):
     """The largest batch meeting the latency targets: requests of `seq_len` tokens (the
     estimate's by default; prompts of --prompt-len, else the whole length), at most
     `limit` of them (what memory holds at that length by default)."""
@@ -304,7 +308,7 @@ def _slo(est, *, ttft_ms, tpot_ms, mfu, bandwidth_efficiency, seq_len=None, limi
         ttft_s=None if ttft_ms is None else ttft_ms / 1000,
         tpot_s=None if tpot_ms is None else tpot_ms / 1000,
         limit=est.fit.max_batch if limit is None else limit, mfu=mfu,
-        bandwidth_efficiency=bandwidth_efficiency, stored=est.stored)
+        bandwidth_efficiency=bandwidth_efficiency, stored=est.stored, engine=speed_engine)
 
 
 def _engine_capacity(est, *, max_model_len, utilization, pp, block_size, batched, seqs,

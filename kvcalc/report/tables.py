@@ -325,11 +325,18 @@ def capacity_table(est, cap, slo: int | None = None) -> Tab:
             ["KV cache tokens", f"{cap.kv_cache_tokens:,}"],
             [f"max concurrency at {s.max_model_len:,} tokens", f"{cap.max_concurrency:.2f}x"]]
     if slo is not None:
-        rows.append(["largest batch meeting the latency targets", f"{slo:,}"])
+        rows.append([_slo_label(est), f"{slo:,}"])
     where = f"{s.tp} x {cap.hardware}" + (f", pp {s.pp}" if s.pp > 1 else "")
     return Tab(f"{est.spec.name} on {where}, as vLLM {s.vllm_version} counts it "
                f"(utilization {s.gpu_memory_utilization})", ["", ""], rows,
                caption="\n".join(f"note: {n}" for n in cap.notes) or None)
+
+
+def _slo_label(est) -> str:
+    lat = est.latency
+    engine = lat.engine.split(":")[0] if lat is not None and lat.engine else ""
+    return ("largest batch meeting the latency targets"
+            + (f" on {engine}" if engine else " (datasheet roofline)"))
 
 
 def fit_table(est, slo: int | None = None) -> Tab:
@@ -345,7 +352,7 @@ def fit_table(est, slo: int | None = None) -> Tab:
             ["smallest tp that fits",
              "none" if est.min_tp_that_fits is None else str(est.min_tp_that_fits)]]
     if slo is not None:
-        rows.append(["largest batch meeting the latency targets", f"{slo:,}"])
+        rows.append([_slo_label(est), f"{slo:,}"])
     notes = [n for n in est.notes() if "max context" in n or "replicated" in n]
     notes.append("leaves out the serving engine's activation peak, non-torch memory, CUDA "
                  "graphs and block rounding: --max-model-len counts as vLLM does")
