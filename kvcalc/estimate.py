@@ -239,6 +239,8 @@ class Estimate:
                 "free_for_kv_bytes_per_device": f.free_for_kv_bytes,
                 "fits": f.fits,
             })
+            if self.latency is not None and self.latency.engine_name:
+                row.update({"engine": self.latency.engine_name, "tpot_s": self.latency.tpot_s})
         return row
 
     def notes(self) -> tuple[str, ...]:

@@ -79,6 +79,7 @@ class Latency:
     overhead_overlaps: bool = True
     calibration: str = ""  # what the terms were measured on, e.g. "torch-eager on NVIDIA H200"
     engine: str = ""  # --engine: whose fitted terms, e.g. "llama.cpp: int4 weights at 71% ..."
+    engine_name: str = ""  # that engine's name alone
 
     def _with_overhead(self, data_s: float, overhead_s: float) -> float:
         return max(data_s, overhead_s) if self.overhead_overlaps else data_s + overhead_s
@@ -236,33 +237,43 @@ def _calibrated(hardware: Hardware, spec: ModelSpec, w: Workload, prefill_flops:
     )
 
 
+def engine_decode_terms(engine, family: str, hardware: Hardware, step: DecodeCost,
+                        layers: int, tp: int, compute_dtype: str) -> tuple:
+    """(memory_s, compute_s, serial_s, host_s) of one decode step on one device of tp, on
+    `engine` (kvcalc.engines): weights at its bandwidth share for the format family, K/V
+    and activations at its 16-bit share (else the weights'), FLOPs at its prefill share
+    of the peak; GPU time per layer and two all-reduces per layer under tp; host time,
+    which overlaps the GPU's. `step`'s figures may be arrays (the sweep's rows)."""
+    e_w = engine.efficiency(family)[0]
+    e_kv = float(engine.bandwidth_efficiency.get("float", e_w))
+    bw = hardware.memory_bandwidth_bytes_per_s
+    # The share first: int64 arrays would overflow on weights x per-device bytes.
+    weights_dev = step.bytes_breakdown["weights"] * (step.per_device_bytes / step.bytes)
+    memory_s = weights_dev / (bw * e_w) + (step.per_device_bytes - weights_dev) / (bw * e_kv)
+    compute_s = step.per_device_flops / (hardware.peak_flops(compute_dtype) * engine.mfu(family)[0])
+    serial_s = layers * engine.layer_s + (2 * layers * engine.allreduce_s if tp > 1 else 0.0)
+    return memory_s, compute_s, serial_s, engine.host_step_s + layers * engine.host_layer_s
+
+
+def engine_tpot_s(terms: tuple):
+    """Time per output token from engine_decode_terms: the GPU's larger phase plus its
+    serial costs, or the host's time when that is longer (arrays work)."""
+    memory_s, compute_s, serial_s, host_s = terms
+    gpu_s = _num.where(memory_s >= compute_s, memory_s, compute_s) + serial_s
+    return _num.where(gpu_s >= host_s, gpu_s, host_s)
+
+
 def _engine_latency(engine, family: str, hardware: Hardware, spec: ModelSpec, w: Workload,
                     prefill_flops: int, prefill_bytes: int, step: DecodeCost,
                     compute_dtype: str) -> Latency:
-    """Latency on `engine` (kvcalc.engines): on each device of tp,
-
-        gpu     = max(weights / (bandwidth x the engine's share for the format)
-                      + K/V and activations / (bandwidth x its 16-bit share),
-                      FLOPs / (peak x its prefill share))
-                  + layers x layer_s + 2 x layers x allreduce_s (tp > 1)
-        host    = host_step_s + layers x host_layer_s
-        decode  = max(gpu, host)  (the host queues the next kernels while the GPU runs)
-        prefill = max(FLOPs / (peak x prefill share), bytes / bandwidth x share)
-                  + layers x layer_s + 2 x layers x allreduce_s (tp > 1), at least host."""
+    """Latency on `engine`: decode from engine_decode_terms; prefill likewise with the
+    prompt's FLOPs and bytes, max(FLOPs / (peak x prefill share), bytes / (bandwidth x
+    weights' share)) + the same serial costs, at least the host's time."""
     e_w, fitted_w = engine.efficiency(family)
-    e_kv = float(engine.bandwidth_efficiency.get("float", e_w))  # K/V: its 16-bit kernels
     mfu, fitted_mfu = engine.mfu(family)
-    bw = hardware.memory_bandwidth_bytes_per_s
-    peak = hardware.peak_flops(compute_dtype)
-    b = step.bytes_breakdown
-    share = Fraction(step.per_device_bytes, max(1, step.bytes))
-    weights_dev = float(b["weights"] * share)
-    other_dev = float((step.bytes - b["weights"]) * share)
-    memory_s = weights_dev / (bw * e_w) + other_dev / (bw * e_kv)
-    compute_s = step.per_device_flops / (peak * mfu)
     layers = spec.layers
-    serial_s = layers * engine.layer_s + (2 * layers * engine.allreduce_s if w.tp > 1 else 0.0)
-    host_s = engine.host_step_s + layers * engine.host_layer_s
+    memory_s, compute_s, serial_s, host_s = engine_decode_terms(
+        engine, family, hardware, step, layers, w.tp, compute_dtype)
     extrapolated = [] if fitted_w else [f"{family} bandwidth"]
     extrapolated += [] if fitted_mfu else [f"{family} prefill"]
     label = (f"{engine.name}: {family} weights at {e_w:.0%} of bandwidth, "
@@ -275,12 +286,13 @@ def _engine_latency(engine, family: str, hardware: Hardware, spec: ModelSpec, w:
         prompt_len=w.prompt_tokens, seq_len=w.seq_len, batch=w.batch, tp=w.tp,
         mfu=mfu, bandwidth_efficiency=e_w,
         prefill_flops=prefill_flops, prefill_bytes=prefill_bytes,
-        prefill_compute_s=prefill_flops / (peak * mfu) + serial_s,
-        prefill_memory_s=prefill_bytes / (bw * e_w) + serial_s,
+        prefill_compute_s=prefill_flops / (hardware.peak_flops(compute_dtype) * mfu) + serial_s,
+        prefill_memory_s=prefill_bytes / (hardware.memory_bandwidth_bytes_per_s * e_w)
+        + serial_s,
         decode_flops=step.per_device_flops, decode_bytes=step.per_device_bytes,
         decode_compute_s=compute_s + serial_s, decode_memory_s=memory_s + serial_s,
         decode_overhead_s=host_s, prefill_overhead_s=host_s, overhead_overlaps=True,
-        engine=label,
+        engine=label, engine_name=engine.name,
     )
 
 

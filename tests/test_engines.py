@@ -113,3 +113,28 @@ def test_published_rows_within_15_percent_on_their_engine():
     assert _within([r for r in ROWS if r.id in HELD]) >= 0.6
     roofline = sum(abs(pm.measured_ms(r) / pm.predicted_ms(r, None) - 1) <= 0.15 for r in ROWS)
     assert roofline / len(ROWS) < 0.3
+
+
+def test_sweep_rows_are_estimate_rows_with_the_engine_time():
+    from kvcalc.estimate import estimate, workload_for
+    from kvcalc.presets import load_hardware, load_model
+    from kvcalc.sweep import iter_rows, plan_sweep
+    from kvcalc.workload import Memory
+
+    spec, hw, eng = load_model("llama3-70b"), load_hardware("h100-sxm"), load_engine("vllm")[0]
+    plan = plan_sweep(spec, "1024,131072", "1,64", tp="1,4", hardware=hw, engine=eng)
+    rows = list(iter_rows(plan))
+    assert len(rows) == 8 and all(r["engine"] == "vllm" for r in rows)
+    for r in rows:
+        w = workload_for(spec, seq_len=r["seq_len"], batch=r["batch"], tp=r["tp"])
+        want = estimate(spec, w, memory=Memory(hardware=hw), engine=eng).as_row()
+        assert r == want
+    # tp 4 pays two all-reduces per layer: the published vLLM rows' fitted cost.
+    r1, r4 = rows[0], rows[4]
+    assert (r1["tp"], r4["tp"]) == (1, 4) and r4["tpot_s"] < r1["tpot_s"]
+
+
+def test_sweep_engine_needs_a_device():
+    r = _invoke("sweep", "--preset", "llama3-8b", "--seq-len", "1024", "--gpu", "none",
+                "--engine", "vllm")
+    assert r.exit_code == 2 and "--engine times the rows on a device" in r.stderr

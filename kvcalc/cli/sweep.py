@@ -22,6 +22,7 @@ from kvcalc.cli.options import (
     DEFAULT_GPU,
     DEFAULT_SEQ_LEN,
     EncoderLenOpt,
+    EngineOpt,
     GpuOpt,
     MemFractionOpt,
     ModelRequest,
@@ -89,6 +90,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         tp: TpSpec = "1",
         weight_dtype: WeightDtypeOpt = "bf16",
         gpu: GpuOpt = DEFAULT_GPU,
+        engine: EngineOpt = None,
         kv_scale_bytes: ScaleOpt = 0,
         encoder_seq_len: EncoderLenOpt = None,
         memory_fraction: MemFractionOpt = None,
@@ -146,7 +148,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             batch, kv_heads=kv_heads, kv_dtype=kv_dtype, tp=tp, weight_dtype=weight_dtype,
             hardware=hardware, scale_bytes=kv_scale_bytes, encoder_seq_len=encoder_seq_len,
             memory_fraction=fraction, reserve_bytes=reserve_bytes, force=force,
-            skip_invalid=skip_invalid,
+            skip_invalid=skip_invalid, engine=_engine(engine),
             # Each K/V-head count resolved as `kvcalc estimate --kv-heads N` would.
             make_variant=lambda g: dataclasses.replace(request, kv_heads=g).resolve())
         streamed = fmt in (OutputFormat.csv, OutputFormat.parquet)
@@ -264,3 +266,12 @@ def _progress(plan):
             self.progress.stop()
 
     return _Bar()
+
+
+def _engine(text):
+    """--engine NAME[@VERSION]: the engine file, or None."""
+    if text is None:
+        return None
+    from kvcalc.engines import load_engine
+
+    return load_engine(text)[0]

@@ -31,6 +31,7 @@ from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import kv_cache
 from kvcalc.formulas.step import StoredWeights, decode_step
+from kvcalc.latency import engine_decode_terms, engine_tpot_s
 from kvcalc.roofline import compute_dtype_for
 from kvcalc.spec import Hardware, ModelSpec
 from kvcalc.sweep.grammar import INT64_MAX
@@ -45,14 +46,17 @@ _BOUNDING = ("kv_cache_bytes_full", "decode_flops", "decode_bytes")
 
 
 def row_columns(spec: ModelSpec, workload: Workload, *, hardware: Hardware | None = None,
-                free_for_kv_bytes: int | None = None, stored: StoredWeights | None = None) -> dict:
+                free_for_kv_bytes: int | None = None, stored: StoredWeights | None = None,
+                engine=None, family: str = "") -> dict:
     """The row columns that vary with seq_len and batch, for a workload whose seq_len and
     batch are equal-shape numpy arrays (a chunk of rows; Python ints work too): the
     figures Estimate.as_row() reads, computed by the same formulas on whole arrays.
 
     With hardware: the decode step's time bound on one of `tp` devices (decode_roofline's
     arithmetic), `roofline_bound` True where memory binds, and whether the batch's cache
-    fits in `free_for_kv_bytes` (the fit's free memory for this model, dtype and tp).
+    fits in `free_for_kv_bytes` (the fit's free memory for this model, dtype and tp);
+    with `engine` too, the time per output token on it (latency.engine_tpot_s, the
+    formula `estimate --engine` uses).
     """
     w = workload
     seq_len, batch = w.seq_len, w.batch
@@ -81,6 +85,9 @@ def row_columns(spec: ModelSpec, workload: Workload, *, hardware: Hardware | Non
             "tokens_per_s": batch / time_s,
             "fits": (kv >= 0) & (kv <= free_for_kv_bytes),
         })
+        if engine is not None:
+            out["tpot_s"] = engine_tpot_s(engine_decode_terms(
+                engine, family, hardware, d, spec.layers, w.tp, compute_dtype))
     return out
 
 
@@ -94,7 +101,8 @@ def _varying_columns(c: Combo, S, B, hardware: bool) -> dict:
     """
     return row_columns(c.spec, replace(c.workload, seq_len=S, batch=B),
                        hardware=c.hardware if hardware else None,
-                       free_for_kv_bytes=c.free_bytes, stored=c.stored)
+                       free_for_kv_bytes=c.free_bytes, stored=c.stored,
+                       engine=c.engine if hardware else None, family=c.family)
 
 
 def _compute(c: Combo, S: np.ndarray, B: np.ndarray, hardware: bool) -> dict:

@@ -46,8 +46,9 @@ BASE_COLUMNS = (
 
 HARDWARE_COLUMNS = ("gpu", "roofline_s", "roofline_bound", "tokens_per_s",
                     "free_for_kv_bytes_per_device", "fits")
+ENGINE_COLUMNS = ("engine", "tpot_s")  # with --engine: its time per output token
 FLOAT_COLUMNS = ("arithmetic_intensity", "attention_arithmetic_intensity", "roofline_s",
-                 "tokens_per_s")
+                 "tokens_per_s", "tpot_s")
 
 
 @record
@@ -62,6 +63,8 @@ class Combo:
     hardware: Hardware | None = None
     free_bytes: int | None = None  # device memory after this combination's weights
     stored: StoredWeights | None = None  # quantized weights as stored
+    engine: object = None  # kvcalc.engines.Engine, for the tpot_s column
+    family: str = ""  # the weights' format family on that engine
 
     @property
     def kv_heads(self) -> int:
@@ -88,10 +91,12 @@ class SweepPlan:
     skipped: tuple[str, ...] = ()  # combinations estimate() rejects, when skip_invalid
     weight_arg: str | None = None  # --weight-dtype as given (None: as the config stores)
     group_size: int | None = None
+    engine: object = None  # kvcalc.engines.Engine or None
 
     @property
     def columns(self) -> tuple[str, ...]:
-        return BASE_COLUMNS + (HARDWARE_COLUMNS if self.hardware is not None else ())
+        return BASE_COLUMNS + (HARDWARE_COLUMNS if self.hardware is not None else ()) + (
+            ENGINE_COLUMNS if self.engine is not None else ())
 
     @property
     def rows_per_combo(self) -> int:
@@ -102,7 +107,8 @@ class SweepPlan:
         return self.rows_per_combo * len(self.combos)
 
 
-def _combo(spec: ModelSpec, workload: Workload, *, memory: Memory | None) -> Combo:
+def _combo(spec: ModelSpec, workload: Workload, *, memory: Memory | None,
+           engine=None) -> Combo:
     w = workload
     kv_heads_per_device(spec, w.tp)  # raises on a bad tp
     stored = stored_weights(spec, w.quantization, w.tp)
@@ -121,9 +127,16 @@ def _combo(spec: ModelSpec, workload: Workload, *, memory: Memory | None) -> Com
         free = free_for_kv_bytes(spec, w, memory=memory, stored=stored)
         constants["gpu"] = memory.hardware.name
         constants["free_for_kv_bytes_per_device"] = free
+    family = ""
+    if engine is not None:
+        from kvcalc.engines import check_runs, weight_family
+
+        family = weight_family(w.weight_dtype.name, w.quantization)
+        check_runs(engine, family)
+        constants["engine"] = engine.name
     return Combo(spec=spec, workload=w, constants=constants,
                  hardware=memory.hardware if memory is not None else None,
-                 free_bytes=free, stored=stored)
+                 free_bytes=free, stored=stored, engine=engine, family=family)
 
 
 def _as_tuple(value, name: str, upper: int) -> tuple[int, ...]:
@@ -157,6 +170,7 @@ def plan_sweep(
     group_size: int | None = None,
     skip_invalid: bool = False,
     make_variant: Callable[[int], ModelSpec] | None = None,
+    engine=None,
 ) -> SweepPlan:
     """Validate a sweep and work out its combinations; nothing per row is computed yet.
 
@@ -164,7 +178,8 @@ def plan_sweep(
     and tp may be SPECs (strings), ints or lists. kv_heads=None keeps the model's;
     MLA models have no K/V heads to sweep. A (kv_heads, tp) pair estimate() would
     reject raises, or with skip_invalid is left out and named in `plan.skipped`.
-    More than ROW_LIMIT rows needs force=True.
+    More than ROW_LIMIT rows needs force=True. `engine` (kvcalc.engines.Engine, with
+    hardware) adds each row's time per output token on it.
     `make_variant(kv_heads)` builds each K/V-head variant (default `variant`; the
     CLI passes its own, so that rows match `kvcalc estimate --kv-heads` exactly).
     """
@@ -199,6 +214,8 @@ def plan_sweep(
         raise KvcalcError(f"the sweep has {total:,} rows, over the {ROW_LIMIT:,}-row limit; "
                           "narrow a SPEC or pass --force")
 
+    if engine is not None and hardware is None:
+        raise KvcalcError("--engine times the rows on a device: give --gpu NAME")
     memory = None if hardware is None else Memory(hardware=hardware, fraction=memory_fraction,
                                                   reserve_bytes=reserve_bytes)
     combos: list[Combo] = []
@@ -224,7 +241,7 @@ def plan_sweep(
                 w = Workload(seq_len=1, batch=1, kv_dtype=_dtype(kname), weight_dtype=wdt, tp=t,
                              kv_scale_bytes=scale_bytes, encoder_seq_len=encoder_seq_len,
                              quantization=quantization)
-                combos.append(_combo(spec_g, w, memory=memory))
+                combos.append(_combo(spec_g, w, memory=memory, engine=engine))
     if not combos:
         raise KvcalcError("no valid combination left to sweep: " + "; ".join(skipped))
     # The settings estimate() refuses that building the combinations does not check
@@ -239,4 +256,5 @@ def plan_sweep(
                      tps=tps, weight_dtype=wdt.name, weight_arg=weight_arg,
                      group_size=group_size, hardware=hardware, scale_bytes=scale_bytes,
                      encoder_seq_len=encoder_seq_len, memory_fraction=memory_fraction,
-                     reserve_bytes=reserve_bytes, combos=tuple(combos), skipped=tuple(skipped))
+                     reserve_bytes=reserve_bytes, combos=tuple(combos), skipped=tuple(skipped),
+                     engine=engine)
