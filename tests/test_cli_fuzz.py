@@ -117,7 +117,8 @@ def _args(draw, tmp: Path) -> list[str]:
         options = [p for p in options if p.opts[0] not in
                    ("--heads", "--kv-heads", "--head-dim", "--seq-len", "--batch", "--iters",
                     "--warmup", "--device", "--sweep", "--compare", "--cache-ceilings",
-                    "--cuda-graphs", "--d-model", "--step", "--impl")]
+                    "--cuda-graphs", "--d-model", "--step", "--impl",
+                    "--calibrate")]  # a calibration takes ~15 s: tests/test_calibrate.py
     if name == "sweep":
         args += ["--seq-len", draw(st.sampled_from(["1024", "1024:4096:*2", "8:1:+1", "x", "0"]))]
         options = [p for p in options if p.opts[0] != "--seq-len"]

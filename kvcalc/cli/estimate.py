@@ -47,6 +47,8 @@ def _estimates(request: ModelRequest, *, seq_len, batch, kv_dtype, weight_dtype,
     from kvcalc.workload import Memory
 
     hardware = resolve_gpu(gpu)
+    if hardware is None and options.get("engine") is not None:
+        raise KvcalcError("--engine times tokens on a device: give --gpu NAME")
     fraction, reserve_bytes = device_memory(hardware, memory_fraction, reserve)
     spec = request.resolve()
     length = default_seq_len(spec, seq_len)
@@ -249,6 +251,9 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                          prompt_len=prompt_len, group_size=group_size, mfu=mfu,
                          bandwidth_efficiency=bandwidth_efficiency,
                          engine=_engine(speed_engine))[0]
+        if speed_engine is not None and ttft_ms is None and tpot_ms is None:
+            raise KvcalcError("--engine times the batch --ttft-ms and --tpot-ms allow; give "
+                              "one of them (fit's memory does not depend on the engine)")
         slo_args = dict(ttft_ms=ttft_ms, tpot_ms=tpot_ms, mfu=mfu,
                         bandwidth_efficiency=bandwidth_efficiency,
                         speed_engine=_engine(speed_engine))

@@ -89,6 +89,7 @@ def model_rows(spec, device, dtype: str, seq_len: int, batch: int, hardware, war
                           f"{human_count(free, 'B')} is free on {device.type}")
     from kvcalc.measure import terms as terms_mod
 
+    _say(f"timing {spec.name} decode steps")
     call = decode_call(spec, batch, seq_len, device, tdtype)
     before = terms_mod.host_sample()
     t = time_calls([call], device=device, warmup=warmup, iters=iters, cuda_graphs=cuda_graphs)
@@ -149,7 +150,6 @@ def model_command(preset: Optional[str], device: str, dtype: Optional[str],
         hardware = calibrate(dev, dt, f"this {dev.type}", "kvcalc measure --step model",
                              progress=lambda label: _say(f"measuring {label}"))
     gpu_default = dev.type == "cuda"
-    _say(f"timing {spec.name} decode steps")
     rows = model_rows(spec, dev, dt, seq_len or (1024 if gpu_default else 256), batch or 1,
                       hardware, warmup if warmup is not None else (10 if gpu_default else 2),
                       iters if iters is not None else (50 if gpu_default else 9), cuda_graphs)
