@@ -207,7 +207,8 @@ def _calibrated(hardware: Hardware, spec: ModelSpec, w: Workload, prefill_flops:
                   floored by FLOPs / the prompt-sized matmul rate;
         prefill = FLOPs / the prompt-sized matmul rate, floored by bytes / read rate;
         each with the engine's fixed cost (step + layers x per-layer), which overlaps
-        the data movement on a GPU and adds to it on a CPU.
+        the data movement on a GPU and adds to it on a CPU; under tp, the decode adds
+        the step's all-reduces at the file's measured latency and bus bandwidth.
     Under TP the per-device bytes are split in the proportions of the whole step."""
     cal = hardware.calibration
     b = step.bytes_breakdown
@@ -222,6 +223,12 @@ def _calibrated(hardware: Hardware, spec: ModelSpec, w: Workload, prefill_flops:
     memory_s = (weights_dev * weight_s_per_byte
                 + kv_dev / cal.attention_kv_bytes_per_s + acts_dev / cal.read_bytes_per_s)
     overhead_s = cal.step_overhead_s + spec.layers * cal.layer_overhead_s
+    if w.tp > 1 and hardware.allreduce_latency_s:  # the calibration's own all-reduce
+        from kvcalc.comm import decode_allreduce
+
+        memory_s += decode_allreduce(spec, w.batch, w.tp, cal.dtype,
+                                     hardware.interconnect_bandwidth_bytes_per_s,
+                                     latency_s=hardware.allreduce_latency_s).time_s
     return Latency(
         prompt_len=w.prompt_tokens, seq_len=w.seq_len, batch=w.batch, tp=w.tp,
         mfu=1.0, bandwidth_efficiency=1.0,

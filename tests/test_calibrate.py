@@ -229,3 +229,28 @@ def test_calibrate_then_model_step_on_the_gpu(tmp_path):
     row = _loop(tmp_path, "cuda", "llama3.2-1b", 1024, 1)
     assert row["timer"] == "cuda-events" and row["dtype"] == "bf16"
     assert 0.5 < row["measured_over_predicted"] < 2, row
+
+
+def test_calibrated_tp_adds_the_measured_all_reduces_by_hand(tmp_path):
+    text = GOOD.replace("flops_per_s: {fp32: 100_000_000_000}\n",
+                        "flops_per_s: {fp32: 100_000_000_000}\n"
+                        "interconnect_bandwidth_bytes_per_s: 1_000_000_000\n"
+                        "allreduce_latency_s: 0.0005\n")
+    hw = hardware_from_yaml_file(_file(tmp_path, text))
+    spec = ModelSpec.uniform(name="hand", layers=2, d_model=1000, heads=10, kv_heads=10,
+                             head_dim=100, d_ff=4000, vocab=1000, mlp="plain")
+    one = dict(seq_len=100, batch=1, kv_dtype=dtype("fp32"), weight_dtype=dtype("fp32"))
+    lat2 = latency(spec, Workload(**one, tp=2), hardware=hw)
+    lat1 = latency(spec, Workload(**one), hardware=hw)
+    # 2 all-reduces per layer x 2 layers, each 0.5 ms + 2(2-1)/2 x 4,000 B / 1 GB/s = 4 us.
+    allreduce_s = 4 * (0.0005 + 4000 / 1e9)
+    halves = lat1.decode_memory_s / 2  # every byte split over 2 devices (10 heads, tp 2)
+    assert lat2.decode_memory_s == pytest.approx(halves + allreduce_s, rel=1e-3)
+
+
+@pytest.mark.slow
+def test_calibrate_all_reduce_over_two_gloo_ranks():
+    from kvcalc.measure.calibrate import allreduce_terms
+
+    got = allreduce_terms(torch.device("cpu"), "fp32", 2)
+    assert got["backend"] == "gloo" and 0 < got["latency_s"] < 1 and got["bus_bytes_per_s"] > 1e6

@@ -113,11 +113,16 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             if calibrate and step == "model":
                 raise KvcalcError("--calibrate and --step model are separate runs: calibrate "
                                   "first (-o FILE), then --step model --gpu FILE")
-            if sweep or tp is not None or compare or plot is not None:
+            tps = _tp_degrees(tp) if calibrate else []
+            if sweep or (tp is not None and not calibrate) or compare or plot is not None:
                 raise KvcalcError("--sweep, --tp, --compare and --plot time the attention and "
-                                  "layer steps; drop them with --calibrate or --step model")
+                                  "layer steps; drop them with --step model (--calibrate "
+                                  "takes one --tp, for the all-reduce)")
+            if len(tps) > 1:
+                raise KvcalcError("--calibrate measures one all-reduce: give one --tp, e.g. 2")
             if calibrate:
-                measure_model.calibrate_command(device, dtype, output, force)
+                measure_model.calibrate_command(device, dtype, output, force,
+                                                tps[0] if tps else 1)
                 return
             measure_model.model_command(
                 preset, device, dtype, _sizes(seq_len, "--seq-len", False)[0] if seq_len else None,

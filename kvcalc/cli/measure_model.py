@@ -47,7 +47,7 @@ def _say(text: str) -> None:
 
 
 def calibrate_command(device: str, dtype: Optional[str], output: Optional[Path],
-                      force: bool) -> None:
+                      force: bool, tp: int = 1) -> None:
     """Measure and write (or print) the hardware file."""
     from kvcalc.report.files import check_writable, emit
 
@@ -59,7 +59,8 @@ def calibrate_command(device: str, dtype: Optional[str], output: Optional[Path],
 
     name = Path(output).stem if output is not None else f"calibrated-{dev.type}"
     command = "kvcalc " + " ".join(sys.argv[1:])
-    hw = calibrate(dev, dt, name, command, progress=lambda label: _say(f"measuring {label}"))
+    hw = calibrate(dev, dt, name, command, progress=lambda label: _say(f"measuring {label}"),
+                   tp=tp)
     emit(to_yaml(hw), output, force)
     if output is not None:
         _say(f"use it with: kvcalc estimate --gpu {output} ...")

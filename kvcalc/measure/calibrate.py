@@ -115,8 +115,53 @@ def overhead_terms(device, tdtype, warmup: int, iters: int) -> tuple[float, floa
     return per_layer, max(0.0, times[0] - few * per_layer)
 
 
-def calibrate(device, dtype: str, name: str, command: str, progress=None) -> Hardware:
-    """Measure every term on `device` in `dtype`; a Hardware named `name` holding them."""
+def allreduce_rank(rank: int, tp: int, init_method: str, result_path: str | None,
+                   timeout_s: float, device_type: str, dtype: str) -> None:
+    """One rank of the all-reduce probe (gloo on a CPU, NCCL on GPUs): the latency of a
+    one-element all-reduce and the bus bandwidth of an 8 MiB one (ring: 2(N-1)/N x bytes
+    over the time beyond the latency), medians over every rank at once."""
+    import json
+    import os
+
+    import torch.distributed as dist
+
+    from kvcalc.measure import tp as tp_mod
+
+    device, backend = tp_mod._init(rank, tp, init_method, timeout_s, device_type)
+    try:
+        tdtype = ceil_mod.torch_dtype(dtype)
+        small = torch.zeros(tp_mod.ALLREDUCE_SMALL_ELEMS, device=device, dtype=tdtype)
+        large = torch.zeros(tp_mod.ALLREDUCE_LARGE_BYTES // small.element_size(), device=device,
+                            dtype=tdtype)
+        lat = statistics.median(tp_mod._timed(lambda: dist.all_reduce(small), device,
+                                              *tp_mod.ALLREDUCE_ITERS, barrier=True))
+        big = statistics.median(tp_mod._timed(lambda: dist.all_reduce(large), device,
+                                              *tp_mod.ALLREDUCE_ITERS, barrier=True))
+        nbytes = large.numel() * large.element_size()
+        bus = 2 * (tp - 1) / tp * nbytes / max(big - lat, 1e-9)
+        if rank == 0 and result_path is not None:
+            with open(result_path + ".part", "w") as f:
+                json.dump({"latency_s": lat, "bus_bytes_per_s": bus, "backend": backend}, f)
+            os.replace(result_path + ".part", result_path)
+    finally:
+        dist.destroy_process_group()
+
+
+def allreduce_terms(device, dtype: str, tp: int) -> dict:
+    from kvcalc.errors import KvcalcError
+    from kvcalc.measure import tp as tp_mod
+
+    if device.type == "cuda" and torch.cuda.device_count() < tp:
+        raise KvcalcError(f"--tp {tp} needs {tp} GPUs (one per rank); this machine has "
+                          f"{torch.cuda.device_count()}")
+    return tp_mod.launch(allreduce_rank, tp, (device.type, dtype))
+
+
+def calibrate(device, dtype: str, name: str, command: str, progress=None,
+              tp: int = 1) -> Hardware:
+    """Measure every term on `device` in `dtype`; a Hardware named `name` holding them.
+    With `tp` > 1, also the all-reduce between that many ranks (its latency and bus
+    bandwidth become the file's allreduce_latency_s and interconnect bandwidth)."""
     from kvcalc import __version__
 
     tdtype = ceil_mod.torch_dtype(dtype)
@@ -132,6 +177,8 @@ def calibrate(device, dtype: str, name: str, command: str, progress=None) -> Har
         ("prompt-sized matmul", lambda: prefill_rate(device, tdtype, warmup, iters)),
         ("fixed costs (tiny models)", lambda: overhead_terms(device, tdtype, warmup, iters)),
     ]
+    if tp > 1:
+        steps.append((f"all-reduce over {tp} ranks", lambda: allreduce_terms(device, dtype, tp)))
     results = []
     for label, fn in steps:
         if progress is not None:
@@ -140,8 +187,16 @@ def calibrate(device, dtype: str, name: str, command: str, progress=None) -> Har
             results.append(fn())
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    reads, linear, kv_rate, (prefill, prefill_shape), (per_layer, per_step) = results
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    reads, linear, kv_rate, (prefill, prefill_shape), (per_layer, per_step) = results[:5]
+    comm = {}
+    if tp > 1:
+        ar = results[5]
+        comm = dict(interconnect_bandwidth_bytes_per_s=int(ar["bus_bytes_per_s"]),
+                    interconnect=f"measured: {ar['backend']} all-reduce bus bandwidth, {tp} ranks",
+                    allreduce_latency_s=float(ar["latency_s"]),
+                    allreduce_latency_source=f"measured: one-element {ar['backend']} "
+                                             f"all-reduce, {tp} ranks, {now}")
     versions = f"torch {torch.__version__}" + (f", CUDA {torch.version.cuda}"
                                               if device.type == "cuda" else
                                               f", {torch.get_num_threads()} threads")
@@ -159,7 +214,7 @@ def calibrate(device, dtype: str, name: str, command: str, progress=None) -> Har
         source=f"measured on this device by kvcalc measure --calibrate, {now}",
         notes=("memory_bandwidth_bytes_per_s and flops_per_s are this device's measured "
                "ceilings, not its datasheet's; `calibration` holds the terms latency uses."),
-        calibration=cal)
+        calibration=cal, **comm)
 
 
 def to_yaml(hw: Hardware) -> str:
@@ -172,6 +227,10 @@ def to_yaml(hw: Hardware) -> str:
         "memory_bytes": hw.memory_bytes,
         "memory_bandwidth_bytes_per_s": hw.memory_bandwidth_bytes_per_s,
         "l2_bytes": hw.l2_bytes, "flops_per_s": dict(hw.flops_per_s), "notes": hw.notes,
+        **({"interconnect_bandwidth_bytes_per_s": hw.interconnect_bandwidth_bytes_per_s,
+            "interconnect": hw.interconnect, "allreduce_latency_s": hw.allreduce_latency_s,
+            "allreduce_latency_source": hw.allreduce_latency_source}
+           if hw.allreduce_latency_s else {}),
         "calibration": {
             "engine": cal.engine, "device_type": cal.device_type, "dtype": cal.dtype,
             "measured_at": cal.measured_at, "measured_with": cal.measured_with,
