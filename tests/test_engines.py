@@ -40,7 +40,11 @@ def test_llama_cpp_and_vllm_give_different_times_with_their_terms():
     r = _invoke(*EXAMPLE, "--engine", "vllm")
     assert "extrapolated" in json.loads(r.stdout)["latency"]["engine"]
     table = _invoke(*EXAMPLE[:-2], "--engine", "llama.cpp")
-    assert table.exit_code == 0 and "on llama.cpp: int4 weights at" in table.stdout
+    text = " ".join(table.stdout.split())  # the caption wraps at the terminal's width
+    assert table.exit_code == 0 and "on llama.cpp: int4 weights at" in text
+    # The headline names the engine its time is for.
+    ms = f"{got['llama.cpp'] * 1e3:.4g} ms/token"
+    assert f"on rtx4090 with llama.cpp {ms}" in text
 
 
 @pytest.mark.parametrize("flag, message", [

@@ -51,9 +51,14 @@ def headline(est) -> str:
     text = f"{s.name}, {est.seq_len:,} tokens x {est.batch} {seqs}: {cache}; {params}"
     if est.roofline is None:
         return text + "."
-    r = est.roofline
+    r, lat = est.roofline, est.latency
     speed = (f"{human_seconds(r.time_s)}/token, {r.tokens_per_s:,.{0 if r.tokens_per_s >= 100 else 1}f} "
              f"tokens/s ({r.bound}-bound)")
+    if lat is not None and (lat.engine_name or lat.calibration):
+        # The headline names whose time it is: the engine's, or the device's own terms.
+        who = f"with {lat.engine_name}" if lat.engine_name else "from its calibration"
+        speed = (f"{who} {human_seconds(lat.tpot_s)}/token, "
+                 f"{lat.tokens_per_s:,.{0 if lat.tokens_per_s >= 100 else 1}f} tokens/s")
     if est.fit.fits:
         left = tokens_left(est)
         room = (f"room for {left:,} more tokens of cache" if left is not None
