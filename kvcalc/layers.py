@@ -11,9 +11,11 @@ class answering the same questions, exactly, for a sequence at context `seq_len`
 - `tokens_written`: tokens one decode step adds to the cache (1, or 0: cross-attention's
   K/V are written once, at prefill; a state is rewritten, not grown)
 - `bounded`: what it keeps stops growing with the decoder's length
-- `state_bytes(conv_dt, state_dt, tp)`: constant bytes per sequence, whatever its length
+- `state_bytes(conv_dt, state_dt, tp, conv_len)`: constant bytes per sequence, whatever
+  its length (`conv_len`: convolution inputs kept, None: the layer's own count; state
+  kinds name their kernel width `conv_taps`, since engines keep one input fewer)
 - `kv_cache_spec(specs)`: which of a serving engine's cache specs it is (`specs.full()`,
-  `.sliding(window)`, `.chunked(chunk)`, `.state()`, `.cross()`): the engine's rules
+  `.sliding(window)`, `.chunked(chunk)`, `.state(mixer)`, `.cross()`): the engine's rules
   for each live in kvcalc.capacity, as vLLM keeps them on its spec classes
 - `param_key`: the first part of its keys in a parameter breakdown ("attention", ...)
 - `tensors(d_model)`: every weight by name: a `Linear` per projection matrix (its shape
@@ -200,7 +202,8 @@ class Attention:
         """Positions the newest token attends to."""
         return self._keeps.read(seq_len, self.window)
 
-    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1,
+                    conv_len: int | None = None) -> int:
         return 0
 
     def decode_flops(self, context):
@@ -292,7 +295,8 @@ class Latent:
 
     tokens_read = tokens_held
 
-    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1,
+                    conv_len: int | None = None) -> int:
         return 0
 
     def decode_flops(self, context):

@@ -29,7 +29,7 @@ class _Stateful:
         return self.kind
 
     def kv_cache_spec(self, specs):
-        return specs.state()
+        return specs.state(self)
 
     def params(self, d_model: int) -> dict[str, int]:
         return params_by_name(self.tensors(d_model))
@@ -90,10 +90,15 @@ class Mamba(_Stateful):
     kind = "mamba"
     label = "mamba"
 
-    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
+    @property
+    def conv_taps(self) -> int:
+        return self.d_conv
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1,
+                    conv_len: int | None = None) -> int:
         inner = _split(self.d_inner, tp)
         return (state_dt.nbytes(inner * self.d_state)
-                + conv_dt.nbytes(inner * (self.conv_len or self.d_conv)))
+                + conv_dt.nbytes(inner * (conv_len or self.conv_len or self.d_conv)))
 
     def tensors(self, d_model: int) -> dict[str, Linear | int]:
         d, n = d_model, self.d_inner
@@ -142,9 +147,14 @@ class GatedDeltaNet(_Stateful):
     def conv_channels(self) -> int:
         return 2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
 
-    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
+    @property
+    def conv_taps(self) -> int:
+        return self.conv_kernel
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1,
+                    conv_len: int | None = None) -> int:
         rec = _split(self.v_heads, tp) * self.k_dim * self.v_dim
-        conv = _split(self.conv_channels, tp) * (self.conv_len or self.conv_kernel)
+        conv = _split(self.conv_channels, tp) * (conv_len or self.conv_len or self.conv_kernel)
         return state_dt.nbytes(rec) + conv_dt.nbytes(conv)
 
     def tensors(self, d_model: int) -> dict[str, Linear | int]:
@@ -182,8 +192,13 @@ class ShortConv(_Stateful):
     label = "short conv"
     module = "conv"
 
-    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
-        return conv_dt.nbytes(_split(self.width, tp) * (self.conv_len or self.kernel))
+    @property
+    def conv_taps(self) -> int:
+        return self.kernel
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1,
+                    conv_len: int | None = None) -> int:
+        return conv_dt.nbytes(_split(self.width, tp) * (conv_len or self.conv_len or self.kernel))
 
     def tensors(self, d_model: int) -> dict[str, Linear | int]:
         w = self.width
@@ -225,9 +240,14 @@ class Mamba2(_Stateful):
     def conv_channels(self) -> int:
         return self.d_inner + 2 * self.groups * self.d_state
 
-    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
+    @property
+    def conv_taps(self) -> int:
+        return self.conv_kernel
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1,
+                    conv_len: int | None = None) -> int:
         return (state_dt.nbytes(_split(self.heads, tp) * self.head_dim * self.d_state)
-                + conv_dt.nbytes(_split(self.conv_channels, tp) * self.conv_kernel))
+                + conv_dt.nbytes(_split(self.conv_channels, tp) * (conv_len or self.conv_kernel)))
 
     def tensors(self, d_model: int) -> dict[str, Linear | int]:
         n, c = self.d_inner, self.conv_channels
@@ -255,7 +275,10 @@ class NoMixer(_Stateful):
     label = "no cache"
     cache_kind = "none"
 
-    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1) -> int:
+    conv_taps = 0
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1,
+                    conv_len: int | None = None) -> int:
         return 0
 
     def tensors(self, d_model: int) -> dict[str, Linear | int]:

@@ -11,6 +11,9 @@ what fits after them, one question per module:
 - `memory`: what the engine sets aside before the cache: weights per pipeline
   stage, the profile run's activation and sampler peaks, non-torch memory, CUDA
   graphs (modelled, with the constants calibrated on public logs);
+- `state`: what a state layer's page holds and how many pages a request takes
+  (mamba_cache_mode by release), as vLLM's allocator counts them;
+- `block_size`: the block size the attention backend and the model's kind impose;
 - `blocks`: pages, KV cache groups, blocks one request needs;
 - `serving`: the whole start-up computation (`serving_capacity`): the budget, the
   blocks, the reported tokens and concurrency, and the refusal.

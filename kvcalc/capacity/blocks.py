@@ -12,8 +12,9 @@ Facts (quoted, not copied code; see the package docstring for the versions read)
   pages; every worker is cut to the minimum over workers.
 * per-request need (`max_memory_usage_bytes`): full/MLA: cdiv(len, block) pages;
   sliding: cdiv(min(window - 1 + in_flight, len), block) + 1; chunked local:
-  cdiv(min(chunk + in_flight, len), block); state (mamba): one page (1 + speculative
-  blocks); in_flight = max_num_batched_tokens x (2 with async scheduling, 0.27+,
+  cdiv(min(chunk + in_flight, len), block); state (mamba): what the release's
+  mamba_cache_mode charges (kvcalc.capacity.state; one page without prefix caching);
+  in_flight = max_num_batched_tokens x (2 with async scheduling, 0.27+,
   PP = 1; else 1).
 * the largest length that fits (`estimate_max_model_len`): a binary search over one
   request's bytes.
@@ -26,9 +27,10 @@ import dataclasses
 from kvcalc import _num
 from kvcalc._record import record
 from kvcalc.dtypes import MAX_SEQ_LEN
+from kvcalc.capacity.state import NO_PREFIX_CACHING, StateCache
 from kvcalc.formulas.cache import CacheGroup
 
-__all__ = ["GroupPlan", "align_block_size", "blocks_per_request", "groups_on_stage",
+__all__ = ["GroupPlan", "blocks_per_request", "groups_on_stage",
            "kv_cache_groups", "largest_fitting_len", "pad_state_pages", "page_size_bytes",
            "request_bytes"]
 
@@ -44,9 +46,11 @@ class _BlocksPerRequest:
     one request at `length` tokens. A layer kind names the spec it is
     (`mixer.kv_cache_spec(rules)`), these are the engine's rules for each."""
 
-    def __init__(self, block_size: int, length: int, in_flight: int, encoder_len: int | None):
+    def __init__(self, block_size: int, length: int, in_flight: int, encoder_len: int | None,
+                 state: StateCache):
         self.block, self.length = block_size, length
         self.in_flight, self.encoder_len = in_flight, encoder_len
+        self.state_cache = state
 
     def full(self) -> int:  # FullAttentionSpec, MLAAttentionSpec
         return _num.cdiv(self.length, self.block)
@@ -57,18 +61,19 @@ class _BlocksPerRequest:
     def chunked(self, chunk: int) -> int:  # ChunkedLocalAttentionSpec
         return _num.cdiv(min(chunk + self.in_flight, self.length), self.block)
 
-    def state(self) -> int:  # MambaSpec: one page per request
-        return 1
+    def state(self, mixer) -> int:  # MambaSpec: by the release's mamba_cache_mode
+        return self.state_cache.blocks_per_request(mixer, self.block, self.length)
 
     def cross(self) -> int:  # CrossAttentionSpec: the encoder's tokens
         return _num.cdiv(self.encoder_len or self.length, self.block)
 
 
 def blocks_per_request(group: CacheGroup, block_size: int, max_model_len: int,
-                       in_flight: int, encoder_len: int | None = None) -> int:
+                       in_flight: int, encoder_len: int | None = None,
+                       state: StateCache = NO_PREFIX_CACHING) -> int:
     """Blocks one layer of `group` needs for one request at max_model_len (vLLM's
     max_memory_usage_bytes over the page size)."""
-    rules = _BlocksPerRequest(block_size, max_model_len, in_flight, encoder_len)
+    rules = _BlocksPerRequest(block_size, max_model_len, in_flight, encoder_len, state)
     return group.mixer.kv_cache_spec(rules)
 
 
@@ -84,7 +89,8 @@ class GroupPlan:
 
 
 def kv_cache_groups(groups: tuple[CacheGroup, ...], block_size: int, max_model_len: int,
-                    in_flight: int, encoder_len: int | None = None) -> tuple[GroupPlan, ...]:
+                    in_flight: int, encoder_len: int | None = None,
+                    state: StateCache = NO_PREFIX_CACHING) -> tuple[GroupPlan, ...]:
     """vLLM's grouping (get_kv_cache_groups): one group when every layer caches alike,
     else buckets by kind cut into groups of the smallest bucket's size (the largest's
     when largest < 1.5 x smallest), the last group of a bucket padded."""
@@ -95,7 +101,7 @@ def kv_cache_groups(groups: tuple[CacheGroup, ...], block_size: int, max_model_l
         g = live[0]
         return (GroupPlan(g, g.layers, g.layers, page_size_bytes(g, block_size),
                           blocks_per_request(g, block_size, max_model_len, in_flight,
-                                             encoder_len)),)
+                                             encoder_len, state)),)
     counts = [g.layers for g in live]
     lo, hi = min(counts), max(counts)
     size = hi if hi < 1.5 * lo else lo
@@ -108,24 +114,8 @@ def kv_cache_groups(groups: tuple[CacheGroup, ...], block_size: int, max_model_l
             left -= real
             plans.append(GroupPlan(g, real, size, page_size_bytes(g, block_size),
                                    blocks_per_request(g, block_size, max_model_len, in_flight,
-                                                      encoder_len)))
+                                                      encoder_len, state)))
     return tuple(plans)
-
-
-def align_block_size(groups: tuple[CacheGroup, ...], block_size: int | None) -> int:
-    """16, or for state (mamba) hybrids the smallest multiple of 16 whose attention page
-    is at least the state page (vLLM 0.33 `_align_hybrid_block_size`; the state page is
-    then padded to the attention page)."""
-    if block_size is not None:
-        return block_size
-    state = [g.state_bytes for g in groups if g.state_bytes and g.layers]
-    token = [g.token_bytes for g in groups if g.token_bytes and g.layers]
-    if not state or not token:
-        return 16
-    per_token = max(token)
-    need = max(state)
-    tokens = -(-need // per_token)
-    return -(-tokens // 16) * 16
 
 
 def pad_state_pages(groups: tuple[CacheGroup, ...], block_size: int) -> tuple[CacheGroup, ...]:
@@ -155,18 +145,19 @@ def groups_on_stage(groups: tuple[CacheGroup, ...], layers: int, stage_layers: i
 
 
 def request_bytes(plans: tuple[GroupPlan, ...], block: int, length: int, in_flight: int,
-                  encoder_len: int | None) -> int:
+                  encoder_len: int | None, state: StateCache = NO_PREFIX_CACHING) -> int:
     """Bytes one request at `length` needs on one rank: every real layer's blocks x page."""
     return sum(p.layers * p.page_bytes * blocks_per_request(p.group, block, length, in_flight,
-                                                            encoder_len) for p in plans)
+                                                            encoder_len, state) for p in plans)
 
 
 def largest_fitting_len(plans: tuple[GroupPlan, ...], block: int, avail: int, in_flight: int,
-                        encoder_len: int | None, upper: int) -> int:
+                        encoder_len: int | None, upper: int,
+                        state: StateCache = NO_PREFIX_CACHING) -> int:
     """The largest length whose one request fits in `avail` (binary search, as vLLM's
     estimate_max_model_len); at most `upper` when that already fits... or beyond it."""
     def fits(length: int) -> bool:
-        return request_bytes(plans, block, length, in_flight, encoder_len) <= avail
+        return request_bytes(plans, block, length, in_flight, encoder_len, state) <= avail
 
     lo, hi = 0, max(upper, 1)
     while fits(hi) and hi < MAX_SEQ_LEN:

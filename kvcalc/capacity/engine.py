@@ -72,6 +72,9 @@ class EngineSettings:
     enforce_eager: bool = False
     chunked_prefill: bool | None = None  # None: the engine's default
     async_scheduling: bool | None = None  # None: on for V1 0.27+ with PP = 1
+    # --enable-prefix-caching; None: the release's default for the model's kind (it
+    # decides how many state pages a hybrid's request takes, kvcalc.capacity.state)
+    prefix_caching: bool | None = None
     engine: str = "v1"
     vllm_version: str = "0.33"
     usage: str = "server"

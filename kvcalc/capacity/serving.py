@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import field
 
 from kvcalc._record import record
+from kvcalc.capacity.block_size import engine_block_size
 from kvcalc.capacity.blocks import (
     GroupPlan,
-    align_block_size,
     groups_on_stage,
     kv_cache_groups,
     largest_fitting_len,
@@ -47,6 +47,8 @@ from kvcalc.capacity.memory import (
     pipeline_layers,
     stage_weight_bytes,
 )
+from kvcalc.capacity.state import engine_state_groups, state_cache
+from kvcalc.dtypes import dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import cache_groups
 from kvcalc.spec import Hardware, ModelSpec
@@ -123,7 +125,10 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
     kv_dt = s.model_dtype if s.kv_dtype == "auto" else s.kv_dtype
     state_dt = s.model_dtype if s.mamba_ssm_dtype == "auto" else s.mamba_ssm_dtype
     groups = cache_groups(spec, kv_dt, s.tp, kv_scale_bytes, state_dtype=state_dt)
-    block = align_block_size(groups, s.block_size)
+    if s.engine == "v1":  # state pages as vLLM's allocator sizes them
+        groups = engine_state_groups(groups, dtype(s.model_dtype), dtype(state_dt), s.tp)
+    state = state_cache(groups, hw, s, s.prefix_caching)
+    block = engine_block_size(groups, spec, hw, s, state)
     groups = pad_state_pages(groups, block)
     tokens, seqs = default_batch_limits(hw, s)
     in_flight = tokens * (2 if async_scheduling_on(s) else 1)
@@ -131,6 +136,10 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
         in_flight = tokens
     minor = s.version
     notes: list[str] = []
+    if state.mode == "all":
+        notes.append(f"vLLM {s.vllm_version} caches every state block (mamba_cache_mode "
+                     f"'all'); its block size, aligned to the Mamba chunk size, is not "
+                     f"modelled")
 
     sizes = pipeline_layers(spec.layers, s.pp)
     total = device_total_bytes(hw)
@@ -145,7 +154,8 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
     devices = []
     for stage, n_layers in enumerate(sizes):
         stage_groups = groups_on_stage(groups, spec.layers, n_layers, stage, sizes)
-        plans = kv_cache_groups(stage_groups, block, s.max_model_len, in_flight, s.encoder_len)
+        plans = kv_cache_groups(stage_groups, block, s.max_model_len, in_flight, s.encoder_len,
+                                state)
         plans_by_stage.append(plans)
         if s.engine == "v0" or minor < (8, 0):
             # One group of all layers: a block holds every layer's page.
@@ -198,11 +208,11 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
         if num_blocks <= 0:
             refusal = "No available memory for the cache blocks"
     else:
-        need = request_bytes(plans, block, s.max_model_len, in_flight, s.encoder_len)
+        need = request_bytes(plans, block, s.max_model_len, in_flight, s.encoder_len, state)
         avail = deciding.kv_cache
         fits = avail > 0 and need <= avail
         largest = largest_fitting_len(plans, block, avail, in_flight, s.encoder_len,
-                                      s.max_model_len) if avail > 0 else 0
+                                      s.max_model_len, state) if avail > 0 else 0
         if context:
             largest = min(largest, context)  # a length the engine would accept
         if avail <= 0:

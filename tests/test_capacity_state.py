@@ -1,0 +1,181 @@
+"""vLLM's own count for state layers, attention-free models and MLA's block size
+(kvcalc.capacity.state, kvcalc.capacity.block_size).
+
+Every expected figure is hand arithmetic from the published config and vLLM's rules
+(the rule and the release are named in each test; the source lines are quoted in the
+modules' docstrings), never kvcalc's own output. KV memory is given
+(`kv_cache_memory_bytes`), so only the block arithmetic is under test.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvcalc.capacity.block_size import attention_block_size
+from kvcalc.capacity.engine import GiB, EngineSettings
+from kvcalc.capacity.serving import serving_capacity
+from kvcalc.capacity.state import engine_state_groups, is_hopper
+from kvcalc.dtypes import dtype
+from kvcalc.formulas.cache import cache_groups
+from kvcalc.presets import load_hardware, load_model
+
+H100 = load_hardware("h100-sxm")
+A100 = load_hardware("a100-80gb")
+
+
+def fit(model: str, hw, **settings):
+    settings.setdefault("kv_cache_memory_bytes", 20 * GiB)
+    return serving_capacity(load_model(model), hw, EngineSettings(**settings))
+
+
+# --------------------------------------------------------------------------------
+# Rule 2: the conv state keeps conv_kernel - 1 inputs, in the model dtype
+# --------------------------------------------------------------------------------
+# Qwen3-Next-80B-A3B at tp 4: conv channels 2 x 16 x 128 + 32 x 128 = 8192, /4 = 2048;
+# recurrent state 32/4 x 128 x 128 = 131072 elements.
+QWEN3_NEXT_TP4_STATE = 2048 * 3 * 2 + 131072 * 2  # bf16 conv (3 inputs) + bf16 ssm = 274432
+# Jamba-1.5-Mini at tp 2: d_inner 2 x 4096 / 2 = 4096; d_state 16; d_conv 4.
+JAMBA_TP2_STATE = 4096 * 3 * 2 + 4096 * 16 * 2  # = 155648
+# mamba-2.8b: d_inner 5120, d_state 16, conv_kernel 4, 64 layers.
+MAMBA_STATE = 5120 * 3 * 2 + 5120 * 16 * 2  # = 194560
+
+
+def _state_page(model: str, kv: str, tp: int, model_dt: str = "bf16") -> int:
+    groups = cache_groups(load_model(model), kv, tp, state_dtype=model_dt)
+    groups = engine_state_groups(groups, dtype(model_dt), dtype(model_dt), tp)
+    (page,) = {g.state_bytes for g in groups if g.state_bytes}
+    return page
+
+
+def test_conv_state_keeps_kernel_minus_one_inputs() -> None:
+    assert QWEN3_NEXT_TP4_STATE == 274432
+    assert _state_page("qwen3-next-80b-a3b", "bf16", 4) == QWEN3_NEXT_TP4_STATE
+    assert _state_page("jamba-1.5-mini", "bf16", 2) == JAMBA_TP2_STATE == 155648
+    assert _state_page("mamba-2.8b", "bf16", 1) == MAMBA_STATE == 194560
+
+
+def test_conv_state_is_in_the_model_dtype_whatever_the_kv_dtype() -> None:
+    # --kv-cache-dtype fp8 leaves the state alone (mamba_cache_dtype "auto" = model dtype)
+    assert _state_page("qwen3-next-80b-a3b", "fp8", 4) == QWEN3_NEXT_TP4_STATE
+    assert _state_page("jamba-1.5-mini", "fp8", 2) == JAMBA_TP2_STATE
+
+
+def test_fp8_hybrid_block_size_follows_the_model_dtype_state() -> None:
+    # Jamba tp 2, fp8 KV: attention 8/2 heads x 128 x 2 (K, V) x 1 byte = 1024 B/token;
+    # block = 16 x cdiv(155648, 16 x 1024) = 16 x 10 = 160 (vLLM 0.33, A100: no checkpoint).
+    cap = fit("jamba-1.5-mini", A100, tp=2, max_model_len=16384, kv_dtype="fp8")
+    assert cap.block_size == 16 * -(-155648 // (16 * 1024)) == 160
+
+
+def test_pure_mamba_state_page_and_blocks() -> None:
+    # 64 layers x 194560 B a block (one request); 20 GiB // that.
+    cap = fit("mamba-2.8b", A100, max_model_len=2048)
+    assert cap.num_gpu_blocks == 20 * GiB // (64 * 194560) == 1724
+
+
+# --------------------------------------------------------------------------------
+# Rule 3: attention-free models: one block is one request of max_model_len tokens
+# --------------------------------------------------------------------------------
+@pytest.mark.parametrize("version", ["0.33", "0.24", "0.20", "0.11"])
+def test_attention_free_block_is_max_model_len(version: str) -> None:
+    cap = fit("mamba-2.8b", A100, max_model_len=2048, vllm_version=version)
+    assert cap.block_size == 2048
+    # 0.24+: int(blocks / 1 x len); up to 0.20: blocks // 1 group x block size: the same
+    assert cap.kv_cache_tokens == 1724 * 2048 == 3530752
+    assert cap.max_concurrency == 1724
+
+
+def test_attention_free_ignores_prefix_caching_default() -> None:
+    # is_prefix_caching_supported: False for attention_free: one page per request
+    cap = fit("mamba-2.8b", H100, max_model_len=4096)
+    assert cap.groups[0].blocks_per_request == 1
+
+
+# --------------------------------------------------------------------------------
+# Rule 1: hybrids' prefix caching puts the state in "align" mode
+# --------------------------------------------------------------------------------
+def test_qwen3_next_h100_033_align_with_checkpoint_block() -> None:
+    # 0.33 on Hopper: prefix caching on (hybrid), align: 2 pages + 1 FlashInfer GDN
+    # checkpoint page per DeltaNet layer; block a multiple of lcm(16, 64) = 64:
+    # attention 2 kv heads / tp 4 -> 1 x 256 x 2 x 2 B = 1024 B/token;
+    # block = 64 x cdiv(274432, 64 x 1024) = 64 x 5 = 320.
+    cap = fit("qwen3-next-80b-a3b", H100, tp=4, max_model_len=32768)
+    assert cap.block_size == 320
+    # 12 attention + 36 DeltaNet layers: groups of 12 -> 1 attention group, 3 state.
+    per_block = 12 * 320 * 1024
+    assert cap.num_gpu_blocks == 20 * GiB // per_block == 5461
+    per_request = -(-32768 // 320) + 3 * (2 + 1)  # 103 + 9
+    assert sum(p.blocks_per_request for p in cap.groups) == per_request == 112
+    assert cap.max_concurrency == 5461 / 112
+    assert cap.kv_cache_tokens == int(5461 / 112 * 32768)
+
+
+def test_qwen3_next_off_hopper_has_no_checkpoint_block() -> None:
+    # A100: Triton GDN prefill, no checkpoint: align 2 pages; block 16 x cdiv(274432,
+    # 16 x 1024) = 16 x 17 = 272.
+    cap = fit("qwen3-next-80b-a3b", A100, tp=4, max_model_len=32768)
+    assert cap.block_size == 272
+    assert sum(p.blocks_per_request for p in cap.groups) == -(-32768 // 272) + 3 * 2 == 127
+
+
+@pytest.mark.parametrize(("version", "state_pages"), [
+    ("0.33", 3), ("0.32", 2), ("0.28", 2), ("0.25", 1)])
+def test_qwen3_next_state_pages_by_release(version: str, state_pages: int) -> None:
+    # 0.32 and 0.28: align, no checkpoint; 0.25: prefix caching off for hybrids.
+    cap = fit("qwen3-next-80b-a3b", H100, tp=4, max_model_len=32768, vllm_version=version)
+    state = [p.blocks_per_request for p in cap.groups if p.group.state_bytes]
+    assert state == [state_pages] * 3
+
+
+def test_prefix_caching_off_charges_one_state_page() -> None:
+    cap = fit("qwen3-next-80b-a3b", H100, tp=4, max_model_len=32768, prefix_caching=False)
+    # no checkpoint grid either: block 16 x 17 = 272
+    assert cap.block_size == 272
+    assert sum(p.blocks_per_request for p in cap.groups) == -(-32768 // 272) + 3 * 1 == 124
+
+
+def test_jamba_033_align_two_pages_no_checkpoint() -> None:
+    # Mamba-1 layers declare no prefill checkpoint: align = 2 pages each.
+    # Jamba tp 2: 4 attention layers (period 8), 28 mamba -> groups of 4: 1 + 7.
+    # attention 4 heads x 128 x 2 x 2 B = 2048 B/token; block 16 x cdiv(155648, 32768) = 80.
+    cap = fit("jamba-1.5-mini", H100, tp=2, max_model_len=16384)
+    assert cap.block_size == 80
+    assert cap.num_gpu_blocks == 20 * GiB // (4 * 80 * 2048) == 32768
+    assert sum(p.blocks_per_request for p in cap.groups) == -(-16384 // 80) + 7 * 2 == 219
+
+
+def test_jamba_026_all_mode_charges_every_block() -> None:
+    # 0.26-0.27: Jamba declares SupportsMambaPrefixCaching: mode "all", a state page per
+    # block of the request: cdiv(16384, 80) = 205 for each of the 7 state groups.
+    cap = fit("jamba-1.5-mini", H100, tp=2, max_model_len=16384, vllm_version="0.26")
+    assert sum(p.blocks_per_request for p in cap.groups) == 205 + 7 * 205
+    assert any("mamba_cache_mode 'all'" in n for n in cap.notes)
+
+
+# --------------------------------------------------------------------------------
+# Rule 4: MLA with fp8 KV on Hopper runs FlashMLA: 64-token blocks
+# --------------------------------------------------------------------------------
+def test_hopper_by_name() -> None:
+    assert is_hopper(H100) and is_hopper(load_hardware("h200")) and is_hopper(load_hardware("h20"))
+    assert not is_hopper(A100) and not is_hopper(load_hardware("b200"))
+
+
+@pytest.mark.parametrize(("gpu", "kv", "version", "block"), [
+    ("h200", "fp8", "0.33", 64),  # FLASH_ATTN_MLA refuses fp8 -> FLASHMLA
+    ("h200", "auto", "0.33", 16),  # FLASH_ATTN_MLA, MultipleOf(16)
+    ("h100-sxm", "fp8", "0.18", 64),
+    ("h100-sxm", "auto", "0.17", 64),  # up to 0.17 FlashMLA forced for every MLA model
+    ("a100-80gb", "fp8", "0.33", 16),
+])
+def test_mla_block_size(gpu: str, kv: str, version: str, block: int) -> None:
+    s = EngineSettings(max_model_len=32768, kv_dtype=kv, vllm_version=version)
+    assert attention_block_size(load_model("deepseek-r1"), load_hardware(gpu), s) == block
+
+
+def test_deepseek_r1_fp8_h200_blocks() -> None:
+    # latent 512 + rope 64 = 576 fp8 bytes a token a layer, 61 layers, block 64.
+    cap = fit("deepseek-r1", load_hardware("h200"), tp=8, max_model_len=32768, kv_dtype="fp8",
+              kv_cache_memory_bytes=10 * GiB)
+    assert cap.block_size == 64
+    assert cap.num_gpu_blocks == 10 * GiB // (61 * 64 * 576) == 4774
+    assert cap.max_concurrency == 4774 / (32768 // 64)
