@@ -179,3 +179,21 @@ def test_deepseek_r1_fp8_h200_blocks() -> None:
     assert cap.block_size == 64
     assert cap.num_gpu_blocks == 10 * GiB // (61 * 64 * 576) == 4774
     assert cap.max_concurrency == 4774 / (32768 // 64)
+
+
+@pytest.mark.parametrize(("version", "user", "block"), [
+    ("0.33", 32, 32 * -(-155648 // (32 * 2048))),  # 0.21+: the user's block is the base: 96
+    ("0.19", 32, 16 * -(-155648 // (16 * 2048))),  # raised to the 16-aligned 80
+    ("0.33", 1024, 1024),  # already holds a state page: kept
+])
+def test_hybrid_raises_a_user_block_too_small_for_the_state(version: str, user: int,
+                                                            block: int) -> None:
+    # Jamba tp 2: state page 155648 B, attention 2048 B/token.
+    cap = fit("jamba-1.5-mini", A100, tp=2, max_model_len=16384, block_size=user,
+              vllm_version=version)
+    assert cap.block_size == block
+
+
+def test_user_block_kept_for_attention_models() -> None:
+    cap = fit("llama3.1-8b", A100, max_model_len=8192, block_size=32)
+    assert cap.block_size == 32

