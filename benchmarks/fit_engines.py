@@ -25,12 +25,16 @@ import published  # noqa: E402
 import published_model as pm  # noqa: E402
 from kvcalc.engines import Engine  # noqa: E402
 
-SHARE_MIN = 0.02  # bandwidth and peak shares live in (0.02, 1]
+SHARE_MIN = 0.02  # bandwidth and peak shares live in (0.02, 0.95)
+# No kernel streams DRAM at its datasheet rate (refresh, bank and bus turnarounds): the
+# best decode kernels measure 85-93% (../reference/measurement.md); a fit at 100% would
+# be other terms hiding in the share.
+SHARE_MAX = 0.95
 TIME_SCALE = 1e-6  # times are 1 us x exp(x)
 
 
 def _share(x: float) -> float:
-    return SHARE_MIN + (1 - SHARE_MIN) / (1 + math.exp(-x))
+    return SHARE_MIN + (SHARE_MAX - SHARE_MIN) / (1 + math.exp(-x))
 
 
 def _time(x: float) -> float:

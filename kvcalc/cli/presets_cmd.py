@@ -31,17 +31,47 @@ def _hardware_row(name: str) -> dict:
             "source": h.source}
 
 
+def _engine_row(name: str) -> dict:
+    from kvcalc.engines import load_engine
+
+    e = load_engine(name)[0]
+    return {"name": e.name, "bandwidth_efficiency": dict(e.bandwidth_efficiency),
+            "prefill_mfu": dict(e.prefill_mfu), "host_layer_s": e.host_layer_s,
+            "layer_s": e.layer_s, "allreduce_s": e.allreduce_s,
+            "rows_fitted": sum(e.rows.values()),
+            "rows_held_out": len([i for i in e.held_out.split(",") if i.strip()]),
+            "versions": e.versions, "source": e.source}
+
+
+def _engine_tab(rows: list[dict]):
+    from kvcalc.report.render import Tab
+
+    def shares(d: dict) -> str:
+        return ", ".join(f"{k} {v:.0%}" for k, v in d.items()) or "-"
+
+    return Tab(f"{len(rows)} engines (--engine NAME)",
+               ["name", "bandwidth share", "prefill share", "us/layer", "rows"],
+               [[r["name"], shares(r["bandwidth_efficiency"]), shares(r["prefill_mfu"]),
+                 f"{r['layer_s'] * 1e6:.3g}", f"{r['rows_fitted']}+{r['rows_held_out']}"]
+                for r in rows],
+               caption="fitted by benchmarks/fit_engines.py on tests/data/published (rows: "
+                       "fitted + held out); us/layer: GPU time per layer beyond its bytes. "
+                       "`kvcalc presets show NAME` for an engine's whole file.")
+
+
 def _raw_yaml(name: str) -> tuple[str, str, str]:
     """(kind, file stem, text) of a preset file, found as --preset and --gpu find it."""
     from kvcalc import presets
+    from kvcalc.engines import engine_names
     from kvcalc.inputfile import read_text
 
-    for kind, names in (("models", presets.model_names()), ("hardware", presets.hardware_names())):
+    for kind, names in (("models", presets.model_names()), ("hardware", presets.hardware_names()),
+                        ("engines", engine_names())):
         stem = presets.find(name, names)  # case, spaces, '-' and '_' aside, as --gpu
         if stem is not None:
             path = presets.presets_dir() / kind / f"{stem}.yaml"
             return kind, stem, read_text(path, f"presets/{kind}/{stem}.yaml")
-    every = presets.model_names() + presets.hardware_names()
+    every = presets.model_names() + presets.hardware_names() + engine_names()
     raise KvcalcError(f"unknown preset {quoted(name)}; {presets.suggest(name.lower(), every)}")
 
 
@@ -103,6 +133,9 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         name: Annotated[Optional[str], typer.Argument(help="The preset to show.")] = None,
         families: Annotated[bool, typer.Option(
             "--families", help="The config.json model_types `--config` reads.")] = False,
+        engines: Annotated[bool, typer.Option(
+            "--engines", help="The serving engines `--engine` knows, with their fitted "
+            "terms.")] = False,
         fmt: PrintFormatOpt = None,
     ) -> None:
         """List model and hardware presets; `kvcalc presets show NAME` prints one with its source."""
@@ -120,6 +153,14 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                       caption="`kvcalc estimate --config path/to/config.json`")
             deliver(fmt.value, [tab], data=rows, rows=rows)
             return
+        if engines:
+            if action is not None or families:
+                raise KvcalcError("--engines lists the engines; it takes no preset name")
+            from kvcalc.engines import engine_names
+
+            rows = [_engine_row(n) for n in engine_names()]
+            deliver(fmt.value, [_engine_tab(rows)], data=rows, rows=rows)
+            return
         if action is not None:
             name = name.strip() if name is not None else None  # as --preset ' gpt3' does
             if action != "show" or not name:
@@ -128,7 +169,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             if fmt in (OutputFormat.table, OutputFormat.md):
                 emit(text if fmt is OutputFormat.table else f"```yaml\n{text}```\n")
                 return
-            row = _model_row(stem) if kind == "models" else _hardware_row(stem)
+            row = {"models": _model_row, "hardware": _hardware_row,
+                   "engines": _engine_row}[kind](stem)
             deliver(fmt.value, [], data=row, rows=[row])
             return
         models = [_model_row(n) for n in presets.model_names()]
