@@ -29,7 +29,7 @@ from kvcalc.measure.model_step import decode_call
 from kvcalc.measure.timing import time_calls
 from kvcalc.spec import Calibration, Hardware, ModelSpec
 
-LINEAR_BATCHES = (1, 4, 16, 64)
+LINEAR_BATCHES = (1, 2, 4, 16, 64)  # 1 row is a GEMV, 2 already a GEMM on a CPU
 # (rows, inner = out) of the prompt-sized matmul, and the linear probe's square weights.
 PREFILL_SHAPE = {"cuda": (4096, 8192), "cpu": (512, 2048)}
 LINEAR_WIDTHS = {"cuda": (1024, 8192), "cpu": (768, 4096)}  # in_features probed
