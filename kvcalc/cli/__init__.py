@@ -26,7 +26,7 @@ Try:
   kvcalc estimate --preset llama2-7b --compare  MHA vs GQA vs MQA
   kvcalc fit --preset llama3-70b --tp 4         the largest batch and context
   kvcalc presets                                the models and devices it knows
-  kvcalc estimate llama3-8b --engine llama.cpp  decode as that engine runs it
+  kvcalc estimate llama3-8b --engine vllm       as an engine runs it
   kvcalc measure --heads 32 --kv-heads 8        time real decode steps (torch)
   kvcalc measure --calibrate -o mine.yaml       this device's own terms, for --gpu
 
