@@ -28,7 +28,7 @@ Try:
   kvcalc presets                                the models and devices it knows
   kvcalc estimate llama3-8b --engine vllm       as an engine runs it
   kvcalc measure --heads 32 --kv-heads 8        time real decode steps (torch)
-  kvcalc measure --calibrate -o mine.yaml       this device's own terms, for --gpu
+  kvcalc measure --calibrate -o mine.yaml       this device's terms, for --gpu
 
 Every command takes -h/--help; `kvcalc --version` prints the version.
 """
