@@ -20,13 +20,5 @@ for run in "gpt2 256 1" "gpt2 1024 4" "llama3.2-1b 256 1" "qwen3-0.6b 512 2"; do
         -o "$part" --force
     parts+=("$part")
 done
-$py - "$dir/${tag}-model-steps.csv" "${parts[@]}" <<'PY'
-import csv, sys
-rows = [r for p in sys.argv[2:] for r in csv.DictReader(open(p))]
-with open(sys.argv[1], "x", newline="") as f:
-    w = csv.DictWriter(f, fieldnames=list(rows[0]))
-    w.writeheader()
-    w.writerows(rows)
-print(f"wrote {sys.argv[1]}")
-PY
+$py benchmarks/merge_csv.py "$dir/${tag}-model-steps.csv" "${parts[@]}"
 rm -f "${parts[@]}"

@@ -39,13 +39,5 @@ for run in "llama3.2-1b 1024 1" "llama3-8b 1024 1" "llama3-8b 4096 16" "llama3-8
         fi
     done
 done
-$py - "$dir/${tag}-model-steps.csv" "${parts[@]}" <<'PY'
-import csv, sys
-rows = [r for p in sys.argv[2:] for r in csv.DictReader(open(p))]
-with open(sys.argv[1], "x", newline="") as f:
-    w = csv.DictWriter(f, fieldnames=list(rows[0]))
-    w.writeheader()
-    w.writerows(rows)
-print(f"wrote {sys.argv[1]}")
-PY
+$py benchmarks/merge_csv.py "$dir/${tag}-model-steps.csv" "${parts[@]}"
 rm -f "${parts[@]}"
