@@ -48,6 +48,31 @@ _LAYER_COUNT_KEYS = frozenset({
 _MAX_CONFIG_INT = MAX_WIDTH * 1_000_000
 
 
+# Fields a family's transformers configuration class fills in with a number of its own
+# when config.json leaves them out, where that number is not what an absent field means
+# to kvcalc's reader for the family (null keeps its meaning: no q LoRA, no experts, one K/V
+# head per query head). transformers 5.24: DeepseekV2Config, DeepseekV3Config,
+# Starcoder2Config, Qwen2MoeConfig, Qwen3MoeConfig, JambaConfig, OlmoeConfig;
+# tests/test_hf_defaults.py holds every optional field kvcalc reads to the class's own
+# value.
+CLASS_DEFAULTS = {
+    ("deepseek_v2", "q_lora_rank"): 1536,
+    ("deepseek_v2", "n_routed_experts"): 64,
+    ("deepseek_v2", "n_shared_experts"): 2,
+    ("deepseek_v3", "q_lora_rank"): 1536,
+    ("deepseek_v3", "n_routed_experts"): 256,
+    ("deepseek_v3", "n_shared_experts"): 1,
+    ("deepseek_v3", "first_k_dense_replace"): 3,
+    ("starcoder2", "num_key_value_heads"): 2,
+    ("qwen2_moe", "num_experts"): 60,
+    ("qwen2_moe", "num_key_value_heads"): 16,
+    ("qwen3_moe", "num_experts"): 128,
+    ("qwen3_moe", "num_key_value_heads"): 4,
+    ("jamba", "num_key_value_heads"): 8,
+    ("olmoe", "max_position_embeddings"): 4096,
+}
+
+
 class Config:
     """Typed access to one config dict, with errors that name the field."""
 
@@ -102,9 +127,13 @@ class Config:
         return value
 
     def opt_int(self, key: str, default: int | None, *aliases: str) -> int | None:
-        """An int, or `default` when the field is absent or null."""
+        """An int, or `default` when the field is null or absent; absent from a family
+        whose configuration class has its own default (CLASS_DEFAULTS), that default, as
+        transformers fills it in."""
         value = self.raw(key, *aliases)
-        if value is MISSING or value is None:
+        if value is MISSING:
+            value = CLASS_DEFAULTS.get((self.model_type, key))
+        if value is None:
             return default
         return self.check_int(key, value)
 
