@@ -17,26 +17,27 @@ from kvcalc.errors import KvcalcError
 
 
 def _device(name: str):
+    """The torch device `--device` names, as the other measure runs resolve it."""
     from kvcalc.measure import require_torch
+    from kvcalc.measure.ceilings import resolve_device
+    from kvcalc.measure.config import DEVICES
 
-    torch = require_torch()
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise KvcalcError("--device cuda: torch sees no CUDA device on this machine")
-    if name not in ("cuda", "cpu"):
-        raise KvcalcError(f"--device must be auto, cuda or cpu, got {name!r}")
-    return torch.device(name)
+    require_torch()
+    if name not in DEVICES:
+        raise KvcalcError(f"--device must be one of {', '.join(DEVICES)}, got {name!r}")
+    return resolve_device(name)
 
 
 def _dtype(name: Optional[str], device) -> str:
+    """--dtype, canonical; the device's default (measure's DEFAULTS) when not given."""
     from kvcalc.dtypes import dtype
+    from kvcalc.measure.config import DEFAULTS, MEASURE_DTYPES
 
     if name is None:
-        return "bf16" if device.type == "cuda" else "fp32"
+        return DEFAULTS[device.type].dtype
     canonical = dtype(name).name
-    if canonical not in ("fp32", "bf16", "fp16"):
-        raise KvcalcError(f"--dtype {name}: measure runs fp32, bf16 or fp16")
+    if canonical not in MEASURE_DTYPES:
+        raise KvcalcError(f"--dtype {name}: measure runs {', '.join(MEASURE_DTYPES)}")
     return canonical
 
 

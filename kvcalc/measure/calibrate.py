@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from kvcalc.measure import ceilings as ceil_mod
+from kvcalc.measure.allreduce import allreduce_buffers, allreduce_rates
 from kvcalc.measure import impls
 from kvcalc.measure import terms as terms_mod
 from kvcalc.measure.model_step import decode_call
@@ -129,16 +130,8 @@ def allreduce_rank(rank: int, tp: int, init_method: str, result_path: str | None
 
     device, backend = tp_mod._init(rank, tp, init_method, timeout_s, device_type)
     try:
-        tdtype = ceil_mod.torch_dtype(dtype)
-        small = torch.zeros(tp_mod.ALLREDUCE_SMALL_ELEMS, device=device, dtype=tdtype)
-        large = torch.zeros(tp_mod.ALLREDUCE_LARGE_BYTES // small.element_size(), device=device,
-                            dtype=tdtype)
-        lat = statistics.median(tp_mod._timed(lambda: dist.all_reduce(small), device,
-                                              *tp_mod.ALLREDUCE_ITERS, barrier=True))
-        big = statistics.median(tp_mod._timed(lambda: dist.all_reduce(large), device,
-                                              *tp_mod.ALLREDUCE_ITERS, barrier=True))
-        nbytes = large.numel() * large.element_size()
-        bus = 2 * (tp - 1) / tp * nbytes / max(big - lat, 1e-9)
+        small, large = allreduce_buffers(device, ceil_mod.torch_dtype(dtype))
+        lat, bus = allreduce_rates(small, large, tp, device)
         if rank == 0 and result_path is not None:
             with open(result_path + ".part", "w") as f:
                 json.dump({"latency_s": lat, "bus_bytes_per_s": bus, "backend": backend}, f)

@@ -34,11 +34,14 @@ from datetime import timedelta
 from typing import Any
 
 from kvcalc.errors import KvcalcError
+from kvcalc.measure.allreduce import (
+    ALLREDUCE_LARGE_BYTES,
+    allreduce_buffers,
+    allreduce_rates,
+    timed as _timed,
+)
 
 TIMEOUT_S = 120  # process-group timeout: a rank stuck in a collective fails, never hangs
-ALLREDUCE_SMALL_ELEMS = 1  # latency probe
-ALLREDUCE_LARGE_BYTES = 8 * 2**20  # bandwidth probe
-ALLREDUCE_ITERS = (3, 20)
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -277,20 +280,11 @@ def _rank_work(rank: int, tp: int, device, backend: str, job: dict) -> dict:
     shape = terms_mod.shape_ceilings(step, attn, device, tdtype, hl, len(kv_heads), d, dm, L, b,
                                      job["cache_bytes"], job["stream_bytes"],
                                      lockstep=dist.barrier)
-    small = torch.zeros(ALLREDUCE_SMALL_ELEMS, device=device, dtype=tdtype)
-    large = torch.zeros(ALLREDUCE_LARGE_BYTES // small.element_size(), device=device,
-                        dtype=tdtype)
+    small, large = allreduce_buffers(device, tdtype)
     large_bytes = large.numel() * large.element_size()
-    ring = 2 * (tp - 1) / tp
 
     def allreduce_probe() -> tuple[float, float]:
-        """(latency, bus bandwidth) of this backend now, every rank at once."""
-        dist.barrier()
-        lat = statistics.median(_timed(lambda: dist.all_reduce(small), device,
-                                       *ALLREDUCE_ITERS, barrier=True))
-        big = statistics.median(_timed(lambda: dist.all_reduce(large), device,
-                                       *ALLREDUCE_ITERS, barrier=True))
-        return lat, (ring * large_bytes / max(big - lat, 1e-9) if tp > 1 else 0.0)
+        return allreduce_rates(small, large, tp, device)
 
     def refreshed():
         """The streamed bandwidths again, every rank at once, next to the repetitions
@@ -369,25 +363,6 @@ def _rank_work(rank: int, tp: int, device, backend: str, job: dict) -> dict:
         "predicted_s": tt.total_s, "bound": tt.bound,
         "host": host,
     }
-
-
-def _timed(fn, device, warmup: int, iters: int, barrier: bool = False) -> list[float]:
-    import torch
-    import torch.distributed as dist
-
-    out = []
-    for i in range(warmup + iters):
-        if barrier:
-            dist.barrier()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        if i >= warmup:
-            out.append(time.perf_counter() - t0)
-    return out
 
 
 # --------------------------------------------------------------------------------
