@@ -5,6 +5,8 @@
 # device's calibration file (kvcalc measure --calibrate), and whole decode steps of
 # dense presets set beside `kvcalc estimate --gpu <that file>`. Run on an idle GPU;
 # every row names the device, torch/CUDA versions and its timer (CUDA events).
+# PARTS="kernels steps" (the default) picks what runs: `kernels` the attention and layer
+# measurements, `steps` the calibration and the whole decode steps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-reports}
@@ -12,6 +14,8 @@ py=${PYTHON:-python3}
 gpu=$($py -c "import re, torch; print(re.sub('[^a-z0-9]+', '-', torch.cuda.get_device_name().lower()).strip('-'))")
 tag="gpu-${gpu}-$(date -u +%Y-%m-%d)"
 k="$py -m kvcalc measure --device cuda"
+parts_to_run=${PARTS:-kernels steps}
+if [[ " $parts_to_run " == *" kernels "* ]]; then
 # every named impl and auto's pick, MHA / GQA-8 / MQA, attention alone and the layer step
 $k --heads 32 --kv-heads 8 --compare --impl auto,all --step both --format csv \
     -o "$dir/${tag}-impls.csv"
@@ -21,6 +25,8 @@ $k --heads 32 --kv-heads 8 --compare --cuda-graphs --sweep --seq-len 1024:32768:
 # a whole decode layer of Llama-3-8B's shape
 $k --preset llama3-8b --compare --step layer --cuda-graphs --format csv \
     -o "$dir/${tag}-llama3-8b-layer.csv"
+fi
+[[ " $parts_to_run " == *" steps "* ]] || exit 0
 # the device's own terms, then whole decode steps predicted from them
 cal="$dir/${tag}-calibration.yaml"
 $k --calibrate -o "$cal"
