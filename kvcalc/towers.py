@@ -4,7 +4,7 @@ A served multimodal model holds these weights too, but they cache nothing and ru
 per image, so kvcalc reports them beside the text model rather than inside it. Each
 function follows that family's vision modeling file in transformers 5 (which modules
 exist, their shapes and biases): CLIP (LLaVA), SigLIP (Gemma 3), Pixtral (Mistral 3),
-Qwen2.5-VL's window-attention ViT, Llama 4's vision encoder. Counts are exact: tests
+Qwen2.5-VL's window-attention ViT, Llama 4's vision encoder, Qwen3.5's ViT. Counts are exact: tests
 check them against the models transformers builds on the meta device.
 """
 
@@ -96,9 +96,23 @@ def _llama4_vision(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
     return {"vision_tower": tower + adapter, "projector": proj}
 
 
+def _qwen3_5_vision(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
+    """Qwen3.5's ViT (biased 3D patch embedding, learned position table, LayerNorm ViT
+    blocks) and its patch merger (LayerNorm, two linears over spatial_merge_size^2 patches)."""
+    h, i = v.int("hidden_size", 1152), v.int("intermediate_size", 4304)
+    p, t, depth = v.int("patch_size", 16), v.int("temporal_patch_size", 2), v.int("depth", 27)
+    merge, out = v.int("spatial_merge_size", 2), v.int("out_hidden_size", 3584)
+    tower = (v.int("in_channels", 3) * t * p * p * h + h
+             + v.int("num_position_embeddings", 2304) * h + depth * _vit_layer(h, i))
+    m = h * merge * merge
+    merger = 2 * h + (m * m + m) + (m * out + out)
+    return {"vision_tower": tower + merger, "projector": 0}
+
+
 _TOWERS: dict[str, Callable[[_Fields, dict, int], dict[str, int]]] = {
     "llava": _clip, "llava_next": _clip, "gemma3": _siglip, "mistral3": _pixtral,
     "qwen2_5_vl": _qwen25_vl, "llama4": _llama4_vision,
+    "qwen3_5": _qwen3_5_vision, "qwen3_5_moe": _qwen3_5_vision,
 }
 
 

@@ -104,6 +104,15 @@ DEFAULT_CONFIGS = {
     "llama4_text": {"num_hidden_layers": 4, "interleave_moe_layer_step": 2},
     "nemotron_h": {"layers_block_type": ["linear_attention", "moe", "full_attention", "mlp",
                                          "linear_attention", "mlp"]},
+    # state and hybrid families (kvcalc/hfconfig/state_families.py)
+    "mamba2": {"num_hidden_layers": 3},  # 2 would cut time_step_limit, a 2-list, too
+    "bamba": {"num_hidden_layers": 4, "attn_layer_indices": [1, 3]},
+    "granitemoehybrid": {"num_hidden_layers": 4, "layer_types": [
+        "mamba", "attention", "mamba", "attention"]},
+    "lfm2_moe": {"num_hidden_layers": 4, "num_dense_layers": 1,
+                 "layer_types": ["conv", "conv", "full_attention", "conv"]},
+    "qwen3_5_text": {"num_hidden_layers": 4},
+    "qwen3_5_moe_text": {"num_hidden_layers": 4},
 }
 
 

@@ -16,6 +16,7 @@ from kvcalc.hfconfig.hybrid import jamba, lfm2, mamba, nemotron_h, qwen3_next
 from kvcalc.hfconfig.llama_like import cohere, gemma3, llama_like, llama_variants, olmo, starcoder2
 from kvcalc.hfconfig.moe import deepseek, gpt_oss, llama4, qwen_moe
 from kvcalc.hfconfig.multimodal import WRAPPERS
+from kvcalc.hfconfig.state_families import bamba, granitemoehybrid, lfm2_moe, mamba2, qwen3_5
 
 FAMILIES: dict[str, Callable[[Config], dict]] = {
     "llama": llama_like,
@@ -61,6 +62,13 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "qwen3_next": qwen3_next,
     "minicpm3": deepseek,
     "nemotron_h": nemotron_h,
+    # state and hybrid families (kvcalc.hfconfig.state_families)
+    "mamba2": mamba2,
+    "bamba": bamba,
+    "granitemoehybrid": granitemoehybrid,
+    "lfm2_moe": lfm2_moe,
+    "qwen3_5_text": qwen3_5,
+    "qwen3_5_moe_text": qwen3_5,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)

@@ -1,0 +1,196 @@
+"""More families with a constant state per sequence, alone or beside attention, read
+with the layer kinds kvcalc.hfconfig.hybrid already uses (Mamba-2, Gated DeltaNet,
+short convolution): Mamba-2, Bamba, Granite 4 (GraniteMoeHybrid), LFM2-MoE, Qwen3.5
+and Qwen3.5-MoE.
+
+Each reader follows that family's configuration_*.py and modeling_*.py in transformers
+5.24: which modules a layer has, their shapes and biases, and the defaults the config
+class fills in for a field config.json leaves out.
+"""
+
+from __future__ import annotations
+
+from kvcalc.hfconfig.build import flat_fields, with_runs
+from kvcalc.hfconfig.config import MISSING, Config
+from kvcalc.hfconfig.layer_types import every_nth_full, layer_kinds
+from kvcalc.layers import Attention, Dense, GatedDeltaNet, Layer, Mamba2, MoE, ShortConv
+
+# Each family's config-class defaults for the fields its reader takes as optional.
+_QWEN3_5 = {"num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 32768}
+_QWEN3_5_MOE = {"num_key_value_heads": 2, "head_dim": 256, "max_position_embeddings": 32768}
+
+
+def _mamba2_head_dim(c: Config, key: str, heads: int, d_inner: int) -> int:
+    """Bamba / Granite 4's mamba_d_head: a number, or "auto" (absent too) for
+    mamba_expand * hidden_size // mamba_n_heads, as their config classes fill it in."""
+    value = c.raw(key)
+    if value is MISSING or value is None or value == "auto":
+        return d_inner // heads
+    return c.check_int(key, value)
+
+
+def _bamba_mixer(c: Config, hidden: int) -> Mamba2:
+    """The Mamba-2 mixer of Bamba and Granite 4 (mamba_* fields)."""
+    heads = c.opt_int("mamba_n_heads", 128) or 128
+    d_inner = (c.opt_int("mamba_expand", 2) or 2) * hidden
+    return Mamba2(heads=heads, head_dim=_mamba2_head_dim(c, "mamba_d_head", heads, d_inner),
+                  d_state=c.opt_int("mamba_d_state", 256) or 256,
+                  groups=c.opt_int("mamba_n_groups", 1) or 1,
+                  conv_kernel=c.opt_int("mamba_d_conv", 4) or 4,
+                  conv_bias=c.opt_bool("mamba_conv_bias", True),
+                  proj_bias=c.opt_bool("mamba_proj_bias", False))
+
+
+def mamba2(c: Config) -> dict:
+    """Mamba-2 (Mamba-Codestral): every layer one Mamba-2 mixer after one RMSNorm, no MLP."""
+    hidden = c.req_dim("hidden_size")
+    layers = c.req_dim("num_hidden_layers")
+    vocab = c.req_dim("vocab_size")
+    mixer = Mamba2(heads=c.opt_int("num_heads", 128) or 128, head_dim=c.opt_int("head_dim", 64) or 64,
+                   d_state=c.opt_int("state_size", 128) or 128, groups=c.opt_int("n_groups", 8) or 8,
+                   conv_kernel=c.opt_int("conv_kernel", 4) or 4,
+                   conv_bias=c.opt_bool("use_conv_bias", True), proj_bias=c.opt_bool("use_bias", False))
+    fields = flat_fields(hidden, layers, 1, 1, hidden, mixer.d_inner, vocab,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                         notes=["state-space model: a constant state per sequence, no KV cache"])
+    return with_runs(fields, [Layer(mixer, None, 1)] * layers)
+
+
+def _attention_or_state(c: Config, layers: int) -> list[str]:
+    """Bamba: attention on the layers attn_layer_indices lists (layer_types when given)."""
+    def from_indices() -> list[str]:
+        idx = c.raw("attn_layer_indices")
+        chosen = set(idx) if isinstance(idx, list) else set()
+        return ["full" if i in chosen else "state" for i in range(layers)]
+    return layer_kinds(c, layers, {"full_attention": "full", "linear_attention": "state",
+                                   "mamba": "state", "attention": "full"}, from_indices)
+
+
+def bamba(c: Config) -> dict:
+    """Bamba: Mamba-2 layers and GQA attention layers (attn_layer_indices), each with a
+    gated MLP."""
+    hidden = c.req_dim("hidden_size")
+    layers = c.req_dim("num_hidden_layers")
+    heads = c.req_dim("num_attention_heads")
+    vocab = c.req_dim("vocab_size")
+    d_ff = c.req_dim("intermediate_size")
+    kv_heads = c.opt_int("num_key_value_heads", 8) or heads
+    head_dim = hidden // heads
+    bias = c.opt_bool("attention_bias", False)
+    attn = Attention(heads, kv_heads, head_dim, qkv_bias=bias, out_bias=bias)
+    mixer = _bamba_mixer(c, hidden)
+    mlp = Dense(d_ff, bias=c.opt_bool("mlp_bias", False))
+    kinds = _attention_or_state(c, layers)
+    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                         qkv_bias=bias, out_bias=bias,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                         max_context=c.opt_int("max_position_embeddings", 262144) or 0,
+                         notes=["hybrid: Mamba-2 layers hold a constant state; attention "
+                                "layers cache every token"])
+    return with_runs(fields, [Layer(attn if k == "full" else mixer, mlp, 2) for k in kinds])
+
+
+def granitemoehybrid(c: Config) -> dict:
+    """Granite 4 (GraniteMoeHybrid): Mamba-2 and attention layers (layer_types), each with
+    routed experts (num_local_experts; none: the shared MLP alone) and a shared MLP."""
+    hidden = c.req_dim("hidden_size")
+    layers = c.req_dim("num_hidden_layers")
+    heads = c.req_dim("num_attention_heads")
+    vocab = c.req_dim("vocab_size")
+    d_ff = c.req_dim("intermediate_size")
+    kv_heads = c.opt_int("num_key_value_heads", heads) or heads
+    head_dim = hidden // heads
+    bias = c.opt_bool("attention_bias", False)
+    attn = Attention(heads, kv_heads, head_dim, qkv_bias=bias, out_bias=bias)
+    mixer = _bamba_mixer(c, hidden)
+    shared_ff = c.opt_int("shared_intermediate_size", 1024) or 0
+    experts = c.opt_int("num_local_experts", 8) or 0
+    if experts:
+        mlp = MoE(experts=experts, active=c.opt_int("num_experts_per_tok", 2) or 1,
+                  expert_d_ff=d_ff, shared_experts=1, shared_d_ff=shared_ff)
+    else:
+        mlp = Dense(shared_ff)
+    kinds = layer_kinds(c, layers, {"full_attention": "full", "linear_attention": "state",
+                                    "attention": "full", "mamba": "state"},
+                        lambda: ["state"] * layers)
+    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                         qkv_bias=bias, out_bias=bias,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                         max_context=c.opt_int("max_position_embeddings", 2048) or 0,
+                         notes=["hybrid: Mamba-2 layers hold a constant state; attention "
+                                "layers cache every token"])
+    return with_runs(fields, [Layer(attn if k == "full" else mixer, mlp, 2) for k in kinds])
+
+
+def lfm2_moe(c: Config) -> dict:
+    """LFM2-MoE: LFM2's short-convolution and GQA layers (layer_types, required), dense
+    gated MLPs on the first num_dense_layers, routed experts after."""
+    hidden = c.req_dim("hidden_size")
+    layers = c.req_dim("num_hidden_layers")
+    heads = c.opt_int("num_attention_heads", 32) or 32
+    vocab = c.req_dim("vocab_size")
+    d_ff = c.req_dim("intermediate_size")
+    kv_heads = c.opt_int("num_key_value_heads", 8) or heads
+    head_dim = hidden // heads
+
+    def required() -> list[str]:
+        raise c.missing("layer_types", " (LFM2-MoE names each layer conv or full_attention)")
+    kinds = layer_kinds(c, layers, {"full_attention": "full", "conv": "conv"}, required)
+    conv = ShortConv(width=hidden, kernel=c.opt_int("conv_L_cache", 3) or 3,
+                     bias=c.opt_bool("conv_bias", False))
+    attn = Attention(heads, kv_heads, head_dim, qk_norm=2 * head_dim)
+    dense = c.opt_int("num_dense_layers", 2) or 0
+    moe = MoE(experts=c.opt_int("num_experts", 32) or 1,
+              active=c.opt_int("num_experts_per_tok", 4) or 1,
+              expert_d_ff=c.opt_int("moe_intermediate_size", 1792) or 1)
+    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", True),
+                         max_context=c.opt_int("max_position_embeddings", 128000) or 0,
+                         notes=["hybrid: short-convolution layers hold a constant state"])
+    return with_runs(fields, [Layer(attn if k == "full" else conv,
+                                    Dense(d_ff) if i < dense else moe, 2)
+                              for i, k in enumerate(kinds)])
+
+
+def qwen3_5(c: Config) -> dict:
+    """Qwen3.5 / Qwen3.6: Gated DeltaNet linear attention on 3 of 4 layers (layer_types,
+    else full_attention_interval), gated full attention with q/k norms on the rest;
+    a dense gated MLP (qwen3_5_text) or routed experts with a gated shared expert on every
+    layer (qwen3_5_moe_text)."""
+    moe_family = c.model_type == "qwen3_5_moe_text"
+    defaults = _QWEN3_5_MOE if moe_family else _QWEN3_5
+    hidden = c.req_dim("hidden_size")
+    layers = c.req_dim("num_hidden_layers")
+    heads = c.req_dim("num_attention_heads")
+    vocab = c.req_dim("vocab_size")
+    kv_heads = c.opt_int("num_key_value_heads", defaults["num_key_value_heads"]) or heads
+    head_dim = c.opt_int("head_dim", defaults["head_dim"]) or hidden // heads
+    kinds = layer_kinds(c, layers, {"full_attention": "full", "linear_attention": "linear"},
+                        lambda: every_nth_full(
+                            layers, c.opt_int("full_attention_interval", 4) or 4, "linear"))
+    linear = GatedDeltaNet(k_heads=c.opt_int("linear_num_key_heads", 16) or 16,
+                           v_heads=c.opt_int("linear_num_value_heads", 32) or 32,
+                           k_dim=c.opt_int("linear_key_head_dim", 128) or 128,
+                           v_dim=c.opt_int("linear_value_head_dim", 128) or 128,
+                           conv_kernel=c.opt_int("linear_conv_kernel_dim", 4) or 4)
+    bias = c.opt_bool("attention_bias", False)
+    attn = Attention(heads, kv_heads, head_dim, qkv_bias=bias, out_bias=bias,
+                     qk_norm=2 * head_dim, gated=True)
+    if moe_family:
+        shared_ff = c.opt_int("shared_expert_intermediate_size", 512) or 0
+        d_ff = c.opt_int("moe_intermediate_size", 512) or 1
+        mlp = MoE(experts=c.opt_int("num_experts", 256) or 1,
+                  active=c.opt_int("num_experts_per_tok", 8) or 1, expert_d_ff=d_ff,
+                  shared_experts=1 if shared_ff else 0, shared_d_ff=shared_ff,
+                  shared_gate=bool(shared_ff))
+    else:
+        d_ff = c.req_dim("intermediate_size")
+        mlp = Dense(d_ff)
+    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                         qkv_bias=bias, out_bias=bias, qk_norm=True,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                         max_context=c.opt_int("max_position_embeddings",
+                                               defaults["max_position_embeddings"]) or 0,
+                         notes=["hybrid: Gated DeltaNet linear attention holds a constant "
+                                "state; full attention layers cache every token"])
+    return with_runs(fields, [Layer(attn if k == "full" else linear, mlp, 2) for k in kinds])
