@@ -394,7 +394,8 @@ class CrossAttention(Attention):
 # --------------------------------------------------------------------------------
 # Mixers with a constant state per sequence: kvcalc/layers_state.py, loaded on first use
 # --------------------------------------------------------------------------------
-_STATE_KINDS = ("Mamba", "Mamba2", "GatedDeltaNet", "ShortConv", "NoMixer")
+_STATE_KINDS = ("Mamba", "Mamba2", "GatedDeltaNet", "ShortConv", "NoMixer", "Lightning", "KimiDelta",
+                "RGLRU", "RWKV")
 
 
 def __getattr__(name: str):

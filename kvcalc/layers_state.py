@@ -289,3 +289,190 @@ class NoMixer(_Stateful):
 
     def recurrent_flops(self) -> int:
         return 0
+
+
+# --------------------------------------------------------------------------------
+# Recurrent kinds of the 2025-2026 families: lightning attention (MiniMax-Text-01),
+# Kimi Delta Attention (Kimi Linear), RG-LRU (RecurrentGemma), RWKV-4's time mixing
+# --------------------------------------------------------------------------------
+@record
+class Lightning(_Stateful):
+    """MiniMax-Text-01's lightning attention (linear attention with a per-head decay,
+    arXiv:2501.08313): qkv_proj, an output gate, an RMSNorm over all heads, out_proj.
+
+    State per sequence: one heads x head_dim x head_dim matrix (the running K^T V), in
+    the activations' dtype (transformers' MiniMaxCache keeps the matmul's result; vLLM's
+    linear_attention_state_dtype is --mamba-cache-dtype, auto = the model dtype): the
+    `conv_dt` argument, not the fp32 recurrent-state dtype. No convolution."""
+
+    heads: int
+    head_dim: int
+
+    kind = "lightning"
+    label = "lightning attention"
+    module = "self_attn"
+    conv_taps = 0
+
+    @property
+    def width(self) -> int:
+        return self.heads * self.head_dim
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1,
+                    conv_len: int | None = None) -> int:
+        return conv_dt.nbytes(_split(self.heads, tp) * self.head_dim * self.head_dim)
+
+    def tensors(self, d_model: int) -> dict[str, Linear | int]:
+        w = self.width
+        return {"qkv_proj": Linear(d_model, 3 * w), "output_gate": Linear(d_model, w),
+                "norm": w, "out_proj": Linear(w, d_model)}
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        return [(d_model, 4 * self.width), (self.width, d_model)]
+
+    def recurrent_flops(self) -> int:
+        # k^T v added to the decayed state, then q times the state: two head_dim^2 products
+        return 4 * self.heads * self.head_dim * self.head_dim
+
+
+@record
+class KimiDelta(_Stateful):
+    """Kimi Delta Attention (Kimi Linear's `linear_attention` layers): a gated delta rule
+    with a per-channel decay. q, k, v projections through one causal convolution, a
+    low-rank forget gate (f_a, f_b) and output gate (g_a, g_b), a beta projection.
+
+    State per sequence: heads x head_dim x head_dim (state dtype; vLLM's kda_state_dtype
+    makes "auto" fp32, not the model dtype) and the convolution's last `conv_len` inputs
+    over q, k and v (3 x heads x head_dim channels, cache dtype)."""
+
+    heads: int
+    head_dim: int
+    conv_kernel: int
+    conv_len: int = 0  # 0: conv_kernel
+
+    kind = "kda"
+    label = "kimi delta attention"
+    module = "self_attn"
+    engine_auto_state_dtype = "fp32"  # vLLM 0.32 MambaStateDtypeCalculator.kda_state_dtype
+
+    @property
+    def width(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def conv_channels(self) -> int:
+        return 3 * self.width
+
+    @property
+    def conv_taps(self) -> int:
+        return self.conv_kernel
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1,
+                    conv_len: int | None = None) -> int:
+        rec = _split(self.heads, tp) * self.head_dim * self.head_dim
+        conv = _split(self.conv_channels, tp) * (conv_len or self.conv_len or self.conv_kernel)
+        return state_dt.nbytes(rec) + conv_dt.nbytes(conv)
+
+    def tensors(self, d_model: int) -> dict[str, Linear | int]:
+        d, w, r = d_model, self.width, self.head_dim
+        return {
+            "q_proj": Linear(d, w), "k_proj": Linear(d, w), "v_proj": Linear(d, w),
+            "conv1d": self.conv_channels * self.conv_kernel,
+            "f_a_proj": Linear(d, r), "f_b_proj": Linear(r, w), "dt_bias": w, "A_log": self.heads,
+            "b_proj": Linear(d, self.heads),
+            "g_a_proj": Linear(d, r), "g_b_proj": Linear(r, w),
+            "o_norm": r, "o_proj": Linear(w, d),
+        }
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        d, w, r = d_model, self.width, self.head_dim
+        return [(d, 3 * w + 2 * r + self.heads), (r, w), (r, w), (w, d)]
+
+    def recurrent_flops(self) -> int:
+        return 8 * self.heads * self.head_dim * self.head_dim
+
+
+@record
+class RGLRU(_Stateful):
+    """RecurrentGemma's recurrent block (Griffin, arXiv:2402.19427): a GeLU branch
+    (linear_y) times a causal convolution and a Real-Gated Linear Recurrent Unit over
+    `width` channels (linear_x, conv_1d, rg_lru), then linear_out; every linear biased;
+    the RG-LRU's two gates block-diagonal over `heads` blocks.
+
+    State per sequence: the recurrence, `width` values (fp32 in transformers), and the
+    convolution's inputs (cache dtype): transformers keeps a view of the last
+    conv_width - 1 of the conv_width it concatenated at the last decode step, so its
+    storage holds conv_width, as the other kinds' conv states do."""
+
+    width: int
+    heads: int
+    conv_width: int
+
+    kind = "rglru"
+    label = "rg-lru"
+    module = "temporal_block"
+
+    @property
+    def conv_taps(self) -> int:
+        return self.conv_width
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1,
+                    conv_len: int | None = None) -> int:
+        w = _split(self.width, tp)
+        return state_dt.nbytes(w) + conv_dt.nbytes(w * (conv_len or self.conv_width))
+
+    def tensors(self, d_model: int) -> dict[str, Linear | int]:
+        d, w = d_model, self.width
+        block = w // self.heads
+        return {
+            "linear_y": Linear(d, w, True), "linear_x": Linear(d, w, True),
+            "conv_1d": w * self.conv_width + w,
+            "rg_lru": w + 2 * (self.heads * block * block + w),  # a, input and recurrence gates
+            "linear_out": Linear(w, d, True),
+        }
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        block = self.width // self.heads
+        return [(d_model, 2 * self.width), (block, 2 * block * self.heads), (self.width, d_model)]
+
+    def recurrent_flops(self) -> int:
+        return 2 * self.width * self.conv_width + 6 * self.width
+
+
+@record
+class RWKV(_Stateful):
+    """RWKV-4's time mixing (the WKV recurrence over `width` channels: key, value,
+    receptance, output; per-channel decay and bonus) and its channel mixing's receptance
+    gate and token-shift mixes; the channel mixing's key and value are the layer's MLP.
+
+    State per sequence (transformers' `state`, five hidden_size vectors per layer): the
+    two token shifts (last input of time and of channel mixing, cache dtype) and the
+    WKV numerator, denominator and running maximum (fp32). transformers sizes all five
+    by hidden_size (`d_model`), whatever attention_hidden_size is."""
+
+    width: int  # attention_hidden_size
+    d_model: int  # hidden_size: the state's width
+
+    kind = "rwkv"
+    label = "rwkv"
+    module = "attention"
+    conv_taps = 0
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1,
+                    conv_len: int | None = None) -> int:
+        d = _split(self.d_model, tp)
+        return conv_dt.nbytes(2 * d) + state_dt.nbytes(3 * d)
+
+    def tensors(self, d_model: int) -> dict[str, Linear | int]:
+        d, a = d_model, self.width
+        return {
+            "time_decay": a, "time_first": a, "time_mix": 3 * d,
+            "key": Linear(d, a), "value": Linear(d, a), "receptance": Linear(d, a),
+            "output": Linear(a, d),
+            "ffn_time_mix": 2 * d, "ffn_receptance": Linear(d, d),
+        }
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        return [(d_model, 3 * self.width), (self.width, d_model), (d_model, d_model)]
+
+    def recurrent_flops(self) -> int:
+        return 10 * self.width

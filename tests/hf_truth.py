@@ -48,7 +48,7 @@ _WIDTH_KEYS = (
 )
 _EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 _TOPK_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk", "num_experts_per_token")
-_WINDOW_KEYS = ("sliding_window", "attention_chunk_size", "window_size")
+_WINDOW_KEYS = ("sliding_window", "attention_chunk_size", "window_size", "attention_window_size")
 # Lists of layer indices (not per-layer flags): filtered to the kept prefix.
 _INDEX_LIST_KEYS = ("mlp_only_layers", "full_attn_idxs", "moe_layers", "attn_layer_indices")
 
@@ -537,6 +537,15 @@ def _fast_bf16_conv1d():
 # forward takes **kwargs, so a cache passed under a name it no longer reads is dropped
 # without a word and the step starts a fresh cache: the harness checks itself (below).
 CACHE_NAMES = ("cache", "past_key_values", "cache_params")
+# RWKV has no Cache object: its forward takes and returns `state`, a list of five
+# (batch, hidden_size, layers) tensors (two token shifts, then the WKV numerator,
+# denominator and maximum), which its blocks update in place.
+STATE_NAME = "state"
+# Families whose recurrent layers keep their state on their own modules, not in the cache
+# (RecurrentGemma: each recurrent block's conv1d_state and rg_lru.recurrent_states; its
+# forward returns no cache, so the harness hands one in and reads the modules after).
+MODULE_STATE_ATTRS = ("conv1d_state", "recurrent_states")
+MODULE_STATE_FAMILIES = ("recurrent_gemma",)
 
 
 class HarnessBroken(AssertionError):
@@ -547,18 +556,20 @@ class HarnessBroken(AssertionError):
 def _cache_kw(model) -> str:
     """The name under which ``model.forward`` takes the cache."""
     params = inspect.signature(model.forward).parameters
-    for name in CACHE_NAMES:
+    for name in (*CACHE_NAMES, STATE_NAME):
         if name in params:
             return name
     raise HarnessBroken(f"{type(model).__name__}.forward takes none of {CACHE_NAMES} "
                         "(a transformers release renamed the cache argument?)")
 
 
-def _returned_cache(out):
-    for k in CACHE_NAMES:
+def _returned_cache(out, passed=None):
+    for k in (*CACHE_NAMES, STATE_NAME):
         c = getattr(out, k, None)
         if c is not None:
             return c
+    if passed is not None:  # a model that fills the cache it is given and returns none
+        return passed
     raise HarnessBroken(f"the model returned no cache under any of {CACHE_NAMES}")
 
 
@@ -601,20 +612,72 @@ def _storage_key(x):
     return (s.data_ptr(), s.nbytes())
 
 
-def inspect_cache(cache, layer_types=None) -> list[dict]:
+def inspect_cache(cache, layer_types=None, module_states=None) -> list[dict]:
     """Per-layer view of a transformers Cache object (see cache_bytes_after_decode).
     EncoderDecoderCache: the self-attention layers ("part": "self"), then the
-    cross-attention layers ("part": "cross")."""
+    cross-attention layers ("part": "cross"). RWKV's `state` list: one row per layer of
+    its slices. MiniMaxCache: each layer's lightning state (`linear_cache`) joins its row.
+    `module_states`: per layer, tensors the model keeps on its modules, joined likewise."""
+    if isinstance(cache, list):
+        return _inspect_state_list(cache, layer_types)
     if hasattr(cache, "self_attention_cache"):
         rows = _inspect_layers(cache.self_attention_cache.layers, layer_types, "self")
         return rows + _inspect_layers(cache.cross_attention_cache.layers, layer_types, "cross")
-    return _inspect_layers(cache.layers, layer_types, "self")
+    extra = [dict(m) for m in module_states or []]
+    linear = getattr(cache, "linear_cache", None)
+    if isinstance(linear, list):
+        import torch
+
+        extra += [{} for _ in range(len(linear) - len(extra))]
+        for i, x in enumerate(linear):
+            if isinstance(x, torch.Tensor):
+                extra[i]["linear_cache"] = x
+    layers = list(cache.layers)
+    layers += [None] * (len(extra) - len(layers))
+    return _inspect_layers(layers, layer_types, "self", extra)
 
 
-def _inspect_layers(layers, layer_types, part) -> list[dict]:
+def _inspect_state_list(state, layer_types) -> list[dict]:
+    """RWKV: layer i holds [:, :, i] of each of the five state tensors."""
+    n = state[0].shape[-1]
+    rows = []
+    for i in range(n):
+        ts = {f"state[{k}]": x[:, :, i] for k, x in enumerate(state)}
+        size = sum(x.numel() * x.element_size() for x in ts.values())
+        rows.append({
+            "layer": i, "part": "self", "cache_class": "state list",
+            "kind": layer_types[i] if layer_types and i < len(layer_types) else None,
+            "exposed_bytes": size, "stored_bytes": size,  # slices of five shared tensors
+            "tokens_exposed": None, "tokens_stored": None,
+            "shapes": {k: tuple(x.shape) for k, x in ts.items()},
+            "state_dtypes": {k: str(x.dtype).replace("torch.", "") for k, x in ts.items()},
+            "sliding_window": None, "seq_length": None,
+        })
+    return rows
+
+
+def _module_states(model, n_layers: int) -> list[dict]:
+    """Per decoder layer, the state tensors its modules hold (MODULE_STATE_ATTRS)."""
+    import torch
+
+    out = []
+    for layer in _decoder_layers(model, n_layers):
+        found = {}
+        for name, m in layer.named_modules():
+            for a in MODULE_STATE_ATTRS:
+                x = getattr(m, a, None)
+                if isinstance(x, torch.Tensor):
+                    found[f"{name}.{a}" if name else a] = x
+        out.append(found)
+    return out
+
+
+def _inspect_layers(layers, layer_types, part, extra=None) -> list[dict]:
     rows = []
     for i, layer in enumerate(layers):
-        ts = _layer_tensors(layer)
+        ts = _layer_tensors(layer) if layer is not None else {}
+        if extra and i < len(extra):
+            ts.update(extra[i])
         exposed = sum(x.numel() * x.element_size() for x in ts.values())
         storages = {}
         for x in ts.values():
@@ -638,7 +701,8 @@ def _inspect_layers(layers, layer_types, part) -> list[dict]:
             "shapes": {k: tuple(x.shape) for k, x in ts.items()},
             "state_dtypes": {k: str(x.dtype).replace("torch.", "") for k, x in ts.items()},
             "sliding_window": getattr(layer, "sliding_window", None),
-            "seq_length": layer.get_seq_length() if hasattr(layer, "get_seq_length") else None,
+            "seq_length": (layer.get_seq_length() if hasattr(layer, "get_seq_length")
+                           else None),
         })
     return rows
 
@@ -675,9 +739,14 @@ def _run(cfg: dict, seq_len: int, batch: int, dtype, window: int, decode: bool, 
         # encoder input: seq_len tokens; the decoder runs the prefill / decode below
         extra["input_ids"] = torch.randint(2, vocab, (batch, seq_len), generator=g)
     ids_key = "decoder_input_ids" if extra else "input_ids"
+    given = {}
+    if getattr(config, "model_type", None) in MODULE_STATE_FAMILIES:
+        from transformers import DynamicCache
+
+        given = {kw: DynamicCache(config=config)}
     with torch.no_grad(), _fast_bf16_conv1d():
-        out = model(**extra, **{ids_key: ids[:, :n_prefill]}, use_cache=True)
-        cache = _returned_cache(out)
+        out = model(**extra, **{ids_key: ids[:, :n_prefill]}, use_cache=True, **given)
+        cache = _returned_cache(out, given.get(kw))
         if decode:
             prefill_cache = cache
             if extra:
@@ -690,8 +759,11 @@ def _run(cfg: dict, seq_len: int, batch: int, dtype, window: int, decode: bool, 
             if "position_ids" in fwd and not extra:
                 args["position_ids"] = pos
             out = model(**args)
-            cache = _returned_cache(out)
-    rows = inspect_cache(cache, _text_layer_types(config))
+            cache = _returned_cache(out, given.get(kw))
+    held = None
+    if given:
+        held = _module_states(model, getattr(config, "num_hidden_layers"))
+    rows = inspect_cache(cache, _text_layer_types(config), held)
     if decode:
         _check_decode_kept_cache(prefill_cache, cache, rows, seq_len)
     try:

@@ -113,6 +113,10 @@ DEFAULT_CONFIGS = {
                  "layer_types": ["conv", "conv", "full_attention", "conv"]},
     "qwen3_5_text": {"num_hidden_layers": 4},
     "qwen3_5_moe_text": {"num_hidden_layers": 4},
+    "minimax": {"num_hidden_layers": 4},
+    "kimi_linear": {"num_hidden_layers": 5},
+    "recurrent_gemma": {"num_hidden_layers": 3},
+    "rwkv": {"num_hidden_layers": 3},
 }
 
 

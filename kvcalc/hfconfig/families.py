@@ -16,6 +16,7 @@ from kvcalc.hfconfig.hybrid import jamba, lfm2, mamba, nemotron_h, qwen3_next
 from kvcalc.hfconfig.llama_like import cohere, gemma3, llama_like, llama_variants, olmo, starcoder2
 from kvcalc.hfconfig.moe import deepseek, gpt_oss, llama4, qwen_moe
 from kvcalc.hfconfig.multimodal import WRAPPERS
+from kvcalc.hfconfig.recurrent import kimi_linear, minimax, recurrent_gemma, rwkv
 from kvcalc.hfconfig.state_families import bamba, granitemoehybrid, lfm2_moe, mamba2, qwen3_5
 
 FAMILIES: dict[str, Callable[[Config], dict]] = {
@@ -69,6 +70,11 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "lfm2_moe": lfm2_moe,
     "qwen3_5_text": qwen3_5,
     "qwen3_5_moe_text": qwen3_5,
+    # families with recurrent kinds of their own (kvcalc.hfconfig.recurrent)
+    "minimax": minimax,
+    "kimi_linear": kimi_linear,
+    "recurrent_gemma": recurrent_gemma,
+    "rwkv": rwkv,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)
