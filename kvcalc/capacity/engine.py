@@ -68,6 +68,10 @@ class EngineSettings:
     # a dtype: every matrix but embeddings, quantized ones with scales per group_size
     group_size: int | None = None
     weights_bytes: int | None = None
+    # Measured terms (a `kvcalc check -o` calibration file) in place of the modelled ones.
+    activation_peak_bytes: int | None = None
+    non_torch_bytes: int | None = None
+    cuda_graph_bytes: int | None = None
     kv_cache_memory_bytes: int | None = None
     enforce_eager: bool = False
     chunked_prefill: bool | None = None  # None: the engine's default
@@ -94,6 +98,11 @@ class EngineSettings:
             v = getattr(self, name)
             if v is not None:
                 check_size(name, v, 1 << 60)
+        for name in ("activation_peak_bytes", "non_torch_bytes", "cuda_graph_bytes"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int)
+                                  or not 0 <= v < 1 << 60):
+                raise KvcalcError(f"{name} must be a whole number of bytes >= 0, got {v!r}")
         if self.engine not in ("v0", "v1"):
             raise KvcalcError(f"engine must be 'v0' or 'v1', got {self.engine!r}")
         if self.usage not in ("server", "llm"):

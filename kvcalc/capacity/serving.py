@@ -167,8 +167,12 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
         for samples in (kinds if last else [False]):
             weights = stage_weight_bytes(spec, s, stage)
             peak, fwd, samp = activation_peak_bytes(spec, s, tokens, seqs, samples)
-            nt = non_torch_bytes(s)
+            if s.activation_peak_bytes is not None:  # measured (a calibration file)
+                peak = s.activation_peak_bytes
+            nt = non_torch_bytes(s) if s.non_torch_bytes is None else s.non_torch_bytes
             graphs = cuda_graph_bytes(spec, s, seqs)
+            if s.cuda_graph_bytes is not None:
+                graphs = s.cuda_graph_bytes
             if s.kv_cache_memory_bytes is not None:
                 avail = s.kv_cache_memory_bytes
             else:

@@ -29,6 +29,7 @@ Try:
   kvcalc estimate llama3-8b --engine vllm       as an engine runs it
   kvcalc measure --heads 32 --kv-heads 8        time real decode steps (torch)
   kvcalc measure --calibrate -o mine.yaml       this device's terms, for --gpu
+  kvcalc check vllm.log                         a vLLM start-up log vs kvcalc
 
 Every command takes -h/--help; `kvcalc --version` prints the version.
 """
@@ -240,7 +241,7 @@ def _main(
 # The module that registers each command; `kvcalc NAME ...` imports only NAME's (help,
 # completion and anything else import them all).
 _MODULES = {"estimate": "estimate", "fit": "estimate", "presets": "presets_cmd",
-            "measure": "measure", "sweep": "sweep"}
+            "measure": "measure", "sweep": "sweep", "check": "check"}
 
 
 def _running_kvcalc() -> bool:

@@ -1,0 +1,124 @@
+"""What a start-up log taught about one GPU and vLLM release: the terms vLLM measured,
+kept in a YAML file (`kvcalc check LOG -o calib.yaml`) that `fit --calibration FILE`
+uses in place of kvcalc's modelled terms.
+
+The file (strict keys; an unknown one is refused by name):
+
+    source: what it was learnt from (the log's file name)
+    vllm_version: "0.9.2"        # the release whose rules the rest of the count follows
+    engine: v1
+    gpu: h100-sxm                # the hardware preset the log was checked on
+    visible_memory_bytes: ...    # the driver's total, when the log printed it
+    weights_bytes: ...           # each term the log printed; those absent stay modelled
+    activation_peak_bytes: ...
+    non_torch_bytes: ...
+    cuda_graph_bytes: ...
+
+The activation peak and the weights belong to the model and the batch limits the log
+ran with as much as to the GPU: the file says which model and limits they were.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvcalc._record import record
+from kvcalc.capacity.engine import EngineSettings, parse_version
+from kvcalc.errors import KvcalcError
+
+__all__ = ["Calibration", "calibration_text", "read_calibration"]
+
+_TERM_KEYS = {"weights": "weights_bytes", "activation_peak": "activation_peak_bytes",
+              "non_torch": "non_torch_bytes", "cuda_graphs": "cuda_graph_bytes"}
+_KEYS = ("source", "vllm_version", "engine", "gpu", "model", "max_num_batched_tokens",
+         "max_num_seqs", "visible_memory_bytes", *_TERM_KEYS.values())
+
+
+@record
+class Calibration:
+    """A calibration file's contents (bytes; None: not learnt)."""
+
+    source: str
+    vllm_version: str
+    engine: str = "v1"
+    gpu: str | None = None
+    model: str | None = None
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    visible_memory_bytes: int | None = None
+    weights_bytes: int | None = None
+    activation_peak_bytes: int | None = None
+    non_torch_bytes: int | None = None
+    cuda_graph_bytes: int | None = None
+
+    def apply(self, s: EngineSettings) -> EngineSettings:
+        """`s` with the learnt terms in place of the modelled ones."""
+        return s.replace(**{k: getattr(self, k) for k in
+                            ("weights_bytes", "activation_peak_bytes", "non_torch_bytes",
+                             "cuda_graph_bytes") if getattr(self, k) is not None})
+
+
+def calibration_text(check, source: str) -> str:
+    """The YAML `kvcalc check -o` writes for a kvcalc.capacity.check.LogCheck read from
+    `source` (the log's file name)."""
+    log, s, cap = check.log, check.settings, check.capacity
+    lines = [f"# What vLLM {s.vllm_version} ({s.engine}) logged on {check.hardware}, read by "
+             "`kvcalc check`.",
+             "# `kvcalc fit --calibration FILE` uses these terms in place of kvcalc's models;",
+             "# the weights and activation peak are those of this model and these batch limits.",
+             f"source: {_scalar(source)}",
+             f"vllm_version: {_scalar(s.vllm_version)}",
+             f"engine: {s.engine}",
+             f"gpu: {_scalar(check.hardware)}"]
+    if log.model:
+        lines.append(f"model: {_scalar(str(log.model))}")
+    lines += [f"max_num_batched_tokens: {cap.max_num_batched_tokens}",
+              f"max_num_seqs: {cap.max_num_seqs}"]
+    if "total" in log.terms:
+        lines.append(f"visible_memory_bytes: {log.terms['total']}")
+    for term, key in _TERM_KEYS.items():
+        if term in log.terms:
+            lines.append(f"{key}: {log.terms[term]}")
+    return "\n".join(lines) + "\n"
+
+
+def _scalar(text: str) -> str:
+    """A YAML double-quoted string (JSON's escapes are YAML's)."""
+    import json
+
+    return json.dumps(text, ensure_ascii=False)
+
+
+def read_calibration(path: Path) -> Calibration:
+    """A calibration file, strictly: unknown keys and wrong types are refused by name."""
+    from kvcalc.inputfile import read_text
+    from kvcalc.yamlread import parse
+
+    where = str(path)
+    try:
+        data = parse(read_text(Path(path), where), where)
+    except FileNotFoundError:
+        raise KvcalcError(f"--calibration {path}: no such file") from None
+    except IsADirectoryError:
+        raise KvcalcError(f"--calibration {path}: is a folder, not a file") from None
+    if not isinstance(data, dict):
+        raise KvcalcError(f"{where}: a calibration file is a mapping of keys "
+                          f"({', '.join(_KEYS)})")
+    for key in data:
+        if key not in _KEYS:
+            raise KvcalcError(f"{where}: unknown key {key!r} (allowed: {', '.join(_KEYS)})")
+    for key in ("source", "vllm_version"):
+        if key not in data:
+            raise KvcalcError(f"{where}: {key} is missing")
+    for key in ("source", "vllm_version", "engine", "gpu", "model"):
+        if key in data and data[key] is not None and not isinstance(data[key], str):
+            raise KvcalcError(f"{where}: {key} must be a string, got {data[key]!r}")
+    for key in _KEYS[5:]:
+        v = data.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0
+                              or v >= 1 << 60):
+            raise KvcalcError(f"{where}: {key} must be a whole number >= 0, got {v!r}")
+    parse_version(data["vllm_version"])
+    if data.get("engine", "v1") not in ("v0", "v1"):
+        raise KvcalcError(f"{where}: engine must be 'v0' or 'v1', got {data['engine']!r}")
+    return Calibration(**data)

@@ -1,0 +1,153 @@
+"""`kvcalc check LOG`: a vLLM start-up log beside kvcalc's count (kvcalc.capacity.check)."""
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kvcalc.cli.options import FormatOpt, ForceOpt, OutputFormat, resolve_gpu
+from kvcalc.cli.parsing import command
+from kvcalc.errors import KvcalcError
+
+_FORMATS = (OutputFormat.table, OutputFormat.json, OutputFormat.md)
+
+
+def register(app: typer.Typer, only: str | None = None) -> None:
+    @command(app, only, name="check")
+    def check(
+        log: Annotated[Path, typer.Argument(
+            help="The vLLM start-up log (a file, or - for stdin), any release 0.6 to 0.33.",
+            show_default=False)],
+        model: Annotated[Optional[str], typer.Argument(
+            help="The model: a preset, Hub id, model folder or config.json (default: the "
+            "model the log names).", show_default=False)] = None,
+        gpu: Annotated[Optional[str], typer.Option(
+            "--gpu", show_default=False, help="Hardware preset (or YAML file) the log ran "
+            "on (default: the GPU the log names).")] = None,
+        vllm_version: Annotated[Optional[str], typer.Option(
+            "--vllm-version", show_default=False,
+            help="The release, for a log that does not print it (e.g. 0.9.2).")] = None,
+        fmt: FormatOpt = None,
+        output: Annotated[Optional[Path], typer.Option(
+            "--output", "-o", show_default=False,
+            help="Write what the log taught about this GPU and release (its measured "
+            "terms) to this YAML file, for `fit --calibration` (never overwrites without "
+            "--force).")] = None,
+        force: ForceOpt = False,
+    ) -> None:
+        """Set kvcalc's count beside every term a vLLM start-up log printed.
+
+        Reads the release, model, GPU memory and flags (non-default args, the engine
+        config), then each logged term: weights, the profile run's activation peak,
+        non-torch memory, the CUDA-graph estimate, available KV cache memory, blocks,
+        KV cache tokens and concurrency; says which term differs and by how much.
+        Example: `kvcalc check vllm.log Qwen/Qwen3-8B --gpu l4 --format json`.
+        """
+        from kvcalc.capacity.check import check_log, gpu_preset_for
+        from kvcalc.capacity.vllmlog import parse_vllm_log
+        from kvcalc.report.render import deliver
+
+        if fmt is not None and OutputFormat(fmt.value) not in _FORMATS:
+            raise KvcalcError(f"--format {fmt.value} is not offered here; use table, json or md")
+        text = _read_log(log)
+        parsed = parse_vllm_log(text)
+        if not parsed.sized_kv_cache and not parsed.terms:
+            raise KvcalcError(f"{log}: the log stops before vLLM printed any memory term "
+                              "(weights, profile, KV cache): paste it up to 'Maximum "
+                              "concurrency' or the error that stopped the engine")
+        spec = _model(model, parsed.model)
+        if gpu is None:
+            name = gpu_preset_for(parsed.gpu_name) if parsed.gpu_name else None
+            if name is None:
+                raise KvcalcError("the log does not name a GPU kvcalc knows"
+                                  + (f" ({parsed.gpu_name})" if parsed.gpu_name else "")
+                                  + ": give --gpu NAME (see `kvcalc presets`)")
+            gpu = name
+        hardware = resolve_gpu(gpu)
+        if hardware is None:
+            raise KvcalcError("check needs the GPU the log ran on: --gpu NAME")
+        result = check_log(parsed, spec, hardware, vllm_version=vllm_version)
+        if output is not None:
+            from kvcalc.capacity.calibration import calibration_text
+            from kvcalc.report.files import emit
+
+            emit(calibration_text(result, "-" if str(log) == "-" else Path(log).name),
+                 output, force)
+        chosen = "table" if fmt is None else fmt.value
+        deliver(chosen, _items(result), data=result.as_dict())
+
+
+def _read_log(path: Path) -> str:
+    import sys
+
+    from kvcalc.inputfile import MAX_INPUT_BYTES, read_text
+
+    if str(path) == "-":
+        data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        if len(data) > MAX_INPUT_BYTES:
+            raise KvcalcError(f"stdin: over {MAX_INPUT_BYTES:,} bytes; paste the start-up part")
+        return data.decode("utf-8", errors="replace")
+    try:
+        return read_text(path, str(path))
+    except FileNotFoundError:
+        raise KvcalcError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise KvcalcError(f"{path}: is a folder, not a log file") from None
+
+
+def _model(given: Optional[str], logged: Optional[str]):
+    from kvcalc.model_source import resolve_model
+
+    name = given or logged
+    if name is None:
+        raise KvcalcError("the log does not name its model: give MODEL (a preset, Hub id, "
+                          "model folder or config.json)")
+    try:
+        return resolve_model(str(name))
+    except KvcalcError as e:
+        if given is None:
+            raise KvcalcError(f"the log's model {name!r} could not be read ({e}); give MODEL "
+                              "(a preset, Hub id, model folder or config.json)") from None
+        raise
+
+
+def _items(result) -> list:
+    from kvcalc.report.render import Tab
+    from kvcalc.report.units import human_bytes
+
+    def shown(t, value) -> str:
+        if t.unit == "bytes":
+            return f"{value / 2**30:.2f} GiB"
+        if t.unit == "x":
+            return f"{value:.2f}x"
+        return f"{value:,}"
+
+    def diff(t) -> str:
+        if t.unit == "bytes":
+            d = f"{t.difference / 2**30:+.2f} GiB"
+        elif t.unit == "x":
+            d = f"{t.difference:+.2f}x"
+        else:
+            d = f"{t.difference:+,}"
+        ratio = f" ({t.kvcalc / t.logged:.3f})" if t.logged else ""
+        return d + ratio + (" <" if t.differs else "")
+
+    s, cap = result.settings, result.capacity
+    rows = [[t.name.replace("_", " "), shown(t, t.logged), shown(t, t.kvcalc), diff(t)]
+            for t in (*result.terms, *result.counts)]
+    rows.append(["refused", "yes" if result.log.refused else "no",
+                 "yes" if not cap.fits else "no", ""])
+    head = (f"vLLM {s.vllm_version} ({s.engine}), {result.log.model or result.model} on "
+            f"{result.hardware}" + (f" x{s.tp * s.pp}" if s.tp * s.pp > 1 else "")
+            + f": max_model_len {s.max_model_len:,}, gpu_memory_utilization "
+            f"{s.gpu_memory_utilization}, {cap.max_num_batched_tokens:,} batched tokens, "
+            f"{cap.max_num_seqs} seqs, block {cap.block_size}")
+    off = result.differing
+    verdict = ("kvcalc reproduces every figure the log printed (within 5%)" if not off else
+               "differs most: " + "; ".join(
+                   f"{t.name.replace('_', ' ')} by {diff(t).rstrip(' <')}" for t in off[:3]))
+    notes = list(result.as_dict()["notes"])
+    caption = ("< marks a figure off by more than 5% (and 0.05 GiB); GiB = 2^30 bytes, as vLLM "
+               "prints them" + (f"; total {human_bytes(cap.deciding.total)}" if cap else ""))
+    return [head, Tab("Log vs kvcalc", ["term", "log", "kvcalc", "kvcalc - log"], rows,
+                      caption=caption), verdict, *notes]
