@@ -1,8 +1,9 @@
 """kvcalc.capacity against public vLLM start-up logs (tests/data/vllm/*.yaml).
 
-Every expected figure here is a number a vLLM log printed (or the issue quoting it),
-never kvcalc's own output: tokens and concurrency within 10%, memory terms within
-0.5 GiB, refusals as the engine refused. The hand-worked checks at the end use
+Every expected figure here is a number a vLLM log printed (or the page quoting it),
+never kvcalc's own output: tokens and concurrency within 5% (the available KV memory
+within 5% where a log prints no tokens), memory terms within 0.5 GiB, refusals as the
+engine refused. The hand-worked checks at the end use
 arithmetic written out from vLLM's rules, not kvcalc calls.
 """
 
@@ -23,12 +24,12 @@ from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import CacheGroup
 from kvcalc.layers import Attention, CrossAttention, Mamba
 from kvcalc.hfconfig import spec_from_hf_config_file
-from kvcalc.presets import load_hardware, model_from_mapping
+from kvcalc.presets import load_hardware, load_model, model_from_mapping
 
 DATA = Path(__file__).parent / "data" / "vllm"
 HF = Path(__file__).parent / "data" / "hf"
 LOGS = sorted(DATA.glob("*.yaml"))
-TOKENS_TOL = 0.10
+TOKENS_TOL = 0.05
 MEMORY_TOL = GiB // 2
 
 
@@ -39,6 +40,8 @@ def load(path: Path) -> dict:
 def run(case: dict):
     if "hf_config" in case:
         spec = spec_from_hf_config_file(HF / case["hf_config"])
+    elif "preset" in case:
+        spec = load_model(case["preset"])
     else:
         spec = model_from_mapping(case["model"], case["model_name"], require_source=False)
     hw = load_hardware(case["gpu"])
@@ -58,11 +61,11 @@ def run(case: dict):
     return serving_capacity(spec, hw, s)
 
 
-def test_there_are_at_least_eight_logs_each_citing_its_source() -> None:
-    assert len(LOGS) >= 8
+def test_there_are_at_least_twenty_logs_each_citing_its_source() -> None:
+    assert len(LOGS) >= 20
     for path in LOGS:
         case = load(path)
-        assert case["source"].startswith("https://github.com/"), path.name
+        assert case["source"].startswith("https://"), path.name
         assert case["vllm_version"] and case["log"].strip(), path.name
         assert path.name in (DATA / "README.md").read_text(), path.name
 
@@ -85,9 +88,13 @@ def test_tokens_concurrency_and_refusal_match_the_log(path: Path) -> None:
         assert cap.max_model_len_fit == pytest.approx(logged["max_model_len_fit"], rel=TOKENS_TOL)
     if logged["refused"]:
         assert cap.refusal
+    elif "kv_cache_tokens" not in logged and "kv_cache_gib" in logged:
+        # The log prints its available KV memory only: that, within the same 5%.
+        want_kv = logged["kv_cache_gib"] * GiB
+        assert cap.deciding.kv_cache == pytest.approx(want_kv, rel=TOKENS_TOL)
 
 
-TERMS = ("budget", "weights", "activation_peak", "non_torch", "kv_cache")
+TERMS = ("budget", "weights", "activation_peak", "non_torch", "cuda_graphs", "kv_cache")
 MEMORY_CASES = [
     pytest.param(p, term, id=f"{p.stem}-{term}",
                  marks=[pytest.mark.xfail(strict=True, reason=load(p)["not_modelled"][f"{term}_gib"])]

@@ -74,6 +74,9 @@ class EngineSettings:
     cuda_graph_bytes: int | None = None
     kv_cache_memory_bytes: int | None = None
     enforce_eager: bool = False
+    # The dummy sampler's top-k/top-p path: "sort", "flashinfer" or "triton"; None: the
+    # release's default (kvcalc.capacity.memory.sampler_path).
+    sampler: str | None = None
     chunked_prefill: bool | None = None  # None: the engine's default
     async_scheduling: bool | None = None  # None: on for V1 0.27+ with PP = 1
     # --enable-prefix-caching; None: the release's default for the model's kind (it
@@ -105,6 +108,9 @@ class EngineSettings:
                 raise KvcalcError(f"{name} must be a whole number of bytes >= 0, got {v!r}")
         if self.engine not in ("v0", "v1"):
             raise KvcalcError(f"engine must be 'v0' or 'v1', got {self.engine!r}")
+        if self.sampler not in (None, "sort", "flashinfer", "triton"):
+            raise KvcalcError(f"sampler must be 'sort', 'flashinfer' or 'triton', got "
+                              f"{self.sampler!r}")
         if self.usage not in ("server", "llm"):
             raise KvcalcError(f"usage must be 'server' or 'llm', got {self.usage!r}")
         util = self.utilization
@@ -144,7 +150,9 @@ def default_batch_limits(hw: Hardware, s: EngineSettings) -> tuple[int, int]:
     V1 0.30-0.33 (`EngineArgs.get_batch_defaults`, server / LLM class): device total
     >= 160 GiB: 16384/16384 tokens, 1024 seqs; >= 70 GiB and not A100/GB10:
     16384 (LLM) / 8192 (server) tokens, 1024 seqs; otherwise 8192 / 2048, 256 seqs.
-    0.8-0.29: the same without the 160 GiB tier and without the A100 exclusion.
+    By release (`engine/arg_utils.py`): the A100 exclusion from 0.9 (0.9.2 line 1629,
+    "a100" not in device_name; absent in 0.8.5, line 1596), the 160 GiB tier from 0.28
+    (line 2582), the GB10 exclusion in 0.33 only (line 2963).
     V1 0.7: 8192 (LLM) / 2048 (server), 256 seqs. Then, chunked prefill off:
     tokens = max(max_model_len, tokens); finally min(tokens, seqs x max_model_len).
     V0 (<= 0.10): chunked prefill is on only above 32K context; then 512 tokens
@@ -160,9 +168,11 @@ def default_batch_limits(hw: Hardware, s: EngineSettings) -> tuple[int, int]:
     else:
         name = hw.name.lower()
         big = total >= 70 * GiB
-        if minor >= 30 and ("a100" in name or "gb10" in name or "spark" in name):
+        if minor >= 9 and "a100" in name:
             big = False
-        if minor >= 30 and total >= 160 * GiB:
+        if minor >= 33 and ("gb10" in name or "spark" in name):
+            big = False
+        if minor >= 28 and total >= 160 * GiB:
             tokens, seqs = 16384, 1024
         elif minor >= 8 and big:
             tokens, seqs = (16384 if s.usage == "llm" else 8192), 1024

