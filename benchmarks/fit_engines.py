@@ -31,6 +31,13 @@ SHARE_MIN = 0.02  # bandwidth and peak shares live in (0.02, 0.95)
 # be other terms hiding in the share.
 SHARE_MAX = 0.95
 TIME_SCALE = 1e-6  # times are 1 us x exp(x)
+X_MAX = 13.5  # exp(13.5) = 7.3e5: at most 0.73 s, or 7.3e8 cycles
+CYCLE_SCALE = 1e3  # GPU cycle counts are 1,000 x exp(x) (1 us at 1 GHz)
+# The loss per row: log(1 + (log(predicted / measured) / ROBUST)^2), the Cauchy loss:
+# least squares within a few percent, growing only logarithmically beyond, so a row
+# whose configuration the source leaves open cannot drag the terms of all the others.
+ROBUST = 0.1
+START_SCALES = (1.0, 5.0, 8.5)  # exp(x): 2.7 us, 150 us, 4.9 ms (x1,000 cycles)
 
 
 def _share(x: float) -> float:
@@ -38,7 +45,7 @@ def _share(x: float) -> float:
 
 
 def _time(x: float) -> float:
-    return TIME_SCALE * math.exp(min(x, 30))
+    return TIME_SCALE * math.exp(min(x, X_MAX))
 
 
 def nelder_mead(f, x0: list[float], steps: int = 3000, scale: float = 1.0) -> list[float]:
@@ -76,41 +83,89 @@ def nelder_mead(f, x0: list[float], steps: int = 3000, scale: float = 1.0) -> li
 
 
 def _engine(name: str, layout: list[tuple[str, str]], x: list[float], **meta) -> Engine:
-    bw, mfu, times = {}, {}, {}
+    bw, mfu, times, fcycles = {}, {}, {}, {}
     for (kind, key), v in zip(layout, x):
-        if kind == "bw":
+        if kind in ("kv", "amfu"):
+            times[key] = round(_share(v), 4)
+        elif kind == "bw":
             bw[key] = round(_share(v), 4)
         elif kind == "mfu":
             mfu[key] = round(_share(v), 4)
+        elif kind == "fc":
+            fcycles[key] = float(f"{CYCLE_SCALE * math.exp(min(v, X_MAX)):.3g}")
+        elif kind == "c":
+            c = CYCLE_SCALE * math.exp(min(v, X_MAX))
+            times[key] = float(f"{c:.3g}") if c >= 1 else 0.0  # under a cycle: none
         else:
             t = _time(v)
             times[key] = float(f"{t:.3g}") if t >= 1e-9 else 0.0  # under 1 ns: none
     return Engine(name=name, source=meta.get("source", "fit"), bandwidth_efficiency=bw,
-                  prefill_mfu=mfu, **times, **{k: v for k, v in meta.items() if k != "source"})
+                  **FACTS.get(name, {}),
+                  prefill_mfu=mfu, format_layer_cycles=fcycles, **times,
+                  **{k: v for k, v in meta.items() if k != "source"})
+
+
+# What an engine is, not fitted: read in its source.
+FACTS = {
+    # ggml-cuda's ggml_cuda_op_mul_mat_cublas: "convert src0 and src1 to fp16, multiply as
+    # fp16, convert dst to fp32", cublasGemmEx with CUBLAS_COMPUTE_16F (GGML_PREC_DEFAULT).
+    "llama.cpp": {"fp16_accumulate": True},
+}
+
+
+def _spread(lengths: list[int]) -> bool:
+    lengths = [n for n in lengths if n > 0]
+    return bool(lengths) and max(lengths) >= 4096 and max(lengths) >= 4 * min(lengths)
 
 
 def fit(name: str, rows: list, held: set[str]) -> tuple[Engine, list]:
-    train = [r for r in rows if r.id not in held]
-    fams_decode = sorted({pm.family(r) for r in rows if r.metric not in pm.TTFT_METRICS})
-    fams_prefill = sorted({pm.family(r) for r in rows if r.metric in pm.TTFT_METRICS})
+    train = [r for r in rows if r.id not in held]  # the held-out rows shape nothing here
+    fams_decode = sorted({pm.family(r) for r in train if r.metric not in pm.TTFT_METRICS})
+    fams_prefill = sorted({pm.family(r) for r in train if r.metric in pm.TTFT_METRICS})
     layout = [("bw", f) for f in fams_decode] + [("mfu", f) for f in fams_prefill]
-    layout += [("t", "host_layer_s"), ("t", "layer_s")]
-    if any(r.gpus > 1 for r in rows):
-        layout.append(("t", "allreduce_s"))
-    x0 = [1.4 if k in ("bw",) else 0.0 if k == "mfu" else 1.0 for k, _ in layout]
+    layout += [("t", "host_step_s"), ("t", "host_layer_s"), ("c", "layer_cycles")]
+    # A quantized format's kernels' own cycles per layer (not fp8's: it runs natively on
+    # the tensor cores), where its decode rows span two models or two GPUs (one model on
+    # one GPU cannot tell a per-layer cost from a bandwidth share).
+    def spans(f: str) -> bool:
+        mine = [r for r in train if pm.family(r) == f and r.metric not in pm.TTFT_METRICS]
+        return len({r.model for r in mine}) >= 2 or len({r.gpu for r in mine}) >= 2
+
+    layout += [("fc", f) for f in fams_decode if f not in ("float", "fp8") and spans(f)]
+    # The attention kernel's own shares, where the rows' contexts (decode) or prompts
+    # (prefill) span 4x or more up to 4,096 tokens or more: below that attention is a
+    # few percent of a 7B model's work and its share cannot be told from the others.
+    if _spread([(r.prompt_len or 0) + (r.gen_len or 0) // 2 for r in train
+                if r.metric not in pm.TTFT_METRICS]):
+        layout.append(("kv", "kv_efficiency"))
+    if _spread([r.prompt_len or 0 for r in train if r.metric in pm.TTFT_METRICS]):
+        layout.append(("amfu", "attention_mfu"))
+    if any(r.metric in pm.TTFT_METRICS + pm.REQUEST_METRICS for r in train):
+        layout.append(("t", "request_s"))
+    if any(r.gpus > 1 for r in train):
+        layout += [("t", "allreduce_s"), ("t", "host_rank_s")]
     measured = {r.id: pm.measured_ms(r) for r in rows}
 
     def loss(x):
         e = _engine(name, layout, x)
-        return sum(math.log(pm.predicted_ms(r, e) / measured[r.id]) ** 2 for r in train)
+        return sum(math.log1p((math.log(pm.predicted_ms(r, e) / measured[r.id]) / ROBUST) ** 2)
+                   for r in train)
 
-    x = nelder_mead(loss, x0)
-    x = nelder_mead(loss, x, scale=0.3)  # a restart around the first optimum
-    return _engine(name, layout, x), train
+    # Fixed costs span microseconds (a kernel) to milliseconds (a host's step): start the
+    # times and cycle counts at each of those scales and keep the best fit.
+    best = None
+    for t0 in START_SCALES:
+        x0 = [1.4 if k in ("bw", "kv") else 0.0 if k in ("mfu", "amfu") else t0
+              for k, _ in layout]
+        x = nelder_mead(loss, x0)
+        x = nelder_mead(loss, x, scale=0.3)  # a restart around the first optimum
+        if best is None or loss(x) < loss(best):
+            best = x
+    return _engine(name, layout, best), train
 
 
 def main() -> None:
-    rows = [r for r in published.load() if pm.measured_ms(r) is not None]
+    rows = pm.scored(published.load())
     held = pm.held_out(rows)
     out = ROOT / "presets" / "engines"
     out.mkdir(exist_ok=True)
@@ -140,9 +195,17 @@ def _yaml(engine: Engine, train: list, held: list, versions: list[str], counts: 
                    f"fit's, each row's source and quote are in those files"),
         "bandwidth_efficiency": dict(engine.bandwidth_efficiency),
         "prefill_mfu": dict(engine.prefill_mfu),
+        **({"kv_efficiency": engine.kv_efficiency} if engine.kv_efficiency else {}),
+        **({"attention_mfu": engine.attention_mfu} if engine.attention_mfu else {}),
+        **({"fp16_accumulate": True} if engine.fp16_accumulate else {}),
+        "host_step_s": engine.host_step_s,
         "host_layer_s": engine.host_layer_s,
-        "layer_s": engine.layer_s,
+        "layer_cycles": engine.layer_cycles,
+        **({"format_layer_cycles": dict(engine.format_layer_cycles)}
+           if engine.format_layer_cycles else {}),
         "allreduce_s": engine.allreduce_s,
+        "host_rank_s": engine.host_rank_s,
+        "request_s": engine.request_s,
         "versions": ", ".join(versions),
         "rows": counts,
         "fitted_on": ", ".join(sorted(r.id for r in train)),
@@ -150,10 +213,16 @@ def _yaml(engine: Engine, train: list, held: list, versions: list[str], counts: 
         "notes": ("bandwidth_efficiency: share of the GPU's datasheet bandwidth its decode "
                   "kernels reach, by weight format family (K/V at the float share, else at the "
                   "weights'); "
-                  "prefill_mfu: share of the dense peak in prefill; host_layer_s: host time per "
-                  "layer per step, overlapping the GPU's work; layer_s: GPU time per layer per "
-                  "step beyond its bytes; allreduce_s: one all-reduce under tensor parallelism "
-                  "(two per layer). A family without rows is extrapolated (the estimate says so)."),
+                  "prefill_mfu: share of the dense peak in prefill; kv_efficiency and "
+                  "attention_mfu: the attention kernel's shares for K/V in decode and for the "
+                  "prompt's attention (absent: the float and prefill shares); "
+                  "host_layer_s: host time per "
+                  "layer per step, overlapping the GPU's work (host_step_s: per step); "
+                  "layer_cycles: GPU cycles per layer per step beyond its bytes, time at the "
+                  "GPU's boost clock; allreduce_s: one all-reduce under tensor parallelism "
+                  "(two per layer); host_rank_s: host time per step per tensor-parallel rank beyond "
+                  "the first; request_s: host time before a request's first token, in series "
+                  "with its prefill. A family without rows is extrapolated (the estimate says so)."),
     }
     import textwrap
 

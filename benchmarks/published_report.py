@@ -24,7 +24,7 @@ MARK = 0.15  # issue #26: within +-15%
 
 
 def evaluate() -> list[dict]:
-    rows = [r for r in published.load() if pm.measured_ms(r) is not None]
+    rows = pm.scored(published.load())
     held = pm.held_out(rows)
     out = []
     for r in rows:
@@ -75,7 +75,7 @@ def main(folder: str = "reports") -> None:
         terms = ", ".join([f"{k} {v:.0%} bw" for k, v in e.bandwidth_efficiency.items()]
                           + [f"{k} {v:.0%} prefill" for k, v in e.prefill_mfu.items()]
                           + [f"host {e.host_layer_s * 1e6:.3g} us/layer",
-                             f"GPU {e.layer_s * 1e6:.3g} us/layer"]
+                             f"GPU {e.layer_cycles / 1e3:.3g}k cycles/layer"]
                           + ([f"all-reduce {e.allreduce_s * 1e6:.3g} us"] if e.allreduce_s else []))
         lines.append(
             f"| {name} | {len(mine)} | {_within(mine)} | "

@@ -8,7 +8,9 @@ An engine file gives, each fitted on that engine's published measurements
   format family (its GEMV/GEMM kernels for 16-bit, int8, int4 ... weights);
 - host costs per step and per layer (Python, scheduling, kernel launches), which run
   while the GPU works: a step takes the longer of the two;
-- a GPU-side cost per layer (kernel floors, synchronisation) added to the data time;
+- a GPU-side cost per layer (kernel launch tails, synchronisation) added to the data
+  time, counted in GPU cycles: the same kernels cost the same cycles on any GPU, so the
+  time is the count over the GPU's boost clock (Hardware.boost_clock_hz);
 - the cost of one all-reduce under tensor parallelism (two per layer);
 - the fraction of the dense peak its prefill reaches, by format family.
 """
@@ -27,15 +29,39 @@ FAMILIES = ("float", "fp8", "int8", "int4", "awq", "awq-gemv", "gptq", "exl2", "
             "mxfp4", "nvfp4")
 
 
+# The clock a per-layer cycle count is turned into time at when a preset has no
+# boost_clock_hz: 1.8 GHz, between the A100's 1.41 and the RTX 4090's 2.52 GHz.
+REFERENCE_CLOCK_HZ = 1_800_000_000
+
+
 @record
 class Engine:
     name: str
     source: str
     bandwidth_efficiency: dict[str, float]  # by format family: share of datasheet bandwidth
     prefill_mfu: dict[str, float] = field(default_factory=dict)  # share of the dense peak
+    # The attention kernel: the share of bandwidth it reads and writes K/V at in decode,
+    # and of the dense peak its prompt attention runs at (0: the 16-bit bandwidth share
+    # and the prefill share; flash/paged kernels reach them, eager attention does not).
+    kv_efficiency: float = 0.0
+    attention_mfu: float = 0.0
+    # Its prompt GEMMs accumulate in FP16 (llama.cpp: cuBLAS with CUBLAS_COMPUTE_16F), the
+    # rate Hardware.fp16_accumulate_flops_per_s gives where it differs (GeForce: twice).
+    fp16_accumulate: bool = False
     host_step_s: float = 0.0  # host time per decode step, overlapping the GPU's work
     host_layer_s: float = 0.0  # host time per layer per step, overlapping the GPU's work
-    layer_s: float = 0.0  # GPU time per layer per step beyond moving its bytes
+    # Host time per step for each tensor-parallel rank beyond the first: the driver
+    # process hands every other rank the step's inputs (vLLM's per-step broadcast).
+    host_rank_s: float = 0.0
+    # Host time a request pays before its first token, in series with its prefill:
+    # admitting and scheduling it, sampling and returning the token (decode steps hide
+    # their host work behind the previous step's GPU work; the first token cannot).
+    request_s: float = 0.0
+    layer_cycles: float = 0.0  # GPU cycles per layer per step beyond moving its bytes
+    # Extra GPU cycles per layer per step for a quantized format's own kernels beyond
+    # streaming its bytes (unpacking and scales, split reductions; bitsandbytes' separate
+    # dequantize and LLM.int8's outlier split).
+    format_layer_cycles: dict[str, float] = field(default_factory=dict)
     allreduce_s: float = 0.0  # one all-reduce of a decode step's activations (tp > 1)
     versions: str = ""  # the releases its published rows ran, comma-separated
     rows: dict[str, int] = field(default_factory=dict)  # fitted rows per format family
@@ -51,12 +77,34 @@ class Engine:
                                       f"(one of {', '.join(FAMILIES)})")
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
                     raise KvcalcError(f"engine {self.name}: {table}.{fam} must be in (0, 1]")
+        for name in ("kv_efficiency", "attention_mfu"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+                raise KvcalcError(f"engine {self.name}: {name} must be in [0, 1] (0: default)")
+        if not isinstance(self.fp16_accumulate, bool):
+            raise KvcalcError(f"engine {self.name}: fp16_accumulate must be true or false")
         if not self.bandwidth_efficiency:
             raise KvcalcError(f"engine {self.name}: bandwidth_efficiency needs a format")
-        for name in ("host_step_s", "host_layer_s", "layer_s", "allreduce_s"):
+        for name in ("host_step_s", "host_layer_s", "host_rank_s", "request_s", "allreduce_s"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
                 raise KvcalcError(f"engine {self.name}: {name} must be seconds in [0, 1)")
+        for name, v in [("layer_cycles", self.layer_cycles),
+                        *((f"format_layer_cycles.{k}", v)
+                          for k, v in self.format_layer_cycles.items())]:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1e9:
+                raise KvcalcError(f"engine {self.name}: {name} must be in [0, 1e9)")
+        for fam in self.format_layer_cycles:
+            if fam not in FAMILIES:
+                raise KvcalcError(f"engine {self.name}: format_layer_cycles.{fam}: not a format "
+                                  f"family (one of {', '.join(FAMILIES)})")
+
+    def layer_s(self, hardware, family: str = "float") -> float:
+        """GPU time per layer per step on `hardware` for weights of `family`: the cycles
+        (the format's own dequantization kernels included) at its boost clock (a GPU whose
+        preset has no clock is taken at REFERENCE_CLOCK_HZ)."""
+        cycles = self.layer_cycles + self.format_layer_cycles.get(family, 0.0)
+        return cycles / (hardware.boost_clock_hz or REFERENCE_CLOCK_HZ)
 
     def efficiency(self, family: str) -> tuple[float, bool]:
         """(bandwidth share, fitted) for `family`: the family's own figure, else the
@@ -64,6 +112,17 @@ class Engine:
         if family in self.bandwidth_efficiency:
             return float(self.bandwidth_efficiency[family]), True
         return float(self.bandwidth_efficiency.get("float", min(self.bandwidth_efficiency.values()))), False
+
+    def peak_flops(self, hardware, dtype_name: str) -> int:
+        """The dense peak this engine's 16-bit GEMMs run against on `hardware`."""
+        if (self.fp16_accumulate and dtype_name in ("fp16", "bf16")
+                and hardware.fp16_accumulate_flops_per_s):
+            return hardware.fp16_accumulate_flops_per_s
+        return hardware.peak_flops(dtype_name)
+
+    def kv_share(self, float_share: float) -> float:
+        """The share of bandwidth the attention kernel moves K/V at in decode."""
+        return float(self.kv_efficiency) or float_share
 
     def mfu(self, family: str) -> tuple[float, bool]:
         if family in self.prefill_mfu:

@@ -78,6 +78,9 @@ class Latency:
     prefill_overhead_s: float = 0.0
     overhead_overlaps: bool = True
     calibration: str = ""  # what the terms were measured on, e.g. "torch-eager on NVIDIA H200"
+    # --engine: a prompt's weight read and its math add (True), where the roofline takes
+    # the larger of the two.
+    prefill_additive: bool = False
     engine: str = ""  # --engine: whose fitted terms, e.g. "llama.cpp: int4 weights at 71% ..."
     engine_name: str = ""  # that engine's name alone
 
@@ -87,8 +90,9 @@ class Latency:
     @property
     def ttft_s(self) -> float:
         """Time to first token: the batch's prompts prefilled together."""
-        return self._with_overhead(max(self.prefill_compute_s, self.prefill_memory_s),
-                                   self.prefill_overhead_s)
+        data_s = (self.prefill_compute_s + self.prefill_memory_s if self.prefill_additive
+                  else max(self.prefill_compute_s, self.prefill_memory_s))
+        return self._with_overhead(data_s, self.prefill_overhead_s)
 
     @property
     def tpot_s(self) -> float:
@@ -129,6 +133,53 @@ class Latency:
         }
 
 
+@record
+class StepFigures:
+    """What a workload's prefill and decode move and compute on one device, before any
+    device or engine turns them into time (latency_from_figures): the same for every
+    engine, so a caller timing one workload on many engines computes them once."""
+
+    prefill_flops: int  # one device's share
+    prefill_bytes: int
+    step: DecodeCost  # one decode step at seq_len
+    compute_dtype: str  # the dtype the matmuls run in
+    prefill_attention_flops: int = 0  # the prompts' causal attention, of prefill_flops
+
+
+def step_figures(spec: ModelSpec, workload: Workload, *, stored: StoredWeights | None = None,
+                 step: DecodeCost | None = None, cache: KVCache | None = None,
+                 params: ParamCounts | None = None) -> StepFigures:
+    """Prefill: FLOPs of the prompts; bytes: weights once, the cache written, activations.
+    Decode: one step at seq_len (its per-device figures leave the prefill's out). A
+    prompt as long as the context has the figures of the step at seq_len; `step`, `cache`
+    and `params` are read when the caller has them."""
+    w = workload
+    seq_len, prompt_len, batch, tp = w.seq_len, w.prompt_tokens, w.batch, w.tp
+    check_size("batch", batch, MAX_BATCH)
+    wdt, kdt = w.weight_dtype, w.kv_dtype
+    adt = _dtype(compute_dtype_for(wdt))
+    same = prompt_len == seq_len
+    prompt = step if same and step is not None else decode_step(
+        spec, prompt_len, batch, wdt, kdt, adt, tp, w.kv_scale_bytes, w.encoder_seq_len,
+        stored=stored)
+    prompt_cache = cache if same and cache is not None else kv_cache(
+        spec, prompt_len, batch, kdt, tp, w.kv_scale_bytes, w.encoder_seq_len)
+    act_per_token = prompt.bytes_breakdown["activations"] // batch
+    weights_dev = weight_params_per_device(spec, (params or param_counts(spec)).total, tp)
+    weight_bytes = stored.per_device if stored is not None else wdt.nbytes(weights_dev)
+    prefill_bytes = (weight_bytes + prompt_cache.bytes_per_device
+                     + -(-act_per_token * prompt_len * batch // tp))
+    if step is None:
+        step = prompt if same else decode_step(
+            spec, seq_len, batch, wdt, kdt, adt, tp, w.kv_scale_bytes, w.encoder_seq_len,
+            prefill=False, stored=stored)
+    attention = batch * sum(n * mx.prefill_flops(prompt_len)
+                            for layer, n in spec.groups() for mx in layer.mixers)
+    return StepFigures(prefill_flops=-(-prompt.prefill_flops // tp),
+                       prefill_bytes=prefill_bytes, step=step, compute_dtype=adt.name,
+                       prefill_attention_flops=-(-attention // tp))
+
+
 def latency(spec: ModelSpec, workload: Workload, *, hardware: Hardware, mfu=DEFAULT_MFU,
             bandwidth_efficiency=DEFAULT_BANDWIDTH_EFFICIENCY,
             stored: StoredWeights | None = None, step: DecodeCost | None = None,
@@ -143,36 +194,25 @@ def latency(spec: ModelSpec, workload: Workload, *, hardware: Hardware, mfu=DEFA
     of the efficiencies; `weight_format` names the weights' format family when the
     workload cannot (a GGUF or EXL2 checkpoint given as stored bytes).
     """
+    check_size("batch", workload.batch, MAX_BATCH)  # bad input first, in this order
+    _fraction(mfu, "MFU")
+    _fraction(bandwidth_efficiency, "bandwidth efficiency")
+    figures = step_figures(spec, workload, stored=stored, step=step, cache=cache,
+                           params=params)
+    return latency_from_figures(spec, workload, figures, hardware=hardware, mfu=mfu,
+                                bandwidth_efficiency=bandwidth_efficiency, engine=engine,
+                                weight_format=weight_format)
+
+
+def latency_from_figures(spec: ModelSpec, workload: Workload, figures: StepFigures, *,
+                         hardware: Hardware, mfu=DEFAULT_MFU,
+                         bandwidth_efficiency=DEFAULT_BANDWIDTH_EFFICIENCY, engine=None,
+                         weight_format: str | None = None) -> Latency:
+    """latency() from the workload's step_figures: the device's datasheet roofline at the
+    efficiencies, its calibration, or `engine`'s fitted terms."""
     w = workload
     seq_len, prompt_len, batch, tp = w.seq_len, w.prompt_tokens, w.batch, w.tp
-    check_size("batch", batch, MAX_BATCH)
-    mfu_f = _fraction(mfu, "MFU")
-    bw_f = _fraction(bandwidth_efficiency, "bandwidth efficiency")
-    wdt, kdt = w.weight_dtype, w.kv_dtype
-    adt = _dtype(compute_dtype_for(wdt))
-    flops_per_s = hardware.peak_flops(adt.name) * mfu_f
-    bytes_per_s = hardware.memory_bandwidth_bytes_per_s * bw_f
-
-    # Prefill: FLOPs of the prompts; bytes: weights once, the cache written, activations.
-    # A prompt as long as the context has the figures of the step at seq_len.
-    same = prompt_len == seq_len
-    prompt = step if same and step is not None else decode_step(
-        spec, prompt_len, batch, wdt, kdt, adt, tp, w.kv_scale_bytes, w.encoder_seq_len,
-        stored=stored)
-    prompt_cache = cache if same and cache is not None else kv_cache(
-        spec, prompt_len, batch, kdt, tp, w.kv_scale_bytes, w.encoder_seq_len)
-    act_per_token = prompt.bytes_breakdown["activations"] // batch
-    weights_dev = weight_params_per_device(spec, (params or param_counts(spec)).total, tp)
-    weight_bytes = stored.per_device if stored is not None else wdt.nbytes(weights_dev)
-    prefill_bytes = (weight_bytes + prompt_cache.bytes_per_device
-                     + -(-act_per_token * prompt_len * batch // tp))
-    prefill_flops = -(-prompt.prefill_flops // tp)
-
-    # Decode: one step at seq_len (its per-device figures leave the prefill's out).
-    if step is None:
-        step = prompt if same else decode_step(
-            spec, seq_len, batch, wdt, kdt, adt, tp, w.kv_scale_bytes, w.encoder_seq_len,
-            prefill=False, stored=stored)
+    prefill_flops, prefill_bytes, step = figures.prefill_flops, figures.prefill_bytes, figures.step
     if hardware.calibration is not None and engine is not None:
         raise KvcalcError(f"{hardware.name} is a calibration of {hardware.calibration.engine} on "
                           f"one device; --engine {engine.name} times another engine: give one")
@@ -181,10 +221,13 @@ def latency(spec: ModelSpec, workload: Workload, *, hardware: Hardware, mfu=DEFA
     if engine is not None:
         from kvcalc.engines import check_runs, weight_family
 
-        family = weight_format or weight_family(wdt.name, w.quantization)
+        family = weight_format or weight_family(w.weight_dtype.name, w.quantization)
         check_runs(engine, family)
-        return _engine_latency(engine, family, hardware, spec, w, prefill_flops,
-                               prefill_bytes, step, adt.name)
+        return _engine_latency(engine, family, hardware, spec, w, figures)
+    mfu_f = _fraction(mfu, "MFU")
+    bw_f = _fraction(bandwidth_efficiency, "bandwidth efficiency")
+    flops_per_s = hardware.peak_flops(figures.compute_dtype) * mfu_f
+    bytes_per_s = hardware.memory_bandwidth_bytes_per_s * bw_f
     return Latency(
         prompt_len=prompt_len, seq_len=seq_len, batch=batch, tp=tp,
         mfu=float(mfu_f), bandwidth_efficiency=float(bw_f),
@@ -247,19 +290,28 @@ def _calibrated(hardware: Hardware, spec: ModelSpec, w: Workload, prefill_flops:
 def engine_decode_terms(engine, family: str, hardware: Hardware, step: DecodeCost,
                         layers: int, tp: int, compute_dtype: str) -> tuple:
     """(memory_s, compute_s, serial_s, host_s) of one decode step on one device of tp, on
-    `engine` (kvcalc.engines): weights at its bandwidth share for the format family, K/V
-    and activations at its 16-bit share (else the weights'), FLOPs at its prefill share
-    of the peak; GPU time per layer and two all-reduces per layer under tp; host time,
-    which overlaps the GPU's. `step`'s figures may be arrays (the sweep's rows)."""
+    `engine` (kvcalc.engines): weights at its bandwidth share for the format family, the
+    K/V its attention kernel reads and writes at that kernel's share, activations at its
+    16-bit share (else the weights'), FLOPs at its prefill share of the peak; GPU time
+    per layer and two all-reduces per layer under tp; host time, which overlaps the
+    GPU's. `step`'s figures may be arrays (the sweep's rows)."""
     e_w = engine.efficiency(family)[0]
-    e_kv = float(engine.bandwidth_efficiency.get("float", e_w))
+    e_float = float(engine.bandwidth_efficiency.get("float", e_w))
     bw = hardware.memory_bandwidth_bytes_per_s
+    b = step.bytes_breakdown
     # The share first: int64 arrays would overflow on weights x per-device bytes.
-    weights_dev = step.bytes_breakdown["weights"] * (step.per_device_bytes / step.bytes)
-    memory_s = weights_dev / (bw * e_w) + (step.per_device_bytes - weights_dev) / (bw * e_kv)
-    compute_s = step.per_device_flops / (hardware.peak_flops(compute_dtype) * engine.mfu(family)[0])
-    serial_s = layers * engine.layer_s + (2 * layers * engine.allreduce_s if tp > 1 else 0.0)
-    return memory_s, compute_s, serial_s, engine.host_step_s + layers * engine.host_layer_s
+    share = step.per_device_bytes / step.bytes
+    weights_dev = b["weights"] * share
+    kv_dev = (b["kv_read"] + b["kv_write"]) * share
+    rest_dev = step.per_device_bytes - weights_dev - kv_dev
+    memory_s = (weights_dev / (bw * e_w) + kv_dev / (bw * engine.kv_share(e_float))
+                + rest_dev / (bw * e_float))
+    compute_s = step.per_device_flops / (engine.peak_flops(hardware, compute_dtype)
+                                         * engine.mfu(family)[0])
+    serial_s = (layers * engine.layer_s(hardware, family)
+                + (2 * layers * engine.allreduce_s if tp > 1 else 0.0))
+    host_s = engine.host_step_s + layers * engine.host_layer_s + (tp - 1) * engine.host_rank_s
+    return memory_s, compute_s, serial_s, host_s
 
 
 def engine_tpot_s(terms: tuple):
@@ -271,20 +323,34 @@ def engine_tpot_s(terms: tuple):
 
 
 def _engine_latency(engine, family: str, hardware: Hardware, spec: ModelSpec, w: Workload,
-                    prefill_flops: int, prefill_bytes: int, step: DecodeCost,
-                    compute_dtype: str) -> Latency:
-    """Latency on `engine`: decode from engine_decode_terms; prefill likewise with the
-    prompt's FLOPs and bytes, max(FLOPs / (peak x prefill share), bytes / (bandwidth x
-    weights' share)) + the same serial costs, at least the host's time."""
+                    figures: StepFigures) -> Latency:
+    """Latency on `engine`: decode from engine_decode_terms. Prefill: the matmuls' FLOPs
+    / (peak x prefill share) and the attention's at the attention kernel's share, plus
+    bytes / (bandwidth x weights' share), plus the same serial costs, the request's own
+    host time and, under tp, the all-reduces of the prompt's activations at the
+    interconnect's bandwidth; at least the host's time per step. The read and the math add: a short prompt's GEMMs wait on the
+    weights, a long one's on the math, and the engines' published prompts of 128 to
+    8192 tokens sit between (tests/data/published)."""
+    step, compute_dtype = figures.step, figures.compute_dtype
     e_w, fitted_w = engine.efficiency(family)
     mfu, fitted_mfu = engine.mfu(family)
     layers = spec.layers
     memory_s, compute_s, serial_s, host_s = engine_decode_terms(
         engine, family, hardware, step, layers, w.tp, compute_dtype)
+    prefill_comm_s = 0.0
+    if w.tp > 1 and hardware.interconnect_bandwidth_bytes_per_s:
+        from kvcalc.comm import decode_allreduce
+
+        prefill_comm_s = decode_allreduce(spec, w.prompt_tokens * w.batch, w.tp, compute_dtype,
+                                          hardware.interconnect_bandwidth_bytes_per_s).bandwidth_s
+    peak = engine.peak_flops(hardware, compute_dtype)
+    attention = figures.prefill_attention_flops
+    prefill_compute_s = ((figures.prefill_flops - attention) / (peak * mfu)
+                         + attention / (peak * (engine.attention_mfu or mfu)))
     extrapolated = [] if fitted_w else [f"{family} bandwidth"]
     extrapolated += [] if fitted_mfu else [f"{family} prefill"]
     label = (f"{engine.name}: {family} weights at {e_w:.0%} of bandwidth, "
-             f"{engine.layer_s * 1e6:.3g} us per layer on the GPU"
+             f"{engine.layer_s(hardware, family) * 1e6:.3g} us per layer on the GPU"
              + (f", all-reduce {engine.allreduce_s * 1e6:.3g} us x {2 * layers}"
                 if w.tp > 1 else ""))
     if extrapolated:
@@ -292,14 +358,14 @@ def _engine_latency(engine, family: str, hardware: Hardware, spec: ModelSpec, w:
     return Latency(
         prompt_len=w.prompt_tokens, seq_len=w.seq_len, batch=w.batch, tp=w.tp,
         mfu=mfu, bandwidth_efficiency=e_w,
-        prefill_flops=prefill_flops, prefill_bytes=prefill_bytes,
-        prefill_compute_s=prefill_flops / (hardware.peak_flops(compute_dtype) * mfu) + serial_s,
-        prefill_memory_s=prefill_bytes / (hardware.memory_bandwidth_bytes_per_s * e_w)
-        + serial_s,
+        prefill_flops=figures.prefill_flops, prefill_bytes=figures.prefill_bytes,
+        prefill_compute_s=prefill_compute_s,
+        prefill_memory_s=figures.prefill_bytes / (hardware.memory_bandwidth_bytes_per_s * e_w)
+        + serial_s + prefill_comm_s + engine.request_s,
         decode_flops=step.per_device_flops, decode_bytes=step.per_device_bytes,
         decode_compute_s=compute_s + serial_s, decode_memory_s=memory_s + serial_s,
         decode_overhead_s=host_s, prefill_overhead_s=host_s, overhead_overlaps=True,
-        engine=label, engine_name=engine.name,
+        prefill_additive=True, engine=label, engine_name=engine.name,
     )
 
 

@@ -514,6 +514,14 @@ class Hardware:
     # Dense FP4 (NVFP4/MXFP4) tensor peak, FLOP/s; 0 where the chip has no FP4 unit.
     # Kept apart from flops_per_s because kvcalc has no fp4 storage dtype.
     fp4_flops_per_s: int = 0
+    # The GPU's boost clock, Hz, from its datasheet; 0: unknown. A kernel's fixed cost
+    # (launch, tail, synchronisation) is a number of cycles, so an engine's per-layer GPU
+    # cost is counted in cycles and turned into time at this clock (kvcalc.engines).
+    boost_clock_hz: int = 0
+    # Dense FP16 tensor rate with FP16 accumulation where it differs from flops_per_s'
+    # fp16 (FP32 accumulation): GeForce parts run FP32 accumulation at half rate. 0: the
+    # same. Only engines whose GEMMs accumulate in FP16 reach it (kvcalc.engines).
+    fp16_accumulate_flops_per_s: int = 0
     # Measured decode terms of this very device (`kvcalc measure --calibrate`); when
     # present, latency uses them instead of datasheet peaks times efficiencies.
     calibration: Calibration | None = None
@@ -524,7 +532,7 @@ class Hardware:
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise KvcalcError(f"hardware {self.name}: {name} must be a positive integer")
         for name in ("visible_memory_bytes", "interconnect_bandwidth_bytes_per_s",
-                     "fp4_flops_per_s"):
+                     "fp4_flops_per_s", "boost_clock_hz", "fp16_accumulate_flops_per_s"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise KvcalcError(f"hardware {self.name}: {name} must be an integer >= 0")

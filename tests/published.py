@@ -30,6 +30,8 @@ METRICS = {
     "ms_per_token": "ms",
     "ttft_ms": "ms",
     "request_latency_ms": "ms",  # a whole batch: prefill and every decode step
+    "request_latency_s": "s",  # the same, published in seconds
+    "ttft_s": "s",  # time to first token, published in seconds
     "achieved_bytes_per_s": "GB/s",  # 1e9 bytes per second
 }
 PER = ("sequence", "batch")  # tokens/s of one sequence, or summed over the batch
@@ -41,7 +43,9 @@ FILE_KEYS = {"source", "title", "accessed", "engine", "rows"}
 FILE_OPTIONAL = {"engine_version", "setting", "notes", "defaults"}
 ROW_KEYS = {"id", "quote", "engine", "engine_version", "model", "weights", "gpu", "gpus",
             "batch", "prompt_len", "gen_len", "metric", "value"}
-ROW_OPTIONAL = {"per", "unit", "bits_per_weight", "group_size", "kernel", "note"}
+ROW_OPTIONAL = {"per", "unit", "bits_per_weight", "group_size", "kernel", "kv_dtype", "note",
+                "excluded"}
+KV_DTYPES = ("fp16", "bf16", "fp8", "int8")
 
 
 class PublishedDataError(ValueError):
@@ -75,6 +79,10 @@ class PublishedRow:
     per: str | None      # "sequence" or "batch" (required for tokens/s metrics)
     note: str | None     # an assumption the source does not settle
     file: str            # the YAML file's name
+    kv_dtype: str | None = None   # the KV cache's dtype where the source sets one (else 16-bit)
+    # Why the row is kept out of the scored set (a configuration the source leaves open,
+    # or a figure that cannot be the configuration's): it is still loaded and reported.
+    excluded: str | None = None
 
 
 def load(folder: Path = PUBLISHED_DIR) -> list[PublishedRow]:
@@ -144,7 +152,8 @@ def _rows(doc: Any, name: str) -> list[PublishedRow]:
             unit=fields.get("unit") or METRICS.get(fields["metric"], ""),
             per=fields.get("per"), bits_per_weight=fields.get("bits_per_weight"),
             group_size=fields.get("group_size"), kernel=fields.get("kernel"),
-            note=fields.get("note"),
+            note=fields.get("note"), kv_dtype=fields.get("kv_dtype"),
+            excluded=fields.get("excluded"),
             **{k: fields[k] for k in ROW_KEYS}))
     return out
 
@@ -179,6 +188,10 @@ def _check_row(row: PublishedRow, models: set, gpus: set) -> None:
     if row.model not in models and not _is_test_config(row.model):
         raise PublishedDataError(f"{where}: model {row.model!r} is not a kvcalc preset or a config under tests/")
     _check_weights(row, where)
+    if row.kv_dtype is not None and row.kv_dtype not in KV_DTYPES:
+        raise PublishedDataError(f"{where}: kv_dtype must be one of {KV_DTYPES}, got {row.kv_dtype!r}")
+    if row.excluded is not None and (not isinstance(row.excluded, str) or not row.excluded.strip()):
+        raise PublishedDataError(f"{where}: excluded must say why")
     if isinstance(row.value, bool) or not isinstance(row.value, (int, float)) or not row.value > 0:
         raise PublishedDataError(f"{where}: value must be a positive number, got {row.value!r}")
     for key in ("gpus", "batch"):

@@ -16,7 +16,7 @@ from kvcalc.engines import Engine, load_engine
 from kvcalc.estimate import stored_weights, workload_for
 from kvcalc.formulas.params import param_counts
 from kvcalc.formulas.step import StoredWeights
-from kvcalc.latency import Latency, latency
+from kvcalc.latency import Latency, latency_from_figures, step_figures
 from kvcalc.presets import load_hardware, load_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,8 +37,9 @@ BNB4_BITS = 4 + 8 / 64 + 32 / (64 * 256)
 BNB8_BITS = 8.0
 
 TPOT_METRICS = ("decode_tokens_per_s", "ms_per_token")
-TTFT_METRICS = ("ttft_ms", "prefill_tokens_per_s")
-PREDICTED_METRICS = TPOT_METRICS + TTFT_METRICS + ("request_latency_ms",)
+TTFT_METRICS = ("ttft_ms", "ttft_s", "prefill_tokens_per_s")
+REQUEST_METRICS = ("request_latency_ms", "request_latency_s")
+PREDICTED_METRICS = TPOT_METRICS + TTFT_METRICS + REQUEST_METRICS
 
 
 def family(row) -> str:
@@ -64,31 +65,48 @@ def measured_ms(row) -> float | None:
     GB/s is the source's own tokens/s x model size, not a measurement of its own)."""
     if row.metric in TPOT_METRICS:
         return published.decode_ms_per_token(row)
-    if row.metric == "ttft_ms" or row.metric == "request_latency_ms":
+    if row.metric in ("ttft_ms", "request_latency_ms"):
         return row.value
+    if row.metric in ("ttft_s", "request_latency_s"):
+        return 1000 * row.value
     if row.metric == "prefill_tokens_per_s" and row.prompt_len:
         tokens = row.prompt_len * (row.batch if row.per == "batch" else 1)
         return 1000 * tokens / row.value
     return None
 
 
-def _latency(row, engine: Engine | None, seq_len: int) -> Latency:
+@lru_cache(maxsize=None)
+def _hardware(name: str):
+    return load_hardware(name)
+
+
+@lru_cache(maxsize=None)
+def _figures(row, seq_len: int):
+    """The row's workload, its hardware and its step figures at `seq_len`: the same on
+    every engine (the fit evaluates thousands of engines on them)."""
     spec = _model(row.model)
     prompt = row.prompt_len or None
+    kv = "fp8" if row.kv_dtype == "fp8" else "int8" if row.kv_dtype == "int8" else "bf16"
     if row.weights in KVCALC_FORMAT:
         wd, g = KVCALC_FORMAT[row.weights]
         w = workload_for(spec, seq_len=seq_len, batch=row.batch, weight_dtype=wd, tp=row.gpus,
-                         group_size=g, prompt_len=prompt)
+                         group_size=g, prompt_len=prompt, kv_dtype=kv)
         stored = stored_weights(spec, w.quantization, row.gpus)
     else:  # a format kvcalc has no layout for: the stored bytes from its bits per weight
         bits = (row.bits_per_weight or {"bnb-4bit": BNB4_BITS, "bnb-int8": BNB8_BITS}[row.weights])
         w = workload_for(spec, seq_len=seq_len, batch=row.batch, weight_dtype="bf16",
-                         tp=row.gpus, prompt_len=prompt)
+                         tp=row.gpus, prompt_len=prompt, kv_dtype=kv)
         total = int(param_counts(spec).total * bits / 8)
         stored = StoredWeights(total=total, breakdown={}, per_device=-(-total // row.gpus),
                                tp=row.gpus, label=f"{bits:g} bits per weight")
-    return latency(spec, w, hardware=load_hardware(row.gpu), stored=stored, engine=engine,
-                   weight_format=family(row) if engine is not None else None)
+    return spec, w, step_figures(spec, w, stored=stored)
+
+
+def _latency(row, engine: Engine | None, seq_len: int) -> Latency:
+    spec, w, figures = _figures(row, seq_len)
+    return latency_from_figures(spec, w, figures, hardware=_hardware(row.gpu),
+                                engine=engine,
+                                weight_format=family(row) if engine is not None else None)
 
 
 def predicted_ms(row, engine: Engine | None) -> float | None:
@@ -100,7 +118,7 @@ def predicted_ms(row, engine: Engine | None) -> float | None:
     if row.metric in TTFT_METRICS:
         return 1000 * _latency(row, engine, max(1, prompt)).ttft_s
     lat = _latency(row, engine, max(1, prompt + gen // 2))
-    if row.metric == "request_latency_ms":
+    if row.metric in REQUEST_METRICS:
         return 1000 * (lat.ttft_s + gen * lat.tpot_s)
     return 1000 * lat.tpot_s
 
@@ -108,6 +126,12 @@ def predicted_ms(row, engine: Engine | None) -> float | None:
 @lru_cache(maxsize=None)
 def engine(name: str) -> Engine:
     return load_engine(name)[0]
+
+
+def scored(rows) -> list:
+    """The rows the accuracy mark is taken on: a time kvcalc predicts, and not excluded
+    (a row's `excluded` says why; excluded rows are reported apart)."""
+    return [r for r in rows if measured_ms(r) is not None and not r.excluded]
 
 
 def held_out(rows) -> set[str]:

@@ -37,7 +37,8 @@ def _engine_row(name: str) -> dict:
     e = load_engine(name)[0]
     return {"name": e.name, "bandwidth_efficiency": dict(e.bandwidth_efficiency),
             "prefill_mfu": dict(e.prefill_mfu), "host_layer_s": e.host_layer_s,
-            "layer_s": e.layer_s, "allreduce_s": e.allreduce_s,
+            "host_step_s": e.host_step_s, "layer_cycles": e.layer_cycles,
+            "allreduce_s": e.allreduce_s,
             "rows_fitted": sum(e.rows.values()),
             "rows_held_out": len([i for i in e.held_out.split(",") if i.strip()]),
             "versions": e.versions, "source": e.source}
@@ -50,12 +51,13 @@ def _engine_tab(rows: list[dict]):
         return ", ".join(f"{k} {v:.0%}" for k, v in d.items()) or "-"
 
     return Tab(f"{len(rows)} engines (--engine NAME)",
-               ["name", "bandwidth share", "prefill share", "us/layer", "rows"],
+               ["name", "bandwidth share", "prefill share", "kcycles/layer", "rows"],
                [[r["name"], shares(r["bandwidth_efficiency"]), shares(r["prefill_mfu"]),
-                 f"{r['layer_s'] * 1e6:.3g}", f"{r['rows_fitted']}+{r['rows_held_out']}"]
+                 f"{r['layer_cycles'] / 1e3:.3g}", f"{r['rows_fitted']}+{r['rows_held_out']}"]
                 for r in rows],
                caption="fitted by benchmarks/fit_engines.py on tests/data/published (rows: "
-                       "fitted + held out); us/layer: GPU time per layer beyond its bytes. "
+                       "fitted + held out); kcycles/layer: GPU cycles per layer beyond its bytes "
+                       "(time: over the GPU's boost clock). "
                        "`kvcalc presets show NAME` for an engine's whole file.")
 
 
