@@ -92,7 +92,9 @@ def _engine(name: str, layout: list[tuple[str, str]], x: list[float], **meta) ->
         elif kind == "mfu":
             mfu[key] = round(_share(v), 4)
         elif kind == "fc":
-            fcycles[key] = float(f"{CYCLE_SCALE * math.exp(min(v, X_MAX)):.3g}")
+            c = CYCLE_SCALE * math.exp(min(v, X_MAX))
+            if c >= 1:  # under a cycle: none
+                fcycles[key] = float(f"{c:.3g}")
         elif kind == "c":
             c = CYCLE_SCALE * math.exp(min(v, X_MAX))
             times[key] = float(f"{c:.3g}") if c >= 1 else 0.0  # under a cycle: none
