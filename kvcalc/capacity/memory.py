@@ -11,7 +11,7 @@ that release's file:
 
 Profile run (the activation peak)
 ---------------------------------
-* V1 `v1/worker/gpu_model_runner.py::profile_run` (0.33 l. 6133-6148; the same shape
+* V1 `v1/worker/gpu_model_runner.py::profile_run` (0.33 l. 6072-6146; the same shape
   from 0.8): one `_dummy_run` of max_num_batched_tokens tokens spread over
   min(tokens, max_num_seqs) requests, then, on the last pipeline rank only,
   `_dummy_sampler_run` on one hidden state per request; the hidden states stay alive
@@ -24,7 +24,7 @@ Profile run (the activation peak)
   against 2.06 and 2.99 from this rule.
 * sampler: logits [num_reqs, vocab] in the model dtype (`compute_logits`), then the
   sampler (`v1/sample/sampler.py::Sampler.forward`) copies them to fp32 and samples
-  with the dummy run's top_k = vocab - 1 and top_p = 0.9 (0.33 l. 5953-5957; 0.11 l.
+  with the dummy run's top_k = vocab - 1 and top_p = 0.9 (0.33 l. 5886-5891; 0.11 l.
   3198-3204). What is alive at the peak depends on the top-k/top-p path, so bytes per
   logit (`SAMPLER_BYTES`), counting the model-dtype logits (2 in bf16):
   - "sort" (`v1/sample/ops/topk_topp_sampler.py::apply_top_k_top_p`, 0.10.1.1 l.
@@ -53,7 +53,7 @@ Non-torch memory
 * counted since a snapshot taken after the CUDA context and NCCL exist: V0 from
   0.6.4.post1 (`worker/worker.py::determine_num_available_blocks` via
   `utils.memory_profiling`), V1 from 0.10.1 (`v1/worker/gpu_worker.py::init_device`
-  takes `init_snapshot`; 0.33 l. 545). What remains is what the first forward pass
+  takes `init_snapshot`; 0.33 l. 541). What remains is what the first forward pass
   makes outside torch (cuBLAS handles and workspaces, lazily loaded kernels, NCCL's
   channel buffers at the first all-reduce): measured, not derivable from the source.
   V0: NON_TORCH_INCREASE (0.35, 0.25, 0.03 GiB in vllm#10517, #13061, #13882); V1:
@@ -64,12 +64,12 @@ Non-torch memory
 
 CUDA graphs
 -----------
-* `gpu_model_runner.py::profile_cudagraph_memory` (0.33 l. 6333-6411; logged from 0.18,
+* `gpu_model_runner.py::profile_cudagraph_memory` (0.33 l. 6268-6413; logged from 0.18,
   subtracted from 0.20 by default, `VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`):
   per mode, the memory one capture of the largest size takes (its forward's buffers,
   kept in the graph pool) and (graphs - 1) x the memory the second capture takes; the
   total is the largest first capture plus the per-graph parts of every mode (l.
-  6396-6402). FULL_AND_PIECEWISE (the default) captures a piecewise graph for every
+  6401-6406). FULL_AND_PIECEWISE (the default) captures a piecewise graph for every
   size and a full graph for every decode size up to max_num_seqs.
 * capture sizes (`config/vllm.py::_set_cudagraph_sizes`, 0.33 l. 2398-2411, 2453-2552):
   1, 2, 4, every 8 to 248, every 16 from 256, up to min(2 x max_num_seqs, 512,

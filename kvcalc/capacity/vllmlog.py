@@ -19,7 +19,7 @@ bytes, and "GB" in the oldest lines is GiB too: they divide by float(2**30)):
   gpu_memory_utilization (0.90)".
 * V1 (`v1/worker/gpu_worker.py::determine_available_memory`, 0.8-0.33): "Available KV
   cache memory: 8.11 GiB"; from 0.18 "Estimated CUDA graph memory: 0.36 GiB total"
-  (`gpu_model_runner.py::profile_cudagraph_memory`, 0.33 line 6405).
+  (`gpu_model_runner.py::profile_cudagraph_memory`, 0.33 line 6410).
 * capacity: "# GPU blocks: N" / "# cuda blocks: N" (V0 `executor/executor_base.py`, V1
   0.7), "GPU KV cache size: 178,880 tokens" and "Maximum concurrency for 40,960 tokens
   per request: 4.37x" (`v1/core/kv_cache_utils.py`, 0.8-0.33; V0 0.6.4+ the latter).
@@ -163,6 +163,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern, object], ...] = (
     ("kv_cache", re.compile(r"available_kv_cache_memory\s+" + _NUM + r"\s*GiB"), _gib),
     ("kv_cache", re.compile(r"reserved for KV Cache is\s+(?:only\s+)?" + _NUM + r"\s*GiB"), _gib),
     ("kv_cache", re.compile(r"Available KV cache memory:\s*" + _NUM + r"\s*GiB"), _gib),
+    ("kv_cache", re.compile(r"than the available KV cache memory \(" + _NUM + r"\s*GiB\)"), _gib),
     ("cuda_graphs", re.compile(r"Estimated CUDA graph memory:\s*" + _NUM + r"\s*GiB"), _gib),
     ("cuda_graphs", re.compile(r"GiB \(actual\),\s*" + _NUM + r"\s*GiB \(estimated\)"), _gib),
     ("cuda_graphs_captured", re.compile(r"Graph capturing finished in [\d.]+ secs?, took\s*"
@@ -170,18 +171,20 @@ _PATTERNS: tuple[tuple[str, re.Pattern, object], ...] = (
     ("num_gpu_blocks", re.compile(r"(?<![\w#])#?\s*(?:GPU|cuda|CUDA) blocks:\s*" + _NUM), _int),
     ("kv_cache_tokens", re.compile(r"GPU KV cache size:\s*" + _NUM + r"\s*tokens"), _int),
     ("utilization", re.compile(r"gpu_memory_utilization(?:=|\s+\(|\s+)(\d?\.\d+)"), str),
+    ("utilization", re.compile(r"The current --gpu-memory-utilization=(\d?\.\d+)"), str),
     # 0.10+ (debug before 0.2x): memory_profiling's summary.
     ("activation_peak", re.compile(r"torch peak memory increase:\s*" + _NUM + r"\s*GiB"), _gib),
     ("non_torch", re.compile(r"non-torch forward increase memory:\s*" + _NUM + r"\s*GiB"), _gib),
     ("weights", re.compile(r"weights memory:\s*" + _NUM + r"\s*GiB"), _gib),
-    # 0.11-0.28: "Actual usage is X GiB for weight, Y GiB for peak activation, Z GiB for
-    # non-torch memory, and W GiB for CUDAGraph memory" (W: the graphs as captured).
+    # 0.11-0.26 (debug level): "Actual usage is X GiB for weight, Y GiB for peak
+    # activation, Z GiB for non-torch memory, and W GiB for CUDAGraph memory" (W: the
+    # graphs as captured).
     ("weights", re.compile(r"Actual usage is\s*" + _NUM + r"\s*GiB for weight"), _gib),
     ("activation_peak", re.compile(r"GiB for weight,\s*" + _NUM + r"\s*GiB for peak activation"),
      _gib),
     ("non_torch", re.compile(_NUM + r"\s*GiB for non-torch memory"), _gib),
-    # 0.29+: "X GiB for consumed memory (weights + non-torch), Y GiB for peak activation"
-    # where Y holds the CUDA-graph estimate too (gpu_worker.py, 0.33 lines 747-750).
+    # 0.27+ (info): "X GiB for consumed memory (weights + non-torch), Y GiB for peak activation"
+    # where Y holds the CUDA-graph estimate too (gpu_worker.py, 0.33 lines 748-750).
     ("consumed", re.compile(r"Actual usage is\s*" + _NUM + r"\s*GiB for consumed memory"), _gib),
     ("peak_with_graphs", re.compile(r"\(weights \+ non-torch\),\s*" + _NUM
                                     + r"\s*GiB for peak activation"), _gib),
@@ -197,9 +200,9 @@ _PATTERNS: tuple[tuple[str, re.Pattern, object], ...] = (
 )
 _CONCURRENCY = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request:\s*"
                           + _NUM + r"x")
-_REFUSE_V0 = re.compile(r"The model's max seq len \((\d+)\) is larger than the maximum number "
+_REFUSE_V0 = re.compile(r"The models?'s max seq len \((\d+)\) is larger than the maximum number "
                         r"of tokens that can be stored in KV cache \((\d+)\)")
-_REFUSE_V1 = re.compile(r"(To serve at least one request with the model's max seq len "
+_REFUSE_V1 = re.compile(r"(To serve at least one request with the models?'s max seq len "
                         r"\((\d+)\).*?estimated maximum model length is (\d+))")
 _NO_MEMORY = re.compile(r"No available memory for the cache blocks|EngineCore failed to start")
 _VERSION = (re.compile(r"Initializing an? (?:(V[01]) )?LLM engine \(v?(\d+\.\d+[\w.+]*)\)"),
@@ -301,6 +304,16 @@ def parse_vllm_log(text: str) -> VllmLog:
             flags.setdefault("max_num_batched_tokens", int(m.group(1)))
         if hit or "vllm" in piece.lower():
             recognised += 1
+    if not refused:  # a refusal wrapped over several lines (an exception's message)
+        flat = " ".join(_RANK.sub(" ", " ".join(_unwrapped(text))).split())
+        for rx, fit_group in ((_REFUSE_V1, 3), (_REFUSE_V0, 2)):
+            m = rx.search(flat)
+            if m:
+                refused, fit = True, int(m.group(fit_group))
+                refusal = m.group(1) if rx is _REFUSE_V1 else m.group(0)
+                flags.setdefault("max_model_len", int(m.group(2 if rx is _REFUSE_V1 else 1)))
+                recognised += 1
+                break
     for m in _SERVE.finditer(_joined(text)):
         _read_command(m.group(1), flags)
         recognised += 1

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvcalc.cli.options import FormatOpt, ForceOpt, OutputFormat, resolve_gpu
+from kvcalc.cli.options import ForceOpt, OutputFormat, TextFormat, resolve_gpu
 from kvcalc.cli.parsing import command
 from kvcalc.errors import KvcalcError
 
@@ -27,7 +27,9 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         vllm_version: Annotated[Optional[str], typer.Option(
             "--vllm-version", show_default=False,
             help="The release, for a log that does not print it (e.g. 0.9.2).")] = None,
-        fmt: FormatOpt = None,
+        fmt: Annotated[Optional[TextFormat], typer.Option(
+            "--format", help="table (rich), json or md (markdown, for issues and docs) "
+            "(default: table; -o names the calibration file, not this output).")] = None,
         output: Annotated[Optional[Path], typer.Option(
             "--output", "-o", show_default=False,
             help="Write what the log taught about this GPU and release (its measured "

@@ -1,6 +1,7 @@
 """`kvcalc estimate` and `kvcalc fit`: parse, call kvcalc.estimate, render."""
 
 import os
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -191,6 +192,11 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         vllm_version: Annotated[Optional[str], typer.Option(
             "--vllm-version", show_default=False,
             help="Engine: the vLLM release whose rules to follow (default 0.33).")] = None,
+        calibration: Annotated[Optional[Path], typer.Option(
+            "--calibration", show_default=False, metavar="<file>",
+            help="Engine: the terms a start-up log taught (`kvcalc check LOG -o FILE`): its "
+            "weights, activation peak, non-torch memory and CUDA graphs in place of "
+            "kvcalc's models, its release and driver-visible memory by default.")] = None,
         ttft_ms: Annotated[Optional[float], typer.Option(
             "--ttft-ms", show_default=False,
             help="Largest batch whose time to first token stays under this (ms).")] = None,
@@ -234,7 +240,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                         gpu_memory_utilization, "--pp": pp, "--block-size": block_size,
                         "--max-num-batched-tokens": max_num_batched_tokens,
                         "--max-num-seqs": max_num_seqs, "--vllm-version": vllm_version,
-                        "--enforce-eager": enforce_eager or None}
+                        "--enforce-eager": enforce_eager or None, "--calibration": calibration}
         engine = {k: v for k, v in engine_flags.items() if v is not None}
         if engine and (memory_fraction is not None or reserve is not None):
             raise KvcalcError("--memory-fraction and --reserve shape the plain fit; with engine "
@@ -263,7 +269,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                                    block_size=block_size, batched=max_num_batched_tokens,
                                    seqs=max_num_seqs, enforce_eager=enforce_eager,
                                    vllm_version=vllm_version, kv_dtype=kv_dtype,
-                                   weight_dtype=weight_dtype, group_size=group_size)
+                                   weight_dtype=weight_dtype, group_size=group_size,
+                                   calibration=calibration)
             # Requests as the engine takes them: up to max_model_len tokens each, at most
             # as many at once as its blocks and max_num_seqs allow.
             slo = _slo(est, **slo_args, seq_len=cap.settings.max_model_len,
@@ -317,12 +324,18 @@ def _slo(est, *, ttft_ms, tpot_ms, mfu, bandwidth_efficiency, seq_len=None, limi
 
 
 def _engine_capacity(est, *, max_model_len, utilization, pp, block_size, batched, seqs,
-                     enforce_eager, vllm_version, kv_dtype, weight_dtype, group_size):
+                     enforce_eager, vllm_version, kv_dtype, weight_dtype, group_size,
+                     calibration=None):
     from kvcalc.capacity.engine import EngineSettings, parse_version
     from kvcalc.capacity.serving import serving_capacity
 
     spec = est.spec
-    version = vllm_version or "0.33"
+    learnt = None
+    if calibration is not None:
+        from kvcalc.capacity.calibration import read_calibration
+
+        learnt = read_calibration(calibration)
+    version = vllm_version or (learnt.vllm_version if learnt else "0.33")
     # V1 became vLLM's default engine in 0.8; earlier releases ran V0.
     engine = "v0" if parse_version(version) < (8, 0) else "v1"
     length = max_model_len or spec.max_context or est.seq_len
@@ -333,7 +346,14 @@ def _engine_capacity(est, *, max_model_len, utilization, pp, block_size, batched
         weight_dtype=weight_dtype, group_size=group_size, enforce_eager=enforce_eager,
         vllm_version=version, engine=engine,
         allow_long_max_model_len=_vllm_allows_long_max_model_len())
-    cap = serving_capacity(spec, est.hardware, settings,
+    hardware = est.hardware
+    if learnt is not None:
+        settings = learnt.apply(settings)
+        if learnt.visible_memory_bytes:
+            from dataclasses import replace
+
+            hardware = replace(hardware, visible_memory_bytes=learnt.visible_memory_bytes)
+    cap = serving_capacity(spec, hardware, settings,
                            kv_scale_bytes=est.workload.kv_scale_bytes)
     if not cap.fits:
         raise KvcalcError(cap.refusal or f"one request of {length:,} tokens does not fit")

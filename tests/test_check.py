@@ -1,0 +1,271 @@
+"""`kvcalc check`: every public log in tests/data/vllm read back term by term beside
+kvcalc's own count, the calibration file it writes and `fit --calibration` reading it,
+and a clear one-line answer for logs that are not vLLM's, stop early, refuse, or mix
+several ranks. Expected figures are the logs' own (tests/data/vllm/*.yaml), never
+kvcalc's output."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings, strategies as st
+from typer.testing import CliRunner
+
+from kvcalc.capacity.calibration import read_calibration
+from kvcalc.capacity.check import check_log, gpu_preset_for
+from kvcalc.capacity.engine import GiB
+from kvcalc.capacity.vllmlog import parse_vllm_log
+from kvcalc.cli import app
+from kvcalc.errors import KvcalcError
+from kvcalc.hfconfig import spec_from_hf_config_file
+from kvcalc.presets import load_hardware, load_model, model_from_mapping
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).parent / "data" / "vllm"
+HF = Path(__file__).parent / "data" / "hf"
+RAW = [p for p in sorted(DATA.glob("*.yaml"))
+       if yaml.safe_load(p.read_text()).get("log_kind") != "summary"]
+README_LOG = DATA / "logs" / "qwen2-7b-a100-0.25-dl.log"
+
+
+def _case(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def _spec(case: dict):
+    if "hf_config" in case:
+        return spec_from_hf_config_file(HF / case["hf_config"])
+    if "preset" in case:
+        return load_model(case["preset"])
+    return model_from_mapping(case["model"], case["model_name"], require_source=False)
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def _check(case: dict):
+    log = parse_vllm_log(case["log"])
+    hw = load_hardware(case["gpu"])
+    if "visible_memory_gib" in case["logged"] and "total" not in log.terms:
+        hw = dataclasses.replace(hw, visible_memory_bytes=round(case["logged"]["visible_memory_gib"] * GiB))
+    return check_log(log, _spec(case), hw, vllm_version=case["vllm_version"])
+
+
+@pytest.mark.parametrize("path", RAW, ids=[p.stem for p in RAW])
+def test_every_logged_term_is_reproduced_beside_kvcalcs(path: Path) -> None:
+    case = _case(path)
+    logged = case["logged"]
+    result = _check(case)
+    out = result.as_dict()
+    assert out["vllm_version"] == case["vllm_version"]
+    for term, key in (("weights", "weights_gib"), ("activation_peak", "activation_peak_gib"),
+                      ("non_torch", "non_torch_gib"), ("kv_cache", "kv_cache_gib"),
+                      ("cuda_graphs", "cuda_graphs_gib")):
+        if term in out["terms"] and key in logged:
+            assert abs(out["terms"][term]["logged_bytes"] - logged[key] * GiB) <= GiB // 200, term
+            assert isinstance(out["terms"][term]["kvcalc_bytes"], int)
+    if "kv_cache_tokens" in out and out["kv_cache_tokens"]["logged"] is not None:
+        assert out["kv_cache_tokens"]["logged"] == logged["kv_cache_tokens"]
+    assert out["refused"]["logged"] == logged["refused"]
+    # kvcalc's count on the settings the log shows: within 5% of the logged tokens, or
+    # refusing as vLLM did, where kvcalc models every term (not weights or KV taken
+    # from the log) and the log names everything the count needs (a quantization the
+    # YAML states but the log does not print comes with MODEL's own config).
+    if (case.get("weights_from_log") or case.get("kv_memory_from_log") or "weight_dtype" in case
+            or "usage" in case["settings"]):  # the LLM class's batch defaults: not printed
+        return
+    assert out["refused"]["kvcalc"] == logged["refused"], out["refusal"]
+    if logged.get("kv_cache_tokens") and not logged["refused"]:
+        assert out["kv_cache_tokens"]["kvcalc"] == pytest.approx(logged["kv_cache_tokens"], rel=0.05)
+
+
+def test_check_names_the_term_that_differs_and_by_how_much() -> None:
+    # vllm#10517's 20K log prints non-torch 0.35 GiB; kvcalc's V0 figure is 0.25 GiB.
+    result = _check(_case(DATA / "llama31-8b-rtx3090-20k.yaml"))
+    off = result.differing
+    assert off and off[0].name == "non_torch"
+    assert off[0].logged == round(0.35 * GiB) and off[0].kvcalc < off[0].logged
+
+
+# --- the command ------------------------------------------------------------------------
+def test_check_json_has_the_promised_keys() -> None:
+    r = run("check", str(README_LOG), "qwen2-7b", "--gpu", "a100-80gb", "--format", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["vllm_version"] == "0.10.1.1" and out["model"] == "Qwen2-7B-Instruct"
+    assert out["terms"]["kv_cache"]["logged_bytes"] == round(5.01 * GiB)
+    assert set(out["terms"]["weights"]) == {"logged_bytes", "kvcalc_bytes"}
+    assert out["kv_cache_tokens"]["logged"] == 93_872
+    assert out["kv_cache_tokens"]["kvcalc"] == pytest.approx(93_872, rel=0.05)
+    assert out["max_concurrency"]["logged"] == 5.73
+    assert out["settings"]["max_num_batched_tokens"] == 2048  # the log's chunked-prefill line
+
+
+def test_check_table_says_what_it_compared(tmp_path: Path) -> None:
+    r = run("check", str(README_LOG), "qwen2-7b", "--gpu", "a100-80gb")
+    assert r.exit_code == 0, r.output
+    assert "vLLM 0.10.1.1 (v1)" in r.stdout and "kv cache tokens" in r.stdout
+    assert "93,872" in r.stdout
+
+
+def test_the_calibration_file_round_trips_into_fit(tmp_path: Path) -> None:
+    # PR vllm#10511's log prints every term: fit --calibration must subtract exactly those.
+    case = _case(DATA / "llama3-8b-h100-pr10511.yaml")
+    log = tmp_path / "vllm.log"
+    log.write_text(case["log"])
+    out = tmp_path / "h100.yaml"
+    r = run("check", str(log), "llama3-8b", "--gpu", "h100-sxm", "--vllm-version", "0.6.5",
+            "-o", str(out))
+    assert r.exit_code == 0, r.output
+    cal = read_calibration(out)
+    assert cal.vllm_version == "0.6.5" and cal.engine == "v0"
+    assert cal.activation_peak_bytes == round(1.26 * GiB)
+    assert cal.non_torch_bytes == round(1.79 * GiB)
+    assert cal.visible_memory_bytes == round(79.22 * GiB)
+    r = run("fit", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--max-model-len", "8192",
+            "--calibration", str(out), "--format", "json")
+    assert r.exit_code == 0, r.output
+    mem = json.loads(r.stdout)["memory"]
+    assert mem["non_torch"] == round(1.79 * GiB) and mem["activation_peak"] == round(1.26 * GiB)
+    assert mem["weights"] == round(14.96 * GiB)
+    # 71.29 - 14.96 - 1.26 - 1.79 = 53.28 GiB, the log's 53.29 to its rounding.
+    assert abs(mem["kv_cache"] - round(53.29 * GiB)) <= GiB // 50
+
+
+def test_an_existing_calibration_file_is_not_overwritten(tmp_path: Path) -> None:
+    out = tmp_path / "c.yaml"
+    out.write_text("keep me\n")
+    r = run("check", str(README_LOG), "qwen2-7b", "--gpu", "a100-80gb", "-o", str(out))
+    assert r.exit_code == 2 and out.read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize("text, words", [
+    ("source: x\nvllm_version: '0.10'\nactivation_peak: 3\n", "unknown key 'activation_peak'"),
+    ("vllm_version: '0.10'\n", "source is missing"),
+    ("source: x\nvllm_version: '0.10'\nnon_torch_bytes: -1\n", "non_torch_bytes must be"),
+    ("source: x\nvllm_version: '1.2'\n", "vllm_version must look like"),
+    ("- a list\n", "a calibration file is a mapping"),
+    ("source: x\nvllm_version: '0.10'\nsampler: quick\n", "sampler must be"),
+])
+def test_calibration_keys_are_strict(tmp_path: Path, text: str, words: str) -> None:
+    f = tmp_path / "cal.yaml"
+    f.write_text(text)
+    r = run("fit", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--calibration", str(f))
+    assert r.exit_code == 2 and words in r.output and r.output.count("\n") == 1, r.output
+
+
+@pytest.mark.parametrize("text, words", [
+    ("hello\nworld\n", "does not look like a vLLM start-up log"),
+    ("INFO 03-21 [api_server.py:1043] vLLM API server version 0.8.5\n"
+     "INFO non-default args: {'model': 'Qwen/Qwen3-8B'}\n", "stops before vLLM printed any memory"),
+    ("INFO [gpu_worker.py:298] Available KV cache memory: 6.51 GiB\n",
+     "does not print vLLM's version"),
+])
+def test_bad_logs_get_one_line_and_exit_2(tmp_path: Path, text: str, words: str) -> None:
+    f = tmp_path / "bad.log"
+    f.write_text(text)
+    r = run("check", str(f), "qwen3-8b-preset-does-not-matter", "--gpu", "h100-sxm")
+    if "version" in words and "stops" not in words:
+        r = run("check", str(f), "llama3-8b", "--gpu", "h100-sxm")
+    assert r.exit_code == 2 and words in r.output and r.output.count("\n") == 1, r.output
+
+
+def test_a_missing_log_file_or_gpu_is_one_line(tmp_path: Path) -> None:
+    r = run("check", str(tmp_path / "nope.log"), "llama3-8b", "--gpu", "h100-sxm")
+    assert r.exit_code == 2 and "no such file" in r.output
+    r = run("check", str(README_LOG), "qwen2-7b")
+    assert r.exit_code == 2 and "give --gpu" in r.output
+
+
+def test_a_refusal_is_reported_not_raised(tmp_path: Path) -> None:
+    f = tmp_path / "refused.log"
+    f.write_text(_case(DATA / "llama31-8b-rtx3090-29k.yaml")["log"])
+    r = run("check", str(f), "llama3.1-8b", "--gpu", "rtx3090", "--vllm-version", "0.6.4.post1",
+            "--format", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["refused"] == {"logged": True, "kvcalc": True}
+    assert out["max_model_len_fit"]["logged"] == 23_648
+
+
+def test_interleaved_ranks_are_read_with_a_note(tmp_path: Path) -> None:
+    # Two TP workers' lines run together on one line, as a terminal shows them.
+    f = tmp_path / "tp.log"
+    f.write_text(
+        "(APIServer pid=1) INFO vLLM API server version 0.10.1.1\n"
+        "(APIServer pid=1) INFO non-default args: {'model': 'Qwen2-7B-Instruct', "
+        "'max_model_len': 16384, 'tensor_parallel_size': 2, 'gpu_memory_utilization': 0.5}\n"
+        "(VllmWorker TP1 pid=3) INFO Available KV cache memory: 31.85 GiB(VllmWorker TP0 pid=2) "
+        "INFO Available KV cache memory: 31.83 GiB\n"
+        "(EngineCore_0 pid=4) INFO [kv_cache_utils.py:849] GPU KV cache size: 1,192,160 tokens\n")
+    r = run("check", str(f), "qwen2-7b", "--gpu", "a100-80gb", "--format", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["terms"]["kv_cache"]["logged_bytes"] == round(31.83 * GiB)  # rank 0's
+    assert any("ranks printed different" in n for n in out["notes"])
+
+
+def test_gpu_names_as_drivers_print_them() -> None:
+    assert gpu_preset_for("NVIDIA H100 80GB HBM3") == "h100-sxm"
+    assert gpu_preset_for("NVIDIA GeForce RTX 4090") == "rtx4090"
+    assert gpu_preset_for("NVIDIA A100-SXM4-40GB") == "a100-40gb"
+    assert gpu_preset_for("NVIDIA RTX A5000") is None
+
+
+def test_check_from_stdin_and_the_log_names_its_gpu() -> None:
+    text = README_LOG.read_text() + "GPU 0: NVIDIA A100-SXM4-80GB\n"
+    r = CliRunner().invoke(app, ["check", "-", "qwen2-7b", "--format", "json"], input=text)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["gpu"] == "a100-80gb"
+
+
+def test_check_starts_without_numpy_or_torch() -> None:
+    code = ("import sys; from typer.testing import CliRunner; from kvcalc.cli import app;"
+            f"r = CliRunner().invoke(app, ['check', {str(README_LOG)!r}, 'qwen2-7b', '--gpu', "
+            "'a100-80gb']); assert r.exit_code == 0, r.output;"
+            "print(' '.join(m for m in ('torch', 'pandas', 'numpy') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == ""
+
+
+_LINES = [line for p in RAW for line in _case(p)["log"].splitlines()]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(_LINES + ["garbage ()", "(Worker_TP3 pid=9) ", "\x1b[0m"]),
+                max_size=12), st.sampled_from(["table", "json"]))
+def test_check_on_shuffled_public_lines_is_a_report_or_one_line(lines, fmt) -> None:
+    import os
+    import tempfile
+
+    fd, name = tempfile.mkstemp(suffix=".log")
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(lines))
+    try:
+        r = run("check", name, "llama3.1-8b", "--gpu", "h100-sxm", "--vllm-version", "0.11",
+                "--format", fmt)
+    finally:
+        os.unlink(name)
+    assert r.exit_code in (0, 2), r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    if r.exit_code == 2:
+        assert r.output.startswith("kvcalc: error: ") and r.output.count("\n") == 1, r.output
+
+
+def test_check_is_pure_python_api() -> None:
+    # Anything the command does, the library does: the same result without the CLI.
+    case = _case(DATA / "qwen2-7b-a100-0.25-dl.yaml")
+    result = check_log(parse_vllm_log(case["log"]), load_model("qwen2-7b"),
+                       load_hardware("a100-80gb"))
+    assert result.settings.sampler == "flashinfer" and result.settings.max_num_batched_tokens == 2048
+    with pytest.raises(KvcalcError, match="--vllm-version"):
+        check_log(parse_vllm_log("Available KV cache memory: 1.00 GiB\n"),
+                  load_model("qwen2-7b"), load_hardware("a100-80gb"))
