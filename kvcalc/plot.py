@@ -336,3 +336,32 @@ def plot_measure(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike,
         title += " on " + ", ".join(devices)
     fig.suptitle(title, fontsize=11.5, x=0.01, ha="left")
     return _save(fig, path, force)
+
+
+# --------------------------------------------------------------------------------
+# kvcalc plan --plot
+# --------------------------------------------------------------------------------
+def plot_plan(p, path: str | os.PathLike, force: bool = False) -> Path:
+    """Output tokens/s per GPU against tokens/s per user for every layout a plan kept
+    (grey), its front (the line) and the best layout (the star), log-log."""
+    fig = _figure(figsize=(8, 5.5), layout="constrained")
+    ax = fig.add_subplot()
+    if p.cloud:
+        ax.scatter([u for u, _ in p.cloud], [g for _, g in p.cloud], s=8, color="#bbbbbb",
+                   label=f"{p.kept:,} layouts that start and meet the targets")
+    ax.plot([x.tokens_per_s_per_user for x in p.front],
+            [x.tokens_per_s_per_gpu for x in p.front], color=_PALETTE[0], marker="o",
+            markersize=4, linewidth=1.4, label="front")
+    b = p.best
+    ax.scatter([b.tokens_per_s_per_user], [b.tokens_per_s_per_gpu], marker="*", s=160,
+               color=_PALETTE[1], zorder=3,
+               label=f"best: tp {b.tp} x pp {b.pp} x {b.replicas}, {b.max_num_seqs} seqs")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("output tokens/s per user (1 / time per output token)")
+    ax.set_ylabel("output tokens/s per GPU")
+    ax.set_title(f"{p.model} on up to {p.gpus} x {p.gpu}, requests of {p.prompt_len:,} + "
+                 f"{p.output_len:,} tokens")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8)
+    return _save(fig, path, force)

@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kvcalc.hfconfig", "kvcalc.presets", "kvcalc.model_source", "kvcalc.engines"),
     ("kvcalc.roofline", "kvcalc.latency", "kvcalc.capacity"),
     ("kvcalc.estimate",),
+    ("kvcalc.plan",),
     ("kvcalc.report", "kvcalc.plot"),
     ("kvcalc.sweep", "kvcalc.measure"),
     ("kvcalc.cli", "kvcalc.__main__"),

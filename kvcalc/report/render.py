@@ -31,6 +31,10 @@ class Tab:
     records: bool = False
 
 
+class Verbatim(str):
+    """A line shown as written, never wrapped (a command to copy); markdown fences it."""
+
+
 def to_rich(tab: Tab):
     """A rich Table; cells are Text, so '[red]' in a model name prints as written."""
     from rich import box
@@ -57,6 +61,9 @@ def to_markdown(items: list) -> str:
     """Paragraphs (str) and tables (Tab) as GitHub-flavoured markdown."""
     parts = []
     for item in items:
+        if isinstance(item, Verbatim):
+            parts.append(f"```\n{item}\n```")
+            continue
         if isinstance(item, str):
             parts.append(item.replace("\n", "  \n"))
             continue
@@ -90,6 +97,9 @@ def _plain_text(items: list, width: int) -> str | None:
 
     out: list[str] = []
     for item in items:
+        if isinstance(item, Verbatim):
+            out.append(str(item))
+            continue
         if isinstance(item, str):
             for para in item.split("\n"):
                 out.append(fill(para, "  " if para.startswith("note:") else ""))
@@ -158,7 +168,8 @@ def show(items: list, con=None) -> None:
         if isinstance(item, str) and plain:  # wrapped as _plain_text does: units kept on
             con.file.write(_plain_text([item], terminal_width()))
         elif isinstance(item, str):
-            con.print(item, markup=False, highlight=False)
+            con.print(item, markup=False, highlight=False,
+                      soft_wrap=isinstance(item, Verbatim))
         else:
             for tab in _fitted(item, con):
                 con.print(to_rich(tab))

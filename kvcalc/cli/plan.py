@@ -1,0 +1,155 @@
+"""`kvcalc plan`: parse, call kvcalc.plan, render; exit 1 when no layout serves."""
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kvcalc.cli.options import (
+    DEFAULT_GPU,
+    SUFFIXES,
+    ForceOpt,
+    FormatOpt,
+    ModelRequest,
+    OutputOpt,
+    PromptLenOpt,
+    model_options,
+    output_format,
+    resolve_gpu,
+)
+from kvcalc.cli.parsing import command
+from kvcalc.errors import KvcalcError
+
+
+def register(app: typer.Typer, only: str | None = None) -> None:
+    @command(app, only)
+    @model_options
+    def plan(
+        request: ModelRequest,
+        gpu: Annotated[str, typer.Option(
+            "--gpu", help="Hardware preset (or YAML file) of every device.")] = DEFAULT_GPU,
+        gpus: Annotated[int, typer.Option(
+            "--gpus", help="Devices to lay the model out on: tensor x pipeline parallel x "
+            "replicas, at most this many (count).")] = 1,
+        max_model_len: Annotated[Optional[str], typer.Option(
+            "--max-model-len", show_default=False, metavar="<tokens>|auto",
+            help=f"Tokens per request the engine accepts; {SUFFIXES}; auto: the longest "
+            "each layout fits (default: --prompt-len + --output-len when both are given, "
+            "else the model's context).")] = None,
+        concurrency: Annotated[Optional[int], typer.Option(
+            "--concurrency", show_default=False, metavar="<requests>",
+            help="Requests in flight across all replicas at most (default: as many as the "
+            "cache and --max-num-seqs hold).")] = None,
+        prompt_len: PromptLenOpt = None,
+        output_len: Annotated[Optional[int], typer.Option(
+            "--output-len", show_default=False, metavar="<tokens>",
+            help="Output tokens per request, suffixes as --prompt-len (default 128; the "
+            "prompt fills the rest of --max-model-len unless given).")] = None,
+        ttft_ms: Annotated[Optional[float], typer.Option(
+            "--ttft-ms", show_default=False,
+            help="Keep layouts whose time to first token stays under this (ms).")] = None,
+        tpot_ms: Annotated[Optional[float], typer.Option(
+            "--tpot-ms", show_default=False,
+            help="Keep layouts whose time per output token stays under this (ms).")] = None,
+        engine: Annotated[str, typer.Option(
+            "--engine", metavar="vllm[@VERSION]",
+            help="Whose latency terms time the layouts (presets/engines); the count and "
+            "the command are vLLM's.")] = "vllm",
+        plot: Annotated[Optional[Path], typer.Option(
+            "--plot", show_default=False,
+            help="Also draw tokens/s per GPU against tokens/s per user, the front marked "
+            "(.png, .svg or .pdf; needs matplotlib: pip install 'kvcalc\\[plot]').")] = None,
+        fmt: FormatOpt = None,
+        output: OutputOpt = None,
+        force: ForceOpt = False,
+    ) -> None:
+        """The layouts N GPUs allow for a model under vLLM's start-up count, the best by
+        output tokens/s per GPU, and its `vllm serve` line.
+
+        Searches tensor x pipeline parallel x replicas, the KV cache dtype (auto, fp8),
+        --max-num-batched-tokens, --gpu-memory-utilization and --max-num-seqs; keeps
+        the layouts vLLM would start and that meet --ttft-ms and --tpot-ms; prints the
+        front of tokens/s per GPU against tokens/s per user, then the command. No layout
+        serves: exit 1 and one line on stderr saying why and what came closest.
+
+        Examples: `kvcalc plan --preset llama3.1-8b --gpu h100-sxm --max-model-len 32768`;
+        `kvcalc plan --preset llama3.3-70b --gpus 8 --max-model-len 32k --tpot-ms 40`;
+        `kvcalc plan Qwen/Qwen3-8B --gpu l4 --max-model-len auto --format json`.
+        """
+        from kvcalc.plan import NothingFits, plan as run_plan
+
+        fmt = output_format(fmt, output)
+        if plot is not None:
+            from kvcalc.plot import require_matplotlib
+
+            require_matplotlib(plot)
+        hardware = resolve_gpu(gpu)
+        if hardware is None:
+            raise KvcalcError("plan needs a device: --gpu NAME (see `kvcalc presets`)")
+        length = _max_model_len(max_model_len)
+        spec = request.resolve()
+        try:
+            result = run_plan(
+                spec, hardware, gpus=gpus, max_model_len=length, concurrency=concurrency,
+                prompt_len=prompt_len, output_len=output_len,
+                ttft_s=None if ttft_ms is None else ttft_ms / 1000,
+                tpot_s=None if tpot_ms is None else tpot_ms / 1000,
+                engine=_vllm_terms(engine), model=_served_name(request),
+                allow_long_max_model_len=_allows_long())
+        except NothingFits as e:
+            sys.stderr.write(f"kvcalc: {' '.join(str(e).split())}\n")
+            raise typer.Exit(1)
+        from kvcalc.report.plan import plan_items
+        from kvcalc.report.render import deliver
+
+        deliver(fmt.value, plan_items(result), data=result.as_dict(),
+                rows=[x.as_dict() for x in result.front], output=output, force=force)
+        if plot is not None:
+            from kvcalc.plot import plot_plan
+
+            plot_plan(result, plot, force)
+
+
+def _max_model_len(text: Optional[str]):
+    if text is None:
+        return None
+    if text.strip().lower() == "auto":
+        return "auto"
+    from kvcalc.dtypes import MAX_SEQ_LEN, check_size
+    from kvcalc.units import count
+
+    value = count(text, "--max-model-len")
+    check_size("--max-model-len", value, MAX_SEQ_LEN)
+    return value
+
+
+def _vllm_terms(text: str):
+    """--engine: vLLM's fitted terms (a version of them, with @VERSION)."""
+    from kvcalc.engines import load_engine
+
+    engine, _ = load_engine(text)
+    if engine.name != "vllm":
+        raise KvcalcError(f"--engine {text}: plan counts and writes vLLM's start-up; give "
+                          "vllm (or vllm@VERSION)")
+    return engine
+
+
+def _served_name(request: ModelRequest) -> Optional[str]:
+    """The name `vllm serve` takes for MODEL: a Hub id or a folder as written; None for a
+    preset or a config file (the preset's Hub id, kvcalc.plan.hub_id)."""
+    from kvcalc import presets
+
+    text = request.model
+    if text is None or presets.find(text, presets.model_names()) is not None:
+        return None
+    path = Path(text).expanduser()
+    if path.is_file():
+        return None
+    return text
+
+
+def _allows_long() -> bool:
+    from kvcalc.cli.estimate import _vllm_allows_long_max_model_len
+
+    return _vllm_allows_long_max_model_len()

@@ -1,0 +1,478 @@
+"""Serving layouts for N devices, searched under vLLM's start-up count and latency
+targets, and the `vllm serve` line of the best one (`kvcalc plan`).
+
+Pure: no I/O. The search, from the outside in:
+
+* shapes: tensor-parallel x pipeline-parallel ranks of one replica (tp x pp <= N),
+  tp as vLLM accepts it: it divides the attention heads
+  (`ModelConfig.verify_with_parallel_config`, vllm/config/model.py: "Total number of
+  attention heads (...) must be divisible by tensor parallel size") and the K/V heads
+  divide it or it divides them (QKVParallelLinear's asserts, vllm/model_executor/
+  layers/linear.py); pp up to the layer count;
+* per shape: KV dtype (auto, fp8), --max-num-batched-tokens (the engine default and
+  2048), --gpu-memory-utilization (0.9, then higher ones only while the cache, not
+  --max-num-seqs, is what limits the batch): each counted by
+  kvcalc.capacity.serving_capacity; the ones vLLM would refuse are dropped;
+* per counted setting: replicas (--data-parallel-size; tp x pp x replicas <= N) and
+  --max-num-seqs: powers of two up to the batch the cache holds, --concurrency split
+  over the replicas caps it too. The batch a layout runs is its --max-num-seqs.
+
+Time (kvcalc.latency with --engine's terms, vLLM's by default): requests of prompt +
+output tokens; time per output token is the decode step at the full length (the
+request's slowest); under pp the batch runs as pp micro-batches, each token passing
+every stage, so one step of the whole model at batch/pp is both the time per output
+token and the time in which the whole batch advances one token. Time to first token:
+the prompts one scheduler step takes (max_num_batched_tokens // prompt, at least one)
+prefilled together. Ranked by output tokens/s per GPU among the layouts meeting
+--ttft-ms and --tpot-ms; tokens/s per user is 1 / TPOT.
+
+Hybrid (state) models: vLLM refuses to start when max_num_seqs exceeds the blocks of
+its shared pool, since every decoding sequence holds one state block
+(`CompilationConfig.resolve_cudagraph_mode_and_sizes`, vllm/config/compilation.py,
+vLLM 0.32: "max_num_seqs (...) exceeds available Mamba cache blocks (...)"), so the
+batch is capped by the pool as well as by the concurrency it reports.
+
+The count is run per (tp, pp, KV dtype, tokens, utilization) and the latency per
+(tp, pp, KV dtype, batch): thousands of layouts share a few hundred of each.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import field, replace
+
+from kvcalc._record import record
+from kvcalc.capacity.engine import GiB, EngineSettings, default_batch_limits
+from kvcalc.capacity.serving import Capacity, serving_capacity
+from kvcalc.errors import KvcalcError
+from kvcalc.spec import Hardware, ModelSpec
+
+__all__ = ["Layout", "NothingFits", "Plan", "hub_id", "plan", "serve_command"]
+
+UTILIZATIONS = ("0.9", "0.92", "0.95")  # vLLM's default first, then a little more
+KV_DTYPES = ("auto", "fp8")  # --kv-cache-dtype: the model's dtype, or fp8 (e4m3)
+SMALL_BATCHED_TOKENS = 2048  # a smaller profiling pass: more cache, smaller prefills
+DEFAULT_OUTPUT_LEN = 128  # output tokens per request when not given (vllm bench's)
+MAX_FRONT = 12  # rows of the printed front
+
+
+class NothingFits(KvcalcError):
+    """No layout starts (or none meets the latency targets): the reason and the closest."""
+
+
+@record
+class Layout:
+    """One way to serve the model on the devices, and what it gives."""
+
+    tp: int
+    pp: int
+    replicas: int  # engines side by side (--data-parallel-size)
+    kv_dtype: str  # --kv-cache-dtype: "auto" or "fp8"
+    gpu_memory_utilization: str
+    max_num_batched_tokens: int  # the engine's value (its default, or the one given)
+    batched_tokens_given: bool  # the line must say --max-num-batched-tokens
+    max_num_seqs: int  # = the batch each replica runs
+    max_model_len: int
+    max_concurrency: float  # vLLM's "Maximum concurrency" at these settings (search count)
+    kv_cache_tokens: int
+    num_gpu_blocks: int
+    ttft_s: float
+    tpot_s: float
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.replicas
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Output tokens/s of all replicas together."""
+        return self.replicas * self.max_num_seqs / self.tpot_s
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens_per_s / self.gpus
+
+    @property
+    def tokens_per_s_per_user(self) -> float:
+        return 1 / self.tpot_s
+
+    def as_dict(self) -> dict:
+        return {"tp": self.tp, "pp": self.pp, "replicas": self.replicas, "gpus": self.gpus,
+                "kv_cache_dtype": self.kv_dtype,
+                "gpu_memory_utilization": float(self.gpu_memory_utilization),
+                "max_num_batched_tokens": self.max_num_batched_tokens,
+                "max_num_seqs": self.max_num_seqs, "max_model_len": self.max_model_len,
+                "max_concurrency": self.max_concurrency,
+                "kv_cache_tokens": self.kv_cache_tokens, "num_gpu_blocks": self.num_gpu_blocks,
+                "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
+                "tokens_per_s": self.tokens_per_s,
+                "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+                "tokens_per_s_per_user": self.tokens_per_s_per_user}
+
+
+@record
+class Plan:
+    """The searched layouts: the front of tokens/s per GPU against tokens/s per user
+    (fastest per user first), the best by tokens/s per GPU, and its `vllm serve` line."""
+
+    model: str
+    gpu: str
+    gpus: int
+    prompt_len: int
+    output_len: int
+    engine: str  # whose latency terms
+    vllm_version: str  # whose start-up count
+    searched: int  # layouts looked at
+    kept: int  # of them, the ones that start and meet the targets
+    front: tuple[Layout, ...]
+    best: Layout
+    command: str
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    # (tokens/s per user, tokens/s per GPU) of every kept layout, for the plot
+    cloud: tuple[tuple[float, float], ...] = field(default_factory=tuple)
+
+    def as_dict(self) -> dict:
+        return {"model": self.model, "gpu": self.gpu, "gpus": self.gpus,
+                "prompt_len": self.prompt_len, "output_len": self.output_len,
+                "engine": self.engine, "vllm_version": self.vllm_version,
+                "searched": self.searched, "kept": self.kept,
+                "layouts": [x.as_dict() for x in self.front],
+                "best": {**self.best.as_dict(), "command": self.command},
+                "notes": list(self.notes)}
+
+
+def hub_id(spec: ModelSpec) -> str | None:
+    """The Hugging Face id a preset was read from (its source names huggingface.co/ORG/NAME)."""
+    m = re.search(r"huggingface\.co/([A-Za-z0-9][\w.-]*/[\w.-]*[\w])", spec.source or "")
+    return m.group(1) if m else None
+
+
+def serve_command(model: str, layout: Layout) -> str:
+    """The `vllm serve` line for `layout`: only flags vLLM 0.32's parser takes."""
+    import shlex
+
+    parts = ["vllm", "serve", shlex.quote(model),
+             "--tensor-parallel-size", str(layout.tp),
+             "--pipeline-parallel-size", str(layout.pp)]
+    if layout.replicas > 1:
+        parts += ["--data-parallel-size", str(layout.replicas)]
+    parts += ["--max-model-len", str(layout.max_model_len),
+              "--gpu-memory-utilization", layout.gpu_memory_utilization,
+              "--max-num-seqs", str(layout.max_num_seqs)]
+    if layout.batched_tokens_given:
+        parts += ["--max-num-batched-tokens", str(layout.max_num_batched_tokens)]
+    if layout.kv_dtype != "auto":
+        parts += ["--kv-cache-dtype", layout.kv_dtype]
+    return " ".join(parts)
+
+
+def tp_sizes(spec: ModelSpec, gpus: int) -> list[int]:
+    """Tensor-parallel sizes vLLM accepts for `spec` on at most `gpus` devices."""
+    out = []
+    for tp in range(1, gpus + 1):
+        if spec.heads and spec.heads % tp:
+            continue
+        kv = spec.kv_heads if spec.mla is None else 0  # MLA's latent is replicated
+        if kv and kv % tp and tp % kv:
+            continue
+        out.append(tp)
+    return out
+
+
+def pp_sizes(spec: ModelSpec, devices: int) -> list[int]:
+    """Pipeline stages to try on `devices` devices: powers of two up to the layer count
+    (vLLM takes any; stages that split the layers unevenly only leave devices idle)."""
+    return [1 << i for i in range(devices.bit_length()) if (1 << i) <= min(devices, spec.layers)]
+
+
+@record(frozen=False)
+class _Search:
+    """What every layout of one plan shares; the counts and latencies it caches."""
+
+    spec: ModelSpec
+    hw: Hardware
+    prompt_len: int | None  # None: each layout's max_model_len less the output
+    output_len: int
+    ttft_s: float | None
+    tpot_s: float | None
+    engine: object
+    base: EngineSettings
+    latencies: dict = field(default_factory=dict)
+
+    def count(self, tp: int, pp: int, kv: str, util: str, tokens: int | None,
+              length: int, seqs: int | None = None) -> Capacity:
+        return serving_capacity(self.spec, self.hw, self.base.replace(
+            tp=tp, pp=pp, kv_dtype=kv, gpu_memory_utilization=util,
+            max_num_batched_tokens=tokens, max_num_seqs=seqs, max_model_len=length))
+
+    def prompt(self, length: int) -> int:
+        return self.prompt_len if self.prompt_len is not None else length - self.output_len
+
+    def latency(self, tp: int, kv: str, batch: int, prompt: int):
+        """kvcalc.latency of `batch` requests of `prompt` + output tokens on tp devices
+        (a pipeline's stages run one after another: the time of all its layers)."""
+        key = (tp, kv, batch, prompt)
+        if key not in self.latencies:
+            from kvcalc.estimate import stored_weights, workload_for
+            from kvcalc.latency import latency
+
+            w = workload_for(self.spec, seq_len=prompt + self.output_len, batch=batch,
+                             kv_dtype=self.base.model_dtype if kv == "auto" else kv, tp=tp,
+                             prompt_len=prompt)
+            self.latencies[key] = latency(self.spec, w, hardware=self.hw,
+                                          stored=stored_weights(self.spec, w.quantization, tp),
+                                          engine=self.engine)
+        return self.latencies[key]
+
+    def times(self, tp: int, pp: int, kv: str, batch: int, cap: Capacity) -> tuple[float, float]:
+        """(ttft_s, tpot_s) of `batch` requests per replica under the settings `cap` counted."""
+        prompt = self.prompt(cap.settings.max_model_len)
+        micro = -(-batch // pp)  # pp micro-batches in flight
+        prompts = max(1, min(batch, cap.max_num_batched_tokens // prompt))
+        return (self.latency(tp, kv, prompts, prompt).ttft_s,
+                self.latency(tp, kv, micro, prompt).tpot_s)
+
+    def meets(self, ttft: float, tpot: float) -> bool:
+        return ((self.ttft_s is None or ttft <= self.ttft_s)
+                and (self.tpot_s is None or tpot <= self.tpot_s))
+
+
+def held(cap: Capacity) -> int:
+    """Requests of max_model_len tokens the started engine holds at once: its reported
+    concurrency, at most its --max-num-seqs, and for a state model at most the blocks of
+    its pool (vLLM refuses a larger max_num_seqs)."""
+    n = min(int(cap.max_concurrency), cap.max_num_seqs)
+    if any(p.group.state_bytes for p in cap.groups):
+        n = min(n, cap.num_gpu_blocks)
+    return n
+
+
+def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | str | None = None,
+         concurrency: int | None = None, prompt_len: int | None = None,
+         output_len: int | None = None, ttft_s: float | None = None,
+         tpot_s: float | None = None, engine=None, model: str | None = None,
+         vllm_version: str = "0.33", allow_long_max_model_len: bool = False,
+         kv_dtypes: tuple[str, ...] = KV_DTYPES,
+         utilizations: tuple[str, ...] = UTILIZATIONS) -> Plan:
+    """The layouts of up to `gpus` devices like `hw` that start `spec` under vLLM's count
+    and meet the targets, best first by output tokens/s per GPU.
+
+    `max_model_len`: tokens per request the engine accepts; "auto": the longest each
+    layout fits (the model's context at most); None: prompt + output when both are
+    given, else the model's context. Requests are `prompt_len` + `output_len` tokens
+    (defaults: 128 output tokens, the prompt filling max_model_len). `model`: the name
+    the `vllm serve` line gives (default: the preset's Hub id, else its name).
+    Raises NothingFits when no layout starts or none meets the targets.
+    """
+    from kvcalc.dtypes import check_size
+
+    check_size("gpus", gpus, 4096)
+    for name, v in (("concurrency", concurrency), ("prompt_len", prompt_len),
+                    ("output_len", output_len)):
+        if v is not None:
+            check_size(name, v, 1 << 40)
+    for name, v in (("ttft", ttft_s), ("tpot", tpot_s)):
+        if v is not None and not v > 0:
+            raise KvcalcError(f"--{name}-ms must be a positive number of milliseconds")
+    auto = max_model_len == "auto"
+    length = _length(spec, max_model_len, prompt_len, output_len, allow_long_max_model_len)
+    out_len = output_len if output_len is not None else min(DEFAULT_OUTPUT_LEN, length - 1)
+    if not 0 < out_len < length and prompt_len is None:
+        raise KvcalcError(f"--output-len {out_len:,} leaves no prompt in max_model_len "
+                          f"{length:,}")
+    p_len = prompt_len if prompt_len is not None else length - out_len
+    if not auto and p_len + out_len > length:
+        raise KvcalcError(f"--prompt-len + --output-len ({p_len + out_len:,} tokens) is over "
+                          f"--max-model-len {length:,}: the engine would refuse such requests")
+    base = EngineSettings(max_model_len=length, vllm_version=vllm_version,
+                          allow_long_max_model_len=allow_long_max_model_len)
+    search = _Search(spec=spec, hw=hw, prompt_len=prompt_len, output_len=out_len, ttft_s=ttft_s,
+                     tpot_s=tpot_s, engine=engine, base=base)
+    kv_choices = ("auto",) if spec.attention_free else kv_dtypes
+
+    counted, refused = [], []
+    shapes = [(tp, kv, tokens) for tp in tp_sizes(spec, gpus) for kv in kv_choices
+              for tokens in _profiles(hw, base.replace(tp=tp))]
+    for tp, kv, tokens in shapes:
+        for pp in pp_sizes(spec, gpus // tp):
+            enough = False  # a replica holds all the batch it may run: more stages only cost
+            for util in utilizations:
+                try:
+                    cap = search.count(tp, pp, kv, util, tokens, length)
+                    if auto and not cap.fits:
+                        cap = _longest(search, cap, tp, pp, kv, util, tokens,
+                                       (prompt_len or 1) + out_len)
+                except KvcalcError as e:  # a shape vLLM refuses before counting
+                    refused.append((tp, pp, kv, util, None, str(e)))
+                    break
+                if not cap.fits or held(cap) < 1:
+                    refused.append((tp, pp, kv, util, cap, cap.refusal))
+                    continue
+                counted.append((tp, pp, kv, util, tokens, cap))
+                if held(cap) >= min(cap.max_num_seqs, concurrency or cap.max_num_seqs):
+                    enough = True
+                    break  # more memory buys no larger batch
+            if enough:
+                break
+    if not counted:
+        raise NothingFits(_nothing_starts(spec, hw, gpus, length, auto, refused))
+
+    layouts = []
+    searched = 0
+    for tp, pp, kv, util, tokens, cap in counted:
+        most = gpus // (tp * pp)
+        # Replicas change the batch per replica only when --concurrency splits over them.
+        for replicas in range(1, most + 1) if concurrency is not None else (most,):
+            top = held(cap)
+            if concurrency is not None:
+                top = min(top, -(-concurrency // replicas))
+            for batch in _batches(top):
+                searched += 1
+                ttft, tpot = search.times(tp, pp, kv, batch, cap)
+                if not search.meets(ttft, tpot):
+                    break  # both times grow with the batch
+                layouts.append(Layout(
+                    tp=tp, pp=pp, replicas=replicas, kv_dtype=kv, gpu_memory_utilization=util,
+                    max_num_batched_tokens=cap.max_num_batched_tokens,
+                    batched_tokens_given=tokens is not None, max_num_seqs=batch,
+                    max_model_len=cap.settings.max_model_len,
+                    max_concurrency=cap.max_concurrency, kv_cache_tokens=cap.kv_cache_tokens,
+                    num_gpu_blocks=cap.num_gpu_blocks, ttft_s=ttft, tpot_s=tpot))
+    if not layouts:
+        raise NothingFits(_nothing_meets(search, counted))
+
+    # The search counted each setting once, at the engine's default --max-num-seqs; the
+    # printed ones are counted again as printed (a smaller max_num_seqs profiles less,
+    # so they should start with room to spare).
+    ranked = sorted(layouts, key=_rank)
+    best = next((x for x in ranked if starts(search, x)), None)
+    if best is None:  # pragma: no cover - the count is monotone in max_num_seqs
+        raise NothingFits("no layout starts when counted again with its own --max-num-seqs")
+    front = [x for x in _front(ranked) if x == best or starts(search, x)]
+    name = model or hub_id(spec) or spec.name
+    notes = []
+    if model is None and hub_id(spec) is None:
+        notes.append(f"{spec.name} names no Hugging Face id: put the model's id or folder "
+                     f"in its place in the vllm serve line")
+    if best.replicas > 1:
+        notes.append(f"{best.replicas} replicas of {best.tp * best.pp} GPUs each "
+                     f"(--data-parallel-size): --max-num-seqs is per replica")
+    return Plan(model=spec.name, gpu=hw.name, gpus=gpus,
+                prompt_len=search.prompt(best.max_model_len), output_len=out_len,
+                engine=getattr(engine, "name", "") or "datasheet roofline",
+                vllm_version=vllm_version, searched=searched, kept=len(layouts),
+                front=tuple(front), best=best, command=serve_command(name, best),
+                notes=tuple(notes),
+                cloud=tuple(sorted({(x.tokens_per_s_per_user, x.tokens_per_s_per_gpu)
+                                    for x in layouts})))
+
+
+def starts(search: _Search, x: Layout) -> bool:
+    """`x` counted as its command says: vLLM starts it and holds its --max-num-seqs."""
+    cap = search.count(x.tp, x.pp, x.kv_dtype, x.gpu_memory_utilization,
+                       x.max_num_batched_tokens if x.batched_tokens_given else None,
+                       x.max_model_len, seqs=x.max_num_seqs)
+    return cap.fits and held(cap) >= x.max_num_seqs
+
+
+def _profiles(hw: Hardware, s: EngineSettings) -> tuple[int | None, ...]:
+    """--max-num-batched-tokens to try: the engine's default (None), and a smaller
+    profiling pass where the default is larger."""
+    default = default_batch_limits(hw, s)[0]
+    return (None,) + ((SMALL_BATCHED_TOKENS,) if SMALL_BATCHED_TOKENS < default else ())
+
+
+def _length(spec, max_model_len, prompt_len, output_len, allow_long) -> int:
+    """The max_model_len the search starts from."""
+    context = spec.max_context or 0
+    if max_model_len == "auto":
+        if not context:
+            raise KvcalcError(f"--max-model-len auto needs the model's context, and "
+                              f"{spec.name} states none: give a number")
+        return context
+    if max_model_len is not None:
+        return max_model_len
+    if prompt_len is not None and output_len is not None:
+        return prompt_len + output_len
+    if not context:
+        raise KvcalcError(f"{spec.name} states no context length: give --max-model-len")
+    return context
+
+
+def _longest(search: _Search, cap: Capacity, tp, pp, kv, util, tokens, least: int):
+    """--max-model-len auto: the longest length this setting starts with (the model's
+    context at most), counted again at that length; still refused when no length of at
+    least `least` tokens starts."""
+    while not cap.fits:
+        longest = cap.max_model_len_fit
+        if longest < max(least, 1) or longest >= cap.settings.max_model_len:
+            return cap  # refused: nothing long enough starts
+        cap = search.count(tp, pp, kv, util, tokens, longest)
+    return cap
+
+
+def _batches(top: int) -> list[int]:
+    """Powers of two below `top`, then `top`: the front from one user to the most."""
+    out = [1 << i for i in range(max(top, 1).bit_length()) if (1 << i) < top]
+    return out + [top] if top >= 1 else []
+
+
+def _rank(x: Layout):
+    """Best first: tokens/s per GPU, then per user, then all together; ties to the
+    safer settings (lower utilization, the model's KV dtype, the default profile)."""
+    return (-x.tokens_per_s_per_gpu, -x.tokens_per_s_per_user, -x.tokens_per_s,
+            float(x.gpu_memory_utilization), x.kv_dtype != "auto", x.batched_tokens_given,
+            x.tp * x.pp)
+
+
+def _front(ranked: list[Layout]) -> list[Layout]:
+    """The Pareto front of (tokens/s per GPU, tokens/s per user), fastest per user
+    first; at most MAX_FRONT rows, spread evenly, the best always among them."""
+    front: list[Layout] = []
+    best_user = -1.0
+    for x in ranked:  # by tokens/s per GPU, descending
+        if x.tokens_per_s_per_user > best_user:
+            front.append(x)
+            best_user = x.tokens_per_s_per_user
+    front.reverse()
+    if len(front) > MAX_FRONT:
+        step = (len(front) - 1) / (MAX_FRONT - 1)
+        front = [front[round(i * step)] for i in range(MAX_FRONT)]
+    return front
+
+
+def _nothing_starts(spec, hw, gpus, length, auto, refused) -> str:
+    what = "at any length" if auto else f"at max_model_len {length:,}"
+    counted = [r for r in refused if r[4] is not None]
+    if not counted:
+        reasons = sorted({r[5] for r in refused})
+        return (f"no layout of up to {gpus} x {hw.name} starts {spec.name}: "
+                f"{reasons[0] if reasons else 'no tensor-parallel size divides its heads'}")
+    tp, pp, kv, util, cap, _ = max(counted, key=lambda r: (
+        r[4].max_model_len_fit, r[4].deciding.kv_cache, -r[0] * r[1]))
+    d = cap.deciding
+    where = (f"tp={tp} pp={pp}, KV {'fp8' if kv == 'fp8' else 'auto'}, "
+             f"utilization {util}")
+    if d.kv_cache <= 0:
+        why = (f"weights {d.weights / GiB:.2f} GiB + activation peak "
+               f"{d.activation_peak / GiB:.2f} GiB + non-torch {d.non_torch / GiB:.2f} GiB + "
+               f"CUDA graphs {d.cuda_graphs / GiB:.2f} GiB per device are "
+               f"{-d.kv_cache / GiB:.2f} GiB over its {d.budget / GiB:.2f} GiB budget, "
+               f"before any KV cache")
+    else:
+        why = (f"the {d.kv_cache / GiB:.2f} GiB left per device for the KV cache holds "
+               f"{cap.max_model_len_fit:,} tokens per request at most")
+    return (f"no layout of up to {gpus} x {hw.name} starts {spec.name} {what}; closest: "
+            f"{where}: {why}")
+
+
+def _nothing_meets(search: _Search, counted) -> str:
+    best = min(((search.times(t, p, k, 1, c), (t, p, k))
+                for t, p, k, _, _, c in counted), key=lambda r: r[0][1])
+    (ttft, tpot), (t, p, k) = best
+    targets = " and ".join(f for f, v in (("--ttft-ms", search.ttft_s),
+                                          ("--tpot-ms", search.tpot_s)) if v is not None)
+    return (f"{len(counted)} settings start, but none meets {targets} even with one request; "
+            f"closest: tp={t} pp={p}, KV {k}: time to first token {ttft * 1000:.3g} ms, "
+            f"per output token {tpot * 1000:.3g} ms")

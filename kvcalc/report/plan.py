@@ -1,0 +1,42 @@
+"""`kvcalc plan` drawn: one line, the front of layouts as a table, the command."""
+
+from __future__ import annotations
+
+from kvcalc.report.render import Tab, Verbatim
+
+
+def _layout_words(x) -> str:
+    shape = f"tp {x.tp} x pp {x.pp}"
+    return shape + (f" x {x.replicas} replicas" if x.replicas > 1 else "")
+
+
+def plan_table(p) -> Tab:
+    """The front: fastest per user first; the best layout in bold."""
+    rows, bold = [], set()
+    for i, x in enumerate(p.front):
+        if x == p.best:
+            bold.add(i)
+        rows.append([_layout_words(x), f"{x.gpus}", x.kv_dtype, x.gpu_memory_utilization,
+                     f"{x.max_num_batched_tokens:,}", f"{x.max_num_seqs:,}",
+                     f"{x.max_model_len:,}", f"{x.ttft_s * 1000:,.0f}",
+                     f"{x.tpot_s * 1000:,.1f}", f"{x.tokens_per_s_per_user:,.1f}",
+                     f"{x.tokens_per_s_per_gpu:,.0f}"])
+    caption = (f"{p.kept:,} of {p.searched:,} layouts start under vLLM {p.vllm_version}'s count "
+               f"and meet the targets; shown: the front of tokens/s per GPU against "
+               f"tokens/s per user. Requests of {p.prompt_len:,} + {p.output_len:,} tokens; "
+               f"times on {p.engine}'s terms: TPOT at the full length, TTFT for the prompts "
+               f"of one scheduler step.")
+    return Tab(f"{p.model} on up to {p.gpus} x {p.gpu}",
+               ["layout", "GPUs", "KV", "util", "batched tok", "max seqs", "max len",
+                "TTFT ms", "TPOT ms", "tok/s/user", "tok/s/GPU"], rows,
+               caption=caption, bold=bold)
+
+
+def plan_items(p) -> list:
+    b = p.best
+    head = (f"{p.model} on {b.gpus} x {p.gpu}: best {_layout_words(b)}, "
+            f"{b.tokens_per_s_per_gpu:,.0f} output tokens/s per GPU at {b.max_num_seqs:,} "
+            f"requests per replica ({b.tokens_per_s_per_user:,.1f} tokens/s each)")
+    items = [head, plan_table(p), Verbatim(p.command)]
+    items += [f"note: {n}" for n in p.notes]
+    return items
