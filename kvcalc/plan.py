@@ -13,9 +13,10 @@ Pure: no I/O. The search, from the outside in:
   2048), --gpu-memory-utilization (0.9, then higher ones only while the cache, not
   --max-num-seqs, is what limits the batch): each counted by
   kvcalc.capacity.serving_capacity; the ones vLLM would refuse are dropped;
-* per counted setting: replicas (--data-parallel-size; tp x pp x replicas <= N) and
-  --max-num-seqs: powers of two up to the batch the cache holds, --concurrency split
-  over the replicas caps it too. The batch a layout runs is its --max-num-seqs.
+* per counted setting: --max-num-seqs, powers of two up to the batch the cache holds
+  (and --concurrency), which is the batch each replica runs; replicas
+  (--data-parallel-size; tp x pp x replicas <= N): all the devices take, or with
+  --concurrency the fewest that carry it at that batch.
 
 Time (kvcalc.latency with --engine's terms, vLLM's by default): requests of prompt +
 output tokens; time per output token is the decode step at the full length (the
@@ -68,6 +69,7 @@ class Layout:
     tp: int
     pp: int
     replicas: int  # engines side by side (--data-parallel-size)
+    requests: int  # in flight across the replicas: replicas x batch, at most --concurrency
     kv_dtype: str  # --kv-cache-dtype: "auto" or "fp8"
     gpu_memory_utilization: str
     max_num_batched_tokens: int  # the engine's value (its default, or the one given)
@@ -87,7 +89,7 @@ class Layout:
     @property
     def tokens_per_s(self) -> float:
         """Output tokens/s of all replicas together."""
-        return self.replicas * self.max_num_seqs / self.tpot_s
+        return self.requests / self.tpot_s
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -99,6 +101,7 @@ class Layout:
 
     def as_dict(self) -> dict:
         return {"tp": self.tp, "pp": self.pp, "replicas": self.replicas, "gpus": self.gpus,
+                "requests": self.requests,
                 "kv_cache_dtype": self.kv_dtype,
                 "gpu_memory_utilization": float(self.gpu_memory_utilization),
                 "max_num_batched_tokens": self.max_num_batched_tokens,
@@ -322,23 +325,24 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     searched = 0
     for tp, pp, kv, util, tokens, cap in counted:
         most = gpus // (tp * pp)
-        # Replicas change the batch per replica only when --concurrency splits over them.
-        for replicas in range(1, most + 1) if concurrency is not None else (most,):
-            top = held(cap)
-            if concurrency is not None:
-                top = min(top, -(-concurrency // replicas))
-            for batch in _batches(top):
-                searched += 1
-                ttft, tpot = search.times(tp, pp, kv, batch, cap)
-                if not search.meets(ttft, tpot):
-                    break  # both times grow with the batch
-                layouts.append(Layout(
-                    tp=tp, pp=pp, replicas=replicas, kv_dtype=kv, gpu_memory_utilization=util,
-                    max_num_batched_tokens=cap.max_num_batched_tokens,
-                    batched_tokens_given=tokens is not None, max_num_seqs=batch,
-                    max_model_len=cap.settings.max_model_len,
-                    max_concurrency=cap.max_concurrency, kv_cache_tokens=cap.kv_cache_tokens,
-                    num_gpu_blocks=cap.num_gpu_blocks, ttft_s=ttft, tpot_s=tpot))
+        top = held(cap) if concurrency is None else min(held(cap), concurrency)
+        for batch in _batches(top):
+            # All the replicas the devices take; with --concurrency, the fewest that carry
+            # it at this batch each (more would only run emptier).
+            replicas = most if concurrency is None else min(most, -(-concurrency // batch))
+            requests = replicas * batch if concurrency is None else min(
+                concurrency, replicas * batch)
+            searched += 1
+            ttft, tpot = search.times(tp, pp, kv, batch, cap)
+            if not search.meets(ttft, tpot):
+                break  # both times grow with the batch
+            layouts.append(Layout(
+                tp=tp, pp=pp, replicas=replicas, requests=requests, kv_dtype=kv,
+                gpu_memory_utilization=util, max_num_batched_tokens=cap.max_num_batched_tokens,
+                batched_tokens_given=tokens is not None, max_num_seqs=batch,
+                max_model_len=cap.settings.max_model_len,
+                max_concurrency=cap.max_concurrency, kv_cache_tokens=cap.kv_cache_tokens,
+                num_gpu_blocks=cap.num_gpu_blocks, ttft_s=ttft, tpot_s=tpot))
     if not layouts:
         raise NothingFits(_nothing_meets(search, counted))
 
@@ -473,6 +477,6 @@ def _nothing_meets(search: _Search, counted) -> str:
     (ttft, tpot), (t, p, k) = best
     targets = " and ".join(f for f, v in (("--ttft-ms", search.ttft_s),
                                           ("--tpot-ms", search.tpot_s)) if v is not None)
-    return (f"{len(counted)} settings start, but none meets {targets} even with one request; "
-            f"closest: tp={t} pp={p}, KV {k}: time to first token {ttft * 1000:.3g} ms, "
-            f"per output token {tpot * 1000:.3g} ms")
+    return (f"no layout meets {targets} even with one request ({len(counted)} settings "
+            f"start); closest: tp={t} pp={p}, KV {k}: time to first token "
+            f"{ttft * 1000:,.3g} ms, per output token {tpot * 1000:,.3g} ms")

@@ -25,6 +25,7 @@ def pytest_configure(config):
     # Here as well as in pyproject.toml: CI's no-torch tier runs a copy of tests/ alone.
     for line in ("gpu: needs a CUDA device (skipped without one)",
                  "slow: takes more than a few seconds (runs real decode steps or ranks)",
+                 "vllm: needs vLLM itself (skipped unless it imports; README: the vLLM tier)",
                  "xdist_group: tests pytest-xdist runs in one worker (--dist loadgroup)"):
         config.addinivalue_line("markers", line)
 

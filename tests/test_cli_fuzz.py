@@ -1,12 +1,12 @@
 """Property-based fuzzing of the CLI: whatever the arguments, kvcalc answers or refuses
 in one line.
 
-1,000 generated invocations of every command (estimate, fit, presets, sweep and
+1,000 generated invocations of every command (estimate, fit, presets, sweep, plan and
 measure), drawing every option each command has (read from the command itself) with
 values good and bad, and every preset file and HF config in the repository:
 exit code 0 or 2; on 2 exactly one stderr line, `kvcalc: error: ...`, with no traceback
 and no internal wording (pydantic's, errno's, Python's); on 0 with --format json or csv,
-output that parses.
+output that parses. plan may also exit 1 (no layout serves): one stderr line, `kvcalc: `.
 """
 
 from __future__ import annotations
@@ -99,12 +99,12 @@ def _args(draw, tmp: Path) -> list[str]:
     # measure runs real (tiny) decode steps, about 2 s each on a 2-core VM: drawn about
     # once in 58 (some 17 cases in 1,000), the analytical commands the rest.
     name = draw(st.sampled_from(["estimate"] * 24 + ["fit"] * 12 + ["presets"] * 8
-                                + ["sweep"] * 13 + ["measure"]))
+                                + ["sweep"] * 13 + ["plan"] * 8 + ["measure"]))
     command = COMMANDS[name]
     values = _values(tmp)
     options = [p for p in command.params if getattr(p, "param_type_name", "") == "option"]
     args = [name]
-    if name in ("estimate", "fit", "sweep") and draw(st.integers(0, 3)) == 0:
+    if name in ("estimate", "fit", "sweep", "plan") and draw(st.integers(0, 3)) == 0:
         args.append(draw(values["MODEL"]))
     if name == "presets":
         args += draw(st.sampled_from([[], ["show", draw(st.sampled_from(MODELS + HARDWARE))],
@@ -225,6 +225,11 @@ def _check_invocation(tmp: Path, args: list[str]) -> None:
     # which a case that built a list per layer of 10^8 would have pushed past gigabytes.
     assert seconds < CASE_SECONDS.get(args[0], CASE_SECONDS_OTHER), f"{where}: {seconds:.1f} s"
     assert _peak_rss_bytes() < PEAK_RSS_BYTES, f"{where}: peak RSS {_peak_rss_bytes():,} B"
+    if args[0] == "plan" and r.exit_code == 1:  # no layout serves: one line, why
+        lines = r.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("kvcalc: no layout"), f"{where}\n{r.stderr}"
+        assert not LEAKS.search(r.stderr), f"{where}\n{r.stderr}"
+        return
     assert r.exit_code in (0, 2), f"{where}: exit {r.exit_code}\n{r.stderr}\n{r.exception!r}"
     if r.exit_code == 2:
         lines = r.stderr.splitlines()

@@ -30,6 +30,8 @@ import pytest
 
 vllm = pytest.importorskip("vllm")
 
+pytestmark = pytest.mark.vllm
+
 import torch  # noqa: E402  (after the skip: only the oracle's venv has both)
 
 from kvcalc.capacity.engine import GiB, EngineSettings  # noqa: E402

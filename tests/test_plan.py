@@ -1,0 +1,265 @@
+"""kvcalc.plan and `kvcalc plan`: the search by hand arithmetic, and every printed
+`vllm serve` line counted again by kvcalc's own engine count (vLLM's own parser reads
+them in tests/test_plan_vllm.py, the opt-in vLLM tier).
+
+Truth by hand, from the published configs (presets/hf): Llama-3.1-8B has 8,030,261,248
+parameters (16.06 GB in bf16), 32 layers of 8 K/V heads of 128: a token's K and V are
+32 x 8 x 128 x 2 = 65,536 elements, 128 KiB in bf16 and 64 KiB in fp8, so one request of
+32,768 tokens needs 4 GiB (bf16) or 2 GiB (fp8). Llama-3.1-405B's 405,853,388,800
+parameters are 811.7 GB in bf16, 34 times an RTX 4090's 24 GB.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvcalc.capacity.engine import EngineSettings
+from kvcalc.capacity.serving import serving_capacity
+from kvcalc.cli import app
+from kvcalc.engines import load_engine
+from kvcalc.plan import NothingFits, plan, pp_sizes, tp_sizes
+from kvcalc.presets import load_hardware, load_model
+
+ROOT = Path(__file__).resolve().parent.parent
+GB = 10**9
+GiB = 1 << 30
+VLLM = load_engine("vllm")[0]
+
+# The issue's questions (issue 22), and a few more kinds: MoE, MLA, sliding windows,
+# attention-free, a hybrid on a small card, --max-model-len auto.
+PLANS = [
+    ("llama3.1-8b", "h100-sxm", 1, "32768"),
+    ("llama3.3-70b", "h100-sxm", 8, "32768"),
+    ("qwen3-next-80b-a3b", "h200", 4, "131072"),
+    ("gpt-oss-120b", "h100-sxm", 2, "131072"),
+    ("deepseek-r1", "h200", 8, "32768"),
+    ("gemma3-27b", "l40s", 2, "32768"),
+    ("mamba-2.8b", "l4", 1, "32768"),
+    ("jamba-1.5-mini", "h100-sxm", 2, "auto"),
+    ("llama3.1-8b", "rtx4090", 1, "auto"),
+]
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def _plan(preset, gpu, gpus, length, **kw):
+    return plan(load_model(preset), load_hardware(gpu), gpus=gpus,
+                max_model_len=length if length == "auto" else int(length), engine=VLLM, **kw)
+
+
+def _flags(command: str) -> tuple[str, dict[str, str]]:
+    """MODEL and the flags of a `vllm serve MODEL --flag value ...` line."""
+    words = shlex.split(command)
+    assert words[:2] == ["vllm", "serve"], command
+    pairs = words[3:]
+    assert len(pairs) % 2 == 0 and all(f.startswith("--") for f in pairs[::2]), command
+    flags = dict(zip(pairs[::2], pairs[1::2]))
+    assert len(flags) == len(pairs) // 2, f"a flag twice: {command}"
+    return words[2], flags
+
+
+ALLOWED = {"--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size",
+           "--max-model-len", "--gpu-memory-utilization", "--max-num-seqs",
+           "--max-num-batched-tokens", "--kv-cache-dtype"}
+
+
+# --------------------------------------------------------------------------------
+# By hand
+# --------------------------------------------------------------------------------
+def test_a_layout_that_fits_is_kept_with_the_batch_memory_allows():
+    """8B on one H100 at 32K: 80 GB x 0.9-0.95 less 16.06 GB of weights leaves 56-60 GB;
+    after activations, graphs and the CUDA context (a few GB) the fp8 cache holds about
+    (56 - 6) / 2.15 = 23 to (76 - 16.06) / 2.15 = 27.9 requests of 2 GiB."""
+    p = _plan("llama3.1-8b", "h100-sxm", 1, "32768")
+    b = p.best
+    assert (b.tp, b.pp, b.replicas, b.kv_dtype) == (1, 1, 1, "fp8")
+    assert 23 <= b.max_num_seqs <= 27
+    model, flags = _flags(p.command)
+    assert model == "meta-llama/Llama-3.1-8B"  # the preset's Hub id
+    assert flags["--max-model-len"] == "32768" and flags["--kv-cache-dtype"] == "fp8"
+    assert flags["--max-num-seqs"] == str(b.max_num_seqs)
+
+
+def test_a_layout_that_does_not_fit_is_dropped_and_nothing_fitting_is_exit_1():
+    """405B's 811.7 GB of weights on one 24 GB card: no layout, and the line says how far."""
+    with pytest.raises(NothingFits) as e:
+        _plan("llama3.1-405b", "rtx4090", 1, "8192")
+    assert "closest" in str(e.value) and "over its" in str(e.value)
+    r = run("plan", "--preset", "llama3.1-405b", "--gpu", "rtx4090", "--gpus", "1",
+            "--max-model-len", "8192")
+    assert r.exit_code == 1
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kvcalc: no layout of up to 1 x rtx4090")
+    assert r.stdout == ""
+
+
+def test_bf16_cache_is_dropped_where_only_fp8_holds_one_request():
+    """8B on a 24 GB RTX 4090 at 128K: 16.06 GB of weights leave under 6 GB, less than
+    the 16 GiB one bf16 request of 131,072 tokens needs, and less than fp8's 8 GiB too;
+    at 64K fp8 needs 4 GiB, bf16 8 GiB: only fp8 layouts may be kept."""
+    with pytest.raises(NothingFits):
+        _plan("llama3.1-8b", "rtx4090", 1, "131072")
+    p = _plan("llama3.1-8b", "rtx4090", 1, "65536")
+    assert {x.kv_dtype for x in p.front} == {"fp8"}
+
+
+def test_ranking_by_hand_one_gpu_at_a_larger_batch_beats_tensor_parallel():
+    """8B, 2 H100s, 2 requests at 32K in fp8. Decode is memory-bound: a step reads the
+    weights once and each request's cache. tp 1 with both requests: 16.06 + 2 x 2.15 =
+    20.4 GB per step for 2 tokens on 1 GPU; two replicas of 1 request: 18.2 GB for 1
+    token per GPU; tp 2: 10.2 GB per GPU per step for 2 tokens on 2 GPUs plus two
+    all-reduces per layer. Tokens per GB read per GPU: 2/20.4 = 0.098 > 1/18.2 = 0.055,
+    and tp 2's 1/10.2 = 0.098 less its all-reduce time. So tp 1 at batch 2 is best per
+    GPU; tp 2 is fastest per user (half the bytes per GPU per step)."""
+    p = _plan("llama3.1-8b", "h100-sxm", 2, "32768", concurrency=2)
+    assert (p.best.tp, p.best.replicas, p.best.max_num_seqs) == (1, 1, 2)
+    fastest = p.front[0]
+    assert fastest.tp == 2
+    assert fastest.tpot_s < p.best.tpot_s
+    # The front: faster per user, slower per GPU, row after row.
+    for a, b in zip(p.front, p.front[1:]):
+        assert a.tokens_per_s_per_user > b.tokens_per_s_per_user
+        assert a.tokens_per_s_per_gpu < b.tokens_per_s_per_gpu
+
+
+def test_latency_targets_drop_the_layouts_that_miss_them():
+    """At 32K a prompt's prefill on one H100 takes seconds (32,640 tokens x 2 x 8e9
+    FLOPs = 5.2e14 FLOPs at under 1e15 FLOP/s): a 100 ms TTFT target keeps nothing."""
+    with pytest.raises(NothingFits) as e:
+        _plan("llama3.1-8b", "h100-sxm", 1, "32768", ttft_s=0.1)
+    assert "--ttft-ms" in str(e.value)
+    loose = _plan("llama3.1-8b", "h100-sxm", 1, "32768")
+    tight = _plan("llama3.1-8b", "h100-sxm", 1, "32768", tpot_s=loose.best.tpot_s / 2)
+    assert tight.best.max_num_seqs < loose.best.max_num_seqs
+    assert all(x.tpot_s <= loose.best.tpot_s / 2 for x in tight.front)
+
+
+def test_tensor_parallel_sizes_are_the_ones_vllm_accepts():
+    """Heads divisible by tp; K/V heads divisible by tp or tp by them (vLLM's QKV split)."""
+    llama = load_model("llama3.1-8b")  # 32 heads, 8 K/V heads
+    assert tp_sizes(llama, 8) == [1, 2, 4, 8]
+    assert tp_sizes(llama, 64) == [1, 2, 4, 8, 16, 32]
+    assert tp_sizes(load_model("qwen2-7b"), 8) == [1, 2, 4]  # 28 heads, 4 K/V heads
+    assert pp_sizes(llama, 8) == [1, 2, 4, 8]
+
+
+# --------------------------------------------------------------------------------
+# Every printed line, counted again
+# --------------------------------------------------------------------------------
+@pytest.mark.parametrize("preset,gpu,gpus,length", PLANS)
+def test_printed_settings_start_with_the_promised_concurrency(preset, gpu, gpus, length):
+    """Each front row's `vllm serve` flags, read back from the line and counted by
+    kvcalc.capacity.serving (the engine count): it starts, and holds --max-num-seqs
+    requests of --max-model-len at once; a state model's pool has a block for each
+    (vLLM refuses max_num_seqs above it)."""
+    from kvcalc.plan import serve_command
+
+    p = _plan(preset, gpu, gpus, length)
+    spec, hw = load_model(preset), load_hardware(gpu)
+    for x in p.front:
+        command = p.command if x == p.best else serve_command("m", x)
+        _, flags = _flags(command)
+        assert set(flags) <= ALLOWED, command
+        tp, pp = int(flags["--tensor-parallel-size"]), int(flags["--pipeline-parallel-size"])
+        replicas = int(flags.get("--data-parallel-size", "1"))
+        assert tp * pp * replicas <= gpus
+        tokens = flags.get("--max-num-batched-tokens")
+        cap = serving_capacity(spec, hw, EngineSettings(
+            max_model_len=int(flags["--max-model-len"]), tp=tp, pp=pp,
+            gpu_memory_utilization=flags["--gpu-memory-utilization"],
+            max_num_seqs=int(flags["--max-num-seqs"]),
+            max_num_batched_tokens=None if tokens is None else int(tokens),
+            kv_dtype=flags.get("--kv-cache-dtype", "auto")))
+        seqs = int(flags["--max-num-seqs"])
+        assert cap.fits, (command, cap.refusal)
+        assert cap.max_concurrency >= seqs, command
+        assert cap.max_num_batched_tokens >= seqs  # vLLM's SchedulerConfig check
+        if any(g.group.state_bytes for g in cap.groups):
+            assert cap.num_gpu_blocks >= seqs, command
+
+
+def test_the_issue_questions_answer_in_under_a_second():
+    import time
+
+    start = time.perf_counter()
+    p = _plan("llama3.3-70b", "h100-sxm", 8, "32768")
+    assert time.perf_counter() - start < 3  # under a second on a quiet host
+    assert p.searched >= 300
+    wide = _plan("llama3.3-70b", "h100-sxm", 64, "32768", concurrency=500)
+    assert wide.searched >= 1000
+
+
+def test_preset_without_a_hub_id_says_so():
+    p = _plan("gpt3", "h100-sxm", 8, "2048")
+    model, _ = _flags(p.command)
+    assert model == "gpt3"
+    assert any("no Hugging Face id" in n for n in p.notes)
+
+
+# --------------------------------------------------------------------------------
+# The command
+# --------------------------------------------------------------------------------
+def test_cli_json_has_layouts_and_best_with_its_command():
+    r = run("plan", "--preset", "llama3.3-70b", "--gpu", "h100-sxm", "--gpus", "8",
+            "--max-model-len", "32k", "--format", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["layouts"] and out["best"]["command"].startswith(
+        "vllm serve meta-llama/Llama-3.3-70B-Instruct ")
+    assert "--max-model-len 32000" in out["best"]["command"]  # 32k = 32,000, as vLLM reads it
+    assert out["best"]["tokens_per_s_per_gpu"] == max(
+        x["tokens_per_s_per_gpu"] for x in out["layouts"])
+
+
+def test_cli_table_prints_the_command_whole_on_one_line():
+    r = run("plan", "--preset", "llama3.1-8b", "--max-model-len", "32768")
+    assert r.exit_code == 0, r.output
+    line = [x for x in r.stdout.splitlines() if x.startswith("vllm serve ")]
+    assert len(line) == 1 and line[0].endswith("--kv-cache-dtype fp8")
+    md = run("plan", "--preset", "llama3.1-8b", "--max-model-len", "32768", "--format", "md")
+    assert "```\nvllm serve meta-llama/Llama-3.1-8B " in md.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--gpus", "0"], "gpus must be positive"),
+    (["--max-model-len", "x"], "--max-model-len expects a whole number of tokens"),
+    (["--engine", "llama.cpp"], "plan counts and writes vLLM's start-up"),
+    (["--prompt-len", "40000", "--output-len", "100", "--max-model-len", "32768"],
+     "is over --max-model-len 32,768"),
+    (["--tpot-ms", "-1"], "--tpot-ms must be a positive number"),
+    (["--gpu", "none"], "plan needs a device"),
+    (["--plot", "x.gif"], "--plot x.gif: use a .png, .svg or .pdf file name"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(args, message):
+    r = run("plan", "--preset", "llama3.1-8b", *args)
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith("kvcalc: error: ") and message in r.stderr, r.stderr
+    assert len(r.stderr.splitlines()) == 1
+
+
+def test_cli_plot_draws_the_front(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "plan.png"
+    r = run("plan", "--preset", "llama3.1-8b", "--max-model-len", "32768", "--plot", str(out))
+    assert r.exit_code == 0, r.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plan_starts_without_the_heavy_libraries():
+    """`python -X importtime -m kvcalc plan ...`: no numpy, pandas, torch or matplotlib."""
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "kvcalc", "plan",
+                        "--preset", "llama3.1-8b", "--max-model-len", "32768", "--format",
+                        "json"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert json.loads(r.stdout)["best"]["command"]
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0]
+                for line in r.stderr.splitlines() if line.startswith("import time:")}
+    assert not imported & {"numpy", "pandas", "torch", "matplotlib"}
