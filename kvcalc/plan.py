@@ -76,7 +76,7 @@ class Layout:
     batched_tokens_given: bool  # the line must say --max-num-batched-tokens
     max_num_seqs: int  # = the batch each replica runs
     max_model_len: int
-    max_concurrency: float  # vLLM's "Maximum concurrency" at these settings (search count)
+    max_concurrency: float  # vLLM's "Maximum concurrency" for its own command
     kv_cache_tokens: int
     num_gpu_blocks: int
     ttft_s: float
@@ -228,11 +228,13 @@ class _Search:
                                           engine=self.engine)
         return self.latencies[key]
 
-    def times(self, tp: int, pp: int, kv: str, batch: int, cap: Capacity) -> tuple[float, float]:
-        """(ttft_s, tpot_s) of `batch` requests per replica under the settings `cap` counted."""
-        prompt = self.prompt(cap.settings.max_model_len)
+    def times(self, tp: int, pp: int, kv: str, batch: int, length: int,
+              tokens: int) -> tuple[float, float]:
+        """(ttft_s, tpot_s) of `batch` requests per replica at max_model_len `length` and
+        max_num_batched_tokens `tokens`."""
+        prompt = self.prompt(length)
         micro = -(-batch // pp)  # pp micro-batches in flight
-        prompts = max(1, min(batch, cap.max_num_batched_tokens // prompt))
+        prompts = max(1, min(batch, tokens // prompt))
         return (self.latency(tp, kv, prompts, prompt).ttft_s,
                 self.latency(tp, kv, micro, prompt).tpot_s)
 
@@ -278,6 +280,11 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     for name, v in (("ttft", ttft_s), ("tpot", tpot_s)):
         if v is not None and not v > 0:
             raise KvcalcError(f"--{name}-ms must be a positive number of milliseconds")
+    from kvcalc.capacity.engine import parse_version
+
+    if parse_version(vllm_version) < (8, 0):  # V0 took other flags and counted otherwise
+        raise KvcalcError(f"plan follows vLLM's V1 engine (0.8 and later); --vllm-version "
+                          f"{vllm_version} is older")
     auto = max_model_len == "auto"
     length = _length(spec, max_model_len, prompt_len, output_len, allow_long_max_model_len)
     out_len = output_len if output_len is not None else min(DEFAULT_OUTPUT_LEN, length - 1)
@@ -333,12 +340,14 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
             requests = replicas * batch if concurrency is None else min(
                 concurrency, replicas * batch)
             searched += 1
-            ttft, tpot = search.times(tp, pp, kv, batch, cap)
+            # The engine's step at this max_num_seqs (its default shrinks to seqs x length).
+            step = default_batch_limits(hw, cap.settings.replace(max_num_seqs=batch))[0]
+            ttft, tpot = search.times(tp, pp, kv, batch, cap.settings.max_model_len, step)
             if not search.meets(ttft, tpot):
                 break  # both times grow with the batch
             layouts.append(Layout(
                 tp=tp, pp=pp, replicas=replicas, requests=requests, kv_dtype=kv,
-                gpu_memory_utilization=util, max_num_batched_tokens=cap.max_num_batched_tokens,
+                gpu_memory_utilization=util, max_num_batched_tokens=step,
                 batched_tokens_given=tokens is not None, max_num_seqs=batch,
                 max_model_len=cap.settings.max_model_len,
                 max_concurrency=cap.max_concurrency, kv_cache_tokens=cap.kv_cache_tokens,
@@ -350,10 +359,11 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     # printed ones are counted again as printed (a smaller max_num_seqs profiles less,
     # so they should start with room to spare).
     ranked = sorted(layouts, key=_rank)
-    best = next((x for x in ranked if starts(search, x)), None)
+    best = next(filter(None, (recounted(search, x) for x in ranked)), None)
     if best is None:  # pragma: no cover - the count is monotone in max_num_seqs
         raise NothingFits("no layout starts when counted again with its own --max-num-seqs")
-    front = [x for x in _front(ranked) if x == best or starts(search, x)]
+    front = [y for y in (best if _same(x, best) else recounted(search, x)
+                         for x in _front(ranked)) if y is not None]
     name = model or hub_id(spec) or spec.name
     notes = []
     if model is None and hub_id(spec) is None:
@@ -372,12 +382,27 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
                                     for x in layouts})))
 
 
-def starts(search: _Search, x: Layout) -> bool:
-    """`x` counted as its command says: vLLM starts it and holds its --max-num-seqs."""
+def recounted(search: _Search, x: Layout) -> Layout | None:
+    """`x` with the figures of the count of its own command; None unless vLLM starts it
+    and holds its --max-num-seqs."""
     cap = search.count(x.tp, x.pp, x.kv_dtype, x.gpu_memory_utilization,
                        x.max_num_batched_tokens if x.batched_tokens_given else None,
                        x.max_model_len, seqs=x.max_num_seqs)
-    return cap.fits and held(cap) >= x.max_num_seqs
+    if not (cap.fits and held(cap) >= x.max_num_seqs):
+        return None
+    return replace(x, max_num_batched_tokens=cap.max_num_batched_tokens,
+                   max_concurrency=cap.max_concurrency, kv_cache_tokens=cap.kv_cache_tokens,
+                   num_gpu_blocks=cap.num_gpu_blocks)
+
+
+def _same(a: Layout, b: Layout) -> bool:
+    """The same command (b's figures may be the recount's)."""
+    return _command_key(a) == _command_key(b)
+
+
+def _command_key(x: Layout) -> tuple:
+    return (x.tp, x.pp, x.replicas, x.kv_dtype, x.gpu_memory_utilization, x.max_num_seqs,
+            x.batched_tokens_given, x.max_model_len)
 
 
 def _profiles(hw: Hardware, s: EngineSettings) -> tuple[int | None, ...]:
@@ -472,7 +497,8 @@ def _nothing_starts(spec, hw, gpus, length, auto, refused) -> str:
 
 
 def _nothing_meets(search: _Search, counted) -> str:
-    best = min(((search.times(t, p, k, 1, c), (t, p, k))
+    best = min(((search.times(t, p, k, 1, c.settings.max_model_len,
+                              c.max_num_batched_tokens), (t, p, k))
                 for t, p, k, _, _, c in counted), key=lambda r: r[0][1])
     (ttft, tpot), (t, p, k) = best
     targets = " and ".join(f for f, v in (("--ttft-ms", search.ttft_s),

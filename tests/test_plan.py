@@ -237,6 +237,8 @@ def test_cli_table_prints_the_command_whole_on_one_line():
      "is over --max-model-len 32,768"),
     (["--tpot-ms", "-1"], "--tpot-ms must be a positive number"),
     (["--gpu", "none"], "plan needs a device"),
+    (["--vllm-version", "0.6.4"], "plan follows vLLM's V1 engine"),
+    (["--vllm-version", "1.2"], "vllm_version must look like 0.MINOR"),
     (["--plot", "x.gif"], "--plot x.gif: use a .png, .svg or .pdf file name"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(args, message):

@@ -56,6 +56,10 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             "--engine", metavar="vllm[@VERSION]",
             help="Whose latency terms time the layouts (presets/engines); the count and "
             "the command are vLLM's.")] = "vllm",
+        vllm_version: Annotated[Optional[str], typer.Option(
+            "--vllm-version", show_default=False,
+            help="The vLLM release whose start-up count to follow, 0.8 or later (default "
+            "0.33).")] = None,
         plot: Annotated[Optional[Path], typer.Option(
             "--plot", show_default=False,
             help="Also draw tokens/s per GPU against tokens/s per user, the front marked "
@@ -96,7 +100,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                 ttft_s=None if ttft_ms is None else ttft_ms / 1000,
                 tpot_s=None if tpot_ms is None else tpot_ms / 1000,
                 engine=_vllm_terms(engine), model=_served_name(request),
-                allow_long_max_model_len=_allows_long())
+                vllm_version=vllm_version or "0.33", allow_long_max_model_len=_allows_long())
         except NothingFits as e:
             sys.stderr.write(f"kvcalc: {' '.join(str(e).split())}\n")
             raise typer.Exit(1)

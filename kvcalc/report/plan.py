@@ -14,7 +14,7 @@ def plan_table(p) -> Tab:
     """The front: fastest per user first; the best layout in bold."""
     rows, bold = [], set()
     for i, x in enumerate(p.front):
-        if x == p.best:
+        if x is p.best:
             bold.add(i)
         rows.append([_layout_words(x), f"{x.gpus}", x.kv_dtype, x.gpu_memory_utilization,
                      f"{x.max_num_batched_tokens:,}", f"{x.max_num_seqs:,}",
