@@ -301,57 +301,11 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
                      tpot_s=tpot_s, engine=engine, base=base)
     kv_choices = ("auto",) if spec.attention_free else kv_dtypes
 
-    counted, refused = [], []
-    shapes = [(tp, kv, tokens) for tp in tp_sizes(spec, gpus) for kv in kv_choices
-              for tokens in _profiles(hw, base.replace(tp=tp))]
-    for tp, kv, tokens in shapes:
-        for pp in pp_sizes(spec, gpus // tp):
-            enough = False  # a replica holds all the batch it may run: more stages only cost
-            for util in utilizations:
-                try:
-                    cap = search.count(tp, pp, kv, util, tokens, length)
-                    if auto and not cap.fits:
-                        cap = _longest(search, cap, tp, pp, kv, util, tokens,
-                                       (prompt_len or 1) + out_len)
-                except KvcalcError as e:  # a shape vLLM refuses before counting
-                    refused.append((tp, pp, kv, util, None, str(e)))
-                    break
-                if not cap.fits or held(cap) < 1:
-                    refused.append((tp, pp, kv, util, cap, cap.refusal))
-                    continue
-                counted.append((tp, pp, kv, util, tokens, cap))
-                if held(cap) >= min(cap.max_num_seqs, concurrency or cap.max_num_seqs):
-                    enough = True
-                    break  # more memory buys no larger batch
-            if enough:
-                break
+    counted, refused = _counted(search, gpus, concurrency, kv_choices, utilizations,
+                                least=(prompt_len or 1) + out_len if auto else None)
     if not counted:
         raise NothingFits(_nothing_starts(spec, hw, gpus, length, auto, refused))
-
-    layouts = []
-    searched = 0
-    for tp, pp, kv, util, tokens, cap in counted:
-        most = gpus // (tp * pp)
-        top = held(cap) if concurrency is None else min(held(cap), concurrency)
-        for batch in _batches(top):
-            # All the replicas the devices take; with --concurrency, the fewest that carry
-            # it at this batch each (more would only run emptier).
-            replicas = most if concurrency is None else min(most, -(-concurrency // batch))
-            requests = replicas * batch if concurrency is None else min(
-                concurrency, replicas * batch)
-            searched += 1
-            # The engine's step at this max_num_seqs (its default shrinks to seqs x length).
-            step = default_batch_limits(hw, cap.settings.replace(max_num_seqs=batch))[0]
-            ttft, tpot = search.times(tp, pp, kv, batch, cap.settings.max_model_len, step)
-            if not search.meets(ttft, tpot):
-                break  # both times grow with the batch
-            layouts.append(Layout(
-                tp=tp, pp=pp, replicas=replicas, requests=requests, kv_dtype=kv,
-                gpu_memory_utilization=util, max_num_batched_tokens=step,
-                batched_tokens_given=tokens is not None, max_num_seqs=batch,
-                max_model_len=cap.settings.max_model_len,
-                max_concurrency=cap.max_concurrency, kv_cache_tokens=cap.kv_cache_tokens,
-                num_gpu_blocks=cap.num_gpu_blocks, ttft_s=ttft, tpot_s=tpot))
+    layouts, searched = _layouts(search, counted, gpus, concurrency)
     if not layouts:
         raise NothingFits(_nothing_meets(search, counted))
 
@@ -380,6 +334,71 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
                 notes=tuple(notes),
                 cloud=tuple(sorted({(x.tokens_per_s_per_user, x.tokens_per_s_per_gpu)
                                     for x in layouts})))
+
+
+def _counted(search: _Search, gpus: int, concurrency: int | None,
+             kv_choices: tuple[str, ...], utilizations: tuple[str, ...],
+             least: int | None) -> tuple[list[Capacity], list[tuple]]:
+    """The settings vLLM starts, counted (Capacity, whose settings say which), and the
+    refused ones as (tp, pp, kv, util, Capacity or None, reason). `least`: with
+    --max-model-len auto, the shortest length worth starting."""
+    spec, hw = search.spec, search.hw
+    counted, refused = [], []
+    shapes = [(tp, kv, tokens) for tp in tp_sizes(spec, gpus) for kv in kv_choices
+              for tokens in _profiles(hw, search.base.replace(tp=tp))]
+    for tp, kv, tokens in shapes:
+        for pp in pp_sizes(spec, gpus // tp):
+            enough = False  # a replica holds all the batch it may run: more stages only cost
+            for util in utilizations:
+                try:
+                    cap = search.count(tp, pp, kv, util, tokens, search.base.max_model_len)
+                    if least is not None and not cap.fits:
+                        cap = _longest(search, cap, least)
+                except KvcalcError as e:  # a shape vLLM refuses before counting
+                    refused.append((tp, pp, kv, util, None, str(e)))
+                    break
+                if not cap.fits or held(cap) < 1:
+                    refused.append((tp, pp, kv, util, cap, cap.refusal))
+                    continue
+                counted.append(cap)
+                if held(cap) >= min(cap.max_num_seqs, concurrency or cap.max_num_seqs):
+                    enough = True
+                    break  # more memory buys no larger batch
+            if enough:
+                break
+    return counted, refused
+
+
+def _layouts(search: _Search, counted: list[Capacity], gpus: int,
+             concurrency: int | None) -> tuple[list[Layout], int]:
+    """Every counted setting at each batch (--max-num-seqs) and its replicas, kept when
+    it meets the latency targets; and how many were looked at."""
+    layouts, searched = [], 0
+    for cap in counted:
+        s = cap.settings
+        most = gpus // (s.tp * s.pp)
+        top = held(cap) if concurrency is None else min(held(cap), concurrency)
+        for batch in _batches(top):
+            # All the replicas the devices take; with --concurrency, the fewest that carry
+            # it at this batch each (more would only run emptier).
+            replicas = most if concurrency is None else min(most, -(-concurrency // batch))
+            requests = replicas * batch if concurrency is None else min(
+                concurrency, replicas * batch)
+            searched += 1
+            # The engine's step at this max_num_seqs (its default shrinks to seqs x length).
+            step = default_batch_limits(search.hw, s.replace(max_num_seqs=batch))[0]
+            ttft, tpot = search.times(s.tp, s.pp, s.kv_dtype, batch, s.max_model_len, step)
+            if not search.meets(ttft, tpot):
+                break  # both times grow with the batch
+            layouts.append(Layout(
+                tp=s.tp, pp=s.pp, replicas=replicas, requests=requests, kv_dtype=s.kv_dtype,
+                gpu_memory_utilization=str(s.gpu_memory_utilization),
+                max_num_batched_tokens=step,
+                batched_tokens_given=s.max_num_batched_tokens is not None,
+                max_num_seqs=batch, max_model_len=s.max_model_len,
+                max_concurrency=cap.max_concurrency, kv_cache_tokens=cap.kv_cache_tokens,
+                num_gpu_blocks=cap.num_gpu_blocks, ttft_s=ttft, tpot_s=tpot))
+    return layouts, searched
 
 
 def recounted(search: _Search, x: Layout) -> Layout | None:
@@ -429,15 +448,16 @@ def _length(spec, max_model_len, prompt_len, output_len, allow_long) -> int:
     return context
 
 
-def _longest(search: _Search, cap: Capacity, tp, pp, kv, util, tokens, least: int):
+def _longest(search: _Search, cap: Capacity, least: int) -> Capacity:
     """--max-model-len auto: the longest length this setting starts with (the model's
     context at most), counted again at that length; still refused when no length of at
     least `least` tokens starts."""
     while not cap.fits:
         longest = cap.max_model_len_fit
-        if longest < max(least, 1) or longest >= cap.settings.max_model_len:
+        if longest < least or longest >= cap.settings.max_model_len:
             return cap  # refused: nothing long enough starts
-        cap = search.count(tp, pp, kv, util, tokens, longest)
+        cap = serving_capacity(search.spec, search.hw, cap.settings.replace(
+            max_model_len=longest))
     return cap
 
 
@@ -496,13 +516,16 @@ def _nothing_starts(spec, hw, gpus, length, auto, refused) -> str:
             f"{where}: {why}")
 
 
-def _nothing_meets(search: _Search, counted) -> str:
-    best = min(((search.times(t, p, k, 1, c.settings.max_model_len,
-                              c.max_num_batched_tokens), (t, p, k))
-                for t, p, k, _, _, c in counted), key=lambda r: r[0][1])
-    (ttft, tpot), (t, p, k) = best
+def _nothing_meets(search: _Search, counted: list[Capacity]) -> str:
+    def one(cap):
+        s = cap.settings
+        return search.times(s.tp, s.pp, s.kv_dtype, 1, s.max_model_len,
+                            cap.max_num_batched_tokens)
+
+    cap = min(counted, key=lambda c: one(c)[1])
+    (ttft, tpot), s = one(cap), cap.settings
     targets = " and ".join(f for f, v in (("--ttft-ms", search.ttft_s),
                                           ("--tpot-ms", search.tpot_s)) if v is not None)
     return (f"no layout meets {targets} even with one request ({len(counted)} settings "
-            f"start); closest: tp={t} pp={p}, KV {k}: time to first token "
+            f"start); closest: tp={s.tp} pp={s.pp}, KV {s.kv_dtype}: time to first token "
             f"{ttft * 1000:,.3g} ms, per output token {tpot * 1000:,.3g} ms")

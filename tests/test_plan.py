@@ -265,3 +265,31 @@ def test_plan_starts_without_the_heavy_libraries():
     imported = {line.rsplit("|", 1)[-1].strip().split(".")[0]
                 for line in r.stderr.splitlines() if line.startswith("import time:")}
     assert not imported & {"numpy", "pandas", "torch", "matplotlib"}
+
+
+def test_concurrency_caps_the_requests_in_flight():
+    """10 users on up to 8 H100s: the 8B's best is one GPU running all 10 (the weights
+    read once per step serve 10 tokens; more replicas would each run emptier)."""
+    p = _plan("llama3.1-8b", "h100-sxm", 8, "32768", concurrency=10)
+    assert (p.best.tp, p.best.pp, p.best.replicas, p.best.max_num_seqs) == (1, 1, 1, 10)
+    assert all(x.requests <= 10 for x in p.front)
+    assert "--data-parallel-size" not in p.command
+
+
+def test_the_served_name_is_what_the_user_typed_for_a_hub_id_or_folder(tmp_path):
+    from kvcalc.cli.options import ModelRequest
+    from kvcalc.cli.plan import _served_name
+
+    def name(model):
+        return _served_name(ModelRequest(None, None, None, None, None, None, None, None,
+                                         None, None, model=model))
+
+    assert name("Qwen/Qwen3-0.6B") == "Qwen/Qwen3-0.6B"
+    assert name(str(tmp_path)) == str(tmp_path)  # a folder: vllm serve takes its path
+    assert name("llama3.1-8b") is None  # a preset: its own Hub id
+    config = ROOT / "tests" / "data" / "hf" / "meta-llama__Llama-2-7b-hf.json"
+    assert name(str(config)) is None
+    r = run("plan", str(config), "--max-model-len", "4096", "--format", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert any("no Hugging Face id" in n for n in out["notes"])
