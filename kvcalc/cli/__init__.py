@@ -25,7 +25,7 @@ Try:
   kvcalc estimate --preset llama3-8b            one-line answer, then a table
   kvcalc estimate --preset llama2-7b --compare  MHA vs GQA vs MQA
   kvcalc fit --preset llama3-70b --tp 4         the largest batch and context
-  kvcalc plan llama3-70b --gpus 8              layouts and the vllm serve line
+  kvcalc plan llama3-70b --gpus 8               layouts and the vllm serve line
   kvcalc presets                                the models and devices it knows
   kvcalc estimate llama3-8b --engine vllm       as an engine runs it
   kvcalc measure --heads 32 --kv-heads 8        time real decode steps (torch)
