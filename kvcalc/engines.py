@@ -153,6 +153,10 @@ def check_runs(engine: Engine, family: str) -> None:
 
 def weight_family(weight_dtype_name: str, quantization) -> str:
     """The format family of a workload's weights: the checkpoint layout's, else its dtype's."""
+    if quantization is not None and not hasattr(quantization, "layout"):
+        # Weights as a folder or Hub checkpoint stores them (kvcalc.estimate.AsStored):
+        # the format is its config's quantization, None for plain weights.
+        quantization = quantization.quantization
     if quantization is not None:
         layout, bits = quantization.layout, quantization.bits
         if layout.startswith("fp8"):

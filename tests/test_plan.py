@@ -294,3 +294,19 @@ def test_the_served_name_is_what_the_user_typed_for_a_hub_id_or_folder(tmp_path)
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert any("no Hugging Face id" in n for n in out["notes"])
+
+
+def test_a_model_folder_is_planned_and_served_by_its_path(tmp_path):
+    """A folder's weights are read as stored (its safetensors headers); the line serves
+    the folder. (--engine on such weights once failed on the stored-weights record.)"""
+    import hubcache
+    from kvcalc.presets import presets_dir
+
+    cfg = json.loads((presets_dir() / "hf" / "Qwen__Qwen3-0.6B.json").read_text())
+    folder = hubcache.model_folder(tmp_path / "Qwen3-0.6B", cfg,
+                                   {"model.safetensors": hubcache.qwen3_tensors(cfg)})
+    r = run("plan", str(folder), "--gpu", "l4", "--max-model-len", "8192", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["best"]["command"].startswith(f"vllm serve {folder} ")
+    est = run("estimate", str(folder), "--gpu", "l4", "--engine", "vllm", "--format", "json")
+    assert est.exit_code == 0, est.output
