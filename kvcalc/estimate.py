@@ -110,6 +110,7 @@ class Estimate:
                 "sliding_window": s.sliding_window,
                 "sliding_layers": s.sliding_layers,
                 "source": s.source,
+                **approximate_fields(s),
             },
             "inputs": {
                 "seq_len": self.seq_len,
@@ -246,6 +247,8 @@ class Estimate:
     def notes(self) -> tuple[str, ...]:
         out = list(self.decode.notes)
         s = self.spec
+        if s.extra.get("approximate"):
+            out.append(f"approximate: {s.extra['approximate']}")
         if s.sliding_layers or s.layers_of("chunked"):
             out.append("windowed layers hold min(seq_len, window) tokens; kv_cache_bytes_full is "
                        "the figure without the windows")
@@ -503,6 +506,13 @@ def _from_headers(spec: ModelSpec, stored: AsStored, tp: int) -> StoredWeights:
     return StoredWeights(total=cw.total, breakdown=cw.breakdown, per_device=cw.per_device,
                          tp=tp, label=q.label if q is not None else "",
                          source=f"{ck.where}, {ck.total_bytes:,} B; {check}", towers=cw.towers)
+
+
+def approximate_fields(spec: ModelSpec) -> dict:
+    """{"approximate": True, "approximate_reason": ...} for a model read without its
+    family's reader (kvcalc.hfconfig.fallback); {} otherwise, so other JSON is as it was."""
+    reason = spec.extra.get("approximate")
+    return {"approximate": True, "approximate_reason": reason} if reason else {}
 
 
 def weights_source(est: Estimate) -> str | None:

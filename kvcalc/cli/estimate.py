@@ -229,7 +229,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         `kvcalc fit --config config.json --gpu h100-sxm --tp 4 --max-model-len 32768
         --gpu-memory-utilization 0.95 --format json`.
         """
-        from kvcalc.estimate import weights_source
+        from kvcalc.estimate import approximate_fields, weights_source
         from kvcalc.report.csv_json import flatten
         from kvcalc.report.tables import capacity_table, fit_table
 
@@ -282,7 +282,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                   [capacity_table(est, cap, slo)])
             return
         slo = _slo(est, **slo_args)
-        obj = {"model": est.spec.name, "gpu": est.hardware.name, "seq_len": est.seq_len,
+        obj = {"model": est.spec.name, **approximate_fields(est.spec), "gpu": est.hardware.name,
+               "seq_len": est.seq_len,
                "batch": est.batch, "tp": est.tp, "kv_dtype": est.kv_dtype.name,
                "weight_dtype": est.weight_dtype.name, **est.as_dict()["fit"],
                "leaves_out": PLAIN_FIT_LEAVES_OUT}
@@ -366,9 +367,11 @@ def _vllm_allows_long_max_model_len() -> bool:
 
 
 def _capacity_dict(est, cap) -> dict:
+    from kvcalc.estimate import approximate_fields
+
     s = cap.settings
     return {
-        "model": est.spec.name, "gpu": cap.hardware, "tp": s.tp, "pp": s.pp,
+        "model": est.spec.name, **approximate_fields(est.spec), "gpu": cap.hardware, "tp": s.tp, "pp": s.pp,
         "max_model_len": s.max_model_len, "gpu_memory_utilization": float(s.utilization),
         "block_size": cap.block_size, "max_num_batched_tokens": cap.max_num_batched_tokens,
         "max_num_seqs": cap.max_num_seqs, "kv_dtype": est.kv_dtype.name,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -205,6 +206,10 @@ class ModelRequest:
                 if self.kv_heads is not None and self.kv_heads != spec.kv_heads:
                     changed = changed.with_kv_heads(changed.kv_heads)  # names the variant
                 spec = changed
+            if spec.extra.get("approximate"):
+                # Data stays on stdout; the person reads why the figures are approximate.
+                sys.stderr.write(f"kvcalc: warning: {spec.name} is approximate: "
+                                 f"{spec.extra['approximate']}\n")
             return spec
         missing = [f for f, v in (("--layers", self.layers), ("--d-model", self.d_model),
                                   ("--heads", self.heads)) if v is None]

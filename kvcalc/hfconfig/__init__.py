@@ -35,6 +35,8 @@ The package, by question:
 - llama_like, gpt_like, moe, hybrid: the adapters, by family group
 - multimodal: wrappers whose language model is `text_config`
 - families: model_type -> adapter; read: the entry points re-exported here
+- fallback: a model_type without an adapter but with the usual sizes, read as a uniform
+  decoder and marked approximate
 """
 
 from kvcalc.hfconfig.families import SUPPORTED_MODEL_TYPES

@@ -13,6 +13,7 @@ from typing import Any
 
 from kvcalc.errors import KvcalcError, value_problem
 from kvcalc.hfconfig.config import Config, describe, json_kind
+from kvcalc.hfconfig.fallback import has_usual_fields, uniform_decoder
 from kvcalc.hfconfig.families import FAMILIES, SUPPORTED_MODEL_TYPES
 from kvcalc.hfconfig.multimodal import WRAPPERS, text_config, with_towers
 from kvcalc.inputfile import read_text
@@ -37,8 +38,10 @@ def spec_from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
     """A ModelSpec from a parsed Hugging Face config dict.
 
     `name` becomes the spec's name and `source` its provenance (and the prefix of
-    every error message). Raises KvcalcError for an unsupported model_type, a
-    missing or mistyped required field, or a combination the spec cannot describe.
+    every error message). A model_type without a reader but with the usual sizes is
+    read as a uniform decoder, marked approximate (kvcalc.hfconfig.fallback). Raises
+    KvcalcError for an unknown model_type without them, a missing or mistyped required
+    field, or a combination the spec cannot describe.
     """
     where = source or "config.json"
     if not isinstance(cfg, dict):
@@ -55,17 +58,24 @@ def spec_from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
         spec = with_towers(spec_from_hf_config(text, name, source), cfg, model_type, where)
         spec.extra.update(_quantization_extra(cfg, where))  # the wrapper holds quantization_config
         return spec
-    if model_type not in FAMILIES:
+    c = Config(cfg, model_type, where)
+    if model_type in FAMILIES:
+        fields = FAMILIES[model_type](c)
+    elif has_usual_fields(c):  # an unknown family with the usual sizes: approximate
+        fields = uniform_decoder(c)
+    else:
         remote = (" (it names remote code in 'auto_map': a model transformers itself does "
                   "not ship)" if isinstance(cfg.get("auto_map"), dict) else "")
         raise KvcalcError(
             f"{where}: model_type {model_type!r} is not one kvcalc reads{remote}; "
             f"`kvcalc presets --families` lists the {len(SUPPORTED_MODEL_TYPES)} it does"
         )
-    c = Config(cfg, model_type, where)
-    fields = FAMILIES[model_type](c)
+    approximate = fields.pop("approximate", "")
     notes = [f"from Hugging Face config.json, model_type {model_type}", *fields.pop("notes", [])]
     extra = {"hf_model_type": model_type, **_quantization_extra(cfg, where)}
+    if approximate:
+        notes.append(f"approximate: {approximate}")
+        extra["approximate"] = approximate
     # A family read into flat fields alone has alike layers: ModelSpec.uniform builds them.
     make = ModelSpec if "runs" in fields else ModelSpec.uniform
     try:

@@ -103,7 +103,8 @@ def summary_table(est) -> Tab:
         rows.append([f"max context at batch {est.batch}", max_context_words(est)])
         fits = "yes" if f.fits else f"no; {_not_fit_words(est)[len('does not fit '):].strip('()')}"
         rows.append([f"fits on {_on_device(est)}", fits])
-    title = (f"{s.name} ({s.mixing}, {s.layers} layers), KV {est.kv_dtype.name}"
+    approx = "approximate; " if s.extra.get("approximate") else ""
+    title = (f"{s.name} ({approx}{s.mixing}, {s.layers} layers), KV {est.kv_dtype.name}"
              + (f", tp {est.tp}" if est.tp > 1 else ""))
     caption = "`--detail` for every breakdown, `--format json` for all of it"
     if est.latency is not None and est.latency.calibration:
@@ -168,7 +169,8 @@ def estimate_tables(est) -> list:
     shape = (f"{s.mixing}: " if s.attention_free else
              f"{s.attention_kind}: {s.heads} query heads, "
              f"{s.kv_heads if s.mla is None else '-'} K/V heads, head_dim {s.head_dim}, ")
-    head = (f"{s.name}  {shape}{s.layers} layers, d_model {s.d_model}\n"
+    approx = "(approximate) " if s.extra.get("approximate") else ""
+    head = (f"{s.name}  {approx}{shape}{s.layers} layers, d_model {s.d_model}\n"
             f"seq_len {est.seq_len:,}, batch {est.batch}, KV {est.kv_dtype.name}, "
             f"weights {'as stored' if est.stored and est.stored.source else est.weight_dtype.name}"
             f", tp {est.tp}"
@@ -358,7 +360,8 @@ def fit_table(est, slo: int | None = None) -> Tab:
              "none" if est.min_tp_that_fits is None else str(est.min_tp_that_fits)]]
     if slo is not None:
         rows.append([_slo_label(est), f"{slo:,}"])
-    notes = [n for n in est.notes() if "max context" in n or "replicated" in n]
+    notes = [n for n in est.notes()
+             if "max context" in n or "replicated" in n or n.startswith("approximate:")]
     notes.append("leaves out the serving engine's activation peak, non-torch memory, CUDA "
                  "graphs and block rounding: --max-model-len counts as vLLM does")
     return Tab(f"{est.spec.name} on {est.tp} x {hw.name} ({human_bytes(hw.memory_bytes)} each), "
