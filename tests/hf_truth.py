@@ -40,6 +40,10 @@ _HIDDEN_IS_STATE = {
     "zamba2", "falcon_h1", "granitemoehybrid", "nemotron_h", "rwkv",
 }
 
+# Families whose o_proj is Linear(hidden_size, hidden_size) whatever heads x head_dim is
+# (Helium): hidden stays, or the reduced copy could not run.
+_HIDDEN_IS_O_PROJ = {"helium"}
+
 # Width keys (canonical transformers names) that are MLP / expert widths only.
 _WIDTH_KEYS = (
     "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
@@ -47,7 +51,8 @@ _WIDTH_KEYS = (
     "dense_intermediate_size", "d_ff", "encoder_ffn_dim", "decoder_ffn_dim",
 )
 _EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
-_TOPK_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk", "num_experts_per_token")
+_TOPK_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk", "num_experts_per_token",
+              "moe_k")
 _WINDOW_KEYS = ("sliding_window", "attention_chunk_size", "window_size", "attention_window_size")
 # Lists of layer indices (not per-layer flags): filtered to the kept prefix.
 _INDEX_LIST_KEYS = ("mlp_only_layers", "full_attn_idxs", "moe_layers", "attn_layer_indices")
@@ -461,7 +466,8 @@ def _reduced_config(cfg: dict, window: int) -> dict:
     heads = getattr(config, "num_attention_heads", None)
     eff_head_dim = getattr(config, "head_dim", None) or (
         config.hidden_size // heads if heads else None)
-    if (mt not in _HIDDEN_IS_STATE and "head_dim" in d and eff_head_dim
+    if (mt not in _HIDDEN_IS_STATE and mt not in _HIDDEN_IS_O_PROJ and "head_dim" in d
+            and eff_head_dim
             and d.get("hidden_size", 0) > SMALL_HIDDEN and not d.get("is_encoder_decoder")):
         # some configs validate hidden_size % heads == 0: use a multiple of the head counts
         step = math.lcm(*(x for x in (heads, getattr(config, "num_key_value_heads", None))

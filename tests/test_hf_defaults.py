@@ -1,7 +1,10 @@
 """A config.json that leaves a field out is read as transformers reads it (issue #20,
-point 3): for every published config under tests/data and every optional field kvcalc
-reads from it, the model kvcalc builds without the field equals the one it builds with
-the value transformers' own configuration class fills in for the rest of that config.
+point 3): for every published config under tests/data, and for the config each model_type
+kvcalc reads gets from its configuration class's own defaults, every field kvcalc reads
+from it (optional or required) is dropped in turn, and the model kvcalc builds without the
+field equals the one it builds with the value transformers' own configuration class fills
+in for the rest of that config. The sizes that say which model it is (CORE_FIELDS) stay
+required, and a field the class leaves None has no value to fill in.
 
 The truth is transformers (`AutoConfig.for_model(model_type, **config_without_field)`),
 not kvcalc's table: a family whose class has a number of its own (DeepSeek-V3's 256
@@ -24,6 +27,7 @@ from kvcalc.errors import KvcalcError  # noqa: E402
 from kvcalc.formulas.cache import kv_cache  # noqa: E402
 from kvcalc.formulas.params import param_counts  # noqa: E402
 from kvcalc.hfconfig import config as config_mod  # noqa: E402
+from kvcalc.hfconfig.multimodal import WRAPPERS, text_config  # noqa: E402
 from kvcalc.hfconfig.read import spec_from_hf_config  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
@@ -43,36 +47,62 @@ def _view(cfg: dict):
     return (param_counts(spec).total, kv_cache(spec, 1000, 1, "bf16").bytes, spec.max_context)
 
 
-def _optional_fields(cfg: dict, monkeypatch) -> set[str]:
-    """The fields kvcalc's reader for this config asks for as optional."""
+def _fields_read(cfg: dict, monkeypatch) -> set[str]:
+    """The fields kvcalc's reader for this config asks for (each through Config.raw)."""
     read: set[str] = set()
-    opt_int, opt_bool = config_mod.Config.opt_int, config_mod.Config.opt_bool
+    raw = config_mod.Config.raw
 
-    def spy_int(self, key, default, *aliases):
+    def spy(self, key, *aliases):
         read.add(key)
-        return opt_int(self, key, default, *aliases)
-
-    def spy_bool(self, key, default):
-        read.add(key)
-        return opt_bool(self, key, default)
+        return raw(self, key, *aliases)
 
     with monkeypatch.context() as m:
-        m.setattr(config_mod.Config, "opt_int", spy_int)
-        m.setattr(config_mod.Config, "opt_bool", spy_bool)
+        m.setattr(config_mod.Config, "raw", spy)
         spec_from_hf_config(cfg, "x")
     return read
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
-def test_an_omitted_field_gets_the_configuration_class_value(path, monkeypatch):
-    cfg = json.loads(path.read_text())
+def _class_default_configs() -> dict[str, dict]:
+    """Each model_type's config as its configuration class builds it by default (cut to a
+    few layers as tests/test_hf_truth.py cuts it)."""
+    from test_hf_truth import DEFAULT_CONFIGS
+
+    out = {}
+    for model_type, overrides in sorted(DEFAULT_CONFIGS.items()):
+        config = transformers.AutoConfig.for_model(model_type, **overrides)
+        out[f"default:{model_type}"] = json.loads(json.dumps(config.to_dict(), default=str))
+    return out
+
+
+def _cases() -> list:
+    published = [pytest.param(json.loads(p.read_text()), id=p.stem) for p in CONFIGS]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        defaults = [pytest.param(cfg, id=name) for name, cfg in _class_default_configs().items()]
+    return published + defaults
+
+
+def _as_json(value):
+    """A class's value as config.json would hold it (nested configs as objects)."""
+    if hasattr(value, "to_dict"):
+        value = value.to_dict()
+    return json.loads(json.dumps(value, default=str))
+
+
+@pytest.mark.parametrize("cfg", _cases())
+def test_an_omitted_field_gets_the_configuration_class_value(cfg, monkeypatch):
+    if cfg.get("model_type") in WRAPPERS:
+        # a multimodal wrapper: its language model, with the wrapper's own defaults
+        cfg = text_config(cfg, cfg["model_type"], "config.json")
     model_type = cfg.get("model_type")
     if model_type is None:
         pytest.skip("a config without model_type (kvcalc refuses it, tested elsewhere)")
     logging.disable(logging.WARNING)  # transformers' notes on unused keys
     checked = 0
     try:
-        for key in sorted(_optional_fields(cfg, monkeypatch)):
+        for key in sorted(_fields_read(cfg, monkeypatch) - config_mod.CORE_FIELDS):
+            if key not in cfg:
+                continue  # read as absent already: the reader's own default
             without = {k: v for k, v in cfg.items() if k != key}
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -80,14 +110,19 @@ def test_an_omitted_field_gets_the_configuration_class_value(path, monkeypatch):
                     model_type, **{k: v for k, v in without.items() if k != "model_type"})
             if not hasattr(filled, key):
                 continue  # a field of kvcalc's reader the class does not have (an alias)
-            stated = {**cfg, key: getattr(filled, key)}
+            value = _as_json(getattr(filled, key))
+            if value is None or isinstance(value, list):
+                # None: the class fills in nothing; a list: a per-layer pattern the class
+                # makes up for its own default layer count, not this model's
+                continue
+            stated = {**cfg, key: value}
             assert _view(without) == _view(stated), (
-                f"{path.name}: without {key!r} kvcalc reads another model than with "
-                f"transformers' {getattr(filled, key)!r}")
+                f"{model_type}: without {key!r} kvcalc reads another model than with "
+                f"transformers' {value!r}")
             checked += 1
     finally:
         logging.disable(logging.NOTSET)
-    assert checked, f"{path.name}: no optional field was checked"
+    assert checked, f"{model_type}: no field was checked"
 
 
 def test_null_keeps_its_own_meaning():

@@ -29,6 +29,7 @@ from kvcalc.formulas.params import param_counts  # noqa: E402
 from kvcalc.hfconfig import spec_from_hf_config, spec_from_hf_config_file  # noqa: E402
 from kvcalc.presets import presets_dir  # noqa: E402
 from kvcalc.dtypes import dtype
+from kvcalc.layers_indexed import IndexedLatent  # noqa: E402
 
 # Published configs: the test data, and those behind the layered presets (shipped).
 DIRS = (Path(__file__).parent / "data" / "hf", presets_dir() / "hf")
@@ -53,8 +54,25 @@ def _kvcalc_layer_bytes(cfg: dict, seq_len: int) -> list[int]:
     out = []
     for layer in spec.layer_list():
         mx = layer.mixer
-        out.append(mx.token_bytes(bf16) * mx.tokens_held(seq_len) + mx.state_bytes(bf16, fp32))
+        held = mx.tokens_held(seq_len)
+        stored = mx.token_bytes(bf16) * held + mx.state_bytes(bf16, fp32)
+        if isinstance(mx, IndexedLatent):
+            # transformers keeps the indexer's key in the model's dtype (bf16: 2 bytes an
+            # element), a serving engine as fp8 and scales (test_indexer_key_bytes_as_vllm)
+            stored += (2 * mx.index_head_dim - mx.index_token_bytes()) * held
+        out.append(stored)
     return out
+
+
+def test_indexer_key_bytes_as_vllm():
+    # vLLM's DeepseekV32IndexerCache: head_dim + head_dim // quant_block_size (128) * 4
+    # bytes of uint8 (model_executor/models/deepseek_v2.py): DeepSeek-V3.2's 128-element
+    # key is 128 fp8 bytes and one fp32 scale.
+    cfg = _cfg("deepseek-ai__DeepSeek-V3.2-Exp")
+    mixer = spec_from_hf_config(cfg, "v32").layer_list()[0].mixer
+    assert mixer.index_token_bytes() == 128 + 4
+    # the latent (512 + 64 elements) in bf16 plus the indexer's key, per token per layer
+    assert mixer.token_bytes(dtype("bf16")) == (512 + 64) * 2 + 132
 
 
 # Reduced copies keep windows of WINDOW tokens: contexts below, at and above it.
@@ -117,6 +135,24 @@ DEFAULT_CONFIGS = {
     "kimi_linear": {"num_hidden_layers": 5},
     "recurrent_gemma": {"num_hidden_layers": 3},
     "rwkv": {"num_hidden_layers": 3},
+    # 2024-2026 attention and MoE families (kvcalc/hfconfig/llama_2026.py, moe_2026.py)
+    "glm": {"num_hidden_layers": 2},
+    "glm4": {"num_hidden_layers": 2},
+    "seed_oss": {"num_hidden_layers": 2},
+    "ernie4_5": {"num_hidden_layers": 2},
+    "exaone4": {"num_hidden_layers": 4},
+    "smollm3": {"num_hidden_layers": 4, "use_sliding_window": True, "sliding_window": 64},
+    "apertus": {"num_hidden_layers": 2},
+    "arcee": {"num_hidden_layers": 2},
+    "helium": {"num_hidden_layers": 2},
+    # Their classes default head_dim to None, which their attention cannot build with.
+    "hunyuan_v1_dense": {"num_hidden_layers": 2, "head_dim": 128},
+    "ministral": {"num_hidden_layers": 2, "head_dim": 128},
+    "olmo3": {"num_hidden_layers": 4},
+    "glm4_moe": {"num_hidden_layers": 3},
+    "deepseek_v32": {"num_hidden_layers": 4},
+    "minimax_m2": {"num_hidden_layers": 2},
+    "ernie4_5_moe": {"num_hidden_layers": 3},
 }
 
 
@@ -143,6 +179,21 @@ def test_default_config_cache_bytes_equal_transformers(model_type):
         got = [m["stored_bytes"] for m in measured]
         assert _kvcalc_layer_bytes(reduced, seq_len) == got, (
             seq_len, [m["cache_class"] for m in measured])
+
+
+def test_every_model_type_kvcalc_reads_is_held_to_transformers():
+    """Each model_type kvcalc reads has a published config here or is built from its
+    configuration class's defaults above (DBRX's class defaults cannot build a model:
+    its published config stands for it)."""
+    from kvcalc.hfconfig.families import FAMILIES
+
+    kept = set()
+    for stem in CONFIGS:
+        cfg = _cfg(stem)
+        kept.add(cfg.get("model_type"))
+        if isinstance(cfg.get("text_config"), dict):
+            kept.add(cfg["text_config"].get("model_type"))
+    assert not set(FAMILIES) - kept - set(DEFAULT_CONFIGS)
 
 
 WRAPPER_DEFAULTS = ("llava", "gemma3", "mistral3", "qwen2_5_vl", "llama4")

@@ -331,9 +331,20 @@ def test_mistral_null_sliding_window_means_full_attention():
     assert spec_from_hf_config(cfg, "x", "t").sliding_window == 0
 
 
-def test_mistral_requires_fields_whose_default_is_another_models_value():
-    # MistralConfig defaults num_key_value_heads=8 and sliding_window=4096.
-    for key in ("num_key_value_heads", "sliding_window"):
+def test_mistral_fields_left_out_are_read_as_its_class_fills_them():
+    # MistralConfig defaults num_key_value_heads=8 and sliding_window=4096 (transformers
+    # 5.24): a config without them is that model, as transformers builds it; null keeps
+    # its own meaning (tests/test_hf_defaults.py holds every such field to the class).
+    cfg = load("mistralai__Mistral-7B-v0.1") | {"num_key_value_heads": 4, "sliding_window": 512}
+    for key, value in (("num_key_value_heads", 8), ("sliding_window", 4096)):
+        without = {k: v for k, v in cfg.items() if k != key}
+        assert spec_from_hf_config(without, "x", "t") == spec_from_hf_config(
+            {**cfg, key: value}, "x", "t")
+    assert spec_from_hf_config(cfg | {"num_key_value_heads": None}, "x", "t").kv_heads == 32
+
+
+def test_the_sizes_that_name_the_model_stay_required():
+    for key in ("hidden_size", "num_hidden_layers", "vocab_size", "intermediate_size"):
         cfg = load("mistralai__Mistral-7B-v0.1")
         del cfg[key]
         with pytest.raises(KvcalcError, match=f"missing required field '{key}'"):
@@ -363,11 +374,10 @@ def test_gemma2_explicit_layer_types():
     assert spec_from_hf_config(cfg, "x", "t").sliding_window == 0
 
 
-def test_gemma_requires_head_dim():
+def test_gemma_head_dim_left_out_is_the_class_256():
     cfg = load("google__gemma-7b")
-    del cfg["head_dim"]  # GemmaConfig would use 256, not 3072 // 16
-    with pytest.raises(KvcalcError, match="missing required field 'head_dim'"):
-        spec_from_hf_config(cfg, "x", "t")
+    del cfg["head_dim"]  # GemmaConfig uses 256, not 3072 // 16
+    assert spec_from_hf_config(cfg, "x", "t").head_dim == 256
 
 
 def test_falcon_variants():
@@ -428,10 +438,10 @@ def test_missing_required_field_is_named():
 
 def test_missing_field_in_a_file_names_the_path(tmp_path):
     cfg = load("gpt2")
-    del cfg["n_positions"]
+    del cfg["n_layer"]
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
-    with pytest.raises(KvcalcError, match="missing required field 'n_positions'") as e:
+    with pytest.raises(KvcalcError, match="missing required field 'n_layer'") as e:
         spec_from_hf_config_file(p)
     assert str(p) in str(e.value)
 

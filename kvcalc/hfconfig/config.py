@@ -47,14 +47,23 @@ _LAYER_COUNT_KEYS = frozenset({
 
 _MAX_CONFIG_INT = MAX_WIDTH * 1_000_000
 
+# The sizes that say which model a config is: refused when absent, whatever the class's
+# default (tests/test_hf_defaults.py leaves them out of its walk).
+CORE_FIELDS = frozenset({
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
+    "intermediate_size", "n_embd", "n_layer", "n_head", "n_inner", "ffn_dim", "num_heads",
+    "num_layers", "d_model", "n_layers", "n_heads"})
+
 
 # Fields a family's transformers configuration class fills in with a number of its own
-# when config.json leaves them out, where that number is not what an absent field means
-# to kvcalc's reader for the family (null keeps its meaning: no q LoRA, no experts, one K/V
-# head per query head). transformers 5.24: DeepseekV2Config, DeepseekV3Config,
-# Starcoder2Config, Qwen2MoeConfig, Qwen3MoeConfig, JambaConfig, OlmoeConfig;
-# tests/test_hf_defaults.py holds every optional field kvcalc reads to the class's own
-# value.
+# when config.json leaves them out (transformers 5.24, `configuration_<family>.py`), where
+# that number is not what an absent field means to kvcalc's reader for the family: read
+# as if config.json stated it (Config.raw). Null keeps its meaning (no q LoRA, no experts,
+# one K/V head per query head), and a class default of None adds nothing. Not here, and
+# still refused when absent: the sizes every saved config.json carries (CORE_FIELDS),
+# whose class default is one checkpoint's shape (a Llama-7B) rather than the model's.
+# tests/test_hf_defaults.py holds every field kvcalc reads, for every model_type it reads,
+# to the class's own value.
 CLASS_DEFAULTS = {
     ("deepseek_v2", "q_lora_rank"): 1536,
     ("deepseek_v2", "n_routed_experts"): 64,
@@ -70,6 +79,79 @@ CLASS_DEFAULTS = {
     ("qwen3_moe", "num_key_value_heads"): 4,
     ("jamba", "num_key_value_heads"): 8,
     ("olmoe", "max_position_embeddings"): 4096,
+    # Fields kvcalc would otherwise refuse when absent (issue #20 point 3, the rest), and
+    # context lengths where the class's differs from kvcalc's own default:
+    ("cohere2", "sliding_window"): 4096,
+    ("deepseek_v2", "kv_lora_rank"): 512, ("deepseek_v2", "moe_intermediate_size"): 1407,
+    ("deepseek_v2", "qk_nope_head_dim"): 128, ("deepseek_v2", "qk_rope_head_dim"): 64,
+    ("deepseek_v2", "v_head_dim"): 128,
+    ("deepseek_v3", "kv_lora_rank"): 512, ("deepseek_v3", "moe_intermediate_size"): 2048,
+    ("deepseek_v3", "num_experts_per_tok"): 8, ("deepseek_v3", "qk_nope_head_dim"): 128,
+    ("deepseek_v3", "qk_rope_head_dim"): 64, ("deepseek_v3", "v_head_dim"): 128,
+    ("deepseek_v32", "first_k_dense_replace"): 3, ("deepseek_v32", "index_head_dim"): 128,
+    ("deepseek_v32", "index_n_heads"): 64, ("deepseek_v32", "index_topk"): 2048,
+    ("deepseek_v32", "kv_lora_rank"): 512, ("deepseek_v32", "moe_intermediate_size"): 2048,
+    ("deepseek_v32", "n_routed_experts"): 256, ("deepseek_v32", "n_shared_experts"): 1,
+    ("deepseek_v32", "num_experts_per_tok"): 8, ("deepseek_v32", "q_lora_rank"): 1536,
+    ("deepseek_v32", "qk_nope_head_dim"): 128, ("deepseek_v32", "qk_rope_head_dim"): 64,
+    ("deepseek_v32", "v_head_dim"): 128,
+    ("ernie4_5", "head_dim"): 128, ("ernie4_5", "num_key_value_heads"): 2,
+    ("ernie4_5_moe", "moe_intermediate_size"): 1536, ("ernie4_5_moe", "moe_k"): 6,
+    ("ernie4_5_moe", "moe_num_experts"): 64, ("ernie4_5_moe", "moe_num_shared_experts"): 2,
+    ("ernie4_5_moe", "num_key_value_heads"): 4,
+    ("exaone4", "sliding_window"): 4096,
+    ("gemma", "head_dim"): 256, ("gemma", "num_key_value_heads"): 16,
+    ("gemma2", "head_dim"): 256, ("gemma2", "num_key_value_heads"): 4,
+    ("gemma2", "sliding_window"): 4096,
+    ("gemma3_text", "head_dim"): 256, ("gemma3_text", "num_key_value_heads"): 4,
+    ("gemma3_text", "sliding_window"): 4096,
+    ("glm", "num_key_value_heads"): 2,
+    ("glm4", "num_key_value_heads"): 2,
+    ("glm4_moe", "first_k_dense_replace"): 1, ("glm4_moe", "moe_intermediate_size"): 1408,
+    ("glm4_moe", "n_routed_experts"): 128, ("glm4_moe", "n_shared_experts"): 1,
+    ("glm4_moe", "num_experts_per_tok"): 8, ("glm4_moe", "num_key_value_heads"): 8,
+    ("gpt2", "n_positions"): 1024,
+    ("gpt_bigcode", "n_positions"): 1024,
+    ("gpt_neo", "max_position_embeddings"): 2048,
+    ("gpt_oss", "head_dim"): 64, ("gpt_oss", "num_key_value_heads"): 8,
+    ("gpt_oss", "num_local_experts"): 128, ("gpt_oss", "sliding_window"): 128,
+    ("granite", "max_position_embeddings"): 2048,
+    ("granitemoe", "max_position_embeddings"): 2048, ("granitemoe", "num_experts_per_tok"): 2,
+    ("granitemoe", "num_local_experts"): 8,
+    ("lfm2", "num_key_value_heads"): 8,
+    ("llama4_text", "num_experts_per_tok"): 1, ("llama4_text", "num_key_value_heads"): 8,
+    ("llama4_text", "num_local_experts"): 16,
+    ("minicpm3", "kv_lora_rank"): 256, ("minicpm3", "q_lora_rank"): 768,
+    ("minicpm3", "qk_nope_head_dim"): 64, ("minicpm3", "qk_rope_head_dim"): 32,
+    ("minicpm3", "v_head_dim"): 64,
+    ("minimax_m2", "head_dim"): 128, ("minimax_m2", "num_experts_per_tok"): 8,
+    ("minimax_m2", "num_key_value_heads"): 8, ("minimax_m2", "num_local_experts"): 256,
+    ("ministral", "num_key_value_heads"): 8, ("ministral", "sliding_window"): 4096,
+    ("mistral", "num_key_value_heads"): 8, ("mistral", "sliding_window"): 4096,
+    ("mixtral", "num_experts_per_tok"): 2, ("mixtral", "num_key_value_heads"): 8,
+    ("mixtral", "num_local_experts"): 8,
+    ("nemotron_h", "mamba_head_dim"): 64, ("nemotron_h", "mamba_num_heads"): 128,
+    ("nemotron_h", "moe_intermediate_size"): 7688, ("nemotron_h", "n_routed_experts"): 8,
+    ("nemotron_h", "n_shared_experts"): 1, ("nemotron_h", "num_experts_per_tok"): 2,
+    ("nemotron_h", "num_key_value_heads"): 8, ("nemotron_h", "ssm_state_size"): 128,
+    ("olmo3", "sliding_window"): 4096,
+    ("olmoe", "num_experts"): 64, ("olmoe", "num_experts_per_tok"): 8,
+    ("opt", "max_position_embeddings"): 2048,
+    ("phimoe", "max_position_embeddings"): 131072, ("phimoe", "num_experts_per_tok"): 2,
+    ("phimoe", "num_key_value_heads"): 8, ("phimoe", "num_local_experts"): 16,
+    ("qwen2", "num_key_value_heads"): 32,
+    ("qwen2_moe", "moe_intermediate_size"): 1408, ("qwen2_moe", "num_experts_per_tok"): 4,
+    ("qwen2_moe", "shared_expert_intermediate_size"): 5632,
+    ("qwen3", "head_dim"): 128, ("qwen3", "num_key_value_heads"): 32,
+    ("qwen3_moe", "moe_intermediate_size"): 768, ("qwen3_moe", "num_experts_per_tok"): 8,
+    ("qwen3_next", "head_dim"): 256, ("qwen3_next", "linear_key_head_dim"): 128,
+    ("qwen3_next", "linear_num_key_heads"): 16, ("qwen3_next", "linear_num_value_heads"): 32,
+    ("qwen3_next", "linear_value_head_dim"): 128,
+    ("qwen3_next", "moe_intermediate_size"): 512, ("qwen3_next", "num_experts"): 512,
+    ("qwen3_next", "num_experts_per_tok"): 10, ("qwen3_next", "num_key_value_heads"): 2,
+    ("qwen3_next", "shared_expert_intermediate_size"): 512,
+    ("seed_oss", "head_dim"): 128, ("seed_oss", "num_key_value_heads"): 8,
+    ("smollm3", "num_key_value_heads"): 4,
 }
 
 
@@ -88,11 +170,12 @@ class Config:
         return key in self.cfg
 
     def raw(self, key: str, *aliases: str) -> Any:
-        """The value under `key` (or the first alias present), or MISSING."""
+        """The value under `key` (or the first alias present); absent, the family's
+        configuration class's own value (CLASS_DEFAULTS), else MISSING."""
         for k in (key, *aliases):
             if k in self.cfg:
                 return self.cfg[k]
-        return MISSING
+        return CLASS_DEFAULTS.get((self.model_type, key), MISSING)
 
     def missing(self, key: str, why: str = "") -> KvcalcError:
         """The error for a required field that is absent (`why` adds the reason)."""
@@ -131,9 +214,7 @@ class Config:
         whose configuration class has its own default (CLASS_DEFAULTS), that default, as
         transformers fills it in."""
         value = self.raw(key, *aliases)
-        if value is MISSING:
-            value = CLASS_DEFAULTS.get((self.model_type, key))
-        if value is None:
+        if value is MISSING or value is None:
             return default
         return self.check_int(key, value)
 

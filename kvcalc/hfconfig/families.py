@@ -14,6 +14,7 @@ from kvcalc.hfconfig.gpt_like import (bloom, falcon, gpt2_like, gpt_neo, gpt_neo
                                       opt, phi)
 from kvcalc.hfconfig.hybrid import jamba, lfm2, mamba, nemotron_h, qwen3_next
 from kvcalc.hfconfig.llama_like import cohere, gemma3, llama_like, llama_variants, olmo, starcoder2
+from kvcalc.hfconfig import llama_2026, moe_2026
 from kvcalc.hfconfig.moe import deepseek, gpt_oss, llama4, qwen_moe
 from kvcalc.hfconfig.multimodal import WRAPPERS
 from kvcalc.hfconfig.recurrent import kimi_linear, minimax, recurrent_gemma, rwkv
@@ -75,6 +76,24 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "kimi_linear": kimi_linear,
     "recurrent_gemma": recurrent_gemma,
     "rwkv": rwkv,
+    # Attention and MoE families of 2024-2026 (llama_2026, moe_2026).
+    "glm": llama_2026.glm,
+    "glm4": llama_2026.glm,
+    "seed_oss": llama_2026.seed_oss,
+    "ernie4_5": llama_2026.ernie4_5,
+    "exaone4": llama_2026.exaone4,
+    "smollm3": llama_2026.smollm3,
+    "apertus": llama_2026.apertus,
+    "arcee": llama_2026.arcee,
+    "helium": llama_2026.helium,
+    "hunyuan_v1_dense": llama_2026.hunyuan_dense,
+    "ministral": llama_2026.ministral,
+    "olmo3": llama_2026.olmo3,
+    "glm4_moe": moe_2026.glm4_moe,
+    "deepseek_v32": moe_2026.deepseek_v32,
+    "minimax_m2": moe_2026.minimax_m2,
+    "dbrx": moe_2026.dbrx,
+    "ernie4_5_moe": moe_2026.ernie4_5_moe,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)

@@ -1,0 +1,167 @@
+"""Mixture-of-experts decoders released 2024-2026 that transformers 5 builds: GLM-4.5/4.6/
+4.7 (glm4_moe), DeepSeek-V3.2 (MLA with a lightning indexer), MiniMax-M2, DBRX, ERNIE 4.5
+MoE.
+
+Read as each family's configuration class and decoder layer in transformers 5.24 read
+them. Routers whose score-correction bias is a buffer (GLM-4.5, DeepSeek-V3.2,
+MiniMax-M2) count no bias; ERNIE 4.5's is a parameter, one value per expert.
+"""
+
+from __future__ import annotations
+
+from kvcalc.hfconfig.build import attention, flat_fields, with_runs
+from kvcalc.hfconfig.config import MISSING, Config, core_dims, describe
+from kvcalc.hfconfig.llama_2026 import decoder
+from kvcalc.layers import Dense, Layer, MoE
+from kvcalc.layers_indexed import IndexedLatent
+
+
+def _mtp_note(c: Config, key: str = "num_nextn_predict_layers") -> list[str]:
+    mtp = c.opt_int(key, 0) or 0
+    return [f"{mtp} multi-token-prediction layer(s) in the checkpoint are not counted "
+            "(transformers does not build them)"] if mtp else []
+
+
+def _dense_then_moe(c: Config, layers: int, dense: Dense, moe: MoE) -> list:
+    """Each layer's MLP: `mlp_layer_types` ("dense"/"sparse") when listed, else dense
+    for the first `first_k_dense_replace` layers and experts after."""
+    types = c.raw("mlp_layer_types")
+    if types is MISSING or types is None:
+        first = c.opt_int("first_k_dense_replace", 0) or 0
+        return [dense if i < first else moe for i in range(layers)]
+    if (not isinstance(types, list) or len(types) != layers
+            or any(t not in ("dense", "sparse") for t in types)):
+        raise c.error(f"field 'mlp_layer_types' must list {layers} entries, each \"dense\" or "
+                      f"\"sparse\", got {describe(types)}")
+    return [moe if t == "sparse" else dense for t in types]
+
+
+def glm4_moe(c: Config) -> dict:
+    """GLM-4.5/4.6/4.7 (Glm4MoeConfig): GQA with biased q/k/v (attention_bias) and
+    optional per-head q/k norms, dense layers then routed + shared experts."""
+    hidden, layers, heads, vocab, d_ff = core_dims(c)
+    kv_heads = c.opt_int("num_key_value_heads", heads) or heads
+    # Glm4MoeAttention: getattr(config, "head_dim", hidden_size // heads), rounded down.
+    head_dim = c.opt_int("head_dim", None) or hidden // heads
+    bias = c.opt_bool("attention_bias", False)
+    qk = 2 * head_dim if c.opt_bool("use_qk_norm", False) else 0
+    moe = MoE(experts=c.req_int("n_routed_experts"), active=c.req_int("num_experts_per_tok"),
+              expert_d_ff=c.req_int("moe_intermediate_size"),
+              shared_experts=c.opt_int("n_shared_experts", 0) or 0)
+    attn = attention("full", 0, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                     qkv_bias=bias, qk_norm=qk)
+    mlps = _dense_then_moe(c, layers, Dense(d_ff), moe)
+    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                         qkv_bias=bias, qk_norm=bool(qk),
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                         max_context=c.opt_int("max_position_embeddings", 131072) or 0,
+                         notes=_mtp_note(c))
+    return with_runs(fields, [Layer(attn, mlp, 2) for mlp in mlps])
+
+
+def deepseek_v32(c: Config) -> dict:
+    """DeepSeek-V3.2 (DeepseekV32Config): DeepSeek-V3's MLA with q LoRA always, plus
+    DeepSeek Sparse Attention's lightning indexer and its own key cache on every layer."""
+    hidden, layers, heads, vocab, d_ff = core_dims(c)
+    bias = c.opt_bool("attention_bias", False)
+    mla = IndexedLatent(
+        heads=heads, kv_lora_rank=c.req_int("kv_lora_rank"),
+        rope_dim=c.req_int("qk_rope_head_dim"), nope_dim=c.req_int("qk_nope_head_dim"),
+        v_dim=c.req_int("v_head_dim"), q_lora_rank=c.req_dim("q_lora_rank"), bias=bias,
+        index_heads=c.req_dim("index_n_heads"), index_head_dim=c.req_dim("index_head_dim"),
+        index_topk=c.req_dim("index_topk"))
+    moe = MoE(experts=c.req_int("n_routed_experts"), active=c.req_int("num_experts_per_tok"),
+              expert_d_ff=c.req_int("moe_intermediate_size"),
+              shared_experts=c.opt_int("n_shared_experts", 0) or 0)
+    mlps = _dense_then_moe(c, layers, Dense(d_ff, bias=c.opt_bool("mlp_bias", False)), moe)
+    notes = [f"MLA: the cache holds kv_lora_rank + qk_rope_head_dim = "
+             f"{mla.kv_lora_rank + mla.rope_dim} elements per token per layer, and the "
+             f"indexer's key {mla.index_token_bytes()} B (fp8 and its scales); attention "
+             f"reads the {mla.index_topk:,} tokens the indexer picks", *_mtp_note(c)]
+    fields = dict(layers=layers, d_model=hidden, heads=heads, kv_heads=heads,
+                  head_dim=mla.nope_dim + mla.rope_dim, v_head_dim=mla.v_dim, d_ff=d_ff,
+                  vocab=vocab, qkv_bias=bias, out_bias=bias,
+                  tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                  max_context=c.opt_int("max_position_embeddings", 163840) or 0, notes=notes)
+    return with_runs(fields, [Layer(mla, mlp, 2) for mlp in mlps])
+
+
+def minimax_m2(c: Config) -> dict:
+    """MiniMax-M2 (M2, M2.1, M2.5): GQA with q/k RMSNorms over all heads' width, every
+    layer 256 experts of intermediate_size, no shared expert."""
+    hidden, layers, heads, vocab, d_ff = core_dims(c)
+    kv_heads = c.opt_int("num_key_value_heads", heads) or heads
+    head_dim = c.head_dim(hidden, heads)
+    moe = MoE(experts=c.req_int("num_local_experts"), active=c.req_int("num_experts_per_tok"),
+              expert_d_ff=d_ff)
+    attn = attention("full", 0, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                     qk_norm=(heads + kv_heads) * head_dim)
+    mtp = c.opt_int("num_mtp_modules", 0) or 0
+    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab, qk_norm=True,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                         max_context=c.opt_int("max_position_embeddings", 196608) or 0,
+                         notes=[f"{mtp} multi-token-prediction module(s) in the checkpoint "
+                                "are not counted (transformers does not build them)"]
+                         if mtp else [])
+    return with_runs(fields, [Layer(attn, moe, 2)] * layers)
+
+
+def dbrx(c: Config) -> dict:
+    """DBRX: fused Wqkv without biases, bias-free LayerNorms, every layer experts
+    (ffn_config) of gated w1/v1/w2; K/V heads in attn_config."""
+    hidden = c.req_dim("d_model")
+    layers = c.req_dim("n_layers")
+    heads = c.req_dim("n_heads")
+    vocab = c.req_dim("vocab_size")
+    attn_cfg, ffn_cfg = (_sub(c, key) for key in ("attn_config", "ffn_config"))
+    # DbrxAttentionConfig / DbrxFFNConfig defaults: one K/V head, 4 experts, top 1, 3584.
+    kv_heads = attn_cfg.opt_int("kv_n_heads", 1) or 1
+    d_ff = ffn_cfg.opt_int("ffn_hidden_size", 3584) or 3584
+    moe = MoE(experts=ffn_cfg.opt_int("moe_num_experts", 4) or 4,
+              active=ffn_cfg.opt_int("moe_top_k", 1) or 1, expert_d_ff=d_ff)
+    if hidden % heads:
+        raise c.error(f"d_model ({hidden}) is not divisible by n_heads ({heads})")
+    head_dim = hidden // heads
+    attn = attention("full", 0, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+    max_len = c.opt_int("max_seq_len", 2048) or 0
+    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                         norm="layernorm", norm_bias=False,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                         max_context=max_len, notes=[])
+    return with_runs(fields, [Layer(attn, moe, 2)] * layers)
+
+
+def _sub(c: Config, key: str) -> Config:
+    """A nested config (DBRX's attn_config, ffn_config), read with the same checks."""
+    value = c.raw(key)
+    if value is MISSING or value is None:
+        value = {}  # the class's own defaults
+    if not isinstance(value, dict):
+        raise c.error(f"field {key!r} must be an object, got {describe(value)}")
+    return Config(value, c.model_type, f"{c.where}: {key}")
+
+
+def ernie4_5_moe(c: Config) -> dict:
+    """ERNIE 4.5 MoE: use_bias on attention and dense MLPs, experts on every
+    moe_layer_interval-th layer from moe_layer_start_index to moe_layer_end_index (-1:
+    the last), shared experts, a learned per-expert score correction."""
+    layers = c.req_dim("num_hidden_layers")
+    bias = c.opt_bool("use_bias", False)
+    experts = c.opt_int("moe_num_experts", 0) or 0
+    start = c.opt_int("moe_layer_start_index", 1) or 0
+    end = c.opt_int("moe_layer_end_index", -1)
+    end = layers - 1 if end is None or end == -1 else end
+    every = c.opt_int("moe_layer_interval", 1) or 1
+    sparse = [experts > 0 and (i + 1) % every == 0 and start <= i <= end for i in range(layers)]
+
+    def mlps(dense: Dense) -> list:
+        if not any(sparse):
+            return [dense] * layers
+        moe = MoE(experts=experts, active=c.req_int("moe_k"),
+                  expert_d_ff=c.req_int("moe_intermediate_size"),
+                  shared_experts=c.opt_int("moe_num_shared_experts", 0) or 0,
+                  router_bias=True)  # gate.weight and moe_statics.e_score_correction_bias
+        return [moe if s else dense for s in sparse]
+
+    return decoder(c, qkv_bias=bias, out_bias=bias, mlp_bias=bias, tied=True, context=131072,
+                   experts=mlps)
