@@ -153,6 +153,9 @@ DEFAULT_CONFIGS = {
     "deepseek_v32": {"num_hidden_layers": 4},
     "minimax_m2": {"num_hidden_layers": 2},
     "ernie4_5_moe": {"num_hidden_layers": 3},
+    "glm_moe_dsa": {"num_hidden_layers": 4, "index_topk_freq": 2},  # layer 2 shares an indexer
+    "glm4_moe_lite": {"num_hidden_layers": 3},
+    "hunyuan_v1_moe": {"num_hidden_layers": 2, "head_dim": 128, "num_experts": 8, "moe_topk": 2},
 }
 
 

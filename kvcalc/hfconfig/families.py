@@ -94,6 +94,9 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "minimax_m2": moe_2026.minimax_m2,
     "dbrx": moe_2026.dbrx,
     "ernie4_5_moe": moe_2026.ernie4_5_moe,
+    "glm_moe_dsa": moe_2026.deepseek_v32,  # GLM-5: DeepSeek-V3.2's attention, GLM's experts
+    "glm4_moe_lite": moe_2026.glm4_moe_lite,
+    "hunyuan_v1_moe": moe_2026.hunyuan_moe,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)

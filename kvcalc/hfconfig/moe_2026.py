@@ -1,6 +1,6 @@
 """Mixture-of-experts decoders released 2024-2026 that transformers 5 builds: GLM-4.5/4.6/
-4.7 (glm4_moe), DeepSeek-V3.2 (MLA with a lightning indexer), MiniMax-M2, DBRX, ERNIE 4.5
-MoE.
+4.7 (glm4_moe), GLM-4.7-Flash (glm4_moe_lite), DeepSeek-V3.2 and GLM-5 (MLA with a
+lightning indexer), MiniMax-M2, DBRX, ERNIE 4.5 MoE.
 
 Read as each family's configuration class and decoder layer in transformers 5.24 read
 them. Routers whose score-correction bias is a buffer (GLM-4.5, DeepSeek-V3.2,
@@ -12,7 +12,7 @@ from __future__ import annotations
 from kvcalc.hfconfig.build import attention, flat_fields, with_runs
 from kvcalc.hfconfig.config import MISSING, Config, core_dims, describe
 from kvcalc.hfconfig.llama_2026 import decoder
-from kvcalc.layers import Dense, Layer, MoE
+from kvcalc.layers import Dense, Latent, Layer, MoE
 from kvcalc.layers_indexed import IndexedLatent
 
 
@@ -22,12 +22,12 @@ def _mtp_note(c: Config, key: str = "num_nextn_predict_layers") -> list[str]:
             "(transformers does not build them)"] if mtp else []
 
 
-def _dense_then_moe(c: Config, layers: int, dense: Dense, moe: MoE) -> list:
+def _dense_then_moe(c: Config, layers: int, dense: Dense, moe: MoE, first: int = 0) -> list:
     """Each layer's MLP: `mlp_layer_types` ("dense"/"sparse") when listed, else dense
-    for the first `first_k_dense_replace` layers and experts after."""
+    for the first `first_k_dense_replace` layers (absent: `first`) and experts after."""
     types = c.raw("mlp_layer_types")
     if types is MISSING or types is None:
-        first = c.opt_int("first_k_dense_replace", 0) or 0
+        first = c.opt_int("first_k_dense_replace", first) or 0
         return [dense if i < first else moe for i in range(layers)]
     if (not isinstance(types, list) or len(types) != layers
             or any(t not in ("dense", "sparse") for t in types)):
@@ -60,8 +60,10 @@ def glm4_moe(c: Config) -> dict:
 
 
 def deepseek_v32(c: Config) -> dict:
-    """DeepSeek-V3.2 (DeepseekV32Config): DeepSeek-V3's MLA with q LoRA always, plus
-    DeepSeek Sparse Attention's lightning indexer and its own key cache on every layer."""
+    """DeepSeek-V3.2 (DeepseekV32Config) and GLM-5 (GlmMoeDsaConfig): DeepSeek-V3's MLA
+    with q LoRA always, plus DeepSeek Sparse Attention's lightning indexer and its own key
+    cache, on every layer (GLM-5: on its "full" indexer_types layers; a "shared" one
+    reuses the previous layer's choice and has no indexer)."""
     hidden, layers, heads, vocab, d_ff = core_dims(c)
     bias = c.opt_bool("attention_bias", False)
     mla = IndexedLatent(
@@ -70,10 +72,14 @@ def deepseek_v32(c: Config) -> dict:
         v_dim=c.req_int("v_head_dim"), q_lora_rank=c.req_dim("q_lora_rank"), bias=bias,
         index_heads=c.req_dim("index_n_heads"), index_head_dim=c.req_dim("index_head_dim"),
         index_topk=c.req_dim("index_topk"))
+    shared = Latent(heads=heads, kv_lora_rank=mla.kv_lora_rank, rope_dim=mla.rope_dim,
+                    nope_dim=mla.nope_dim, v_dim=mla.v_dim, q_lora_rank=mla.q_lora_rank,
+                    bias=bias)
     moe = MoE(experts=c.req_int("n_routed_experts"), active=c.req_int("num_experts_per_tok"),
               expert_d_ff=c.req_int("moe_intermediate_size"),
               shared_experts=c.opt_int("n_shared_experts", 0) or 0)
     mlps = _dense_then_moe(c, layers, Dense(d_ff, bias=c.opt_bool("mlp_bias", False)), moe)
+    mixers = [mla if t == "full" else shared for t in _indexer_types(c, layers)]
     notes = [f"MLA: the cache holds kv_lora_rank + qk_rope_head_dim = "
              f"{mla.kv_lora_rank + mla.rope_dim} elements per token per layer, and the "
              f"indexer's key {mla.index_token_bytes()} B (fp8 and its scales); attention "
@@ -83,6 +89,51 @@ def deepseek_v32(c: Config) -> dict:
                   vocab=vocab, qkv_bias=bias, out_bias=bias,
                   tied_embeddings=c.opt_bool("tie_word_embeddings", False),
                   max_context=c.opt_int("max_position_embeddings", 163840) or 0, notes=notes)
+    return with_runs(fields, [Layer(m, mlp, 2) for m, mlp in zip(mixers, mlps)])
+
+
+def _indexer_types(c: Config, layers: int) -> list[str]:
+    """GLM-5's per-layer indexer mode, as GlmMoeDsaConfig derives it: `indexer_types`,
+    else `index_topk_pattern` (F full, S shared), else every `index_topk_freq`-th layer
+    from `index_skip_topk_offset` (2) runs its own indexer. DeepSeek-V3.2: all full."""
+    types = c.raw("indexer_types")
+    if types is MISSING or types is None:
+        pattern = c.raw("index_topk_pattern")
+        if isinstance(pattern, str):
+            types = [{"F": "full", "S": "shared"}.get(ch, ch) for ch in pattern]
+        elif pattern not in (MISSING, None):
+            types = pattern
+        else:
+            every = max(c.opt_int("index_topk_freq", 1) or 1, 1)
+            offset = c.opt_int("index_skip_topk_offset", 2) or 0
+            return ["full" if max(i - offset + 1, 0) % every == 0 else "shared"
+                    for i in range(layers)]
+    if (not isinstance(types, list) or len(types) != layers
+            or any(t not in ("full", "shared") for t in types)):
+        raise c.error(f"field 'indexer_types' must list {layers} entries, each \"full\" or "
+                      f"\"shared\", got {describe(types)}")
+    return types
+
+
+def glm4_moe_lite(c: Config) -> dict:
+    """GLM-4.7-Flash (Glm4MoeLiteConfig): DeepSeek-V3's MLA and routed + shared experts,
+    the first layer dense unless mlp_layer_types says otherwise."""
+    hidden, layers, heads, vocab, d_ff = core_dims(c)
+    bias = c.opt_bool("attention_bias", False)
+    mla = Latent(heads=heads, kv_lora_rank=c.req_int("kv_lora_rank"),
+                 rope_dim=c.req_int("qk_rope_head_dim"), nope_dim=c.req_int("qk_nope_head_dim"),
+                 v_dim=c.req_int("v_head_dim"), q_lora_rank=c.opt_int("q_lora_rank", 0) or 0,
+                 bias=bias)
+    moe = MoE(experts=c.req_int("n_routed_experts"), active=c.req_int("num_experts_per_tok"),
+              expert_d_ff=c.req_int("moe_intermediate_size"),
+              shared_experts=c.opt_int("n_shared_experts", 0) or 0)
+    mlps = _dense_then_moe(c, layers, Dense(d_ff), moe, first=1)
+    fields = dict(layers=layers, d_model=hidden, heads=heads, kv_heads=heads,
+                  head_dim=mla.nope_dim + mla.rope_dim, v_head_dim=mla.v_dim, d_ff=d_ff,
+                  vocab=vocab, qkv_bias=bias, out_bias=bias,
+                  tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                  max_context=c.opt_int("max_position_embeddings", 202752) or 0,
+                  notes=_mtp_note(c))
     return with_runs(fields, [Layer(mla, mlp, 2) for mlp in mlps])
 
 
@@ -165,3 +216,25 @@ def ernie4_5_moe(c: Config) -> dict:
 
     return decoder(c, qkv_bias=bias, out_bias=bias, mlp_bias=bias, tied=True, context=131072,
                    experts=mlps)
+
+
+def hunyuan_moe(c: Config) -> dict:
+    """Hunyuan MoE (HunYuanMoEV1, Hunyuan-A13B): Hunyuan dense's attention (per-head q/k
+    RMSNorms), every layer num_experts experts of intermediate_size (moe_topk of them a
+    token, one number or the same for every layer) beside one shared MLP of that width."""
+    layers = c.req_dim("num_hidden_layers")
+    topk = c.raw("moe_topk", "num_experts_per_tok")
+    if isinstance(topk, list) and topk and all(t == topk[0] for t in topk):
+        topk = topk[0]  # Hunyuan-A13B lists it per layer
+    if topk is MISSING or topk is None:
+        topk = 1  # HunYuanMoEV1Config's default
+    active = c.check_int("moe_topk", topk)
+    bias = c.opt_bool("attention_bias", False)
+
+    def mlps(dense: Dense) -> list:
+        moe = MoE(experts=c.opt_int("num_experts", 1) or 1, active=active,
+                  expert_d_ff=dense.d_ff, shared_experts=1)
+        return [moe] * layers
+
+    return decoder(c, qkv_bias=bias, out_bias=bias, qk_norm=True, context=2048,
+                   head_dim_required=True, experts=mlps)
