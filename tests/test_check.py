@@ -132,7 +132,9 @@ def test_the_calibration_file_round_trips_into_fit(tmp_path: Path) -> None:
     r = run("fit", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--max-model-len", "8192",
             "--calibration", str(out), "--format", "json")
     assert r.exit_code == 0, r.output
-    mem = json.loads(r.stdout)["memory"]
+    answer = json.loads(r.stdout)
+    mem = answer["memory"]
+    assert any("measured terms from" in n for n in answer["notes"])
     assert mem["non_torch"] == round(1.79 * GiB) and mem["activation_peak"] == round(1.26 * GiB)
     assert mem["weights"] == round(14.96 * GiB)
     # 71.29 - 14.96 - 1.26 - 1.79 = 53.28 GiB, the log's 53.29 to its rounding.

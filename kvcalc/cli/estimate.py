@@ -356,6 +356,12 @@ def _engine_capacity(est, *, max_model_len, utilization, pp, block_size, batched
             hardware = replace(hardware, visible_memory_bytes=learnt.visible_memory_bytes)
     cap = serving_capacity(spec, hardware, settings,
                            kv_scale_bytes=est.workload.kv_scale_bytes)
+    if learnt is not None:
+        from dataclasses import replace
+
+        cap = replace(cap, notes=(*cap.notes, f"measured terms from {calibration} (vLLM "
+                                  f"{learnt.vllm_version} on {learnt.gpu or 'its GPU'}) in place "
+                                  "of kvcalc's models"))
     if not cap.fits:
         raise KvcalcError(cap.refusal or f"one request of {length:,} tokens does not fit")
     return cap
