@@ -411,6 +411,9 @@ class RGLRU(_Stateful):
     label = "rg-lru"
     module = "temporal_block"
 
+    def kv_cache_spec(self, specs):
+        return specs.unpaged(self)  # no vLLM release serves RecurrentGemma
+
     @property
     def conv_taps(self) -> int:
         return self.conv_width
@@ -456,6 +459,9 @@ class RWKV(_Stateful):
     label = "rwkv"
     module = "attention"
     conv_taps = 0
+
+    def kv_cache_spec(self, specs):
+        return specs.unpaged(self)  # no vLLM release serves RWKV
 
     def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1,
                     conv_len: int | None = None) -> int:

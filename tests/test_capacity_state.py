@@ -197,3 +197,48 @@ def test_hybrid_raises_a_user_block_too_small_for_the_state(version: str, user: 
 def test_user_block_kept_for_attention_models() -> None:
     cap = fit("llama3.1-8b", A100, max_model_len=8192, block_size=32)
     assert cap.block_size == 32
+
+
+# --------------------------------------------------------------------------------
+# The 2026 state kinds (issue #20 point 4)
+# --------------------------------------------------------------------------------
+def _spec(cfg: dict):
+    from kvcalc.hfconfig import spec_from_hf_config
+
+    return spec_from_hf_config(cfg, "x")
+
+
+# Kimi Linear's KDA layers (32 heads of 128, kernel 4) beside MLA layers, as vLLM 0.32's
+# kda_state_shape / kda_state_dtype size them: conv 3 x 32 x 128 = 12288 channels x 3
+# inputs in the model dtype; recurrent 32 x 128 x 128 in fp32 ("auto" is fp32 for KDA,
+# unlike Mamba-2 and DeltaNet, where it is the model dtype).
+KIMI = {"model_type": "kimi_linear", "hidden_size": 2304, "num_hidden_layers": 4,
+        "num_attention_heads": 32, "vocab_size": 1000, "intermediate_size": 9216,
+        "layer_types": ["linear_attention"] * 3 + ["full_attention"]}
+KDA_STATE_AUTO = 12288 * 3 * 2 + 32 * 128 * 128 * 4  # = 2170880
+KDA_STATE_BF16 = 12288 * 3 * 2 + 32 * 128 * 128 * 2  # = 1122304
+
+
+@pytest.mark.parametrize(("ssm", "page"), [("auto", KDA_STATE_AUTO), ("bf16", KDA_STATE_BF16)])
+def test_kda_recurrent_state_is_fp32_under_auto(ssm: str, page: int) -> None:
+    groups = cache_groups(_spec(KIMI), dtype("bf16"), 1, 0, dtype("bf16"))
+    paged = engine_state_groups(groups, dtype("bf16"), dtype("bf16" if ssm == "auto" else ssm),
+                                1, ssm_auto=ssm == "auto")
+    assert [g.state_bytes for g in paged if g.state_bytes] == [page]
+
+
+# RWKV and RecurrentGemma: no vLLM release serves them (vLLM 0.32's model registry names
+# neither): the memory before the cache is counted, the counts of the cache are not.
+RWKV_CFG = {"model_type": "rwkv", "hidden_size": 2048, "num_hidden_layers": 24,
+            "vocab_size": 50277}
+
+
+def test_unpaged_state_kinds_withhold_the_cache_counts() -> None:
+    cap = serving_capacity(_spec(RWKV_CFG), H100, EngineSettings(
+        max_model_len=8192, kv_cache_memory_bytes=20 * GiB))
+    assert cap.fits
+    assert (cap.num_gpu_blocks, cap.kv_cache_tokens, cap.max_concurrency,
+            cap.max_model_len_fit, cap.block_size) == (None, None, None, None, None)
+    assert [n for n in cap.notes if "not modelled" in n] == [
+        "vLLM pages no rwkv state (no release read serves such a model): KV blocks, cache "
+        "tokens, concurrency and the longest length that fits are not modelled"]

@@ -136,3 +136,35 @@ def test_user_block_size_as_vllm_takes_it(preset: str, tp: int, max_len: int,
         kv_cache_memory_bytes=avail, allow_long_max_model_len=True))
     got = (cap.block_size, cap.num_gpu_blocks, cap.kv_cache_tokens, cap.max_concurrency)
     assert got == vllm_count(preset, tp, max_len, "auto", avail, block)
+
+
+# The state kinds read for Kimi Linear and MiniMax-Text-01: one page as vLLM's own shape
+# and dtype calculators size it (mamba_utils.py: kda_state_shape / kda_state_dtype, whose
+# "auto" recurrent state is fp32; linear_attention_state_shape / _dtype, one
+# heads x head_dim x head_dim state in --mamba-cache-dtype, auto = the model dtype).
+# Shapes of Kimi-Linear-48B-A3B (32 heads of 128, kernel 4) and MiniMax-Text-01 (64 of 128).
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+@pytest.mark.parametrize("ssm", ["auto", "bfloat16", "float32"])
+def test_kda_and_lightning_pages_as_vllm_sizes_them(tp: int, ssm: str) -> None:
+    from vllm.model_executor.layers.mamba.mamba_utils import (
+        MambaStateDtypeCalculator as Dtypes, MambaStateShapeCalculator as Shapes)
+
+    from kvcalc.capacity.state import engine_state_groups
+    from kvcalc.dtypes import dtype
+    from kvcalc.formulas.cache import CacheGroup
+    from kvcalc.layers import KimiDelta, Lightning
+
+    def vllm_bytes(shapes, dtypes) -> int:
+        return sum(torch.Size(s).numel() * d.itemsize for s, d in zip(shapes, dtypes))
+
+    kda_shapes = Shapes.kda_state_shape(tp, 32, 128, conv_kernel_size=4)
+    kda_dtypes = Dtypes.kda_state_dtype(torch.bfloat16, "auto", ssm)
+    lightning_shapes = Shapes.linear_attention_state_shape(64, tp, 128)
+    lightning_dtypes = Dtypes.linear_attention_state_dtype(torch.bfloat16, "auto")
+    ssm_dt = dtype("bf16" if ssm in ("auto", "bfloat16") else "fp32")
+    groups = (CacheGroup(KimiDelta(heads=32, head_dim=128, conv_kernel=4), 1, 0, 1),
+              CacheGroup(Lightning(heads=64, head_dim=128), 1, 0, 1))
+    kda, lightning = engine_state_groups(groups, dtype("bf16"), ssm_dt, tp,
+                                         ssm_auto=ssm == "auto")
+    assert kda.state_bytes == vllm_bytes(kda_shapes, kda_dtypes)
+    assert lightning.state_bytes == vllm_bytes(lightning_shapes, lightning_dtypes)

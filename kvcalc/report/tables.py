@@ -328,15 +328,22 @@ def capacity_table(est, cap, slo: int | None = None) -> Tab:
             ["  non-torch (CUDA context, NCCL)", exact_bytes(m["non_torch"])],
             ["  CUDA graphs", exact_bytes(m["cuda_graphs"])],
             ["KV cache memory", exact_bytes(m["kv_cache"])],
-            [f"KV blocks of {cap.block_size} tokens", f"{cap.num_gpu_blocks:,}"],
-            ["KV cache tokens", f"{cap.kv_cache_tokens:,}"],
-            [f"max concurrency at {s.max_model_len:,} tokens", f"{cap.max_concurrency:.2f}x"]]
+            [f"KV blocks of {cap.block_size} tokens" if cap.block_size else "KV blocks",
+             _or_unmodelled(cap.num_gpu_blocks, "{:,}")],
+            ["KV cache tokens", _or_unmodelled(cap.kv_cache_tokens, "{:,}")],
+            [f"max concurrency at {s.max_model_len:,} tokens",
+             _or_unmodelled(cap.max_concurrency, "{:.2f}x")]]
     if slo is not None:
         rows.append([_slo_label(est), f"{slo:,}"])
     where = f"{s.tp} x {cap.hardware}" + (f", pp {s.pp}" if s.pp > 1 else "")
     return Tab(f"{est.spec.name} on {where}, as vLLM {s.vllm_version} counts it "
                f"(utilization {s.gpu_memory_utilization})", ["", ""], rows,
                caption="\n".join(f"note: {n}" for n in cap.notes) or None)
+
+
+def _or_unmodelled(value, form: str) -> str:
+    """A capacity count, or "not modelled" where the engine's paging of a kind is not."""
+    return "not modelled" if value is None else form.format(value)
 
 
 def _slo_label(est) -> str:
