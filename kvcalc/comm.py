@@ -27,7 +27,8 @@ def allreduces_per_layer(layer, d_model: int) -> int:
     """All-reduces one decoder layer pays under TP: one per block (mixer, MLP) it has;
     a block ends in its row-parallel output projection (a mixer without projections,
     an MLP-only layer's, runs none)."""
-    mixer = 1 if layer.mixer.matmuls(d_model) else 0
+    mixers = (layer.mixer,) if layer.beside is None else (layer.mixer, layer.beside)
+    mixer = sum(1 for mx in mixers if mx.matmuls(d_model))
     return mixer + (0 if layer.mlp is None else 1)
 
 

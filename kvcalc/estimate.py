@@ -319,6 +319,8 @@ def layer_pattern(spec: ModelSpec) -> list[dict]:
                "mlp": None if mlp is None else mlp.kind}
         if hasattr(mx, "kv_heads"):
             row["kv_heads"] = mx.kv_heads
+        if r.layer.beside is not None:  # a parallel hybrid's second mixer
+            row["beside"] = {"kind": r.layer.beside.label, "cache": r.layer.beside.cache_kind}
         out.append(row)
     return out
 

@@ -512,22 +512,27 @@ MLP = Union[Dense, MoE]
 @record
 class Layer:
     """One decoder layer: a mixer, an MLP (None for Mamba blocks) and its norms; an
-    encoder-decoder's decoder layer also cross-attends to the encoder."""
+    encoder-decoder's decoder layer also cross-attends to the encoder; a parallel hybrid's
+    layer runs a second mixer `beside` the first on the same input, their outputs summed
+    (Falcon-H1: attention and Mamba-2 in every layer, each with its own cache)."""
 
     mixer: Mixer
     mlp: MLP | None
     norms: int = 2  # d_model-wide norms: input, post-attention (Gemma 2/3: four; T5 decoder: three)
     cross: CrossAttention | None = None
+    beside: Mixer | None = None
 
     @property
     def mixers(self) -> tuple:
-        """What it mixes tokens with: its own mixer, then any cross-attention."""
-        return (self.mixer,) if self.cross is None else (self.mixer, self.cross)
+        """What it mixes tokens with: its own mixer, any mixer beside it, then any
+        cross-attention."""
+        return tuple(mx for mx in (self.mixer, self.beside, self.cross) if mx is not None)
 
     @property
     def label(self) -> str:
         mlp = "" if self.mlp is None else f" + {self.mlp.kind}"
-        return f"{self.mixer.label}{mlp}"
+        beside = "" if self.beside is None else f" beside {self.beside.label}"
+        return f"{self.mixer.label}{beside}{mlp}"
 
 
 @record

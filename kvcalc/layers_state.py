@@ -228,6 +228,7 @@ class Mamba2(_Stateful):
     conv_kernel: int
     conv_bias: bool = True
     proj_bias: bool = False
+    gated_norm: bool = True  # the gated RMSNorm before out_proj (Falcon-H1: mamba_rms_norm)
 
     kind = "mamba2"
     label = "mamba2"
@@ -255,7 +256,7 @@ class Mamba2(_Stateful):
             "in_proj": Linear(d_model, n + c + self.heads, self.proj_bias),
             "conv1d": c * self.conv_kernel + (c if self.conv_bias else 0),
             "dt_bias": self.heads, "A_log": self.heads, "D": self.heads,
-            "norm": n,
+            "norm": n if self.gated_norm else 0,
             "out_proj": Linear(n, d_model, self.proj_bias),
         }
 

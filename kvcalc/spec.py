@@ -21,7 +21,8 @@ from kvcalc.layers import MoE as MoEMLP
 # Mixers that attend (kvcalc.layers cache kinds), and the state mixers' names in words.
 _ATTENDING = ("full", "sliding", "chunked", "mla")
 _MIXER_NAMES = {"mamba": "Mamba", "mamba2": "Mamba-2", "linear": "Gated DeltaNet",
-                "conv": "short convolution"}
+                "conv": "short convolution", "lightning": "lightning attention",
+                "kda": "Kimi Delta Attention", "rglru": "RG-LRU", "rwkv": "RWKV"}
 
 NORM_KINDS = ("rmsnorm", "layernorm")
 MLP_KINDS = ("gated", "plain")
@@ -226,9 +227,9 @@ class ModelSpec:
     @property
     def state_mixers(self) -> str:
         """The state mixers' names, in layer order: 'Mamba', 'Mamba-2 + short convolution'."""
-        kinds = dict.fromkeys(_MIXER_NAMES.get(layer.mixer.kind, layer.mixer.kind)
-                              for layer, _ in self._groups
-                              if layer.mixer.cache_kind not in (*_ATTENDING, "none"))
+        kinds = dict.fromkeys(_MIXER_NAMES.get(mx.kind, mx.kind)
+                              for layer, _ in self._groups for mx in layer.mixers
+                              if mx.cache_kind not in (*_ATTENDING, "none"))
         return " + ".join(kinds) or "no mixer"
 
     @property

@@ -53,13 +53,16 @@ def _kvcalc_layer_bytes(cfg: dict, seq_len: int) -> list[int]:
     bf16, fp32 = dtype("bf16"), dtype("fp32")
     out = []
     for layer in spec.layer_list():
-        mx = layer.mixer
-        held = mx.tokens_held(seq_len)
-        stored = mx.token_bytes(bf16) * held + mx.state_bytes(bf16, fp32)
-        if isinstance(mx, IndexedLatent):
-            # transformers keeps the indexer's key in the model's dtype (bf16: 2 bytes an
-            # element), a serving engine as fp8 and scales (test_indexer_key_bytes_as_vllm)
-            stored += (2 * mx.index_head_dim - mx.index_token_bytes()) * held
+        # a parallel hybrid's two mixers share one transformers cache layer (Falcon-H1)
+        mixers = (layer.mixer,) if layer.beside is None else (layer.mixer, layer.beside)
+        stored = 0
+        for mx in mixers:
+            held = mx.tokens_held(seq_len)
+            stored += mx.token_bytes(bf16) * held + mx.state_bytes(bf16, fp32)
+            if isinstance(mx, IndexedLatent):
+                # transformers keeps the indexer's key in the model's dtype (bf16: 2 bytes an
+                # element), a serving engine as fp8 and scales (test_indexer_key_bytes_as_vllm)
+                stored += (2 * mx.index_head_dim - mx.index_token_bytes()) * held
         out.append(stored)
     return out
 
@@ -135,6 +138,7 @@ DEFAULT_CONFIGS = {
     "kimi_linear": {"num_hidden_layers": 5},
     "recurrent_gemma": {"num_hidden_layers": 3},
     "rwkv": {"num_hidden_layers": 3},
+    "falcon_h1": {"num_hidden_layers": 3},
     # 2024-2026 attention and MoE families (kvcalc/hfconfig/llama_2026.py, moe_2026.py)
     "glm": {"num_hidden_layers": 2},
     "glm4": {"num_hidden_layers": 2},

@@ -18,7 +18,8 @@ from kvcalc.hfconfig import llama_2026, moe_2026
 from kvcalc.hfconfig.moe import deepseek, gpt_oss, llama4, qwen_moe
 from kvcalc.hfconfig.multimodal import WRAPPERS
 from kvcalc.hfconfig.recurrent import kimi_linear, minimax, recurrent_gemma, rwkv
-from kvcalc.hfconfig.state_families import bamba, granitemoehybrid, lfm2_moe, mamba2, qwen3_5
+from kvcalc.hfconfig.state_families import (bamba, falcon_h1, granitemoehybrid, lfm2_moe,
+                                            mamba2, qwen3_5)
 
 FAMILIES: dict[str, Callable[[Config], dict]] = {
     "llama": llama_like,
@@ -68,6 +69,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "mamba2": mamba2,
     "bamba": bamba,
     "granitemoehybrid": granitemoehybrid,
+    "falcon_h1": falcon_h1,
     "lfm2_moe": lfm2_moe,
     "qwen3_5_text": qwen3_5,
     "qwen3_5_moe_text": qwen3_5,

@@ -1,7 +1,7 @@
 """More families with a constant state per sequence, alone or beside attention, read
 with the layer kinds kvcalc.hfconfig.hybrid already uses (Mamba-2, Gated DeltaNet,
-short convolution): Mamba-2, Bamba, Granite 4 (GraniteMoeHybrid), LFM2-MoE, Qwen3.5
-and Qwen3.5-MoE.
+short convolution): Mamba-2, Bamba, Granite 4 (GraniteMoeHybrid), Falcon-H1, LFM2-MoE,
+Qwen3.5 and Qwen3.5-MoE.
 
 Each reader follows that family's configuration_*.py and modeling_*.py in transformers
 5.24: which modules a layer has, their shapes and biases, and the defaults the config
@@ -194,3 +194,51 @@ def qwen3_5(c: Config) -> dict:
                          notes=["hybrid: Gated DeltaNet linear attention holds a constant "
                                 "state; full attention layers cache every token"])
     return with_runs(fields, [Layer(attn if k == "full" else linear, mlp, 2) for k in kinds])
+
+
+def _one_bias(c: Config) -> bool:
+    """Falcon-H1's Mamba-2 biases: in_proj's mamba_proj_bias, out_proj's projectors_bias
+    (kvcalc's Mamba-2 has one switch for both; published configs set neither)."""
+    bias = c.opt_bool("mamba_proj_bias", False)
+    if c.opt_bool("projectors_bias", False) != bias:
+        raise c.error("fields 'mamba_proj_bias' and 'projectors_bias' differ: kvcalc reads "
+                      "Falcon-H1 with both or neither")
+    return bias
+
+
+def falcon_h1(c: Config) -> dict:
+    """Falcon-H1: every layer runs GQA attention and a Mamba-2 mixer side by side on the
+    same input (outputs summed), then a gated MLP; the Mamba-2 width is mamba_d_ssm."""
+    hidden = c.req_dim("hidden_size")
+    layers = c.req_dim("num_hidden_layers")
+    heads = c.req_dim("num_attention_heads")
+    vocab = c.req_dim("vocab_size")
+    d_ff = c.req_dim("intermediate_size")
+    kv_heads = c.opt_int("num_key_value_heads", 8) or heads
+    head_dim = c.opt_int("head_dim", 0) or hidden // heads
+    bias = c.opt_bool("attention_bias", False)
+    attn = Attention(heads, kv_heads, head_dim, qkv_bias=bias, out_bias=bias)
+    # mamba_d_ssm: absent, FalconH1Config's 1024; null, mamba_expand x hidden_size
+    d_ssm = c.raw("mamba_d_ssm")
+    if d_ssm is MISSING:
+        d_inner = 1024
+    elif d_ssm is None:
+        d_inner = (c.opt_int("mamba_expand", 2) or 2) * hidden
+    else:
+        d_inner = c.check_int("mamba_d_ssm", d_ssm)
+    m_heads = c.opt_int("mamba_n_heads", 128) or 128
+    mixer = Mamba2(heads=m_heads, head_dim=_mamba2_head_dim(c, "mamba_d_head", m_heads, d_inner),
+                   d_state=c.opt_int("mamba_d_state", 256) or 256,
+                   groups=c.opt_int("mamba_n_groups", 1) or 1,
+                   conv_kernel=c.opt_int("mamba_d_conv", 4) or 4,
+                   conv_bias=c.opt_bool("mamba_conv_bias", True),
+                   proj_bias=_one_bias(c),
+                   gated_norm=c.opt_bool("mamba_rms_norm", False))
+    mlp = Dense(d_ff, bias=c.opt_bool("mlp_bias", False))
+    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                         qkv_bias=bias, out_bias=bias,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                         max_context=c.opt_int("max_position_embeddings", 8192) or 0,
+                         notes=["parallel hybrid: every layer caches every token in its "
+                                "attention and holds a constant Mamba-2 state beside it"])
+    return with_runs(fields, [Layer(attn, mlp, 2, beside=mixer)] * layers)

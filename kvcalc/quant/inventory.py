@@ -81,7 +81,9 @@ def _mlp_items(mlp, d: int, prefix: str, model_type: str) -> list:
 
 def _layer_items(layer, d: int, index: int, model_type: str, norm: int) -> list:
     prefix = f"layers.{index}"
-    items = _mixer_items(layer.mixer, d, prefix) + _mlp_items(layer.mlp, d, prefix, model_type)
+    items = [it for mx in layer.mixers if mx is not layer.cross
+             for it in _mixer_items(mx, d, prefix)]
+    items += _mlp_items(layer.mlp, d, prefix, model_type)
     if layer.norms:
         items.append(Plain("norms", layer.norms * norm))
     return items
