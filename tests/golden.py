@@ -53,6 +53,13 @@ FIT_LAYOUTS = {
     "llama3.1-8b-h100-int4-util95": ["--preset", "llama3.1-8b", "--gpu", "h100-sxm",
                                      "--max-model-len", "131072", "--weight-dtype", "int4",
                                      "--gpu-memory-utilization", "0.95"],
+    # the 2026 state kinds: KDA pages (fp32 recurrent state under auto) beside MLA, and
+    # RG-LRU, which no vLLM release pages (one note, no cache counts)
+    "kimi-linear-48b-h200-tp2-kda": ["--config",
+                                     "tests/data/hf/moonshotai__Kimi-Linear-48B-A3B-Instruct.json",
+                                     "--gpu", "h200", "--tp", "2", "--max-model-len", "131072"],
+    "recurrentgemma-2b-l4-unpaged": ["--config", "tests/data/hf/google__recurrentgemma-2b.json",
+                                     "--gpu", "l4", "--max-model-len", "8192"],
 }
 
 SWEEPS = {
