@@ -270,9 +270,15 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     the `vllm serve` line gives (default: the preset's Hub id, else its name).
     Raises NothingFits when no layout starts or none meets the targets.
     """
+    from kvcalc.capacity.state import unpaged_kinds
     from kvcalc.dtypes import check_size
+    from kvcalc.formulas.cache import cache_groups
 
     check_size("gpus", gpus, 4096)
+    unpaged = unpaged_kinds(cache_groups(spec))
+    if unpaged:  # no engine count to search over (serving_capacity withholds it)
+        raise KvcalcError(f"vLLM pages no {' or '.join(unpaged)} state (no release read serves "
+                          f"such a model): plan has no layout to count")
     for name, v in (("concurrency", concurrency), ("prompt_len", prompt_len),
                     ("output_len", output_len)):
         if v is not None:

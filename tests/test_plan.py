@@ -310,3 +310,15 @@ def test_a_model_folder_is_planned_and_served_by_its_path(tmp_path):
     assert json.loads(r.stdout)["best"]["command"].startswith(f"vllm serve {folder} ")
     est = run("estimate", str(folder), "--gpu", "l4", "--engine", "vllm", "--format", "json")
     assert est.exit_code == 0, est.output
+
+
+def test_a_model_no_vllm_release_serves_is_one_line(tmp_path):
+    """RWKV's state has no vLLM page rule (no release serves it): no layout to count."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "rwkv", "hidden_size": 2048,
+                               "num_hidden_layers": 24, "vocab_size": 50277}))
+    r = CliRunner().invoke(app, ["plan", str(cfg), "--gpu", "l4", "--max-model-len", "4096"])
+    assert r.exit_code == 2
+    assert r.output.strip().splitlines() == [
+        "kvcalc: error: vLLM pages no rwkv state (no release read serves such a model): plan "
+        "has no layout to count"]
