@@ -95,3 +95,10 @@ def test_cli_refuses_in_one_line_without_the_fields(tmp_path):
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("kvcalc: error: ")
     assert "model_type 'acme_lm' is not one kvcalc reads" in r.stderr
+
+
+def test_an_unknown_wrapper_is_read_from_its_text_config():
+    cfg = {"model_type": "acme_vl", "text_config": _renamed(LLAMA), "vision_config": {}}
+    spec = spec_from_hf_config(cfg, "acme")
+    assert "text_config" in spec.extra["approximate"]
+    assert kv_cache(spec, 1000, 1, "bf16").bytes == 16 * 8 * 64 * 2 * 2 * 1000

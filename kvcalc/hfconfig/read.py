@@ -63,6 +63,11 @@ def spec_from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
         fields = FAMILIES[model_type](c)
     elif has_usual_fields(c):  # an unknown family with the usual sizes: approximate
         fields = uniform_decoder(c)
+    elif isinstance(cfg.get("text_config"), dict) and has_usual_fields(
+            text := Config(cfg["text_config"], model_type, where)):
+        fields = uniform_decoder(text)  # an unknown multimodal wrapper: its language model
+        fields["approximate"] += ("; the language model of its text_config, the other "
+                                  "towers not counted")
     else:
         remote = (" (it names remote code in 'auto_map': a model transformers itself does "
                   "not ship)" if isinstance(cfg.get("auto_map"), dict) else "")
