@@ -159,26 +159,28 @@ def param_counts(model):
     return _param_counts(_model(model))
 
 
-def fit(model, hardware, seq_len: int, batch: int = 1, weight_dtype="bf16", kv_dtype="bf16",
+def fit(model, hardware, seq_len: int, batch: int = 1, weight_dtype=None, kv_dtype="bf16",
         tp: int = 1, scale_bytes: int = 0, memory_fraction: float | str = 1,
         reserve_bytes: int = 0, encoder_seq_len: int | None = None):
-    """What fits on `tp` devices after the weights (in `weight_dtype`); the model as a
-    ModelSpec or MODEL (a preset, Hub id, folder or config file), the hardware as a
-    Hardware or a preset name."""
+    """The floor: what fits on `tp` devices after the weights (weights + KV only; the
+    verdict, vLLM's count, is `estimate(...).verdict`). `weight_dtype` None reads the
+    weights as the config stores them (its quantization_config), as estimate does; the
+    model as a ModelSpec or MODEL (a preset, Hub id, folder or config file), the
+    hardware as a Hardware or a preset name."""
     from kvcalc.capacity.fit import fit as _fit
-    from kvcalc.dtypes import DType, dtype
-    from kvcalc.workload import Memory, Workload
+    from kvcalc.estimate import stored_weights, workload_for
+    from kvcalc.workload import Memory
 
     hw = _hardware(hardware)
     if hw is None:
         raise KvcalcError("fit needs a device: a Hardware or a hardware preset name")
     spec = _model(model)
-    # The weights' dtype as a plain one: no quantization layout, no awq/gptq names here.
-    wdt = weight_dtype if isinstance(weight_dtype, DType) else dtype(weight_dtype)
-    workload = Workload(seq_len=seq_len, batch=batch, kv_dtype=kv_dtype, weight_dtype=wdt,
-                        tp=tp, kv_scale_bytes=scale_bytes, encoder_seq_len=encoder_seq_len)
+    workload = workload_for(spec, seq_len=seq_len, batch=batch, kv_dtype=kv_dtype,
+                            weight_dtype=weight_dtype, tp=tp, scale_bytes=scale_bytes,
+                            encoder_seq_len=encoder_seq_len)
     return _fit(spec, workload,
-                memory=Memory(hardware=hw, fraction=memory_fraction, reserve_bytes=reserve_bytes))
+                memory=Memory(hardware=hw, fraction=memory_fraction, reserve_bytes=reserve_bytes),
+                stored=stored_weights(spec, workload.quantization, tp))
 
 
 def attention_variants(model, kv_heads: int | None = None):

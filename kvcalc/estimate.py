@@ -10,11 +10,10 @@ column.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from kvcalc import roofline
 from kvcalc._record import record
-from kvcalc.capacity.fit import Fit, fit as plain_fit, fits as plain_fits
+from kvcalc.capacity.fit import Fit, fit as plain_fit
+from kvcalc.capacity.verdict import engine_verdict, settings_for, smallest_tp
 from kvcalc.dtypes import DType, check_size, dtype as _dtype, weight_dtype as _weight_dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.attention import ShazeerRatio, shazeer_ratio
@@ -40,9 +39,12 @@ class Estimate:
     stored: StoredWeights | None = None  # quantized weights as stored
     memory: Memory | None = None  # the device and its share; None: no roofline, no fit
     roofline: roofline.Roofline | None = None
-    fit: Fit | None = None
-    # None: no valid tp fits (or no hardware); JSON null and an empty CSV cell, never a
-    # 0 that reads as a tp degree
+    fit: Fit | None = None  # the floor: weights + KV only, under --memory-fraction/--reserve
+    # The verdict: vLLM's start-up count (kvcalc.capacity.verdict) for `batch` requests
+    # of seq_len tokens, with the single changes that make it serve when it does not.
+    verdict: object = None
+    # The smallest valid tp the engine serves the batch at; None: none does (or no
+    # hardware): JSON null and an empty CSV cell, never a 0 that reads as a tp degree
     min_tp_that_fits: int | None = None
     latency: object = None  # latency.Latency with hardware: TTFT, TPOT, tokens/s
     allreduce: object = None  # comm.AllReduceCost: tp > 1 on hardware with interconnect figures
@@ -81,6 +83,15 @@ class Estimate:
         return self.workload.encoder_seq_len
 
     @property
+    def weight_label(self) -> str:
+        return self.workload.weight_label
+
+    @property
+    def fits(self) -> bool | None:
+        """The verdict: the engine serves the batch (None without a device)."""
+        return None if self.verdict is None else self.verdict.serves
+
+    @property
     def weight_bytes(self) -> int:
         """The language model's weights in bytes, as stored when quantized."""
         if self.stored is not None:
@@ -116,7 +127,7 @@ class Estimate:
                 "seq_len": self.seq_len,
                 "batch": self.batch,
                 "kv_dtype": self.kv_dtype.name,
-                "weight_dtype": self.weight_dtype.name,
+                "weight_dtype": self.weight_label,
                 "tp": self.tp,
                 "gpu": self.hardware.name if self.hardware else None,
             },
@@ -179,7 +190,10 @@ class Estimate:
         if self.fit is not None:
             f = self.fit
             out["fit"] = {
-                "fits": f.fits,
+                "fits": self.verdict.serves,
+                "engine": self.verdict.as_dict(),
+                "floor": "weights + KV only, under --memory-fraction and --reserve",
+                "floor_fits": f.fits,
                 "usable_bytes_per_device": f.usable_bytes,
                 "weight_bytes_per_device": f.weight_bytes,
                 "free_for_kv_bytes_per_device": f.free_for_kv_bytes,
@@ -216,7 +230,7 @@ class Estimate:
             "seq_len": self.seq_len,
             "batch": self.batch,
             "kv_dtype": self.kv_dtype.name,
-            "weight_dtype": self.weight_dtype.name,
+            "weight_dtype": self.weight_label,
             "tp": self.tp,
             "kv_bytes_per_token": c.bytes_per_token,
             "kv_cache_bytes": c.bytes,
@@ -238,7 +252,8 @@ class Estimate:
                 "roofline_bound": r.bound,
                 "tokens_per_s": r.tokens_per_s,
                 "free_for_kv_bytes_per_device": f.free_for_kv_bytes,
-                "fits": f.fits,
+                "fits": self.verdict.serves,
+                "floor_fits": f.fits,
             })
             if self.latency is not None and self.latency.engine_name:
                 row.update({"engine": self.latency.engine_name, "tpot_s": self.latency.tpot_s})
@@ -330,18 +345,6 @@ def _shazeer_dict(r: ShazeerRatio) -> dict:
             "dominant_term": r.dominant_term}
 
 
-def valid_tps(spec: ModelSpec, upper: int = 1024) -> list[int]:
-    """TP degrees the model can use: divisors of heads that suit the K/V heads."""
-    out = []
-    for tp in range(1, min(spec.heads, upper) + 1):
-        if spec.heads % tp:
-            continue
-        if spec.mla is None and spec.kv_heads % tp and tp % spec.kv_heads:
-            continue
-        out.append(tp)
-    return out
-
-
 def workload_for(spec: ModelSpec, *, seq_len: int, batch: int = 1,
                  kv_dtype: DType | str = "bf16", weight_dtype: DType | str | None = None,
                  tp: int = 1, scale_bytes: int = 0, encoder_seq_len: int | None = None,
@@ -371,10 +374,12 @@ def workload_for(spec: ModelSpec, *, seq_len: int, batch: int = 1,
 def estimate(spec: ModelSpec, workload: Workload, *, memory: Memory | None = None,
              mfu: float | str = DEFAULT_MFU,
              bandwidth_efficiency: float | str = DEFAULT_BANDWIDTH_EFFICIENCY,
-             engine=None) -> Estimate:
+             engine=None, serving: dict | None = None) -> Estimate:
     """Every analytical figure for one configuration, each computed once. With `memory`
-    (a device): the roofline, the fit, the smallest tp that fits, and the latency (TTFT
-    for the batch's prompts, TPOT at seq_len) at the stated MFU and bandwidth efficiency.
+    (a device): the roofline, the floor fit, the verdict (vLLM's count for `batch`
+    requests of seq_len tokens with the engine's defaults, `serving` overriding them by
+    EngineSettings' names), the smallest tp it serves them at, and the latency (TTFT for
+    the batch's prompts, TPOT at seq_len) at the stated MFU and bandwidth efficiency.
     """
     w = workload
     stored = stored_weights(spec, w.quantization, w.tp)
@@ -399,16 +404,12 @@ def estimate(spec: ModelSpec, workload: Workload, *, memory: Memory | None = Non
     hardware = memory.hardware
     roof = roofline.decode_roofline(decode, hardware, compute_dtype)
     fit = plain_fit(spec, w, memory=memory, stored=stored)
-    min_tp = None
-    for candidate in valid_tps(spec):
-        if candidate == w.tp:  # already fitted above
-            fits = fit.fits
-        else:
-            fits = plain_fits(spec, replace(w, tp=candidate), memory=memory,
-                              stored=stored_weights(spec, w.quantization, candidate))
-        if fits:
-            min_tp = candidate
-            break
+    settings = settings_for(w, **(serving or {}))
+    verdict = engine_verdict(spec, hardware, settings, batch=w.batch,
+                             kv_scale_bytes=w.kv_scale_bytes, with_fixes=True)
+    smallest = verdict if verdict.serves and settings.tp == 1 else smallest_tp(
+        spec, hardware, settings, batch=w.batch, kv_scale_bytes=w.kv_scale_bytes)
+    min_tp = None if smallest is None else smallest.settings.tp
     lat = latency(spec, w, hardware=hardware, mfu=mfu,
                   bandwidth_efficiency=bandwidth_efficiency, stored=stored, step=decode,
                   cache=cache, params=params, engine=engine)
@@ -421,7 +422,7 @@ def estimate(spec: ModelSpec, workload: Workload, *, memory: Memory | None = Non
                                 hardware.interconnect, hardware.allreduce_latency_s)
     return Estimate(spec=spec, workload=w, cache=cache, params=params, decode=decode,
                     shazeer=shazeer, shazeer_batched=batched, stored=stored, memory=memory,
-                    roofline=roof, fit=fit, min_tp_that_fits=min_tp, latency=lat,
+                    roofline=roof, fit=fit, verdict=verdict, min_tp_that_fits=min_tp, latency=lat,
                     allreduce=comm)
 
 

@@ -151,7 +151,7 @@ def plot_sweep(selection, path: str | os.PathLike, force: bool = False) -> Path:
                 markersize=4 if len(s.x) <= 24 else 0, markerfacecolor="none", linewidth=1.8,
                 label=label)
         ys.extend([float(s.y.min()), float(s.y.max())])
-    # Points that do not fit beside their own variant's weights (the CSV's `fits`).
+    # Points that do not fit beside their own variant's weights (the CSV's `floor_fits`).
     labelled = False
     for s in series:
         if s.free_bytes is None:

@@ -51,6 +51,16 @@ class Workload:
             self.__dict__["weight_dtype"] = weight_dtype(self.weight_dtype)
 
     @property
+    def weight_label(self) -> str:
+        """The weights' dtype as every output names it: a checkpoint's own format when they
+        are as its config stores them ('fp8 (block 128x128)', 'mxfp4 experts', 'int4
+        g128'), else the dtype asked for ('bf16' for an unquantized model)."""
+        q = getattr(self.quantization, "quantization", self.quantization)  # AsStored's
+        if q is not None and q.from_config:
+            return q.dtype_label
+        return self.weight_dtype.name
+
+    @property
     def prompt_tokens(self) -> int:
         """Tokens of each prompt the prefill runs: prompt_len, else seq_len."""
         return self.seq_len if self.prompt_len is None else self.prompt_len

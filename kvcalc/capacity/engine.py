@@ -67,6 +67,10 @@ class EngineSettings:
     weight_dtype: str | None = None  # None: as the config stores (else the model dtype);
     # a dtype: every matrix but embeddings, quantized ones with scales per group_size
     group_size: int | None = None
+    # kvcalc.quant's Quantization the weights are stored in, as the estimate read it (the
+    # config's, or a dtype's): it replaces weight_dtype and group_size, so that both
+    # counts price one checkpoint alike
+    weight_quantization: object = None
     weights_bytes: int | None = None
     # Measured terms (a `kvcalc check -o` calibration file) in place of the modelled ones.
     activation_peak_bytes: int | None = None

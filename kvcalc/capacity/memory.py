@@ -157,7 +157,10 @@ def _language_model_bytes(spec: ModelSpec, s: EngineSettings, stage: int) -> int
     from kvcalc.quant.formats import adhoc, quantization_of
     from kvcalc.quant.weights import weight_bytes, weight_bytes_per_device
 
-    q = adhoc(s.weight_dtype, s.group_size) if s.weight_dtype else quantization_of(spec)
+    if s.weight_quantization is not None:
+        q = s.weight_quantization
+    else:
+        q = adhoc(s.weight_dtype, s.group_size) if s.weight_dtype else quantization_of(spec)
     if q is not None:
         # Quantized as stored (kvcalc.quant): values, scales and zeros matrix by matrix.
         # The stage share splits the body by layers, with the embedding and lm_head (in

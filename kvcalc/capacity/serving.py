@@ -47,7 +47,7 @@ from kvcalc.capacity.memory import (
     pipeline_layers,
     stage_weight_bytes,
 )
-from kvcalc.capacity.state import engine_state_groups, state_cache, unpaged_kinds
+from kvcalc.capacity.state import StateCache, engine_state_groups, state_cache, unpaged_kinds
 from kvcalc.dtypes import dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import cache_groups
@@ -102,6 +102,11 @@ class Capacity:
     max_model_len_fit: int | None  # the largest max_model_len that would fit (0: none)
     refusal: str  # vLLM's reason for refusing, "" when it starts
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # What a count at another length reuses (kvcalc.capacity.verdict): tokens in flight
+    # per request, the state pages' rule, and one max_model_len request's bytes.
+    in_flight: int = 0
+    state: StateCache | None = None
+    request_bytes: int = 0
 
     @property
     def memory(self) -> dict[str, int]:
@@ -210,6 +215,7 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
         kv_tokens = int(concurrency * s.max_model_len)
 
     # Refusal, and the largest max_model_len that fits.
+    need = request_bytes(plans, block, s.max_model_len, in_flight, s.encoder_len, state)
     if s.engine == "v0":
         fits = s.max_model_len <= num_blocks * block and num_blocks > 0
         largest = num_blocks * block
@@ -219,7 +225,6 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
         if num_blocks <= 0:
             refusal = "No available memory for the cache blocks"
     else:
-        need = request_bytes(plans, block, s.max_model_len, in_flight, s.encoder_len, state)
         avail = deciding.kv_cache
         fits = avail > 0 and need <= avail
         largest = largest_fitting_len(plans, block, avail, in_flight, s.encoder_len,
@@ -244,4 +249,5 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
         settings=s, hardware=hw.name, block_size=block, max_num_batched_tokens=tokens,
         max_num_seqs=seqs, groups=plans, devices=tuple(devices), deciding=deciding,
         num_gpu_blocks=num_blocks, kv_cache_tokens=kv_tokens, max_concurrency=concurrency,
-        fits=fits, max_model_len_fit=largest, refusal=refusal, notes=tuple(notes))
+        fits=fits, max_model_len_fit=largest, refusal=refusal, notes=tuple(notes),
+        in_flight=in_flight, state=state, request_bytes=need)

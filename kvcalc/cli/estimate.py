@@ -40,14 +40,16 @@ from kvcalc.cli.options import (
 )
 from kvcalc.errors import KvcalcError
 
+AUTO = -1  # --max-model-len auto, as vLLM reads it (kvcalc.capacity.verdict.AUTO)
+
 
 def _estimates(request: ModelRequest, *, seq_len, batch, kv_dtype, weight_dtype, tp, gpu,
                kv_scale_bytes, encoder_seq_len, memory_fraction, reserve, prompt_len,
-               group_size, compare=False, **options):
+               group_size, compare=False, hardware=None, **options):
     from kvcalc.estimate import attention_variants, estimate as run_estimate, workload_for
     from kvcalc.workload import Memory
 
-    hardware = resolve_gpu(gpu)
+    hardware = hardware or resolve_gpu(gpu)
     if hardware is None and options.get("engine") is not None:
         raise KvcalcError("--engine times tokens on a device: give --gpu NAME")
     fraction, reserve_bytes = device_memory(hardware, memory_fraction, reserve)
@@ -164,12 +166,20 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             "default 1).")] = None,
         gpu: Annotated[str, typer.Option("--gpu", help="Hardware preset (or YAML file) to "
                                          "fit on.")] = DEFAULT_GPU,
-        max_model_len: Annotated[Optional[int], typer.Option(
+        max_model_len: Annotated[Optional[str], typer.Option(
             "--max-model-len", show_default=False,
-            metavar="<tokens>",
-            help="Count as vLLM does (V1 engine) for requests up to this many tokens: KV "
-            f"cache tokens, blocks, concurrency; {SUFFIXES}. Any engine flag turns this on "
-            "(default then: the model's max context).")] = None,
+            metavar="<tokens>|auto",
+            help="Engine: requests up to this many tokens; {SUFFIXES}; auto (or -1, as vLLM "
+            "spells it): the longest that fits, as vLLM's own auto-fit finds it (default: "
+            "--seq-len, else the model's max context).".replace("{SUFFIXES}", SUFFIXES))]
+        = None,
+        kv_cache_memory: Annotated[Optional[str], typer.Option(
+            "--kv-cache-memory", "--kv-cache-memory-bytes", show_default=False,
+            metavar="<bytes>",
+            help="Engine: KV cache memory per device, skipping the profile as vLLM's "
+            "--kv-cache-memory-bytes does: 8GiB (2^30 each), 500MB (10^6 each), 8G = 8GiB "
+            "(default: the budget less weights, activations, non-torch memory and CUDA "
+            "graphs).")] = None,
         gpu_memory_utilization: Annotated[Optional[str], typer.Option(
             "--gpu-memory-utilization", show_default=False,
             help="Engine: share of driver-visible memory vLLM may use, in (0, 1] "
@@ -215,14 +225,18 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         output: OutputOpt = None,
         force: ForceOpt = False,
     ) -> None:
-        """How much fits on a device: as the serving engine counts it, or after the weights.
+        """Does it fit? vLLM's own start-up count decides, the floor (weights + KV) beside it.
 
-        With --max-model-len (or any engine flag): vLLM's own arithmetic (V1 engine):
-        driver-visible memory x --gpu-memory-utilization, less weights, the profiling
-        pass's activation peak, non-torch memory and CUDA graphs; then KV blocks per layer
-        group, "KV cache tokens" and the maximum concurrency at --max-model-len. Without:
-        the plain fit (weights and KV only; it says what it leaves out). --ttft-ms and
-        --tpot-ms give the largest batch meeting both.
+        vLLM's arithmetic (V1 engine): driver-visible memory x --gpu-memory-utilization,
+        less weights, the profiling pass's activation peak, non-torch memory and CUDA
+        graphs; then KV blocks per layer group, "KV cache tokens" and the maximum
+        concurrency at max_model_len (--max-model-len, else --seq-len, with --batch
+        requests at once). It fits when the engine starts and holds them all. Where it
+        does not: the memory table anyway, the bytes the KV cache lacks, and each single
+        change that makes it start (--tp, the length, --gpu-memory-utilization, --kv-dtype
+        fp8, --weight-dtype fp8 or int4), each counted again; the exit status is then 1
+        (the input was valid; the answer is no), bad input 2. --ttft-ms and --tpot-ms give
+        the largest batch meeting both.
 
         Examples: `kvcalc fit Qwen/Qwen3-8B --gpu l4`; `kvcalc fit --preset llama3.1-8b
         --gpu rtx3090 --max-model-len 20000`;
@@ -231,7 +245,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         """
         from kvcalc.estimate import approximate_fields, weights_source
         from kvcalc.report.csv_json import flatten
-        from kvcalc.report.tables import capacity_table, fit_table
+        from kvcalc.report.tables import capacity_table
 
         fmt = output_format(fmt, output)
         if gpu.strip().lower() == "none":
@@ -240,7 +254,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                         gpu_memory_utilization, "--pp": pp, "--block-size": block_size,
                         "--max-num-batched-tokens": max_num_batched_tokens,
                         "--max-num-seqs": max_num_seqs, "--vllm-version": vllm_version,
-                        "--enforce-eager": enforce_eager or None, "--calibration": calibration}
+                        "--enforce-eager": enforce_eager or None, "--calibration": calibration,
+                        "--kv-cache-memory": kv_cache_memory}
         engine = {k: v for k, v in engine_flags.items() if v is not None}
         if engine and (memory_fraction is not None or reserve is not None):
             raise KvcalcError("--memory-fraction and --reserve shape the plain fit; with engine "
@@ -250,56 +265,83 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             raise KvcalcError("--batch sizes the plain fit; the engine count is per "
                               "--max-model-len request and serves up to --max-num-seqs at "
                               "once: give --max-num-seqs, or drop the engine flags")
-        est = _estimates(request, seq_len=seq_len, batch=batch or 1, kv_dtype=kv_dtype,
-                         weight_dtype=weight_dtype, tp=tp, gpu=gpu,
-                         kv_scale_bytes=kv_scale_bytes, encoder_seq_len=encoder_seq_len,
-                         memory_fraction=memory_fraction, reserve=reserve,
-                         prompt_len=prompt_len, group_size=group_size, mfu=mfu,
-                         bandwidth_efficiency=bandwidth_efficiency,
-                         engine=_engine(speed_engine))[0]
+        length = _length(max_model_len)
+        learnt = hardware = None
+        if calibration is not None:
+            from dataclasses import replace
+
+            from kvcalc.capacity.calibration import read_calibration
+
+            learnt = read_calibration(calibration)
+            if learnt.visible_memory_bytes:
+                hardware = replace(resolve_gpu(gpu),
+                                   visible_memory_bytes=learnt.visible_memory_bytes)
+        serving = _serving(pp=pp, utilization=gpu_memory_utilization, block_size=block_size,
+                           batched=max_num_batched_tokens, seqs=max_num_seqs,
+                           enforce_eager=enforce_eager, vllm_version=vllm_version,
+                           kv_cache_memory=kv_cache_memory, learnt=learnt)
+        args = dict(seq_len=seq_len, batch=batch or 1, kv_dtype=kv_dtype,
+                    weight_dtype=weight_dtype, tp=tp, gpu=gpu, kv_scale_bytes=kv_scale_bytes,
+                    encoder_seq_len=encoder_seq_len, memory_fraction=memory_fraction,
+                    reserve=reserve, prompt_len=prompt_len, group_size=group_size, mfu=mfu,
+                    bandwidth_efficiency=bandwidth_efficiency, engine=_engine(speed_engine),
+                    hardware=hardware)
+        if length is not None and length != AUTO:
+            serving["max_model_len"] = length
+        est = _estimates(request, **args, serving=serving)[0]
+        if length == AUTO:  # vLLM's auto-fit: counted at the model's context first
+            from kvcalc.capacity.verdict import auto_max_model_len
+
+            fitted = auto_max_model_len(est.spec, est.hardware, est.verdict.settings,
+                                        kv_scale_bytes=est.workload.kv_scale_bytes)
+            if fitted:
+                est = _estimates(request, **args, serving={**serving, "max_model_len": fitted})[0]
         if speed_engine is not None and ttft_ms is None and tpot_ms is None:
             raise KvcalcError("--engine times the batch --ttft-ms and --tpot-ms allow; give "
                               "one of them (fit's memory does not depend on the engine)")
-        slo_args = dict(ttft_ms=ttft_ms, tpot_ms=tpot_ms, mfu=mfu,
-                        bandwidth_efficiency=bandwidth_efficiency,
-                        speed_engine=_engine(speed_engine))
+        if learnt is not None:  # the table says whose terms these are
+            from dataclasses import replace
+
+            note = (f"measured terms from {calibration} (vLLM {learnt.vllm_version} on "
+                    f"{learnt.gpu or 'its GPU'}) in place of kvcalc's models")
+            v = est.verdict
+            est = replace(est, verdict=replace(v, capacity=replace(
+                v.capacity, notes=(*v.capacity.notes, note))))
+        v = est.verdict
+        cap = v.capacity
+        room = cap.max_num_seqs if cap.max_concurrency is None else int(cap.max_concurrency)
+        # Requests as the engine takes them: up to max_model_len tokens each, at most as
+        # many at once as its blocks and max_num_seqs allow.
+        slo = _slo(est, ttft_ms=ttft_ms, tpot_ms=tpot_ms, mfu=mfu,
+                   bandwidth_efficiency=bandwidth_efficiency, speed_engine=_engine(speed_engine),
+                   seq_len=v.settings.max_model_len,
+                   limit=min(v.capacity.max_num_seqs, room))
+        verdict = {"fits": v.serves, "floor_fits": est.fit.fits,
+                   "kv_needed_bytes": v.kv_needed_bytes, "shortfall_bytes": v.shortfall_bytes,
+                   "refusal": v.refusal, "fixes": v.as_dict()["fixes"]}
         if engine:
-            cap = _engine_capacity(est, max_model_len=max_model_len,
-                                   utilization=gpu_memory_utilization, pp=pp,
-                                   block_size=block_size, batched=max_num_batched_tokens,
-                                   seqs=max_num_seqs, enforce_eager=enforce_eager,
-                                   vllm_version=vllm_version, kv_dtype=kv_dtype,
-                                   weight_dtype=weight_dtype, group_size=group_size,
-                                   calibration=calibration)
-            # Requests as the engine takes them: up to max_model_len tokens each, at most
-            # as many at once as its blocks and max_num_seqs allow.
-            room = cap.max_num_seqs if cap.max_concurrency is None else int(cap.max_concurrency)
-            slo = _slo(est, **slo_args, seq_len=cap.settings.max_model_len,
-                       limit=min(cap.max_num_seqs, room))
-            obj = _capacity_dict(est, cap)
-            if slo is not None:
-                obj["max_batch_for_slo"] = slo
-            write(fmt, output, force, obj, [flatten(obj)],
-                  [capacity_table(est, cap, slo)])
-            return
-        slo = _slo(est, **slo_args)
-        obj = {"model": est.spec.name, **approximate_fields(est.spec), "gpu": est.hardware.name,
-               "seq_len": est.seq_len,
-               "batch": est.batch, "tp": est.tp, "kv_dtype": est.kv_dtype.name,
-               "weight_dtype": est.weight_dtype.name, **est.as_dict()["fit"],
-               "leaves_out": PLAIN_FIT_LEAVES_OUT}
-        source = weights_source(est)
-        if source is not None:  # a model folder or Hub id
-            obj["weights_source"] = source
+            obj = {**_capacity_dict(est, v.capacity), **verdict}
+        else:
+            obj = {"model": est.spec.name, **approximate_fields(est.spec),
+                   "gpu": est.hardware.name, "seq_len": est.seq_len,
+                   "batch": est.batch, "tp": est.tp, "kv_dtype": est.kv_dtype.name,
+                   "weight_dtype": est.weight_label, **est.as_dict()["fit"], **verdict,
+                   "leaves_out": PLAIN_FIT_LEAVES_OUT}
+            source = weights_source(est)
+            if source is not None:  # a model folder or Hub id
+                obj["weights_source"] = source
         if slo is not None:
             obj["max_batch_for_slo"] = slo
-        write(fmt, output, force, obj, [obj], [fit_table(est, slo)])
+        write(fmt, output, force, obj, [flatten(obj)],
+              [capacity_table(est, slo, "--max-model-len" if engine else "--seq-len")])
+        if not v.serves:
+            raise typer.Exit(1)  # a valid question answered no (bad input exits 2)
 
 
 PLAIN_FIT_LEAVES_OUT = (
-    "the serving engine's activation peak, non-torch memory (CUDA context, NCCL), CUDA "
-    "graphs, driver-visible rather than nominal memory and block rounding; give "
-    "--max-model-len for the engine's own count")
+    "floor_fits (weights + KV only) leaves out the serving engine's activation peak, "
+    "non-torch memory (CUDA context, NCCL), CUDA graphs, driver-visible rather than nominal "
+    "memory and block rounding; fits is the engine's own count")
 
 
 def _slo(est, *, ttft_ms, tpot_ms, mfu, bandwidth_efficiency, seq_len=None, limit=None,
@@ -325,47 +367,40 @@ def _slo(est, *, ttft_ms, tpot_ms, mfu, bandwidth_efficiency, seq_len=None, limi
         bandwidth_efficiency=bandwidth_efficiency, stored=est.stored, engine=speed_engine)
 
 
-def _engine_capacity(est, *, max_model_len, utilization, pp, block_size, batched, seqs,
-                     enforce_eager, vllm_version, kv_dtype, weight_dtype, group_size,
-                     calibration=None):
-    from kvcalc.capacity.engine import EngineSettings, parse_version
-    from kvcalc.capacity.serving import serving_capacity
+def _length(text: str | None) -> int | None:
+    """--max-model-len: tokens (vLLM's suffixes), or AUTO for auto / -1."""
+    from kvcalc import units
+    from kvcalc.capacity.verdict import check_length
 
-    spec = est.spec
-    learnt = None
-    if calibration is not None:
-        from kvcalc.capacity.calibration import read_calibration
+    if text is None:
+        return None
+    t = text.strip()
+    value = AUTO if t.lower() == "auto" else units.count(t, "--max-model-len")
+    check_length(value)
+    return value
 
-        learnt = read_calibration(calibration)
+
+def _serving(*, pp, utilization, block_size, batched, seqs, enforce_eager, vllm_version,
+             kv_cache_memory, learnt=None) -> dict:
+    """The engine flags given, as EngineSettings' names (the rest: the engine's defaults),
+    with a calibration file's measured terms (`learnt`) in place of kvcalc's models."""
+    from kvcalc.capacity.engine import parse_version
+    from kvcalc.cli.options import parse_size
+
     version = vllm_version or (learnt.vllm_version if learnt else "0.33")
+    given = {"gpu_memory_utilization": utilization, "pp": pp, "block_size": block_size,
+             "max_num_batched_tokens": batched, "max_num_seqs": seqs,
+             "kv_cache_memory_bytes": None if kv_cache_memory is None else
+             parse_size(kv_cache_memory, "--kv-cache-memory")}
+    if learnt is not None:
+        given.update({k: getattr(learnt, k) for k in
+                      ("weights_bytes", "activation_peak_bytes", "non_torch_bytes",
+                       "cuda_graph_bytes", "sampler")})
+    out = {k: v for k, v in given.items() if v is not None}
     # V1 became vLLM's default engine in 0.8; earlier releases ran V0.
-    engine = "v0" if parse_version(version) < (8, 0) else "v1"
-    length = max_model_len or spec.max_context or est.seq_len
-    settings = EngineSettings(
-        max_model_len=length, gpu_memory_utilization=utilization or "0.9", tp=est.tp,
-        pp=pp or 1, block_size=block_size, max_num_batched_tokens=batched,
-        max_num_seqs=seqs, kv_dtype=kv_dtype if kv_dtype != "bf16" else "auto",
-        weight_dtype=weight_dtype, group_size=group_size, enforce_eager=enforce_eager,
-        vllm_version=version, engine=engine,
-        allow_long_max_model_len=_vllm_allows_long_max_model_len())
-    hardware = est.hardware
-    if learnt is not None:
-        settings = learnt.apply(settings)
-        if learnt.visible_memory_bytes:
-            from dataclasses import replace
-
-            hardware = replace(hardware, visible_memory_bytes=learnt.visible_memory_bytes)
-    cap = serving_capacity(spec, hardware, settings,
-                           kv_scale_bytes=est.workload.kv_scale_bytes)
-    if learnt is not None:
-        from dataclasses import replace
-
-        cap = replace(cap, notes=(*cap.notes, f"measured terms from {calibration} (vLLM "
-                                  f"{learnt.vllm_version} on {learnt.gpu or 'its GPU'}) in place "
-                                  "of kvcalc's models"))
-    if not cap.fits:
-        raise KvcalcError(cap.refusal or f"one request of {length:,} tokens does not fit")
-    return cap
+    return {**out, "enforce_eager": enforce_eager, "vllm_version": version,
+            "engine": "v0" if parse_version(version) < (8, 0) else "v1",
+            "allow_long_max_model_len": _vllm_allows_long_max_model_len()}
 
 
 def _vllm_allows_long_max_model_len() -> bool:

@@ -403,11 +403,12 @@ EncoderLenOpt = Annotated[Optional[int], typer.Option(
     help="Encoder tokens for encoder-decoder models, suffixes as --seq-len (default: --seq-len).")]
 MemFractionOpt = Annotated[Optional[float], typer.Option(
     "--memory-fraction", show_default=False,
-    help="Share of device memory usable, in (0, 1] (like vLLM's gpu_memory_utilization) "
-    "(default: 1).")]
+    help="The floor only (weights + KV): share of device memory usable, in (0, 1]; the "
+    "verdict is vLLM's count, at fit's --gpu-memory-utilization (default: 1).")]
 ReserveOpt = Annotated[Optional[str], typer.Option(
     "--reserve", show_default=False,
-    help="Memory per device kept for activations and runtime, in bytes with a unit: 2GiB "
+    help="The floor only (weights + KV): memory per device kept for activations and "
+    "runtime, in bytes with a unit: 2GiB "
     "(2^30 each), 500MB (10^6 each), 1e9; one letter as vLLM's --kv-cache-memory-bytes reads "
     "it: 2G = 2GiB, 2g = 2GB (default: 0).")]
 

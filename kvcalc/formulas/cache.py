@@ -217,3 +217,15 @@ def kv_cache(
         layers_by_kind=layers_by_kind,
         state_dtype=sdt.name,
     )
+
+
+def valid_tps(spec: ModelSpec, upper: int = 1024) -> list[int]:
+    """TP degrees the model can use: divisors of heads that suit the K/V heads."""
+    out = []
+    for tp in range(1, min(spec.heads, upper) + 1):
+        if spec.heads % tp:
+            continue
+        if spec.mla is None and spec.kv_heads % tp and tp % spec.kv_heads:
+            continue
+        out.append(tp)
+    return out

@@ -102,6 +102,27 @@ class Quantization:
         return not any(_matches(n, self.not_converted) for n in names)
 
     @property
+    def from_config(self) -> bool:
+        """Read from a checkpoint's quantization_config, not asked for by --weight-dtype."""
+        return not self.source.startswith("--weight-dtype")
+
+    @property
+    def dtype_label(self) -> str:
+        """The weights' dtype in a few words, as every output names a quantized
+        checkpoint's: 'fp8 (block 128x128)', 'mxfp4 experts', 'int4 g128'."""
+        if self.layout == "fp8_block":
+            return f"fp8 (block {self.block[0]}x{self.block[1]})"
+        if self.layout in ("fp8_channel", "fp8_tensor"):
+            return f"fp8 (per {self.layout[4:]})"
+        if self.layout in ("mxfp4", "nvfp4"):
+            return self.layout + (" experts" if self.experts_only else "")
+        if self.layout == "bnb4":
+            return f"{self.quant_type or 'nf4'} (bitsandbytes)"
+        if self.layout == "bnb8":
+            return "int8 (bitsandbytes)"
+        return f"int{self.bits} " + (f"g{self.group_size}" if self.group_size else "per channel")
+
+    @property
     def label(self) -> str:
         """A short description: 'fp8 (128x128 blocks)', 'gptq int4 g128'..."""
         if self.layout == "fp8_block":

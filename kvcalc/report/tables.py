@@ -35,6 +35,40 @@ def _not_fit_words(est) -> str:
     return ("does not fit at any tp" if m is None else f"does not fit (smallest tp that fits: {m})")
 
 
+def engine_name(v) -> str:
+    return f"vLLM {v.settings.vllm_version}"
+
+
+def verdict_words(v) -> str:
+    """The engine's answer in a clause: 'vLLM 0.33 starts: 2.35 requests of 32,768 tokens
+    at once', or why it does not, with the bytes the KV cache lacks."""
+    s, cap = v.settings, v.capacity
+    at_once = (f"{cap.max_concurrency:,.2f} requests of {s.max_model_len:,} tokens at once"
+               if cap.max_concurrency is not None else
+               f"requests of {s.max_model_len:,} tokens (how many at once is not modelled)")
+    if v.serves:
+        return f"{engine_name(v)} starts: {at_once}"
+    short = f"KV short by {human_bytes(v.shortfall_bytes)}" if v.shortfall_bytes else v.refusal
+    if not v.starts:
+        return f"{engine_name(v)} does not start ({short})"
+    return f"{engine_name(v)} starts but holds {at_once}, not {v.batch:,} ({short})"
+
+
+# The flag each fix sets, by command: estimate takes the length as --seq-len.
+FIX_FLAGS = {"tp": "--tp", "max_model_len": "--max-model-len",
+             "gpu_memory_utilization": "--gpu-memory-utilization", "kv_dtype": "--kv-dtype",
+             "weight_dtype": "--weight-dtype"}
+
+
+def fixes_words(v, length_flag: str = "--max-model-len") -> list[str]:
+    """Each fix as the flag that makes it, and what the engine then holds."""
+    out = []
+    for f in v.fixes:
+        flag = length_flag if f.setting == "max_model_len" else FIX_FLAGS[f.setting]
+        out.append(f"{flag} {f.value}: " + verdict_words(f.verdict).split(": ", 1)[1])
+    return out
+
+
 def headline(est) -> str:
     """The answer in one sentence: model, context x batch, KV cache, parameters, decode
     time and tokens/s on the device, whether it fits and the cache room left."""
@@ -59,14 +93,17 @@ def headline(est) -> str:
         who = f"with {lat.engine_name}" if lat.engine_name else "from its calibration"
         speed = (f"{who} {human_seconds(lat.tpot_s)}/token, "
                  f"{lat.tokens_per_s:,.{0 if lat.tokens_per_s >= 100 else 1}f} tokens/s")
-    if est.fit.fits:
-        left = tokens_left(est)
-        room = (f"room for {left:,} more tokens of cache" if left is not None
-                else "the state does not grow with the context" if s.attention_free
-                else "the cache stops growing (every layer slides)")
-        return f"{text}; on {_on_device(est)} {speed}; fits, {room}."
-    return (f"{text}; on {_on_device(est)} it {_not_fit_words(est)}; "
-            f"if it fit: {speed}.")
+    floor = "floor (weights + KV only): " + ("fits" if est.fit.fits else "does not fit")
+    left = tokens_left(est)
+    if left is not None:
+        floor += f", room for {left:,} more tokens"
+    v = est.verdict
+    if v.serves:
+        return f"{text}; on {_on_device(est)} {speed}; fits: {verdict_words(v)}; {floor}."
+    m = est.min_tp_that_fits
+    smallest = "at no tp" if m is None else f"smallest tp that starts: {m}"
+    return (f"{text}; on {_on_device(est)} it does not fit: {verdict_words(v)}; {smallest}; "
+            f"{floor}; if it ran: {speed}.")
 
 
 def summary_table(est) -> Tab:
@@ -77,7 +114,7 @@ def summary_table(est) -> Tab:
     rows.append(["parameters", f"{p.total:,} ({count_words(p.total)})"])
     if p.active != p.total:
         rows.append(["active per token (MoE)", f"{p.active:,} ({count_words(p.active)})"])
-    rows.append([f"weights ({weights_label(est)})", exact_bytes(est.weight_bytes)])
+    rows.append([f"weights ({est.weight_label})", exact_bytes(est.weight_bytes)])
     source = weights_source(est)
     if source is not None:
         rows.append(["  weights from", source])
@@ -87,7 +124,7 @@ def summary_table(est) -> Tab:
                  + (f" (ridge {est.roofline.ridge_flops_per_byte:.0f})" if est.roofline else "")])
     if est.roofline is not None:
         r, f = est.roofline, est.fit
-        caveat = "" if f.fits else " if it fit"
+        caveat = "" if est.fits else " if it ran"
         rows.append([f"time per token{caveat}", f"{human_seconds(r.time_s)} ({r.bound}-bound)"])
         rows.append([f"tokens/s{caveat}", f"{r.tokens_per_s:,.1f}"])
         if est.latency is not None:
@@ -96,12 +133,10 @@ def summary_table(est) -> Tab:
                          f"{human_seconds(lat.ttft_s)} ({lat.prefill_bound}-bound)"])
             rows.append([f"per output token{caveat}",
                          f"{human_seconds(lat.tpot_s)} ({lat.tokens_per_s:,.0f} tokens/s)"])
-        rows.append(["free for KV per device", exact_bytes(f.free_for_kv_bytes)
-                     if f.free_for_kv_bytes >= 0 else
-                     f"none: weights exceed memory by {human_bytes(-f.free_for_kv_bytes)}"])
-        rows.append([f"max batch at {est.seq_len:,} tokens", f"{f.max_batch:,}"])
-        rows.append([f"max context at batch {est.batch}", max_context_words(est)])
-        fits = "yes" if f.fits else f"no; {_not_fit_words(est)[len('does not fit '):].strip('()')}"
+        rows += verdict_rows(est.verdict, "--seq-len")
+        rows.append(["floor (weights + KV only)", floor_words(est)])
+        m = est.min_tp_that_fits
+        fits = "yes" if est.fits else f"no; {'at no tp' if m is None else f'smallest tp: {m}'}"
         rows.append([f"fits on {_on_device(est)}", fits])
     approx = "approximate; " if s.extra.get("approximate") else ""
     title = (f"{s.name} ({approx}{s.mixing}, {s.layers} layers), KV {est.kv_dtype.name}"
@@ -142,6 +177,34 @@ def _cache_rows(est) -> list[list[str]]:
     return rows
 
 
+def verdict_rows(v, length_flag: str) -> list[list[str]]:
+    """The engine's answer as table rows: the concurrency and its KV cache memory, or
+    why it does not serve and the fixes."""
+    s, cap = v.settings, v.capacity
+    kv = cap.deciding.kv_cache
+    memory = f"KV cache {human_bytes(kv)}" if kv >= 0 else "no KV cache memory"
+    at_once = ("how many at once not modelled" if cap.max_concurrency is None
+               else f"{cap.max_concurrency:,.2f} requests at once")
+    rows = [[f"{engine_name(v)} at {s.max_model_len:,} tokens",
+             f"{at_once} ({memory})" if v.serves
+             else verdict_words(v)[len(engine_name(v)) + 1:]]]
+    words = fixes_words(v, length_flag)
+    if not v.serves and not words:
+        words = ["no single change (tp, length, utilization, KV or weight dtype) makes it start"]
+    for i, text in enumerate(words):
+        rows.append(["  would start with" if i == 0 else "", text])
+    return rows
+
+
+def floor_words(est) -> str:
+    """The floor's answer in a cell: fits, with its largest batch and context."""
+    f = est.fit
+    if f.free_for_kv_bytes < 0:
+        return f"does not fit: weights exceed memory by {human_bytes(-f.free_for_kv_bytes)}"
+    return (f"{'fits' if f.fits else 'does not fit'}: max batch {f.max_batch:,}, max "
+            f"context {max_context_words(est)}")
+
+
 def max_context_words(est) -> str:
     """The longest context at the batch: a number, or why memory does not bound it."""
     f, s = est.fit, est.spec
@@ -155,11 +218,9 @@ def max_context_words(est) -> str:
 
 
 def weights_label(est) -> str:
-    if est.stored is not None and est.stored.label:
-        return est.stored.label.split(" (")[0].split(",")[0]
-    if est.stored is not None and est.stored.source:
+    if est.stored is not None and est.stored.source and not est.stored.label:
         return "as stored"  # every tensor by its own dtype, from the checkpoint's headers
-    return est.weight_dtype.name
+    return est.weight_label
 
 
 def estimate_tables(est) -> list:
@@ -172,7 +233,7 @@ def estimate_tables(est) -> list:
     approx = "(approximate) " if s.extra.get("approximate") else ""
     head = (f"{s.name}  {approx}{shape}{s.layers} layers, d_model {s.d_model}\n"
             f"seq_len {est.seq_len:,}, batch {est.batch}, KV {est.kv_dtype.name}, "
-            f"weights {'as stored' if est.stored and est.stored.source else est.weight_dtype.name}"
+            f"weights {weights_label(est)}"
             f", tp {est.tp}"
             + (f", {est.hardware.name}" if est.hardware else "") + (f"\n{src}" if src else ""))
     out: list = [head]
@@ -201,7 +262,7 @@ def estimate_tables(est) -> list:
                      f"{p.active / p.total:.1%}"])
     from_headers = est.stored is not None and est.stored.source
     prow.append([f"weights ({weights_label(est)})" if from_headers else
-                 f"weights in {est.weight_dtype.name}", exact_bytes(est.weight_bytes), ""])
+                 f"weights in {weights_label(est)}", exact_bytes(est.weight_bytes), ""])
     source = weights_source(est)
     out.append(Tab("Parameters", ["", "count", "share"], prow, bold=bold,
                    caption=None if source is None else f"weights from {source}"))
@@ -238,7 +299,7 @@ def estimate_tables(est) -> list:
         r, f = est.roofline, est.fit
         hw = est.hardware
         per_dev = f"one of {est.tp} devices' " if est.tp > 1 else ""
-        caveat = "" if f.fits else f" -- {_not_fit_words(est)}, so only if it fit"
+        caveat = "" if est.fits else f" -- {_not_fit_words(est)}, so only if it ran"
         rrow = []
         if est.tp > 1:
             rrow += [["bytes per device", f"{d.per_device_bytes:,} ({human_bytes(d.per_device_bytes)})"],
@@ -252,13 +313,15 @@ def estimate_tables(est) -> list:
                        f"{human_count(r.peak_flops_per_s, 'FLOP/s')} dense){caveat}",
                        ["", "lower bound"], rrow, caption=f"datasheet figures: {hw.source}",
                        bold={len(rrow) - 3}))
-        frow = [["device memory usable", exact_bytes(f.usable_bytes)],
-                ["weights per device", exact_bytes(f.weight_bytes)],
-                ["free for KV cache per device", exact_bytes(f.free_for_kv_bytes)],
-                [f"max batch at {est.seq_len:,} tokens", f"{f.max_batch:,}"],
-                [f"max context at batch {est.batch}",
+        frow = verdict_rows(est.verdict, "--seq-len") + [
+                ["floor: device memory usable", exact_bytes(f.usable_bytes)],
+                ["floor: weights per device", exact_bytes(f.weight_bytes)],
+                ["floor: free for KV cache per device", exact_bytes(f.free_for_kv_bytes)],
+                [f"floor: max batch at {est.seq_len:,} tokens", f"{f.max_batch:,}"],
+                [f"floor: max context at batch {est.batch}",
                  max_context_words(est)],
-                ["fits as asked", "yes" if f.fits else "NO"]]
+                ["floor: weights + KV only", "fits" if f.fits else "does not fit"],
+                ["fits as asked", "yes" if est.fits else "NO"]]
         if est.min_tp_that_fits != est.tp:
             frow.append(["smallest tp that fits",
                          "none" if est.min_tp_that_fits is None else str(est.min_tp_that_fits)])
@@ -307,9 +370,9 @@ def compare_table(estimates: list) -> Tab:
                          gain=True))
         rows.append(line("bound", lambda e: e.roofline.bound, str, reduce=False))
         rows.append(line("max batch (fit)", lambda e: e.fit.max_batch, lambda v: f"{v:,}", reduce=False))
-        rows.append(line(f"fits on {_on_device(base)}", lambda e: e, lambda e: "yes" if e.fit.fits else (
+        rows.append(line(f"fits on {_on_device(base)}", lambda e: e, lambda e: "yes" if e.fits else (
             "no" if e.min_tp_that_fits is None else f"no (tp {e.min_tp_that_fits})"), reduce=False))
-        if not all(e.fit.fits for e in estimates):
+        if not all(e.fits for e in estimates):
             caption += "; a variant that does not fit shows the time it would take if it did"
     where = (f", tp {base.tp}" if base.tp > 1 else "") + (
         f", on {base.hardware.name}" if base.hardware else "")
@@ -319,26 +382,49 @@ def compare_table(estimates: list) -> Tab:
                f"{base.seq_len:,}, batch {base.batch}{where}", cols, rows, caption=caption)
 
 
-def capacity_table(est, cap, slo: int | None = None) -> Tab:
-    """`kvcalc fit` with engine flags: vLLM's start-up arithmetic, per device."""
-    s, m = cap.settings, cap.memory
+def capacity_table(est, slo: int | None = None, length_flag: str = "--max-model-len") -> Tab:
+    """`kvcalc fit`: vLLM's start-up arithmetic per device, its verdict for the batch (with
+    the fixes when it refuses), then the floor (weights + KV only) beside it."""
+    v = est.verdict
+    s, cap, m = v.settings, v.capacity, v.capacity.memory
     rows = [["driver-visible memory x utilization", exact_bytes(m["budget"])],
             ["  weights", exact_bytes(m["weights"])],
             ["  activation peak (profiling pass)", exact_bytes(m["activation_peak"])],
             ["  non-torch (CUDA context, NCCL)", exact_bytes(m["non_torch"])],
             ["  CUDA graphs", exact_bytes(m["cuda_graphs"])],
-            ["KV cache memory", exact_bytes(m["kv_cache"])],
+            ["KV cache memory", exact_bytes(m["kv_cache"]) if m["kv_cache"] >= 0 else
+             f"none: {exact_bytes(-m['kv_cache'])} short of the terms above"],
             [f"KV blocks of {cap.block_size} tokens" if cap.block_size else "KV blocks",
              _or_unmodelled(cap.num_gpu_blocks, "{:,}")],
             ["KV cache tokens", _or_unmodelled(cap.kv_cache_tokens, "{:,}")],
             [f"max concurrency at {s.max_model_len:,} tokens",
-             _or_unmodelled(cap.max_concurrency, "{:.2f}x")]]
+             _or_unmodelled(cap.max_concurrency, "{:.2f}x")],
+            [f"KV for {v.batch:,} x {s.max_model_len:,} tokens", exact_bytes(v.kv_needed_bytes)]]
+    if v.shortfall_bytes:
+        rows.append(["shortfall", exact_bytes(v.shortfall_bytes)])
+    rows.append(["verdict", "starts" if v.serves else verdict_words(v)[len(engine_name(v)) + 1:]])
+    words = fixes_words(v, length_flag)
+    if not v.serves and not words:
+        words = ["no single change (tp, length, utilization, KV or weight dtype) makes it start"]
+    for i, text in enumerate(words):
+        rows.append(["  would start with" if i == 0 else "", text])
+    if est.min_tp_that_fits != s.tp:
+        m = est.min_tp_that_fits
+        rows.append(["smallest tp that fits", "none" if m is None else str(m)])
     if slo is not None:
         rows.append([_slo_label(est), f"{slo:,}"])
+    f = est.fit
+    rows += [["floor: weights + KV only (x fraction, - reserve)", "fits" if f.fits else
+              "does not fit"],
+             ["floor: free for KV cache per device", exact_bytes(f.free_for_kv_bytes)],
+             [f"floor: max batch at {est.seq_len:,} tokens", f"{f.max_batch:,}"]]
     where = f"{s.tp} x {cap.hardware}" + (f", pp {s.pp}" if s.pp > 1 else "")
+    notes = list(cap.notes) + [n for n in est.notes()
+                               if "replicated" in n or n.startswith("approximate:")]
     return Tab(f"{est.spec.name} on {where}, as vLLM {s.vllm_version} counts it "
-               f"(utilization {s.gpu_memory_utilization})", ["", ""], rows,
-               caption="\n".join(f"note: {n}" for n in cap.notes) or None)
+               f"(utilization {s.gpu_memory_utilization}), weights {weights_label(est)}, "
+               f"KV {est.kv_dtype.name}", ["", ""], rows,
+               caption="\n".join(f"note: {n}" for n in notes) or None)
 
 
 def _or_unmodelled(value, form: str) -> str:
@@ -351,26 +437,3 @@ def _slo_label(est) -> str:
     engine = lat.engine.split(":")[0] if lat is not None and lat.engine else ""
     return ("largest batch meeting the latency targets"
             + (f" on {engine}" if engine else " (datasheet roofline)"))
-
-
-def fit_table(est, slo: int | None = None) -> Tab:
-    f, hw = est.fit, est.hardware
-    rows = [["usable per device (x fraction, - reserve)", exact_bytes(f.usable_bytes)],
-            ["weights per device", exact_bytes(f.weight_bytes)],
-            ["free for KV cache per device", exact_bytes(f.free_for_kv_bytes)],
-            [f"KV per sequence per device at {est.seq_len:,}", exact_bytes(f.kv_bytes_per_sequence)],
-            [f"max batch at {est.seq_len:,} tokens", f"{f.max_batch:,}"],
-            [f"max context at batch {est.batch}",
-             max_context_words(est)],
-            ["fits as asked", "yes" if f.fits else "no"],
-            ["smallest tp that fits",
-             "none" if est.min_tp_that_fits is None else str(est.min_tp_that_fits)]]
-    if slo is not None:
-        rows.append([_slo_label(est), f"{slo:,}"])
-    notes = [n for n in est.notes()
-             if "max context" in n or "replicated" in n or n.startswith("approximate:")]
-    notes.append("leaves out the serving engine's activation peak, non-torch memory, CUDA "
-                 "graphs and block rounding: --max-model-len counts as vLLM does")
-    return Tab(f"{est.spec.name} on {est.tp} x {hw.name} ({human_bytes(hw.memory_bytes)} each), "
-               f"weights {est.weight_dtype.name}, KV {est.kv_dtype.name}", ["", ""], rows,
-               caption="\n".join(f"note: {n}" for n in notes) or None)

@@ -28,6 +28,7 @@ import numpy as np
 
 from kvcalc import _num
 from kvcalc._record import record
+from kvcalc.capacity.verdict import Room, rooms, serves
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import kv_cache
 from kvcalc.formulas.step import StoredWeights, decode_step
@@ -47,15 +48,16 @@ _BOUNDING = ("kv_cache_bytes_full", "decode_flops", "decode_bytes")
 
 def row_columns(spec: ModelSpec, workload: Workload, *, hardware: Hardware | None = None,
                 free_for_kv_bytes: int | None = None, stored: StoredWeights | None = None,
-                engine=None, family: str = "") -> dict:
+                engine=None, family: str = "", room: Room | None = None) -> dict:
     """The row columns that vary with seq_len and batch, for a workload whose seq_len and
     batch are equal-shape numpy arrays (a chunk of rows; Python ints work too): the
     figures Estimate.as_row() reads, computed by the same formulas on whole arrays.
 
     With hardware: the decode step's time bound on one of `tp` devices (decode_roofline's
     arithmetic), `roofline_bound` True where memory binds, and whether the batch's cache
-    fits in `free_for_kv_bytes` (the fit's free memory for this model, dtype and tp);
-    with `engine` too, the time per output token on it (latency.engine_tpot_s, the
+    fits in `free_for_kv_bytes` (the floor: the fit's free memory for this model, dtype
+    and tp); `room`, a Room whose fields are arrays of each row's length's (kvcalc.capacity.
+    verdict), gives the verdict by the rule `estimate` applies; with `engine` too, the time per output token on it (latency.engine_tpot_s, the
     formula `estimate --engine` uses).
     """
     w = workload
@@ -83,7 +85,8 @@ def row_columns(spec: ModelSpec, workload: Workload, *, hardware: Hardware | Non
             "roofline_s": time_s,
             "roofline_bound": memory_bound,
             "tokens_per_s": batch / time_s,
-            "fits": (kv >= 0) & (kv <= free_for_kv_bytes),
+            "fits": serves(room, batch),
+            "floor_fits": (kv >= 0) & (kv <= free_for_kv_bytes),
         })
         if engine is not None:
             out["tpot_s"] = engine_tpot_s(engine_decode_terms(
@@ -102,7 +105,28 @@ def _varying_columns(c: Combo, S, B, hardware: bool) -> dict:
     return row_columns(c.spec, replace(c.workload, seq_len=S, batch=B),
                        hardware=c.hardware if hardware else None,
                        free_for_kv_bytes=c.free_bytes, stored=c.stored,
-                       engine=c.engine if hardware else None, family=c.family)
+                       engine=c.engine if hardware else None, family=c.family,
+                       room=_rooms(c, S) if hardware else None)
+
+
+def _rooms(c: Combo, S) -> Room:
+    """The engine's Room at each row's length, as one Room of arrays (lengths counted
+    once per combination, kept on it for the chunks after)."""
+    lengths, where = np.unique(np.asarray(S, dtype=object).astype(np.int64),
+                               return_inverse=True)
+    todo = [int(n) for n in lengths if int(n) not in c.rooms]
+    if todo:
+        c.rooms.update(rooms(c.spec, c.hardware, c.serving, todo, c.workload.kv_scale_bytes))
+    per = [c.rooms[int(n)] for n in lengths]
+
+    def column(name: str, kind) -> np.ndarray:
+        return np.array([getattr(r, name) for r in per], dtype=kind)[where]
+
+    return Room(max_model_len=S, starts=column("starts", bool),
+                num_blocks=column("num_blocks", object),
+                blocks_per_request=column("blocks_per_request", object),
+                max_num_seqs=column("max_num_seqs", object), request_bytes=0, block_bytes=0,
+                kv_cache_bytes=0, refusal="")
 
 
 def _compute(c: Combo, S: np.ndarray, B: np.ndarray, hardware: bool) -> dict:
@@ -121,7 +145,7 @@ def _compute(c: Combo, S: np.ndarray, B: np.ndarray, hardware: bool) -> dict:
     out = {}
     for k, v in exact.items():
         col = np.empty(len(S), dtype=object if k not in FLOAT_COLUMNS else np.float64)
-        if k in ("roofline_bound", "fits"):
+        if k in ("roofline_bound", "fits", "floor_fits"):
             col = np.empty(len(S), dtype=bool)
         col[big] = v.astype(col.dtype)
         if fast is not None:

@@ -89,7 +89,7 @@ def chunk_csv(chunk: Chunk) -> np.ndarray:
             blocks.append(_batch_text(chunk))
         elif name == "roofline_bound":
             blocks.append(_words(chunk.values[name], b"memory", b"compute"))
-        elif name == "fits":
+        elif name in ("fits", "floor_fits"):
             blocks.append(_words(chunk.values[name], b"True", b"False"))
         elif name in FLOAT_COLUMNS:
             blocks.append(_runs(chunk.values[name], csvtext.float_field))

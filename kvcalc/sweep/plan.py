@@ -9,6 +9,7 @@ batch (fastest).
 
 from __future__ import annotations
 
+from dataclasses import field
 from typing import Callable, Sequence
 
 from kvcalc._record import record
@@ -25,7 +26,9 @@ from kvcalc.dtypes import (
 )
 from kvcalc.errors import KvcalcError
 from kvcalc.estimate import stored_weights, weights_as
+from kvcalc.capacity.engine import EngineSettings
 from kvcalc.capacity.fit import free_for_kv_bytes
+from kvcalc.capacity.verdict import settings_for
 from kvcalc.formulas.cache import kv_cache, kv_heads_per_device
 from kvcalc.formulas.params import param_counts
 from kvcalc.formulas.step import StoredWeights
@@ -45,7 +48,7 @@ BASE_COLUMNS = (
 )
 
 HARDWARE_COLUMNS = ("gpu", "roofline_s", "roofline_bound", "tokens_per_s",
-                    "free_for_kv_bytes_per_device", "fits")
+                    "free_for_kv_bytes_per_device", "fits", "floor_fits")
 ENGINE_COLUMNS = ("engine", "tpot_s")  # with --engine: its time per output token
 FLOAT_COLUMNS = ("arithmetic_intensity", "attention_arithmetic_intensity", "roofline_s",
                  "tokens_per_s", "tpot_s")
@@ -65,6 +68,10 @@ class Combo:
     stored: StoredWeights | None = None  # quantized weights as stored
     engine: object = None  # kvcalc.engines.Engine, for the tpot_s column
     family: str = ""  # the weights' format family on that engine
+    # The verdict's engine settings (max_model_len set per row) and the Room of each
+    # length counted so far (kvcalc.capacity.verdict.rooms), filled as chunks need them
+    serving: EngineSettings | None = None
+    rooms: dict = field(default_factory=dict)
 
     @property
     def kv_heads(self) -> int:
@@ -117,13 +124,14 @@ def _combo(spec: ModelSpec, workload: Workload, *, memory: Memory | None,
     constants = {
         "model": spec.name, "attention": spec.attention_kind, "layers": spec.layers,
         "heads": spec.heads, "kv_heads": spec.kv_heads, "head_dim": spec.head_dim,
-        "kv_dtype": w.kv_dtype.name, "weight_dtype": w.weight_dtype.name, "tp": w.tp,
+        "kv_dtype": w.kv_dtype.name, "weight_dtype": w.weight_label, "tp": w.tp,
         "kv_bytes_per_token": cache.bytes_per_token,
         "params_total": params.total, "params_attention": params.attention,
         "weight_bytes": stored.total if stored else w.weight_dtype.nbytes(params.total),
     }
-    free = None
+    free = serving = None
     if memory is not None:
+        serving = settings_for(w)
         free = free_for_kv_bytes(spec, w, memory=memory, stored=stored)
         constants["gpu"] = memory.hardware.name
         constants["free_for_kv_bytes_per_device"] = free
@@ -136,7 +144,8 @@ def _combo(spec: ModelSpec, workload: Workload, *, memory: Memory | None,
         constants["engine"] = engine.name
     return Combo(spec=spec, workload=w, constants=constants,
                  hardware=memory.hardware if memory is not None else None,
-                 free_bytes=free, stored=stored, engine=engine, family=family)
+                 free_bytes=free, stored=stored, engine=engine, family=family,
+                 serving=serving)
 
 
 def _as_tuple(value, name: str, upper: int) -> tuple[int, ...]:

@@ -1,0 +1,297 @@
+"""Does it fit? One answer for every command: whether vLLM starts with requests of one
+length and holds a number of them at once, by its own start-up count
+(kvcalc.capacity.serving); and, where it does not, the single changes that make it, each
+counted again.
+
+Facts (quoted, not copied code; vLLM 0.32.0 as installed, `vllm/v1/core/kv_cache_utils.py`):
+
+* the engine refuses to start when one max_model_len request needs more KV bytes than
+  are available (`check_enough_kv_cache_memory`), or when max_model_len is over the
+  model's context (`_get_and_verify_max_len`) unless VLLM_ALLOW_LONG_MAX_MODEL_LEN;
+* once started it holds num_blocks / (blocks one request takes, summed over the KV
+  cache groups) requests of max_model_len at once
+  (`get_max_concurrency_for_kv_cache_config`), and never more than max_num_seqs;
+* `--max-model-len auto` (or -1, `human_readable_int_or_auto` in
+  `vllm/utils/argparse_utils.py`): the largest length whose one request fits the
+  memory profiled at the model's context, at most that context
+  (`_auto_fit_max_model_len`, a binary search as `estimate_max_model_len`).
+
+`serves` is the one rule: estimate, fit and the sweep's rows all apply it to a `Room`
+(one length's count), the sweep to whole arrays of batch sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kvcalc import _num
+from kvcalc._record import record
+from kvcalc.capacity.blocks import blocks_per_request, request_bytes
+from kvcalc.capacity.engine import EngineSettings, default_batch_limits
+from kvcalc.capacity.serving import Capacity, serving_capacity
+from kvcalc.dtypes import dtype
+from kvcalc.errors import KvcalcError
+from kvcalc.formulas.cache import valid_tps
+from kvcalc.spec import Hardware, ModelSpec
+
+__all__ = ["AUTO", "Fix", "Room", "Verdict", "auto_max_model_len", "engine_verdict",
+           "fixes", "rooms", "serves", "settings_for", "smallest_tp"]
+
+AUTO = -1  # --max-model-len auto (or -1), as vLLM spells it
+MAX_UTILIZATION_PERCENT = 98  # the highest --gpu-memory-utilization a fix proposes
+WEIGHT_FIXES = ("fp8", "int4")  # quantized weight dtypes a fix tries, the gentler first
+
+
+@record
+class Room:
+    """What the engine leaves for requests of one length (per device, the rank that sizes
+    every rank): whether it starts, its blocks, the blocks one request takes."""
+
+    max_model_len: int
+    starts: bool
+    num_blocks: int
+    blocks_per_request: int  # summed over the KV cache groups
+    max_num_seqs: int
+    request_bytes: int  # one request's KV bytes
+    block_bytes: int  # one block of every layer of a group
+    kv_cache_bytes: int  # available KV cache memory (negative: none)
+    refusal: str  # the engine's reason for not starting, "" when it starts
+
+
+def serves(room: Room, batch):
+    """Whether `batch` requests of the room's length run at once: the engine starts, its
+    blocks hold them all, and max_num_seqs admits them. `batch` is an int or a numpy
+    array (the sweep's rows): the one rule every command applies."""
+    return (room.starts & (batch * room.blocks_per_request <= room.num_blocks)
+            & (batch <= room.max_num_seqs))
+
+
+@record
+class Fix:
+    """One change that makes the engine start and serve the batch, counted again."""
+
+    setting: str  # tp, max_model_len, gpu_memory_utilization, kv_dtype, weight_dtype
+    value: object
+    verdict: "Verdict"
+
+
+@record
+class Verdict:
+    """The engine's answer for `batch` requests of max_model_len tokens."""
+
+    settings: EngineSettings
+    batch: int
+    capacity: Capacity
+    room: Room
+    serves: bool
+    refusal: str  # why not ("" when it serves)
+    fixes: tuple[Fix, ...] = ()
+
+    @property
+    def starts(self) -> bool:
+        return self.room.starts
+
+    @property
+    def kv_needed_bytes(self) -> int:
+        """KV bytes the batch's requests take: their blocks, or one request's bytes."""
+        r = self.room
+        return max(r.request_bytes, self.batch * r.blocks_per_request * r.block_bytes)
+
+    @property
+    def shortfall_bytes(self) -> int:
+        """Bytes the KV cache lacks for the batch (0 when it serves)."""
+        return 0 if self.serves else max(0, self.kv_needed_bytes - self.room.kv_cache_bytes)
+
+    def as_dict(self) -> dict:
+        """The verdict as JSON: the count's terms (bytes per device), and the fixes."""
+        s, cap = self.settings, self.capacity
+        return {
+            "serves": self.serves, "starts": self.starts, "batch": self.batch,
+            "vllm_version": s.vllm_version, "max_model_len": s.max_model_len,
+            "gpu_memory_utilization": str(s.gpu_memory_utilization),
+            "kv_cache_tokens": cap.kv_cache_tokens, "num_gpu_blocks": cap.num_gpu_blocks,
+            "max_concurrency": cap.max_concurrency, "max_num_seqs": cap.max_num_seqs,
+            "memory": cap.memory, "kv_needed_bytes": self.kv_needed_bytes,
+            "shortfall_bytes": self.shortfall_bytes, "refusal": self.refusal,
+            "fixes": [{"setting": f.setting, "value": f.value,
+                       "max_concurrency": f.verdict.capacity.max_concurrency}
+                      for f in self.fixes],
+        }
+
+
+def settings_for(workload, **engine) -> EngineSettings:
+    """The engine's settings for a workload: max_model_len its seq_len, its tp and KV
+    dtype, its weights as the estimate stores them; `engine` overrides (vLLM's names)."""
+    kv = workload.kv_dtype.name
+    q = workload.quantization
+    q = getattr(q, "quantization", q)  # a checkpoint's AsStored: its config's
+    weight = workload.weight_dtype.name
+    base = dict(max_model_len=workload.seq_len, tp=workload.tp,
+                encoder_len=workload.encoder_seq_len,
+                kv_dtype="auto" if kv == "bf16" else kv,
+                weight_dtype=None if q is not None or weight == "bf16" else weight,
+                weight_quantization=q)
+    return EngineSettings(**{**base, **engine})
+
+
+def _room(cap: Capacity, length: int, context: int, name: str) -> Room:
+    """The room of a count made at `length`'s batch limits, for requests of `length`."""
+    s, d = cap.settings, cap.deciding
+    if length == s.max_model_len:
+        starts, refusal, need = cap.fits, cap.refusal, cap.request_bytes
+        per_request = sum(p.blocks_per_request for p in cap.groups)
+    else:  # only the request's blocks depend on the length (rooms() checks)
+        need = request_bytes(cap.groups, cap.block_size, length, cap.in_flight, s.encoder_len,
+                             cap.state)
+        per_request = sum(blocks_per_request(p.group, cap.block_size, length, cap.in_flight,
+                                             s.encoder_len, cap.state) for p in cap.groups)
+        starts = d.kv_cache > 0 and need <= d.kv_cache
+        refusal = "" if starts else (
+            "No available memory for the cache blocks" if d.kv_cache <= 0 else
+            f"one request of {length:,} tokens needs {need:,} B of KV cache; "
+            f"{d.kv_cache:,} B are available")
+    held = d.weights + d.non_torch + d.kv_cache
+    if s.kv_cache_memory_bytes is not None and held > d.total:
+        # No profile to refuse it: the load itself runs out of memory.
+        starts = False
+        refusal = (f"weights, non-torch memory and kv_cache_memory_bytes take {held:,} B, "
+                   f"over the device's {d.total:,} B: out of memory while loading")
+    if context and length > context:
+        starts = False
+        refusal = (f"max_model_len {length:,} is over {name}'s context of {context:,} tokens "
+                   f"(the length its config gives); vLLM refuses it, unless the environment "
+                   f"sets VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
+    if cap.num_gpu_blocks is None:  # a state kind whose paging is not modelled: whether
+        per_request = 0  # it starts is known, how many requests its blocks hold is not
+    return Room(max_model_len=length, starts=starts, num_blocks=cap.num_gpu_blocks or 0,
+                blocks_per_request=per_request, max_num_seqs=cap.max_num_seqs,
+                request_bytes=need, block_bytes=d.bytes_per_block,
+                kv_cache_bytes=d.kv_cache, refusal=refusal)
+
+
+def _count(spec: ModelSpec, hw: Hardware, s: EngineSettings, kv_scale_bytes: int):
+    """(capacity, context): the count even past the model's context (whose refusal the
+    room says), so that a refusal still has its memory terms."""
+    context = 0 if s.allow_long_max_model_len else spec.max_context
+    long = replace(s, allow_long_max_model_len=True) if context and s.max_model_len > context \
+        else s
+    return serving_capacity(spec, hw, long, kv_scale_bytes=kv_scale_bytes), context
+
+
+def engine_verdict(spec: ModelSpec, hw: Hardware, s: EngineSettings, *, batch: int = 1,
+                   kv_scale_bytes: int = 0, with_fixes: bool = False) -> Verdict:
+    """The engine's answer for `batch` requests of s.max_model_len tokens, with the
+    single changes that make it serve when it does not (`with_fixes`)."""
+    cap, context = _count(spec, hw, s, kv_scale_bytes)
+    room = _room(cap, s.max_model_len, context, spec.name)
+    ok = bool(serves(room, batch))
+    refusal = room.refusal
+    if room.starts and not ok:
+        refusal = (f"{batch:,} requests of {s.max_model_len:,} tokens are over max_num_seqs "
+                   f"({room.max_num_seqs:,})" if batch > room.max_num_seqs else
+                   f"{batch:,} requests of {s.max_model_len:,} tokens take "
+                   f"{batch * room.blocks_per_request:,} blocks; the engine has "
+                   f"{room.num_blocks:,} (maximum concurrency {cap.max_concurrency:.2f})")
+    v = Verdict(settings=s, batch=batch, capacity=cap, room=room, serves=ok,
+                refusal="" if ok else refusal)
+    if with_fixes and not ok:
+        v = replace(v, fixes=fixes(spec, hw, s, batch=batch, kv_scale_bytes=kv_scale_bytes))
+    return v
+
+
+def rooms(spec: ModelSpec, hw: Hardware, s: EngineSettings, lengths,
+          kv_scale_bytes: int = 0) -> dict[int, Room]:
+    """The room at each of `lengths` (a sweep's), each equal to engine_verdict's at that
+    length: the whole count once per distinct batch limits (the only way the memory
+    terms depend on the length), then per length only the blocks a request takes. A
+    model with state layers is counted whole at every length (its pages and block
+    size follow max_model_len)."""
+    out: dict[int, Room] = {}
+    counted: dict[tuple[int, int], Capacity] = {}
+    context = 0 if s.allow_long_max_model_len else spec.max_context
+    for length in sorted(set(int(n) for n in lengths)):
+        at = replace(s, max_model_len=length)
+        key = default_batch_limits(hw, at)
+        cap = counted.get(key)
+        if (cap is None or any(p.group.state_bytes for p in cap.groups) or not cap.groups
+                or cap.num_gpu_blocks is None):
+            cap, _ = _count(spec, hw, at, kv_scale_bytes)
+            counted[key] = cap
+        out[length] = _room(cap, length, context, spec.name)
+    return out
+
+
+def smallest_tp(spec: ModelSpec, hw: Hardware, s: EngineSettings, *, batch: int = 1,
+                kv_scale_bytes: int = 0, above: int = 0) -> Verdict | None:
+    """The count at the smallest valid tp (above `above`) that serves, or None."""
+    for tp in valid_tps(spec):
+        if tp <= above:
+            continue
+        v = engine_verdict(spec, hw, replace(s, tp=tp), batch=batch,
+                           kv_scale_bytes=kv_scale_bytes)
+        if v.serves:
+            return v
+    return None
+
+
+def auto_max_model_len(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
+                       kv_scale_bytes: int = 0) -> int:
+    """vLLM's `--max-model-len auto`: the longest length whose one request fits the
+    memory counted at the model's context (0: not one token fits)."""
+    top = spec.max_context or s.max_model_len
+    cap, _ = _count(spec, hw, replace(s, max_model_len=top), kv_scale_bytes)
+    return min(cap.max_model_len_fit, top) if cap.deciding.kv_cache > 0 else 0
+
+
+def fixes(spec: ModelSpec, hw: Hardware, s: EngineSettings, *, batch: int = 1,
+          kv_scale_bytes: int = 0) -> tuple[Fix, ...]:
+    """Each single change that makes the engine serve `batch` requests, counted again:
+    the smallest valid tp above s.tp, the longest max_model_len below s.max_model_len,
+    the smallest gpu_memory_utilization up to 0.98, an fp8 KV cache, quantized weights."""
+    def verdict(**change) -> Verdict:
+        return engine_verdict(spec, hw, replace(s, **change), batch=batch,
+                              kv_scale_bytes=kv_scale_bytes)
+
+    out: list[Fix] = []
+    v = smallest_tp(spec, hw, s, batch=batch, kv_scale_bytes=kv_scale_bytes, above=s.tp)
+    if v is not None:
+        out.append(Fix("tp", v.settings.tp, v))
+
+    def serves_at(**change) -> bool:
+        return verdict(**change).serves
+
+    if s.max_model_len > 1 and serves_at(max_model_len=1):
+        length = _num.largest(lambda n: serves_at(max_model_len=n), 1, s.max_model_len)
+        out.append(Fix("max_model_len", length, verdict(max_model_len=length)))
+
+    def util(percent: int) -> str:
+        return f"{percent / 100:.2f}"
+
+    low = int(s.utilization * 100)  # hundredths at or below the current one: not enough
+    top = MAX_UTILIZATION_PERCENT
+    if (s.kv_cache_memory_bytes is None and low < top
+            and serves_at(gpu_memory_utilization=util(top))):
+        pct = _num.largest(lambda p: not serves_at(gpu_memory_utilization=util(p)), low,
+                           top) + 1
+        out.append(Fix("gpu_memory_utilization", util(pct),
+                       verdict(gpu_memory_utilization=util(pct))))
+
+    kv = s.model_dtype if s.kv_dtype == "auto" else s.kv_dtype
+    if dtype(kv).bits > 8:
+        v = verdict(kv_dtype="fp8")
+        if v.serves:
+            out.append(Fix("kv_dtype", "fp8", v))
+
+    weights_now = verdict().capacity.deciding.weights
+    for name in WEIGHT_FIXES:  # the first that serves with lighter weights than now
+        v = verdict(weight_dtype=name, group_size=None, weight_quantization=None)
+        if v.serves and v.capacity.deciding.weights < weights_now:
+            out.append(Fix("weight_dtype", name, v))
+            break
+    return tuple(out)
+
+
+def check_length(value: int) -> None:
+    """--max-model-len: a positive length, or AUTO."""
+    if value != AUTO and value <= 0:
+        raise KvcalcError(f"max_model_len must be positive, got {value}")
