@@ -202,8 +202,11 @@ def test_fit_and_sweep_take_model_too(tmp_path: Path):
     assert r.returncode == 0, r.stderr
     rows = r.stdout.splitlines()
     col = rows[0].split(",").index("weight_bytes")
-    # The sweep's weights are --weight-dtype's, bf16 unless it says otherwise.
-    assert [int(row.split(",")[col]) for row in rows[1:]] == [2 * 86_848] * 2
+    # The sweep's weights are the checkpoint's as estimate and fit count them (its F32
+    # headers), unless --weight-dtype says otherwise (issue #22 point 2).
+    assert [int(row.split(",")[col]) for row in rows[1:]] == [4 * 86_848] * 2
+    r = kvcalc("sweep", str(folder), "--seq-len", "16", "--gpu", "none", "--weight-dtype", "bf16")
+    assert int(r.stdout.splitlines()[1].split(",")[col]) == 2 * 86_848
 
 
 def test_the_python_api_takes_model_too(tmp_path: Path):
