@@ -170,6 +170,21 @@ def weight_family(weight_dtype_name: str, quantization) -> str:
     return "float"
 
 
+# Serving questions are timed for vLLM unless --engine names another engine or
+# `roofline` (the datasheet roofline at --mfu and --bandwidth-efficiency).
+DEFAULT_ENGINE = "vllm"
+ROOFLINE = "roofline"
+
+
+def default_engine(hardware) -> Engine | None:
+    """The engine a serving question is timed on when none is named: vLLM on a GPU; none
+    (the datasheet roofline) without a device or on a CPU, and none on a calibration
+    file, whose own measured terms time it."""
+    if hardware is None or hardware.calibration is not None or hardware.kind != "gpu":
+        return None
+    return load_engine(DEFAULT_ENGINE)[0]
+
+
 def engine_names() -> list[str]:
     """Names of the engine files (presets/engines/*.yaml), sorted."""
     from kvcalc.presets import _names

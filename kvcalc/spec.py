@@ -523,6 +523,9 @@ class Hardware:
     # fp16 (FP32 accumulation): GeForce parts run FP32 accumulation at half rate. 0: the
     # same. Only engines whose GEMMs accumulate in FP16 reach it (kvcalc.engines).
     fp16_accumulate_flops_per_s: int = 0
+    # "gpu" or "cpu": serving engines' fitted terms (kvcalc.engines) are for GPUs, so a
+    # CPU is timed on its roofline unless an engine is named.
+    kind: str = "gpu"
     # Measured decode terms of this very device (`kvcalc measure --calibrate`); when
     # present, latency uses them instead of datasheet peaks times efficiencies.
     calibration: Calibration | None = None
@@ -541,6 +544,8 @@ class Hardware:
         if isinstance(lat, bool) or not isinstance(lat, (int, float)) or not 0 <= lat < 1:
             raise KvcalcError(f"hardware {self.name}: allreduce_latency_s must be seconds in "
                               "[0, 1), e.g. 9.5e-6")
+        if self.kind not in ("gpu", "cpu"):
+            raise KvcalcError(f"hardware {self.name}: kind must be gpu or cpu, got {self.kind!r}")
         if self.visible_memory_bytes > self.memory_bytes:
             raise KvcalcError(f"hardware {self.name}: visible_memory_bytes exceeds memory_bytes")
         if not self.flops_per_s:

@@ -363,8 +363,9 @@ def test_cli_csv_columns_and_rows_match_estimate():
     assert r.exit_code == 0, r.output
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
     assert len(rows) == 2 * 3 * 2 * 2
+    # sweep's rows are the roofline's unless --engine names one; estimate's default is vLLM.
     one = run("estimate", *ADHOC_FLAGS, "--kv-heads", "8", "--seq-len", "2048", "--batch", "3",
-              "--tp", "2", "--gpu", "h100-sxm", "--format", "csv")
+              "--tp", "2", "--gpu", "h100-sxm", "--engine", "roofline", "--format", "csv")
     assert one.exit_code == 0, one.output
     want = list(csv.DictReader(io.StringIO(one.stdout)))[0]
     assert list(rows[0]) == list(want)

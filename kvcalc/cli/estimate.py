@@ -6,11 +6,13 @@ from typing import Annotated, Optional
 
 import typer
 
+from kvcalc.cli import speed
 from kvcalc.cli.parsing import command
 
 from kvcalc.cli.options import (
     DEFAULT_GPU,
     EngineOpt,
+    FitEngineOpt,
     BatchOpt,
     FitBatchOpt,
     BandwidthEffOpt,
@@ -50,6 +52,8 @@ def _estimates(request: ModelRequest, *, seq_len, batch, kv_dtype, weight_dtype,
     from kvcalc.workload import Memory
 
     hardware = hardware or resolve_gpu(gpu)
+    if "engine" in options:  # none named: the device's default (vLLM on a GPU)
+        options["engine"] = speed.resolve(options["engine"], hardware)
     if hardware is None and options.get("engine") is not None:
         raise KvcalcError("--engine times tokens on a device: give --gpu NAME")
     fraction, reserve_bytes = device_memory(hardware, memory_fraction, reserve)
@@ -68,11 +72,7 @@ def _estimates(request: ModelRequest, *, seq_len, batch, kv_dtype, weight_dtype,
 
 def _engine(text):
     """--engine NAME[@VERSION]: the engine file, or None (the datasheet roofline)."""
-    if text is None:
-        return None
-    from kvcalc.engines import load_engine
-
-    return load_engine(text)[0]
+    return speed.engine_option(text)
 
 
 def write(fmt: OutputFormat, output, force: bool, obj, rows: list[dict], items: list) -> None:
@@ -105,8 +105,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         tp: TpOpt = 1,
         gpu: GpuOpt = DEFAULT_GPU,
         prompt_len: PromptLenOpt = None,
-        mfu: MfuOpt = "0.5",
-        bandwidth_efficiency: BandwidthEffOpt = "0.8",
+        mfu: MfuOpt = None,
+        bandwidth_efficiency: BandwidthEffOpt = None,
         engine: EngineOpt = None,
         compare: Annotated[bool, typer.Option(
             "--compare", help="MHA, GQA and MQA of this model side by side.")] = False,
@@ -132,13 +132,15 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         from kvcalc.report.tables import compare_table, estimate_tables, headline, summary_table
 
         fmt = output_format(fmt, output)
+        speed_engine = speed.engine_option(engine, mfu, bandwidth_efficiency, speed.DEFAULT)
+        mfu, bandwidth_efficiency = speed.shares(mfu, bandwidth_efficiency)
         ests = _estimates(request, seq_len=seq_len, batch=batch, kv_dtype=kv_dtype,
                           weight_dtype=weight_dtype, tp=tp, gpu=gpu,
                           kv_scale_bytes=kv_scale_bytes, encoder_seq_len=encoder_seq_len,
                           memory_fraction=memory_fraction, reserve=reserve,
                           prompt_len=prompt_len, group_size=group_size, compare=compare,
                           mfu=mfu, bandwidth_efficiency=bandwidth_efficiency,
-                          engine=_engine(engine))
+                          engine=speed_engine)
         if compare:
             obj = {"variants": [e.as_dict() for e in ests],
                    "reductions_vs_mha": [_reductions(ests[0], e) for e in ests[1:]]}
@@ -216,7 +218,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         prompt_len: PromptLenOpt = None,
         mfu: MfuOpt = "0.5",
         bandwidth_efficiency: BandwidthEffOpt = "0.8",
-        speed_engine: EngineOpt = None,
+        speed_engine: FitEngineOpt = None,
         kv_scale_bytes: ScaleOpt = 0,
         encoder_seq_len: EncoderLenOpt = None,
         memory_fraction: MemFractionOpt = None,

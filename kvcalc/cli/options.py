@@ -382,16 +382,31 @@ GroupSizeOpt = Annotated[Optional[int], typer.Option(
 PromptLenOpt = Annotated[Optional[int], typer.Option(
     "--prompt-len", show_default=False, metavar="<tokens>",
     help="Prompt tokens for the time to first token, suffixes as --seq-len (default: --seq-len).")]
-MfuOpt = Annotated[str, typer.Option(
-    "--mfu", help="Share of the dense peak a prefill reaches, in [0.001, 1].")]
-BandwidthEffOpt = Annotated[str, typer.Option(
-    "--bandwidth-efficiency", help="Share of the memory bandwidth decode reaches, in [0.001, 1].")]
+MfuOpt = Annotated[Optional[str], typer.Option(
+    "--mfu", show_default=False,
+    help="Share of the dense peak a prefill reaches on the datasheet roofline, in [0.001, 1] "
+    "(default: 0.5; giving it times on the roofline, as --engine roofline).")]
+BandwidthEffOpt = Annotated[Optional[str], typer.Option(
+    "--bandwidth-efficiency", show_default=False,
+    help="Share of the memory bandwidth decode reaches on the datasheet roofline, in "
+    "[0.001, 1] (default: 0.8; giving it times on the roofline, as --engine roofline).")]
 EngineOpt = Annotated[Optional[str], typer.Option(
     "--engine", show_default=False, metavar="NAME[@VERSION]",
-    help="Time first and output tokens as this engine runs them (llama.cpp, vllm, "
+    help="Time first and output tokens as this engine runs them (vllm, llama.cpp, "
     "tensorrt-llm, transformers, gpt-fast, exllamav2, mlc-llm, autoawq: terms fitted on "
-    "published measurements, presets/engines) (default: the datasheet roofline at "
-    "--mfu and --bandwidth-efficiency).")]
+    "published measurements, presets/engines), or `roofline` for the datasheet roofline at "
+    "--mfu and --bandwidth-efficiency (default: vllm on a GPU, the roofline on a CPU or "
+    "without --gpu; a calibration file times with its own terms).")]
+FitEngineOpt = Annotated[Optional[str], typer.Option(
+    "--engine", show_default=False, metavar="NAME[@VERSION]",
+    help="Time the --ttft-ms / --tpot-ms batch as this engine runs it (vllm, llama.cpp, "
+    "tensorrt-llm, transformers, gpt-fast, exllamav2, mlc-llm, autoawq: presets/engines) "
+    "(default: the datasheet roofline at --mfu and --bandwidth-efficiency).")]
+SweepEngineOpt = Annotated[Optional[str], typer.Option(
+    "--engine", show_default=False, metavar="NAME[@VERSION]",
+    help="Add each row's time per output token on this engine (vllm, llama.cpp, "
+    "tensorrt-llm, transformers, gpt-fast, exllamav2, mlc-llm, autoawq: presets/engines) "
+    "(default: none, the roofline columns only).")]
 TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel devices (count).")]
 GpuOpt = Annotated[str, typer.Option(
     "--gpu", help="Hardware preset, or a YAML file in the presets' schema, for roofline and "

@@ -22,7 +22,7 @@ from kvcalc.cli.options import (
     DEFAULT_GPU,
     DEFAULT_SEQ_LEN,
     EncoderLenOpt,
-    EngineOpt,
+    SweepEngineOpt,
     GpuOpt,
     MemFractionOpt,
     ModelRequest,
@@ -90,7 +90,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         tp: TpSpec = "1",
         weight_dtype: WeightDtypeOpt = None,
         gpu: GpuOpt = DEFAULT_GPU,
-        engine: EngineOpt = None,
+        engine: SweepEngineOpt = None,
         kv_scale_bytes: ScaleOpt = 0,
         encoder_seq_len: EncoderLenOpt = None,
         memory_fraction: MemFractionOpt = None,
@@ -270,8 +270,6 @@ def _progress(plan):
 
 def _engine(text):
     """--engine NAME[@VERSION]: the engine file, or None."""
-    if text is None:
-        return None
-    from kvcalc.engines import load_engine
+    from kvcalc.cli.speed import engine_option
 
-    return load_engine(text)[0]
+    return engine_option(text)

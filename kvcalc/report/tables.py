@@ -151,8 +151,8 @@ def summary_table(est) -> Tab:
     elif est.latency is not None and est.latency.engine:
         lat = est.latency
         caption = (f"time per token: datasheet roofline; first/per output token on {lat.engine}, "
-                   f"{lat.mfu:.0%} of peak in prefill, host {human_seconds(lat.decode_overhead_s)} "
-                   f"per step overlapping the GPU (presets/engines). " + caption)
+                   f"host {human_seconds(lat.decode_overhead_s)} per step (presets/engines). "
+                   + caption)
     elif est.latency is not None:
         caption = (f"time per token: datasheet roofline; first/per output token at "
                    f"{est.latency.mfu:.0%} MFU and {est.latency.bandwidth_efficiency:.0%} of "

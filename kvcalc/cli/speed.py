@@ -1,0 +1,42 @@
+"""--engine, --mfu and --bandwidth-efficiency as the commands read them: which engine times
+the tokens (kvcalc.engines), or the datasheet roofline at which shares."""
+
+from __future__ import annotations
+
+from kvcalc.errors import KvcalcError
+
+# No --engine and no share given: the device's default engine, chosen once the device is
+# known (kvcalc.engines.default_engine: vLLM on a GPU).
+DEFAULT = object()
+
+
+def engine_option(text, mfu=None, bandwidth_efficiency=None, default=None):
+    """--engine NAME[@VERSION]: the engine file; `roofline`, --mfu or
+    --bandwidth-efficiency: None (the datasheet roofline); none of them: `default`."""
+    from kvcalc.engines import ROOFLINE, load_engine
+
+    if text is None:
+        return None if mfu is not None or bandwidth_efficiency is not None else default
+    if text.strip() == ROOFLINE:
+        return None
+    if mfu is not None or bandwidth_efficiency is not None:
+        raise KvcalcError(f"--mfu and --bandwidth-efficiency set the datasheet roofline; "
+                          f"--engine {text} times with its own fitted terms: give one")
+    return load_engine(text)[0]
+
+
+def resolve(engine, hardware):
+    """`engine` once the device is known: DEFAULT becomes the device's default engine."""
+    if engine is not DEFAULT:
+        return engine
+    from kvcalc.engines import default_engine
+
+    return default_engine(hardware)
+
+
+def shares(mfu, bandwidth_efficiency) -> tuple:
+    """--mfu and --bandwidth-efficiency, their defaults where not given."""
+    from kvcalc.latency import DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_MFU
+
+    return (DEFAULT_MFU if mfu is None else mfu,
+            DEFAULT_BANDWIDTH_EFFICIENCY if bandwidth_efficiency is None else bandwidth_efficiency)
