@@ -11,6 +11,7 @@ Facts (quoted, not copied code; see the package docstring for the versions read)
 from __future__ import annotations
 
 import dataclasses
+import functools
 from fractions import Fraction
 
 from kvcalc._record import record
@@ -25,6 +26,7 @@ GiB = 1 << 30
 MiB = 1 << 20
 
 
+@functools.lru_cache(maxsize=64)  # a sweep asks once per length; the answer never changes
 def parse_version(v: str | tuple[int, ...]) -> tuple[int, int]:
     """'0.6.4.post1' -> (6, 4); '0.33' -> (33, 0); (0, 11) -> (11, 0). Minor, patch of 0.x."""
     if isinstance(v, tuple):
@@ -148,8 +150,11 @@ class EngineSettings:
 # --------------------------------------------------------------------------------
 # Defaults the engine picks
 # --------------------------------------------------------------------------------
-def default_batch_limits(hw: Hardware, s: EngineSettings) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) as vLLM fills them in, the user's own first.
+def default_batch_limits(hw: Hardware, s: EngineSettings,
+                         max_model_len: int | None = None) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) as vLLM fills them in, the user's own first,
+    for requests of `max_model_len` tokens (s.max_model_len unless given: a sweep asks at
+    each of its lengths without building settings for each).
 
     V1 0.30-0.33 (`EngineArgs.get_batch_defaults`, server / LLM class): device total
     >= 160 GiB: 16384/16384 tokens, 1024 seqs; >= 70 GiB and not A100/GB10:
@@ -163,12 +168,13 @@ def default_batch_limits(hw: Hardware, s: EngineSettings) -> tuple[int, int]:
     before 0.7 and 2048 from 0.7 (the profile peaks of vllm#10517 at 35K and #13061
     at 128K match these), otherwise one max_model_len batch (>= 2048); 256 seqs.
     """
+    length = s.max_model_len if max_model_len is None else max_model_len
     minor, _ = s.version
     total = device_total_bytes(hw)
-    chunked = _chunked_prefill(s)
+    chunked = _chunked_prefill(s, length)
     if s.engine == "v0":
         seqs = 256
-        tokens = (512 if minor < 7 else 2048) if chunked else max(s.max_model_len, 2048)
+        tokens = (512 if minor < 7 else 2048) if chunked else max(length, 2048)
     else:
         name = hw.name.lower()
         big = total >= 70 * GiB
@@ -185,21 +191,21 @@ def default_batch_limits(hw: Hardware, s: EngineSettings) -> tuple[int, int]:
         else:
             tokens, seqs = (8192 if s.usage == "llm" else 2048), 256
         if not chunked:
-            tokens = max(s.max_model_len, tokens)
+            tokens = max(length, tokens)
     if s.max_num_seqs is not None:
         seqs = s.max_num_seqs
     if s.max_num_batched_tokens is not None:
         tokens = s.max_num_batched_tokens
     else:
-        tokens = min(tokens, seqs * s.max_model_len)
+        tokens = min(tokens, seqs * length)
     return tokens, seqs
 
 
-def _chunked_prefill(s: EngineSettings) -> bool:
+def _chunked_prefill(s: EngineSettings, max_model_len: int) -> bool:
     if s.chunked_prefill is not None:
         return s.chunked_prefill
     if s.engine == "v0":
-        return s.max_model_len > 32768
+        return max_model_len > 32768
     return True
 
 

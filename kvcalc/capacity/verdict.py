@@ -210,12 +210,11 @@ def rooms(spec: ModelSpec, hw: Hardware, s: EngineSettings, lengths,
     counted: dict[tuple[int, int], Capacity] = {}
     context = 0 if s.allow_long_max_model_len else spec.max_context
     for length in sorted(set(int(n) for n in lengths)):
-        at = replace(s, max_model_len=length)
-        key = default_batch_limits(hw, at)
+        key = default_batch_limits(hw, s, max_model_len=length)
         cap = counted.get(key)
         if (cap is None or any(p.group.state_bytes for p in cap.groups) or not cap.groups
                 or cap.num_gpu_blocks is None):
-            cap, _ = _count(spec, hw, at, kv_scale_bytes)
+            cap, _ = _count(spec, hw, replace(s, max_model_len=length), kv_scale_bytes)
             counted[key] = cap
         out[length] = _room(cap, length, context, spec.name)
     return out

@@ -28,6 +28,7 @@ import numpy as np
 
 from kvcalc import _num
 from kvcalc._record import record
+from kvcalc.dtypes import MAX_BATCH
 from kvcalc.capacity.verdict import Room, rooms, serves
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import kv_cache
@@ -95,6 +96,8 @@ def row_columns(spec: ModelSpec, workload: Workload, *, hardware: Hardware | Non
 
 
 
+_EXACT_IN_INT64 = (1 << 62) // MAX_BATCH  # times a batch (<= MAX_BATCH) stays in int64
+
 def _varying_columns(c: Combo, S, B, hardware: bool) -> dict:
     """The varying columns for arrays S (seq_len) and B (batch) of equal shape.
 
@@ -122,10 +125,15 @@ def _rooms(c: Combo, S) -> Room:
     def column(name: str, kind) -> np.ndarray:
         return np.array([getattr(r, name) for r in per], dtype=kind)[where]
 
+    # int64 where a batch (<= MAX_BATCH) x blocks cannot overflow: object arrays of
+    # Python ints, exact at any size, make serves() several times slower.
+    small = all(max(r.num_blocks, r.blocks_per_request, r.max_num_seqs) < _EXACT_IN_INT64
+                for r in per)
+    whole = np.int64 if small else object
     return Room(max_model_len=S, starts=column("starts", bool),
-                num_blocks=column("num_blocks", object),
-                blocks_per_request=column("blocks_per_request", object),
-                max_num_seqs=column("max_num_seqs", object), request_bytes=0, block_bytes=0,
+                num_blocks=column("num_blocks", whole),
+                blocks_per_request=column("blocks_per_request", whole),
+                max_num_seqs=column("max_num_seqs", whole), request_bytes=0, block_bytes=0,
                 kv_cache_bytes=0, refusal="")
 
 
