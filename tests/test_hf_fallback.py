@@ -20,9 +20,11 @@ from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import kv_cache
 from kvcalc.formulas.params import param_counts
 from kvcalc.hfconfig import SUPPORTED_MODEL_TYPES, spec_from_hf_config
+from kvcalc.presets import presets_dir
 
 ROOT = Path(__file__).resolve().parent.parent
-LLAMA = json.loads((ROOT / "presets" / "hf" / "meta-llama__Llama-3.2-1B.json").read_text())
+# The installed presets (the wheel's in CI's Python 3.10 tier, which copies tests/ alone).
+LLAMA = json.loads((presets_dir() / "hf" / "meta-llama__Llama-3.2-1B.json").read_text())
 
 
 def _renamed(cfg: dict, model_type: str = "acme_lm") -> dict:
