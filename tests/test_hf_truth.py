@@ -160,6 +160,14 @@ DEFAULT_CONFIGS = {
     "glm_moe_dsa": {"num_hidden_layers": 4, "index_topk_freq": 2},  # layer 2 shares an indexer
     "glm4_moe_lite": {"num_hidden_layers": 3},
     "hunyuan_v1_moe": {"num_hidden_layers": 2, "head_dim": 128, "num_experts": 8, "moe_topk": 2},
+    # More MoE families (kvcalc/hfconfig/moe_more.py). Dots1Config leaves the experts None,
+    # which its MoE cannot build with: a small set, and a window from layer 2 on.
+    "dots1": {"num_hidden_layers": 3, "n_routed_experts": 8, "num_experts_per_tok": 2,
+              "n_shared_experts": 1, "first_k_dense_replace": 1, "max_window_layers": 2},
+    # a dense first layer (its own pattern: global), then three sliding to one global
+    "cohere2_moe": {"num_hidden_layers": 5, "first_k_dense_replace": 1,
+                    "num_shared_experts": 1},
+    "exaone_moe": {"num_hidden_layers": 4},
 }
 
 

@@ -164,6 +164,14 @@ CLASS_DEFAULTS = {
     ("qwen3_next", "shared_expert_intermediate_size"): 512,
     ("seed_oss", "head_dim"): 128, ("seed_oss", "num_key_value_heads"): 8,
     ("smollm3", "num_key_value_heads"): 4,
+    # More MoE families (moe_more)
+    ("cohere2_moe", "head_dim"): 128, ("cohere2_moe", "num_experts"): 8,
+    ("cohere2_moe", "num_experts_per_tok"): 2, ("cohere2_moe", "sliding_window"): 4096,
+    ("dots1", "max_window_layers"): 62, ("dots1", "moe_intermediate_size"): 1408,
+    ("dots1", "num_key_value_heads"): 32, ("dots1", "sliding_window"): 4096,
+    ("exaone_moe", "moe_intermediate_size"): 1024, ("exaone_moe", "num_experts"): 64,
+    ("exaone_moe", "num_experts_per_tok"): 8, ("exaone_moe", "num_key_value_heads"): 32,
+    ("exaone_moe", "num_shared_experts"): 1, ("exaone_moe", "sliding_window"): 4096,
 }
 
 

@@ -14,7 +14,7 @@ from kvcalc.hfconfig.gpt_like import (bloom, falcon, gpt2_like, gpt_neo, gpt_neo
                                       opt, phi)
 from kvcalc.hfconfig.hybrid import jamba, lfm2, mamba, nemotron_h, qwen3_next
 from kvcalc.hfconfig.llama_like import cohere, gemma3, llama_like, llama_variants, olmo, starcoder2
-from kvcalc.hfconfig import llama_2026, moe_2026
+from kvcalc.hfconfig import llama_2026, moe_2026, moe_more
 from kvcalc.hfconfig.moe import deepseek, gpt_oss, llama4, qwen_moe
 from kvcalc.hfconfig.multimodal import WRAPPERS
 from kvcalc.hfconfig.recurrent import kimi_linear, minimax, recurrent_gemma, rwkv
@@ -99,6 +99,10 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "glm_moe_dsa": moe_2026.deepseek_v32,  # GLM-5: DeepSeek-V3.2's attention, GLM's experts
     "glm4_moe_lite": moe_2026.glm4_moe_lite,
     "hunyuan_v1_moe": moe_2026.hunyuan_moe,
+    # More MoE families (moe_more)
+    "dots1": moe_more.dots1,
+    "cohere2_moe": moe_more.cohere2_moe,
+    "exaone_moe": moe_more.exaone_moe,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)

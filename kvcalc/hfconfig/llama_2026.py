@@ -74,6 +74,12 @@ def ernie4_5(c: Config) -> dict:
 def exaone4(c: Config) -> dict:
     """EXAONE 4: sliding layers and a global one every sliding_window_pattern (4), q/k
     RMSNorms, the norms after attention and MLP only (no input norm)."""
+    return decoder(c, qk_norm=True, kinds=exaone4_kinds(c), context=2048)
+
+
+def exaone4_kinds(c: Config) -> list[str]:
+    """EXAONE 4's (and K-EXAONE's) layer kinds: layer_types, else a global layer every
+    sliding_window_pattern-th (4), none when the window is null (Exaone4Config)."""
     layers = c.req_dim("num_hidden_layers")
 
     def older() -> list[str]:
@@ -81,8 +87,7 @@ def exaone4(c: Config) -> dict:
             return ["full"] * layers  # Exaone4Config: a null window, no sliding layer
         return every_nth_full(layers, c.opt_int("sliding_window_pattern", 4) or 4)
 
-    return decoder(c, qk_norm=True, kinds=layer_kinds(c, layers, ATTENTION_TYPES, older),
-                   context=2048)
+    return layer_kinds(c, layers, ATTENTION_TYPES, older)
 
 
 def smollm3(c: Config) -> dict:
