@@ -457,6 +457,9 @@ class MoE:
     router_bias: bool = False
     expert_bias: bool = False  # gpt-oss: biases in every expert's projections
     gated: bool = True
+    # LongCat-Flash: identity experts the router may pick too; a pick of one computes
+    # nothing, so `active` counts the routed experts a token runs at most
+    zero_experts: int = 0
 
     kind = "moe"
 
@@ -467,6 +470,8 @@ class MoE:
             raise KvcalcError(f"moe active must be 1..experts ({self.experts}), got {self.active}")
         if not 0 <= self.shared_experts <= MAX_WIDTH:
             raise KvcalcError(f"moe shared_experts must be 0..{MAX_WIDTH}, got {self.shared_experts}")
+        if not 0 <= self.zero_experts <= MAX_WIDTH:
+            raise KvcalcError(f"moe zero_experts must be 0..{MAX_WIDTH}, got {self.zero_experts}")
 
     @property
     def expert(self) -> Dense:
@@ -478,7 +483,7 @@ class MoE:
 
     def breakdown(self, d_model: int) -> dict[str, int]:
         out = {
-            "router": _linear(d_model, self.experts, self.router_bias),
+            "router": _linear(d_model, self.experts + self.zero_experts, self.router_bias),
             "experts": self.experts * self.expert.params(d_model),
         }
         if self.shared_experts:
@@ -498,7 +503,7 @@ class MoE:
 
     def matmuls(self, d_model: int) -> list[tuple[int, int]]:
         """One token: the router, `active` routed experts and every shared expert."""
-        mm = [(d_model, self.experts)]
+        mm = [(d_model, self.experts + self.zero_experts)]
         mm += self.expert.matmuls(d_model) * self.active
         mm += self.shared.matmuls(d_model) * self.shared_experts
         if self.shared_gate and self.shared_experts:

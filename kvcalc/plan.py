@@ -277,7 +277,7 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     check_size("gpus", gpus, 4096)
     unpaged = unpaged_kinds(cache_groups(spec))
     if unpaged:  # no engine count to search over (serving_capacity withholds it)
-        raise KvcalcError(f"vLLM pages no {' or '.join(unpaged)} state (no release read serves "
+        raise KvcalcError(f"vLLM pages no {' or '.join(unpaged)} (no release read serves "
                           f"such a model): plan has no layout to count")
     for name, v in (("concurrency", concurrency), ("prompt_len", prompt_len),
                     ("output_len", output_len)):

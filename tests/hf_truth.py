@@ -379,6 +379,8 @@ def _reduced_cached(key: str, window: int) -> str:
 
 def _reduced_config(cfg: dict, window: int) -> dict:
     td = text_config_dict(cfg)
+    if td.get("model_type") in _BLOCK_FAMILIES:
+        return _reduced_blocks(td)
     config, _, layers = _meta_text_model(td)
     types = _text_layer_types(config) or [None] * len(layers)
     sigs = [_layer_signature(l, t) for l, t in zip(layers, types)]
@@ -502,6 +504,26 @@ def _reduced_config(cfg: dict, window: int) -> dict:
         if _layer_geometry(l) != geom_of[s]:
             raise AssertionError(
                 f"{mt}: reduced layer {i} geometry {_layer_geometry(l)} != {geom_of[s]}")
+    return d
+
+
+# LongCat-Flash: its decoder layer list holds num_layers blocks, each two attention
+# sublayers (num_hidden_layers = 2 x num_layers cache layers), two MLPs and one MoE, all
+# blocks alike; the signature reduction above looks for a list of num_hidden_layers.
+_BLOCK_FAMILIES = ("longcat_flash",)
+
+
+def _reduced_blocks(td: dict) -> dict:
+    """One block of a block-structured family, its MLP and expert widths, expert counts,
+    q LoRA rank and vocabulary shrunk; the attention geometry (heads, MLA ranks) kept."""
+    d = copy.deepcopy(td)
+    d.update(num_layers=1, vocab_size=SMALL_VOCAB, ffn_hidden_size=SMALL_WIDTH,
+             expert_ffn_hidden_size=SMALL_WIDTH, n_routed_experts=SMALL_EXPERTS,
+             zero_expert_num=min(d.get("zero_expert_num") or 0, SMALL_EXPERTS),
+             moe_topk=SMALL_TOPK, q_lora_rank=min(d["q_lora_rank"], SMALL_WIDTH))
+    for k in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        if isinstance(d.get(k), int) and d[k] >= SMALL_VOCAB:
+            d[k] = 1 if k != "pad_token_id" else 0
     return d
 
 

@@ -145,7 +145,7 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
     notes: list[str] = []
     unpaged = unpaged_kinds(groups)
     if unpaged:
-        notes.append(f"vLLM pages no {' or '.join(unpaged)} state (no release read serves "
+        notes.append(f"vLLM pages no {' or '.join(unpaged)} (no release read serves "
                      f"such a model): KV blocks, cache tokens, concurrency and the longest "
                      f"length that fits are not modelled")
     if state.mode == "all":

@@ -118,11 +118,12 @@ class _IsPaged:
 
 
 def unpaged_kinds(groups: tuple[CacheGroup, ...]) -> list[str]:
-    """Labels of the state kinds no vLLM release pages (RWKV, RG-LRU: vLLM 0.32's
-    model registry serves neither), sorted; [] when vLLM pages every layer."""
+    """The kinds no vLLM release pages, in words ("rwkv state", "rg-lru state": vLLM
+    0.32's model registry serves neither; "moa attention": JetMoE's mixture of attention
+    heads, kvcalc.layers_moa), sorted; [] when vLLM pages every layer."""
     probe = _IsPaged()
-    return sorted({g.mixer.label for g in groups
-                   if g.layers and not g.mixer.kv_cache_spec(probe)})
+    return sorted({f"{g.mixer.label} {'attention' if g.mixer.attends else 'state'}"
+                   for g in groups if g.layers and not g.mixer.kv_cache_spec(probe)})
 
 
 def engine_state_groups(groups: tuple[CacheGroup, ...], model_dtype: DType,

@@ -47,7 +47,10 @@ def _layer_params(add, layer, count: int, d: int, norm: int, stack: str = "") ->
         for key, n in layer.mlp.param_breakdown(d).items():
             add(f"{stack}{key}", n * count)
     add(f"{stack}norms", layer.norms * norm * count)
-    return 0 if layer.mlp is None else layer.mlp.inactive_params(d) * count
+    # routed weights a token skips: the MLP's experts, and a mixture of attention heads'
+    # (JetMoE) unpicked query and output experts
+    skipped = sum(mx.inactive_params(d) for mx in layer.mixers if hasattr(mx, "inactive_params"))
+    return (skipped + (0 if layer.mlp is None else layer.mlp.inactive_params(d))) * count
 
 
 def _cross_beside_encoder(b: dict[str, int]) -> dict[str, int]:

@@ -52,7 +52,7 @@ _MAX_CONFIG_INT = MAX_WIDTH * 1_000_000
 CORE_FIELDS = frozenset({
     "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
     "intermediate_size", "n_embd", "n_layer", "n_head", "n_inner", "ffn_dim", "num_heads",
-    "num_layers", "d_model", "n_layers", "n_heads"})
+    "num_layers", "d_model", "n_layers", "n_heads", "ffn_hidden_size"})
 
 
 # Fields a family's transformers configuration class fills in with a number of its own
@@ -172,6 +172,13 @@ CLASS_DEFAULTS = {
     ("exaone_moe", "moe_intermediate_size"): 1024, ("exaone_moe", "num_experts"): 64,
     ("exaone_moe", "num_experts_per_tok"): 8, ("exaone_moe", "num_key_value_heads"): 32,
     ("exaone_moe", "num_shared_experts"): 1, ("exaone_moe", "sliding_window"): 4096,
+    ("longcat_flash", "expert_ffn_hidden_size"): 2048, ("longcat_flash", "kv_lora_rank"): 512,
+    ("longcat_flash", "moe_topk"): 12, ("longcat_flash", "n_routed_experts"): 512,
+    ("longcat_flash", "q_lora_rank"): 1536, ("longcat_flash", "qk_nope_head_dim"): 128,
+    ("longcat_flash", "qk_rope_head_dim"): 64, ("longcat_flash", "v_head_dim"): 128,
+    ("longcat_flash", "zero_expert_num"): 256,
+    ("jetmoe", "kv_channels"): 128, ("jetmoe", "num_experts_per_tok"): 2,
+    ("jetmoe", "num_key_value_heads"): 16, ("jetmoe", "num_local_experts"): 8,
 }
 
 

@@ -101,8 +101,10 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "hunyuan_v1_moe": moe_2026.hunyuan_moe,
     # More MoE families (moe_more)
     "dots1": moe_more.dots1,
+    "jetmoe": moe_more.jetmoe,
     "cohere2_moe": moe_more.cohere2_moe,
     "exaone_moe": moe_more.exaone_moe,
+    "longcat_flash": moe_more.longcat_flash,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)

@@ -1,5 +1,6 @@
-"""More mixture-of-experts decoders that transformers 5 builds: dots.llm1 (dots1), Command A
-MoE (cohere2_moe), K-EXAONE (exaone_moe).
+"""More mixture-of-experts decoders that transformers 5 builds: dots.llm1 (dots1), JetMoE
+(jetmoe: experts in attention too), Command A MoE (cohere2_moe), K-EXAONE (exaone_moe),
+LongCat-Flash (longcat_flash: two MLA sublayers a block, zero-computation experts).
 
 Read as each family's configuration class and decoder layer in transformers 5.24 read
 them. Their routers' score-correction biases (dots1, K-EXAONE) are buffers, not counted;
@@ -13,7 +14,8 @@ from kvcalc.hfconfig.config import Config, core_dims
 from kvcalc.hfconfig.layer_types import ATTENTION_TYPES, layer_kinds, required_window
 from kvcalc.hfconfig.llama_2026 import decoder, exaone4_kinds
 from kvcalc.hfconfig.moe_2026 import _dense_then_moe, _mtp_note
-from kvcalc.layers import Dense, Layer, MoE
+from kvcalc.layers import Dense, Latent, Layer, MoE
+from kvcalc.layers_moa import MixtureOfAttention
 
 
 def dots1(c: Config) -> dict:
@@ -92,3 +94,71 @@ def exaone_moe(c: Config) -> dict:
 
     return decoder(c, qk_norm=True, kinds=exaone4_kinds(c), context=2048, experts=mlps,
                    notes=tuple(_mtp_note(c)))
+
+
+def jetmoe(c: Config) -> dict:
+    """JetMoE: a mixture of attention heads (top-k of num_local_experts query/output
+    experts over one shared K/V projection of num_key_value_heads x kv_channels) and a
+    mixture of gated MLP experts, each block with an output bias."""
+    hidden = c.req_dim("hidden_size")
+    layers = c.req_dim("num_hidden_layers")
+    vocab = c.req_dim("vocab_size")
+    d_ff = c.req_dim("intermediate_size")
+    kv_heads = c.req_dim("num_key_value_heads")
+    head_dim = c.req_dim("kv_channels", "head_dim")  # JetMoeConfig: head_dim -> kv_channels
+    experts, top_k = c.req_dim("num_local_experts"), c.req_dim("num_experts_per_tok")
+    # JetMoeConfig sets num_attention_heads = num_key_value_heads x num_experts_per_tok,
+    # whatever config.json says.
+    heads = kv_heads * top_k
+    moa = MixtureOfAttention(heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                             experts=experts, top_k=top_k)
+    moe = MoE(experts=experts, active=top_k, expert_d_ff=d_ff)
+    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                         extra_params=layers * hidden,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", True),
+                         max_context=c.opt_int("max_position_embeddings", 4096) or 0,
+                         notes=[f"mixture of attention heads: {top_k} of {experts} query/output "
+                                f"experts a token, {heads} query heads over {kv_heads} cached "
+                                "K/V heads; vLLM serves no JetMoE (no engine count)",
+                                "the MLP experts' output bias, one d_model vector a layer "
+                                "(extra_params)"])
+    return with_runs(fields, [Layer(moa, moe, 2)] * layers)
+
+
+def longcat_flash(c: Config) -> dict:
+    """LongCat-Flash: num_layers blocks of two MLA sublayers, each with a dense MLP, and one
+    shortcut MoE on the first sublayer's MLP input (routed experts and zero-computation
+    identity experts, moe_topk of both a token): 2 x num_layers layers for kvcalc, the
+    first of each pair with the MoE beside its dense MLP (as a shared expert)."""
+    hidden, heads, vocab = (c.req_dim(k) for k in ("hidden_size", "num_attention_heads",
+                                                   "vocab_size"))
+    # LongcatFlashConfig: num_hidden_layers is 2 x num_layers, and sets it when given alone
+    if c.has("num_hidden_layers") and not c.has("num_layers"):
+        blocks = c.req_dim("num_hidden_layers") // 2
+    else:
+        blocks = c.req_dim("num_layers")
+    d_ff = c.req_dim("ffn_hidden_size", "intermediate_size")
+    bias = c.opt_bool("attention_bias", False)
+    mla = Latent(heads=heads, kv_lora_rank=c.req_int("kv_lora_rank"),
+                 rope_dim=c.req_int("qk_rope_head_dim"), nope_dim=c.req_int("qk_nope_head_dim"),
+                 v_dim=c.req_int("v_head_dim"), q_lora_rank=c.req_dim("q_lora_rank"), bias=bias)
+    experts = c.req_dim("n_routed_experts", "num_local_experts")
+    zero = c.opt_int("zero_expert_num", 0) or 0
+    top_k = c.req_dim("moe_topk", "num_experts_per_tok")
+    # The routed experts and the first sublayer's MLP read the same normed input and are
+    # summed into the block's output: the MLP counts as the MoE's shared expert.
+    moe = MoE(experts=experts, active=top_k, zero_experts=zero,
+              expert_d_ff=c.req_dim("expert_ffn_hidden_size", "moe_intermediate_size"),
+              shared_experts=1, shared_d_ff=d_ff)
+    notes = [f"MLA: the cache holds kv_lora_rank + qk_rope_head_dim = "
+             f"{mla.kv_lora_rank + mla.rope_dim} elements per token per sublayer, two "
+             f"sublayers a block ({blocks} blocks, {2 * blocks} layers here)",
+             f"zero-computation experts: a token's {top_k} picks range over {experts} routed "
+             f"and {zero} identity experts; the active count takes all {top_k} as routed (its "
+             "upper bound: an identity pick runs nothing)"]
+    fields = dict(layers=2 * blocks, d_model=hidden, heads=heads, kv_heads=heads,
+                  head_dim=mla.nope_dim + mla.rope_dim, v_head_dim=mla.v_dim, d_ff=d_ff,
+                  vocab=vocab, qkv_bias=bias, out_bias=bias,
+                  tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                  max_context=c.opt_int("max_position_embeddings", 131072) or 0, notes=notes)
+    return with_runs(fields, [Layer(mla, moe, 2), Layer(mla, Dense(d_ff), 2)] * blocks)

@@ -61,7 +61,8 @@ def _mlp_items(mlp, d: int, prefix: str, model_type: str) -> list:
     if not mlp.experts:  # a dense MLP
         return _named(mlp.tensors(d), "mlp", f"{prefix}.mlp")
     router = "router" if model_type == "gpt_oss" else "gate"
-    out: list = [Matrix("moe/router", f"{prefix}.mlp.{router}", mlp.experts, d,
+    routes = mlp.experts + mlp.zero_experts  # LongCat-Flash: its identity experts too
+    out: list = [Matrix("moe/router", f"{prefix}.mlp.{router}", routes, d,
                         bias=mlp.router_bias, role="router")]
     if model_type in _SCORE_BIAS_BUFFER:
         # DeepSeek-V3's e_score_correction_bias: fp32 in the checkpoint, a buffer (not a
