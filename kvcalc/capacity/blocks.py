@@ -43,7 +43,7 @@ def page_size_bytes(group: CacheGroup, block_size: int) -> int:
 
 class _BlocksPerRequest:
     """vLLM's max_memory_usage_bytes of each KV cache spec, in blocks of one layer, for
-    one request at `length` tokens. A layer kind names the spec it is
+    one request at `length` tokens (an int, or an array of lengths: the sweep's). A layer kind names the spec it is
     (`mixer.kv_cache_spec(rules)`), these are the engine's rules for each."""
 
     def __init__(self, block_size: int, length: int, in_flight: int, encoder_len: int | None,
@@ -56,10 +56,10 @@ class _BlocksPerRequest:
         return _num.cdiv(self.length, self.block)
 
     def sliding(self, window: int) -> int:  # SlidingWindowSpec: and one block more
-        return _num.cdiv(min(window - 1 + self.in_flight, self.length), self.block) + 1
+        return _num.cdiv(_num.minimum(window - 1 + self.in_flight, self.length), self.block) + 1
 
     def chunked(self, chunk: int) -> int:  # ChunkedLocalAttentionSpec
-        return _num.cdiv(min(chunk + self.in_flight, self.length), self.block)
+        return _num.cdiv(_num.minimum(chunk + self.in_flight, self.length), self.block)
 
     def state(self, mixer) -> int:  # MambaSpec: by the release's mamba_cache_mode
         return self.state_cache.blocks_per_request(mixer, self.block, self.length)

@@ -134,35 +134,49 @@ def settings_for(workload, **engine) -> EngineSettings:
     return EngineSettings(**{**base, **engine})
 
 
-def _room(cap: Capacity, length: int, context: int, name: str) -> Room:
-    """The room of a count made at `length`'s batch limits, for requests of `length`."""
+def _room(cap: Capacity, length, context: int, name: str) -> Room:
+    """The room of a count made at `length`'s batch limits, for requests of `length`: an
+    int (engine_verdict) or an array of lengths that share those limits (the sweep's),
+    giving a Room of arrays. Only the blocks a request takes depend on the length; at
+    the count's own length its own yes stands (V0's token rule, unpaged state kinds)."""
     s, d = cap.settings, cap.deciding
-    if length == s.max_model_len:
-        starts, refusal, need = cap.fits, cap.refusal, cap.request_bytes
+    own = length == s.max_model_len
+    scalar = isinstance(length, int)
+    if scalar and own:  # the count's own figures (an unpaged kind has no block size)
+        starts, need = cap.fits, cap.request_bytes
         per_request = sum(p.blocks_per_request for p in cap.groups)
-    else:  # only the request's blocks depend on the length (rooms() checks)
-        need = request_bytes(cap.groups, cap.block_size, length, cap.in_flight, s.encoder_len,
-                             cap.state)
+    else:
+        need = request_bytes(cap.groups, cap.block_size, length, cap.in_flight,
+                             s.encoder_len, cap.state)
         per_request = sum(blocks_per_request(p.group, cap.block_size, length, cap.in_flight,
                                              s.encoder_len, cap.state) for p in cap.groups)
-        starts = d.kv_cache > 0 and need <= d.kv_cache
-        refusal = "" if starts else (
-            "No available memory for the cache blocks" if d.kv_cache <= 0 else
-            f"one request of {length:,} tokens needs {need:,} B of KV cache; "
-            f"{d.kv_cache:,} B are available")
+        starts = (d.kv_cache > 0) & (need <= d.kv_cache)
+        if not scalar:
+            starts = _num.where(own, cap.fits, starts)
     held = d.weights + d.non_torch + d.kv_cache
-    if s.kv_cache_memory_bytes is not None and held > d.total:
-        # No profile to refuse it: the load itself runs out of memory.
-        starts = False
-        refusal = (f"weights, non-torch memory and kv_cache_memory_bytes take {held:,} B, "
-                   f"over the device's {d.total:,} B: out of memory while loading")
-    if context and length > context:
-        starts = False
-        refusal = (f"max_model_len {length:,} is over {name}'s context of {context:,} tokens "
-                   f"(the length its config gives); vLLM refuses it, unless the environment "
-                   f"sets VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
+    # No profile to refuse it: the load itself runs out of memory.
+    oom = s.kv_cache_memory_bytes is not None and held > d.total
+    over = (length > context) if context else False
+    starts = starts & ~over if not scalar else starts and not over
+    if oom:
+        starts = starts & False
     if cap.num_gpu_blocks is None:  # a state kind whose paging is not modelled: whether
-        per_request = 0  # it starts is known, how many requests its blocks hold is not
+        per_request = per_request * 0  # it starts is known, how many its blocks hold is not
+    refusal = ""
+    if scalar and not starts:
+        if oom:
+            refusal = (f"weights, non-torch memory and kv_cache_memory_bytes take {held:,} B, "
+                       f"over the device's {d.total:,} B: out of memory while loading")
+        elif over:
+            refusal = (f"max_model_len {length:,} is over {name}'s context of {context:,} "
+                       f"tokens (the length its config gives); vLLM refuses it, unless the "
+                       f"environment sets VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
+        elif own:
+            refusal = cap.refusal
+        else:
+            refusal = ("No available memory for the cache blocks" if d.kv_cache <= 0 else
+                       f"one request of {length:,} tokens needs {need:,} B of KV cache; "
+                       f"{d.kv_cache:,} B are available")
     return Room(max_model_len=length, starts=starts, num_blocks=cap.num_gpu_blocks or 0,
                 blocks_per_request=per_request, max_num_seqs=cap.max_num_seqs,
                 request_bytes=need, block_bytes=d.bytes_per_block,
@@ -200,24 +214,59 @@ def engine_verdict(spec: ModelSpec, hw: Hardware, s: EngineSettings, *, batch: i
 
 
 def rooms(spec: ModelSpec, hw: Hardware, s: EngineSettings, lengths,
-          kv_scale_bytes: int = 0) -> dict[int, Room]:
-    """The room at each of `lengths` (a sweep's), each equal to engine_verdict's at that
-    length: the whole count once per distinct batch limits (the only way the memory
-    terms depend on the length), then per length only the blocks a request takes. A
-    model with state layers is counted whole at every length (its pages and block
-    size follow max_model_len)."""
-    out: dict[int, Room] = {}
-    counted: dict[tuple[int, int], Capacity] = {}
-    context = 0 if s.allow_long_max_model_len else spec.max_context
-    for length in sorted(set(int(n) for n in lengths)):
-        key = default_batch_limits(hw, s, max_model_len=length)
-        cap = counted.get(key)
-        if (cap is None or any(p.group.state_bytes for p in cap.groups) or not cap.groups
-                or cap.num_gpu_blocks is None):
-            cap, _ = _count(spec, hw, replace(s, max_model_len=length), kv_scale_bytes)
-            counted[key] = cap
-        out[length] = _room(cap, length, context, spec.name)
-    return out
+          kv_scale_bytes: int = 0, counts: dict | None = None) -> Room:
+    """The room at each of `lengths` (distinct ints, ascending: a sweep's), as one Room of
+    object arrays of exact ints aligned with them, each element equal to
+    engine_verdict's at that length: the whole count once per distinct batch limits (the
+    only way the memory terms depend on the length), then the blocks a request takes for
+    all of that count's lengths at once. A model with state layers is counted whole at
+    every length (its pages and block size follow max_model_len). `counts`: the counts
+    made so far (by batch limits, or by length for state models), kept by the caller
+    for the next call (a sweep's chunks)."""
+    import numpy as np
+
+    counts = {} if counts is None else counts
+
+    def count(length: int, key) -> tuple[Capacity, int]:
+        if key not in counts:
+            counts[key] = _count(spec, hw, replace(s, max_model_len=length), kv_scale_bytes)
+        return counts[key]
+
+    lengths = [int(n) for n in lengths]
+    keys = [default_batch_limits(hw, s, max_model_len=n) for n in lengths]
+    parts: list[Room] = []
+    first = 0
+    for i in range(1, len(lengths) + 1):  # runs of one key: the limits change at few lengths
+        if i < len(lengths) and keys[i] == keys[first]:
+            continue
+        run, key, first = lengths[first:i], keys[first], i
+        cap, context = count(run[0], key)
+        if any(p.group.state_bytes for p in cap.groups) or cap.num_gpu_blocks is None:
+            for n in run:
+                cap, context = count(n, ("length", n))
+                parts.append(_room(cap, n, context, spec.name))
+            continue
+        # int64 where the longest request's bytes (the largest figure) cannot overflow
+        whole = np.int64 if _room(cap, run[-1], context, spec.name).request_bytes < 2**62 \
+            else object
+        parts.append(_room(cap, np.array(run, dtype=whole), context, spec.name))
+
+    def column(name: str) -> np.ndarray:
+        out = np.empty(len(lengths), dtype=object)
+        at = 0
+        for r in parts:
+            n = 1 if isinstance(r.max_model_len, int) else len(r.max_model_len)
+            v = getattr(r, name)
+            out[at:at + n] = v.tolist() if isinstance(v, np.ndarray) else v
+            at += n
+        return out
+
+    return Room(max_model_len=np.array(lengths, dtype=object),
+                starts=column("starts").astype(bool), num_blocks=column("num_blocks"),
+                blocks_per_request=column("blocks_per_request"),
+                max_num_seqs=column("max_num_seqs"), request_bytes=column("request_bytes"),
+                block_bytes=column("block_bytes"), kv_cache_bytes=column("kv_cache_bytes"),
+                refusal="")
 
 
 def smallest_tp(spec: ModelSpec, hw: Hardware, s: EngineSettings, *, batch: int = 1,

@@ -113,27 +113,23 @@ def _varying_columns(c: Combo, S, B, hardware: bool) -> dict:
 
 
 def _rooms(c: Combo, S) -> Room:
-    """The engine's Room at each row's length, as one Room of arrays (lengths counted
-    once per combination, kept on it for the chunks after)."""
-    lengths, where = np.unique(np.asarray(S, dtype=object).astype(np.int64),
-                               return_inverse=True)
-    todo = [int(n) for n in lengths if int(n) not in c.rooms]
-    if todo:
-        c.rooms.update(rooms(c.spec, c.hardware, c.serving, todo, c.workload.kv_scale_bytes))
-    per = [c.rooms[int(n)] for n in lengths]
-
-    def column(name: str, kind) -> np.ndarray:
-        return np.array([getattr(r, name) for r in per], dtype=kind)[where]
-
+    """The engine's Room at each row's length, as one Room of arrays (the engine's counts
+    kept on the combination for the chunks after)."""
+    lengths, where = np.unique(S, return_inverse=True)
+    r = rooms(c.spec, c.hardware, c.serving, lengths.tolist(), c.workload.kv_scale_bytes,
+              counts=c.counts)
     # int64 where a batch (<= MAX_BATCH) x blocks cannot overflow: object arrays of
     # Python ints, exact at any size, make serves() several times slower.
-    small = all(max(r.num_blocks, r.blocks_per_request, r.max_num_seqs) < _EXACT_IN_INT64
-                for r in per)
+    small = max(max(r.num_blocks), max(r.blocks_per_request), max(r.max_num_seqs)) \
+        < _EXACT_IN_INT64
     whole = np.int64 if small else object
-    return Room(max_model_len=S, starts=column("starts", bool),
-                num_blocks=column("num_blocks", whole),
-                blocks_per_request=column("blocks_per_request", whole),
-                max_num_seqs=column("max_num_seqs", whole), request_bytes=0, block_bytes=0,
+
+    def column(v: np.ndarray) -> np.ndarray:
+        return v.astype(whole)[where]
+
+    return Room(max_model_len=S, starts=r.starts[where], num_blocks=column(r.num_blocks),
+                blocks_per_request=column(r.blocks_per_request),
+                max_num_seqs=column(r.max_num_seqs), request_bytes=0, block_bytes=0,
                 kv_cache_bytes=0, refusal="")
 
 

@@ -68,10 +68,10 @@ class Combo:
     stored: StoredWeights | None = None  # quantized weights as stored
     engine: object = None  # kvcalc.engines.Engine, for the tpot_s column
     family: str = ""  # the weights' format family on that engine
-    # The verdict's engine settings (max_model_len set per row) and the Room of each
-    # length counted so far (kvcalc.capacity.verdict.rooms), filled as chunks need them
+    # The verdict's engine settings (max_model_len set per row) and the engine's counts
+    # made so far (kvcalc.capacity.verdict.rooms), filled as chunks need them
     serving: EngineSettings | None = None
-    rooms: dict = field(default_factory=dict)
+    counts: dict = field(default_factory=dict)
 
     @property
     def kv_heads(self) -> int:
