@@ -27,11 +27,9 @@ the prompts one scheduler step takes (max_num_batched_tokens // prompt, at least
 prefilled together. Ranked by output tokens/s per GPU among the layouts meeting
 --ttft-ms and --tpot-ms; tokens/s per user is 1 / TPOT.
 
-Hybrid (state) models: vLLM refuses to start when max_num_seqs exceeds the blocks of
-its shared pool, since every decoding sequence holds one state block
-(`CompilationConfig.resolve_cudagraph_mode_and_sizes`, vllm/config/compilation.py,
-vLLM 0.32: "max_num_seqs (...) exceeds available Mamba cache blocks (...)"), so the
-batch is capped by the pool as well as by the concurrency it reports.
+Whether a setting starts and how many requests it holds is kvcalc.capacity.verdict's
+one rule (`serves`, `largest_batch`; a hybrid model's --max-num-seqs never over its
+state pool), and --max-model-len auto its one longest length (`auto_max_model_len`).
 
 The count is run per (tp, pp, KV dtype, tokens, utilization) and the latency per
 (tp, pp, KV dtype, batch): thousands of layouts share a few hundred of each.
@@ -46,6 +44,7 @@ from dataclasses import field, replace
 from kvcalc._record import record
 from kvcalc.capacity.engine import GiB, EngineSettings, default_batch_limits
 from kvcalc.capacity.serving import Capacity, serving_capacity
+from kvcalc.capacity.verdict import auto_max_model_len, largest_batch, room_of, serves
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import Hardware, ModelSpec
 
@@ -209,6 +208,11 @@ class _Search:
             tp=tp, pp=pp, kv_dtype=kv, gpu_memory_utilization=util,
             max_num_batched_tokens=tokens, max_num_seqs=seqs, max_model_len=length))
 
+    def held(self, cap: Capacity) -> int:
+        """Requests of max_model_len the setting holds at once, --max-num-seqs lowered to
+        them (the line plan prints): verdict's rule."""
+        return largest_batch(room_of(self.spec, cap), lower_max_num_seqs=True)
+
     def prompt(self, length: int) -> int:
         return self.prompt_len if self.prompt_len is not None else length - self.output_len
 
@@ -241,16 +245,6 @@ class _Search:
     def meets(self, ttft: float, tpot: float) -> bool:
         return ((self.ttft_s is None or ttft <= self.ttft_s)
                 and (self.tpot_s is None or tpot <= self.tpot_s))
-
-
-def held(cap: Capacity) -> int:
-    """Requests of max_model_len tokens the started engine holds at once: its reported
-    concurrency, at most its --max-num-seqs, and for a state model at most the blocks of
-    its pool (vLLM refuses a larger max_num_seqs)."""
-    n = min(int(cap.max_concurrency), cap.max_num_seqs)
-    if any(p.group.state_bytes for p in cap.groups):
-        n = min(n, cap.num_gpu_blocks)
-    return n
 
 
 def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | str | None = None,
@@ -363,11 +357,12 @@ def _counted(search: _Search, gpus: int, concurrency: int | None,
                 except KvcalcError as e:  # a shape vLLM refuses before counting
                     refused.append((tp, pp, kv, util, None, str(e)))
                     break
-                if not cap.fits or held(cap) < 1:
+                held = search.held(cap)
+                if held < 1:
                     refused.append((tp, pp, kv, util, cap, cap.refusal))
                     continue
                 counted.append(cap)
-                if held(cap) >= min(cap.max_num_seqs, concurrency or cap.max_num_seqs):
+                if held >= min(cap.max_num_seqs, concurrency or cap.max_num_seqs):
                     enough = True
                     break  # more memory buys no larger batch
             if enough:
@@ -383,7 +378,8 @@ def _layouts(search: _Search, counted: list[Capacity], gpus: int,
     for cap in counted:
         s = cap.settings
         most = gpus // (s.tp * s.pp)
-        top = held(cap) if concurrency is None else min(held(cap), concurrency)
+        held = search.held(cap)
+        top = held if concurrency is None else min(held, concurrency)
         for batch in _batches(top):
             # All the replicas the devices take; with --concurrency, the fewest that carry
             # it at this batch each (more would only run emptier).
@@ -413,7 +409,7 @@ def recounted(search: _Search, x: Layout) -> Layout | None:
     cap = search.count(x.tp, x.pp, x.kv_dtype, x.gpu_memory_utilization,
                        x.max_num_batched_tokens if x.batched_tokens_given else None,
                        x.max_model_len, seqs=x.max_num_seqs)
-    if not (cap.fits and held(cap) >= x.max_num_seqs):
+    if not serves(room_of(search.spec, cap), x.max_num_seqs):
         return None
     return replace(x, max_num_batched_tokens=cap.max_num_batched_tokens,
                    max_concurrency=cap.max_concurrency, kv_cache_tokens=cap.kv_cache_tokens,
@@ -455,16 +451,13 @@ def _length(spec, max_model_len, prompt_len, output_len, allow_long) -> int:
 
 
 def _longest(search: _Search, cap: Capacity, least: int) -> Capacity:
-    """--max-model-len auto: the longest length this setting starts with (the model's
-    context at most), counted again at that length; still refused when no length of at
-    least `least` tokens starts."""
-    while not cap.fits:
-        longest = cap.max_model_len_fit
-        if longest < least or longest >= cap.settings.max_model_len:
-            return cap  # refused: nothing long enough starts
-        cap = serving_capacity(search.spec, search.hw, cap.settings.replace(
-            max_model_len=longest))
-    return cap
+    """--max-model-len auto: `cap` (counted at the model's context, refused) counted again
+    at the longest length vLLM's auto-fit gives this setting (verdict's
+    auto_max_model_len); still refused when it is under `least` tokens."""
+    longest = auto_max_model_len(search.spec, search.hw, cap.settings, counted=cap)
+    if longest < least or longest >= cap.settings.max_model_len:
+        return cap  # refused: nothing long enough starts
+    return serving_capacity(search.spec, search.hw, cap.settings.replace(max_model_len=longest))
 
 
 def _batches(top: int) -> list[int]:

@@ -207,3 +207,54 @@ def test_quantized_checkpoints_are_one_thing_everywhere(model, gpu, tp, label, s
     assert api.fit(model, gpu, 4096, tp=tp).weight_bytes == fit["weight_bytes_per_device"]
     if tp == 1:
         assert fit["weight_bytes_per_device"] == stored
+
+
+# --------------------------------------------------------------------------------
+# One rule for "it starts and holds N": serves, largest_batch; the state pool
+# --------------------------------------------------------------------------------
+@pytest.mark.parametrize("model, gpu, tp, length, util", [
+    ("llama3.1-8b", "h100-sxm", 1, 32768, "0.9"),  # attention: blocks per request
+    ("jamba-1.5-mini", "h100-sxm", 2, 65536, "0.9"),  # hybrid: a state block beside
+    ("falcon-mamba-7b", "rtx4090", 1, 8192, "0.8"),  # max_num_seqs over the pool
+    ("llama3.3-70b", "h100-sxm", 1, 8192, "0.9"),  # does not start
+])
+def test_largest_batch_is_the_edge_of_serves(model, gpu, tp, length, util):
+    from kvcalc.capacity.verdict import largest_batch, room_of, serves
+
+    spec, hw = load_model(model), load_hardware(gpu)
+    s = EngineSettings(max_model_len=length, tp=tp, gpu_memory_utilization=util)
+    room = room_of(spec, serving_capacity(spec, hw, s))
+    n = largest_batch(room)
+    assert (n == 0 or serves(room, n)) and not serves(room, n + 1)
+    # With --max-num-seqs lowered to the batch (plan's line), the room at that batch
+    # serves it whenever the blocks hold it.
+    lowered = largest_batch(room, lower_max_num_seqs=True)
+    if lowered:
+        assert serves(replace(room, max_num_seqs=lowered, seqs_over_pool=False), lowered)
+        assert lowered * room.blocks_per_request <= room.num_blocks
+
+
+def test_a_state_model_with_max_num_seqs_over_its_pool_does_not_start():
+    """vLLM 0.19+ refuses max_num_seqs above a Mamba model's pool of blocks when it
+    captures full CUDA graphs (vllm/config/compilation.py, vLLM 0.32: "max_num_seqs (N)
+    exceeds available Mamba cache blocks (B)"); --enforce-eager captures none, and 0.18
+    capped its graph sizes instead. Falcon-Mamba-7B on an RTX 4090 at utilization 0.8
+    keeps fewer blocks than the 256 sequences vLLM's default for a 24 GB card asks."""
+    args = ["--preset", "falcon-mamba-7b", "--gpu", "rtx4090", "--max-model-len", "8192",
+            "--gpu-memory-utilization", "0.8"]
+    r = kvcalc("fit", *args, "--format", "json")
+    assert r.returncode == 1, r.stderr
+    out = json.loads(r.stdout)
+    assert out["max_num_seqs"] == 256 and 0 < out["num_gpu_blocks"] < 256
+    assert out["refusal"].startswith(
+        f"max_num_seqs (256) exceeds available Mamba cache blocks ({out['num_gpu_blocks']})")
+    (seqs,) = [f["value"] for f in out["fixes"] if f["setting"] == "max_num_seqs"]
+    assert kvcalc("fit", *args, "--max-num-seqs", str(seqs)).returncode == 0
+    assert kvcalc("fit", *args, "--max-num-seqs", str(seqs + 1)).returncode == 1
+    assert kvcalc("fit", *args, "--enforce-eager").returncode == 0
+    assert kvcalc("fit", *args, "--vllm-version", "0.18").returncode == 0
+    # estimate's verdict says the same (Mamba-2.8B on an 8 GB RTX 4060 at vLLM's defaults).
+    est = kvcalc("estimate", "--preset", "mamba-2.8b", "--gpu", "rtx4060", "--seq-len",
+                 "8192", "--format", "json")
+    engine = json.loads(est.stdout)["fit"]["engine"]
+    assert engine["num_gpu_blocks"] < engine["max_num_seqs"] and engine["serves"] is False

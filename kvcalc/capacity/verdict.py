@@ -14,10 +14,18 @@ Facts (quoted, not copied code; vLLM 0.32.0 as installed, `vllm/v1/core/kv_cache
 * `--max-model-len auto` (or -1, `human_readable_int_or_auto` in
   `vllm/utils/argparse_utils.py`): the largest length whose one request fits the
   memory profiled at the model's context, at most that context
-  (`_auto_fit_max_model_len`, a binary search as `estimate_max_model_len`).
+  (`_auto_fit_max_model_len`, a binary search as `estimate_max_model_len`);
+* a model with state layers (Mamba, gated delta net...) refuses to start when
+  max_num_seqs exceeds the blocks of its shared pool, since every decoding sequence
+  holds one state block and full CUDA graphs are captured up to max_num_seqs
+  (`CompilationConfig`, vllm/config/compilation.py: "max_num_seqs (...) exceeds
+  available Mamba cache blocks (...)"). vLLM PR #38270 (merged 2026-03-26) turned
+  the earlier silent cap into this error; 0.19.0 (2026-04-03) is the first release
+  after it, so kvcalc applies it from 0.19, and never with --enforce-eager (no graphs).
 
-`serves` is the one rule: estimate, fit and the sweep's rows all apply it to a `Room`
-(one length's count), the sweep to whole arrays of batch sizes.
+`serves` is the one rule: estimate, fit, plan and the sweep's rows all apply it to a
+`Room` (one length's count), the sweep to whole arrays of batch sizes; `largest_batch`
+is the most it admits, and `auto_max_model_len` the one longest length.
 """
 
 from __future__ import annotations
@@ -35,11 +43,13 @@ from kvcalc.formulas.cache import valid_tps
 from kvcalc.spec import Hardware, ModelSpec
 
 __all__ = ["AUTO", "Fix", "Room", "Verdict", "auto_max_model_len", "engine_verdict",
-           "fixes", "rooms", "serves", "settings_for", "smallest_tp"]
+           "fixes", "largest_batch", "room_of", "rooms", "serves", "settings_for",
+           "smallest_tp"]
 
 AUTO = -1  # --max-model-len auto (or -1), as vLLM spells it
 MAX_UTILIZATION_PERCENT = 98  # the highest --gpu-memory-utilization a fix proposes
 WEIGHT_FIXES = ("fp8", "int4")  # quantized weight dtypes a fix tries, the gentler first
+STATE_POOL_RULE = (19, 0)  # first release refusing max_num_seqs over the state pool
 
 
 @record
@@ -56,14 +66,32 @@ class Room:
     block_bytes: int  # one block of every layer of a group
     kv_cache_bytes: int  # available KV cache memory (negative: none)
     refusal: str  # the engine's reason for not starting, "" when it starts
+    # max_num_seqs is over a state model's pool of blocks: vLLM does not start (the
+    # module docstring), though its memory would; lowering max_num_seqs mends it.
+    seqs_over_pool: bool = False
 
 
 def serves(room: Room, batch):
     """Whether `batch` requests of the room's length run at once: the engine starts, its
     blocks hold them all, and max_num_seqs admits them. `batch` is an int or a numpy
-    array (the sweep's rows): the one rule every command applies."""
-    return (room.starts & (batch * room.blocks_per_request <= room.num_blocks)
+    array (the sweep's rows: rooms() folds seqs_over_pool into `starts`): the one rule
+    every command applies."""
+    return (room.starts & (not room.seqs_over_pool)
+            & (batch * room.blocks_per_request <= room.num_blocks)
             & (batch <= room.max_num_seqs))
+
+
+def largest_batch(room: Room, *, lower_max_num_seqs: bool = False) -> int:
+    """The most requests `serves` admits at once (0: none), in Python ints.
+    `lower_max_num_seqs`: with --max-num-seqs lowered to that batch, as plan writes its
+    line (a state model then starts: each request holds at least one pool block, so
+    a batch the blocks hold is never over the pool). serves(room, n) holds for every n
+    up to it and not beyond (tests/test_verdict.py checks)."""
+    if not room.starts or (room.seqs_over_pool and not lower_max_num_seqs):
+        return 0
+    if not room.blocks_per_request:  # nothing paged per request: max_num_seqs alone
+        return room.max_num_seqs
+    return min(room.num_blocks // room.blocks_per_request, room.max_num_seqs)
 
 
 @record
@@ -89,7 +117,7 @@ class Verdict:
 
     @property
     def starts(self) -> bool:
-        return self.room.starts
+        return self.room.starts and not self.room.seqs_over_pool
 
     @property
     def kv_needed_bytes(self) -> int:
@@ -177,10 +205,20 @@ def _room(cap: Capacity, length, context: int, name: str) -> Room:
             refusal = ("No available memory for the cache blocks" if d.kv_cache <= 0 else
                        f"one request of {length:,} tokens needs {need:,} B of KV cache; "
                        f"{d.kv_cache:,} B are available")
+    over_pool = (cap.num_gpu_blocks is not None and cap.max_num_seqs > cap.num_gpu_blocks
+                 and s.engine == "v1" and s.version >= STATE_POOL_RULE and not s.enforce_eager
+                 and any(p.group.state_bytes for p in cap.groups))
     return Room(max_model_len=length, starts=starts, num_blocks=cap.num_gpu_blocks or 0,
                 blocks_per_request=per_request, max_num_seqs=cap.max_num_seqs,
                 request_bytes=need, block_bytes=d.bytes_per_block,
-                kv_cache_bytes=d.kv_cache, refusal=refusal)
+                kv_cache_bytes=d.kv_cache, refusal=refusal, seqs_over_pool=over_pool)
+
+
+def room_of(spec: ModelSpec, cap: Capacity) -> Room:
+    """The room of a count, for requests of its own max_model_len (plan's counts)."""
+    s = cap.settings
+    context = 0 if s.allow_long_max_model_len else spec.max_context
+    return _room(cap, s.max_model_len, context, spec.name)
 
 
 def _count(spec: ModelSpec, hw: Hardware, s: EngineSettings, kv_scale_bytes: int):
@@ -200,7 +238,12 @@ def engine_verdict(spec: ModelSpec, hw: Hardware, s: EngineSettings, *, batch: i
     room = _room(cap, s.max_model_len, context, spec.name)
     ok = bool(serves(room, batch))
     refusal = room.refusal
-    if room.starts and not ok:
+    if room.starts and room.seqs_over_pool:
+        refusal = (f"max_num_seqs ({room.max_num_seqs:,}) exceeds available Mamba cache "
+                   f"blocks ({room.num_blocks:,}): each decoding sequence holds one, so vLLM "
+                   f"cannot capture its CUDA graphs; lower max_num_seqs to at most "
+                   f"{room.num_blocks:,} or raise gpu_memory_utilization")
+    elif room.starts and not ok:
         refusal = (f"{batch:,} requests of {s.max_model_len:,} tokens are over max_num_seqs "
                    f"({room.max_num_seqs:,})" if batch > room.max_num_seqs else
                    f"{batch:,} requests of {s.max_model_len:,} tokens take "
@@ -261,8 +304,11 @@ def rooms(spec: ModelSpec, hw: Hardware, s: EngineSettings, lengths,
             at += n
         return out
 
+    # A state model's max_num_seqs over its pool stops the engine: folded into `starts`,
+    # as serves() reads seqs_over_pool as one bool
+    starts = column("starts").astype(bool) & ~column("seqs_over_pool").astype(bool)
     return Room(max_model_len=np.array(lengths, dtype=object),
-                starts=column("starts").astype(bool), num_blocks=column("num_blocks"),
+                starts=starts, num_blocks=column("num_blocks"),
                 blocks_per_request=column("blocks_per_request"),
                 max_num_seqs=column("max_num_seqs"), request_bytes=column("request_bytes"),
                 block_bytes=column("block_bytes"), kv_cache_bytes=column("kv_cache_bytes"),
@@ -283,18 +329,24 @@ def smallest_tp(spec: ModelSpec, hw: Hardware, s: EngineSettings, *, batch: int 
 
 
 def auto_max_model_len(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
-                       kv_scale_bytes: int = 0) -> int:
+                       kv_scale_bytes: int = 0, counted: Capacity | None = None) -> int:
     """vLLM's `--max-model-len auto`: the longest length whose one request fits the
-    memory counted at the model's context (0: not one token fits)."""
+    memory counted at the model's context (0: not one token fits). `counted`: that count
+    when the caller has made it already (plan), so it is not made twice."""
     top = spec.max_context or s.max_model_len
-    cap, _ = _count(spec, hw, replace(s, max_model_len=top), kv_scale_bytes)
-    return min(cap.max_model_len_fit, top) if cap.deciding.kv_cache > 0 else 0
+    cap = counted
+    if cap is None or cap.settings.max_model_len != top:
+        cap, _ = _count(spec, hw, replace(s, max_model_len=top), kv_scale_bytes)
+    if cap.deciding.kv_cache <= 0 or cap.max_model_len_fit is None:
+        return 0
+    return min(cap.max_model_len_fit, top)
 
 
 def fixes(spec: ModelSpec, hw: Hardware, s: EngineSettings, *, batch: int = 1,
           kv_scale_bytes: int = 0) -> tuple[Fix, ...]:
     """Each single change that makes the engine serve `batch` requests, counted again:
-    the smallest valid tp above s.tp, the longest max_model_len below s.max_model_len,
+    the smallest valid tp above s.tp, the largest max_num_seqs a state model's pool
+    takes, the longest max_model_len below s.max_model_len,
     the smallest gpu_memory_utilization up to 0.98, an fp8 KV cache, quantized weights."""
     def verdict(**change) -> Verdict:
         return engine_verdict(spec, hw, replace(s, **change), batch=batch,
@@ -307,6 +359,12 @@ def fixes(spec: ModelSpec, hw: Hardware, s: EngineSettings, *, batch: int = 1,
 
     def serves_at(**change) -> bool:
         return verdict(**change).serves
+
+    room = verdict().room
+    if room.starts and room.seqs_over_pool and batch < room.max_num_seqs \
+            and serves_at(max_num_seqs=batch):  # fewer graphs, smaller profile: more blocks
+        seqs = _num.largest(lambda n: serves_at(max_num_seqs=n), batch, room.max_num_seqs)
+        out.append(Fix("max_num_seqs", seqs, verdict(max_num_seqs=seqs)))
 
     if s.max_model_len > 1 and serves_at(max_model_len=1):
         length = _num.largest(lambda n: serves_at(max_model_len=n), 1, s.max_model_len)

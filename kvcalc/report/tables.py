@@ -57,7 +57,7 @@ def verdict_words(v) -> str:
 # The flag each fix sets, by command: estimate takes the length as --seq-len.
 FIX_FLAGS = {"tp": "--tp", "max_model_len": "--max-model-len",
              "gpu_memory_utilization": "--gpu-memory-utilization", "kv_dtype": "--kv-dtype",
-             "weight_dtype": "--weight-dtype"}
+             "weight_dtype": "--weight-dtype", "max_num_seqs": "--max-num-seqs"}
 
 
 def fixes_words(v, length_flag: str = "--max-model-len") -> list[str]:
