@@ -23,7 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def kvcalc(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    # kvcalc from the checkout beside tests/, else from wherever the tier put it (CI's
+    # wheel tier copies tests/ alone)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "200"}
     env.pop("VLLM_ALLOW_LONG_MAX_MODEL_LEN", None)
     return subprocess.run([sys.executable, "-m", "kvcalc", *args], capture_output=True,
                           text=True, env=env, cwd=ROOT)
