@@ -31,6 +31,12 @@ Whether a setting starts and how many requests it holds is kvcalc.capacity.verdi
 one rule (`serves`, `largest_batch`; a hybrid model's --max-num-seqs never over its
 state pool), and --max-model-len auto its one longest length (`auto_max_model_len`).
 
+A calibration file (`kvcalc check LOG -o FILE`, kvcalc.capacity.calibration) puts the
+terms vLLM measured (weights, activation peak, non-torch memory, CUDA graphs, sampler)
+in place of kvcalc's models for the layouts of the tp and pp its log ran, and only
+those: the terms are per device of that layout. The GPU's driver-visible memory it
+read holds for every layout; its release is the default --vllm-version.
+
 The count is run per (tp, pp, KV dtype, tokens, utilization) and the latency per
 (tp, pp, KV dtype, batch): thousands of layouts share a few hundred of each.
 """
@@ -42,6 +48,7 @@ import re
 from dataclasses import field, replace
 
 from kvcalc._record import record
+from kvcalc.capacity.calibration import Calibration
 from kvcalc.capacity.engine import GiB, EngineSettings, default_batch_limits
 from kvcalc.capacity.serving import Capacity, serving_capacity
 from kvcalc.capacity.verdict import auto_max_model_len, largest_batch, room_of, serves
@@ -80,6 +87,7 @@ class Layout:
     num_gpu_blocks: int
     ttft_s: float
     tpot_s: float
+    calibrated: bool = False  # counted with a calibration file's measured terms
 
     @property
     def gpus(self) -> int:
@@ -110,7 +118,8 @@ class Layout:
                 "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
                 "tokens_per_s": self.tokens_per_s,
                 "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
-                "tokens_per_s_per_user": self.tokens_per_s_per_user}
+                "tokens_per_s_per_user": self.tokens_per_s_per_user,
+                "calibrated": self.calibrated}
 
 
 @record
@@ -133,6 +142,8 @@ class Plan:
     notes: tuple[str, ...] = field(default_factory=tuple)
     # (tokens/s per user, tokens/s per GPU) of every kept layout, for the plot
     cloud: tuple[tuple[float, float], ...] = field(default_factory=tuple)
+    # With a calibration file: what it was and which kept layouts it priced (JSON)
+    calibration: dict | None = None
 
     def as_dict(self) -> dict:
         return {"model": self.model, "gpu": self.gpu, "gpus": self.gpus,
@@ -141,7 +152,8 @@ class Plan:
                 "searched": self.searched, "kept": self.kept,
                 "layouts": [x.as_dict() for x in self.front],
                 "best": {**self.best.as_dict(), "command": self.command},
-                "notes": list(self.notes)}
+                "notes": list(self.notes),
+                **({"calibration": self.calibration} if self.calibration else {})}
 
 
 def hub_id(spec: ModelSpec) -> str | None:
@@ -200,13 +212,21 @@ class _Search:
     tpot_s: float | None
     engine: object
     base: EngineSettings
+    calibration: Calibration | None = None
     latencies: dict = field(default_factory=dict)
+
+    def calibrated(self, tp: int, pp: int) -> bool:
+        """Whether the layout is the calibration's own (its measured terms apply)."""
+        return self.calibration is not None and self.calibration.matches(tp, pp)
 
     def count(self, tp: int, pp: int, kv: str, util: str, tokens: int | None,
               length: int, seqs: int | None = None) -> Capacity:
-        return serving_capacity(self.spec, self.hw, self.base.replace(
+        s = self.base.replace(
             tp=tp, pp=pp, kv_dtype=kv, gpu_memory_utilization=util,
-            max_num_batched_tokens=tokens, max_num_seqs=seqs, max_model_len=length))
+            max_num_batched_tokens=tokens, max_num_seqs=seqs, max_model_len=length)
+        if self.calibrated(tp, pp):
+            s = self.calibration.apply(s)
+        return serving_capacity(self.spec, self.hw, s)
 
     def held(self, cap: Capacity) -> int:
         """Requests of max_model_len the setting holds at once, --max-num-seqs lowered to
@@ -251,9 +271,10 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
          concurrency: int | None = None, prompt_len: int | None = None,
          output_len: int | None = None, ttft_s: float | None = None,
          tpot_s: float | None = None, engine=None, model: str | None = None,
-         vllm_version: str = "0.33", allow_long_max_model_len: bool = False,
+         vllm_version: str | None = None, allow_long_max_model_len: bool = False,
          kv_dtypes: tuple[str, ...] = KV_DTYPES,
-         utilizations: tuple[str, ...] = UTILIZATIONS) -> Plan:
+         utilizations: tuple[str, ...] = UTILIZATIONS,
+         calibration: Calibration | None = None) -> Plan:
     """The layouts of up to `gpus` devices like `hw` that start `spec` under vLLM's count
     and meet the targets, best first by output tokens/s per GPU.
 
@@ -262,6 +283,9 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     given, else the model's context. Requests are `prompt_len` + `output_len` tokens
     (defaults: 128 output tokens, the prompt filling max_model_len). `model`: the name
     the `vllm serve` line gives (default: the preset's Hub id, else its name).
+    `vllm_version`: whose count (default: the calibration's release, else 0.33).
+    `calibration`: measured terms for the layouts of its tp and pp (module docstring);
+    a file learnt on another GPU or model is refused.
     Raises NothingFits when no layout starts or none meets the targets.
     """
     from kvcalc.capacity.state import unpaged_kinds
@@ -269,6 +293,12 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     from kvcalc.formulas.cache import cache_groups
 
     check_size("gpus", gpus, 4096)
+    if calibration is not None:
+        calibration.check_for(spec, hw, calibration.source)
+        if calibration.visible_memory_bytes:  # the driver's total, the GPU's own
+            hw = replace(hw, visible_memory_bytes=calibration.visible_memory_bytes)
+    if vllm_version is None:
+        vllm_version = calibration.vllm_version if calibration is not None else "0.33"
     unpaged = unpaged_kinds(cache_groups(spec))
     if unpaged:  # no engine count to search over (serving_capacity withholds it)
         raise KvcalcError(f"vLLM pages no {' or '.join(unpaged)} (no release read serves "
@@ -298,7 +328,7 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     base = EngineSettings(max_model_len=length, vllm_version=vllm_version,
                           allow_long_max_model_len=allow_long_max_model_len)
     search = _Search(spec=spec, hw=hw, prompt_len=prompt_len, output_len=out_len, ttft_s=ttft_s,
-                     tpot_s=tpot_s, engine=engine, base=base)
+                     tpot_s=tpot_s, engine=engine, base=base, calibration=calibration)
     kv_choices = ("auto",) if spec.attention_free else kv_dtypes
 
     counted, refused = _counted(search, gpus, concurrency, kv_choices, utilizations,
@@ -326,6 +356,10 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     if best.replicas > 1:
         notes.append(f"{best.replicas} replicas of {best.tp * best.pp} GPUs each "
                      f"(--data-parallel-size): --max-num-seqs is per replica")
+    summary = None
+    if calibration is not None:
+        summary = _calibration_summary(calibration, layouts, front)
+        notes.append(summary["note"])
     return Plan(model=spec.name, gpu=hw.name, gpus=gpus,
                 prompt_len=search.prompt(best.max_model_len), output_len=out_len,
                 engine=getattr(engine, "name", "") or "datasheet roofline",
@@ -333,7 +367,25 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
                 front=tuple(front), best=best, command=serve_command(name, best),
                 notes=tuple(notes),
                 cloud=tuple(sorted({(x.tokens_per_s_per_user, x.tokens_per_s_per_gpu)
-                                    for x in layouts})))
+                                    for x in layouts})),
+                calibration=summary)
+
+
+def _calibration_summary(cal: Calibration, kept: list[Layout], front: list[Layout]) -> dict:
+    """What the calibration was, which kept layouts it priced, and the note saying so."""
+    mine = [x for x in kept if x.calibrated]
+    where = f"{cal.layout_words()} (vLLM {cal.vllm_version} on {cal.gpu or 'its GPU'})"
+    if mine:
+        note = (f"measured terms of {cal.source} priced the {len(mine):,} layouts of "
+                f"{where}; the other {len(kept) - len(mine):,} by kvcalc's models")
+    else:
+        note = (f"no layout kept is {cal.layout_words()}, the layout {cal.source} measured: "
+                f"all {len(kept):,} priced by kvcalc's models")
+    return {"source": cal.source, "vllm_version": cal.vllm_version, "gpu": cal.gpu,
+            "model": cal.model, "tp": cal.tp, "pp": cal.pp,
+            "calibrated_layouts": len(mine), "other_layouts": len(kept) - len(mine),
+            "front_calibrated": [i for i, x in enumerate(front) if x.calibrated],
+            "note": note}
 
 
 def _counted(search: _Search, gpus: int, concurrency: int | None,
@@ -399,7 +451,8 @@ def _layouts(search: _Search, counted: list[Capacity], gpus: int,
                 batched_tokens_given=s.max_num_batched_tokens is not None,
                 max_num_seqs=batch, max_model_len=s.max_model_len,
                 max_concurrency=cap.max_concurrency, kv_cache_tokens=cap.kv_cache_tokens,
-                num_gpu_blocks=cap.num_gpu_blocks, ttft_s=ttft, tpot_s=tpot))
+                num_gpu_blocks=cap.num_gpu_blocks, ttft_s=ttft, tpot_s=tpot,
+                calibrated=search.calibrated(s.tp, s.pp)))
     return layouts, searched
 
 

@@ -271,3 +271,62 @@ def test_check_is_pure_python_api() -> None:
     with pytest.raises(KvcalcError, match="--vllm-version"):
         check_log(parse_vllm_log("Available KV cache memory: 1.00 GiB\n"),
                   load_model("qwen2-7b"), load_hardware("a100-80gb"))
+
+
+# --------------------------------------------------------------------------------
+# The calibration file records the layout, GPU, release and model it was learnt on
+# --------------------------------------------------------------------------------
+TP2_LOG = DATA / "qwen2-7b-2xa100-tp2-0.5-dl.yaml"  # `-tp 2` on two A100 80GB, 0.10.1.1
+
+
+def _calibration(tmp_path: Path, case_file: Path, model: str, gpu: str) -> Path:
+    log = tmp_path / f"{case_file.stem}.log"
+    log.write_text(_case(case_file)["log"])
+    out = tmp_path / f"{case_file.stem}.cal.yaml"
+    r = run("check", str(log), model, "--gpu", gpu, "-o", str(out))
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def test_the_calibration_file_records_tp_pp_gpu_release_and_model(tmp_path: Path) -> None:
+    case = _case(TP2_LOG)
+    cal = read_calibration(_calibration(tmp_path, TP2_LOG, "qwen2-7b", "a100-80gb"))
+    assert (cal.tp, cal.pp) == (case["settings"]["tp"], 1) == (2, 1)
+    assert cal.gpu == case["gpu"] == "a100-80gb"
+    assert cal.vllm_version == case["vllm_version"] == "0.10.1.1"
+    assert cal.model_params == 7_615_616_512  # Qwen2-7B-Instruct's safetensors total
+    assert cal.weights_bytes == round(case["logged"]["weights_gib"] * GiB)
+
+
+def test_fit_takes_a_calibration_only_for_its_own_layout_gpu_and_model(tmp_path: Path) -> None:
+    out = _calibration(tmp_path, TP2_LOG, "qwen2-7b", "a100-80gb")
+    where = ["--max-model-len", "16384", "--calibration", str(out), "--format", "json"]
+    r = run("fit", "--preset", "qwen2-7b", "--gpu", "a100-80gb", "--tp", "2", *where)
+    assert r.exit_code == 0, r.output
+    # The log's weights per device, 7.1217 GiB, in place of kvcalc's model
+    assert json.loads(r.stdout)["memory"]["weights"] == round(7.1217 * GiB)
+    for args, words in [
+        (["--preset", "qwen2-7b", "--gpu", "a100-80gb"], "learnt at tp=2 pp=1, not tp=1 pp=1"),
+        (["--preset", "qwen2-7b", "--gpu", "h100-sxm", "--tp", "2"],
+         "learnt on a100-80gb, not h100-sxm"),
+        (["--preset", "llama3.1-8b", "--gpu", "a100-80gb", "--tp", "2"],
+         "(7,615,616,512 parameters), not llama3.1-8b (8,030,261,248)"),
+    ]:
+        r = run("fit", *args, *where)
+        assert r.exit_code == 2 and r.stdout == "", r.output
+        assert r.stderr.count("\n") == 1 and r.stderr.startswith("kvcalc: error: --calibration")
+        assert words in r.stderr, r.stderr
+
+
+def test_a_calibration_file_without_tp_and_pp_is_refused(tmp_path: Path) -> None:
+    """kvcalc's files before they recorded the layout: refused in one line that says how
+    to write it again (read as tp 1, a tp-2 log's weights would be half a GPU's)."""
+    out = _calibration(tmp_path, TP2_LOG, "qwen2-7b", "a100-80gb")
+    old = tmp_path / "old.yaml"
+    old.write_text("".join(line for line in out.read_text().splitlines(keepends=True)
+                           if not line.startswith(("tp:", "pp:", "model_params:"))))
+    for cmd in (["fit", "--preset", "qwen2-7b", "--gpu", "a100-80gb", "--tp", "2"],
+                ["plan", "--preset", "qwen2-7b", "--gpu", "a100-80gb", "--gpus", "2"]):
+        r = run(*cmd, "--calibration", str(old))
+        assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.output
+        assert "records no tp and pp" in r.stderr and "kvcalc check LOG -o FILE" in r.stderr

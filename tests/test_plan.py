@@ -322,3 +322,80 @@ def test_a_model_no_vllm_release_serves_is_one_line(tmp_path):
     assert r.output.strip().splitlines() == [
         "kvcalc: error: vLLM pages no rwkv state (no release read serves such a model): plan "
         "has no layout to count"]
+
+
+# --------------------------------------------------------------------------------
+# --calibration: the measured terms for the layouts of the log's tp and pp only
+# --------------------------------------------------------------------------------
+def _tp2_calibration(tmp_path: Path) -> Path:
+    """`kvcalc check` of a public log of Qwen2-7B-Instruct served with `-tp 2` on two
+    A100 80GB (vLLM 0.10.1.1, tests/data/vllm): its weights per device, 7.1217 GiB."""
+    import yaml
+
+    case = yaml.safe_load((ROOT / "tests" / "data" / "vllm" /
+                           "qwen2-7b-2xa100-tp2-0.5-dl.yaml").read_text())
+    log = tmp_path / "tp2.log"
+    log.write_text(case["log"])
+    out = tmp_path / "tp2.yaml"
+    r = run("check", str(log), "qwen2-7b", "--gpu", "a100-80gb", "-o", str(out))
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def test_calibration_prices_only_the_layouts_of_its_tp_and_pp(tmp_path):
+    cal = _tp2_calibration(tmp_path)
+    where = ["--preset", "qwen2-7b", "--gpu", "a100-80gb", "--max-model-len", "16384"]
+    r = run("plan", *where, "--gpus", "2", "--calibration", str(cal), "--format", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    rows = out["layouts"] + [out["best"]]
+    assert {(x["tp"], x["pp"]) for x in rows} >= {(2, 1)}
+    for x in rows:  # the log ran -tp 2 (and no pipeline): those layouts and no others
+        assert x["calibrated"] is ((x["tp"], x["pp"]) == (2, 1)), x
+    c = out["calibration"]
+    assert (c["tp"], c["pp"], c["gpu"], c["vllm_version"]) == (2, 1, "a100-80gb", "0.10.1.1")
+    assert c["calibrated_layouts"] >= 1 and c["other_layouts"] >= 1
+    assert out["vllm_version"] == "0.10.1.1"  # the file's release, none given
+    note = [line for line in r.stderr.splitlines() if line.startswith("kvcalc: note:")]
+    assert len(note) == 1 and f"priced the {c['calibrated_layouts']:,} layouts of tp=2 pp=1" \
+        in note[0] and f"the other {c['other_layouts']:,} by kvcalc's models" in note[0]
+    # A calibrated layout is fit --calibration's count of the same command; the log's
+    # weights stand in for kvcalc's (fit's JSON shows them: tests/test_check.py).
+    for x in rows:
+        if not x["calibrated"] or x["replicas"] != 1:
+            continue
+        fit = run("fit", *where, "--tp", "2", "--calibration", str(cal),
+                  "--gpu-memory-utilization", str(x["gpu_memory_utilization"]),
+                  "--max-num-seqs", str(x["max_num_seqs"]), "--format", "json",
+                  "--max-num-batched-tokens", str(x["max_num_batched_tokens"]),
+                  *(["--kv-dtype", "fp8"] if x["kv_cache_dtype"] == "fp8" else []))
+        assert fit.exit_code == 0, fit.output
+        assert json.loads(fit.stdout)["num_gpu_blocks"] == x["num_gpu_blocks"], x
+        break
+    else:
+        pytest.fail("no single-replica calibrated layout in the front")
+
+
+def test_calibration_for_a_layout_not_searched_changes_nothing_but_the_notes(tmp_path):
+    """On one GPU no layout is tp 2: every layout is priced as without the file (its
+    release given instead), and the note says none was calibrated."""
+    cal = _tp2_calibration(tmp_path)
+    where = ["--preset", "qwen2-7b", "--gpu", "a100-80gb", "--gpus", "1", "--max-model-len",
+             "16384", "--format", "json"]
+    with_file = run("plan", *where, "--calibration", str(cal))
+    plain = run("plan", *where, "--vllm-version", "0.10.1.1")
+    assert with_file.exit_code == plain.exit_code == 0, with_file.output
+    a, b = json.loads(with_file.stdout), json.loads(plain.stdout)
+    assert a["calibration"]["calibrated_layouts"] == 0
+    assert "no layout kept is tp=2 pp=1" in with_file.stderr
+    assert a["layouts"] == b["layouts"] and a["best"] == b["best"]
+    assert a["notes"] == b["notes"] + [a["calibration"]["note"]]
+
+
+def test_calibration_for_another_gpu_or_model_is_one_line(tmp_path):
+    cal = _tp2_calibration(tmp_path)
+    for args, words in [(["--preset", "qwen2-7b", "--gpu", "h100-sxm"], "learnt on a100-80gb"),
+                        (["--preset", "llama3.1-8b", "--gpu", "a100-80gb"], "not llama3.1-8b")]:
+        r = run("plan", *args, "--gpus", "2", "--calibration", str(cal))
+        assert r.exit_code == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r.output
+        assert r.stderr.startswith("kvcalc: error: --calibration") and words in r.stderr

@@ -1,6 +1,6 @@
 """What a start-up log taught about one GPU and vLLM release: the terms vLLM measured,
 kept in a YAML file (`kvcalc check LOG -o calib.yaml`) that `fit --calibration FILE`
-uses in place of kvcalc's modelled terms.
+and `plan --calibration FILE` use in place of kvcalc's modelled terms.
 
 The file (strict keys; an unknown one is refused by name):
 
@@ -8,14 +8,25 @@ The file (strict keys; an unknown one is refused by name):
     vllm_version: "0.9.2"        # the release whose rules the rest of the count follows
     engine: v1
     gpu: h100-sxm                # the hardware preset the log was checked on
+    model: "Qwen/Qwen3-8B"       # the model the log names (else the one checked)
+    model_params: 8190735360     # its parameters as kvcalc counts them: which model
+    tp: 1                        # the layout the log ran: every term is per device
+    pp: 1                        #   of it (weights, activation peak, NCCL's buffers)
     visible_memory_bytes: ...    # the driver's total, when the log printed it
     weights_bytes: ...           # each term the log printed; those absent stay modelled
     activation_peak_bytes: ...
     non_torch_bytes: ...
     cuda_graph_bytes: ...
 
-The activation peak and the weights belong to the model and the batch limits the log
-ran with as much as to the GPU: the file says which model and limits they were.
+The activation peak and the weights belong to the model, the layout (tp, pp) and the
+batch limits the log ran with as much as to the GPU: the file says which they were.
+`fit` takes the file only for that model, GPU, tp and pp; `plan` applies the terms to
+the layouts of that tp and pp and prices the others with kvcalc's models.
+
+A file without tp and pp (kvcalc before it recorded them) is refused, not read as tp 1:
+its terms are per device of a layout it does not name, and a tp-2 log's weights read as
+one GPU's would be half the real ones, a wrong yes; `kvcalc check LOG -o FILE` writes
+it again in a second.
 """
 
 from __future__ import annotations
@@ -28,10 +39,15 @@ from kvcalc.errors import KvcalcError
 
 __all__ = ["Calibration", "calibration_text", "read_calibration"]
 
+OLD_FILE = ("records no tp and pp (written before kvcalc kept them), and its terms are per "
+            "device of the layout its log ran: write it again with `kvcalc check LOG -o FILE`")
+
 _TERM_KEYS = {"weights": "weights_bytes", "activation_peak": "activation_peak_bytes",
               "non_torch": "non_torch_bytes", "cuda_graphs": "cuda_graph_bytes"}
 _KEYS = ("source", "vllm_version", "engine", "gpu", "model", "sampler",
-         "max_num_batched_tokens", "max_num_seqs", "visible_memory_bytes", *_TERM_KEYS.values())
+         "max_num_batched_tokens", "max_num_seqs", "visible_memory_bytes", *_TERM_KEYS.values(),
+         "tp", "pp", "model_params")
+_WHOLE = _KEYS[6:]  # whole numbers
 
 
 @record
@@ -51,6 +67,32 @@ class Calibration:
     activation_peak_bytes: int | None = None
     non_torch_bytes: int | None = None
     cuda_graph_bytes: int | None = None
+    tp: int = 1  # the log's layout (read_calibration refuses a file without them)
+    pp: int = 1
+    model_params: int | None = None  # the checked model's parameters (None: not said)
+
+    def matches(self, tp: int, pp: int) -> bool:
+        """Whether a layout of `tp` x `pp` devices is the one the terms were measured on."""
+        return (tp, pp) == (self.tp, self.pp)
+
+    def check_for(self, spec, hw, where: str) -> None:
+        """Refuse (one line) a file learnt on another GPU or another model: its terms say
+        nothing of this one."""
+        if self.gpu is not None and self.gpu != hw.name:
+            raise KvcalcError(f"--calibration {where}: learnt on {self.gpu}, not {hw.name}: "
+                              f"its measured terms are that GPU's")
+        if self.model_params is not None:
+            from kvcalc.formulas.params import param_counts
+
+            n = param_counts(spec).total
+            if n != self.model_params:
+                raise KvcalcError(
+                    f"--calibration {where}: learnt on {self.model or 'another model'} "
+                    f"({self.model_params:,} parameters), not {spec.name} ({n:,}): its "
+                    f"measured weights and activation peak are that model's")
+
+    def layout_words(self) -> str:
+        return f"tp={self.tp} pp={self.pp}"
 
     def apply(self, s: EngineSettings) -> EngineSettings:
         """`s` with the learnt terms in place of the modelled ones."""
@@ -65,14 +107,17 @@ def calibration_text(check, source: str) -> str:
     log, s, cap = check.log, check.settings, check.capacity
     lines = [f"# What vLLM {s.vllm_version} ({s.engine}) logged on {check.hardware}, read by "
              "`kvcalc check`.",
-             "# `kvcalc fit --calibration FILE` uses these terms in place of kvcalc's models;",
-             "# the weights and activation peak are those of this model and these batch limits.",
+             "# `kvcalc fit --calibration FILE` and `kvcalc plan --calibration FILE` use these",
+             "# terms in place of kvcalc's models; they are per device of this model at this",
+             "# tp and pp, and the activation peak is that of these batch limits.",
              f"source: {_scalar(source)}",
              f"vllm_version: {_scalar(s.vllm_version)}",
              f"engine: {s.engine}",
              f"gpu: {_scalar(check.hardware)}"]
-    if log.model:
-        lines.append(f"model: {_scalar(str(log.model))}")
+    lines.append(f"model: {_scalar(str(log.model or check.model))}")
+    if check.model_params is not None:
+        lines.append(f"model_params: {check.model_params}")
+    lines += [f"tp: {s.tp}", f"pp: {s.pp}"]
     if s.sampler is not None:
         lines.append(f"sampler: {s.sampler}")
     lines += [f"max_num_batched_tokens: {cap.max_num_batched_tokens}",
@@ -116,7 +161,7 @@ def read_calibration(path: Path) -> Calibration:
     for key in ("source", "vllm_version", "engine", "gpu", "model", "sampler"):
         if key in data and data[key] is not None and not isinstance(data[key], str):
             raise KvcalcError(f"{where}: {key} must be a string, got {data[key]!r}")
-    for key in _KEYS[6:]:
+    for key in _WHOLE:
         v = data.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0
                               or v >= 1 << 60):
@@ -127,4 +172,9 @@ def read_calibration(path: Path) -> Calibration:
     if data.get("sampler") not in (None, "sort", "flashinfer", "triton"):
         raise KvcalcError(f"{where}: sampler must be sort, flashinfer or triton, got "
                           f"{data['sampler']!r}")
+    for key in ("tp", "pp"):
+        if data.get(key) == 0:
+            raise KvcalcError(f"{where}: {key} must be a whole number >= 1, got 0")
+    if data.get("tp") is None or data.get("pp") is None:
+        raise KvcalcError(f"{where}: {OLD_FILE}")
     return Calibration(**data)

@@ -73,6 +73,7 @@ class LogCheck:
     terms: tuple[TermCheck, ...]  # memory terms (bytes)
     counts: tuple[TermCheck, ...]  # blocks, tokens, concurrency
     notes: tuple[str, ...] = field(default_factory=tuple)
+    model_params: int | None = None  # the counted model's parameters (which model it was)
 
     @property
     def differing(self) -> tuple[TermCheck, ...]:
@@ -205,5 +206,8 @@ def check_log(log: VllmLog, spec: ModelSpec, hw: Hardware, *,
     if log.refused != (not cap.fits):
         notes.append(f"vLLM {'refused' if log.refused else 'started'}; kvcalc says it "
                      f"{'would refuse' if not cap.fits else 'would start'}")
-    return LogCheck(log=log, model=spec.name, settings=settings, hardware=hw.name, capacity=cap, terms=terms,
-                    counts=tuple(counts), notes=tuple(notes))
+    from kvcalc.formulas.params import param_counts
+
+    return LogCheck(log=log, model=spec.name, settings=settings, hardware=hw.name, capacity=cap,
+                    terms=terms, counts=tuple(counts), notes=tuple(notes),
+                    model_params=param_counts(spec).total)

@@ -301,6 +301,14 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         if speed_engine is not None and ttft_ms is None and tpot_ms is None:
             raise KvcalcError("--engine times the batch --ttft-ms and --tpot-ms allow; give "
                               "one of them (fit's memory does not depend on the engine)")
+        if learnt is not None:  # the terms are one GPU's, model's and layout's
+            s = est.verdict.settings
+            learnt.check_for(est.spec, est.hardware, str(calibration))
+            if not learnt.matches(s.tp, s.pp):
+                raise KvcalcError(
+                    f"--calibration {calibration}: learnt at {learnt.layout_words()}, not "
+                    f"tp={s.tp} pp={s.pp}: its terms are per device of the layout its log "
+                    f"ran (plan --calibration prices other layouts by kvcalc's models)")
         if learnt is not None:  # the table says whose terms these are
             from dataclasses import replace
 

@@ -59,7 +59,13 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         vllm_version: Annotated[Optional[str], typer.Option(
             "--vllm-version", show_default=False,
             help="The vLLM release whose start-up count to follow, 0.8 or later (default "
-            "0.33).")] = None,
+            "0.33, or --calibration's).")] = None,
+        calibration: Annotated[Optional[Path], typer.Option(
+            "--calibration", show_default=False, metavar="<file>",
+            help="The terms a start-up log taught (`kvcalc check LOG -o FILE`): its "
+            "weights, activation peak, non-torch memory and CUDA graphs for the layouts "
+            "of the tp and pp the log ran, kvcalc's models for the others (stderr and "
+            "JSON say which); its release and driver-visible memory for all.")] = None,
         plot: Annotated[Optional[Path], typer.Option(
             "--plot", show_default=False,
             help="Also draw tokens/s per GPU against tokens/s per user, the front marked "
@@ -92,7 +98,14 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         if hardware is None:
             raise KvcalcError("plan needs a device: --gpu NAME (see `kvcalc presets`)")
         length = _max_model_len(max_model_len)
+        learnt = None
+        if calibration is not None:
+            from kvcalc.capacity.calibration import read_calibration
+
+            learnt = read_calibration(calibration)
         spec = request.resolve()
+        if learnt is not None:
+            learnt.check_for(spec, hardware, str(calibration))
         try:
             result = run_plan(
                 spec, hardware, gpus=gpus, max_model_len=length, concurrency=concurrency,
@@ -100,10 +113,14 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                 ttft_s=None if ttft_ms is None else ttft_ms / 1000,
                 tpot_s=None if tpot_ms is None else tpot_ms / 1000,
                 engine=_vllm_terms(engine), model=_served_name(request),
-                vllm_version=vllm_version or "0.33", allow_long_max_model_len=_allows_long())
+                vllm_version=vllm_version, allow_long_max_model_len=_allows_long(),
+                calibration=learnt)
         except NothingFits as e:
             sys.stderr.write(f"kvcalc: {' '.join(str(e).split())}\n")
             raise typer.Exit(1)
+        if result.calibration is not None:  # which layouts the measured terms priced
+            sys.stderr.write(f"kvcalc: note: --calibration {calibration}: "
+                             f"{result.calibration['note']}\n")
         from kvcalc.report.plan import plan_items
         from kvcalc.report.render import deliver
 
