@@ -21,6 +21,8 @@ from kvcalc.formulas.cache import KVCache, kv_cache
 from kvcalc.formulas.params import ParamCounts, param_counts
 from kvcalc.formulas.step import DecodeCost, StoredWeights, decode_step
 from kvcalc.latency import DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_MFU, latency
+# Weights as a folder or Hub checkpoint stores them (re-exported: kvcalc.estimate's API)
+from kvcalc.quant.checkpoint import AsStored, header_label, stored_weights
 from kvcalc.spec import Hardware, ModelSpec, architecture
 from kvcalc.workload import Memory, Workload
 
@@ -426,20 +428,6 @@ def estimate(spec: ModelSpec, workload: Workload, *, memory: Memory | None = Non
                     allreduce=comm)
 
 
-@record
-class AsStored:
-    """Weights as a model folder or Hub checkpoint stores them (a Workload's
-    `quantization` when no dtype is asked for): its safetensors headers' sum
-    (kvcalc.model_source), None when it has no safetensors files; the config's
-    quantization (or why it cannot be read) is the cross-check, and the count when the
-    headers do not apply."""
-
-    checkpoint: object  # kvcalc.model_source.safetensors.CheckpointBytes, or None
-    described: tuple  # kvcalc.spec.architecture() of the model the headers were read for
-    quantization: object = None  # kvcalc.quant's Quantization from quantization_config
-    quantization_problem: str = ""
-
-
 def weights_as(spec: ModelSpec, weight_dtype, group_size: int | None = None):
     """The quantization weights are stored with: the config's own when no dtype is given,
     else `weight_dtype` (with `group_size`) for every matrix; None for plain weights.
@@ -471,44 +459,13 @@ def _as_stored(spec: ModelSpec) -> AsStored:
             if spec.extra["checkpoint"] is None:
                 raise  # no headers to count instead
             problem = str(e)
-    return AsStored(checkpoint=spec.extra["checkpoint"], described=spec.extra["checkpoint_of"],
-                    quantization=quantization, quantization_problem=problem)
-
-
-def stored_weights(spec: ModelSpec, quantization, tp: int) -> StoredWeights | None:
-    """Bytes of quantized weights as stored, in all and on one of `tp` devices; for
-    AsStored, the headers' sum when they describe this very model."""
-    if isinstance(quantization, AsStored):
-        if quantization.checkpoint is not None and architecture(spec) == quantization.described:
-            return _from_headers(spec, quantization, tp)
-        quantization = quantization.quantization
-    if quantization is None:
-        return None
-    from kvcalc.quant.weights import weight_bytes, weight_bytes_per_device
-
-    wb = weight_bytes(spec, quantization)
-    return StoredWeights(total=wb.total, breakdown=dict(wb.breakdown),
-                         per_device=weight_bytes_per_device(spec, quantization, tp),
-                         tp=tp, label=quantization.label)
-
-
-def _from_headers(spec: ModelSpec, stored: AsStored, tp: int) -> StoredWeights:
-    from kvcalc.quant.weights import checkpoint_weights
-
-    ck, q = stored.checkpoint, stored.quantization
-    cw = checkpoint_weights(spec, q, ck.total_bytes, ck.elements_by_dtype, tp)
-    config = f"the config's {q.label}" if q is not None else f"the config in {cw.model_dtype}"
-    differ = ck.total_bytes - cw.config_total
-    if stored.quantization_problem:
-        check = f"its quantization_config is not read ({stored.quantization_problem})"
-    elif differ:
-        check = (f"{config} gives {cw.config_total:,} B, {abs(differ):,} B "
-                 f"{'less' if differ > 0 else 'more'}")
-    else:
-        check = f"{config} agrees"
-    return StoredWeights(total=cw.total, breakdown=cw.breakdown, per_device=cw.per_device,
-                         tp=tp, label=q.label if q is not None else "",
-                         source=f"{ck.where}, {ck.total_bytes:,} B; {check}", towers=cw.towers)
+    checkpoint = spec.extra["checkpoint"]
+    described = architecture(spec) == spec.extra["checkpoint_of"]  # not a variant of it
+    label = header_label(checkpoint) if (checkpoint is not None and quantization is None
+                                         and described) else ""
+    return AsStored(checkpoint=checkpoint, described=spec.extra["checkpoint_of"],
+                    quantization=quantization, quantization_problem=problem,
+                    header_label=label)
 
 
 def approximate_fields(spec: ModelSpec) -> dict:

@@ -136,6 +136,8 @@ class Plan:
     vllm_version: str  # whose start-up count
     searched: int  # layouts looked at
     kept: int  # of them, the ones that start and meet the targets
+    weight_dtype: str  # the weights' name, as estimate, fit and sweep give it
+    weight_bytes: int  # the language model's weights, as stored (as estimate counts them)
     front: tuple[Layout, ...]
     best: Layout
     command: str
@@ -150,6 +152,7 @@ class Plan:
                 "prompt_len": self.prompt_len, "output_len": self.output_len,
                 "engine": self.engine, "vllm_version": self.vllm_version,
                 "searched": self.searched, "kept": self.kept,
+                "weight_dtype": self.weight_dtype, "weight_bytes": self.weight_bytes,
                 "layouts": [x.as_dict() for x in self.front],
                 "best": {**self.best.as_dict(), "command": self.command},
                 "notes": list(self.notes),
@@ -291,6 +294,7 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     from kvcalc.capacity.state import unpaged_kinds
     from kvcalc.dtypes import check_size
     from kvcalc.formulas.cache import cache_groups
+    from kvcalc.formulas.params import param_counts
 
     check_size("gpus", gpus, 4096)
     if calibration is not None:
@@ -325,8 +329,15 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     if not auto and p_len + out_len > length:
         raise KvcalcError(f"--prompt-len + --output-len ({p_len + out_len:,} tokens) is over "
                           f"--max-model-len {length:,}: the engine would refuse such requests")
+    from kvcalc.estimate import stored_weights, workload_for
+
+    # The weights as estimate stores them (a folder's or Hub checkpoint's headers, else its
+    # config's format): one set of bytes and one name for every command.
+    w = workload_for(spec, seq_len=length, batch=1)
+    stored = stored_weights(spec, w.quantization, 1)
     base = EngineSettings(max_model_len=length, vllm_version=vllm_version,
-                          allow_long_max_model_len=allow_long_max_model_len)
+                          allow_long_max_model_len=allow_long_max_model_len,
+                          weight_quantization=w.quantization)
     search = _Search(spec=spec, hw=hw, prompt_len=prompt_len, output_len=out_len, ttft_s=ttft_s,
                      tpot_s=tpot_s, engine=engine, base=base, calibration=calibration)
     kv_choices = ("auto",) if spec.attention_free else kv_dtypes
@@ -358,34 +369,21 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
                      f"(--data-parallel-size): --max-num-seqs is per replica")
     summary = None
     if calibration is not None:
-        summary = _calibration_summary(calibration, layouts, front)
+        summary = calibration.summary([x.calibrated for x in layouts],
+                                      [x.calibrated for x in front])
         notes.append(summary["note"])
     return Plan(model=spec.name, gpu=hw.name, gpus=gpus,
                 prompt_len=search.prompt(best.max_model_len), output_len=out_len,
                 engine=getattr(engine, "name", "") or "datasheet roofline",
                 vllm_version=vllm_version, searched=searched, kept=len(layouts),
+                weight_dtype=w.weight_label,
+                weight_bytes=stored.total if stored is not None else
+                w.weight_dtype.nbytes(param_counts(spec).total),
                 front=tuple(front), best=best, command=serve_command(name, best),
                 notes=tuple(notes),
                 cloud=tuple(sorted({(x.tokens_per_s_per_user, x.tokens_per_s_per_gpu)
                                     for x in layouts})),
                 calibration=summary)
-
-
-def _calibration_summary(cal: Calibration, kept: list[Layout], front: list[Layout]) -> dict:
-    """What the calibration was, which kept layouts it priced, and the note saying so."""
-    mine = [x for x in kept if x.calibrated]
-    where = f"{cal.layout_words()} (vLLM {cal.vllm_version} on {cal.gpu or 'its GPU'})"
-    if mine:
-        note = (f"measured terms of {cal.source} priced the {len(mine):,} layouts of "
-                f"{where}; the other {len(kept) - len(mine):,} by kvcalc's models")
-    else:
-        note = (f"no layout kept is {cal.layout_words()}, the layout {cal.source} measured: "
-                f"all {len(kept):,} priced by kvcalc's models")
-    return {"source": cal.source, "vllm_version": cal.vllm_version, "gpu": cal.gpu,
-            "model": cal.model, "tp": cal.tp, "pp": cal.pp,
-            "calibrated_layouts": len(mine), "other_layouts": len(kept) - len(mine),
-            "front_calibrated": [i for i, x in enumerate(front) if x.calibrated],
-            "note": note}
 
 
 def _counted(search: _Search, gpus: int, concurrency: int | None,

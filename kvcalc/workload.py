@@ -55,7 +55,10 @@ class Workload:
         """The weights' dtype as every output names it: a checkpoint's own format when they
         are as its config stores them ('fp8 (block 128x128)', 'mxfp4 experts', 'int4
         g128'), else the dtype asked for ('bf16' for an unquantized model)."""
-        q = getattr(self.quantization, "quantization", self.quantization)  # AsStored's
+        own = getattr(self.quantization, "weights_label", None)  # AsStored's
+        if own:
+            return own
+        q = getattr(self.quantization, "quantization", self.quantization)
         if q is not None and q.from_config:
             return q.dtype_label
         return self.weight_dtype.name

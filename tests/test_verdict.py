@@ -3,6 +3,7 @@ start-up count; where it refuses, every printed fix is counted again and starts,
 setting just short of it does not. Quantized checkpoints are one thing everywhere."""
 
 import csv
+import importlib.util
 import io
 import json
 import os
@@ -22,11 +23,11 @@ from kvcalc.presets import load_hardware, load_model
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def kvcalc(*args: str) -> subprocess.CompletedProcess:
+def kvcalc(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     # kvcalc from the checkout beside tests/, else from wherever the tier put it (CI's
     # wheel tier copies tests/ alone)
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "200"}
+    env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "200", **(env or {})}
     env.pop("VLLM_ALLOW_LONG_MAX_MODEL_LEN", None)
     return subprocess.run([sys.executable, "-m", "kvcalc", *args], capture_output=True,
                           text=True, env=env, cwd=ROOT)
@@ -261,3 +262,142 @@ def test_a_state_model_with_max_num_seqs_over_its_pool_does_not_start():
                  "8192", "--format", "json")
     engine = json.loads(est.stdout)["fit"]["engine"]
     assert engine["num_gpu_blocks"] < engine["max_num_seqs"] and engine["serves"] is False
+
+
+# --------------------------------------------------------------------------------
+# A folder's or Hub checkpoint's quantized headers: one set of bytes, one name
+# --------------------------------------------------------------------------------
+def _tiny_fp8() -> list:
+    """tests/hubcache.py's small Llama with every projection in fp8 e4m3 and one fp32
+    weight_scale each (transformers' FP8Linear without weight_block_size)."""
+    import hubcache as H
+
+    out = []
+    for name, dtype, shape in H.tiny_llama_tensors():
+        if "proj" in name:
+            out += [(name, "F8_E4M3", shape), (name.replace("weight", "weight_scale"), "F32", [1])]
+        else:
+            out.append((name, dtype, shape))
+    return out
+
+
+def _tiny_awq() -> list:
+    """The same with every projection in AutoAWQ's GEMM layout, 4 bits, groups of 32:
+    qweight int32 [in, out/8], qzeros int32 [in/32, out/8], scales fp16 [in/32, out]."""
+    import hubcache as H
+
+    out = []
+    for name, dtype, shape in H.tiny_llama_tensors():
+        if "proj" in name:
+            n, k = shape  # out, in
+            base = name[: -len("weight")]
+            out += [(base + "qweight", "I32", [k, n // 8]),
+                    (base + "qzeros", "I32", [k // 32, n // 8]),
+                    (base + "scales", "F16", [k // 32, n])]
+        else:
+            out.append((name, dtype, shape))
+    return out
+
+
+# By hand. Per layer the projections are q 64x64, k and v 32x64, o 64x64, gate and up
+# 128x64, down 64x128 (out x in): 36,864 weights; the rest (embedding and lm_head
+# 100x64 each, 2 x 2 + 1 norms of 64) are 13,120 bf16 values, 26,240 bytes.
+REST_BYTES = 2 * (2 * 6400 + 5 * 64)
+# fp8: one byte a weight, 7 fp32 scales a layer
+FP8_BYTES = 2 * 36_864 + 2 * 7 * 4 + REST_BYTES  # 100,024
+# AWQ int4 g32, per out x in projection: in x out / 2 bytes of values, in/32 x out/8
+# int32 zeros, in/32 x out fp16 scales. q and o (64x64): 2,048 + 64 + 256; k and v
+# (32x64): 1,024 + 32 + 128; gate and up (128x64) and down (64x128): 4,096 + 128 + 512.
+AWQ_BYTES = 2 * (2 * 2368 + 2 * 1184 + 3 * 4736) + REST_BYTES  # 68,864
+ROPE_BYTES = 2048 * 16 * 2  # vLLM's cos/sin cache: max_position x head_dim in bf16
+
+QUANTIZED_FOLDERS = [
+    ("fp8", _tiny_fp8, {"quant_method": "fp8", "activation_scheme": "dynamic"}, FP8_BYTES,
+     "fp8 (per tensor)"),
+    ("fp8-noconfig", _tiny_fp8, None, FP8_BYTES, "as stored (F8_E4M3)"),
+    ("awq", _tiny_awq, {"quant_method": "awq", "bits": 4, "group_size": 32,
+                        "zero_point": True, "version": "gemm"}, AWQ_BYTES, "int4 awq g32"),
+]
+
+
+def _in_process(*args: str):
+    """`kvcalc ARGS` run in this process (typer's runner), wide enough for whole lines."""
+    from typer.testing import CliRunner
+
+    from kvcalc.cli import app
+
+    return CliRunner(env={"COLUMNS": "200"}).invoke(app, list(args))
+
+
+@pytest.mark.parametrize("name, tensors, qc, stored, label", QUANTIZED_FOLDERS,
+                         ids=[c[0] for c in QUANTIZED_FOLDERS])
+def test_a_quantized_folder_is_one_thing_in_every_command(tmp_path, name, tensors, qc,
+                                                          stored, label):
+    """estimate, fit (floor and engine), sweep, plan and the Python API read the headers'
+    bytes and give the weights one name; a Hub id cached offline reads the same."""
+    import hubcache as H
+
+    import kvcalc as api
+
+    kvcalc_here = _in_process
+    cfg = dict(H.TINY_LLAMA, **({"quantization_config": qc} if qc else {}))
+    folder = H.model_folder(tmp_path / name, cfg, {"model.safetensors": tensors()})
+    args = [str(folder), "--gpu", "l4", "--seq-len", "1024"]
+    est = json.loads(kvcalc_here("estimate", *args, "--format", "json").stdout)
+    assert est["weight_bytes"] == stored, est.get("weights_source")
+    if label != "int4 awq g32":  # the int4 name is kvcalc's own format label
+        assert est["inputs"]["weight_dtype"] == label
+    label = est["inputs"]["weight_dtype"]
+    assert "bf16" not in label
+    fit = json.loads(kvcalc_here("fit", *args, "--format", "json").stdout)
+    assert fit["weight_bytes_per_device"] == stored and fit["weight_dtype"] == label
+    assert fit["engine"]["memory"]["weights"] == stored + ROPE_BYTES
+    assert est["fit"]["engine"]["memory"]["weights"] == stored + ROPE_BYTES
+    engine = kvcalc_here("fit", str(folder), "--gpu", "l4", "--max-model-len", "1024",
+                    "--format", "json")
+    assert json.loads(engine.stdout)["memory"]["weights"] == stored + ROPE_BYTES
+    assert f"weights {label}," in kvcalc_here("fit", str(folder), "--gpu", "l4",
+                                         "--max-model-len", "1024").stdout
+    (row,) = list(csv.DictReader(io.StringIO(kvcalc_here("sweep", *args).stdout)))
+    assert int(row["weight_bytes"]) == stored and row["weight_dtype"] == label
+    plan = json.loads(kvcalc_here("plan", str(folder), "--gpu", "l4", "--max-model-len", "1024",
+                             "--format", "json").stdout)
+    assert plan["weight_bytes"] == stored and plan["weight_dtype"] == label
+    # plan's best line counted by fit holds the same blocks: the engine's weights agree
+    best = plan["best"]
+    again = json.loads(kvcalc_here("fit", str(folder), "--gpu", "l4", "--max-model-len", "1024",
+                              "--gpu-memory-utilization", str(best["gpu_memory_utilization"]),
+                              "--max-num-seqs", str(best["max_num_seqs"]),
+                              "--max-num-batched-tokens", str(best["max_num_batched_tokens"]),
+                              *(["--kv-dtype", "fp8"] if best["kv_cache_dtype"] == "fp8"
+                                else []), "--format", "json").stdout)
+    assert again["num_gpu_blocks"] == best["num_gpu_blocks"]
+    py = api.estimate(str(folder), 1024, hardware="l4")
+    assert py.weight_bytes == stored and py.weight_label == label
+    assert py.verdict.capacity.memory["weights"] == stored + ROPE_BYTES
+    assert api.fit(str(folder), "l4", 1024).weight_bytes == stored
+
+
+@pytest.mark.skipif(importlib.util.find_spec("huggingface_hub") is None,
+                    reason="Hub ids need huggingface_hub (kvcalc[hub])")
+def test_a_quantized_hub_checkpoint_reads_as_its_folder(tmp_path):
+    """The fp8 folder as a Hub cache offline (tests/hubcache.py): the same bytes, name
+    and engine count (subprocesses: huggingface_hub reads the offline switch at import)."""
+    import hubcache as H
+
+    folder = H.model_folder(tmp_path / "fp8", dict(H.TINY_LLAMA, quantization_config={
+        "quant_method": "fp8", "activation_scheme": "dynamic"}), {"model.safetensors": _tiny_fp8()})
+    local = json.loads(_in_process("plan", str(folder), "--gpu", "l4", "--max-model-len", "1024",
+                                   "--format", "json").stdout)
+    H.hf_cache(tmp_path / "hf", "org/tiny-fp8", folder)
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "HF_TOKEN": "",
+           "HF_HUB_CACHE": str(tmp_path / "hf" / "hub")}
+    hub = json.loads(kvcalc("estimate", "org/tiny-fp8", "--gpu", "l4", "--seq-len", "1024",
+                            "--format", "json", env=env).stdout)
+    assert hub["weight_bytes"] == FP8_BYTES and hub["inputs"]["weight_dtype"] == "fp8 (per tensor)"
+    assert hub["fit"]["engine"]["memory"]["weights"] == FP8_BYTES + ROPE_BYTES
+    hub_plan = json.loads(kvcalc("plan", "org/tiny-fp8", "--gpu", "l4", "--max-model-len",
+                                 "1024", "--format", "json", env=env).stdout)
+    assert (hub_plan["weight_bytes"], hub_plan["weight_dtype"]) == (FP8_BYTES, "fp8 (per tensor)")
+    assert hub_plan["best"]["num_gpu_blocks"] == local["best"]["num_gpu_blocks"]
+    assert hub_plan["best"]["command"].startswith("vllm serve org/tiny-fp8 ")

@@ -94,6 +94,22 @@ class Calibration:
     def layout_words(self) -> str:
         return f"tp={self.tp} pp={self.pp}"
 
+    def summary(self, kept: list[bool], front: list[bool]) -> dict:
+        """For plan's JSON: what the file was, how many kept layouts it priced (`kept`:
+        whether each was calibrated), which rows of the front, and the note saying so."""
+        mine = sum(kept)
+        where = f"{self.layout_words()} (vLLM {self.vllm_version} on {self.gpu or 'its GPU'})"
+        if mine:
+            note = (f"measured terms of {self.source} priced the {mine:,} layouts of "
+                    f"{where}; the other {len(kept) - mine:,} by kvcalc's models")
+        else:
+            note = (f"no layout kept is {self.layout_words()}, the layout {self.source} "
+                    f"measured: all {len(kept):,} priced by kvcalc's models")
+        return {"source": self.source, "vllm_version": self.vllm_version, "gpu": self.gpu,
+                "model": self.model, "tp": self.tp, "pp": self.pp,
+                "calibrated_layouts": mine, "other_layouts": len(kept) - mine,
+                "front_calibrated": [i for i, c in enumerate(front) if c], "note": note}
+
     def apply(self, s: EngineSettings) -> EngineSettings:
         """`s` with the learnt terms in place of the modelled ones."""
         return s.replace(**{k: getattr(self, k) for k in

@@ -154,13 +154,40 @@ def _tower_bytes(spec: ModelSpec, s: EngineSettings, stage: int) -> int:
 
 
 def _language_model_bytes(spec: ModelSpec, s: EngineSettings, stage: int) -> int:
+    """The config's count (kvcalc.quant for quantized weights); for a checkpoint read
+    from a folder or the Hub (AsStored), plus what its quantized headers hold beyond that
+    count, shared per device as estimate shares it and split over stages by layers."""
+    from kvcalc.quant.checkpoint import AsStored, engine_surplus_bytes
     from kvcalc.quant.formats import adhoc, quantization_of
+
+    q = s.weight_quantization
+    if isinstance(q, AsStored):
+        stored, q = q, q.quantization
+        total = _config_bytes(spec, s, stage, q)
+        if not (stored.quantized and stored.applies(spec)):
+            return total  # float tensors only: loaded in the engine's dtype
+        whole = _config_bytes(spec, s.replace(pp=1), 0, q) - _rope_cache_bytes(spec, s)
+        surplus = engine_surplus_bytes(spec, stored, s.tp, whole)
+        if s.pp > 1:
+            surplus = surplus * pipeline_layers(spec.layers, s.pp)[stage] // spec.layers
+        return total + surplus
+    if q is None:
+        q = adhoc(s.weight_dtype, s.group_size) if s.weight_dtype else quantization_of(spec)
+    return _config_bytes(spec, s, stage, q)
+
+
+def _rope_cache_bytes(spec: ModelSpec, s: EngineSettings) -> int:
+    """vLLM's RoPE cos/sin cache: max_position x head_dim in the model dtype (not MLA)."""
+    if spec.max_context and spec.mla is None:
+        return dtype(s.model_dtype).nbytes(spec.max_context * spec.head_dim)
+    return 0
+
+
+def _config_bytes(spec: ModelSpec, s: EngineSettings, stage: int, q) -> int:
+    """One stage's weights on one device from the config, quantized by `q` (None: the
+    model dtype, or s.weight_dtype for every matrix)."""
     from kvcalc.quant.weights import weight_bytes, weight_bytes_per_device
 
-    if s.weight_quantization is not None:
-        q = s.weight_quantization
-    else:
-        q = adhoc(s.weight_dtype, s.group_size) if s.weight_dtype else quantization_of(spec)
     if q is not None:
         # Quantized as stored (kvcalc.quant): values, scales and zeros matrix by matrix.
         # The stage share splits the body by layers, with the embedding and lm_head (in
@@ -179,9 +206,7 @@ def _language_model_bytes(spec: ModelSpec, s: EngineSettings, stage: int) -> int
             # A tied lm_head is a copy of its own on the last stage when pp > 1.
             tied_copy = dtype(s.model_dtype).nbytes(-(-spec.vocab * spec.d_model // s.tp))
             total += head_dev if head_dev or s.pp == 1 else tied_copy
-        if spec.max_context and spec.mla is None:
-            total += dtype(s.model_dtype).nbytes(spec.max_context * spec.head_dim)
-        return total
+        return total + _rope_cache_bytes(spec, s)
     counts = param_counts(spec)
     b = counts.breakdown
     tp, pp = s.tp, s.pp
@@ -200,9 +225,7 @@ def _language_model_bytes(spec: ModelSpec, s: EngineSettings, stage: int) -> int
         total += model_dt.nbytes(-(-emb // tp))
     if stage == pp - 1:
         total += model_dt.nbytes(-(-head // tp))
-    if spec.max_context and spec.mla is None:
-        total += model_dt.nbytes(spec.max_context * spec.head_dim)
-    return total
+    return total + _rope_cache_bytes(spec, s)
 
 
 # --------------------------------------------------------------------------------

@@ -151,8 +151,7 @@ def settings_for(workload, **engine) -> EngineSettings:
     """The engine's settings for a workload: max_model_len its seq_len, its tp and KV
     dtype, its weights as the estimate stores them; `engine` overrides (vLLM's names)."""
     kv = workload.kv_dtype.name
-    q = workload.quantization
-    q = getattr(q, "quantization", q)  # a checkpoint's AsStored: its config's
+    q = workload.quantization  # a checkpoint's AsStored whole: its headers' bytes count
     weight = workload.weight_dtype.name
     base = dict(max_model_len=workload.seq_len, tp=workload.tp,
                 encoder_len=workload.encoder_seq_len,

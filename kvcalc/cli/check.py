@@ -33,7 +33,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         output: Annotated[Optional[Path], typer.Option(
             "--output", "-o", show_default=False,
             help="Write what the log taught about this GPU and release (its measured "
-            "terms) to this YAML file, for `fit --calibration` (never overwrites without "
+            "terms, with the GPU, model, tp and pp they belong to) to this YAML file, for "
+            "`fit --calibration` and `plan --calibration` (never overwrites without "
             "--force).")] = None,
         force: ForceOpt = False,
     ) -> None:

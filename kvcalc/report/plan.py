@@ -34,7 +34,8 @@ def plan_table(p) -> Tab:
 
 def plan_items(p) -> list:
     b = p.best
-    head = (f"{p.model} on {b.gpus} x {p.gpu}: best {_layout_words(b)}, "
+    head = (f"{p.model} (weights {p.weight_dtype}) on {b.gpus} x {p.gpu}: best "
+            f"{_layout_words(b)}, "
             f"{b.tokens_per_s_per_gpu:,.0f} output tokens/s per GPU at {b.max_num_seqs:,} "
             f"requests per replica ({b.tokens_per_s_per_user:,.1f} tokens/s each)")
     items = [head, plan_table(p), Verbatim(p.command)]
