@@ -202,6 +202,36 @@ def test_sweep_rows_are_estimate_rows_with_the_engine_time():
     assert (r1["tp"], r4["tp"]) == (1, 4) and r4["tpot_s"] < r1["tpot_s"]
 
 
+def test_fit_sweep_and_plan_time_for_vllm_by_default_as_estimate():
+    base = ["--preset", "llama3-8b", "--gpu", "h100-sxm"]
+    fit = ["fit", *base, "--max-model-len", "8192", "--tpot-ms", "8", "--format", "json"]
+    got = {}
+    for flags in ([], ["--engine", "vllm"], ["--engine", "roofline"], ["--mfu", "0.5"]):
+        r = _invoke(*fit, *flags)
+        assert r.exit_code == 0, r.output
+        d = json.loads(r.stdout)
+        got[tuple(flags)] = (d["slo_timed_on"], d["max_batch_for_slo"])
+    assert got[()] == got[("--engine", "vllm")] and got[()][0] == "vllm"
+    assert got[("--engine", "roofline")][0] == got[("--mfu", "0.5")][0] == "roofline"
+    assert got[()][1] != got[("--engine", "roofline")][1]  # vLLM's terms, not the roofline
+    # --engine without a latency target is refused; `roofline` alone is not an engine.
+    r = _invoke(*fit[:-4], "--engine", "vllm")
+    assert r.exit_code == 2 and "--engine times the batch --ttft-ms" in r.stderr
+    assert _invoke(*fit[:-4], "--engine", "roofline").exit_code == 0
+    # sweep: the engine's columns unless --engine roofline; without a device, none.
+    sweep = ["sweep", "--preset", "llama3-8b", "--seq-len", "1024", "--format", "json"]
+    rows = json.loads(_invoke(*sweep, "--gpu", "h100-sxm").stdout)
+    assert [r["engine"] for r in rows] == ["vllm"]
+    assert "engine" not in json.loads(_invoke(*sweep, "--gpu", "h100-sxm", "--engine",
+                                              "roofline").stdout)[0]
+    assert "engine" not in json.loads(_invoke(*sweep, "--gpu", "none").stdout)[0]
+    # plan: vLLM's terms by default, the datasheet roofline when asked.
+    plan = ["plan", *base, "--max-model-len", "8192", "--format", "json"]
+    assert json.loads(_invoke(*plan).stdout)["engine"] == "vllm"
+    assert json.loads(_invoke(*plan, "--engine", "roofline").stdout)["engine"] == \
+        "datasheet roofline"
+
+
 def test_sweep_engine_needs_a_device():
     r = _invoke("sweep", "--preset", "llama3-8b", "--seq-len", "1024", "--gpu", "none",
                 "--engine", "vllm")

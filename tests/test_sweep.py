@@ -363,15 +363,21 @@ def test_cli_csv_columns_and_rows_match_estimate():
     assert r.exit_code == 0, r.output
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
     assert len(rows) == 2 * 3 * 2 * 2
-    # sweep's rows are the roofline's unless --engine names one; estimate's default is vLLM.
-    one = run("estimate", *ADHOC_FLAGS, "--kv-heads", "8", "--seq-len", "2048", "--batch", "3",
-              "--tp", "2", "--gpu", "h100-sxm", "--engine", "roofline", "--format", "csv")
-    assert one.exit_code == 0, one.output
-    want = list(csv.DictReader(io.StringIO(one.stdout)))[0]
-    assert list(rows[0]) == list(want)
-    match = [row for row in rows if (row["kv_heads"], row["seq_len"], row["batch"], row["tp"])
-             == ("8", "2048", "3", "2")]
-    assert match == [want]
+    # sweep's rows are estimate's, timed on the same engine: vLLM's by default on a GPU,
+    # the roofline columns only with --engine roofline.
+    for flags in ([], ["--engine", "roofline"]):
+        rows = list(csv.DictReader(io.StringIO(run(
+            "sweep", *ADHOC_FLAGS, "--seq-len", "1024,2048", "--batch", "1:3:+1", "--kv-heads",
+            "1,8", "--tp", "1,2", "--gpu", "h100-sxm", *flags).stdout))) if flags else rows
+        one = run("estimate", *ADHOC_FLAGS, "--kv-heads", "8", "--seq-len", "2048", "--batch",
+                  "3", "--tp", "2", "--gpu", "h100-sxm", *flags, "--format", "csv")
+        assert one.exit_code == 0, one.output
+        want = list(csv.DictReader(io.StringIO(one.stdout)))[0]
+        assert list(rows[0]) == list(want)
+        assert ("engine" in want) == (not flags)
+        match = [row for row in rows if (row["kv_heads"], row["seq_len"], row["batch"],
+                                         row["tp"]) == ("8", "2048", "3", "2")]
+        assert match == [want]
 
 
 def test_cli_output_file_refuses_overwrite(tmp_path):

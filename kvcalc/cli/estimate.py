@@ -70,11 +70,6 @@ def _estimates(request: ModelRequest, *, seq_len, batch, kv_dtype, weight_dtype,
                          memory=memory, **options) for s in specs]
 
 
-def _engine(text):
-    """--engine NAME[@VERSION]: the engine file, or None (the datasheet roofline)."""
-    return speed.engine_option(text)
-
-
 def write(fmt: OutputFormat, output, force: bool, obj, rows: list[dict], items: list) -> None:
     """One result in the chosen format, to stdout or atomically to `output`.
 
@@ -216,8 +211,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             "--tpot-ms", show_default=False,
             help="Largest batch whose time per output token stays under this (ms).")] = None,
         prompt_len: PromptLenOpt = None,
-        mfu: MfuOpt = "0.5",
-        bandwidth_efficiency: BandwidthEffOpt = "0.8",
+        mfu: MfuOpt = None,
+        bandwidth_efficiency: BandwidthEffOpt = None,
         speed_engine: FitEngineOpt = None,
         kv_scale_bytes: ScaleOpt = 0,
         encoder_seq_len: EncoderLenOpt = None,
@@ -252,6 +247,12 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         fmt = output_format(fmt, output)
         if gpu.strip().lower() == "none":
             raise KvcalcError("fit needs a device: --gpu NAME (see `kvcalc presets`)")
+        # --ttft-ms / --tpot-ms are timed as estimate times: vLLM on a GPU unless --engine,
+        # --mfu or --bandwidth-efficiency says otherwise.
+        named_engine = speed_engine is not None and speed_engine.strip() != "roofline"
+        speed_engine = speed.engine_option(speed_engine, mfu, bandwidth_efficiency,
+                                           speed.DEFAULT)
+        mfu, bandwidth_efficiency = speed.shares(mfu, bandwidth_efficiency)
         engine_flags = {"--max-model-len": max_model_len, "--gpu-memory-utilization":
                         gpu_memory_utilization, "--pp": pp, "--block-size": block_size,
                         "--max-num-batched-tokens": max_num_batched_tokens,
@@ -286,7 +287,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                     weight_dtype=weight_dtype, tp=tp, gpu=gpu, kv_scale_bytes=kv_scale_bytes,
                     encoder_seq_len=encoder_seq_len, memory_fraction=memory_fraction,
                     reserve=reserve, prompt_len=prompt_len, group_size=group_size, mfu=mfu,
-                    bandwidth_efficiency=bandwidth_efficiency, engine=_engine(speed_engine),
+                    bandwidth_efficiency=bandwidth_efficiency, engine=speed_engine,
                     hardware=hardware)
         if length is not None and length != AUTO:
             serving["max_model_len"] = length
@@ -298,7 +299,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                                         kv_scale_bytes=est.workload.kv_scale_bytes)
             if fitted:
                 est = _estimates(request, **args, serving={**serving, "max_model_len": fitted})[0]
-        if speed_engine is not None and ttft_ms is None and tpot_ms is None:
+        if named_engine and ttft_ms is None and tpot_ms is None:
             raise KvcalcError("--engine times the batch --ttft-ms and --tpot-ms allow; give "
                               "one of them (fit's memory does not depend on the engine)")
         if learnt is not None:  # the terms are one GPU's, model's and layout's
@@ -323,7 +324,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         # Requests as the engine takes them: up to max_model_len tokens each, at most as
         # many at once as its blocks and max_num_seqs allow.
         slo = _slo(est, ttft_ms=ttft_ms, tpot_ms=tpot_ms, mfu=mfu,
-                   bandwidth_efficiency=bandwidth_efficiency, speed_engine=_engine(speed_engine),
+                   bandwidth_efficiency=bandwidth_efficiency,
+                   speed_engine=speed.resolve(speed_engine, est.hardware),
                    seq_len=v.settings.max_model_len,
                    limit=min(v.capacity.max_num_seqs, room))
         verdict = {"fits": v.serves, "floor_fits": est.fit.fits,
@@ -342,6 +344,10 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                 obj["weights_source"] = source
         if slo is not None:
             obj["max_batch_for_slo"] = slo
+            # whose times: the engine's (vLLM's by default) or the datasheet roofline
+            lat = est.latency
+            obj["slo_timed_on"] = (lat.engine_name if lat is not None and lat.engine_name
+                                   else "roofline")
         write(fmt, output, force, obj, [flatten(obj)],
               [capacity_table(est, slo, "--max-model-len" if engine else "--seq-len")])
         if not v.serves:

@@ -392,21 +392,24 @@ BandwidthEffOpt = Annotated[Optional[str], typer.Option(
     "[0.001, 1] (default: 0.8; giving it times on the roofline, as --engine roofline).")]
 EngineOpt = Annotated[Optional[str], typer.Option(
     "--engine", show_default=False, metavar="NAME[@VERSION]",
-    help="Time first and output tokens as this engine runs them (vllm, llama.cpp, "
+    help="Time first and output tokens as this engine runs them (vllm, sglang, llama.cpp, "
     "tensorrt-llm, transformers, gpt-fast, exllamav2, mlc-llm, autoawq: terms fitted on "
     "published measurements, presets/engines), or `roofline` for the datasheet roofline at "
     "--mfu and --bandwidth-efficiency (default: vllm on a GPU, the roofline on a CPU or "
     "without --gpu; a calibration file times with its own terms).")]
 FitEngineOpt = Annotated[Optional[str], typer.Option(
     "--engine", show_default=False, metavar="NAME[@VERSION]",
-    help="Time the --ttft-ms / --tpot-ms batch as this engine runs it (vllm, llama.cpp, "
-    "tensorrt-llm, transformers, gpt-fast, exllamav2, mlc-llm, autoawq: presets/engines) "
-    "(default: the datasheet roofline at --mfu and --bandwidth-efficiency).")]
+    help="Time the --ttft-ms / --tpot-ms batch as this engine runs it (vllm, sglang, "
+    "llama.cpp, tensorrt-llm, transformers, gpt-fast, exllamav2, mlc-llm, autoawq: "
+    "presets/engines), or `roofline` for the datasheet roofline at --mfu and "
+    "--bandwidth-efficiency (default: vllm on a GPU, as estimate; a calibration file "
+    "times with its own terms).")]
 SweepEngineOpt = Annotated[Optional[str], typer.Option(
     "--engine", show_default=False, metavar="NAME[@VERSION]",
-    help="Add each row's time per output token on this engine (vllm, llama.cpp, "
-    "tensorrt-llm, transformers, gpt-fast, exllamav2, mlc-llm, autoawq: presets/engines) "
-    "(default: none, the roofline columns only).")]
+    help="Add each row's time per output token on this engine (vllm, sglang, llama.cpp, "
+    "tensorrt-llm, transformers, gpt-fast, exllamav2, mlc-llm, autoawq: presets/engines), "
+    "or `roofline` for the roofline columns only (default: vllm on a GPU, as estimate; "
+    "the roofline columns only on a CPU or with --gpu none).")]
 TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel devices (count).")]
 GpuOpt = Annotated[str, typer.Option(
     "--gpu", help="Hardware preset, or a YAML file in the presets' schema, for roofline and "

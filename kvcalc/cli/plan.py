@@ -52,10 +52,11 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         tpot_ms: Annotated[Optional[float], typer.Option(
             "--tpot-ms", show_default=False,
             help="Keep layouts whose time per output token stays under this (ms).")] = None,
-        engine: Annotated[str, typer.Option(
-            "--engine", metavar="vllm[@VERSION]",
-            help="Whose latency terms time the layouts (presets/engines); the count and "
-            "the command are vLLM's.")] = "vllm",
+        engine: Annotated[Optional[str], typer.Option(
+            "--engine", metavar="vllm[@VERSION]", show_default=False,
+            help="Whose latency terms time the layouts (presets/engines), or `roofline` "
+            "for the datasheet roofline (default: vllm, as estimate on a GPU); the count "
+            "and the command are vLLM's.")] = None,
         vllm_version: Annotated[Optional[str], typer.Option(
             "--vllm-version", show_default=False,
             help="The vLLM release whose start-up count to follow, 0.8 or later (default "
@@ -112,7 +113,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                 prompt_len=prompt_len, output_len=output_len,
                 ttft_s=None if ttft_ms is None else ttft_ms / 1000,
                 tpot_s=None if tpot_ms is None else tpot_ms / 1000,
-                engine=_vllm_terms(engine), model=_served_name(request),
+                engine=_vllm_terms(engine, hardware), model=_served_name(request),
                 vllm_version=vllm_version, allow_long_max_model_len=_allows_long(),
                 calibration=learnt)
         except NothingFits as e:
@@ -145,11 +146,14 @@ def _max_model_len(text: Optional[str]):
     return value
 
 
-def _vllm_terms(text: str):
-    """--engine: vLLM's fitted terms (a version of them, with @VERSION)."""
-    from kvcalc.engines import load_engine
+def _vllm_terms(text: str | None, hardware):
+    """--engine: vLLM's fitted terms (a version of them, with @VERSION); `roofline`: None
+    (the datasheet roofline); not given: estimate's default for the device (vLLM)."""
+    from kvcalc.cli.speed import DEFAULT, engine_option, resolve
 
-    engine, _ = load_engine(text)
+    engine = resolve(engine_option(text, default=DEFAULT), hardware)
+    if engine is None:
+        return None
     if engine.name != "vllm":
         raise KvcalcError(f"--engine {text}: plan counts and writes vLLM's start-up; give "
                           "vllm (or vllm@VERSION)")

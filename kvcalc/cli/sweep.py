@@ -148,7 +148,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             batch, kv_heads=kv_heads, kv_dtype=kv_dtype, tp=tp, weight_dtype=weight_dtype,
             hardware=hardware, scale_bytes=kv_scale_bytes, encoder_seq_len=encoder_seq_len,
             memory_fraction=fraction, reserve_bytes=reserve_bytes, force=force,
-            skip_invalid=skip_invalid, engine=_engine(engine),
+            skip_invalid=skip_invalid, engine=_engine(engine, hardware),
             # Each K/V-head count resolved as `kvcalc estimate --kv-heads N` would.
             make_variant=lambda g: dataclasses.replace(request, kv_heads=g).resolve())
         streamed = fmt in (OutputFormat.csv, OutputFormat.parquet)
@@ -268,8 +268,9 @@ def _progress(plan):
     return _Bar()
 
 
-def _engine(text):
-    """--engine NAME[@VERSION]: the engine file, or None."""
-    from kvcalc.cli.speed import engine_option
+def _engine(text, hardware):
+    """--engine NAME[@VERSION]: the engine file; `roofline`: None; not given: estimate's
+    default for the device (vLLM on a GPU, none on a CPU or without a device)."""
+    from kvcalc.cli.speed import DEFAULT, engine_option, resolve
 
-    return engine_option(text)
+    return resolve(engine_option(text, default=DEFAULT), hardware)
