@@ -153,5 +153,8 @@ def test_estimate_and_fit_answer(family, tmp_path):
         # no vLLM release serves JetMoE: no page rule, the counts withheld with the reason
         assert fit["kv_cache_tokens"] is None and fit["num_gpu_blocks"] is None
         assert any("vLLM pages no moa attention" in n for n in fit["notes"])
+        # one request's K/V priced as full attention's pages: 16-token blocks of the shared
+        # K/V (16 heads of 128, bf16) in each of 12 layers
+        assert fit["kv_needed_bytes"] == 12 * 2 * 16 * 128 * 2 * 2048
     else:
         assert fit["num_gpu_blocks"] > 0 and fit["kv_cache_tokens"] > 2048

@@ -68,9 +68,10 @@ class _BlocksPerRequest:
         return _num.cdiv(self.encoder_len or self.length, self.block)
 
     def unpaged(self, mixer) -> int:
-        """A state no vLLM release pages (RWKV, RG-LRU): counted as one page, as a MambaSpec
-        would be, so the memory arithmetic runs; serving_capacity withholds its counts."""
-        return 1
+        """A kind no vLLM release pages: a state (RWKV, RG-LRU) counted as one page, as a
+        MambaSpec would be, attention (JetMoE's) as full attention's pages, so the memory
+        arithmetic runs; serving_capacity withholds its counts."""
+        return self.full() if mixer.attends else 1
 
 
 def blocks_per_request(group: CacheGroup, block_size: int, max_model_len: int,
