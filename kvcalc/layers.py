@@ -142,6 +142,7 @@ class Attention:
     qk_norm: int = 0  # weights of q/k norms together (Qwen3: 2 x head_dim)
     sinks: bool = False  # gpt-oss: one learned sink logit per query head
     gated: bool = False  # Qwen3-Next: q_proj also emits an output gate per head
+    k_is_v: bool = False  # Gemma 4's attention_k_eq_v: no v_proj, K's projection is V's too
 
     def __post_init__(self) -> None:
         if not self.v_head_dim:
@@ -230,6 +231,8 @@ class Attention:
             "v": Linear(d, g * self.v_head_dim, b, "v_proj", kv=True),
             "o": Linear(h * self.v_head_dim, d, self.out_bias, "o_proj"),
         }
+        if self.k_is_v:
+            del out["v"]  # the cache still holds K and V (V normed apart from K)
         if self.qk_norm:
             out["qk_norm"] = self.qk_norm
         if self.sinks:
@@ -246,7 +249,7 @@ class Attention:
 
     def matmuls(self, d_model: int) -> list[tuple[int, int]]:
         q_out = self.heads * self.head_dim * (2 if self.gated else 1)
-        kv_out = self.kv_heads * (self.head_dim + self.v_head_dim)
+        kv_out = self.kv_heads * (self.head_dim + (0 if self.k_is_v else self.v_head_dim))
         return [(d_model, q_out + kv_out), (self.heads * self.v_head_dim, d_model)]
 
     def decode_act_elements(self) -> int:
@@ -455,6 +458,7 @@ class MoE:
     shared_d_ff: int = 0  # 0: expert_d_ff (DeepSeek, Llama 4); Qwen MoE: its own width
     shared_gate: bool = False  # Qwen2-MoE/Qwen3-Next: sigmoid gate Linear(d, 1) on the shared expert
     router_bias: bool = False
+    router_scales: bool = False  # Gemma 4: the router's input scale (d) and per-expert scales
     expert_bias: bool = False  # gpt-oss: biases in every expert's projections
     gated: bool = True
     # LongCat-Flash: identity experts the router may pick too; a pick of one computes
@@ -483,7 +487,8 @@ class MoE:
 
     def breakdown(self, d_model: int) -> dict[str, int]:
         out = {
-            "router": _linear(d_model, self.experts + self.zero_experts, self.router_bias),
+            "router": (_linear(d_model, self.experts + self.zero_experts, self.router_bias)
+                       + (d_model + self.experts if self.router_scales else 0)),
             "experts": self.experts * self.expert.params(d_model),
         }
         if self.shared_experts:

@@ -19,7 +19,7 @@ from kvcalc.layers import Attention, CrossAttention, Dense, Latent, Layer, Run
 from kvcalc.layers import MoE as MoEMLP
 
 # Mixers that attend (kvcalc.layers cache kinds), and the state mixers' names in words.
-_ATTENDING = ("full", "sliding", "chunked", "mla")
+_ATTENDING = ("full", "sliding", "chunked", "mla", "shared")
 _MIXER_NAMES = {"mamba": "Mamba", "mamba2": "Mamba-2", "linear": "Gated DeltaNet",
                 "conv": "short convolution", "lightning": "lightning attention",
                 "kda": "Kimi Delta Attention", "rglru": "RG-LRU", "rwkv": "RWKV"}
@@ -94,6 +94,10 @@ class ModelSpec:
     runs: tuple = ()
     embedding_norm: bool = False  # a norm right after the embedding (BLOOM)
     extra_params: int = 0  # parameters outside the decoder layers not named above
+    # Gemma 4's per-layer input embeddings: a second lookup table of `per_layer_rows`
+    # tokens by `per_layer_width` (layers x hidden_size_per_layer_input) values.
+    per_layer_rows: int = 0
+    per_layer_width: int = 0
     # How ModelSpec.uniform built the runs, to build them again when a flag changes the
     # shape; None for a model described layer by layer. Not part of the model's identity.
     recipe: Recipe | None = field(default=None, compare=False, hash=False, repr=False)
@@ -110,7 +114,9 @@ class ModelSpec:
                             ("global_every", flat.global_every),
                             ("encoder_layers", self.encoder_layers),
                             ("relative_attention_buckets", self.relative_attention_buckets),
-                            ("published_params", self.published_params)):
+                            ("published_params", self.published_params),
+                            ("per_layer_rows", self.per_layer_rows),
+                            ("per_layer_width", self.per_layer_width)):
             if value < 0:
                 raise KvcalcError(f"{name} must be >= 0, got {value}")
         if self.mlp not in MLP_KINDS:

@@ -55,6 +55,10 @@ FIT_LAYOUTS = {
                                      "--gpu-memory-utilization", "0.95"],
     # the 2026 state kinds: KDA pages (fp32 recurrent state under auto) beside MLA, and
     # RG-LRU, which no vLLM release pages (one note, no cache counts)
+    # Gemma 4: 20 layers reuse K/V (no pages), sliding pages of 256-wide heads take
+    # blocks twice as long as the 512-wide full layers' (vLLM's page unification)
+    "gemma4-e2b-l4-shared-kv": ["--config", "tests/data/hf/google__gemma-4-E2B-it-text.json",
+                                "--gpu", "l4", "--max-model-len", "32768"],
     "kimi-linear-48b-h200-tp2-kda": ["--config",
                                      "tests/data/hf/moonshotai__Kimi-Linear-48B-A3B-Instruct.json",
                                      "--gpu", "h200", "--tp", "2", "--max-model-len", "131072"],

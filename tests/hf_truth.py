@@ -52,7 +52,7 @@ _WIDTH_KEYS = (
 )
 _EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 _TOPK_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk", "num_experts_per_token",
-              "moe_k")
+              "moe_k", "top_k_experts")
 _WINDOW_KEYS = ("sliding_window", "attention_chunk_size", "window_size", "attention_window_size")
 # Lists of layer indices (not per-layer flags): filtered to the kept prefix.
 _INDEX_LIST_KEYS = ("mlp_only_layers", "full_attn_idxs", "moe_layers", "attn_layer_indices")
@@ -327,6 +327,11 @@ def _shrink_list_for_prefix(d: dict, n_old: int, n: int) -> None:
             d[k] = v[:n]
         elif isinstance(v, str) and len(v) == n_old and k.endswith("pattern"):
             d[k] = v[:n]
+    if isinstance(d.get("per_layer_config"), dict):  # heterogeneous overrides by layer index
+        d["per_layer_config"] = {k: v for k, v in d["per_layer_config"].items() if int(k) < n}
+    if isinstance(d.get("num_kv_shared_layers"), int) and d["num_kv_shared_layers"]:
+        # Gemma 4: the last layers reuse K/V; the cut keeps the producers before them
+        d["num_kv_shared_layers"] = max(0, d["num_kv_shared_layers"] - (n_old - n))
     if d.get("model_type") == "gpt_neo":
         kinds = d.get("attention_layers") or []
         d["attention_types"] = [[[k], 1] for k in kinds[:n]]
@@ -426,8 +431,9 @@ def _reduced_config(cfg: dict, window: int) -> dict:
     _shrink_list_for_prefix(d, n_old, n)
 
     # vocabulary and token ids
-    if "vocab_size" in d:
-        d["vocab_size"] = SMALL_VOCAB
+    for k in ("vocab_size", "vocab_size_per_layer_input"):
+        if k in d:
+            d[k] = SMALL_VOCAB
     for k in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
         v = d.get(k)
         if isinstance(v, int) and v >= SMALL_VOCAB:
@@ -466,13 +472,16 @@ def _reduced_config(cfg: dict, window: int) -> dict:
 
     # hidden size, only where head_dim is an explicit, honoured field
     heads = getattr(config, "num_attention_heads", None)
-    eff_head_dim = getattr(config, "head_dim", None) or (
-        config.hidden_size // heads if heads else None)
+    try:
+        eff_head_dim = getattr(config, "head_dim", None)
+    except (AttributeError, RuntimeError):  # a per-layer attribute (Gemma 4)
+        eff_head_dim = d.get("head_dim")
+    eff_head_dim = eff_head_dim or (config.hidden_size // heads if heads else None)
     if (mt not in _HIDDEN_IS_STATE and mt not in _HIDDEN_IS_O_PROJ and "head_dim" in d
             and eff_head_dim
             and d.get("hidden_size", 0) > SMALL_HIDDEN and not d.get("is_encoder_decoder")):
         # some configs validate hidden_size % heads == 0: use a multiple of the head counts
-        step = math.lcm(*(x for x in (heads, getattr(config, "num_key_value_heads", None))
+        step = math.lcm(*(x for x in (heads, d.get("num_key_value_heads"))
                           if isinstance(x, int) and x > 0)) if heads else 1
         small = -(-SMALL_HIDDEN // step) * step
         if small < d["hidden_size"]:

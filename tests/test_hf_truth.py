@@ -185,6 +185,9 @@ DEFAULT_CONFIGS = {
     "exaone_moe": {"num_hidden_layers": 4},
     "jetmoe": {"num_hidden_layers": 2},
     "longcat_flash": {"num_layers": 1},
+    # Gemma 4 (kvcalc/hfconfig/gemma4.py): the class's 5 sliding : 1 full, per-layer input
+    # embeddings; the published E2B and 26B-A4B configs show K/V sharing and experts
+    "gemma4_text": {"num_hidden_layers": 6},
 }
 
 

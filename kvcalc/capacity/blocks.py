@@ -16,6 +16,11 @@ Facts (quoted, not copied code; see the package docstring for the versions read)
   mamba_cache_mode charges (kvcalc.capacity.state; one page without prefix caching);
   in_flight = max_num_batched_tokens x (2 with async scheduling, 0.27+,
   PP = 1; else 1).
+* pages of unequal size (`unify_kv_cache_spec_page_size`, V1): an attention layer whose
+  page divides the largest page gets a block size that many times larger, so every page
+  is the largest (Gemma 4's 256-wide sliding heads beside its 512-wide full heads: the
+  sliding layers' blocks hold twice the tokens); one that does not divide it is padded
+  to it. State pages are padded to the attention page already (pad_state_pages).
 * the largest length that fits (`estimate_max_model_len`): a binary search over one
   request's bytes.
 """
@@ -92,22 +97,43 @@ class GroupPlan:
     slots: int  # group size (real layers + padding)
     page_bytes: int  # one layer's page
     blocks_per_request: int  # blocks of this group one max_model_len request needs
+    block_size: int = 0  # its tokens per block (the engine's, or more for a smaller page)
+
+
+def _unified_block(group: CacheGroup, block_size: int, largest_page: int) -> tuple[int, int]:
+    """(tokens per block, page bytes) of one group once every page is the largest
+    (unify_kv_cache_spec_page_size): a smaller attention page that divides it takes a
+    block that many times larger; any other is padded."""
+    page = page_size_bytes(group, block_size)
+    if page == largest_page or not group.token_bytes or group.state_bytes:
+        return block_size, page
+    if largest_page % page == 0:
+        return block_size * (largest_page // page), largest_page
+    return block_size, largest_page
 
 
 def kv_cache_groups(groups: tuple[CacheGroup, ...], block_size: int, max_model_len: int,
                     in_flight: int, encoder_len: int | None = None,
-                    state: StateCache = NO_PREFIX_CACHING) -> tuple[GroupPlan, ...]:
+                    state: StateCache = NO_PREFIX_CACHING,
+                    unify_pages: bool = False) -> tuple[GroupPlan, ...]:
     """vLLM's grouping (get_kv_cache_groups): one group when every layer caches alike,
     else buckets by kind cut into groups of the smallest bucket's size (the largest's
-    when largest < 1.5 x smallest), the last group of a bucket padded."""
+    when largest < 1.5 x smallest), the last group of a bucket padded. `unify_pages`
+    (V1's per-group blocks): every page made the largest first."""
     live = [g for g in groups if g.layers > 0]
     if not live:
         return ()
+    largest = max(page_size_bytes(g, block_size) for g in live)
+
+    def plan(g: CacheGroup, real: int, slots: int) -> GroupPlan:
+        block, page = ((block_size, page_size_bytes(g, block_size)) if not unify_pages
+                       else _unified_block(g, block_size, largest))
+        return GroupPlan(g, real, slots, page, blocks_per_request(
+            g, block, max_model_len, in_flight, encoder_len, state), block)
+
     if len(live) == 1:
         g = live[0]
-        return (GroupPlan(g, g.layers, g.layers, page_size_bytes(g, block_size),
-                          blocks_per_request(g, block_size, max_model_len, in_flight,
-                                             encoder_len, state)),)
+        return (plan(g, g.layers, g.layers),)
     counts = [g.layers for g in live]
     lo, hi = min(counts), max(counts)
     size = hi if hi < 1.5 * lo else lo
@@ -118,9 +144,7 @@ def kv_cache_groups(groups: tuple[CacheGroup, ...], block_size: int, max_model_l
         for _ in range(n_groups):
             real = min(size, left)
             left -= real
-            plans.append(GroupPlan(g, real, size, page_size_bytes(g, block_size),
-                                   blocks_per_request(g, block_size, max_model_len, in_flight,
-                                                      encoder_len, state)))
+            plans.append(plan(g, real, size))
     return tuple(plans)
 
 
@@ -152,9 +176,10 @@ def groups_on_stage(groups: tuple[CacheGroup, ...], layers: int, stage_layers: i
 
 def request_bytes(plans: tuple[GroupPlan, ...], block: int, length: int, in_flight: int,
                   encoder_len: int | None, state: StateCache = NO_PREFIX_CACHING) -> int:
-    """Bytes one request at `length` needs on one rank: every real layer's blocks x page."""
-    return sum(p.layers * p.page_bytes * blocks_per_request(p.group, block, length, in_flight,
-                                                            encoder_len, state) for p in plans)
+    """Bytes one request at `length` needs on one rank: every real layer's blocks x page
+    (each group's blocks of its own size, `block` where a plan names none)."""
+    return sum(p.layers * p.page_bytes * blocks_per_request(
+        p.group, p.block_size or block, length, in_flight, encoder_len, state) for p in plans)
 
 
 def largest_fitting_len(plans: tuple[GroupPlan, ...], block: int, avail: int, in_flight: int,

@@ -175,8 +175,9 @@ def _room(cap: Capacity, length, context: int, name: str) -> Room:
     else:
         need = request_bytes(cap.groups, cap.block_size, length, cap.in_flight,
                              s.encoder_len, cap.state)
-        per_request = sum(blocks_per_request(p.group, cap.block_size, length, cap.in_flight,
-                                             s.encoder_len, cap.state) for p in cap.groups)
+        per_request = sum(blocks_per_request(p.group, p.block_size or cap.block_size, length,
+                                             cap.in_flight, s.encoder_len, cap.state)
+                          for p in cap.groups)
         starts = (d.kv_cache > 0) & (need <= d.kv_cache)
         if not scalar:
             starts = _num.where(own, cap.fits, starts)

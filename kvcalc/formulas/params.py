@@ -28,7 +28,7 @@ class ParamCounts:
     total: int
     attention: int  # all attention projections (self and cross), every layer
     active: int  # used for one token: MoE counts only the routed experts it visits
-    embedding: int  # input table + learned positions (+ T5 relative bias)
+    embedding: int  # input tables + learned positions (+ T5 relative bias)
     per_layer: int  # one dense decoder layer (the first), attention + MLP + norms
 
     @property
@@ -96,6 +96,7 @@ def param_counts(spec: ModelSpec) -> ParamCounts:
         add("norms", norm)
 
     add("embedding", spec.vocab * d)
+    add("per_layer_embedding", spec.per_layer_rows * spec.per_layer_width)
     add("position_embedding", spec.learned_pos * d)
     stacks = 2 if spec.encoder_runs else 1
     add("relative_position_bias", spec.relative_attention_buckets * spec.heads * stacks)
@@ -105,8 +106,8 @@ def param_counts(spec: ModelSpec) -> ParamCounts:
 
     total = sum(b.values())
     attention = sum(n for k, n in b.items() if "attention/" in k)
-    embedding = b.get("embedding", 0) + b.get("position_embedding", 0) + b.get(
-        "relative_position_bias", 0)
+    embedding = (b.get("embedding", 0) + b.get("position_embedding", 0)
+                 + b.get("relative_position_bias", 0) + b.get("per_layer_embedding", 0))
     first = spec.runs[0].layer
     first_mlp = first.mlp.params(d) if first.mlp is not None and not first.mlp.experts else 0
     per_layer = (sum(sum(mx.params(d).values()) for mx in first.mixers) + first_mlp

@@ -172,6 +172,9 @@ def decode_step(
     if spec.learned_pos:
         read_params = (read_params - spec.learned_pos * d
                        + _num.minimum(batch, spec.learned_pos) * d)
+    if spec.per_layer_rows:  # Gemma 4's per-layer table: its rows for this step's tokens
+        read_params = read_params - (spec.per_layer_rows - _num.minimum(
+            batch, spec.per_layer_rows)) * spec.per_layer_width
     if spec.encoder_runs:
         # The encoder ran at prefill; cross-attention K/V projections ran then too.
         read_params -= sum(n for k, n in params.breakdown.items() if k.startswith("encoder/"))
@@ -191,6 +194,9 @@ def decode_step(
         if spec.learned_pos:
             unread_bytes += (spec.learned_pos - _num.minimum(batch, spec.learned_pos)) * (
                 by_key.get("position_embedding", 0) // spec.learned_pos)
+        if spec.per_layer_rows:
+            unread_bytes += (spec.per_layer_rows - _num.minimum(batch, spec.per_layer_rows)) * (
+                by_key.get("per_layer_embedding", 0) // spec.per_layer_rows)
         if spec.encoder_runs:
             unread_bytes += sum(n for k, n in by_key.items() if k.startswith("encoder/"))
             unread_bytes += by_key.get("cross_attention/k", 0) + by_key.get("cross_attention/v", 0)

@@ -105,6 +105,8 @@ CLASS_DEFAULTS = {
     ("gemma2", "sliding_window"): 4096,
     ("gemma3_text", "head_dim"): 256, ("gemma3_text", "num_key_value_heads"): 4,
     ("gemma3_text", "sliding_window"): 4096,
+    ("gemma4_text", "head_dim"): 256, ("gemma4_text", "num_key_value_heads"): 4,
+    ("gemma4_text", "sliding_window"): 512,
     ("glm", "num_key_value_heads"): 2,
     ("glm4", "num_key_value_heads"): 2,
     ("glm4_moe_lite", "kv_lora_rank"): 512, ("glm4_moe_lite", "moe_intermediate_size"): 1536,

@@ -64,6 +64,8 @@ def _mlp_items(mlp, d: int, prefix: str, model_type: str) -> list:
     routes = mlp.experts + mlp.zero_experts  # LongCat-Flash: its identity experts too
     out: list = [Matrix("moe/router", f"{prefix}.mlp.{router}", routes, d,
                         bias=mlp.router_bias, role="router")]
+    if mlp.router_scales:  # Gemma 4's router scales, kept as plain weights
+        out.append(Plain("moe/router", d + mlp.experts))
     if model_type in _SCORE_BIAS_BUFFER:
         # DeepSeek-V3's e_score_correction_bias: fp32 in the checkpoint, a buffer (not a
         # parameter) in transformers, so param_counts leaves it out.

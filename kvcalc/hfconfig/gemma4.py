@@ -1,0 +1,127 @@
+"""Gemma 4 (Gemma4TextConfig, transformers 5.24 `models/gemma4`), read layer by layer.
+
+What differs from Gemma 3, each as configuration_gemma4.py and modeling_gemma4.py build it:
+- full-attention layers have their own head size, `global_head_dim` (512 when absent),
+  and, where `attention_k_eq_v` is set, their own K/V heads (`num_global_key_value_heads`)
+  and no v_proj (the key projection is the value's too; the cache still holds both). A
+  config saved by transformers 5.24 states the same as `per_layer_config` overrides
+  ({"05": {"head_dim": 512}, ...});
+- the last `num_kv_shared_layers` layers reuse the K/V of the last earlier layer of their
+  kind and cache nothing (kvcalc.layers_shared.SharedKV); with `use_double_wide_mlp` their
+  MLP is twice as wide;
+- per-layer input embeddings (`hidden_size_per_layer_input` > 0): a second table of
+  `vocab_size_per_layer_input` rows by layers x that width, a projection of the embedding
+  to the same width and its norm, and in every layer a gate, a projection back and a norm;
+- `enable_moe_block`: every layer runs its dense MLP and, beside it, `num_experts` routed
+  experts (`top_k_experts` a token, `moe_intermediate_size` wide, gate and up fused) with
+  a router that scales its input and each expert, and three more norms;
+- the last layer is full attention whatever `layer_types` says (transformers forces it);
+- q, k norms per head; v's norm has no weight.
+"""
+
+from __future__ import annotations
+
+from kvcalc.hfconfig.build import attention, flat_fields, with_runs
+from kvcalc.hfconfig.config import MISSING, Config, core_dims
+from kvcalc.hfconfig.layer_types import ATTENTION_TYPES, every_nth_full, layer_kinds
+from kvcalc.layers import Dense, Layer, MoE
+from kvcalc.layers_shared import SharedKV
+
+_GLOBAL_HEAD_DIM = 512  # Gemma4TextConfig.__post_init__'s `global_head_dim` default
+_OVERRIDES = ("head_dim", "num_key_value_heads")  # what __post_init__ writes per layer
+
+
+def kv_sharing(c: Config, kinds: list[str]) -> list[bool]:
+    """Per layer, whether it reuses an earlier layer's K/V (Gemma4TextConfig.kv_sharing_modes
+    "reuse"): the last `num_kv_shared_layers`, each kind having an earlier producer."""
+    layers = len(kinds)
+    shared = c.opt_int("num_kv_shared_layers", 0) or 0
+    if not 0 <= shared <= layers:
+        raise c.error(f"num_kv_shared_layers must be 0..{layers}, got {shared}")
+    first = layers - shared
+    if shared and shared < layers and set(kinds[:first]) != set(kinds):
+        raise c.error("num_kv_shared_layers: a shared layer has no earlier layer of its "
+                      "kind to take K/V from")
+    return [i >= first for i in range(layers)]
+
+
+def _per_layer(c: Config, kinds: list[str], head_dim: int, kv_heads: int) -> list[tuple]:
+    """(head_dim, kv_heads) of each layer: the config's, overridden on full layers."""
+    table = c.raw("per_layer_config")
+    out = [(head_dim, kv_heads)] * len(kinds)
+    if table is not MISSING and table is not None:
+        if not isinstance(table, dict):
+            raise c.error("field 'per_layer_config' must be an object of layer overrides")
+        for key, over in table.items():
+            try:
+                i = int(key)
+            except (TypeError, ValueError):
+                raise c.error(f"per_layer_config: {key!r} is not a layer index") from None
+            if not 0 <= i < len(kinds) or not isinstance(over, dict):
+                raise c.error(f"per_layer_config: {key!r} is not a layer of this model")
+            unread = sorted(set(over) - set(_OVERRIDES))
+            if unread:
+                raise c.error(f"per_layer_config: kvcalc does not read {unread} per layer")
+            out[i] = (c.check_int("head_dim", over.get("head_dim", head_dim)),
+                      c.check_int("num_key_value_heads", over.get("num_key_value_heads",
+                                                                  kv_heads)))
+        return out
+    global_dim = c.opt_int("global_head_dim", _GLOBAL_HEAD_DIM) or _GLOBAL_HEAD_DIM
+    global_kv = kv_heads
+    if c.opt_bool("attention_k_eq_v", False):
+        global_kv = c.opt_int("num_global_key_value_heads", kv_heads) or kv_heads
+    return [(global_dim, global_kv) if k == "full" else (head_dim, kv_heads) for k in kinds]
+
+
+def gemma4_text(c: Config) -> dict:
+    """Gemma 4: 5 sliding : 1 global by default, a wider head on global layers, K/V shared
+    by the last layers, per-layer input embeddings, optional experts beside the MLP."""
+    hidden, layers, heads, vocab, d_ff = core_dims(c)
+    kv_heads = c.kv_heads_required(heads)
+    head_dim = c.head_dim(hidden, heads, required=True)
+    kinds = layer_kinds(c, layers, ATTENTION_TYPES, lambda: every_nth_full(layers, 6))
+    kinds[-1] = "full"  # Gemma4TextConfig forces the last layer to full attention
+    window = c.req_int("sliding_window") if "sliding" in kinds else 0
+    if c.raw("use_bidirectional_attention") == "all":
+        window = window // 2 + 1  # as the class rewrites it (exclusive bounds)
+    bias = c.opt_bool("attention_bias", False)
+    k_eq_v = c.opt_bool("attention_k_eq_v", False)
+    shared = kv_sharing(c, kinds)
+    dims = _per_layer(c, kinds, head_dim, kv_heads)
+    double = c.opt_bool("use_double_wide_mlp", False)
+    ple = c.opt_int("hidden_size_per_layer_input", 256) or 0
+    moe = None
+    norms = 4 + (1 if ple else 0)
+    if c.opt_bool("enable_moe_block", False):
+        moe = dict(experts=c.req_int("num_experts"), active=c.req_int("top_k_experts"),
+                   expert_d_ff=c.req_int("moe_intermediate_size"), shared_experts=1,
+                   router_scales=True)
+        norms += 3  # post_feedforward_layernorm_1 and _2, pre_feedforward_layernorm_2
+    layer_list = []
+    for kind, reuse, (hd, g) in zip(kinds, shared, dims):
+        kw = dict(heads=heads, kv_heads=g, head_dim=hd, qkv_bias=bias, out_bias=bias,
+                  qk_norm=hd if reuse else 2 * hd, k_is_v=k_eq_v and kind == "full")
+        mixer = (SharedKV(kind=kind, window=window if kind != "full" else 0, **kw) if reuse
+                 else attention(kind, window, **kw))
+        width = d_ff * (2 if double and reuse else 1)
+        mlp = (Dense(width) if moe is None else MoE(**moe, shared_d_ff=width))
+        layer_list.append(Layer(mixer, mlp, norms))
+    extra = 0
+    notes = []
+    rows = width_all = 0
+    if ple:
+        rows = c.opt_int("vocab_size_per_layer_input", 262_144) or 0
+        width_all = layers * ple
+        # per_layer_model_projection and its norm; each layer's gate and projection
+        extra = hidden * width_all + ple + layers * 2 * hidden * ple
+        notes.append(f"per-layer input embeddings: a {rows:,} x {width_all:,} table read "
+                     f"row by row; their projections ({extra:,} parameters) counted apart "
+                     "from the layers' matmuls")
+    fields = flat_fields(hidden, layers, heads, dims[0][1], dims[0][0], d_ff, vocab,
+                         mlp="gated", norm="rmsnorm", norms_per_layer=norms,
+                         qkv_bias=bias, out_bias=bias, qk_norm=True,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", True),
+                         max_context=c.opt_int("max_position_embeddings", 131_072) or 0,
+                         extra_params=extra, per_layer_rows=rows,
+                         per_layer_width=width_all, notes=notes)
+    return with_runs(fields, layer_list)
