@@ -125,6 +125,18 @@ class Mamba(_Stateful):
 
 
 @record
+class ZambaMamba(Mamba):
+    """Zamba's Mamba-1 mixer, cut into `n_mamba_heads` heads (its x_proj and dt_proj per
+    head: the same weights and state as Mamba-1's over d_inner). No vLLM release serves
+    Zamba (0.32's registry has Zamba2 only): its state has no page rule to follow."""
+
+    label = "mamba (zamba)"
+
+    def kv_cache_spec(self, specs):
+        return specs.unpaged(self)
+
+
+@record
 class GatedDeltaNet(_Stateful):
     """Gated DeltaNet linear attention (Qwen3-Next's `linear_attention` layers).
 

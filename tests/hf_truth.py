@@ -422,6 +422,11 @@ def _reduced_config(cfg: dict, window: int) -> dict:
             d, sigs, config, n = {**copy.deepcopy(td), **cand}, tsigs, tconfig, prefix_len(tsigs)
 
     mt = d["model_type"]
+    if mt == "zamba":
+        # transformers 5.24 cannot build a Zamba with one hybrid layer (its tie pattern then
+        # names no other layer): keep a second one
+        hybrid = [i for i, t in enumerate(d.get("layers_block_type") or []) if t == "hybrid"]
+        n = max(n, hybrid[1] + 1) if len(hybrid) > 1 else n
     d[lkey] = n
     for k in ("num_decoder_layers", "encoder_layers", "decoder_layers"):
         if isinstance(d.get(k), int):

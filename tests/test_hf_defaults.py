@@ -106,8 +106,15 @@ def test_an_omitted_field_gets_the_configuration_class_value(cfg, monkeypatch):
             without = {k: v for k, v in cfg.items() if k != key}
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                filled = transformers.AutoConfig.for_model(
-                    model_type, **{k: v for k, v in without.items() if k != "model_type"})
+                try:
+                    filled = transformers.AutoConfig.for_model(
+                        model_type, **{k: v for k, v in without.items() if k != "model_type"})
+                except Exception:  # noqa: BLE001 (transformers' validators raise several kinds)
+                    # the class cannot build this config without the field (Zamba2's
+                    # default layers_block_type is for 54 layers): kvcalc refuses it too
+                    assert _view(without)[0] == "refused", (model_type, key)
+                    checked += 1
+                    continue
             if hasattr(filled, "allow_global_per_layer_attribute_access"):
                 # Gemma 4's heterogeneous config: the global value, which per_layer_config
                 # overrides on some layers as the config's own fields say

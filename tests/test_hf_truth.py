@@ -188,6 +188,15 @@ DEFAULT_CONFIGS = {
     # Gemma 4 (kvcalc/hfconfig/gemma4.py): the class's 5 sliding : 1 full, per-layer input
     # embeddings; the published E2B and 26B-A4B configs show K/V sharing and experts
     "gemma4_text": {"num_hidden_layers": 6},
+    # Zamba and Zamba2 (kvcalc/hfconfig/zamba.py): shared blocks tied over the hybrid layers
+    # (Zamba: one; here Zamba2 cycles two over three uses, with q/k/v adapters). Zamba needs
+    # two hybrid layers to build; both 256 wide (the classes' 3712 and 2560 made the CPU's
+    # Mamba take a minute)
+    "zamba": {"num_hidden_layers": 3, "hidden_size": 256, "intermediate_size": 1024,
+              "layers_block_type": ["mamba", "hybrid", "hybrid"]},
+    "zamba2": {"num_hidden_layers": 5, "num_mem_blocks": 2, "use_shared_attention_adapter": True,
+               "hidden_size": 256,
+               "layers_block_type": ["mamba", "hybrid", "mamba", "hybrid", "hybrid"]},
 }
 
 
