@@ -197,6 +197,9 @@ DEFAULT_CONFIGS = {
     "zamba2": {"num_hidden_layers": 5, "num_mem_blocks": 2, "use_shared_attention_adapter": True,
                "hidden_size": 256,
                "layers_block_type": ["mamba", "hybrid", "mamba", "hybrid", "hybrid"]},
+    # OLMo Hybrid (kvcalc/hfconfig/olmo_hybrid.py): three Gated DeltaNet layers, then OLMo 3's
+    # attention; 256 wide (the class's 3840 made the CPU's delta rule slow)
+    "olmo_hybrid": {"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4},
 }
 
 

@@ -14,7 +14,7 @@ from kvcalc.hfconfig.gpt_like import (bloom, falcon, gpt2_like, gpt_neo, gpt_neo
                                       opt, phi)
 from kvcalc.hfconfig.hybrid import jamba, lfm2, mamba, nemotron_h, qwen3_next
 from kvcalc.hfconfig.llama_like import cohere, gemma3, llama_like, llama_variants, olmo, starcoder2
-from kvcalc.hfconfig import gemma4, llama_2026, moe_2026, moe_more, zamba
+from kvcalc.hfconfig import gemma4, llama_2026, moe_2026, moe_more, olmo_hybrid, zamba
 from kvcalc.hfconfig.moe import deepseek, gpt_oss, llama4, qwen_moe
 from kvcalc.hfconfig.multimodal import WRAPPERS
 from kvcalc.hfconfig.recurrent import kimi_linear, minimax, recurrent_gemma, rwkv
@@ -108,6 +108,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "gemma4_text": gemma4.gemma4_text,
     "zamba": zamba.zamba,
     "zamba2": zamba.zamba,
+    "olmo_hybrid": olmo_hybrid.olmo_hybrid,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)
