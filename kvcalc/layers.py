@@ -399,7 +399,7 @@ class CrossAttention(Attention):
 # Mixers with a constant state per sequence: kvcalc/layers_state.py, loaded on first use
 # --------------------------------------------------------------------------------
 _STATE_KINDS = ("Mamba", "Mamba2", "GatedDeltaNet", "ShortConv", "NoMixer", "Lightning", "KimiDelta",
-                "RGLRU", "RWKV")
+                "RGLRU", "RWKV", "MLSTM")
 
 
 def __getattr__(name: str):

@@ -495,3 +495,48 @@ class RWKV(_Stateful):
 
     def recurrent_flops(self) -> int:
         return 10 * self.width
+
+
+@record
+class MLSTM(_Stateful):
+    """xLSTM's mLSTM layer (xLSTM 7B, arXiv:2503.13427): q, k, v, an output gate, input and
+    forget gates per head (biased), a per-head LayerNorm over the values, out_proj.
+
+    State per sequence: each head's matrix memory C (qk_head_dim x v_head_dim), its
+    normaliser n (qk_head_dim) and its stabiliser m (1), in the activations' dtype
+    (transformers' xLSTMCache holds them in the model dtype: the `conv_dt` argument). No
+    convolution. No vLLM release serves xLSTM (0.32's registry has none): no page rule."""
+
+    heads: int
+    qk_head_dim: int
+    v_head_dim: int
+    bias: bool = False  # use_bias: q, k, v, output gate, out_proj and the norm
+
+    kind = "mlstm"
+    label = "mlstm"
+    module = "mlstm_layer"
+    conv_taps = 0
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1,
+                    conv_len: int | None = None) -> int:
+        dk, dv = self.qk_head_dim, self.v_head_dim
+        return conv_dt.nbytes(_split(self.heads, tp) * (dk * dv + dk + 1))
+
+    def kv_cache_spec(self, specs):
+        return specs.unpaged(self)
+
+    def tensors(self, d_model: int) -> dict[str, Linear | int]:
+        d, b, h = d_model, self.bias, self.heads
+        qk, v = h * self.qk_head_dim, h * self.v_head_dim
+        return {"q": Linear(d, qk, b), "k": Linear(d, qk, b), "v": Linear(d, v, b),
+                "ogate_preact": Linear(d, v, b), "igate_preact": Linear(d, h, True),
+                "fgate_preact": Linear(d, h, True), "multihead_norm": v * (2 if b else 1),
+                "out_proj": Linear(v, d, b)}
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        qk, v = self.heads * self.qk_head_dim, self.heads * self.v_head_dim
+        return [(d_model, 2 * qk + 2 * v + 2 * self.heads), (v, d_model)]
+
+    def recurrent_flops(self) -> int:
+        # C += k v^T and the read q^T C, each qk_head_dim x v_head_dim per head
+        return 4 * self.heads * self.qk_head_dim * self.v_head_dim

@@ -22,7 +22,8 @@ from kvcalc.layers import MoE as MoEMLP
 _ATTENDING = ("full", "sliding", "chunked", "mla", "shared")
 _MIXER_NAMES = {"mamba": "Mamba", "mamba2": "Mamba-2", "linear": "Gated DeltaNet",
                 "conv": "short convolution", "lightning": "lightning attention",
-                "kda": "Kimi Delta Attention", "rglru": "RG-LRU", "rwkv": "RWKV"}
+                "kda": "Kimi Delta Attention", "rglru": "RG-LRU", "rwkv": "RWKV",
+                "mlstm": "mLSTM"}
 
 NORM_KINDS = ("rmsnorm", "layernorm")
 MLP_KINDS = ("gated", "plain")

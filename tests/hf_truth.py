@@ -428,7 +428,7 @@ def _reduced_config(cfg: dict, window: int) -> dict:
         hybrid = [i for i, t in enumerate(d.get("layers_block_type") or []) if t == "hybrid"]
         n = max(n, hybrid[1] + 1) if len(hybrid) > 1 else n
     d[lkey] = n
-    for k in ("num_decoder_layers", "encoder_layers", "decoder_layers"):
+    for k in ("num_decoder_layers", "encoder_layers", "decoder_layers", "num_blocks"):
         if isinstance(d.get(k), int):
             d[k] = n
     if "num_hidden_layers" in d:
@@ -662,6 +662,8 @@ def inspect_cache(cache, layer_types=None, module_states=None) -> list[dict]:
     `module_states`: per layer, tensors the model keeps on its modules, joined likewise."""
     if isinstance(cache, list):
         return _inspect_state_list(cache, layer_types)
+    if isinstance(getattr(cache, "rnn_state", None), dict):
+        return _inspect_rnn_state(cache.rnn_state, layer_types)
     if hasattr(cache, "self_attention_cache"):
         rows = _inspect_layers(cache.self_attention_cache.layers, layer_types, "self")
         return rows + _inspect_layers(cache.cross_attention_cache.layers, layer_types, "cross")
@@ -690,6 +692,24 @@ def _inspect_state_list(state, layer_types) -> list[dict]:
             "layer": i, "part": "self", "cache_class": "state list",
             "kind": layer_types[i] if layer_types and i < len(layer_types) else None,
             "exposed_bytes": size, "stored_bytes": size,  # slices of five shared tensors
+            "tokens_exposed": None, "tokens_stored": None,
+            "shapes": {k: tuple(x.shape) for k, x in ts.items()},
+            "state_dtypes": {k: str(x.dtype).replace("torch.", "") for k, x in ts.items()},
+            "sliding_window": None, "seq_length": None,
+        })
+    return rows
+
+
+def _inspect_rnn_state(state: dict, layer_types) -> list[dict]:
+    """xLSTM's xLSTMCache: per layer a tuple of its mLSTM state tensors (C, n, m)."""
+    rows = []
+    for i in sorted(state):
+        ts = {f"rnn_state[{k}]": x for k, x in enumerate(state[i])}
+        size = sum(x.numel() * x.element_size() for x in ts.values())
+        rows.append({
+            "layer": i, "part": "self", "cache_class": "xLSTMCache",
+            "kind": layer_types[i] if layer_types and i < len(layer_types) else None,
+            "exposed_bytes": size, "stored_bytes": size,
             "tokens_exposed": None, "tokens_stored": None,
             "shapes": {k: tuple(x.shape) for k, x in ts.items()},
             "state_dtypes": {k: str(x.dtype).replace("torch.", "") for k, x in ts.items()},

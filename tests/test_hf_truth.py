@@ -200,6 +200,8 @@ DEFAULT_CONFIGS = {
     # OLMo Hybrid (kvcalc/hfconfig/olmo_hybrid.py): three Gated DeltaNet layers, then OLMo 3's
     # attention; 256 wide (the class's 3840 made the CPU's delta rule slow)
     "olmo_hybrid": {"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4},
+    # xLSTM (kvcalc/hfconfig/recurrent.py): mLSTM blocks, 256 wide (the class's 4096 is 7B)
+    "xlstm": {"num_hidden_layers": 2, "hidden_size": 256, "num_heads": 4},
 }
 
 

@@ -1,6 +1,6 @@
 """Families whose recurrent state is a kind of its own (kvcalc.layers_state): MiniMax-Text-01
 (lightning attention beside softmax attention), Kimi Linear (Kimi Delta Attention beside
-MLA), RecurrentGemma (RG-LRU beside local attention) and RWKV-4.
+MLA), RecurrentGemma (RG-LRU beside local attention), RWKV-4 and xLSTM (mLSTM).
 
 Each reader follows that family's configuration_*.py and modeling_*.py in transformers
 5.24, with the defaults its config class fills in for a field config.json leaves out.
@@ -11,8 +11,8 @@ from __future__ import annotations
 from kvcalc.hfconfig.build import flat_fields, with_runs
 from kvcalc.hfconfig.config import MISSING, Config
 from kvcalc.hfconfig.layer_types import layer_kinds
-from kvcalc.layers import (RGLRU, RWKV, Attention, Dense, KimiDelta, Latent, Layer, Lightning,
-                           MoE)
+from kvcalc.layers import (MLSTM, RGLRU, RWKV, Attention, Dense, KimiDelta, Latent, Layer,
+                           Lightning, MoE)
 
 
 def minimax(c: Config) -> dict:
@@ -183,3 +183,44 @@ def rwkv(c: Config) -> dict:
                          notes=["recurrent model (RWKV): a constant state per sequence, no KV "
                                 "cache"])
     return with_runs(fields, [Layer(mixer, Dense(d_ff, gated=False), 2)] * layers)
+
+
+def _factor(c: Config, key: str, default: float) -> float:
+    """A positive width factor (xLSTM's qk_dim_factor, ...): a number, not only an int."""
+    value = c.raw(key)
+    if value is MISSING or value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 64:
+        raise c.error(f"field {key!r} must be a positive number, got {value!r}")
+    return value
+
+
+def xlstm(c: Config) -> dict:
+    """xLSTM (xLSTM 7B): every block an mLSTM layer and a gated MLP, each after an RMSNorm."""
+    hidden = c.req_dim("hidden_size", "embedding_dim")
+    layers = c.req_dim("num_hidden_layers", "num_blocks")
+    vocab = c.req_dim("vocab_size")
+    heads = c.opt_int("num_heads", 8) or 8
+    bias = c.opt_bool("use_bias", False)
+    # xLSTMLayer sizes q/k and v as int(hidden x factor) (the config's rounded qk_dim is
+    # only the empty cache's shape, replaced by the layer's own states)
+    qk = int(hidden * _factor(c, "qk_dim_factor", 0.5))
+    v = int(hidden * _factor(c, "v_dim_factor", 1.0))
+    multiple = c.opt_int("ffn_round_up_to_multiple_of", 64) or 64
+    # xLSTMConfig.round_up_to_next_multiple_of, float arithmetic and all
+    up = int(((hidden * _factor(c, "ffn_proj_factor", 2.667) + multiple - 1) // multiple)
+             * multiple)
+    if qk % heads or v % heads:
+        raise c.error(f"num_heads ({heads}) must divide the q/k width {qk} and the value "
+                      f"width {v}")
+    mixer = MLSTM(heads=heads, qk_head_dim=qk // heads, v_head_dim=v // heads, bias=bias)
+    notes = ["recurrent model (xLSTM): a constant state per sequence, no KV cache"]
+    if bias:
+        notes.append("use_bias: its RMSNorms have biases (counted as LayerNorms' weight "
+                     "and bias)")
+    fields = flat_fields(hidden, layers, heads, heads, qk // heads, up, vocab,
+                         norm="layernorm" if bias else "rmsnorm", norm_bias=bias,
+                         final_norm=c.opt_bool("add_out_norm", True),
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                         notes=notes)
+    return with_runs(fields, [Layer(mixer, Dense(up, gated=True, bias=bias), 2)] * layers)
