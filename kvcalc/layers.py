@@ -272,6 +272,7 @@ class Latent:
     v_dim: int
     q_lora_rank: int = 0  # 0: queries use a full-rank projection
     bias: bool = False  # attention_bias: q (or q_a), kv_a and o
+    head_gate: bool = False  # Ling 3 (bailing_hybrid): g_proj, one output gate per head
 
     kind = "mla"
     label = "mla"
@@ -336,6 +337,8 @@ class Latent:
         out["kv_a_norm"] = self.kv_lora_rank
         out["kv_b"] = Linear(self.kv_lora_rank, h * (self.nope_dim + self.v_dim), module="kv_b_proj")
         out["o"] = Linear(h * self.v_dim, d, b, "o_proj")
+        if self.head_gate:
+            out["g"] = Linear(d, h, module="g_proj")
         return out
 
     def params(self, d_model: int) -> dict[str, int]:
@@ -351,7 +354,7 @@ class Latent:
               else [(d, h * qk_head)])
         return mm + [(d, self.kv_lora_rank + self.rope_dim),
                      (self.kv_lora_rank, h * (self.nope_dim + self.v_dim)),
-                     (h * self.v_dim, d)]
+                     (h * self.v_dim, d)] + ([(d, h)] if self.head_gate else [])
 
     def decode_act_elements(self) -> int:
         return self.heads * (2 * self.kv_lora_rank + self.rope_dim)

@@ -361,6 +361,7 @@ class KimiDelta(_Stateful):
     head_dim: int
     conv_kernel: int
     conv_len: int = 0  # 0: conv_kernel
+    low_rank: bool = True  # False: full-rank forget and output gates (Ling 3's f_proj, g_proj)
 
     kind = "kda"
     label = "kimi delta attention"
@@ -387,17 +388,23 @@ class KimiDelta(_Stateful):
 
     def tensors(self, d_model: int) -> dict[str, Linear | int]:
         d, w, r = d_model, self.width, self.head_dim
+        low = self.low_rank
+        forget = ({"f_a_proj": Linear(d, r), "f_b_proj": Linear(r, w)} if low
+                  else {"f_proj": Linear(d, w)})
+        output = ({"g_a_proj": Linear(d, r), "g_b_proj": Linear(r, w)} if low
+                  else {"g_proj": Linear(d, w)})
         return {
             "q_proj": Linear(d, w), "k_proj": Linear(d, w), "v_proj": Linear(d, w),
             "conv1d": self.conv_channels * self.conv_kernel,
-            "f_a_proj": Linear(d, r), "f_b_proj": Linear(r, w), "dt_bias": w, "A_log": self.heads,
+            **forget, "dt_bias": w, "A_log": self.heads,
             "b_proj": Linear(d, self.heads),
-            "g_a_proj": Linear(d, r), "g_b_proj": Linear(r, w),
-            "o_norm": r, "o_proj": Linear(w, d),
+            **output, "o_norm": r, "o_proj": Linear(w, d),
         }
 
     def matmuls(self, d_model: int) -> list[tuple[int, int]]:
         d, w, r = d_model, self.width, self.head_dim
+        if not self.low_rank:
+            return [(d, 5 * w + self.heads), (w, d)]
         return [(d, 3 * w + 2 * r + self.heads), (r, w), (r, w), (w, d)]
 
     def recurrent_flops(self) -> int:

@@ -202,6 +202,11 @@ DEFAULT_CONFIGS = {
     "olmo_hybrid": {"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4},
     # xLSTM (kvcalc/hfconfig/recurrent.py): mLSTM blocks, 256 wide (the class's 4096 is 7B)
     "xlstm": {"num_hidden_layers": 2, "hidden_size": 256, "num_heads": 4},
+    # Ling 3 (bailing_hybrid, kvcalc/hfconfig/recurrent.py): a dense and a sparse delta layer,
+    # then gated MLA; 8 experts (the class's 512 are not built in seconds)
+    "bailing_hybrid": {"num_hidden_layers": 3, "layer_group_size": 3, "first_k_dense_replace": 1,
+                       "num_local_experts": 8, "num_experts_per_tok": 2, "n_group": 1,
+                       "topk_group": 1},
 }
 
 

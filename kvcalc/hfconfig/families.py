@@ -17,7 +17,8 @@ from kvcalc.hfconfig.llama_like import cohere, gemma3, llama_like, llama_variant
 from kvcalc.hfconfig import gemma4, llama_2026, moe_2026, moe_more, olmo_hybrid, zamba
 from kvcalc.hfconfig.moe import deepseek, gpt_oss, llama4, qwen_moe
 from kvcalc.hfconfig.multimodal import WRAPPERS
-from kvcalc.hfconfig.recurrent import kimi_linear, minimax, recurrent_gemma, rwkv, xlstm
+from kvcalc.hfconfig.recurrent import (bailing_hybrid, kimi_linear, minimax, recurrent_gemma,
+                                        rwkv, xlstm)
 from kvcalc.hfconfig.state_families import (bamba, falcon_h1, granitemoehybrid, lfm2_moe,
                                             mamba2, qwen3_5)
 
@@ -110,6 +111,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "zamba2": zamba.zamba,
     "olmo_hybrid": olmo_hybrid.olmo_hybrid,
     "xlstm": xlstm,
+    "bailing_hybrid": bailing_hybrid,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)
