@@ -112,7 +112,22 @@ FACTS = {
     # ggml-cuda's ggml_cuda_op_mul_mat_cublas: "convert src0 and src1 to fp16, multiply as
     # fp16, convert dst to fp32", cublasGemmEx with CUBLAS_COMPUTE_16F (GGML_PREC_DEFAULT).
     "llama.cpp": {"fp16_accumulate": True},
+    # vLLM serves AWQ and GPTQ int4 checkpoints on its Marlin kernels where the GPU has
+    # them (vllm/model_executor/layers/quantization/auto_awq.py, gptq_marlin.py: the
+    # Marlin linear method whenever check_marlin_supported), the kernels `--weight-dtype
+    # int4` runs on too: one bandwidth share and per-layer cost for the three.
+    "vllm": {"same_kernels": {"awq": "int4", "gptq": "int4"}},
+    # TensorRT-LLM builds AWQ and GPTQ int4 layers as one groupwise weight-only layer
+    # (tensorrt_llm/quantization/layers.py: WeightOnlyGroupwiseQuantLinear, its
+    # pre_quant_scale for AWQ and zero for GPTQ), the kernels int4 weights run on.
+    "tensorrt-llm": {"same_kernels": {"awq": "int4", "gptq": "int4"}},
 }
+
+
+def kernel_family(name: str, row) -> str:
+    """The family whose kernels run `row`'s weights on engine `name` (FACTS' same_kernels)."""
+    f = pm.family(row)
+    return FACTS.get(name, {}).get("same_kernels", {}).get(f, f)
 
 
 def _spread(lengths: list[int]) -> bool:
@@ -122,15 +137,17 @@ def _spread(lengths: list[int]) -> bool:
 
 def fit(name: str, rows: list, held: set[str]) -> tuple[Engine, list]:
     train = [r for r in rows if r.id not in held]  # the held-out rows shape nothing here
-    fams_decode = sorted({pm.family(r) for r in train if r.metric not in pm.TTFT_METRICS})
-    fams_prefill = sorted({pm.family(r) for r in train if r.metric in pm.TTFT_METRICS})
+    fams_decode = sorted({kernel_family(name, r) for r in train
+                          if r.metric not in pm.TTFT_METRICS})
+    fams_prefill = sorted({kernel_family(name, r) for r in train if r.metric in pm.TTFT_METRICS})
     layout = [("bw", f) for f in fams_decode] + [("mfu", f) for f in fams_prefill]
     layout += [("t", "host_step_s"), ("t", "host_layer_s"), ("c", "layer_cycles")]
     # A quantized format's kernels' own cycles per layer (not fp8's: it runs natively on
     # the tensor cores), where its decode rows span two models or two GPUs (one model on
     # one GPU cannot tell a per-layer cost from a bandwidth share).
     def spans(f: str) -> bool:
-        mine = [r for r in train if pm.family(r) == f and r.metric not in pm.TTFT_METRICS]
+        mine = [r for r in train
+                if kernel_family(name, r) == f and r.metric not in pm.TTFT_METRICS]
         return len({r.model for r in mine}) >= 2 or len({r.gpu for r in mine}) >= 2
 
     layout += [("fc", f) for f in fams_decode if f not in ("float", "fp8") and spans(f)]
@@ -177,7 +194,8 @@ def main() -> None:
         versions = sorted({str(r.engine_version) for r in mine if r.engine_version})
         counts: dict[str, int] = {}
         for r in train:
-            counts[pm.family(r)] = counts.get(pm.family(r), 0) + 1
+            f = kernel_family(name, r)
+            counts[f] = counts.get(f, 0) + 1
         sources = sorted({r.file for r in mine})
         doc = _yaml(engine, train, [r for r in mine if r.id in held], versions, counts, sources)
         path = out / f"{name}.yaml"
@@ -205,6 +223,7 @@ def _yaml(engine: Engine, train: list, held: list, versions: list[str], counts: 
         "layer_cycles": engine.layer_cycles,
         **({"format_layer_cycles": dict(engine.format_layer_cycles)}
            if engine.format_layer_cycles else {}),
+        **({"same_kernels": dict(engine.same_kernels)} if engine.same_kernels else {}),
         "allreduce_s": engine.allreduce_s,
         "host_rank_s": engine.host_rank_s,
         "request_s": engine.request_s,
@@ -224,7 +243,9 @@ def _yaml(engine: Engine, train: list, held: list, versions: list[str], counts: 
                   "GPU's boost clock; allreduce_s: one all-reduce under tensor parallelism "
                   "(two per layer); host_rank_s: host time per step per tensor-parallel rank beyond "
                   "the first; request_s: host time before a request's first token, in series "
-                  "with its prefill. A family without rows is extrapolated (the estimate says so)."),
+                  "with its prefill; same_kernels: formats run on another family's kernels, "
+                  "whose figures they take. A family without rows is extrapolated (the "
+                  "estimate says so)."),
     }
     import textwrap
 

@@ -75,6 +75,31 @@ REASONS = {
     "h2ogpt-llama2-7b-fp16-rtx3090": "held out; 2.3x the RTX 4090 row's time at 7% less "
     "bandwidth: transformers' eager decode is bound by the host's Python, and the 3090's "
     "host is not stated",
+    "sglang-cookbook-gpt-oss-120b-b200-tp8-c1": "held out; the only MXFP4 row (its share "
+    "extrapolated at the 16-bit one) and the only 36-layer model: SGLang's per-layer host "
+    "and GPU costs come from five rows of three other families (DeepSeek-R1, Qwen3-235B "
+    "and Qwen3-Next on 8 B200s, Qwen3-8B on one H100), which cannot tell them apart",
+    "sglang-cookbook-deepseek-r1-b200-tp8-c1": "the one MLA model among SGLang's rows (its "
+    "decode attention and routed experts run other kernels than Qwen3's); the two Qwen3 "
+    "MoE rows on the same 8 B200s fit",
+    "trtllm-blog-gptj-6b-fp8-h100-b1-tok": "TensorRT-LLM's fp8 decode share is now set by "
+    "the 0.15 rows on the H200 (95%); the 0.5-era blog measures GPT-J fp8 on the H100 36% "
+    "slower: one fp8 share for releases a year apart",
+    "trtllm-v0.5-llama2-70b-fp8-h100-tp4-isl2048-ttft": "held out; as its 128-token twin: "
+    "v0.5's fp8 prompts at tp 4 and 8 run slower than the one fp8 prefill share, fitted "
+    "with the 0.11 and 0.15 rows too",
+    "trtllm-v0.5-falcon-180b-fp8-h100-tp8-isl128-ttft": "as Llama-2-70B's fp8 prompts at "
+    "tp 4 in the same table",
+    "trtllm-v0.5-llama2-7b-fp16-a100-isl128-ttft": "as the GPT-J 128-token rows on the "
+    "A100: one fp16 prefill share and host floor for A100, H100 and H200 rows",
+    "argonne-tensorrt-llm-llama3-8b-h100-tp4-io2048": "the 8B models' tp 4 requests of "
+    "2048 + 2048 tokens run 16-19% over the all-reduce and per-rank costs that their tp 1 "
+    "and 2 rows and the 128-token tp 4 rows set",
+    "argonne-tensorrt-llm-llama2-7b-h100-tp4-io2048": "as Llama-3-8B's tp 4 row at 2048 "
+    "tokens",
+    "argonne-tensorrt-llm-llama2-7b-h100-b16-ttft1024": "at the edge (1.15)",
+    "argonne-vllm-qwen2-7b-h100-tp1-io2048": "at the edge (1.17); the other 7-8B models' "
+    "2048-token rows at tp 1 fit",
 }
 
 

@@ -1,5 +1,5 @@
 """Serving engines as the latency model sees them: what differs physically between
-llama.cpp, vLLM, TensorRT-LLM, transformers and the others on the same GPU and
+llama.cpp, vLLM, SGLang, TensorRT-LLM, transformers and the others on the same GPU and
 checkpoint (presets/engines/NAME.yaml).
 
 An engine file gives, each fitted on that engine's published measurements
@@ -63,6 +63,9 @@ class Engine:
     # dequantize and LLM.int8's outlier split).
     format_layer_cycles: dict[str, float] = field(default_factory=dict)
     allreduce_s: float = 0.0  # one all-reduce of a decode step's activations (tp > 1)
+    # Formats it runs on another family's kernels, whose fitted figures they take (vLLM:
+    # AWQ and GPTQ checkpoints on its Marlin int4 kernels).
+    same_kernels: dict[str, str] = field(default_factory=dict)
     versions: str = ""  # the releases its published rows ran, comma-separated
     rows: dict[str, int] = field(default_factory=dict)  # fitted rows per format family
     fitted_on: str = ""  # the ids of those rows (tests/data/published)
@@ -94,6 +97,10 @@ class Engine:
                           for k, v in self.format_layer_cycles.items())]:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1e9:
                 raise KvcalcError(f"engine {self.name}: {name} must be in [0, 1e9)")
+        for fam in (*self.same_kernels, *self.same_kernels.values()):
+            if fam not in FAMILIES:
+                raise KvcalcError(f"engine {self.name}: same_kernels.{fam}: not a format "
+                                  f"family (one of {', '.join(FAMILIES)})")
         for fam in self.format_layer_cycles:
             if fam not in FAMILIES:
                 raise KvcalcError(f"engine {self.name}: format_layer_cycles.{fam}: not a format "
@@ -103,12 +110,18 @@ class Engine:
         """GPU time per layer per step on `hardware` for weights of `family`: the cycles
         (the format's own dequantization kernels included) at its boost clock (a GPU whose
         preset has no clock is taken at REFERENCE_CLOCK_HZ)."""
-        cycles = self.layer_cycles + self.format_layer_cycles.get(family, 0.0)
+        cycles = self.layer_cycles + self.format_layer_cycles.get(self.kernels(family), 0.0)
         return cycles / (hardware.boost_clock_hz or REFERENCE_CLOCK_HZ)
 
+    def kernels(self, family: str) -> str:
+        """The family whose kernels run `family`'s weights on this engine (itself, or
+        same_kernels' entry)."""
+        return self.same_kernels.get(family, family)
+
     def efficiency(self, family: str) -> tuple[float, bool]:
-        """(bandwidth share, fitted) for `family`: the family's own figure, else the
-        engine's 16-bit one (extrapolated: no published row ran that format)."""
+        """(bandwidth share, fitted) for `family`: the figure of the family whose kernels
+        run it, else the engine's 16-bit one (extrapolated: no published row ran it)."""
+        family = self.kernels(family)
         if family in self.bandwidth_efficiency:
             return float(self.bandwidth_efficiency[family]), True
         return float(self.bandwidth_efficiency.get("float", min(self.bandwidth_efficiency.values()))), False
@@ -125,6 +138,7 @@ class Engine:
         return float(self.kv_efficiency) or float_share
 
     def mfu(self, family: str) -> tuple[float, bool]:
+        family = self.kernels(family)
         if family in self.prefill_mfu:
             return float(self.prefill_mfu[family]), True
         if self.prefill_mfu:

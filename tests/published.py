@@ -32,11 +32,14 @@ METRICS = {
     "request_latency_ms": "ms",  # a whole batch: prefill and every decode step
     "request_latency_s": "s",  # the same, published in seconds
     "ttft_s": "s",  # time to first token, published in seconds
+    "s_per_token": "s",  # time per output token, published in seconds
+    # one request's output tokens over its whole time, prefill included (trtllm-bench)
+    "output_tokens_per_s": "tokens/s",
     "achieved_bytes_per_s": "GB/s",  # 1e9 bytes per second
 }
 PER = ("sequence", "batch")  # tokens/s of one sequence, or summed over the batch
 WEIGHTS = ("fp16", "bf16", "fp8", "int8", "int4", "q4_0", "q4_k_m", "q8_0", "awq", "gptq",
-           "bnb-int8", "bnb-4bit")
+           "bnb-int8", "bnb-4bit", "mxfp4")
 _EXL2 = re.compile(r"exl2-(\d+(?:\.\d+)?)$")  # ExLlamaV2's average bits per weight
 
 FILE_KEYS = {"source", "title", "accessed", "engine", "rows"}
@@ -117,9 +120,11 @@ def decode_ms_per_token(row: PublishedRow) -> float:
     """Milliseconds per decode step: what kvcalc's time per output token predicts.
 
     tokens/s of one sequence is one token per step, 1000/value; tokens/s summed over
-    a batch of b is b tokens per step, 1000*b/value."""
+    a batch of b is b tokens per step, 1000*b/value; seconds per token, 1000*value."""
     if row.metric == "ms_per_token":
         return row.value
+    if row.metric == "s_per_token":
+        return 1000 * row.value
     if row.metric != "decode_tokens_per_s":
         raise ValueError(f"{row.id} is a {row.metric} figure, not a decode speed")
     tokens_per_step = row.batch if row.per == "batch" else 1

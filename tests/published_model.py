@@ -25,20 +25,22 @@ ROOT = Path(__file__).resolve().parent.parent
 # Q4_0 is int4 in blocks of 32 with an fp16 scale (4.5 bits), Q8_0 int8 likewise (8.5).
 KVCALC_FORMAT = {"fp16": ("bf16", None), "bf16": ("bf16", None), "fp8": ("fp8", None),
                  "int8": ("int8", None), "q4_0": ("int4", 32), "q8_0": ("int8", 32),
-                 "awq": ("awq", 128), "gptq": ("gptq", 128)}
+                 "awq": ("awq", 128), "gptq": ("gptq", 128),
+                 # the checkpoint's own layout (the model's quantization_config)
+                 "mxfp4": (None, None)}
 # Format family (kvcalc.engines.FAMILIES) of every published format.
 FAMILY = {"fp16": "float", "bf16": "float", "fp8": "fp8", "int8": "int8", "int4": "int4",
           "q4_0": "int4", "q4_k_m": "int4", "q8_0": "int8", "awq": "awq", "gptq": "gptq",
-          "bnb-int8": "bnb8", "bnb-4bit": "bnb4"}
+          "bnb-int8": "bnb8", "bnb-4bit": "bnb4", "mxfp4": "mxfp4"}
 # bitsandbytes NF4 with double quantization: 4 bits + an 8-bit absmax per 64 weights and
 # an fp32 per 256 blocks: 4 + 8/64 + 32/(64 x 256) = 4.127 bits (transformers' default).
 BNB4_BITS = 4 + 8 / 64 + 32 / (64 * 256)
 # LLM.int8: int8 weights and one fp32 scale per output row (negligible): 8 bits.
 BNB8_BITS = 8.0
 
-TPOT_METRICS = ("decode_tokens_per_s", "ms_per_token")
+TPOT_METRICS = ("decode_tokens_per_s", "ms_per_token", "s_per_token")
 TTFT_METRICS = ("ttft_ms", "ttft_s", "prefill_tokens_per_s")
-REQUEST_METRICS = ("request_latency_ms", "request_latency_s")
+REQUEST_METRICS = ("request_latency_ms", "request_latency_s", "output_tokens_per_s")
 PREDICTED_METRICS = TPOT_METRICS + TTFT_METRICS + REQUEST_METRICS
 
 
@@ -69,6 +71,10 @@ def measured_ms(row) -> float | None:
         return row.value
     if row.metric in ("ttft_s", "request_latency_s"):
         return 1000 * row.value
+    if row.metric == "output_tokens_per_s" and row.gen_len:
+        # each sequence's gen_len tokens over the request's time (batch x that, summed)
+        tokens = row.gen_len * (row.batch if row.per == "batch" else 1)
+        return 1000 * tokens / row.value
     if row.metric == "prefill_tokens_per_s" and row.prompt_len:
         tokens = row.prompt_len * (row.batch if row.per == "batch" else 1)
         return 1000 * tokens / row.value

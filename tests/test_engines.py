@@ -23,7 +23,7 @@ def _invoke(*args):
 
 
 def test_engines_named_by_the_issue_are_there():
-    assert {"vllm", "tensorrt-llm", "llama.cpp", "transformers", "exllamav2",
+    assert {"vllm", "sglang", "tensorrt-llm", "llama.cpp", "transformers", "exllamav2",
             "mlc-llm"} <= set(engine_names())
 
 
@@ -36,9 +36,17 @@ def test_llama_cpp_and_vllm_give_different_times_with_their_terms():
         assert lat["engine"].startswith(f"{name}: int4 weights at")
         got[name] = lat["tpot_s"]
     assert got["llama.cpp"] != got["vllm"]
-    # vLLM has no published int4 rows: the figure says it is extrapolated.
+    # vLLM's int4 share is fitted on its AWQ rows (the same Marlin kernels); SGLang has no
+    # published int4 rows: its figure says it is extrapolated.
+    # (neither has int4 prompt rows: that share is extrapolated for both).
     r = _invoke(*EXAMPLE, "--engine", "vllm")
-    assert "extrapolated" in json.loads(r.stdout)["latency"]["engine"]
+    lat = json.loads(r.stdout)["latency"]["engine"]
+    assert "int4 bandwidth" not in lat and "no published int4 prefill rows" in lat
+    r = _invoke(*EXAMPLE, "--engine", "sglang")
+    assert r.exit_code == 0, r.output
+    lat = json.loads(r.stdout)["latency"]["engine"]
+    assert lat.startswith("sglang: int4 weights at")
+    assert "(extrapolated: no published int4 bandwidth, int4 prefill rows)" in lat
     table = _invoke(*EXAMPLE[:-2], "--engine", "llama.cpp")
     text = " ".join(table.stdout.split())  # the caption wraps at the terminal's width
     assert table.exit_code == 0 and "on llama.cpp: int4 weights at" in text
@@ -75,6 +83,27 @@ def test_a_calibration_file_and_an_engine_never_mix(tmp_path):
     path.write_text(GOOD)
     r = _invoke("estimate", "--preset", "gpt2", "--gpu", str(path), "--engine", "vllm")
     assert r.exit_code == 2 and "is a calibration of torch-eager" in r.stderr
+
+
+def test_formats_on_shared_kernels_take_that_familys_terms():
+    # vLLM serves AWQ and GPTQ checkpoints on its Marlin int4 kernels, TensorRT-LLM on its
+    # groupwise weight-only int4 layer: one fitted figure for the three, not extrapolated.
+    from kvcalc.presets import load_hardware
+
+    hw = load_hardware("a100-40gb")
+    for name in ("vllm", "tensorrt-llm"):
+        e = load_engine(name)[0]
+        assert e.same_kernels == {"awq": "int4", "gptq": "int4"}
+        assert e.efficiency("awq") == e.efficiency("gptq") == e.efficiency("int4")
+        assert e.efficiency("int4")[1] and e.efficiency("int4") != e.efficiency("float")
+        assert e.layer_s(hw, "awq") == e.layer_s(hw, "int4")
+    toy = Engine(name="x", source="s", bandwidth_efficiency={"float": 0.9, "int4": 0.5},
+                 format_layer_cycles={"int4": 1000.0}, same_kernels={"awq": "int4"})
+    assert toy.efficiency("awq") == (0.5, True) and toy.efficiency("gptq") == (0.9, False)
+    assert toy.layer_s(hw, "awq") == pytest.approx(1000 / 1.41e9)
+    with pytest.raises(KvcalcError, match=r"same_kernels.q9: not a format family"):
+        Engine(name="x", source="s", bandwidth_efficiency={"float": 0.5},
+               same_kernels={"awq": "q9"})
 
 
 def test_engine_file_keys_are_checked_by_name(tmp_path, monkeypatch):

@@ -100,6 +100,41 @@ def test_batched_throughput_is_converted_per_step():
     assert decode_ms_per_token(row) == pytest.approx(6.7496, abs=1e-4)
 
 
+def test_sglang_rows_one_request_at_a_time():
+    # sgl-cookbook docs/autoregressive/Qwen/Qwen3.md: "Hardware: NVIDIA B200 GPU (8x)",
+    # "Tensor Parallelism: 8", "sglang version: 0.5.6", --max-concurrency 1,
+    # "Median TPOT (ms):                        10.12"; 6101 input and 4210 generated tokens
+    # over 10 requests.
+    row = BY_ID["sglang-cookbook-qwen3-235b-a22b-b200-tp8-c1"]
+    assert (row.engine, row.engine_version, row.gpu, row.gpus, row.batch) == (
+        "sglang", "0.5.6", "b200", 8, 1)
+    assert (row.metric, row.value, row.prompt_len, row.gen_len) == ("ms_per_token", 10.12, 610, 421)
+    # GPUStack: SGLang v0.5.3.post3, Qwen3-8B-FP8 on one H100 SXM, concurrency 4: 5.58 ms.
+    fp8 = BY_ID["gpustack-sglang-qwen3-8b-fp8-h100-c4"]
+    assert (fp8.engine, fp8.weights, fp8.batch, fp8.value) == ("sglang", "fp8", 4, 5.58)
+
+
+def test_int4_rows_of_vllm_and_tensorrt_llm():
+    # inference-bench results/v2_a100_vllm_marlin.jsonl: "tpot_p50": 0.0055 (seconds) for
+    # vLLM 0.20.1 on an A100-40GB, --quantization awq_marlin, one request at a time.
+    marlin = BY_ID["ree2raz-vllm-qwen2.5-7b-awq-marlin-a100-40gb-c1"]
+    assert (marlin.weights, marlin.kernel, marlin.gpu, marlin.engine_version) == (
+        "awq", "Marlin", "a100-40gb", "0.20.1")
+    assert (marlin.metric, marlin.unit) == ("s_per_token", "s")
+    assert decode_ms_per_token(marlin) == pytest.approx(5.5)
+    # Model Optimizer benchmark.md, H200, TensorRT-LLM v0.15, 2048 in / 128 out, batch 1:
+    # Llama3.1-8B INT4 AWQ (TP1) 231.75 tokens/sec, one request's 128 tokens over its time.
+    awq = BY_ID["modelopt-trtllm-llama3.1-8b-int4-awq-h200-b1"]
+    assert (awq.engine, awq.weights, awq.gpu, awq.gpus, awq.value) == (
+        "tensorrt-llm", "awq", "h200", 1, 231.75)
+    assert (awq.prompt_len, awq.gen_len, awq.metric) == (2048, 128, "output_tokens_per_s")
+    import published_model
+
+    assert published_model.measured_ms(awq) == pytest.approx(1000 * 128 / 231.75)  # 552.3 ms
+    with pytest.raises(ValueError, match="not a decode speed"):
+        decode_ms_per_token(awq)
+
+
 def test_decode_ms_per_token_refuses_other_metrics():
     with pytest.raises(ValueError, match="not a decode speed"):
         decode_ms_per_token(BY_ID["trtllm-v0.5-llama2-7b-fp16-a100-isl128-ttft"])
