@@ -6,6 +6,14 @@ import pytest
 
 pytest_plugins = ["pytester"]  # tests/test_hf_truth_harness.py checks the hook below
 
+# One torch (OpenMP) thread per test process unless the caller says otherwise: pytest-xdist
+# already runs a worker per core, and each worker's torch starting a thread per core too
+# left idle threads spinning on a machine they oversubscribed (tests/test_cli_measure.py,
+# 2-core VM under load: 201 s with the default threads, 85 s with one). Read by torch
+# when it is first imported, so it is set before any test imports it; the `kvcalc measure`
+# children the tests start inherit it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # tests/torch_reference.py and tests/hf_truth.py are imported as plain modules by the tests.
 sys.path.insert(0, str(Path(__file__).parent))
 
