@@ -246,22 +246,32 @@ def test_a_state_model_with_max_num_seqs_over_its_pool_does_not_start():
     keeps fewer blocks than the 256 sequences vLLM's default for a 24 GB card asks."""
     args = ["--preset", "falcon-mamba-7b", "--gpu", "rtx4090", "--max-model-len", "8192",
             "--gpu-memory-utilization", "0.8"]
-    r = kvcalc("fit", *args, "--format", "json")
-    assert r.returncode == 1, r.stderr
+    r = _in_process("fit", *args, "--format", "json")
+    assert r.exit_code == 1, r.output
     out = json.loads(r.stdout)
     assert out["max_num_seqs"] == 256 and 0 < out["num_gpu_blocks"] < 256
     assert out["refusal"].startswith(
         f"max_num_seqs (256) exceeds available Mamba cache blocks ({out['num_gpu_blocks']})")
     (seqs,) = [f["value"] for f in out["fixes"] if f["setting"] == "max_num_seqs"]
-    assert kvcalc("fit", *args, "--max-num-seqs", str(seqs)).returncode == 0
-    assert kvcalc("fit", *args, "--max-num-seqs", str(seqs + 1)).returncode == 1
-    assert kvcalc("fit", *args, "--enforce-eager").returncode == 0
-    assert kvcalc("fit", *args, "--vllm-version", "0.18").returncode == 0
+    assert _in_process("fit", *args, "--max-num-seqs", str(seqs)).exit_code == 0
+    assert _in_process("fit", *args, "--max-num-seqs", str(seqs + 1)).exit_code == 1
+    assert _in_process("fit", *args, "--enforce-eager").exit_code == 0
+    assert _in_process("fit", *args, "--vllm-version", "0.18").exit_code == 0
     # estimate's verdict says the same (Mamba-2.8B on an 8 GB RTX 4060 at vLLM's defaults).
-    est = kvcalc("estimate", "--preset", "mamba-2.8b", "--gpu", "rtx4060", "--seq-len",
-                 "8192", "--format", "json")
+    est = _in_process("estimate", "--preset", "mamba-2.8b", "--gpu", "rtx4060", "--seq-len",
+                      "8192", "--format", "json")
     engine = json.loads(est.stdout)["fit"]["engine"]
     assert engine["num_gpu_blocks"] < engine["max_num_seqs"] and engine["serves"] is False
+    # and so do the sweep's rooms (one Room of columns, the rule folded into `starts`)
+    import numpy as np
+
+    from kvcalc.capacity.verdict import rooms, serves
+
+    spec, hw = load_model("mamba-2.8b"), load_hardware("rtx4060")
+    r = rooms(spec, hw, EngineSettings(max_model_len=8192), [4096, 8192])
+    assert not serves(r, np.array([1, 1])).any()
+    eager = rooms(spec, hw, EngineSettings(max_model_len=8192, enforce_eager=True), [8192])
+    assert serves(eager, np.array([1])).all()
 
 
 # --------------------------------------------------------------------------------
