@@ -21,8 +21,9 @@ what fits after them, one question per module:
   tokens, concurrency, refusal; several ranks' lines), pure text to a record;
 - `check`: a log's settings run through `serving_capacity`, figure beside figure
   (`kvcalc check`);
-- `calibration`: the terms a log measured, kept as a YAML file that `fit
-  --calibration` uses in place of the modelled ones.
+- `calibration`: the terms a log measured, with the GPU, model, tp and pp it ran,
+  kept as a YAML file that `fit --calibration` (that layout only) and `plan
+  --calibration` (the layouts of its tp and pp) use in place of the modelled ones.
 
 Which vLLM this follows
 -----------------------
