@@ -231,7 +231,7 @@ def test_sweep_rows_are_estimate_rows_with_the_engine_time():
     assert (r1["tp"], r4["tp"]) == (1, 4) and r4["tpot_s"] < r1["tpot_s"]
 
 
-def test_fit_sweep_and_plan_time_for_vllm_by_default_as_estimate():
+def test_fit_times_for_vllm_by_default_as_estimate():
     base = ["--preset", "llama3-8b", "--gpu", "h100-sxm"]
     fit = ["fit", *base, "--max-model-len", "8192", "--tpot-ms", "8", "--format", "json"]
     got = {}
@@ -247,6 +247,10 @@ def test_fit_sweep_and_plan_time_for_vllm_by_default_as_estimate():
     r = _invoke(*fit[:-4], "--engine", "vllm")
     assert r.exit_code == 2 and "--engine times the batch --ttft-ms" in r.stderr
     assert _invoke(*fit[:-4], "--engine", "roofline").exit_code == 0
+
+
+def test_sweep_and_plan_time_for_vllm_by_default_as_estimate():
+    base = ["--preset", "llama3-8b", "--gpu", "h100-sxm"]
     # sweep: the engine's columns unless --engine roofline; without a device, none.
     sweep = ["sweep", "--preset", "llama3-8b", "--seq-len", "1024", "--format", "json"]
     rows = json.loads(_invoke(*sweep, "--gpu", "h100-sxm").stdout)
