@@ -593,3 +593,30 @@ def test_parquet_refusals(tmp_path):
         r = run("sweep", "--preset", "gpt3", "--seq-len", "1024", "-o", "s.parquet")
         assert r.returncode == 2 and "pip install 'kvcalc[parquet]'" in r.stderr
         assert r.stderr.count("\n") == 1 and not (tmp_path / "s.parquet").exists()
+
+
+def test_a_mamba_preset_sweeps_without_kv_heads():
+    """A model with no attention has no K/V heads to set: without --kv-heads the sweep
+    takes the model as it is (it once set kv_heads 1 and refused its own default). Each
+    row's state bytes equal `kvcalc estimate` at that length and batch, and do not grow
+    with the length."""
+    import json
+
+    args = ["--preset", "mamba-2.8b", "--gpu", "h100-sxm"]
+    r = CliRunner().invoke(app, ["sweep", *args, "--seq-len", "1024,65536", "--batch", "1,4",
+                                 "--format", "json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    assert [(row["seq_len"], row["batch"]) for row in rows] == [
+        (1024, 1), (1024, 4), (65536, 1), (65536, 4)]
+    for row in rows:
+        e = CliRunner().invoke(app, ["estimate", *args, "--seq-len", str(row["seq_len"]),
+                                     "--batch", str(row["batch"]), "--format", "json"])
+        assert e.exit_code == 0, e.output
+        want = json.loads(e.stdout)
+        assert row["kv_cache_bytes"] == want["kv_cache_bytes"]
+        assert row["fits"] == want["fit"]["fits"]
+    by_batch = {row["batch"]: row["kv_cache_bytes"] for row in rows if row["seq_len"] == 1024}
+    assert all(row["kv_cache_bytes"] == by_batch[row["batch"]] for row in rows)
+    assert by_batch[4] == 4 * by_batch[1]

@@ -231,7 +231,10 @@ def plan_sweep(
     skipped: list[str] = []
     for g in heads:
         try:
-            spec_g = make_variant(g) if make_variant is not None else variant(spec, g)
+            if kv_heads is None:  # the model as it is (a Mamba model has no K/V heads to set)
+                spec_g = spec
+            else:
+                spec_g = make_variant(g) if make_variant is not None else variant(spec, g)
         except KvcalcError as e:
             if not skip_invalid:
                 raise KvcalcError(f"--kv-heads {g}: {e}") from None
