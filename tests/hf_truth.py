@@ -452,6 +452,17 @@ def _reduced_config(cfg: dict, window: int) -> dict:
             continue  # derived: expand * hidden_size (the SSM width)
         if isinstance(d.get(k), int) and d[k] > SMALL_WIDTH:
             d[k] = SMALL_WIDTH
+    # DBRX nests its MLP in ffn_config: left whole, one layer's 16 experts of 6144 x 10752
+    # were 3.2 billion parameters (a 7.8 GB test process, 750 s under load).
+    ffn = d.get("ffn_config")
+    if isinstance(ffn, dict):
+        ffn = d["ffn_config"] = dict(ffn)
+        if isinstance(ffn.get("ffn_hidden_size"), int) and ffn["ffn_hidden_size"] > SMALL_WIDTH:
+            ffn["ffn_hidden_size"] = SMALL_WIDTH
+        if isinstance(ffn.get("moe_num_experts"), int) and ffn["moe_num_experts"] > SMALL_EXPERTS:
+            ffn["moe_num_experts"] = SMALL_EXPERTS
+        if isinstance(ffn.get("moe_top_k"), int) and ffn["moe_top_k"] > SMALL_TOPK:
+            ffn["moe_top_k"] = SMALL_TOPK
     if mt == "gpt_neo":
         d["intermediate_size"] = SMALL_WIDTH
     if mt == "lfm2":
