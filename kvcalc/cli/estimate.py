@@ -283,6 +283,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                            batched=max_num_batched_tokens, seqs=max_num_seqs,
                            enforce_eager=enforce_eager, vllm_version=vllm_version,
                            kv_cache_memory=kv_cache_memory, learnt=learnt)
+        if seq_len is None and length is not None and length != AUTO:
+            seq_len = length  # the floor beside the engine's count, at the length it asks
         args = dict(seq_len=seq_len, batch=batch or 1, kv_dtype=kv_dtype,
                     weight_dtype=weight_dtype, tp=tp, gpu=gpu, kv_scale_bytes=kv_scale_bytes,
                     encoder_seq_len=encoder_seq_len, memory_fraction=memory_fraction,
@@ -298,6 +300,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             fitted = auto_max_model_len(est.spec, est.hardware, est.verdict.settings,
                                         kv_scale_bytes=est.workload.kv_scale_bytes)
             if fitted:
+                if seq_len is None:
+                    args["seq_len"] = fitted
                 est = _estimates(request, **args, serving={**serving, "max_model_len": fitted})[0]
         if named_engine and ttft_ms is None and tpot_ms is None:
             raise KvcalcError("--engine times the batch --ttft-ms and --tpot-ms allow; give "

@@ -150,9 +150,10 @@ def summary_table(est) -> Tab:
                    f"{human_seconds(lat.decode_overhead_s)} of fixed costs per step. " + caption)
     elif est.latency is not None and est.latency.engine:
         lat = est.latency
+        # The engine's terms take the lines: the usual hint shortened (24 lines in all).
         caption = (f"time per token: datasheet roofline; first/per output token on {lat.engine}, "
-                   f"host {human_seconds(lat.decode_overhead_s)} per step (presets/engines). "
-                   + caption)
+                   f"host {human_seconds(lat.decode_overhead_s)} per step (presets/engines); "
+                   f"more: `--detail`, `--format json`")
     elif est.latency is not None:
         caption = (f"time per token: datasheet roofline; first/per output token at "
                    f"{est.latency.mfu:.0%} MFU and {est.latency.bandwidth_efficiency:.0%} of "
