@@ -167,6 +167,12 @@ DEFAULT_CONFIGS = {
     # Their classes default head_dim to None, which their attention cannot build with.
     "hunyuan_v1_dense": {"num_hidden_layers": 2, "head_dim": 128},
     "ministral": {"num_hidden_layers": 2, "head_dim": 128},
+    "ministral3": {"num_hidden_layers": 2},
+    "cwm": {"num_hidden_layers": 4, "layer_types": ["full_attention"] + ["sliding_attention"] * 3},
+    "internlm3": {"num_hidden_layers": 2},
+    "iquestcoder": {"num_hidden_layers": 2},
+    "exaone": {"num_hidden_layers": 2},
+    "vaultgemma": {"num_hidden_layers": 2, "layer_types": ["sliding_attention", "full_attention"]},
     "olmo3": {"num_hidden_layers": 4},
     "glm4_moe": {"num_hidden_layers": 3},
     "deepseek_v32": {"num_hidden_layers": 4},

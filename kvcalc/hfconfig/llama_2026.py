@@ -130,6 +130,24 @@ def helium(c: Config) -> dict:
                    mlp_bias=c.opt_bool("mlp_bias", False))
 
 
+def llama_biased(c: Config) -> dict:
+    """Llama with attention_bias on q/k/v/o and mlp_bias on the MLP (InternLM3,
+    IQuest-Coder, EXAONE 3)."""
+    bias = c.opt_bool("attention_bias", False)
+    return decoder(c, qkv_bias=bias, out_bias=bias, mlp_bias=c.opt_bool("mlp_bias", False))
+
+
+def vaultgemma(c: Config) -> dict:
+    """VaultGemma: Gemma 2's sliding/global layers with two norms per layer, tied
+    embeddings."""
+    layers = c.req_dim("num_hidden_layers")
+    bias = c.opt_bool("attention_bias", False)
+    return decoder(c, qkv_bias=bias, out_bias=bias, tied=True, context=8192,
+                   kinds=layer_kinds(c, layers, ATTENTION_TYPES,
+                                     lambda: ["sliding", "full"] * (layers // 2)
+                                     + ["sliding"] * (layers % 2)))
+
+
 def hunyuan_dense(c: Config) -> dict:
     """Hunyuan dense (HunYuanDenseV1): Llama with per-head q/k RMSNorms."""
     bias = c.opt_bool("attention_bias", False)
