@@ -92,7 +92,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "hunyuan_v1_dense": llama_2026.hunyuan_dense,
     "ministral": llama_2026.ministral,
     "ministral3": llama_2026.ministral,
-    "cwm": llama_2026.ministral,
+    "cwm": llama_2026.cwm,
     "internlm3": llama_2026.llama_biased,
     "iquestcoder": llama_2026.llama_biased,
     "exaone": llama_2026.llama_biased,

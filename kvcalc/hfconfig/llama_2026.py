@@ -137,6 +137,17 @@ def llama_biased(c: Config) -> dict:
     return decoder(c, qkv_bias=bias, out_bias=bias, mlp_bias=c.opt_bool("mlp_bias", False))
 
 
+def cwm(c: Config) -> dict:
+    """CWM (Code World Model): Llama with layer_types (three sliding layers to one
+    global) and mlp_bias; its attention has no biases (attention_bias is not read)."""
+    layers = c.req_dim("num_hidden_layers")
+    return decoder(c, mlp_bias=c.opt_bool("mlp_bias", False),
+                   kinds=layer_kinds(c, layers, ATTENTION_TYPES,
+                                     lambda: ["full" if i % 4 == 0 else "sliding"
+                                              for i in range(layers)]),
+                   context=131072)
+
+
 def vaultgemma(c: Config) -> dict:
     """VaultGemma: Gemma 2's sliding/global layers with two norms per layer, tied
     embeddings."""
