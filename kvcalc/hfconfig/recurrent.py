@@ -10,7 +10,7 @@ Each reader follows that family's configuration_*.py and modeling_*.py in transf
 from __future__ import annotations
 
 from kvcalc.hfconfig.build import flat_fields, with_runs
-from kvcalc.hfconfig.config import MISSING, Config
+from kvcalc.hfconfig.config import MISSING, Config, core_dims
 from kvcalc.hfconfig.layer_types import layer_kinds
 from kvcalc.layers import (MLSTM, RGLRU, RWKV, Attention, Dense, KimiDelta, Latent, Layer,
                            Lightning, MoE)
@@ -19,11 +19,7 @@ from kvcalc.layers import (MLSTM, RGLRU, RWKV, Attention, Dense, KimiDelta, Late
 def minimax(c: Config) -> dict:
     """MiniMax-Text-01: lightning attention and softmax GQA attention (layer_types, else
     alternating from a softmax layer), routed experts on every layer."""
-    hidden = c.req_dim("hidden_size")
-    layers = c.req_dim("num_hidden_layers")
-    heads = c.req_dim("num_attention_heads")
-    vocab = c.req_dim("vocab_size")
-    d_ff = c.req_dim("intermediate_size")
+    hidden, layers, heads, vocab, d_ff = core_dims(c)
     kv_heads = c.opt_int("num_key_value_heads", 8) or heads
     head_dim = c.opt_int("head_dim", 0) or hidden // heads
     if c.raw("sliding_window") not in (MISSING, None):
@@ -100,11 +96,7 @@ def kimi_linear(c: Config) -> dict:
     """Kimi Linear: Kimi Delta Attention on 3 of 4 layers, MLA (NoPE) on the rest
     (layer_types or linear_attn_config); DeepSeek-style routed and shared experts after
     the first dense layer."""
-    hidden = c.req_dim("hidden_size")
-    layers = c.req_dim("num_hidden_layers")
-    heads = c.req_dim("num_attention_heads")
-    vocab = c.req_dim("vocab_size")
-    d_ff = c.req_dim("intermediate_size")
+    hidden, layers, heads, vocab, d_ff = core_dims(c)
     sub = _kimi_linear_config(c)
     bias = c.opt_bool("attention_bias", False)
     mla = Latent(heads=heads, kv_lora_rank=c.opt_int("kv_lora_rank", 512) or 512,
@@ -231,11 +223,7 @@ def bailing_hybrid(c: Config) -> dict:
     """Ling 3 (bailing_hybrid): a Kimi-style delta attention with full-rank gates on the
     layers between every `layer_group_size`-th, gated MLA on those; routed experts with
     shared ones after the first dense layers (mlp_layer_types)."""
-    hidden = c.req_dim("hidden_size")
-    layers = c.req_dim("num_hidden_layers")
-    heads = c.req_dim("num_attention_heads")
-    vocab = c.req_dim("vocab_size")
-    d_ff = c.req_dim("intermediate_size")
+    hidden, layers, heads, vocab, d_ff = core_dims(c)
     bias = c.opt_bool("attention_bias", False)
     mla = Latent(heads=heads, kv_lora_rank=c.opt_int("kv_lora_rank", 512) or 512,
                  rope_dim=c.opt_int("qk_rope_head_dim", 64) or 0,

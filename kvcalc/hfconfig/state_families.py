@@ -11,7 +11,7 @@ class fills in for a field config.json leaves out.
 from __future__ import annotations
 
 from kvcalc.hfconfig.build import flat_fields, with_runs
-from kvcalc.hfconfig.config import MISSING, Config
+from kvcalc.hfconfig.config import MISSING, Config, core_dims
 from kvcalc.hfconfig.layer_types import every_nth_full, layer_kinds
 from kvcalc.layers import Attention, Dense, GatedDeltaNet, Layer, Mamba2, MoE, ShortConv
 
@@ -69,11 +69,7 @@ def _attention_or_state(c: Config, layers: int) -> list[str]:
 def bamba(c: Config) -> dict:
     """Bamba: Mamba-2 layers and GQA attention layers (attn_layer_indices), each with a
     gated MLP."""
-    hidden = c.req_dim("hidden_size")
-    layers = c.req_dim("num_hidden_layers")
-    heads = c.req_dim("num_attention_heads")
-    vocab = c.req_dim("vocab_size")
-    d_ff = c.req_dim("intermediate_size")
+    hidden, layers, heads, vocab, d_ff = core_dims(c)
     kv_heads = c.opt_int("num_key_value_heads", 8) or heads
     head_dim = hidden // heads
     bias = c.opt_bool("attention_bias", False)
@@ -93,11 +89,7 @@ def bamba(c: Config) -> dict:
 def granitemoehybrid(c: Config) -> dict:
     """Granite 4 (GraniteMoeHybrid): Mamba-2 and attention layers (layer_types), each with
     routed experts (num_local_experts; none: the shared MLP alone) and a shared MLP."""
-    hidden = c.req_dim("hidden_size")
-    layers = c.req_dim("num_hidden_layers")
-    heads = c.req_dim("num_attention_heads")
-    vocab = c.req_dim("vocab_size")
-    d_ff = c.req_dim("intermediate_size")
+    hidden, layers, heads, vocab, d_ff = core_dims(c)
     kv_heads = c.opt_int("num_key_value_heads", heads) or heads
     head_dim = hidden // heads
     bias = c.opt_bool("attention_bias", False)
@@ -209,11 +201,7 @@ def _one_bias(c: Config) -> bool:
 def falcon_h1(c: Config) -> dict:
     """Falcon-H1: every layer runs GQA attention and a Mamba-2 mixer side by side on the
     same input (outputs summed), then a gated MLP; the Mamba-2 width is mamba_d_ssm."""
-    hidden = c.req_dim("hidden_size")
-    layers = c.req_dim("num_hidden_layers")
-    heads = c.req_dim("num_attention_heads")
-    vocab = c.req_dim("vocab_size")
-    d_ff = c.req_dim("intermediate_size")
+    hidden, layers, heads, vocab, d_ff = core_dims(c)
     kv_heads = c.opt_int("num_key_value_heads", 8) or heads
     head_dim = c.opt_int("head_dim", 0) or hidden // heads
     bias = c.opt_bool("attention_bias", False)
