@@ -48,7 +48,7 @@ _HIDDEN_IS_O_PROJ = {"helium"}
 _WIDTH_KEYS = (
     "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
     "intermediate_size_mlp", "ffn_hidden_size", "n_inner", "ffn_dim", "expert_intermediate_size",
-    "dense_intermediate_size", "d_ff", "encoder_ffn_dim", "decoder_ffn_dim",
+    "dense_intermediate_size", "d_ff", "encoder_ffn_dim", "decoder_ffn_dim", "dff",
 )
 _EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 _TOPK_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk", "num_experts_per_token",
@@ -465,6 +465,10 @@ def _reduced_config(cfg: dict, window: int) -> dict:
             ffn["moe_top_k"] = SMALL_TOPK
     if mt == "gpt_neo":
         d["intermediate_size"] = SMALL_WIDTH
+    if mt == "codegen" and d.get("n_inner") is None:
+        d["n_inner"] = SMALL_WIDTH  # None: 4 x n_embd (16,384 by default)
+    if mt == "gpt_neox_japanese":
+        d["intermediate_multiple_size"] = 1  # the MLP is hidden_size x this wide
     if mt == "lfm2":
         d["block_multiple_of"] = 16
     if isinstance(d.get("q_lora_rank"), int) and d["q_lora_rank"] > SMALL_WIDTH:

@@ -213,6 +213,13 @@ DEFAULT_CONFIGS = {
     "bailing_hybrid": {"num_hidden_layers": 3, "layer_group_size": 3, "first_k_dense_replace": 1,
                        "num_local_experts": 8, "num_experts_per_tok": 2, "n_group": 1,
                        "topk_group": 1},
+    # Older GPT-shaped decoders (kvcalc/hfconfig/gpt_older.py; CodeGen on GPT-J's reader)
+    "codegen": {"n_layer": 2},
+    "ctrl": {"n_layer": 2},
+    "xglm": {"num_layers": 2},
+    "biogpt": {"num_hidden_layers": 2},
+    "gpt_neox_japanese": {"num_hidden_layers": 2},
+    "persimmon": {"num_hidden_layers": 2},
 }
 
 

@@ -52,7 +52,8 @@ _MAX_CONFIG_INT = MAX_WIDTH * 1_000_000
 CORE_FIELDS = frozenset({
     "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
     "intermediate_size", "n_embd", "n_layer", "n_head", "n_inner", "ffn_dim", "num_heads",
-    "num_layers", "d_model", "n_layers", "n_heads", "ffn_hidden_size"})
+    "num_layers", "d_model", "n_layers", "n_heads", "ffn_hidden_size",
+    "attention_heads", "dff"})
 
 
 # Fields a family's transformers configuration class fills in with a number of its own
@@ -192,6 +193,8 @@ CLASS_DEFAULTS = {
     ("longcat_flash", "zero_expert_num"): 256,
     ("jetmoe", "kv_channels"): 128, ("jetmoe", "num_experts_per_tok"): 2,
     ("jetmoe", "num_key_value_heads"): 16, ("jetmoe", "num_local_experts"): 8,
+    # Older GPT-shaped decoders (gpt_older)
+    ("biogpt", "max_position_embeddings"): 1024,
 }
 
 
