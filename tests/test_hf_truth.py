@@ -220,6 +220,9 @@ DEFAULT_CONFIGS = {
     "biogpt": {"num_hidden_layers": 2},
     "gpt_neox_japanese": {"num_hidden_layers": 2},
     "persimmon": {"num_hidden_layers": 2},
+    # Gemma 3n (kvcalc/hfconfig/gemma3n.py): the class's 4 sliding : 1 global; the last five
+    # layers (one of each kind among them) share K/V
+    "gemma3n_text": {"num_hidden_layers": 10, "num_kv_shared_layers": 5},
 }
 
 

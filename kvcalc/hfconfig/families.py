@@ -14,7 +14,8 @@ from kvcalc.hfconfig.gpt_like import (bloom, falcon, gpt2_like, gpt_neo, gpt_neo
                                       opt, phi)
 from kvcalc.hfconfig.hybrid import jamba, lfm2, mamba, nemotron_h, qwen3_next
 from kvcalc.hfconfig.llama_like import cohere, gemma3, llama_like, llama_variants, olmo, starcoder2
-from kvcalc.hfconfig import gemma4, gpt_older, llama_2026, moe_2026, moe_more, olmo_hybrid, zamba
+from kvcalc.hfconfig import (gemma3n, gemma4, gpt_older, llama_2026, moe_2026, moe_more,
+                             olmo_hybrid, zamba)
 from kvcalc.hfconfig.moe import deepseek, gpt_oss, llama4, qwen_moe
 from kvcalc.hfconfig.multimodal import WRAPPERS
 from kvcalc.hfconfig.recurrent import (bailing_hybrid, kimi_linear, minimax, recurrent_gemma,
@@ -125,6 +126,8 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "biogpt": gpt_older.biogpt,
     "gpt_neox_japanese": gpt_older.gpt_neox_japanese,
     "persimmon": gpt_older.persimmon,
+    # Gemma 3n, 2026 Llama variants and more (gemma3n, ...)
+    "gemma3n_text": gemma3n.gemma3n_text,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)
