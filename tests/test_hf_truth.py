@@ -223,6 +223,8 @@ DEFAULT_CONFIGS = {
     # Gemma 3n (kvcalc/hfconfig/gemma3n.py): the class's 4 sliding : 1 global; the last five
     # layers (one of each kind among them) share K/V
     "gemma3n_text": {"num_hidden_layers": 10, "num_kv_shared_layers": 5},
+    # Gemma 4 unified: Gemma 4's 5 sliding : 1 global in Gemma 2's layer, no per-layer inputs
+    "gemma4_unified_text": {"num_hidden_layers": 6},
 }
 
 

@@ -198,6 +198,9 @@ CLASS_DEFAULTS = {
     # Gemma 3n and the 2026 families read after it (gemma3n, ...)
     ("gemma3n_text", "head_dim"): 256, ("gemma3n_text", "num_key_value_heads"): 2,
     ("gemma3n_text", "sliding_window"): 512, ("gemma3n_text", "num_kv_shared_layers"): 15,
+    ("gemma4_unified_text", "head_dim"): 256, ("gemma4_unified_text", "num_key_value_heads"): 4,
+    ("gemma4_unified_text", "sliding_window"): 1024,
+    ("gemma4_unified_text", "max_position_embeddings"): 262144,
 }
 
 

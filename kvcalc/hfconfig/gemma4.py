@@ -17,6 +17,11 @@ What differs from Gemma 3, each as configuration_gemma4.py and modeling_gemma4.p
   a router that scales its input and each expert, and three more norms;
 - the last layer is full attention whatever `layer_types` says (transformers forces it);
 - q, k norms per head; v's norm has no weight.
+
+Gemma 4 unified (Gemma4UnifiedTextConfig, `models/gemma4_unified`) is the same attention
+and MLP in Gemma 2's decoder layer (four norms, a layer scalar that is a buffer), with
+neither per-layer input embeddings nor experts: its class makes those fields attribute
+errors.
 """
 
 from __future__ import annotations
@@ -76,6 +81,16 @@ def _per_layer(c: Config, kinds: list[str], head_dim: int, kv_heads: int) -> lis
 def gemma4_text(c: Config) -> dict:
     """Gemma 4: 5 sliding : 1 global by default, a wider head on global layers, K/V shared
     by the last layers, per-layer input embeddings, optional experts beside the MLP."""
+    return _gemma4(c, unified=False)
+
+
+def gemma4_unified_text(c: Config) -> dict:
+    """Gemma 4 unified: Gemma 4's attention and MLP in Gemma 2's four-norm layer, without
+    per-layer input embeddings or experts (its class removes both fields)."""
+    return _gemma4(c, unified=True)
+
+
+def _gemma4(c: Config, unified: bool) -> dict:
     hidden, layers, heads, vocab, d_ff = core_dims(c)
     kv_heads = c.kv_heads_required(heads)
     head_dim = c.head_dim(hidden, heads, required=True)
@@ -89,10 +104,10 @@ def gemma4_text(c: Config) -> dict:
     shared = kv_sharing(c, kinds)
     dims = _per_layer(c, kinds, head_dim, kv_heads)
     double = c.opt_bool("use_double_wide_mlp", False)
-    ple = c.opt_int("hidden_size_per_layer_input", 256) or 0
+    ple = 0 if unified else c.opt_int("hidden_size_per_layer_input", 256) or 0
     moe = None
     norms = 4 + (1 if ple else 0)
-    if c.opt_bool("enable_moe_block", False):
+    if not unified and c.opt_bool("enable_moe_block", False):
         moe = dict(experts=c.req_int("num_experts"), active=c.req_int("top_k_experts"),
                    expert_d_ff=c.req_int("moe_intermediate_size"), shared_experts=1,
                    router_scales=True)
