@@ -225,6 +225,7 @@ DEFAULT_CONFIGS = {
     "gemma3n_text": {"num_hidden_layers": 10, "num_kv_shared_layers": 5},
     # Gemma 4 unified: Gemma 4's 5 sliding : 1 global in Gemma 2's layer, no per-layer inputs
     "gemma4_unified_text": {"num_hidden_layers": 6},
+    "apertus1p5_text": {"num_hidden_layers": 2},
 }
 
 
@@ -252,6 +253,18 @@ def test_default_config_cache_bytes_equal_transformers(model_type):
         got = [m["stored_bytes"] for m in measured]
         assert _kvcalc_layer_bytes(reduced, seq_len) == got, (
             seq_len, [m["cache_class"] for m in measured])
+
+
+def test_apertus1p5_pruned_output_head_equals_transformers():
+    """Apertus 1.5 with its output head cut to the text rows (output_vocab_size): the
+    input table keeps every row, the head only the first output_vocab_size."""
+    import transformers
+
+    cfg = transformers.AutoConfig.for_model("apertus1p5_text", num_hidden_layers=2,
+                                            output_vocab_size=131072)
+    cfg = json.loads(json.dumps(cfg.to_dict(), default=str))
+    truth = hf_truth.meta_param_count(cfg)
+    assert param_counts(spec_from_hf_config(cfg, "apertus1p5_text")).total == truth["text"]
 
 
 def test_every_model_type_kvcalc_reads_is_held_to_transformers():

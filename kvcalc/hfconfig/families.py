@@ -129,6 +129,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     # Gemma 3n, 2026 Llama variants and more (gemma3n, ...)
     "gemma3n_text": gemma3n.gemma3n_text,
     "gemma4_unified_text": gemma4.gemma4_unified_text,
+    "apertus1p5_text": llama_2026.apertus1p5_text,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)

@@ -196,3 +196,23 @@ def olmo3(c: Config) -> dict:
                          max_context=c.opt_int("max_position_embeddings", 2048) or 0,
                          notes=[])
     return with_runs(fields, layer_list)
+
+
+def apertus1p5_text(c: Config) -> dict:
+    """Apertus 1.5's language model: Apertus with a vocabulary extended by visual and audio
+    codes, and an output head that may keep only the first output_vocab_size rows."""
+    out = apertus(c)
+    rows = c.opt_int("output_vocab_size", None)
+    if rows is None or rows == out["vocab"]:
+        return out
+    if not 1 <= rows <= out["vocab"]:
+        raise c.error(f"output_vocab_size must be 1..vocab_size ({out['vocab']:,}), got {rows:,}")
+    if out["tied_embeddings"]:
+        raise c.error("output_vocab_size: a pruned output head cannot be tied to the input "
+                      "embeddings (set tie_word_embeddings to false)")
+    # vocab is the head's (the logits' width); the input table's other rows are counted apart
+    unread = (out["vocab"] - rows) * out["d_model"]
+    return {**out, "vocab": rows, "extra_params": out["extra_params"] + unread,
+            "notes": [*out["notes"], f"output head pruned to {rows:,} rows; the input "
+                      f"embedding's {out['vocab'] - rows:,} other rows ({unread:,} parameters) "
+                      "counted in extra_params"]}
