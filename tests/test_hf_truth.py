@@ -220,9 +220,10 @@ DEFAULT_CONFIGS = {
     "biogpt": {"num_hidden_layers": 2},
     "gpt_neox_japanese": {"num_hidden_layers": 2},
     "persimmon": {"num_hidden_layers": 2},
-    # Gemma 3n (kvcalc/hfconfig/gemma3n.py): the class's 4 sliding : 1 global; the last five
-    # layers (one of each kind among them) share K/V
-    "gemma3n_text": {"num_hidden_layers": 10, "num_kv_shared_layers": 5},
+    # Gemma 3n (kvcalc/hfconfig/gemma3n.py): a sliding and a global layer, then one of each
+    # sharing their K/V (the class's 4 sliding : 1 global needs 10 layers to show the same)
+    "gemma3n_text": {"num_hidden_layers": 4, "num_kv_shared_layers": 2, "layer_types": [
+        "sliding_attention", "full_attention"] * 2},
     # Gemma 4 unified: Gemma 4's 5 sliding : 1 global in Gemma 2's layer, no per-layer inputs
     "gemma4_unified_text": {"num_hidden_layers": 6},
     "apertus1p5_text": {"num_hidden_layers": 2},
