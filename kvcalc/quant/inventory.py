@@ -92,21 +92,31 @@ def _layer_items(layer, d: int, index: int, model_type: str, norm: int) -> list:
     return items
 
 
-def model_tensors(spec: ModelSpec, mtp_layers: int = 0) -> list[tuple[list, int]]:
-    """(items, times) for every decoder layer (each index once: patterns may name
-    layers), then the embedding, lm_head, final norm and whatever param_counts counts
-    beyond the decoder layers (encoder stacks, position tables) as plain params."""
+def model_tensors(spec: ModelSpec, mtp_layers: int = 0, *, per_layer: bool = True
+                  ) -> list[tuple[list, int, object]]:
+    """(items, times, layer) for every decoder layer (each index once: patterns may name
+    layers), then (layer None) the multi-token-prediction layers, and the embedding,
+    lm_head, final norm and whatever param_counts counts beyond the decoder layers
+    (encoder stacks, position tables) as plain params. `per_layer` False: one entry per
+    run of identical layers, `times` its count, named as its first layer (for a format
+    whose choices do not follow module names: 96 layers of GPT-3 listed once, not 96
+    times)."""
     from kvcalc.formulas.params import norm_params, param_counts
 
     d = spec.d_model
     model_type = spec.extra.get("hf_model_type", "")
     norm = norm_params(spec)
-    out: list[tuple[list, int]] = []
+    out: list[tuple[list, int, object]] = []
     i = 0
     for run in spec.runs:
+        if not per_layer:
+            out.append((_layer_items(run.layer, d, i, model_type, norm), run.count, run.layer))
+            i += run.count
+            continue
         for _ in range(run.count):
-            out.append((_layer_items(run.layer, d, i, model_type, norm), 1))
+            out.append((_layer_items(run.layer, d, i, model_type, norm), 1, run.layer))
             i += 1
+    decoder = len(out)
     if mtp_layers:
         # DeepSeek-V3's multi-token-prediction module (num_nextn_predict_layers), as its
         # checkpoint stores it: a copy of the last decoder layer, enorm, hnorm, eh_proj
@@ -115,10 +125,10 @@ def model_tensors(spec: ModelSpec, mtp_layers: int = 0) -> list[tuple[list, int]
         for j in range(mtp_layers):
             items = _layer_items(last, d, spec.layers + j, model_type, norm)
             items += [Plain("mtp", 2 * d * d + 3 * norm + 2 * spec.vocab * d)]
-            out.append((items, 1))
+            out.append((items, 1, None))
     counts = param_counts(spec).breakdown
     covered: dict[str, int] = {}
-    for items, times in out[: spec.layers]:
+    for items, times, _ in out[:decoder]:
         for it in items:
             if it.key == "buffers":
                 continue
@@ -136,6 +146,6 @@ def model_tensors(spec: ModelSpec, mtp_layers: int = 0) -> list[tuple[list, int]
                               f"count by {-rest:,} (a layer kind kvcalc.quant does not know)")
         if rest:
             tail.append(Plain(key, rest))
-    out.append((tail, 1))
+    out.append((tail, 1, None))
     return out
 

@@ -95,11 +95,12 @@ def _count(spec: ModelSpec, quant: Quantization | None, model_dt: str, mtp_layer
         elements[dt] = elements.get(dt, 0) + n * times
         return b
 
-    layer_mixers = [r.layer.mixer for r in spec.runs for _ in range(r.count)]
-    for index, (items, times) in enumerate(model_tensors(spec, mtp_layers)):
+    # Module names matter only to a format that leaves some modules out by name.
+    per_layer = quant is not None and bool(quant.not_converted)
+    for items, times, layer in model_tensors(spec, mtp_layers, per_layer=per_layer):
         share = None
-        if tp > 1 and index < spec.layers:
-            mx = layer_mixers[index]
+        if tp > 1 and layer is not None:
+            mx = layer.mixer
             if getattr(mx, "kv_heads", 0):
                 share = (mx.kv_heads_per_device(tp), mx.kv_heads)
         for it in items:
@@ -118,7 +119,8 @@ def _count(spec: ModelSpec, quant: Quantization | None, model_dt: str, mtp_layer
                 b += put(it.key, "unquantized", model_dt, it.rows * it.count, times)
             if it.kv and share is not None:
                 kv_all += b
-                kv_dev += b * share[0] // share[1]
+                # Per layer, as each layer's own share rounds.
+                kv_dev += b // times * share[0] // share[1] * times
     return breakdown, parts, elements, kv_all, kv_dev
 
 
