@@ -4,7 +4,8 @@ A served multimodal model holds these weights too, but they cache nothing and ru
 per image, so kvcalc reports them beside the text model rather than inside it. Each
 function follows that family's vision modeling file in transformers 5 (which modules
 exist, their shapes and biases): CLIP (LLaVA), SigLIP (Gemma 3), Pixtral (Mistral 3),
-Qwen2.5-VL's window-attention ViT, Llama 4's vision encoder, Qwen3.5's ViT. Counts are exact: tests
+Qwen2.5-VL's window-attention ViT, Llama 4's vision encoder, Qwen3.5's ViT, Fuyu's patch
+projection. Counts are exact: tests
 check them against the models transformers builds on the meta device.
 """
 
@@ -109,17 +110,26 @@ def _qwen3_5_vision(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
     return {"vision_tower": tower + merger, "projector": 0}
 
 
+def _fuyu(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
+    """Fuyu has no vision encoder: each image patch of patch_size^2 x num_channels pixels is
+    projected straight into the language model (vision_embed_tokens, a biased Linear)."""
+    pixels = v.int("patch_size", 30) ** 2 * v.int("num_channels", 3)
+    return {"vision_tower": 0, "projector": pixels * text_hidden + text_hidden}
+
+
 _TOWERS: dict[str, Callable[[_Fields, dict, int], dict[str, int]]] = {
     "llava": _clip, "llava_next": _clip, "gemma3": _siglip, "mistral3": _pixtral,
     "qwen2_5_vl": _qwen25_vl, "llama4": _llama4_vision,
-    "qwen3_5": _qwen3_5_vision, "qwen3_5_moe": _qwen3_5_vision,
+    "qwen3_5": _qwen3_5_vision, "qwen3_5_moe": _qwen3_5_vision, "fuyu": _fuyu,
 }
+# Wrappers whose image fields sit in the config itself, not in a vision_config.
+_FIELDS_AT_TOP = ("fuyu",)
 
 
 def tower_params(cfg: dict[str, Any], wrapper: str, text_hidden: int, where: str) -> dict[str, int]:
     """Parameters of the vision tower and projector of a multimodal config, by part;
     {} for a wrapper kvcalc has no tower formula for."""
-    vision = cfg.get("vision_config")
+    vision = cfg if wrapper in _FIELDS_AT_TOP else cfg.get("vision_config")
     if wrapper not in _TOWERS or not isinstance(vision, dict):
         return {}
     return _TOWERS[wrapper](_Fields(vision, where), cfg, text_hidden)

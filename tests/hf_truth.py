@@ -89,7 +89,13 @@ def make_config(cfg: dict):
         return AutoConfig.for_model(model_type, **cfg)
 
 
+# Multimodal configs without a vision_config: Fuyu projects image patches itself.
+_MULTIMODAL_WITHOUT_VISION_CONFIG = ("fuyu",)
+
+
 def is_multimodal(config) -> bool:
+    if getattr(config, "model_type", None) in _MULTIMODAL_WITHOUT_VISION_CONFIG:
+        return True
     return any(
         getattr(config, k, None) is not None
         for k in ("vision_config", "audio_config")

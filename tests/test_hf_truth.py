@@ -227,6 +227,8 @@ DEFAULT_CONFIGS = {
     # Gemma 4 unified: Gemma 4's 5 sliding : 1 global in Gemma 2's layer, no per-layer inputs
     "gemma4_unified_text": {"num_hidden_layers": 6},
     "apertus1p5_text": {"num_hidden_layers": 2},
+    # Fuyu: Persimmon with image patches projected in (the tower test below)
+    "fuyu": {"text_config": {"num_hidden_layers": 2}},
 }
 
 
@@ -283,7 +285,7 @@ def test_every_model_type_kvcalc_reads_is_held_to_transformers():
     assert not set(FAMILIES) - kept - set(DEFAULT_CONFIGS)
 
 
-WRAPPER_DEFAULTS = ("llava", "gemma3", "mistral3", "qwen2_5_vl", "llama4")
+WRAPPER_DEFAULTS = ("llava", "gemma3", "mistral3", "qwen2_5_vl", "llama4", "fuyu")
 
 
 @pytest.mark.parametrize("source", [*(s for s in CONFIGS if _cfg(s).get("vision_config")),
