@@ -229,6 +229,8 @@ DEFAULT_CONFIGS = {
     "apertus1p5_text": {"num_hidden_layers": 2},
     # Fuyu: Persimmon with image patches projected in (the tower test below)
     "fuyu": {"text_config": {"num_hidden_layers": 2}},
+    # Language models of multimodal families (kvcalc/hfconfig/vlm_text.py)
+    "aria_text": {"num_hidden_layers": 2},
 }
 
 

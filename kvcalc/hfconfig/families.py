@@ -15,7 +15,7 @@ from kvcalc.hfconfig.gpt_like import (bloom, falcon, gpt2_like, gpt_neo, gpt_neo
 from kvcalc.hfconfig.hybrid import jamba, lfm2, mamba, nemotron_h, qwen3_next
 from kvcalc.hfconfig.llama_like import cohere, gemma3, llama_like, llama_variants, olmo, starcoder2
 from kvcalc.hfconfig import (gemma3n, gemma4, gpt_older, llama_2026, moe_2026, moe_more,
-                             olmo_hybrid, zamba)
+                             olmo_hybrid, vlm_text, zamba)
 from kvcalc.hfconfig.moe import deepseek, gpt_oss, llama4, qwen_moe
 from kvcalc.hfconfig.multimodal import WRAPPERS
 from kvcalc.hfconfig.recurrent import (bailing_hybrid, kimi_linear, minimax, recurrent_gemma,
@@ -130,6 +130,8 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "gemma3n_text": gemma3n.gemma3n_text,
     "gemma4_unified_text": gemma4.gemma4_unified_text,
     "apertus1p5_text": llama_2026.apertus1p5_text,
+    # Language models of multimodal families (vlm_text)
+    "aria_text": vlm_text.aria_text,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)
