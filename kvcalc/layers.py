@@ -143,6 +143,7 @@ class Attention:
     sinks: bool = False  # gpt-oss: one learned sink logit per query head
     gated: bool = False  # Qwen3-Next: q_proj also emits an output gate per head
     k_is_v: bool = False  # Gemma 4's attention_k_eq_v: no v_proj, K's projection is V's too
+    head_gate: bool = False  # LFM3: g_proj, one sigmoid output gate per head from the input
 
     def __post_init__(self) -> None:
         if not self.v_head_dim:
@@ -237,6 +238,8 @@ class Attention:
             out["qk_norm"] = self.qk_norm
         if self.sinks:
             out["sinks"] = h
+        if self.head_gate:
+            out["g"] = Linear(d, h, module="g_proj")
         return out
 
     def params(self, d_model: int) -> dict[str, int]:
@@ -250,7 +253,8 @@ class Attention:
     def matmuls(self, d_model: int) -> list[tuple[int, int]]:
         q_out = self.heads * self.head_dim * (2 if self.gated else 1)
         kv_out = self.kv_heads * (self.head_dim + (0 if self.k_is_v else self.v_head_dim))
-        return [(d_model, q_out + kv_out), (self.heads * self.v_head_dim, d_model)]
+        gate = self.heads if self.head_gate else 0
+        return [(d_model, q_out + kv_out + gate), (self.heads * self.v_head_dim, d_model)]
 
     def decode_act_elements(self) -> int:
         """q read and attention output written per token (K/V counted as cache)."""

@@ -228,6 +228,17 @@ class ShortConv(_Stateful):
 
 
 @record
+class Lfm3ShortConv(ShortConv):
+    """LFM3's short convolution: LFM2's, in a model no vLLM release serves (0.32's registry
+    has no LFM3): its state has no page rule to follow."""
+
+    label = "short conv (lfm3)"
+
+    def kv_cache_spec(self, specs):
+        return specs.unpaged(self)
+
+
+@record
 class Mamba2(_Stateful):
     """A Mamba-2 (SSD) mixer (Nemotron-H, Bamba, Granite 4 hybrids): `heads` heads of
     `head_dim`, B and C shared within `groups`. State per sequence: heads x head_dim x

@@ -231,6 +231,8 @@ DEFAULT_CONFIGS = {
     "fuyu": {"text_config": {"num_hidden_layers": 2}},
     # Language models of multimodal families (kvcalc/hfconfig/vlm_text.py)
     "aria_text": {"num_hidden_layers": 2},
+    # LFM3 (kvcalc/hfconfig/hybrid.py): the class's conv, conv, global, conv, sliding
+    "lfm3": {"num_hidden_layers": 5},
 }
 
 

@@ -201,6 +201,7 @@ CLASS_DEFAULTS = {
     ("gemma4_unified_text", "head_dim"): 256, ("gemma4_unified_text", "num_key_value_heads"): 4,
     ("gemma4_unified_text", "sliding_window"): 1024,
     ("gemma4_unified_text", "max_position_embeddings"): 262144,
+    ("lfm3", "num_key_value_heads"): 4, ("lfm3", "head_dim"): 128, ("lfm3", "sliding_window"): 256,
 }
 
 

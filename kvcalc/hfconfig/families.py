@@ -12,7 +12,7 @@ from typing import Callable
 from kvcalc.hfconfig.config import Config
 from kvcalc.hfconfig.gpt_like import (bloom, falcon, gpt2_like, gpt_neo, gpt_neox, gptj, mpt,
                                       opt, phi)
-from kvcalc.hfconfig.hybrid import jamba, lfm2, mamba, nemotron_h, qwen3_next
+from kvcalc.hfconfig.hybrid import jamba, lfm2, lfm3, mamba, nemotron_h, qwen3_next
 from kvcalc.hfconfig.llama_like import cohere, gemma3, llama_like, llama_variants, olmo, starcoder2
 from kvcalc.hfconfig import (gemma3n, gemma4, gpt_older, llama_2026, moe_2026, moe_more,
                              olmo_hybrid, vlm_text, zamba)
@@ -132,6 +132,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "apertus1p5_text": llama_2026.apertus1p5_text,
     # Language models of multimodal families (vlm_text)
     "aria_text": vlm_text.aria_text,
+    "lfm3": lfm3,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)

@@ -1,6 +1,6 @@
 """State-space models and hybrids: layers that hold a constant state (Mamba, Mamba-2,
 short convolutions, Gated DeltaNet) alone or beside attention layers: Mamba and
-Falcon-Mamba, Jamba, LFM2, Qwen3-Next, Nemotron-H.
+Falcon-Mamba, Jamba, LFM2, LFM3, Qwen3-Next, Nemotron-H.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from kvcalc.hfconfig.layer_types import (every_nth_full, layer_kinds, lfm2_full_
 from kvcalc.hfconfig.moe import sparse_layers
 from kvcalc.layers import (Attention, Dense, GatedDeltaNet, Layer, Mamba, Mamba2, MoE, NoMixer,
                            ShortConv)
+from kvcalc.layers_state import Lfm3ShortConv
 
 
 def _dt_rank(c: Config, key: str, hidden: int) -> int:
@@ -88,6 +89,42 @@ def lfm2(c: Config) -> dict:
                          notes=["hybrid: short-convolution layers hold a constant state"])
     return with_runs(fields, [Layer(attn if k == "full" else conv, Dense(d_ff), 2)
                               for k in kinds])
+
+
+def lfm3(c: Config) -> dict:
+    """LFM3: LFM2's short convolutions beside sliding and global attention layers (layer
+    i % 4 == 2 global, the other multiples of 4 sliding), Qwen3's attention with a
+    sigmoid gate per head, a plain SwiGLU, post-mixer and post-MLP norms."""
+    hidden, layers, heads, vocab, d_ff = core_dims(c)
+    kv_heads = c.opt_int("num_key_value_heads", heads) or heads
+    head_dim = c.head_dim(hidden, heads)
+    kinds = layer_kinds(c, layers, {"full_attention": "full", "sliding_attention": "sliding",
+                                    "conv": "conv"},
+                        lambda: ["full" if i % 4 == 2 else "sliding" if i % 4 == 0 and i else
+                                 "conv" for i in range(layers)])
+    # Lfm3Config: sliding_window null makes a sliding layer attend in full
+    window = c.opt_int("sliding_window", 0) or 0
+    bias = c.opt_bool("attention_bias", False)
+    gate = c.opt_bool("use_attention_gate", True)
+    norms = 4 if c.opt_bool("use_sandwich_norm", True) else 2
+    conv = Lfm3ShortConv(width=hidden, kernel=c.opt_int("conv_L_cache", 7) or 7,
+                         bias=c.opt_bool("conv_bias", False))
+
+    def mixer(kind: str):
+        if kind == "conv":
+            return conv
+        kind = kind if window else "full"
+        return Attention(heads, kv_heads, head_dim, kind=kind,
+                         window=window if kind == "sliding" else 0, qkv_bias=bias,
+                         out_bias=bias, qk_norm=2 * head_dim, head_gate=gate)
+
+    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                         qkv_bias=bias, out_bias=bias, qk_norm=True, norms_per_layer=norms,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", True),
+                         max_context=c.opt_int("max_position_embeddings", 128000) or 0,
+                         notes=["hybrid: short-convolution layers hold a constant state; "
+                                "vLLM serves no LFM3 (no engine count)"])
+    return with_runs(fields, [Layer(mixer(k), Dense(d_ff), norms) for k in kinds])
 
 
 def qwen3_next(c: Config) -> dict:
