@@ -233,6 +233,7 @@ DEFAULT_CONFIGS = {
     "aria_text": {"num_hidden_layers": 2},
     # LFM3 (kvcalc/hfconfig/hybrid.py): the class's conv, conv, global, conv, sliding
     "lfm3": {"num_hidden_layers": 5},
+    "youtu": {"num_hidden_layers": 2},
 }
 
 

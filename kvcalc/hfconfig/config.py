@@ -202,6 +202,9 @@ CLASS_DEFAULTS = {
     ("gemma4_unified_text", "sliding_window"): 1024,
     ("gemma4_unified_text", "max_position_embeddings"): 262144,
     ("lfm3", "num_key_value_heads"): 4, ("lfm3", "head_dim"): 128, ("lfm3", "sliding_window"): 256,
+    ("youtu", "kv_lora_rank"): 512, ("youtu", "q_lora_rank"): 1536,
+    ("youtu", "qk_rope_head_dim"): 64, ("youtu", "qk_nope_head_dim"): 128,
+    ("youtu", "v_head_dim"): 128,
 }
 
 

@@ -16,7 +16,7 @@ from kvcalc.hfconfig.hybrid import jamba, lfm2, lfm3, mamba, nemotron_h, qwen3_n
 from kvcalc.hfconfig.llama_like import cohere, gemma3, llama_like, llama_variants, olmo, starcoder2
 from kvcalc.hfconfig import (gemma3n, gemma4, gpt_older, llama_2026, moe_2026, moe_more,
                              olmo_hybrid, vlm_text, zamba)
-from kvcalc.hfconfig.moe import deepseek, gpt_oss, llama4, qwen_moe
+from kvcalc.hfconfig.moe import deepseek, gpt_oss, llama4, qwen_moe, youtu
 from kvcalc.hfconfig.multimodal import WRAPPERS
 from kvcalc.hfconfig.recurrent import (bailing_hybrid, kimi_linear, minimax, recurrent_gemma,
                                         rwkv, xlstm)
@@ -133,6 +133,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     # Language models of multimodal families (vlm_text)
     "aria_text": vlm_text.aria_text,
     "lfm3": lfm3,
+    "youtu": youtu,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)

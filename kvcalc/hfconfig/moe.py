@@ -78,6 +78,15 @@ def deepseek(c: Config) -> dict:
     )
 
 
+def youtu(c: Config) -> dict:
+    """Youtu-LLM: DeepSeek-V3's MLA in Llama's layer with a dense SwiGLU on every layer
+    (the expert fields its config inherits build nothing), tied embeddings."""
+    out = deepseek(c)
+    return {**out, "moe": None, "dense_layers": 0,
+            "tied_embeddings": c.opt_bool("tie_word_embeddings", True),
+            "max_context": c.opt_int("max_position_embeddings", 131072) or 0}
+
+
 def qwen_moe(c: Config) -> dict:
     """Qwen2-MoE / Qwen3-MoE / OLMoE: routed experts of moe_intermediate_size on the
     sparse layers; Qwen2-MoE adds a gated shared expert; Qwen3 and OLMoE q/k norms."""
