@@ -228,6 +228,18 @@ class ShortConv(_Stateful):
 
 
 @record
+class LaraGatedDeltaNet(GatedDeltaNet):
+    """Lara Mini's Gated DeltaNet: Qwen3.5's, in a model no vLLM release serves (0.32's
+    registry has no Lara Mini, and its Transformers backend takes no linear attention):
+    its state has no page rule to follow."""
+
+    label = "linear attention (lara mini)"
+
+    def kv_cache_spec(self, specs):
+        return specs.unpaged(self)
+
+
+@record
 class Lfm3ShortConv(ShortConv):
     """LFM3's short convolution: LFM2's, in a model no vLLM release serves (0.32's registry
     has no LFM3): its state has no page rule to follow."""

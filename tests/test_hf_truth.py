@@ -234,6 +234,9 @@ DEFAULT_CONFIGS = {
     # LFM3 (kvcalc/hfconfig/hybrid.py): the class's conv, conv, global, conv, sliding
     "lfm3": {"num_hidden_layers": 5},
     "youtu": {"num_hidden_layers": 2},
+    # Lara Mini (kvcalc/hfconfig/state_families.py): the class's period of five (delta, sliding,
+    # delta, global, sliding), 128 experts (4 in the reduced copy)
+    "lara_mini": {"num_hidden_layers": 5},
 }
 
 

@@ -205,6 +205,12 @@ CLASS_DEFAULTS = {
     ("youtu", "kv_lora_rank"): 512, ("youtu", "q_lora_rank"): 1536,
     ("youtu", "qk_rope_head_dim"): 64, ("youtu", "qk_nope_head_dim"): 128,
     ("youtu", "v_head_dim"): 128,
+    ("lara_mini", "head_dim"): 128, ("lara_mini", "num_key_value_heads"): 4,
+    ("lara_mini", "sliding_window"): 512, ("lara_mini", "linear_key_head_dim"): 128,
+    ("lara_mini", "linear_value_head_dim"): 128, ("lara_mini", "linear_num_key_heads"): 8,
+    ("lara_mini", "linear_num_value_heads"): 16, ("lara_mini", "moe_intermediate_size"): 512,
+    ("lara_mini", "shared_expert_intermediate_size"): 512, ("lara_mini", "num_experts"): 128,
+    ("lara_mini", "num_experts_per_tok"): 4,
 }
 
 

@@ -20,8 +20,8 @@ from kvcalc.hfconfig.moe import deepseek, gpt_oss, llama4, qwen_moe, youtu
 from kvcalc.hfconfig.multimodal import WRAPPERS
 from kvcalc.hfconfig.recurrent import (bailing_hybrid, kimi_linear, minimax, recurrent_gemma,
                                         rwkv, xlstm)
-from kvcalc.hfconfig.state_families import (bamba, falcon_h1, granitemoehybrid, lfm2_moe,
-                                            mamba2, qwen3_5)
+from kvcalc.hfconfig.state_families import (bamba, falcon_h1, granitemoehybrid, lara_mini,
+                                            lfm2_moe, mamba2, qwen3_5)
 
 FAMILIES: dict[str, Callable[[Config], dict]] = {
     "llama": llama_like,
@@ -134,6 +134,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "aria_text": vlm_text.aria_text,
     "lfm3": lfm3,
     "youtu": youtu,
+    "lara_mini": lara_mini,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)
