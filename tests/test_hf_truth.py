@@ -237,6 +237,18 @@ DEFAULT_CONFIGS = {
     # Lara Mini (kvcalc/hfconfig/state_families.py): the class's period of five (delta, sliding,
     # delta, global, sliding), 128 experts (4 in the reduced copy)
     "lara_mini": {"num_hidden_layers": 5},
+    # MoE with sliding/full attention and gated attention; Sarvam's two
+    # (kvcalc/hfconfig/moe_swa.py). MiMo-V2-Flash: dense full, sparse sliding (twice the
+    # K/V heads, sinks), sparse full; Laguna's class has no sliding layer: one here
+    "mimo_v2_flash": {"num_hidden_layers": 3,
+                      "layer_types": ["full_attention", "sliding_attention", "full_attention"]},
+    "laguna": {"num_hidden_layers": 3,
+               "layer_types": ["full_attention", "sliding_attention", "full_attention"]},
+    "afmoe": {"num_hidden_layers": 4},
+    "beam": {"num_hidden_layers": 5},  # three dense sliding, a sparse sliding, the last full
+    "flint": {"num_hidden_layers": 4},
+    "sarvam_moe": {"num_hidden_layers": 2},
+    "sarvam_mla": {"num_hidden_layers": 2},
 }
 
 

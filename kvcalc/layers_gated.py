@@ -1,0 +1,40 @@
+"""Attention with an output gate of its own projection: the attention output is
+multiplied by sigmoid(x W_g) before o_proj, W_g a separate Linear(d_model, heads x
+gate_width) beside q/k/v (AFMoE's and Beam's `gate_proj`, one gate per element:
+gate_width = head_dim; Laguna's `g_proj`, one per element or one per head). Beam adds
+one bias per head, broadcast over the head's elements (`gate_bias`).
+
+The cache is plain attention's: the gate is computed from the token's own hidden state,
+never cached. (Qwen3-Next's gate rides in q_proj instead: `Attention.gated`.)
+"""
+
+from __future__ import annotations
+
+from kvcalc._num import Linear
+from kvcalc._record import record
+from kvcalc.dtypes import MAX_WIDTH, check_size
+from kvcalc.layers import Attention
+
+
+@record
+class OutputGatedAttention(Attention):
+    """Attention whose output is gated by a separate projection, `gate_width` gates per
+    head (head_dim: one per element; 1: one per head)."""
+
+    gate_width: int = 1
+    gate_bias: bool = False  # Beam: one learned bias per head
+    gate_module: str = "gate_proj"  # its attribute name in transformers (Laguna: g_proj)
+
+    def __post_init__(self) -> None:
+        check_size("attention gate_width", self.gate_width, MAX_WIDTH)
+        super().__post_init__()
+
+    def tensors(self, d_model: int) -> dict[str, Linear | int]:
+        out = super().tensors(d_model)
+        out["gate"] = Linear(d_model, self.heads * self.gate_width, module=self.gate_module)
+        if self.gate_bias:
+            out["gate_bias"] = self.heads
+        return out
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        return [*super().matmuls(d_model), (d_model, self.heads * self.gate_width)]
