@@ -249,6 +249,7 @@ DEFAULT_CONFIGS = {
     "flint": {"num_hidden_layers": 4},
     "sarvam_moe": {"num_hidden_layers": 2},
     "sarvam_mla": {"num_hidden_layers": 2},
+    "jais2": {"num_hidden_layers": 2},
 }
 
 

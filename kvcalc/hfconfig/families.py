@@ -143,6 +143,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "lfm3": lfm3,
     "youtu": youtu,
     "lara_mini": lara_mini,
+    "jais2": llama_2026.jais2,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)

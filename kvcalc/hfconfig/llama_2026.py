@@ -24,10 +24,11 @@ def decoder(c: Config, *, qkv_bias: bool = False, out_bias: bool = False,
             norms: int = 2, kinds: list[str] | None = None, tied: bool = False,
             context: int = 4096, extra_params: int = 0, notes: tuple[str, ...] = (),
             experts: Callable[[int], list] | None = None,
-            head_dim_required: bool = False) -> dict:
+            head_dim_required: bool = False, layernorm: bool = False) -> dict:
     """A Llama-shaped decoder: `kinds` per layer (default all full), q/k RMSNorms over
-    one head's width when `qk_norm`, `norms` d_model-wide norms per layer; `experts`,
-    given the dense MLP, returns each layer's MLP (a MoE family's sparse layers)."""
+    one head's width when `qk_norm`, `norms` d_model-wide norms per layer (LayerNorms with
+    a bias when `layernorm`, else RMSNorms); `experts`, given the dense MLP, returns each
+    layer's MLP (a MoE family's sparse layers)."""
     hidden, layers, heads, vocab, d_ff = core_dims(c)
     kv_heads = c.opt_int("num_key_value_heads", heads) or heads  # null: one per query head
     # A class whose head_dim defaults to None and whose attention reads it as it is
@@ -45,6 +46,7 @@ def decoder(c: Config, *, qkv_bias: bool = False, out_bias: bool = False,
                          mlp="gated" if gated else "plain", mlp_bias=mlp_bias,
                          qkv_bias=qkv_bias, out_bias=out_bias, qk_norm=qk_norm,
                          norms_per_layer=norms, extra_params=extra_params,
+                         norm="layernorm" if layernorm else "rmsnorm", norm_bias=layernorm,
                          tied_embeddings=c.opt_bool("tie_word_embeddings", tied),
                          max_context=c.opt_int("max_position_embeddings", context) or 0,
                          notes=list(notes))
@@ -216,3 +218,11 @@ def apertus1p5_text(c: Config) -> dict:
             "notes": [*out["notes"], f"output head pruned to {rows:,} rows; the input "
                       f"embedding's {out['vocab'] - rows:,} other rows ({unread:,} parameters) "
                       "counted in extra_params"]}
+
+
+def jais2(c: Config) -> dict:
+    """Jais 2: Llama's attention with biases (attention_bias, on by default), a plain
+    up/down MLP with squared ReLU and biases (mlp_bias), LayerNorms with biases."""
+    bias = c.opt_bool("attention_bias", True)
+    return decoder(c, qkv_bias=bias, out_bias=bias, mlp_bias=c.opt_bool("mlp_bias", True),
+                   gated=False, layernorm=True, context=8192)
