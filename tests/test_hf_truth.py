@@ -250,6 +250,7 @@ DEFAULT_CONFIGS = {
     "sarvam_moe": {"num_hidden_layers": 2},
     "sarvam_mla": {"num_hidden_layers": 2},
     "jais2": {"num_hidden_layers": 2},
+    "nanochat": {"num_hidden_layers": 2},
 }
 
 

@@ -144,6 +144,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "youtu": youtu,
     "lara_mini": lara_mini,
     "jais2": llama_2026.jais2,
+    "nanochat": llama_2026.nanochat,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)

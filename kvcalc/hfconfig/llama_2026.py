@@ -226,3 +226,11 @@ def jais2(c: Config) -> dict:
     bias = c.opt_bool("attention_bias", True)
     return decoder(c, qkv_bias=bias, out_bias=bias, mlp_bias=c.opt_bool("mlp_bias", True),
                    gated=False, layernorm=True, context=8192)
+
+
+def nanochat(c: Config) -> dict:
+    """nanochat: Qwen3's attention (q/k norms) and a plain up/down MLP (squared ReLU), every
+    norm an RMSNorm without weights (none counted, the final one neither)."""
+    bias = c.opt_bool("attention_bias", False)
+    out = decoder(c, qkv_bias=bias, out_bias=bias, gated=False, norms=0, context=2048)
+    return {**out, "final_norm": False}
