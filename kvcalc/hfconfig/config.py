@@ -240,6 +240,9 @@ CLASS_DEFAULTS = {
     ("sarvam_mla", "n_shared_experts"): 1, ("sarvam_mla", "num_experts_per_tok"): 8,
     ("sarvam_mla", "qk_nope_head_dim"): 128, ("sarvam_mla", "qk_rope_head_dim"): 64,
     ("sarvam_mla", "v_head_dim"): 128,
+    ("hy_v3", "head_dim"): 128, ("hy_v3", "num_key_value_heads"): 8,
+    ("hy_v3", "num_experts"): 192, ("hy_v3", "num_experts_per_tok"): 8,
+    ("hy_v3", "moe_intermediate_size"): 1536,
 }
 
 

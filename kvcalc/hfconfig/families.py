@@ -145,6 +145,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "lara_mini": lara_mini,
     "jais2": llama_2026.jais2,
     "nanochat": llama_2026.nanochat,
+    "hy_v3": moe_2026.hy_v3,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)

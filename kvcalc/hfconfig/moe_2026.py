@@ -238,3 +238,28 @@ def hunyuan_moe(c: Config) -> dict:
 
     return decoder(c, qkv_bias=bias, out_bias=bias, qk_norm=True, context=2048,
                    head_dim_required=True, experts=mlps)
+
+
+def hy_v3(c: Config) -> dict:
+    """Hunyuan 3 (HYV3): GQA with per-head q/k norms, a dense first layer (mlp_layer_types),
+    then num_experts routed experts (sigmoid router, its correction bias a buffer) beside
+    one shared MLP num_shared_experts x moe_intermediate_size wide."""
+    d_ff = c.req_dim("intermediate_size")
+    hidden = c.req_dim("hidden_size")
+    shared = c.opt_int("num_shared_experts", 1) or 0
+    expert_ff = c.req_dim("moe_intermediate_size")
+    # HYV3MLP takes `intermediate_size or config.intermediate_size`: no shared experts
+    # still builds a shared MLP, as wide as the dense one
+    shared_ff = shared * expert_ff or d_ff
+    moe = MoE(experts=c.req_dim("num_experts", "num_local_experts"),
+              active=c.req_dim("num_experts_per_tok"), expert_d_ff=expert_ff,
+              shared_experts=1, shared_d_ff=shared_ff)
+    dense = Dense(d_ff, bias=c.opt_bool("mlp_bias", False))
+    mlps = _dense_then_moe(c, c.req_dim("num_hidden_layers"), dense, moe, first=1)
+    extra, notes = 0, ()
+    if dense.bias:  # the shared MLP is a dense one: mlp_bias gives it biases too
+        extra = sum(m is moe for m in mlps) * (2 * shared_ff + hidden)
+        notes = (f"mlp_bias: the shared experts' biases ({extra:,}) in extra_params",)
+    bias = c.opt_bool("attention_bias", False)
+    return decoder(c, qkv_bias=bias, out_bias=bias, mlp_bias=dense.bias, qk_norm=True,
+                   context=131072, experts=lambda _: mlps, extra_params=extra, notes=notes)
