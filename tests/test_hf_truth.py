@@ -252,6 +252,7 @@ DEFAULT_CONFIGS = {
     "jais2": {"num_hidden_layers": 2},
     "nanochat": {"num_hidden_layers": 2},
     "hy_v3": {"num_hidden_layers": 2},  # a dense layer, then experts (4 in the reduced copy)
+    "axk1": {"num_hidden_layers": 2},  # the same
 }
 
 

@@ -243,6 +243,10 @@ CLASS_DEFAULTS = {
     ("hy_v3", "head_dim"): 128, ("hy_v3", "num_key_value_heads"): 8,
     ("hy_v3", "num_experts"): 192, ("hy_v3", "num_experts_per_tok"): 8,
     ("hy_v3", "moe_intermediate_size"): 1536,
+    ("axk1", "kv_lora_rank"): 512, ("axk1", "q_lora_rank"): 1536, ("axk1", "qk_rope_head_dim"): 64,
+    ("axk1", "qk_nope_head_dim"): 128, ("axk1", "v_head_dim"): 128,
+    ("axk1", "n_routed_experts"): 192, ("axk1", "n_shared_experts"): 1,
+    ("axk1", "num_experts_per_tok"): 8, ("axk1", "moe_intermediate_size"): 2048,
 }
 
 

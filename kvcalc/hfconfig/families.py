@@ -146,6 +146,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "jais2": llama_2026.jais2,
     "nanochat": llama_2026.nanochat,
     "hy_v3": moe_2026.hy_v3,
+    "axk1": moe_2026.axk1,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)

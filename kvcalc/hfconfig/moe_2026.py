@@ -263,3 +263,33 @@ def hy_v3(c: Config) -> dict:
     bias = c.opt_bool("attention_bias", False)
     return decoder(c, qkv_bias=bias, out_bias=bias, mlp_bias=dense.bias, qk_norm=True,
                    context=131072, experts=lambda _: mlps, extra_params=extra, notes=notes)
+
+
+def axk1(c: Config) -> dict:
+    """A.X K1 (AXK1): DeepSeek-V3's MLA, always with a q LoRA, and routed + shared experts
+    whose block ends in its own norm (post_mlp_layernorm: three norms on a sparse layer),
+    the first layer dense unless mlp_layer_types says otherwise."""
+    hidden, layers, heads, vocab, d_ff = core_dims(c)
+    bias = c.opt_bool("attention_bias", False)
+    mla = Latent(heads=heads, kv_lora_rank=c.req_dim("kv_lora_rank"),
+                 rope_dim=c.req_dim("qk_rope_head_dim"), nope_dim=c.req_dim("qk_nope_head_dim"),
+                 v_dim=c.req_dim("v_head_dim"), q_lora_rank=c.req_dim("q_lora_rank"), bias=bias)
+    moe = MoE(experts=c.req_dim("n_routed_experts"), active=c.req_dim("num_experts_per_tok"),
+              expert_d_ff=c.req_dim("moe_intermediate_size"),
+              shared_experts=c.opt_int("n_shared_experts", 0) or 0)
+    dense = Dense(d_ff)
+    if c.raw("mlp_layer_types") in (MISSING, None):
+        # AXK1Config's legacy fields: sparse from first_k_dense_replace (1), every
+        # moe_layer_freq-th (1) layer
+        first = c.opt_int("first_k_dense_replace", 1) or 0
+        every = c.opt_int("moe_layer_freq", 1) or 1
+        mlps = [moe if i >= first and i % every == 0 else dense for i in range(layers)]
+    else:
+        mlps = _dense_then_moe(c, layers, dense, moe)
+    fields = dict(layers=layers, d_model=hidden, heads=heads, kv_heads=heads,
+                  head_dim=mla.nope_dim + mla.rope_dim, v_head_dim=mla.v_dim, d_ff=d_ff,
+                  vocab=vocab, qkv_bias=bias, out_bias=bias,
+                  tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                  max_context=c.opt_int("max_position_embeddings", 32768) or 0,
+                  notes=_mtp_note(c))
+    return with_runs(fields, [Layer(mla, mlp, 3 if mlp is moe else 2) for mlp in mlps])
