@@ -5,7 +5,7 @@ per image, so kvcalc reports them beside the text model rather than inside it. E
 function follows that family's vision modeling file in transformers 5 (which modules
 exist, their shapes and biases): CLIP (LLaVA), SigLIP (Gemma 3), Pixtral (Mistral 3),
 Qwen2.5-VL's window-attention ViT, Llama 4's vision encoder, Qwen3.5's ViT, Fuyu's patch
-projection. Counts are exact: tests
+projection, GOT-OCR 2.0's SAM-style ViT. Counts are exact: tests
 check them against the models transformers builds on the meta device.
 """
 
@@ -117,10 +117,34 @@ def _fuyu(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
     return {"vision_tower": 0, "projector": pixels * text_hidden + text_hidden}
 
 
+def _got_ocr2(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
+    """GOT-OCR 2.0's SAM-style ViT (conv patch embedding, an absolute position grid, windowed
+    and global blocks with relative-position tables, a convolutional neck) and its projector
+    (two stride-2 3x3 convolutions, then a biased Linear)."""
+    h, mlp = v.int("hidden_size", 768), v.int("mlp_dim", 3072)
+    p, size, layers = v.int("patch_size", 16), v.int("image_size", 1024), v.int("num_hidden_layers", 12)
+    heads, out, window = v.int("num_attention_heads", 12), v.int("output_channels", 256), v.int("window_size", 14)
+    grid, head_dim = size // p, h // heads
+    globals_ = v.cfg.get("global_attn_indexes", (2, 5, 8, 11))
+    tower = v.int("num_channels", 3) * p * p * h + h  # patch_embed: Conv2d with bias
+    if v.bool("use_abs_pos", True):
+        tower += grid * grid * h
+    qkv_bias = 3 * h if v.bool("qkv_bias", True) else 0
+    for i in range(layers):
+        tower += 2 * 2 * h + (3 * h * h + qkv_bias) + (h * h + h) + (h * mlp + mlp) + (mlp * h + h)
+        if v.bool("use_rel_pos", True):
+            side = grid if i in globals_ else window  # rel_pos_h and rel_pos_w: 2 x side - 1 rows
+            tower += 2 * (2 * side - 1) * head_dim
+    tower += h * out + 2 * out + out * out * 9 + 2 * out  # neck: 1x1 and 3x3 convs, LayerNorms
+    proj = out * 2 * out * 9 + 2 * out * text_hidden * 9 + text_hidden * text_hidden + text_hidden
+    return {"vision_tower": tower, "projector": proj}
+
+
 _TOWERS: dict[str, Callable[[_Fields, dict, int], dict[str, int]]] = {
     "llava": _clip, "llava_next": _clip, "gemma3": _siglip, "mistral3": _pixtral,
     "qwen2_5_vl": _qwen25_vl, "llama4": _llama4_vision,
     "qwen3_5": _qwen3_5_vision, "qwen3_5_moe": _qwen3_5_vision, "fuyu": _fuyu,
+    "got_ocr2": _got_ocr2,
 }
 # Wrappers whose image fields sit in the config itself, not in a vision_config.
 _FIELDS_AT_TOP = ("fuyu",)

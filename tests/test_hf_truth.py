@@ -227,8 +227,11 @@ DEFAULT_CONFIGS = {
     # Gemma 4 unified: Gemma 4's 5 sliding : 1 global in Gemma 2's layer, no per-layer inputs
     "gemma4_unified_text": {"num_hidden_layers": 6},
     "apertus1p5_text": {"num_hidden_layers": 2},
-    # Fuyu: Persimmon with image patches projected in (the tower test below)
-    "fuyu": {"text_config": {"num_hidden_layers": 2}},
+    # Fuyu: Persimmon-8B with image patches projected in; GOT-OCR 2.0: a Qwen2 with a
+    # SAM-style ViT (their towers: the tower test below). Whole: a text_config given here
+    # replaces the wrapper's own text defaults, and the reduced copy cuts the layers anyway
+    "fuyu": {},
+    "got_ocr2": {},
     # Language models of multimodal families (kvcalc/hfconfig/vlm_text.py)
     "aria_text": {"num_hidden_layers": 2},
     # LFM3 (kvcalc/hfconfig/hybrid.py): the class's conv, conv, global, conv, sliding
@@ -309,7 +312,7 @@ def test_every_model_type_kvcalc_reads_is_held_to_transformers():
     assert not set(FAMILIES) - kept - set(DEFAULT_CONFIGS)
 
 
-WRAPPER_DEFAULTS = ("llava", "gemma3", "mistral3", "qwen2_5_vl", "llama4", "fuyu")
+WRAPPER_DEFAULTS = ("llava", "gemma3", "mistral3", "qwen2_5_vl", "llama4", "fuyu", "got_ocr2")
 
 
 @pytest.mark.parametrize("source", [*(s for s in CONFIGS if _cfg(s).get("vision_config")),

@@ -17,12 +17,13 @@ WRAPPERS = {
     "llava": "llama", "llava_next": "llama", "mistral3": "mistral", "gemma3": "gemma3_text",
     "llama4": "llama4_text", "qwen2_5_vl": "qwen2", "qwen2_vl": "qwen2",
     "qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text", "gemma4": "gemma4_text",
-    "fuyu": "persimmon",
+    "fuyu": "persimmon", "got_ocr2": "qwen2",
 }
 # Each wrapper's config-class default for tie_word_embeddings.
 _WRAPPER_TIED = {"llava": False, "llava_next": False, "mistral3": True, "gemma3": True,
                  "llama4": False, "qwen2_5_vl": False, "qwen2_vl": False,
-                 "qwen3_5": False, "qwen3_5_moe": False, "gemma4": True, "fuyu": False}
+                 "qwen3_5": False, "qwen3_5_moe": False, "gemma4": True, "fuyu": False,
+                 "got_ocr2": True}
 # LlamaConfig's defaults (Llama 2 7B), which LLaVA-1.5's short text_config relies on.
 _LLAMA_DEFAULTS = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
                    "num_attention_heads": 32, "vocab_size": 32000}
