@@ -234,6 +234,7 @@ DEFAULT_CONFIGS = {
     "got_ocr2": {},
     # Language models of multimodal families (kvcalc/hfconfig/vlm_text.py)
     "aria_text": {"num_hidden_layers": 2},
+    "moshi": {"num_hidden_layers": 2},
     # LFM3 (kvcalc/hfconfig/hybrid.py): the class's conv, conv, global, conv, sliding
     "lfm3": {"num_hidden_layers": 5},
     "youtu": {"num_hidden_layers": 2},

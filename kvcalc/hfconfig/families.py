@@ -140,6 +140,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "apertus1p5_text": llama_2026.apertus1p5_text,
     # Language models of multimodal families (vlm_text)
     "aria_text": vlm_text.aria_text,
+    "moshi": vlm_text.moshi,
     "lfm3": lfm3,
     "youtu": youtu,
     "lara_mini": lara_mini,
