@@ -217,6 +217,13 @@ def meta_param_count(cfg: dict) -> dict:
         head = getattr(model, "lm_head", None)
         if head is not None:
             text += sum(p.numel() for p in head.parameters() if id(p) not in seen)
+    for name, m in model.named_modules():
+        if name.endswith(_TOWERS_INSIDE_TEXT_MODEL):
+            # towers the text model holds as a module of its own (Phi-4-multimodal)
+            inside = sum(p.numel() for p in m.parameters())
+            text, total_towers = text - inside, inside
+            return {"total": total, "text": text, "towers": total_towers,
+                    "model_class": type(model).__name__, "tied": False}
     tied = False
     try:
         emb = model.get_input_embeddings()
@@ -226,6 +233,11 @@ def meta_param_count(cfg: dict) -> dict:
         pass
     return {"total": total, "text": text, "towers": total - text,
             "model_class": type(model).__name__, "tied": tied}
+
+
+# Modules inside a text model that are its towers: Phi-4-multimodal's image and audio
+# encoders sit in Phi4MultimodalModel.embed_tokens_extend, beside its decoder layers.
+_TOWERS_INSIDE_TEXT_MODEL = ("embed_tokens_extend",)
 
 
 def _language_model(model):
@@ -246,7 +258,8 @@ def _decoder_layers(model, n_layers: int):
 
     best = None
     for name, m in model.named_modules():
-        if isinstance(m, nn.ModuleList) and len(m) == n_layers and "vision" not in name:
+        if (isinstance(m, nn.ModuleList) and len(m) == n_layers and "vision" not in name
+                and not any(t in name for t in _TOWERS_INSIDE_TEXT_MODEL)):
             size = sum(p.numel() for p in m.parameters())
             if best is None or size > best[0]:
                 best = (size, m)
@@ -473,6 +486,10 @@ def _reduced_config(cfg: dict, window: int) -> dict:
         d["intermediate_size"] = SMALL_WIDTH
     if mt == "codegen" and d.get("n_inner") is None:
         d["n_inner"] = SMALL_WIDTH  # None: 4 x n_embd (16,384 by default)
+    if mt == "phi4_multimodal":
+        # its towers are built with the text model: one block each (they cache nothing)
+        d["vision_config"] = {**d["vision_config"], "num_hidden_layers": 1}
+        d["audio_config"] = {**d["audio_config"], "num_blocks": 1}
     if mt == "gpt_neox_japanese":
         d["intermediate_multiple_size"] = 1  # the MLP is hidden_size x this wide
     if mt == "lfm2":

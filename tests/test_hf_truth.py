@@ -232,6 +232,9 @@ DEFAULT_CONFIGS = {
     # replaces the wrapper's own text defaults, and the reduced copy cuts the layers anyway
     "fuyu": {},
     "got_ocr2": {},
+    # Phi-4-multimodal: Phi-3's decoder, its image and audio encoders inside the text model
+    # (not counted by kvcalc: no tower formula)
+    "phi4_multimodal": {"num_hidden_layers": 2},
     # Language models of multimodal families (kvcalc/hfconfig/vlm_text.py)
     "aria_text": {"num_hidden_layers": 2},
     "moshi": {"num_hidden_layers": 2},

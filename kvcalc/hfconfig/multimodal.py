@@ -17,16 +17,20 @@ WRAPPERS = {
     "llava": "llama", "llava_next": "llama", "mistral3": "mistral", "gemma3": "gemma3_text",
     "llama4": "llama4_text", "qwen2_5_vl": "qwen2", "qwen2_vl": "qwen2",
     "qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text", "gemma4": "gemma4_text",
-    "fuyu": "persimmon", "got_ocr2": "qwen2",
+    "fuyu": "persimmon", "got_ocr2": "qwen2", "phi4_multimodal": "phi3",
 }
 # Each wrapper's config-class default for tie_word_embeddings.
 _WRAPPER_TIED = {"llava": False, "llava_next": False, "mistral3": True, "gemma3": True,
                  "llama4": False, "qwen2_5_vl": False, "qwen2_vl": False,
                  "qwen3_5": False, "qwen3_5_moe": False, "gemma4": True, "fuyu": False,
-                 "got_ocr2": True}
+                 "got_ocr2": True, "phi4_multimodal": False}
 # LlamaConfig's defaults (Llama 2 7B), which LLaVA-1.5's short text_config relies on.
 _LLAMA_DEFAULTS = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
                    "num_attention_heads": 32, "vocab_size": 32000}
+
+# Phi4MultimodalConfig's defaults where Phi3Config's differ (transformers 5.24).
+_PHI4_MULTIMODAL_DEFAULTS = {"vocab_size": 200064, "num_key_value_heads": 8,
+                             "max_position_embeddings": 131072}
 
 
 def text_config(cfg: dict, model_type: str, where: str) -> dict:
@@ -34,6 +38,11 @@ def text_config(cfg: dict, model_type: str, where: str) -> dict:
     text = cfg.get("text_config")
     if text is None and model_type in ("qwen2_5_vl", "qwen2_vl"):
         text = {k: v for k, v in cfg.items() if k != "vision_config"}  # older flat layout
+    elif text is None and model_type == "phi4_multimodal":
+        # Phi4MultimodalConfig: Phi-3's fields at the top, its own defaults where they differ
+        text = {k: v for k, v in cfg.items() if k not in ("vision_config", "audio_config")}
+        for key, value in _PHI4_MULTIMODAL_DEFAULTS.items():
+            text.setdefault(key, value)
     elif text is None and model_type == "fuyu":
         # FuyuConfig: a flat config's text fields (or none: Persimmon-8B's) become text_config
         text = {k: v for k, v in cfg.items() if k not in ("model_type", "text_config")}
