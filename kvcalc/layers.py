@@ -471,6 +471,8 @@ class MoE:
     # LongCat-Flash: identity experts the router may pick too; a pick of one computes
     # nothing, so `active` counts the routed experts a token runs at most
     zero_experts: int = 0
+    router_width: int = 0  # 0: one logit an expert; Doge's product-key router: 2 x sqrt(experts)
+    gated_shared: bool = False  # Doge: a SwiGLU shared expert beside plain routed ones
 
     kind = "moe"
 
@@ -485,16 +487,20 @@ class MoE:
             raise KvcalcError(f"moe zero_experts must be 0..{MAX_WIDTH}, got {self.zero_experts}")
 
     @property
+    def router_logits(self) -> int:
+        return self.router_width or self.experts + self.zero_experts
+
+    @property
     def expert(self) -> Dense:
         return Dense(self.expert_d_ff, self.gated, self.expert_bias)
 
     @property
     def shared(self) -> Dense:
-        return Dense(self.shared_d_ff or self.expert_d_ff, self.gated, False)
+        return Dense(self.shared_d_ff or self.expert_d_ff, self.gated or self.gated_shared, False)
 
     def breakdown(self, d_model: int) -> dict[str, int]:
         out = {
-            "router": (_linear(d_model, self.experts + self.zero_experts, self.router_bias)
+            "router": (_linear(d_model, self.router_logits, self.router_bias)
                        + (d_model + self.experts if self.router_scales else 0)),
             "experts": self.experts * self.expert.params(d_model),
         }
@@ -515,7 +521,7 @@ class MoE:
 
     def matmuls(self, d_model: int) -> list[tuple[int, int]]:
         """One token: the router, `active` routed experts and every shared expert."""
-        mm = [(d_model, self.experts + self.zero_experts)]
+        mm = [(d_model, self.router_logits)]
         mm += self.expert.matmuls(d_model) * self.active
         mm += self.shared.matmuls(d_model) * self.shared_experts
         if self.shared_gate and self.shared_experts:

@@ -260,6 +260,7 @@ DEFAULT_CONFIGS = {
     "nanochat": {"num_hidden_layers": 2},
     "hy_v3": {"num_hidden_layers": 2},  # a dense layer, then experts (4 in the reduced copy)
     "axk1": {"num_hidden_layers": 2},  # the same
+    "doge": {"num_hidden_layers": 2},
 }
 
 
@@ -289,16 +290,24 @@ def test_default_config_cache_bytes_equal_transformers(model_type):
             seq_len, [m["cache_class"] for m in measured])
 
 
-def test_apertus1p5_pruned_output_head_equals_transformers():
-    """Apertus 1.5 with its output head cut to the text rows (output_vocab_size): the
-    input table keeps every row, the head only the first output_vocab_size."""
+# Switches a class-default config leaves off, each a structure of its own: the model
+# transformers builds with it on (meta device, parameters only: no cache changes).
+VARIANT_CONFIGS = {
+    # Apertus 1.5's output head cut to the text rows: the input table keeps every row
+    "apertus1p5_text": {"num_hidden_layers": 2, "output_vocab_size": 131072},
+    # Doge's product-key experts (16,384 single-neuron experts beside a shared SwiGLU)
+    "doge": {"num_hidden_layers": 2, "is_moe": True, "mlp_bias": True},
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(VARIANT_CONFIGS))
+def test_variant_parameters_equal_transformers(model_type):
     import transformers
 
-    cfg = transformers.AutoConfig.for_model("apertus1p5_text", num_hidden_layers=2,
-                                            output_vocab_size=131072)
+    cfg = transformers.AutoConfig.for_model(model_type, **VARIANT_CONFIGS[model_type])
     cfg = json.loads(json.dumps(cfg.to_dict(), default=str))
     truth = hf_truth.meta_param_count(cfg)
-    assert param_counts(spec_from_hf_config(cfg, "apertus1p5_text")).total == truth["text"]
+    assert param_counts(spec_from_hf_config(cfg, model_type)).total == truth["text"]
 
 
 def test_every_model_type_kvcalc_reads_is_held_to_transformers():

@@ -248,6 +248,7 @@ CLASS_DEFAULTS = {
     ("axk1", "qk_nope_head_dim"): 128, ("axk1", "v_head_dim"): 128,
     ("axk1", "n_routed_experts"): 192, ("axk1", "n_shared_experts"): 1,
     ("axk1", "num_experts_per_tok"): 8, ("axk1", "moe_intermediate_size"): 2048,
+    ("doge", "num_experts"): 16384, ("doge", "num_experts_per_tok"): 64,
 }
 
 

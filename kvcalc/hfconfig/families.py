@@ -148,6 +148,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "nanochat": llama_2026.nanochat,
     "hy_v3": moe_2026.hy_v3,
     "axk1": moe_2026.axk1,
+    "doge": llama_2026.doge,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)

@@ -10,13 +10,14 @@ class (`configuration_*.py`) and decoder layer (`modeling_*.py`) in transformers
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 from kvcalc.hfconfig.build import attention, flat_fields, with_runs
 from kvcalc.hfconfig.config import Config, core_dims
 from kvcalc.hfconfig.layer_types import (ATTENTION_TYPES, every_nth_full, layer_kinds,
                                          required_window)
-from kvcalc.layers import Dense, Layer
+from kvcalc.layers import Dense, Layer, MoE
 
 
 def decoder(c: Config, *, qkv_bias: bool = False, out_bias: bool = False,
@@ -234,3 +235,37 @@ def nanochat(c: Config) -> dict:
     bias = c.opt_bool("attention_bias", False)
     out = decoder(c, qkv_bias=bias, out_bias=bias, gated=False, norms=0, context=2048)
     return {**out, "final_norm": False}
+
+
+def doge(c: Config) -> dict:
+    """Doge: GQA with per-head q/k norms and a dynamic mask (a learned A and dt_proj per
+    K/V head), a learned scale on each residual; with is_moe, a shared SwiGLU beside
+    num_experts single-neuron experts picked through a product-key router."""
+    hidden, layers, heads = (c.req_dim(k) for k in ("hidden_size", "num_hidden_layers",
+                                                    "num_attention_heads"))
+    kv_heads = c.opt_int("num_key_value_heads", heads) or heads
+    head_dim = c.head_dim(hidden, heads)
+    bias = c.opt_bool("attention_bias", False)
+    # A, dt_proj (K/V width to one logit a K/V head), the two residual scales
+    extra = layers * (kv_heads + kv_heads * head_dim * kv_heads + (kv_heads if bias else 0)
+                      + 2 * hidden)
+    mlp_bias = c.opt_bool("mlp_bias", False)
+    window = c.opt_int("sliding_window", 0) or 0  # DogeConfig: set, every layer slides
+    kinds = ["sliding" if window else "full"] * layers
+    notes = ["dynamic mask: A and dt_proj per K/V head, residual scales (extra_params)"]
+    experts = None
+    if c.opt_bool("is_moe", False):
+        routed = c.req_dim("num_experts")
+        # DogeCDMoE: each expert a d_model-wide down and up embedding (an MLP one neuron
+        # wide); the router scores floor(sqrt(num_experts)) keys twice
+        moe = MoE(experts=routed, active=c.req_dim("num_experts_per_tok"), expert_d_ff=1,
+                  gated=False, gated_shared=True, shared_experts=1,
+                  shared_d_ff=c.req_dim("intermediate_size"),
+                  router_width=2 * math.isqrt(routed))
+        experts = lambda dense: [moe] * layers  # noqa: E731
+        if mlp_bias:  # the shared SwiGLU is the dense MLP: mlp_bias gives it biases
+            extra += layers * (2 * moe.shared_d_ff + hidden)
+            notes.append("mlp_bias: the shared SwiGLU's biases (extra_params)")
+    return decoder(c, qkv_bias=bias, out_bias=bias, mlp_bias=mlp_bias, qk_norm=True,
+                   kinds=kinds, context=2048, extra_params=extra, notes=tuple(notes),
+                   experts=experts)

@@ -61,7 +61,7 @@ def _mlp_items(mlp, d: int, prefix: str, model_type: str) -> list:
     if not mlp.experts:  # a dense MLP
         return _named(mlp.tensors(d), "mlp", f"{prefix}.mlp")
     router = "router" if model_type == "gpt_oss" else "gate"
-    routes = mlp.experts + mlp.zero_experts  # LongCat-Flash: its identity experts too
+    routes = mlp.router_logits  # LongCat-Flash: its identity experts too; Doge: 2 x sqrt(E)
     out: list = [Matrix("moe/router", f"{prefix}.mlp.{router}", routes, d,
                         bias=mlp.router_bias, role="router")]
     if mlp.router_scales:  # Gemma 4's router scales, kept as plain weights
