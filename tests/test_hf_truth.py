@@ -125,6 +125,13 @@ def test_cache_bytes_equal_transformers_cache_after_decode(stem):
 DEFAULT_CONFIGS = {
     "granite": {"num_hidden_layers": 2},
     "granitemoe": {"num_hidden_layers": 2},
+    # Granite's later decoders (kvcalc/hfconfig/granite.py): GraniteMoeShared with a shared
+    # MLP (its class's 0 builds none; its docstring's 1024), the SWA ones' three sliding
+    # layers to one global as their classes lay them out; head_dim stated (the 128 their
+    # attention derives) so that the reduced copy narrows hidden_size (4096)
+    "granitemoeshared": {"num_hidden_layers": 2, "shared_intermediate_size": 1024, "head_dim": 128},
+    "granite_swa": {"num_hidden_layers": 4},
+    "granitemoe_swa": {"num_hidden_layers": 4, "head_dim": 128},
     "stablelm": {"num_hidden_layers": 2, "qk_layernorm": True, "use_qkv_bias": True},
     "nemotron": {"num_hidden_layers": 2, "num_key_value_heads": 8},
     "phimoe": {"num_hidden_layers": 2},

@@ -22,6 +22,7 @@ from kvcalc.hfconfig.recurrent import (bailing_hybrid, kimi_linear, minimax, rec
                                         rwkv, xlstm)
 from kvcalc.hfconfig.state_families import (bamba, falcon_h1, granitemoehybrid, lara_mini,
                                             lfm2_moe, mamba2, qwen3_5)
+from kvcalc.hfconfig import granite
 
 FAMILIES: dict[str, Callable[[Config], dict]] = {
     "llama": llama_like,
@@ -57,6 +58,10 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "jamba": jamba,
     "granite": llama_variants,
     "granitemoe": llama_variants,
+    # Granite's later decoders (granite)
+    "granitemoeshared": granite.granite_later,
+    "granite_swa": granite.granite_later,
+    "granitemoe_swa": granite.granite_later,
     "stablelm": llama_variants,
     "nemotron": llama_variants,
     "phimoe": llama_variants,

@@ -25,11 +25,13 @@ def decoder(c: Config, *, qkv_bias: bool = False, out_bias: bool = False,
             norms: int = 2, kinds: list[str] | None = None, tied: bool = False,
             context: int = 4096, extra_params: int = 0, notes: tuple[str, ...] = (),
             experts: Callable[[int], list] | None = None,
-            head_dim_required: bool = False, layernorm: bool = False) -> dict:
+            head_dim_required: bool = False, layernorm: bool = False,
+            sinks: bool = False) -> dict:
     """A Llama-shaped decoder: `kinds` per layer (default all full), q/k RMSNorms over
     one head's width when `qk_norm`, `norms` d_model-wide norms per layer (LayerNorms with
     a bias when `layernorm`, else RMSNorms); `experts`, given the dense MLP, returns each
-    layer's MLP (a MoE family's sparse layers)."""
+    layer's MLP (a MoE family's sparse layers); `sinks`, one learned sink logit per query
+    head in every layer."""
     hidden, layers, heads, vocab, d_ff = core_dims(c)
     kv_heads = c.opt_int("num_key_value_heads", heads) or heads  # null: one per query head
     # A class whose head_dim defaults to None and whose attention reads it as it is
@@ -41,7 +43,8 @@ def decoder(c: Config, *, qkv_bias: bool = False, out_bias: bool = False,
     mlp = Dense(d_ff, gated=gated, bias=mlp_bias)
     mlps = experts(mlp) if experts else [mlp] * layers
     layer_list = [Layer(attention(k, window, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-                                  qkv_bias=qkv_bias, out_bias=out_bias, qk_norm=qk), m, norms)
+                                  qkv_bias=qkv_bias, out_bias=out_bias, qk_norm=qk,
+                                  sinks=sinks), m, norms)
                   for k, m in zip(kinds, mlps)]
     fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
                          mlp="gated" if gated else "plain", mlp_bias=mlp_bias,
