@@ -132,6 +132,15 @@ DEFAULT_CONFIGS = {
     "granitemoeshared": {"num_hidden_layers": 2, "shared_intermediate_size": 1024, "head_dim": 128},
     "granite_swa": {"num_hidden_layers": 4},
     "granitemoe_swa": {"num_hidden_layers": 4, "head_dim": 128},
+    "flex_olmo": {"num_hidden_layers": 2, "head_dim": 128},  # stated: hidden_size narrows
+    # Llama with one part of its own (kvcalc/hfconfig/llama_more.py); Mellum with a sliding
+    # layer and a dense one beside its class's full, sparse layers
+    "bitnet": {"num_hidden_layers": 2},
+    "diffllama": {"num_hidden_layers": 2},
+    "hyperclovax": {"num_hidden_layers": 2},
+    "mellum": {"num_hidden_layers": 3,
+               "layer_types": ["sliding_attention", "full_attention", "full_attention"],
+               "mlp_layer_types": ["dense", "dense", "sparse"]},
     "stablelm": {"num_hidden_layers": 2, "qk_layernorm": True, "use_qkv_bias": True},
     "nemotron": {"num_hidden_layers": 2, "num_key_value_heads": 8},
     "phimoe": {"num_hidden_layers": 2},

@@ -22,7 +22,7 @@ from kvcalc.hfconfig.recurrent import (bailing_hybrid, kimi_linear, minimax, rec
                                         rwkv, xlstm)
 from kvcalc.hfconfig.state_families import (bamba, falcon_h1, granitemoehybrid, lara_mini,
                                             lfm2_moe, mamba2, qwen3_5)
-from kvcalc.hfconfig import granite
+from kvcalc.hfconfig import granite, llama_more
 
 FAMILIES: dict[str, Callable[[Config], dict]] = {
     "llama": llama_like,
@@ -62,6 +62,12 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "granitemoeshared": granite.granite_later,
     "granite_swa": granite.granite_later,
     "granitemoe_swa": granite.granite_later,
+    "flex_olmo": qwen_moe,
+    # Llama with one part of its own (llama_more)
+    "bitnet": llama_more.bitnet,
+    "diffllama": llama_more.diffllama,
+    "hyperclovax": llama_more.hyperclovax,
+    "mellum": llama_more.mellum,
     "stablelm": llama_variants,
     "nemotron": llama_variants,
     "phimoe": llama_variants,

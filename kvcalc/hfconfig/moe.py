@@ -87,14 +87,18 @@ def youtu(c: Config) -> dict:
             "max_context": c.opt_int("max_position_embeddings", 131072) or 0}
 
 
+_OLMO_MOE = ("olmoe", "flex_olmo")  # experts on every layer, of intermediate_size
+
+
 def qwen_moe(c: Config) -> dict:
-    """Qwen2-MoE / Qwen3-MoE / OLMoE: routed experts of moe_intermediate_size on the
-    sparse layers; Qwen2-MoE adds a gated shared expert; Qwen3 and OLMoE q/k norms."""
+    """Qwen2-MoE / Qwen3-MoE / OLMoE / FlexOlmo: routed experts of moe_intermediate_size on
+    the sparse layers; Qwen2-MoE adds a gated shared expert; Qwen3 and OLMoE q/k norms
+    (FlexOlmo: OLMoE's experts and q/k norms, OLMo 2's norms after attention and MLP)."""
     family = c.model_type
     hidden, layers, heads, vocab, d_ff = core_dims(c)
     kv_heads = c.opt_int("num_key_value_heads", heads)
     head_dim = c.head_dim(hidden, heads)
-    if family == "olmoe":
+    if family in _OLMO_MOE:
         sparse = [True] * layers
         experts = c.req_int("num_experts")
         expert_ff = d_ff
@@ -110,11 +114,13 @@ def qwen_moe(c: Config) -> dict:
     qkv_bias = c.opt_bool("qkv_bias", True) if family == "qwen2_moe" else c.opt_bool(
         "attention_bias", False)
     out_bias = False if family == "qwen2_moe" else qkv_bias
-    qk = {"qwen3_moe": 2 * head_dim, "olmoe": hidden + kv_heads * head_dim}.get(family, 0)
+    # OLMoE's q_norm is hidden_size wide, FlexOlmo's num_attention_heads x head_dim
+    qk = {"qwen3_moe": 2 * head_dim, "olmoe": hidden + kv_heads * head_dim,
+          "flex_olmo": (heads + kv_heads) * head_dim}.get(family, 0)
     moe = MoE(experts=experts, active=c.req_int("num_experts_per_tok"), expert_d_ff=expert_ff,
               shared_experts=shared, shared_d_ff=shared_ff, shared_gate=bool(shared)) if experts else None
     dense = Dense(d_ff)
-    if family != "olmoe" and c.opt_bool("use_sliding_window", False):
+    if family not in _OLMO_MOE and c.opt_bool("use_sliding_window", False):
         raise c.error("use_sliding_window is true: sliding layers in MoE Qwen configs are "
                       "not supported")
     attn = Attention(heads=heads, kv_heads=kv_heads, head_dim=head_dim, qkv_bias=qkv_bias,
