@@ -217,13 +217,13 @@ def meta_param_count(cfg: dict) -> dict:
         head = getattr(model, "lm_head", None)
         if head is not None:
             text += sum(p.numel() for p in head.parameters() if id(p) not in seen)
-    for name, m in model.named_modules():
-        if name.endswith(_TOWERS_INSIDE_TEXT_MODEL):
-            # towers the text model holds as a module of its own (Phi-4-multimodal)
-            inside = sum(p.numel() for p in m.parameters())
-            text, total_towers = text - inside, inside
-            return {"total": total, "text": text, "towers": total_towers,
-                    "model_class": type(model).__name__, "tied": False}
+    # towers the text model holds as modules of its own (Phi-4-multimodal, GIT)
+    held = {id(p): p.numel() for name, m in model.named_modules()  # each Parameter once
+            if name.rsplit(".", 1)[-1] in _TOWERS_INSIDE_TEXT_MODEL for p in m.parameters()}
+    inside = sum(held.values())
+    if inside:
+        return {"total": total, "text": total - inside, "towers": inside,
+                "model_class": type(model).__name__, "tied": False}
     tied = False
     try:
         emb = model.get_input_embeddings()
@@ -236,8 +236,10 @@ def meta_param_count(cfg: dict) -> dict:
 
 
 # Modules inside a text model that are its towers: Phi-4-multimodal's image and audio
-# encoders sit in Phi4MultimodalModel.embed_tokens_extend, beside its decoder layers.
-_TOWERS_INSIDE_TEXT_MODEL = ("embed_tokens_extend",)
+# encoders sit in Phi4MultimodalModel.embed_tokens_extend, beside its decoder layers; GIT's
+# CLIP image encoder, its projection and per-image embeddings in GitModel.
+_TOWERS_INSIDE_TEXT_MODEL = ("embed_tokens_extend", "image_encoder", "visual_projection",
+                             "img_temporal_embedding")
 
 
 def _language_model(model):

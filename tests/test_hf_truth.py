@@ -236,6 +236,8 @@ DEFAULT_CONFIGS = {
     "biogpt": {"num_hidden_layers": 2},
     "gpt_neox_japanese": {"num_hidden_layers": 2},
     "persimmon": {"num_hidden_layers": 2},
+    # GIT: its text decoder (the CLIP image encoder inside GitModel: a tower, not counted)
+    "git": {"num_hidden_layers": 2},
     # Gemma 3n (kvcalc/hfconfig/gemma3n.py): a sliding and a global layer, then one of each
     # sharing their K/V (the class's 4 sliding : 1 global needs 10 layers to show the same)
     "gemma3n_text": {"num_hidden_layers": 4, "num_kv_shared_layers": 2, "layer_types": [

@@ -145,6 +145,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "biogpt": gpt_older.biogpt,
     "gpt_neox_japanese": gpt_older.gpt_neox_japanese,
     "persimmon": gpt_older.persimmon,
+    "git": gpt_older.git,
     # Gemma 3n, 2026 Llama variants and more (gemma3n, ...)
     "gemma3n_text": gemma3n.gemma3n_text,
     "gemma4_unified_text": gemma4.gemma4_unified_text,

@@ -1,5 +1,5 @@
 """Older GPT-shaped decoders (2019-2023) with a plain MLP and LayerNorms: CTRL, XGLM,
-BioGPT, GPT-NeoX-Japanese and Persimmon. (CodeGen is GPT-J's shape: kvcalc.hfconfig.gpt_like.)
+BioGPT, GPT-NeoX-Japanese, Persimmon and GIT's text decoder. (CodeGen is GPT-J's shape: kvcalc.hfconfig.gpt_like.)
 
 Each lists its layers as transformers 5.24 builds them (`modeling_<family>.py`); every
 layer caches full K/V for every head, as a plain DynamicCache.
@@ -99,3 +99,19 @@ def persimmon(c: Config) -> dict:
                          max_context=c.opt_int("max_position_embeddings", 16384) or 0,
                          notes=[])
     return with_runs(fields, [Layer(attn, Dense(d_ff, gated=False, bias=True), 2)] * layers)
+
+
+def git(c: Config) -> dict:
+    """GIT (GenerativeImageText): a BERT-style post-LayerNorm decoder (biased q/k/v, dense,
+    intermediate and output, a LayerNorm after attention and after the MLP), learned
+    positions and a LayerNorm on the embedding, a biased output layer; its CLIP image
+    encoder and projection are not counted."""
+    hidden, layers, heads, vocab, d_ff = core_dims(c)
+    positions = c.opt_int("max_position_embeddings", 1024) or 0
+    # post-LN: no final norm; GitEmbeddings: word + position tables, then a LayerNorm
+    return _biased_decoder(
+        c, hidden, layers, heads, d_ff, vocab, learned_pos=positions, final_norm=False,
+        embedding_norm=True, extra_params=vocab,  # output: Linear(hidden, vocab) with bias
+        tied_embeddings=c.opt_bool("tie_word_embeddings", False), max_context=positions,
+        notes=["post-LayerNorm layers; the CLIP image encoder and its projection are not "
+               "counted"])
