@@ -402,6 +402,17 @@ class CrossAttention(Attention):
         return [(d_model, self.kv_heads * (self.head_dim + self.v_head_dim))]
 
 
+@record
+class ImageCrossAttention(CrossAttention):
+    """Mllama's (Llama 3.2 Vision's) cross-attention layers: CrossAttention's cache, the
+    encoder being the vision model (its length: the image's tokens). vLLM has served no
+    Mllama since 0.10.2 (0.32's _PREVIOUSLY_SUPPORTED_MODELS): no engine page for it, and
+    the engine counts are withheld."""
+
+    def kv_cache_spec(self, specs):
+        return specs.unpaged(self)
+
+
 # --------------------------------------------------------------------------------
 # Mixers with a constant state per sequence: kvcalc/layers_state.py, loaded on first use
 # --------------------------------------------------------------------------------

@@ -122,6 +122,10 @@ def _layers_key(config) -> str:
 # ----------------------------------------------------------------------------- building
 
 
+# Text configs the Auto classes map to no model of their own: the class that builds them.
+_CAUSAL_LM_CLASSES = {"mllama_text_model": "MllamaForCausalLM"}
+
+
 def _build(config, device: str, dtype, multimodal: bool):
     """The model transformers builds for ``config``. On "meta" nothing is allocated and
     transformers itself skips weight init (ties are still made). On a real device weight
@@ -154,6 +158,11 @@ def _build(config, device: str, dtype, multimodal: bool):
                     model = AutoModelForImageTextToText.from_config(config, **kw)
                 except ValueError:
                     pass
+            own = _CAUSAL_LM_CLASSES.get(getattr(config, "model_type", None))
+            if model is None and own:
+                import transformers
+
+                model = getattr(transformers, own)._from_config(config, **kw)
             if model is None:
                 try:
                     model = AutoModelForCausalLM.from_config(config, **kw)

@@ -256,6 +256,9 @@ DEFAULT_CONFIGS = {
     # Language models of multimodal families (kvcalc/hfconfig/vlm_text.py)
     "aria_text": {"num_hidden_layers": 2},
     "moshi": {"num_hidden_layers": 2},
+    # Mllama's language model: a self-attention and a cross-attention layer (the class's
+    # pattern at 40 layers: its third of four, then every fifth)
+    "mllama_text_model": {"num_hidden_layers": 2, "cross_attention_layers": [1]},
     # LFM3 (kvcalc/hfconfig/hybrid.py): the class's conv, conv, global, conv, sliding
     "lfm3": {"num_hidden_layers": 5},
     "youtu": {"num_hidden_layers": 2},

@@ -207,6 +207,7 @@ CLASS_DEFAULTS = {
     # Older GPT-shaped decoders (gpt_older)
     ("biogpt", "max_position_embeddings"): 1024,
     ("moshi", "sliding_window"): 3000,
+    ("mllama_text_model", "num_key_value_heads"): 8,
     # Gemma 3n and the 2026 families read after it (gemma3n, ...)
     ("gemma3n_text", "head_dim"): 256, ("gemma3n_text", "num_key_value_heads"): 2,
     ("gemma3n_text", "sliding_window"): 512, ("gemma3n_text", "num_kv_shared_layers"): 15,

@@ -153,6 +153,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     # Language models of multimodal families (vlm_text)
     "aria_text": vlm_text.aria_text,
     "moshi": vlm_text.moshi,
+    "mllama_text_model": vlm_text.mllama_text,
     "lfm3": lfm3,
     "youtu": youtu,
     "lara_mini": lara_mini,

@@ -18,12 +18,14 @@ WRAPPERS = {
     "llama4": "llama4_text", "qwen2_5_vl": "qwen2", "qwen2_vl": "qwen2",
     "qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text", "gemma4": "gemma4_text",
     "fuyu": "persimmon", "got_ocr2": "qwen2", "phi4_multimodal": "phi3",
+    "mllama": "mllama_text_model",
 }
 # Each wrapper's config-class default for tie_word_embeddings.
 _WRAPPER_TIED = {"llava": False, "llava_next": False, "mistral3": True, "gemma3": True,
                  "llama4": False, "qwen2_5_vl": False, "qwen2_vl": False,
                  "qwen3_5": False, "qwen3_5_moe": False, "gemma4": True, "fuyu": False,
-                 "got_ocr2": True, "phi4_multimodal": False}
+                 "got_ocr2": True, "phi4_multimodal": False,
+                 "mllama": None}  # None: the class has no flag; text_config's own ties
 # LlamaConfig's defaults (Llama 2 7B), which LLaVA-1.5's short text_config relies on.
 _LLAMA_DEFAULTS = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
                    "num_attention_heads": 32, "vocab_size": 32000}
@@ -60,7 +62,8 @@ def text_config(cfg: dict, model_type: str, where: str) -> dict:
     # The wrapper's own flag (its config class's default when absent) ties the lm_head of
     # the whole model in transformers 5, whatever text_config says.
     tied = cfg.get("tie_word_embeddings")
-    text["tie_word_embeddings"] = _WRAPPER_TIED[model_type] if tied is None else tied
+    if _WRAPPER_TIED[model_type] is not None:
+        text["tie_word_embeddings"] = _WRAPPER_TIED[model_type] if tied is None else tied
     return text
 
 

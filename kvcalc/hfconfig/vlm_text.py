@@ -1,5 +1,6 @@
 """Language models of multimodal families that transformers 5.24 builds as their own
-model_type: Aria's MoE decoder (aria_text), Moshi's temporal transformer (moshi).
+model_type: Aria's MoE decoder (aria_text), Moshi's temporal transformer (moshi), Mllama's
+decoder with interleaved cross-attention layers (mllama_text_model, Llama 3.2 Vision).
 
 Each is read as its configuration class (`configuration_<family>.py`) and decoder layer
 (`modeling_<family>.py`) build it; the wrapper's vision tower is not counted here.
@@ -8,9 +9,9 @@ Each is read as its configuration class (`configuration_<family>.py`) and decode
 from __future__ import annotations
 
 from kvcalc.hfconfig.build import attention, flat_fields, with_runs
-from kvcalc.hfconfig.config import Config
+from kvcalc.hfconfig.config import MISSING, Config, core_dims
 from kvcalc.hfconfig.llama_2026 import decoder
-from kvcalc.layers import Dense, Layer, MoE
+from kvcalc.layers import Attention, Dense, ImageCrossAttention, Layer, MoE, NoMixer
 
 
 def aria_text(c: Config) -> dict:
@@ -57,3 +58,40 @@ def moshi(c: Config) -> dict:
                          notes=["embed_tokens has vocab_size + 1 rows (extra_params); the "
                                 "depth decoder and the Mimi codec are not counted"])
     return with_runs(fields, [Layer(attn, Dense(d_ff), 2)] * layers)
+
+
+# MllamaTextConfig: cross_attention_layers None -> these (Llama 3.2 Vision 11B's, of 40)
+_MLLAMA_CROSS_LAYERS = (3, 8, 13, 18, 23, 28, 33, 38)
+
+
+def mllama_text(c: Config) -> dict:
+    """Mllama's language model (Llama 3.2 Vision): Llama layers, and at
+    cross_attention_layers a layer that only cross-attends to the image's tokens (q/k
+    RMSNorms, tanh gates on attention and MLP) and keeps their K/V; 8 extra embedding rows."""
+    hidden, layers, heads, vocab, d_ff = core_dims(c)
+    kv_heads = c.opt_int("num_key_value_heads", heads) or heads
+    head_dim = hidden // heads  # MllamaTextSelfAttention / CrossAttention
+    cross_at = c.raw("cross_attention_layers")
+    if cross_at is MISSING or cross_at is None:
+        cross_at = _MLLAMA_CROSS_LAYERS
+    if not isinstance(cross_at, list | tuple):
+        raise c.error("field 'cross_attention_layers' must be a list of layer indices")
+    cross_at = {c.check_int("cross_attention_layers", i) for i in cross_at}
+    mlp = Dense(d_ff)
+    self_layer = Layer(Attention(heads, kv_heads, head_dim), mlp, 2)
+    # no self-attention in a cross layer: its mixer caches nothing, its cross-attention
+    # keeps the vision tokens' K/V (transformers: that layer's DynamicCache entry)
+    cross_layer = Layer(NoMixer(), mlp, 2, cross=ImageCrossAttention(
+        heads, kv_heads, head_dim, qk_norm=2 * head_dim))
+    layer_list = [cross_layer if i in cross_at else self_layer for i in range(layers)]
+    crosses = sum(1 for layer in layer_list if layer.cross is not None)
+    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                         # embed_tokens: vocab_size + 8 rows; two tanh gates a cross layer
+                         extra_params=8 * hidden + 2 * crosses,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                         max_context=c.opt_int("max_position_embeddings", 131072) or 0,
+                         notes=[f"{crosses} cross-attention layers keep the image's tokens "
+                                "(the encoder length), not the text's; embed_tokens has "
+                                "vocab_size + 8 rows and each cross layer two gates "
+                                "(extra_params)"])
+    return with_runs(fields, layer_list)
