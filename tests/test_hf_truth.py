@@ -282,6 +282,10 @@ DEFAULT_CONFIGS = {
     "hy_v3": {"num_hidden_layers": 2},  # a dense layer, then experts (4 in the reduced copy)
     "axk1": {"num_hidden_layers": 2},  # the same
     "doge": {"num_hidden_layers": 2},
+    # ZAYA1 (kvcalc/layers_cca.py): every layer CCA, its K/V beside a convolution state and
+    # the previous token's delayed values; a sliding layer too (the class has none)
+    "zaya": {"num_hidden_layers": 2, "sliding_window": 64,
+             "layer_types": ["hybrid", "hybrid_sliding"]},
 }
 
 
@@ -318,6 +322,10 @@ VARIANT_CONFIGS = {
     "apertus1p5_text": {"num_hidden_layers": 2, "output_vocab_size": 131072},
     # Doge's product-key experts (16,384 single-neuron experts beside a shared SwiGLU)
     "doge": {"num_hidden_layers": 2, "is_moe": True, "mlp_bias": True},
+    # ZAYA1 with a sliding layer, biases and a three-tap depthwise convolution
+    "zaya": {"num_hidden_layers": 3, "attention_bias": True, "lm_head_bias": True,
+             "sliding_window": 64, "layer_types": ["hybrid", "hybrid_sliding", "hybrid"],
+             "cca_time0": 3},
 }
 
 

@@ -261,6 +261,9 @@ CLASS_DEFAULTS = {
     ("axk1", "n_routed_experts"): 192, ("axk1", "n_shared_experts"): 1,
     ("axk1", "num_experts_per_tok"): 8, ("axk1", "moe_intermediate_size"): 2048,
     ("doge", "num_experts"): 16384, ("doge", "num_experts_per_tok"): 64,
+    ("zaya", "head_dim"): 128, ("zaya", "num_key_value_heads"): 2, ("zaya", "num_experts"): 16,
+    ("zaya", "num_experts_per_tok"): 1, ("zaya", "moe_intermediate_size"): 2048,
+    ("zaya", "router_hidden_size"): 256,
 }
 
 

@@ -162,6 +162,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "hy_v3": moe_2026.hy_v3,
     "axk1": moe_2026.axk1,
     "doge": llama_2026.doge,
+    "zaya": moe_more.zaya,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)
