@@ -1,13 +1,15 @@
-"""DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): MLA whose keys a lightning indexer
-picks, the indexer keeping a cache of its own beside the latent.
+"""Attention whose keys a lightning indexer picks, the indexer keeping a key cache of its
+own: DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5) over MLA, and MiniMax-M3's block
+selection over GQA (`IndexedAttention`, at the end).
 
-Per token and layer the indexer caches one key of `index_head_dim` elements, shared by
-its `index_heads` query heads. A serving engine stores it as fp8 with one fp32 scale per
-128 elements, whatever the KV cache's dtype (vLLM's `DeepseekV32IndexerCache`: head size
-`index_head_dim + index_head_dim // 128 * 4` bytes of uint8, one "head", never split
-over TP; model_executor/models/deepseek_v2.py). transformers keeps it in the model's
-dtype (`DynamicIndexedLayer.indexer_keys`); tests/test_hf_truth.py accounts for that.
-Attention itself reads only `index_topk` of the cached tokens, but every token stays.
+DeepSeek Sparse Attention: per token and layer the indexer caches one key of
+`index_head_dim` elements, shared by its `index_heads` query heads. A serving engine
+stores it as fp8 with one fp32 scale per 128 elements, whatever the KV cache's dtype
+(vLLM's `DeepseekV32IndexerCache`: head size `index_head_dim + index_head_dim // 128 * 4`
+bytes of uint8, one "head", never split over TP; model_executor/models/deepseek_v2.py).
+transformers keeps it in the model's dtype (`DynamicIndexedLayer.indexer_keys`);
+tests/test_hf_truth.py accounts for that. Attention itself reads only `index_topk` of the
+cached tokens, but every token stays.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from kvcalc import _num
 from kvcalc._num import Linear, params_by_name
 from kvcalc._record import record
 from kvcalc.dtypes import DType
-from kvcalc.layers import Latent
+from kvcalc.layers import Attention, Latent
 
 INDEXER_SCALE_BLOCK = 128  # elements per fp32 scale in the engine's fp8 indexer cache
 _SCALE_BYTES = 4
@@ -64,3 +66,49 @@ class IndexedLatent(Latent):
         return super().matmuls(d_model) + [
             (self.q_lora_rank or d_model, self.index_heads * self.index_head_dim),
             (d_model, self.index_head_dim + self.index_heads)]
+
+
+@record
+class IndexedAttention(Attention):
+    """GQA whose keys a lightning indexer picks by blocks (MiniMax-M3's sparse layers):
+    the indexer caches one key of `index_head_dim` elements per token beside K and V, and
+    each query attends to the `index_topk_blocks` blocks of `index_block_size` tokens it
+    scores highest plus the `index_local_blocks` blocks before it. The indexer's key is
+    bf16 in both transformers (the model's dtype) and vLLM 0.32 (`indexer_kv_dtype` auto:
+    bf16; models/minimax_m3/amd/model.py), whatever the K/V cache's dtype."""
+
+    index_heads: int = 4
+    index_head_dim: int = 128
+    index_block_size: int = 128
+    index_topk_blocks: int = 16
+    index_local_blocks: int = 1
+
+    label = "attention + indexer"
+    module = "self_attn"
+
+    def index_token_bytes(self) -> int:
+        return 2 * self.index_head_dim  # bf16
+
+    def token_bytes(self, dt: DType, tp: int = 1, scale_bytes: int = 0) -> int:
+        return super().token_bytes(dt, tp, scale_bytes) + self.index_token_bytes()
+
+    def decode_flops(self, context):
+        """The indexer scores every cached token; attention reads the blocks it picks
+        (every token while the context is shorter)."""
+        picked = _num.minimum(context, (self.index_topk_blocks + self.index_local_blocks)
+                              * self.index_block_size)
+        return (super().decode_flops(picked)
+                + 2 * self.index_heads * context * self.index_head_dim)
+
+    def tensors(self, d_model: int) -> dict[str, Linear | int]:
+        out = dict(super().tensors(d_model))
+        # MiniMaxM3VLIndexer: its own q and k projections, an RMSNorm on each
+        out["indexer_q"] = Linear(d_model, self.index_heads * self.index_head_dim,
+                                  module="indexer.q_proj")
+        out["indexer_k"] = Linear(d_model, self.index_head_dim, module="indexer.k_proj")
+        out["indexer_qk_norm"] = 2 * self.index_head_dim
+        return out
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        return super().matmuls(d_model) + [
+            (d_model, self.index_heads * self.index_head_dim + self.index_head_dim)]

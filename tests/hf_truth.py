@@ -685,7 +685,7 @@ def _layer_tensors(layer) -> dict:
     import torch
 
     t = {}
-    for a in ("keys", "values", "indexer_keys"):
+    for a in ("keys", "values", "indexer_keys", "idx_keys"):  # idx_keys: MiniMax-M3's indexer
         v = getattr(layer, a, None)
         if isinstance(v, torch.Tensor):
             t[a] = v

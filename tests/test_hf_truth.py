@@ -286,6 +286,11 @@ DEFAULT_CONFIGS = {
     # the previous token's delayed values; a sliding layer too (the class has none)
     "zaya": {"num_hidden_layers": 2, "sliding_window": 64,
              "layer_types": ["hybrid", "hybrid_sliding"]},
+    # MiniMax-M3 (kvcalc/hfconfig/moe_indexed.py): the class has no sparse layer and no dense
+    # MLP: a dense full layer, then a sparse (indexer) layer with experts
+    "minimax_m3_vl_text": {"num_hidden_layers": 2,
+                           "layer_types": ["full_attention", "minimax_m3_sparse"],
+                           "mlp_layer_types": ["dense", "sparse"]},
 }
 
 

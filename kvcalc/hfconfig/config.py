@@ -264,6 +264,17 @@ CLASS_DEFAULTS = {
     ("zaya", "head_dim"): 128, ("zaya", "num_key_value_heads"): 2, ("zaya", "num_experts"): 16,
     ("zaya", "num_experts_per_tok"): 1, ("zaya", "moe_intermediate_size"): 2048,
     ("zaya", "router_hidden_size"): 256,
+    # MiniMax-M3's language model (moe_indexed)
+    ("minimax_m3_vl_text", "dense_intermediate_size"): 12288,
+    ("minimax_m3_vl_text", "head_dim"): 128, ("minimax_m3_vl_text", "num_key_value_heads"): 4,
+    ("minimax_m3_vl_text", "index_block_size"): 128,
+    ("minimax_m3_vl_text", "index_head_dim"): 128, ("minimax_m3_vl_text", "index_n_heads"): 4,
+    ("minimax_m3_vl_text", "index_local_blocks"): 1,
+    ("minimax_m3_vl_text", "index_topk_blocks"): 16,
+    ("minimax_m3_vl_text", "num_experts_per_tok"): 4,
+    ("minimax_m3_vl_text", "num_local_experts"): 128,
+    ("minimax_m3_vl_text", "max_position_embeddings"): 524288,
+    ("minimax_m3_vl_text", "shared_intermediate_size"): 3072,
 }
 
 

@@ -1,0 +1,96 @@
+"""Mixture-of-experts decoders whose attention a lightning indexer makes sparse, over GQA
+rather than MLA (DeepSeek-V3.2's and GLM-5's are in moe_2026): MiniMax-M3's language
+model (minimax_m3_vl_text).
+
+Read as its configuration class and decoder layer in transformers 5.24 read them
+(`configuration_minimax_m3_vl.py`, `modeling_minimax_m3_vl.py`).
+"""
+
+from __future__ import annotations
+
+from kvcalc.hfconfig.build import flat_fields, with_runs
+from kvcalc.hfconfig.config import MISSING, Config, core_dims, describe
+from kvcalc.hfconfig.layer_types import layer_kinds
+from kvcalc.layers import Attention, Dense, Layer, MoE
+from kvcalc.layers_indexed import IndexedAttention
+
+# MiniMaxM3VLTextConfig: the original checkpoint's sparse_attention_config keys, and the
+# flat fields the class reads them into (those win when both are given).
+_SPARSE_KEYS = {"index_n_heads": "sparse_num_index_heads", "index_head_dim": "sparse_index_dim",
+                "index_block_size": "sparse_block_size",
+                "index_topk_blocks": "sparse_topk_blocks",
+                "index_local_blocks": "sparse_local_block"}
+
+
+def _sparse_config(c: Config) -> Config:
+    value = c.raw("sparse_attention_config")
+    if value is MISSING or value is None:
+        return Config({}, c.model_type, c.where)
+    if not isinstance(value, dict):
+        raise c.error(f"field 'sparse_attention_config' must be an object, got "
+                      f"{describe(value)}")
+    return Config(value, c.model_type, f"{c.where}: sparse_attention_config")
+
+
+def _flags(c: Config, key: str, layers: int) -> list[bool] | None:
+    """A per-layer list of 0/1 flags (sparse_attention_freq, moe_layer_freq), or None."""
+    value = c.raw(key)
+    if value is MISSING or value is None:
+        return None
+    if not isinstance(value, list) or len(value) != layers:
+        raise c.error(f"field {key!r} must list {layers} entries, got {describe(value)}")
+    return [bool(v) for v in value]
+
+
+def minimax_m3_text(c: Config) -> dict:
+    """MiniMax-M3's language model: GQA with per-head q/k RMSNorms, a lightning indexer
+    and its key cache on the "minimax_m3_sparse" layers (block-sparse attention), routed
+    experts of intermediate_size beside one shared MLP, dense layers of
+    dense_intermediate_size where mlp_layer_types says."""
+    hidden, layers, heads, vocab, d_ff = core_dims(c)
+    kv_heads = c.opt_int("num_key_value_heads", heads) or heads
+    head_dim = c.opt_int("head_dim", None) or hidden // heads
+    sparse_cfg = _sparse_config(c)
+    index = {}
+    for key, legacy in _SPARSE_KEYS.items():
+        value = sparse_cfg.opt_int(legacy, None)
+        index[key] = value if value is not None else c.req_dim(key)
+
+    def older() -> list[str]:
+        freq = _flags(sparse_cfg, "sparse_attention_freq", layers)
+        return ["sparse" if f else "full" for f in (freq or [False] * layers)]
+
+    kinds = layer_kinds(c, layers, {"full_attention": "full", "minimax_m3_sparse": "sparse"},
+                        older)
+    types = c.raw("mlp_layer_types")
+    if types is MISSING or types is None:
+        freq = _flags(c, "moe_layer_freq", layers)
+        sparse_mlp = freq if freq is not None else [True] * layers
+    elif (not isinstance(types, list) or len(types) != layers
+          or any(t not in ("dense", "sparse") for t in types)):
+        raise c.error(f"field 'mlp_layer_types' must list {layers} entries, each \"dense\" or "
+                      f"\"sparse\", got {describe(types)}")
+    else:
+        sparse_mlp = [t == "sparse" for t in types]
+    moe = MoE(experts=c.req_int("num_local_experts", "num_experts"),
+              active=c.req_int("num_experts_per_tok"), expert_d_ff=d_ff, shared_experts=1,
+              shared_d_ff=c.req_dim("shared_intermediate_size"))
+    dense = Dense(c.req_dim("dense_intermediate_size"))
+    geometry = dict(heads=heads, kv_heads=kv_heads, head_dim=head_dim, qk_norm=2 * head_dim)
+    full = Attention(**geometry)
+    indexed = IndexedAttention(**geometry, index_heads=index["index_n_heads"],
+                               index_head_dim=index["index_head_dim"],
+                               index_block_size=index["index_block_size"],
+                               index_topk_blocks=index["index_topk_blocks"],
+                               index_local_blocks=index["index_local_blocks"])
+    layer_list = [Layer(indexed if k == "sparse" else full, moe if s else dense, 2)
+                  for k, s in zip(kinds, sparse_mlp)]
+    notes = []
+    if "sparse" in kinds:
+        notes.append(f"sparse layers also cache the indexer's key, {index['index_head_dim']} "
+                     "bf16 elements per token")
+    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab, qk_norm=True,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                         max_context=c.opt_int("max_position_embeddings", 524288) or 0,
+                         notes=notes)
+    return with_runs(fields, layer_list)
