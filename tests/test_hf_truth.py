@@ -291,6 +291,9 @@ DEFAULT_CONFIGS = {
     "minimax_m3_vl_text": {"num_hidden_layers": 2,
                            "layer_types": ["full_attention", "minimax_m3_sparse"],
                            "mlp_layer_types": ["dense", "sparse"]},
+    # Inkling (kvcalc/hfconfig/inkling.py): a sliding layer (swa_* heads), a full one; a dense
+    # first MLP (dense_mlp_idx) then experts
+    "inkling_text": {"num_hidden_layers": 2, "local_layer_ids": [0], "dense_mlp_idx": 1},
 }
 
 

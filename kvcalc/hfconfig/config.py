@@ -275,6 +275,14 @@ CLASS_DEFAULTS = {
     ("minimax_m3_vl_text", "num_local_experts"): 128,
     ("minimax_m3_vl_text", "max_position_embeddings"): 524288,
     ("minimax_m3_vl_text", "shared_intermediate_size"): 3072,
+    # Inkling's language model (inkling)
+    ("inkling_text", "conv_kernel_size"): 4, ("inkling_text", "d_rel"): 16,
+    ("inkling_text", "head_dim"): 128, ("inkling_text", "moe_intermediate_size"): 3072,
+    ("inkling_text", "n_routed_experts"): 256, ("inkling_text", "n_shared_experts"): 2,
+    ("inkling_text", "num_experts_per_tok"): 6, ("inkling_text", "num_key_value_heads"): 8,
+    ("inkling_text", "rel_extent"): 1024, ("inkling_text", "sliding_window_size"): 512,
+    ("inkling_text", "swa_head_dim"): 128, ("inkling_text", "swa_num_attention_heads"): 64,
+    ("inkling_text", "swa_num_key_value_heads"): 16,
 }
 
 

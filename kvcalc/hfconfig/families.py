@@ -15,7 +15,7 @@ from kvcalc.hfconfig.gpt_like import (bloom, falcon, gpt2_like, gpt_neo, gpt_neo
 from kvcalc.hfconfig.hybrid import jamba, lfm2, lfm3, mamba, nemotron_h, qwen3_next
 from kvcalc.hfconfig.llama_like import cohere, gemma3, llama_like, llama_variants, olmo, starcoder2
 from kvcalc.hfconfig import (gemma3n, gemma4, gpt_older, llama_2026, moe_2026, moe_more,
-                             moe_indexed, moe_swa, olmo_hybrid, vlm_text, zamba)
+                             inkling, moe_indexed, moe_swa, olmo_hybrid, vlm_text, zamba)
 from kvcalc.hfconfig.moe import deepseek, gpt_oss, llama4, qwen_moe, youtu
 from kvcalc.hfconfig.multimodal import WRAPPERS
 from kvcalc.hfconfig.recurrent import (bailing_hybrid, kimi_linear, minimax, recurrent_gemma,
@@ -133,6 +133,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "sarvam_moe": moe_swa.sarvam_moe,
     "sarvam_mla": moe_swa.sarvam_mla,
     "minimax_m3_vl_text": moe_indexed.minimax_m3_text,
+    "inkling_text": inkling.inkling_text,
     "gemma4_text": gemma4.gemma4_text,
     "zamba": zamba.zamba,
     "zamba2": zamba.zamba,

@@ -1,0 +1,91 @@
+"""Inkling's decoder layer (thinkingmachines/Inkling, transformers' `inkling_text`):
+attention with q/k RMSNorms and a learned relative-position bias (r_proj mixes `d_rel`
+profiles over `rel_extent` distances; the window's own on sliding layers), whose K and V
+each pass a depthwise causal convolution of `conv_kernel` taps after their projections,
+and two more convolutions of d_model channels around it in the layer (after attention,
+after the MLP).
+
+Cache per layer: K/V as plain attention (all tokens, or the window on sliding layers)
+plus the four convolutions' last `conv_kernel` inputs, in fp32 whatever the model's dtype
+(InklingShortConvolution runs in float32; transformers' LinearAttentionAndFullAttention
+cache layers keep them so). vLLM 0.32 serves Inkling with a paging of its own (its
+convolution history as an attention-like spec, models/inkling/amd/sconv_swa_attn.py)
+that kvcalc does not model: `kv_cache_spec` is unpaged and serving counts are withheld.
+
+The MLP side: Inkling's dense MLP and its routed experts' router each carry one learned
+global scale; the router scores the shared experts too (one row each).
+"""
+
+from __future__ import annotations
+
+from kvcalc._num import Linear, linear_params
+from kvcalc._record import record
+from kvcalc.dtypes import MAX_WIDTH, DType, check_size
+from kvcalc.layers import Attention, Dense, MoE
+
+_FP32_BYTES = 4
+
+
+@record
+class ConvAttention(Attention):
+    """Inkling's attention: relative-position logits and K/V short convolutions, plus
+    the layer's two d_model-wide convolutions (`block_conv_width` channels together)."""
+
+    d_rel: int = 16
+    rel_extent: int = 1024
+    conv_kernel: int = 4
+    block_conv_width: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("d_rel", "rel_extent", "conv_kernel", "block_conv_width"):
+            check_size(f"attention {name}", getattr(self, name), MAX_WIDTH)
+        super().__post_init__()
+
+    @property
+    def label(self) -> str:
+        return f"{super().label} + conv"
+
+    @property
+    def conv_taps(self) -> int:
+        return self.conv_kernel
+
+    def kv_cache_spec(self, specs):
+        return specs.unpaged(self)  # vLLM's own convolution paging (module docstring)
+
+    def conv_channels(self, tp: int = 1) -> int:
+        """Channels of the four convolutions: K's and V's, and the layer's two."""
+        return 2 * self.kv_heads_per_device(tp) * self.head_dim + self.block_conv_width
+
+    def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1,
+                    conv_len: int | None = None) -> int:
+        return _FP32_BYTES * self.conv_channels(tp) * (conv_len or self.conv_kernel)
+
+    def tensors(self, d_model: int) -> dict[str, Linear | int]:
+        out = super().tensors(d_model)
+        out["r"] = Linear(d_model, self.heads * self.d_rel, module="r_proj")
+        out["rel_logits"] = self.d_rel * self.rel_extent
+        out["kv_sconv"] = 2 * self.kv_heads * self.head_dim * self.conv_kernel
+        out["block_sconv"] = self.block_conv_width * self.conv_kernel
+        return out
+
+    def matmuls(self, d_model: int) -> list[tuple[int, int]]:
+        return [*super().matmuls(d_model), (d_model, self.heads * self.d_rel)]
+
+
+@record
+class ScaledDense(Dense):
+    """A dense MLP whose output is multiplied by one learned scale (InklingMLP)."""
+
+    def params(self, d_model: int) -> int:
+        return super().params(d_model) + 1
+
+
+@record
+class SharedScoredMoE(MoE):
+    """Routed experts whose router scores the shared experts too (one row each) and
+    carries one learned global scale (InklingTopkRouter)."""
+
+    def breakdown(self, d_model: int) -> dict[str, int]:
+        out = super().breakdown(d_model)
+        out["router"] += linear_params(d_model, self.shared_experts, False) + 1
+        return out
