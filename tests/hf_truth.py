@@ -123,7 +123,8 @@ def _layers_key(config) -> str:
 
 
 # Text configs the Auto classes map to no model of their own: the class that builds them.
-_CAUSAL_LM_CLASSES = {"mllama_text_model": "MllamaForCausalLM"}
+_CAUSAL_LM_CLASSES = {"mllama_text_model": "MllamaForCausalLM",
+                      "emu3_text_model": "Emu3ForCausalLM"}
 
 
 def _build(config, device: str, dtype, multimodal: bool):

@@ -70,7 +70,8 @@ def _class_default_configs() -> dict[str, dict]:
     out = {}
     for model_type, overrides in sorted(DEFAULT_CONFIGS.items()):
         config = transformers.AutoConfig.for_model(model_type, **overrides)
-        out[f"default:{model_type}"] = json.loads(json.dumps(config.to_dict(), default=str))
+        out[f"default:{model_type}"] = {**json.loads(json.dumps(config.to_dict(), default=str)),
+                                        "model_type": model_type}  # an alias keeps its name
     return out
 
 

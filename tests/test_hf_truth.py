@@ -141,6 +141,11 @@ DEFAULT_CONFIGS = {
     "mellum": {"num_hidden_layers": 3,
                "layer_types": ["sliding_attention", "full_attention", "full_attention"],
                "mlp_layer_types": ["dense", "dense", "sparse"]},
+    # Emu3's language model through its wrapper (AutoModelForCausalLM builds Emu3ForCausalLM
+    # from the wrapper's config, nothing from emu3_text_model's alone)
+    "emu3": {"text_config": {"num_hidden_layers": 2}},
+    # GPT-SW3: transformers maps gpt-sw3 to GPT2Config and GPT2LMHeadModel
+    "gpt-sw3": {"n_layer": 2},
     "stablelm": {"num_hidden_layers": 2, "qk_layernorm": True, "use_qkv_bias": True},
     "nemotron": {"num_hidden_layers": 2, "num_key_value_heads": 8},
     "phimoe": {"num_hidden_layers": 2},
@@ -301,7 +306,8 @@ def _default_cfg(model_type: str) -> dict:
     import transformers
 
     cfg = transformers.AutoConfig.for_model(model_type, **DEFAULT_CONFIGS[model_type])
-    return json.loads(json.dumps(cfg.to_dict(), default=str))
+    # an alias keeps its own name (gpt-sw3: GPT2Config, whose to_dict says gpt2)
+    return {**json.loads(json.dumps(cfg.to_dict(), default=str)), "model_type": model_type}
 
 
 @pytest.mark.parametrize("model_type", sorted(DEFAULT_CONFIGS))
@@ -349,9 +355,10 @@ def test_variant_parameters_equal_transformers(model_type):
 
 def test_every_model_type_kvcalc_reads_is_held_to_transformers():
     """Each model_type kvcalc reads has a published config here or is built from its
-    configuration class's defaults above (DBRX's class defaults cannot build a model:
+    configuration class's defaults above (its own or its multimodal wrapper's) (DBRX's class defaults cannot build a model:
     its published config stands for it)."""
     from kvcalc.hfconfig.families import FAMILIES
+    from kvcalc.hfconfig.multimodal import WRAPPERS
 
     kept = set()
     for stem in CONFIGS:
@@ -359,6 +366,8 @@ def test_every_model_type_kvcalc_reads_is_held_to_transformers():
         kept.add(cfg.get("model_type"))
         if isinstance(cfg.get("text_config"), dict):
             kept.add(cfg["text_config"].get("model_type"))
+    # a wrapper's class-default config holds its language model's family too (Emu3's)
+    kept |= {WRAPPERS[m] for m in DEFAULT_CONFIGS if m in WRAPPERS}
     assert not set(FAMILIES) - kept - set(DEFAULT_CONFIGS)
 
 

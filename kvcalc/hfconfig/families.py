@@ -68,6 +68,8 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "diffllama": llama_more.diffllama,
     "hyperclovax": llama_more.hyperclovax,
     "mellum": llama_more.mellum,
+    "emu3_text_model": llama_more.emu3_text,
+    "gpt-sw3": gpt2_like,  # AutoConfig: GPT2Config (GPT2LMHeadModel)
     "stablelm": llama_variants,
     "nemotron": llama_variants,
     "phimoe": llama_variants,

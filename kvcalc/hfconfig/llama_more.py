@@ -1,7 +1,8 @@
 """More Llama-shaped decoders transformers 5 builds, each with one part of its own:
 BitNet (sub-norms before o_proj and down_proj), DiffLlama (differential attention's four
 lambda vectors a layer), HyperCLOVA X (post-attention and post-MLP norms, biases),
-Mellum (sliding layers by layer_types, per-head q/k norms, experts by mlp_layer_types).
+Mellum (sliding layers by layer_types, per-head q/k norms, experts by mlp_layer_types),
+Emu3's language model (biases over a text-and-image-token vocabulary).
 
 Each reads as its configuration class (`configuration_*.py`) and decoder layer
 (`modeling_*.py`) in transformers 5.24 do, through kvcalc.hfconfig.llama_2026.decoder.
@@ -83,3 +84,11 @@ def mellum(c: Config) -> dict:
                    context=131072,
                    notes=(f"{mtp} multi-token-prediction layer(s) in the checkpoint are not "
                           "counted (transformers does not build them)",) if mtp else ())
+
+
+def emu3_text(c: Config) -> dict:
+    """Emu3's language model (emu3_text_model, the text_config of emu3): Llama with
+    attention_bias and mlp_bias over a vocabulary of text and vision tokens."""
+    bias = c.opt_bool("attention_bias", False)
+    return decoder(c, qkv_bias=bias, out_bias=bias, mlp_bias=c.opt_bool("mlp_bias", False),
+                   context=9216)
