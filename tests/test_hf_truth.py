@@ -146,6 +146,7 @@ DEFAULT_CONFIGS = {
     "emu3": {"text_config": {"num_hidden_layers": 2}},
     # GPT-SW3: transformers maps gpt-sw3 to GPT2Config and GPT2LMHeadModel
     "gpt-sw3": {"n_layer": 2},
+    "solar_open": {"num_hidden_layers": 2},
     "stablelm": {"num_hidden_layers": 2, "qk_layernorm": True, "use_qkv_bias": True},
     "nemotron": {"num_hidden_layers": 2, "num_key_value_heads": 8},
     "phimoe": {"num_hidden_layers": 2},

@@ -22,7 +22,7 @@ from kvcalc.hfconfig.recurrent import (bailing_hybrid, kimi_linear, minimax, rec
                                         rwkv, xlstm)
 from kvcalc.hfconfig.state_families import (bamba, falcon_h1, granitemoehybrid, lara_mini,
                                             lfm2_moe, mamba2, qwen3_5)
-from kvcalc.hfconfig import granite, llama_more
+from kvcalc.hfconfig import granite, llama_more, moe_later
 
 FAMILIES: dict[str, Callable[[Config], dict]] = {
     "llama": llama_like,
@@ -70,6 +70,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "mellum": llama_more.mellum,
     "emu3_text_model": llama_more.emu3_text,
     "gpt-sw3": gpt2_like,  # AutoConfig: GPT2Config (GPT2LMHeadModel)
+    "solar_open": moe_later.solar_open,
     "stablelm": llama_variants,
     "nemotron": llama_variants,
     "phimoe": llama_variants,
