@@ -356,8 +356,8 @@ def test_variant_parameters_equal_transformers(model_type):
 
 def test_every_model_type_kvcalc_reads_is_held_to_transformers():
     """Each model_type kvcalc reads has a published config here or is built from its
-    configuration class's defaults above (its own or its multimodal wrapper's) (DBRX's class defaults cannot build a model:
-    its published config stands for it)."""
+    configuration class's defaults above, its own or its multimodal wrapper's (DBRX's class
+    defaults cannot build a model: its published config stands for it)."""
     from kvcalc.hfconfig.families import FAMILIES
     from kvcalc.hfconfig.multimodal import WRAPPERS
 
