@@ -277,6 +277,7 @@ class Latent:
     q_lora_rank: int = 0  # 0: queries use a full-rank projection
     bias: bool = False  # attention_bias: q (or q_a), kv_a and o
     head_gate: bool = False  # Ling 3 (bailing_hybrid): g_proj, one output gate per head
+    rope_norm: bool = False  # dots.llm3: an RMSNorm on the shared RoPE key
 
     kind = "mla"
     label = "mla"
@@ -338,7 +339,7 @@ class Latent:
         else:
             out["q"] = Linear(d, h * qk_head, module="q_proj")
         out["kv_a"] = Linear(d, self.kv_lora_rank + self.rope_dim, b, "kv_a_proj_with_mqa")
-        out["kv_a_norm"] = self.kv_lora_rank
+        out["kv_a_norm"] = self.kv_lora_rank + (self.rope_dim if self.rope_norm else 0)
         out["kv_b"] = Linear(self.kv_lora_rank, h * (self.nope_dim + self.v_dim), module="kv_b_proj")
         out["o"] = Linear(h * self.v_dim, d, b, "o_proj")
         if self.head_gate:

@@ -526,10 +526,15 @@ def _reduced_config(cfg: dict, window: int) -> dict:
             d[k] = window
 
     # hidden size, only where head_dim is an explicit, honoured field
-    heads = getattr(config, "num_attention_heads", None)
+    # a per-layer attribute raises on the global config (Gemma 4; dots.llm3's
+    # AmbiguousGlobalPerLayerAttributeError): the config's own top-level value then
+    try:
+        heads = getattr(config, "num_attention_heads", None)
+    except Exception:  # noqa: BLE001
+        heads = d.get("num_attention_heads")
     try:
         eff_head_dim = getattr(config, "head_dim", None)
-    except (AttributeError, RuntimeError):  # a per-layer attribute (Gemma 4)
+    except Exception:  # noqa: BLE001
         eff_head_dim = d.get("head_dim")
     eff_head_dim = eff_head_dim or (config.hidden_size // heads if heads else None)
     if (mt not in _HIDDEN_IS_STATE and mt not in _HIDDEN_IS_O_PROJ and "head_dim" in d

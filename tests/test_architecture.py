@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kvcalc.errors", "kvcalc._record", "kvcalc._num", "kvcalc.dtypes", "kvcalc.units",
      "kvcalc.inputfile", "kvcalc.yamlread", "kvcalc.report.units"),
     ("kvcalc.layers_state", "kvcalc.layers", "kvcalc.layers_indexed", "kvcalc.layers_moa",
-     "kvcalc.layers_gated", "kvcalc.layers_inkling", "kvcalc.layers_cca",
+     "kvcalc.layers_gated", "kvcalc.layers_inkling", "kvcalc.layers_latent", "kvcalc.layers_cca",
      "kvcalc.layers_shared"),
     ("kvcalc.spec", "kvcalc.workload"),
     ("kvcalc.formulas", "kvcalc.towers", "kvcalc.comm"),

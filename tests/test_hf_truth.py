@@ -66,6 +66,9 @@ def _kvcalc_layer_bytes(cfg: dict, seq_len: int) -> list[int]:
     """kvcalc's bytes per decoder layer, one sequence, bf16 cache, fp32 recurrent state."""
     spec = spec_from_hf_config(cfg, "reduced")
     bf16, fp32 = dtype("bf16"), dtype("fp32")
+    # transformers keeps an indexer's key in the model's dtype (bf16), dots.llm3's in fp32:
+    # its indexer's interleaved RoPE returns fp32 and is not cast back (modeling_dots3_note.py)
+    index_bytes = 4 if cfg.get("model_type") == "dots3_note_text" else 2
     out = []
     for layer in spec.layer_list():
         # a parallel hybrid's two mixers share one transformers cache layer (Falcon-H1)
@@ -75,9 +78,8 @@ def _kvcalc_layer_bytes(cfg: dict, seq_len: int) -> list[int]:
             held = mx.tokens_held(seq_len)
             stored += mx.token_bytes(bf16) * held + mx.state_bytes(bf16, fp32)
             if isinstance(mx, IndexedLatent):
-                # transformers keeps the indexer's key in the model's dtype (bf16: 2 bytes an
-                # element), a serving engine as fp8 and scales (test_indexer_key_bytes_as_vllm)
-                stored += (2 * mx.index_head_dim - mx.index_token_bytes()) * held
+                # a serving engine keeps it as fp8 and scales (test_indexer_key_bytes_as_vllm)
+                stored += (index_bytes * mx.index_head_dim - mx.index_token_bytes()) * held
         out.append(stored)
     return out
 
@@ -300,6 +302,9 @@ DEFAULT_CONFIGS = {
     # Inkling (kvcalc/hfconfig/inkling.py): a sliding layer (swa_* heads), a full one; a dense
     # first MLP (dense_mlp_idx) then experts
     "inkling_text": {"num_hidden_layers": 2, "local_layer_ids": [0], "dense_mlp_idx": 1},
+    # dots.llm3 (kvcalc/hfconfig/moe_indexed.py): two DSA layers (the first dense), then a
+    # sliding MLA layer of its own geometry (per_layer_config)
+    "dots3_note_text": {"num_hidden_layers": 3},
 }
 
 

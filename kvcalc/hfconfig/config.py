@@ -288,6 +288,14 @@ CLASS_DEFAULTS = {
     ("inkling_text", "rel_extent"): 1024, ("inkling_text", "sliding_window_size"): 512,
     ("inkling_text", "swa_head_dim"): 128, ("inkling_text", "swa_num_attention_heads"): 64,
     ("inkling_text", "swa_num_key_value_heads"): 16,
+    # dots.llm3's language model (moe_indexed)
+    ("dots3_note_text", "index_head_dim"): 128, ("dots3_note_text", "index_n_heads"): 64,
+    ("dots3_note_text", "index_topk"): 2048, ("dots3_note_text", "kv_lora_rank"): 512,
+    ("dots3_note_text", "moe_intermediate_size"): 1536,
+    ("dots3_note_text", "n_routed_experts"): 256, ("dots3_note_text", "num_experts_per_tok"): 8,
+    ("dots3_note_text", "q_lora_rank"): 1024, ("dots3_note_text", "qk_nope_head_dim"): 128,
+    ("dots3_note_text", "qk_rope_head_dim"): 64, ("dots3_note_text", "v_head_dim"): 128,
+    ("dots3_note_text", "shared_experts_intermediate_size"): 1536,
 }
 
 

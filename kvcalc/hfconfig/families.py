@@ -136,6 +136,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "sarvam_moe": moe_swa.sarvam_moe,
     "sarvam_mla": moe_swa.sarvam_mla,
     "minimax_m3_vl_text": moe_indexed.minimax_m3_text,
+    "dots3_note_text": moe_indexed.dots3_note_text,
     "inkling_text": inkling.inkling_text,
     "gemma4_text": gemma4.gemma4_text,
     "zamba": zamba.zamba,
