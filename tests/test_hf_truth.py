@@ -149,6 +149,7 @@ DEFAULT_CONFIGS = {
     # GPT-SW3: transformers maps gpt-sw3 to GPT2Config and GPT2LMHeadModel
     "gpt-sw3": {"n_layer": 2},
     "solar_open": {"num_hidden_layers": 2},
+    "kolibri1": {"num_hidden_layers": 5},  # four sliding layers, then the global one
     "stablelm": {"num_hidden_layers": 2, "qk_layernorm": True, "use_qkv_bias": True},
     "nemotron": {"num_hidden_layers": 2, "num_key_value_heads": 8},
     "phimoe": {"num_hidden_layers": 2},

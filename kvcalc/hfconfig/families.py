@@ -71,6 +71,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "emu3_text_model": llama_more.emu3_text,
     "gpt-sw3": gpt2_like,  # AutoConfig: GPT2Config (GPT2LMHeadModel)
     "solar_open": moe_later.solar_open,
+    "kolibri1": moe_later.kolibri1,
     "stablelm": llama_variants,
     "nemotron": llama_variants,
     "phimoe": llama_variants,

@@ -1,5 +1,6 @@
 """Mixture-of-experts decoders of 2025-2026 that transformers 5 builds and that have no
-dense MLP width of their own: Solar Open.
+dense MLP width of their own (every layer routed experts and a shared MLP): Solar Open,
+Kolibri 1.
 
 Read as the family's configuration class and decoder layer in transformers 5.24 read them.
 """
@@ -8,29 +9,58 @@ from __future__ import annotations
 
 from kvcalc.hfconfig.build import attention, flat_fields, with_runs
 from kvcalc.hfconfig.config import Config
+from kvcalc.hfconfig.layer_types import (ATTENTION_TYPES, every_nth_full, layer_kinds,
+                                         required_window)
 from kvcalc.layers import Layer, MoE
+
+
+def _experts_only(c: Config, moe: MoE, *, kinds: list[str] | None = None,
+                  qkv_bias: bool = False, qk_norm: bool = False, norms: int = 2,
+                  context: int) -> dict:
+    """A decoder whose every layer is GQA (`kinds` per layer, default all full; per-head
+    q/k RMSNorms when `qk_norm`) and `moe`, with `norms` hidden-wide norms a layer."""
+    hidden, layers, heads, vocab = (c.req_dim(key) for key in (
+        "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"))
+    kv_heads = c.opt_int("num_key_value_heads", heads) or heads
+    head_dim = c.head_dim(hidden, heads)
+    kinds = kinds or ["full"] * layers
+    window = required_window(c) if "sliding" in kinds else 0
+    layer_list = [Layer(attention(k, window, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                                  qkv_bias=qkv_bias, qk_norm=2 * head_dim if qk_norm else 0),
+                        moe, norms) for k in kinds]
+    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, moe.expert_d_ff, vocab,
+                         qkv_bias=qkv_bias, qk_norm=qk_norm, norms_per_layer=norms,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                         max_context=c.opt_int("max_position_embeddings", context) or 0,
+                         notes=[])
+    return with_runs(fields, layer_list)
 
 
 def solar_open(c: Config) -> dict:
     """Solar Open: GQA (q/k/v biases when attention_bias, o_proj never), every layer
     routed experts of moe_intermediate_size plus one shared MLP n_shared_experts times as
     wide; the router's score-correction bias is a buffer (not counted)."""
-    hidden, layers, heads, vocab = (c.req_dim(key) for key in (
-        "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"))
-    kv_heads = c.opt_int("num_key_value_heads", heads) or heads
-    head_dim = c.head_dim(hidden, heads)
     expert_ff = c.req_int("moe_intermediate_size")
     shared = c.opt_int("n_shared_experts", 0) or 0
     # SolarOpenConfig's attribute_map: num_local_experts is n_routed_experts
     moe = MoE(experts=c.req_int("n_routed_experts", "num_local_experts"),
               active=c.req_int("num_experts_per_tok"), expert_d_ff=expert_ff,
               shared_experts=1 if shared else 0, shared_d_ff=expert_ff * shared)
-    bias = c.opt_bool("attention_bias", False)
-    attn = attention("full", 0, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-                     qkv_bias=bias)
-    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, expert_ff, vocab,
-                         qkv_bias=bias,
-                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
-                         max_context=c.opt_int("max_position_embeddings", 131072) or 0,
-                         notes=[])
-    return with_runs(fields, [Layer(attn, moe, 2)] * layers)
+    return _experts_only(c, moe, qkv_bias=c.opt_bool("attention_bias", False), context=131072)
+
+
+def kolibri1(c: Config) -> dict:
+    """Kolibri 1: four sliding layers to one global (layer_types; the global ones NoPE),
+    per-head q/k RMSNorms, four norms a layer, every layer routed experts of
+    moe_intermediate_size and a shared MLP of shared_expert_intermediate_size (0: none);
+    the router's score-correction bias is a buffer (not counted)."""
+    layers = c.req_dim("num_hidden_layers")
+    shared_ff = c.opt_int("shared_expert_intermediate_size", 0) or 0
+    # Kolibri1Config's attribute_map: num_experts is num_local_experts
+    moe = MoE(experts=c.req_int("num_local_experts", "num_experts"),
+              active=c.req_int("num_experts_per_tok"),
+              expert_d_ff=c.req_int("moe_intermediate_size"),
+              shared_experts=1 if shared_ff else 0, shared_d_ff=shared_ff)
+    kinds = layer_kinds(c, layers, ATTENTION_TYPES,
+                        lambda: every_nth_full(layers, 5))  # Kolibri1Config's default
+    return _experts_only(c, moe, kinds=kinds, qk_norm=True, norms=4, context=262144)
