@@ -22,7 +22,7 @@ from kvcalc.hfconfig.recurrent import (bailing_hybrid, kimi_linear, minimax, rec
                                         rwkv, xlstm)
 from kvcalc.hfconfig.state_families import (bamba, falcon_h1, granitemoehybrid, lara_mini,
                                             lfm2_moe, mamba2, qwen3_5)
-from kvcalc.hfconfig import granite, llama_more, moe_later
+from kvcalc.hfconfig import granite, llama_more, modernbert, moe_later
 
 FAMILIES: dict[str, Callable[[Config], dict]] = {
     "llama": llama_like,
@@ -72,6 +72,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "gpt-sw3": gpt2_like,  # AutoConfig: GPT2Config (GPT2LMHeadModel)
     "solar_open": moe_later.solar_open,
     "kolibri1": moe_later.kolibri1,
+    "modernbert-decoder": modernbert.modernbert_decoder,
     "stablelm": llama_variants,
     "nemotron": llama_variants,
     "phimoe": llama_variants,
