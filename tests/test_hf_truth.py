@@ -151,6 +151,7 @@ DEFAULT_CONFIGS = {
     "solar_open": {"num_hidden_layers": 2},
     "kolibri1": {"num_hidden_layers": 5},  # four sliding layers, then the global one
     "modernbert-decoder": {"num_hidden_layers": 3},  # a global layer, then two sliding
+    "axk2": {"num_hidden_layers": 2},  # a dense layer, then experts (4 in the reduced copy)
     "stablelm": {"num_hidden_layers": 2, "qk_layernorm": True, "use_qkv_bias": True},
     "nemotron": {"num_hidden_layers": 2, "num_key_value_heads": 8},
     "phimoe": {"num_hidden_layers": 2},

@@ -73,6 +73,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "solar_open": moe_later.solar_open,
     "kolibri1": moe_later.kolibri1,
     "modernbert-decoder": modernbert.modernbert_decoder,
+    "axk2": moe_later.axk2,
     "stablelm": llama_variants,
     "nemotron": llama_variants,
     "phimoe": llama_variants,
