@@ -1,6 +1,6 @@
 """Llama-shaped decoders released 2024-2026 that transformers 5 builds: GLM (GLM-4-9B-0414,
 GLM-4-32B), Seed-OSS, ERNIE 4.5, EXAONE 4, SmolLM3, Apertus, Arcee (AFM), Helium,
-Hunyuan dense, Ministral, OLMo 3.
+Hunyuan dense, Ministral, OLMo 3, Apertus 1.5, Jais 2, nanochat, Doge.
 
 Each differs from Llama in a few switches only (which projections carry biases, a plain
 or gated MLP, q/k norms, extra norms per layer, sliding layers); `decoder` builds the

@@ -1,6 +1,6 @@
 """Mixture-of-experts decoders, and DeepSeek's latent attention (MLA), which comes with
-its experts: DeepSeek-V2/V3 and MiniCPM3 (flat fields), Qwen2/3-MoE and OLMoE, gpt-oss,
-Llama 4 (layer by layer).
+its experts: DeepSeek-V2/V3 and MiniCPM3 (flat fields), Youtu-LLM (MLA, no experts),
+Qwen2/3-MoE and OLMoE, gpt-oss, Llama 4 (layer by layer).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Mixture-of-experts decoders released 2024-2026 that transformers 5 builds: GLM-4.5/4.6/
 4.7 (glm4_moe), GLM-4.7-Flash (glm4_moe_lite), DeepSeek-V3.2 and GLM-5 (MLA with a
-lightning indexer), MiniMax-M2, DBRX, ERNIE 4.5 MoE.
+lightning indexer), MiniMax-M2, DBRX, ERNIE 4.5 MoE, Hunyuan 3 (hy_v3), A.X K1 (axk1).
 
 Read as each family's configuration class and decoder layer in transformers 5.24 read
 them. Routers whose score-correction bias is a buffer (GLM-4.5, DeepSeek-V3.2,

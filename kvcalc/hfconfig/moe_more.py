@@ -1,6 +1,7 @@
 """More mixture-of-experts decoders that transformers 5 builds: dots.llm1 (dots1), JetMoE
 (jetmoe: experts in attention too), Command A MoE (cohere2_moe), K-EXAONE (exaone_moe),
-LongCat-Flash (longcat_flash: two MLA sublayers a block, zero-computation experts).
+LongCat-Flash (longcat_flash: two MLA sublayers a block, zero-computation experts), ZAYA1
+(zaya: compressed convolutional attention, kvcalc.layers_cca).
 
 Read as each family's configuration class and decoder layer in transformers 5.24 read
 them. Their routers' score-correction biases (dots1, K-EXAONE) are buffers, not counted;

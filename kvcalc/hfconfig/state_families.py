@@ -1,7 +1,7 @@
 """More families with a constant state per sequence, alone or beside attention, read
 with the layer kinds kvcalc.hfconfig.hybrid already uses (Mamba-2, Gated DeltaNet,
 short convolution): Mamba-2, Bamba, Granite 4 (GraniteMoeHybrid), Falcon-H1, LFM2-MoE,
-Qwen3.5 and Qwen3.5-MoE.
+Qwen3.5 and Qwen3.5-MoE, Lara Mini.
 
 Each reader follows that family's configuration_*.py and modeling_*.py in transformers
 5.24: which modules a layer has, their shapes and biases, and the defaults the config
