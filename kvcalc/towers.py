@@ -5,7 +5,7 @@ per image, so kvcalc reports them beside the text model rather than inside it. E
 function follows that family's vision modeling file in transformers 5 (which modules
 exist, their shapes and biases): CLIP (LLaVA), SigLIP (Gemma 3), Pixtral (Mistral 3),
 Qwen2.5-VL's window-attention ViT, Llama 4's vision encoder, Qwen3.5's ViT, Fuyu's patch
-projection, GOT-OCR 2.0's SAM-style ViT. Counts are exact: tests
+projection, GOT-OCR 2.0's SAM-style ViT, Llama 3.2 Vision's tiled ViT. Counts are exact: tests
 check them against the models transformers builds on the meta device.
 """
 
@@ -140,11 +140,32 @@ def _got_ocr2(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
     return {"vision_tower": tower, "projector": proj}
 
 
+def _mllama_vision(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
+    """Llama 3.2 Vision's tiled ViT (bias-free conv patch embedding and attention, biased MLP,
+    a gated position embedding and per-aspect-ratio tile embeddings, a local then a gated
+    global encoder) + a biased projector from vision_output_dim."""
+    h, i = v.int("hidden_size", 1280), v.int("intermediate_size", 5120)
+    p, size = v.int("patch_size", 14), v.int("image_size", 448)
+    tiles, patches = v.int("max_num_tiles", 4), (size // p) ** 2 + 1  # a class token a tile
+    ratios = v.cfg.get("supported_aspect_ratios") or [[1, 1], [1, 2], [1, 3], [1, 4],
+                                                      [2, 1], [2, 2], [3, 1], [4, 1]]
+    rows = len(ratios) + 1  # Embedding(max_aspect_ratio_id + 1, ...)
+    block = 2 * 2 * h + 4 * h * h + (h * i + i) + (i * h + h)  # bias-free q/k/v/o
+    tower = (v.int("num_channels", 3) * p * p * h + h  # patch embedding, class embedding
+             + 1 + patches * h + rows * tiles * patches * h  # gated positions, tile positions
+             + 2 * (rows * tiles * h + 1)  # pre- and post-tile aspect-ratio embeddings, gated
+             + 2 * 2 * h  # layernorm_pre, layernorm_post
+             + v.int("num_hidden_layers", 32) * block
+             + v.int("num_global_layers", 8) * (block + 2))  # gate_attn, gate_ffn
+    out = v.int("vision_output_dim", 7680)
+    return {"vision_tower": tower, "projector": out * text_hidden + text_hidden}
+
+
 _TOWERS: dict[str, Callable[[_Fields, dict, int], dict[str, int]]] = {
     "llava": _clip, "llava_next": _clip, "gemma3": _siglip, "mistral3": _pixtral,
     "qwen2_5_vl": _qwen25_vl, "llama4": _llama4_vision,
     "qwen3_5": _qwen3_5_vision, "qwen3_5_moe": _qwen3_5_vision, "fuyu": _fuyu,
-    "got_ocr2": _got_ocr2,
+    "got_ocr2": _got_ocr2, "mllama": _mllama_vision,
 }
 # Wrappers whose image fields sit in the config itself, not in a vision_config.
 _FIELDS_AT_TOP = ("fuyu",)

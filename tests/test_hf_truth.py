@@ -380,7 +380,8 @@ def test_every_model_type_kvcalc_reads_is_held_to_transformers():
     assert not set(FAMILIES) - kept - set(DEFAULT_CONFIGS)
 
 
-WRAPPER_DEFAULTS = ("llava", "gemma3", "mistral3", "qwen2_5_vl", "llama4", "fuyu", "got_ocr2")
+WRAPPER_DEFAULTS = ("llava", "gemma3", "mistral3", "qwen2_5_vl", "llama4", "fuyu", "got_ocr2",
+                    "mllama")
 
 
 @pytest.mark.parametrize("source", [*(s for s in CONFIGS if _cfg(s).get("vision_config")),
