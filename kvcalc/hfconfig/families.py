@@ -147,8 +147,8 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "olmo_hybrid": olmo_hybrid.olmo_hybrid,
     "xlstm": xlstm,
     "bailing_hybrid": bailing_hybrid,
-    # Older GPT-shaped decoders (gpt_older; CodeGen is GPT-J's shape)
-    "codegen": gptj,
+    # Older GPT-shaped decoders (gpt_older)
+    "codegen": gpt_older.codegen,
     "ctrl": gpt_older.ctrl,
     "xglm": gpt_older.xglm,
     "biogpt": gpt_older.biogpt,

@@ -1,5 +1,5 @@
 """Older GPT-shaped decoders (2019-2023) with a plain MLP and LayerNorms: CTRL, XGLM,
-BioGPT, GPT-NeoX-Japanese, Persimmon and GIT's text decoder. (CodeGen is GPT-J's shape: kvcalc.hfconfig.gpt_like.)
+BioGPT, GPT-NeoX-Japanese, Persimmon and GIT's text decoder; CodeGen, read as GPT-J.
 
 Each lists its layers as transformers 5.24 builds them (`modeling_<family>.py`); every
 layer caches full K/V for every head, as a plain DynamicCache.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from kvcalc.hfconfig.build import flat_fields, with_runs
 from kvcalc.hfconfig.config import Config, core_dims
+from kvcalc.hfconfig.gpt_like import gptj
 from kvcalc.layers import Attention, Dense, Layer
 
 
@@ -22,6 +23,12 @@ def _biased_decoder(c: Config, hidden: int, layers: int, heads: int, d_ff: int, 
                          mlp="plain", mlp_bias=True, qkv_bias=True, out_bias=True,
                          norm="layernorm", norm_bias=True, **kw)
     return with_runs(fields, [Layer(attn, Dense(d_ff, gated=False, bias=True), 2)] * layers)
+
+
+def codegen(c: Config) -> dict:
+    """CodeGen: GPT-J's layout (bias-free fused qkv and out_proj, biased fc_in/fc_out, one
+    LayerNorm for attention and MLP in parallel, a biased lm_head), under GPT-J's field names."""
+    return gptj(c)
 
 
 def ctrl(c: Config) -> dict:
