@@ -255,6 +255,8 @@ DEFAULT_CONFIGS = {
         "sliding_attention", "full_attention"] * 2},
     # Gemma 4 unified: Gemma 4's 5 sliding : 1 global in Gemma 2's layer, no per-layer inputs
     "gemma4_unified_text": {"num_hidden_layers": 6},
+    # its multimodal wrapper: the language model counted, the vision and audio towers apart
+    "gemma4_unified": {"text_config": {"num_hidden_layers": 6}},
     "apertus1p5_text": {"num_hidden_layers": 2},
     # Fuyu: Persimmon-8B with image patches projected in; GOT-OCR 2.0: a Qwen2 with a
     # SAM-style ViT (their towers: the tower test below). Whole: a text_config given here

@@ -20,6 +20,7 @@ WRAPPERS = {
     "fuyu": "persimmon", "got_ocr2": "qwen2", "phi4_multimodal": "phi3",
     "mllama": "mllama_text_model",
     "emu3": "emu3_text_model",
+    "gemma4_unified": "gemma4_unified_text",
 }
 # Each wrapper's config-class default for tie_word_embeddings.
 _WRAPPER_TIED = {"llava": False, "llava_next": False, "mistral3": True, "gemma3": True,
@@ -27,7 +28,7 @@ _WRAPPER_TIED = {"llava": False, "llava_next": False, "mistral3": True, "gemma3"
                  "qwen3_5": False, "qwen3_5_moe": False, "gemma4": True, "fuyu": False,
                  "got_ocr2": True, "phi4_multimodal": False,
                  "mllama": None,  # None: the class has no flag; text_config's own ties
-                 "emu3": False}
+                 "emu3": False, "gemma4_unified": True}
 # LlamaConfig's defaults (Llama 2 7B), which LLaVA-1.5's short text_config relies on.
 _LLAMA_DEFAULTS = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
                    "num_attention_heads": 32, "vocab_size": 32000}
