@@ -310,6 +310,11 @@ DEFAULT_CONFIGS = {
     # dots.llm3 (kvcalc/hfconfig/moe_indexed.py): two DSA layers (the first dense), then a
     # sliding MLA layer of its own geometry (per_layer_config)
     "dots3_note_text": {"num_hidden_layers": 3},
+    # its multimodal wrapper: the language model counted, the vision and audio towers apart
+    # (not compared: one dense layer each, as their 42 + 32 take seconds to build on meta)
+    "dots3_note": {"text_config": {"num_hidden_layers": 3},
+                   "vision_config": {"num_hidden_layers": 1, "pyramid_num_routed": [-1]},
+                   "audio_config": {"num_hidden_layers": 1}},
 }
 
 

@@ -21,6 +21,7 @@ WRAPPERS = {
     "mllama": "mllama_text_model",
     "emu3": "emu3_text_model",
     "gemma4_unified": "gemma4_unified_text",
+    "dots3_note": "dots3_note_text",
 }
 # Each wrapper's config-class default for tie_word_embeddings.
 _WRAPPER_TIED = {"llava": False, "llava_next": False, "mistral3": True, "gemma3": True,
@@ -28,7 +29,7 @@ _WRAPPER_TIED = {"llava": False, "llava_next": False, "mistral3": True, "gemma3"
                  "qwen3_5": False, "qwen3_5_moe": False, "gemma4": True, "fuyu": False,
                  "got_ocr2": True, "phi4_multimodal": False,
                  "mllama": None,  # None: the class has no flag; text_config's own ties
-                 "emu3": False, "gemma4_unified": True}
+                 "emu3": False, "gemma4_unified": True, "dots3_note": False}
 # LlamaConfig's defaults (Llama 2 7B), which LLaVA-1.5's short text_config relies on.
 _LLAMA_DEFAULTS = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
                    "num_attention_heads": 32, "vocab_size": 32000}
@@ -48,6 +49,9 @@ def text_config(cfg: dict, model_type: str, where: str) -> dict:
         text = {k: v for k, v in cfg.items() if k not in ("vision_config", "audio_config")}
         for key, value in _PHI4_MULTIMODAL_DEFAULTS.items():
             text.setdefault(key, value)
+    elif text is None and model_type == "dots3_note":
+        # Dots3NoteConfig: published checkpoints keep the text fields at the top level
+        text = {k: v for k, v in cfg.items() if k not in ("vision_config", "audio_config")}
     elif text is None and model_type == "fuyu":
         # FuyuConfig: a flat config's text fields (or none: Persimmon-8B's) become text_config
         text = {k: v for k, v in cfg.items() if k not in ("model_type", "text_config")}
