@@ -221,13 +221,27 @@ def room_of(spec: ModelSpec, cap: Capacity) -> Room:
     return _room(cap, s.max_model_len, context, spec.name)
 
 
+# The counts made lately: estimate's verdict, its fixes and its smallest tp ask for the
+# same settings again (GPT-3: 19 counts, 10 distinct). Keyed by the model and device
+# objects themselves (a ModelSpec's equality leaves `extra` out), which the entries keep
+# alive; settings by equality.
+_RECENT: list[tuple[ModelSpec, Hardware, EngineSettings, int, tuple]] = []
+_RECENT_MAX = 32
+
+
 def _count(spec: ModelSpec, hw: Hardware, s: EngineSettings, kv_scale_bytes: int):
     """(capacity, context): the count even past the model's context (whose refusal the
     room says), so that a refusal still has its memory terms."""
+    for m, h, settings, k, counted in _RECENT:
+        if m is spec and h is hw and k == kv_scale_bytes and settings == s:
+            return counted
     context = 0 if s.allow_long_max_model_len else spec.max_context
     long = replace(s, allow_long_max_model_len=True) if context and s.max_model_len > context \
         else s
-    return serving_capacity(spec, hw, long, kv_scale_bytes=kv_scale_bytes), context
+    counted = serving_capacity(spec, hw, long, kv_scale_bytes=kv_scale_bytes), context
+    _RECENT.append((spec, hw, s, kv_scale_bytes, counted))
+    del _RECENT[:-_RECENT_MAX]
+    return counted
 
 
 def engine_verdict(spec: ModelSpec, hw: Hardware, s: EngineSettings, *, batch: int = 1,
