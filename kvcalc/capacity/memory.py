@@ -186,9 +186,9 @@ def _rope_cache_bytes(spec: ModelSpec, s: EngineSettings) -> int:
 def _config_bytes(spec: ModelSpec, s: EngineSettings, stage: int, q) -> int:
     """One stage's weights on one device from the config, quantized by `q` (None: the
     model dtype, or s.weight_dtype for every matrix)."""
-    from kvcalc.quant.weights import weight_bytes, weight_bytes_per_device
-
     if q is not None:
+        from kvcalc.quant.weights import weight_bytes, weight_bytes_per_device
+
         # Quantized as stored (kvcalc.quant): values, scales and zeros matrix by matrix.
         # The stage share splits the body by layers, with the embedding and lm_head (in
         # the model dtype) on the first and last stage, as below.

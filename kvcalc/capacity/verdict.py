@@ -37,9 +37,10 @@ from kvcalc._record import record
 from kvcalc.capacity.blocks import blocks_per_request, request_bytes
 from kvcalc.capacity.engine import EngineSettings, default_batch_limits
 from kvcalc.capacity.serving import Capacity, serving_capacity
-from kvcalc.dtypes import dtype
+from kvcalc.dtypes import dtype, weight_dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import valid_tps
+from kvcalc.formulas.params import param_counts
 from kvcalc.spec import Hardware, ModelSpec
 
 __all__ = ["AUTO", "Fix", "Room", "Verdict", "auto_max_model_len", "engine_verdict",
@@ -402,10 +403,16 @@ def fixes(spec: ModelSpec, hw: Hardware, s: EngineSettings, *, batch: int = 1,
         if v.serves:
             out.append(Fix("kv_dtype", "fp8", v))
 
-    weights_now = verdict().capacity.deciding.weights
+    now = verdict().capacity.deciding
+    params = param_counts(spec).total
     for name in WEIGHT_FIXES:  # the first that serves with lighter weights than now
+        if (s.pp == 1 and s.kv_cache_memory_bytes is None
+                and params * weight_dtype(name).bits > 8 * s.tp * now.budget):
+            # Every weight takes at least `bits` and tp splits each at most tp ways: more
+            # than the budget on one device, uncounted (GPT-3 on one H100: 87 GB in int4).
+            continue
         v = verdict(weight_dtype=name, group_size=None, weight_quantization=None)
-        if v.serves and v.capacity.deciding.weights < weights_now:
+        if v.serves and v.capacity.deciding.weights < now.weights:
             out.append(Fix("weight_dtype", name, v))
             break
     return tuple(out)
