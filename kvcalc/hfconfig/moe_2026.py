@@ -9,7 +9,7 @@ MiniMax-M2) count no bias; ERNIE 4.5's is a parameter, one value per expert.
 
 from __future__ import annotations
 
-from kvcalc.hfconfig.build import attention, flat_fields, with_runs
+from kvcalc.hfconfig.build import attention, flat_fields, latent_fields, with_runs
 from kvcalc.hfconfig.config import MISSING, Config, core_dims, describe
 from kvcalc.hfconfig.llama_2026 import decoder
 from kvcalc.layers import Dense, Latent, Layer, MoE
@@ -84,11 +84,7 @@ def deepseek_v32(c: Config) -> dict:
              f"{mla.kv_lora_rank + mla.rope_dim} elements per token per layer, and the "
              f"indexer's key {mla.index_token_bytes()} B (fp8 and its scales); attention "
              f"reads the {mla.index_topk:,} tokens the indexer picks", *_mtp_note(c)]
-    fields = dict(layers=layers, d_model=hidden, heads=heads, kv_heads=heads,
-                  head_dim=mla.nope_dim + mla.rope_dim, v_head_dim=mla.v_dim, d_ff=d_ff,
-                  vocab=vocab, qkv_bias=bias, out_bias=bias,
-                  tied_embeddings=c.opt_bool("tie_word_embeddings", False),
-                  max_context=c.opt_int("max_position_embeddings", 163840) or 0, notes=notes)
+    fields = latent_fields(c, mla, hidden, layers, d_ff, vocab, bias, 163840, notes=notes)
     return with_runs(fields, [Layer(m, mlp, 2) for m, mlp in zip(mixers, mlps)])
 
 
@@ -128,12 +124,8 @@ def glm4_moe_lite(c: Config) -> dict:
               expert_d_ff=c.req_int("moe_intermediate_size"),
               shared_experts=c.opt_int("n_shared_experts", 0) or 0)
     mlps = _dense_then_moe(c, layers, Dense(d_ff), moe, first=1)
-    fields = dict(layers=layers, d_model=hidden, heads=heads, kv_heads=heads,
-                  head_dim=mla.nope_dim + mla.rope_dim, v_head_dim=mla.v_dim, d_ff=d_ff,
-                  vocab=vocab, qkv_bias=bias, out_bias=bias,
-                  tied_embeddings=c.opt_bool("tie_word_embeddings", False),
-                  max_context=c.opt_int("max_position_embeddings", 202752) or 0,
-                  notes=_mtp_note(c))
+    fields = latent_fields(c, mla, hidden, layers, d_ff, vocab, bias, 202752,
+                           notes=_mtp_note(c))
     return with_runs(fields, [Layer(mla, mlp, 2) for mlp in mlps])
 
 
@@ -286,10 +278,6 @@ def axk1(c: Config) -> dict:
         mlps = [moe if i >= first and i % every == 0 else dense for i in range(layers)]
     else:
         mlps = _dense_then_moe(c, layers, dense, moe)
-    fields = dict(layers=layers, d_model=hidden, heads=heads, kv_heads=heads,
-                  head_dim=mla.nope_dim + mla.rope_dim, v_head_dim=mla.v_dim, d_ff=d_ff,
-                  vocab=vocab, qkv_bias=bias, out_bias=bias,
-                  tied_embeddings=c.opt_bool("tie_word_embeddings", False),
-                  max_context=c.opt_int("max_position_embeddings", 32768) or 0,
-                  notes=_mtp_note(c))
+    fields = latent_fields(c, mla, hidden, layers, d_ff, vocab, bias, 32768,
+                           notes=_mtp_note(c))
     return with_runs(fields, [Layer(mla, mlp, 3 if mlp is moe else 2) for mlp in mlps])

@@ -8,7 +8,7 @@ Read as their configuration classes and decoder layers in transformers 5.24 read
 
 from __future__ import annotations
 
-from kvcalc.hfconfig.build import flat_fields, with_runs
+from kvcalc.hfconfig.build import flat_fields, latent_fields, with_runs
 from kvcalc.hfconfig.config import MISSING, Config, core_dims, describe
 from kvcalc.hfconfig.layer_types import layer_kinds
 from kvcalc.layers import Attention, Dense, Latent, Layer, MoE
@@ -197,12 +197,8 @@ def dots3_note_text(c: Config) -> dict:
     mixers = [mixer(i, k) for i, k in enumerate(kinds)]
     main = mixer(-1, "full")
     layer_list = [Layer(m, moe if t == "sparse" else dense, 2) for m, t in zip(mixers, types)]
-    fields = dict(layers=layers, d_model=hidden, heads=main.heads, kv_heads=main.heads,
-                  head_dim=main.nope_dim + main.rope_dim, v_head_dim=main.v_dim, d_ff=d_ff,
-                  vocab=vocab, qkv_bias=bias, out_bias=bias,
-                  tied_embeddings=c.opt_bool("tie_word_embeddings", False),
-                  max_context=c.opt_int("max_position_embeddings", 524288) or 0,
-                  notes=["MLA: the cache holds kv_lora_rank + qk_rope_head_dim elements per "
-                         "token per layer (the sliding layers' own ranks), indexed layers also "
-                         "the indexer's key"])
+    fields = latent_fields(c, main, hidden, layers, d_ff, vocab, bias, 524288,
+                           notes=["MLA: the cache holds kv_lora_rank + qk_rope_head_dim "
+                                  "elements per token per layer (the sliding layers' own "
+                                  "ranks), indexed layers also the indexer's key"])
     return with_runs(fields, layer_list)

@@ -7,7 +7,7 @@ Read as the family's configuration class and decoder layer in transformers 5.24 
 
 from __future__ import annotations
 
-from kvcalc.hfconfig.build import attention, flat_fields, with_runs
+from kvcalc.hfconfig.build import attention, flat_fields, latent_fields, with_runs
 from kvcalc.hfconfig.config import Config
 from kvcalc.hfconfig.layer_types import (ATTENTION_TYPES, every_nth_full, layer_kinds,
                                          required_window)
@@ -93,12 +93,8 @@ def axk2(c: Config) -> dict:
     q_gate = heads * (2 * mla.q_lora_rank * (qk_dim + mla.v_dim) - mla.q_lora_rank * qk_dim)
     gate_mlp = 2 * hidden * (c.opt_int("gated_norm_rank", 16) or 0)  # fc1 and fc2, no bias
     gated_norms = layers + sum(1 for m in mlps if m is moe)
-    fields = dict(layers=layers, d_model=hidden, heads=heads, kv_heads=heads,
-                  head_dim=qk_dim, v_head_dim=mla.v_dim, d_ff=d_ff,
-                  vocab=vocab, qkv_bias=bias, out_bias=bias,
-                  extra_params=layers * q_gate + gated_norms * gate_mlp,
-                  tied_embeddings=c.opt_bool("tie_word_embeddings", False),
-                  max_context=c.opt_int("max_position_embeddings", 131072) or 0,
-                  notes=["q_gate_proj's query and output gate beyond q_b_proj's query, and "
-                         "the gated norms' gate MLPs (extra_params)"])
+    fields = latent_fields(c, mla, hidden, layers, d_ff, vocab, bias, 131072,
+                           extra_params=layers * q_gate + gated_norms * gate_mlp,
+                           notes=["q_gate_proj's query and output gate beyond q_b_proj's "
+                                  "query, and the gated norms' gate MLPs (extra_params)"])
     return with_runs(fields, [Layer(mla, mlp, 2) for mlp in mlps])

@@ -10,7 +10,7 @@ a shared expert of width n x w is counted as n experts of width w (the same weig
 
 from __future__ import annotations
 
-from kvcalc.hfconfig.build import attention, flat_fields, with_runs
+from kvcalc.hfconfig.build import attention, flat_fields, latent_fields, with_runs
 from kvcalc.hfconfig.config import Config, core_dims
 from kvcalc.hfconfig.layer_types import ATTENTION_TYPES, layer_kinds, required_window
 from kvcalc.hfconfig.llama_2026 import decoder, exaone4_kinds
@@ -158,11 +158,7 @@ def longcat_flash(c: Config) -> dict:
              f"zero-computation experts: a token's {top_k} picks range over {experts} routed "
              f"and {zero} identity experts; the active count takes all {top_k} as routed (its "
              "upper bound: an identity pick runs nothing)"]
-    fields = dict(layers=2 * blocks, d_model=hidden, heads=heads, kv_heads=heads,
-                  head_dim=mla.nope_dim + mla.rope_dim, v_head_dim=mla.v_dim, d_ff=d_ff,
-                  vocab=vocab, qkv_bias=bias, out_bias=bias,
-                  tied_embeddings=c.opt_bool("tie_word_embeddings", False),
-                  max_context=c.opt_int("max_position_embeddings", 131072) or 0, notes=notes)
+    fields = latent_fields(c, mla, hidden, 2 * blocks, d_ff, vocab, bias, 131072, notes=notes)
     return with_runs(fields, [Layer(mla, moe, 2), Layer(mla, Dense(d_ff), 2)] * blocks)
 
 
