@@ -336,6 +336,8 @@ def layer_pattern(spec: ModelSpec) -> list[dict]:
                "mlp": None if mlp is None else mlp.kind}
         if hasattr(mx, "kv_heads"):
             row["kv_heads"] = mx.kv_heads
+        if not r.layer.owns_weights:  # a looped model's pass over an earlier layer's weights
+            row["owns_weights"] = False
         if r.layer.beside is not None:  # a parallel hybrid's second mixer
             row["beside"] = {"kind": r.layer.beside.label, "cache": r.layer.beside.cache_kind}
         out.append(row)

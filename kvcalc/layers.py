@@ -549,13 +549,18 @@ class Layer:
     """One decoder layer: a mixer, an MLP (None for Mamba blocks) and its norms; an
     encoder-decoder's decoder layer also cross-attends to the encoder; a parallel hybrid's
     layer runs a second mixer `beside` the first on the same input, their outputs summed
-    (Falcon-H1: attention and Mamba-2 in every layer, each with its own cache)."""
+    (Falcon-H1: attention and Mamba-2 in every layer, each with its own cache). A looped
+    model runs layers again with the same weights (Dory's recurrent section, HRM's
+    cycles): such a pass is a layer that does not own its weights (their parameters are
+    counted with the earlier layer that holds them) but caches, computes and reads them
+    as any layer does (ModelSpec checks an earlier twin owns them)."""
 
     mixer: Mixer
     mlp: MLP | None
     norms: int = 2  # d_model-wide norms: input, post-attention (Gemma 2/3: four; T5 decoder: three)
     cross: CrossAttention | None = None
     beside: Mixer | None = None
+    owns_weights: bool = True  # False: a later pass over an earlier layer's weights
 
     @property
     def mixers(self) -> tuple:
@@ -567,7 +572,8 @@ class Layer:
     def label(self) -> str:
         mlp = "" if self.mlp is None else f" + {self.mlp.kind}"
         beside = "" if self.beside is None else f" beside {self.beside.label}"
-        return f"{self.mixer.label}{beside}{mlp}"
+        again = "" if self.owns_weights else " (again, same weights)"
+        return f"{self.mixer.label}{beside}{mlp}{again}"
 
 
 @record

@@ -38,3 +38,26 @@ class OutputGatedAttention(Attention):
 
     def matmuls(self, d_model: int) -> list[tuple[int, int]]:
         return [*super().matmuls(d_model), (d_model, self.heads * self.gate_width)]
+
+
+@record
+class NormalizedGatedAttention(OutputGatedAttention):
+    """Dory's nGPT attention (arXiv:2410.01131): AFMoE's per-element output gate, q and k
+    projected onto the unit sphere (weightless L2 norms), and two learned per-channel
+    scales of heads x head_dim each (`sqk` on the queries, `s_gate` inside the gate).
+
+    No vLLM release serves Dory (0.32's model registry has none, and its per-loop caches,
+    one per pass over the recurrent layers, are no layout an engine pages): kvcalc gives
+    no engine page for it (`kv_cache_spec` -> unpaged) and serving counts are withheld."""
+
+    @property
+    def label(self) -> str:
+        return f"{super().label} nGPT"
+
+    def kv_cache_spec(self, specs):
+        return specs.unpaged(self)
+
+    def tensors(self, d_model: int) -> dict[str, Linear | int]:
+        out = super().tensors(d_model)
+        out["scales"] = 2 * self.heads * self.head_dim  # sqk and s_gate
+        return out

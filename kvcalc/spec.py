@@ -379,7 +379,9 @@ def architecture(spec: ModelSpec) -> tuple:
 
 def _merge(runs: tuple) -> tuple:
     counts: dict = {}
-    for r in runs:
+    for r in runs:  # a pass over shared weights: an earlier equal layer holds them
+        if not r.layer.owns_weights and dataclasses.replace(r.layer, owns_weights=True) not in counts:
+            raise KvcalcError(f"no earlier layer owns the weights of {r.layer.label}")
         counts[r.layer] = counts.get(r.layer, 0) + r.count
     return tuple(counts.items())
 

@@ -417,6 +417,8 @@ def _reduced_config(cfg: dict, window: int) -> dict:
     td = text_config_dict(cfg)
     if td.get("model_type") in _BLOCK_FAMILIES:
         return _reduced_blocks(td)
+    if td.get("model_type") in _LOOPED_FAMILIES:
+        return _reduced_looped(td, window)
     config, _, layers = _meta_text_model(td)
     types = _text_layer_types(config) or [None] * len(layers)
     sigs = [_layer_signature(l, t) for l, t in zip(layers, types)]
@@ -590,6 +592,28 @@ def _reduced_blocks(td: dict) -> dict:
              expert_ffn_hidden_size=SMALL_WIDTH, n_routed_experts=SMALL_EXPERTS,
              zero_expert_num=min(d.get("zero_expert_num") or 0, SMALL_EXPERTS),
              moe_topk=SMALL_TOPK, q_lora_rank=min(d["q_lora_rank"], SMALL_WIDTH))
+    for k in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        if isinstance(d.get(k), int) and d[k] >= SMALL_VOCAB:
+            d[k] = 1 if k != "pad_token_id" else 0
+    return d
+
+
+# Looped families: their layer lists count passes (Dory's released layer_types list an
+# attention and an mlp block per layer, HRM's num_hidden_layers its cache slots), which the
+# signature reduction above cannot cut; their test configs are short already.
+_LOOPED_FAMILIES = ("dory", "hrm_text")
+
+
+def _reduced_looped(td: dict, window: int) -> dict:
+    """The layers and loops as given; vocabulary, MLP width and windows shrunk, and
+    hidden_size narrowed to a multiple of the head counts (head_dim is explicit)."""
+    d = copy.deepcopy(td)
+    d.update(vocab_size=SMALL_VOCAB, intermediate_size=SMALL_WIDTH)
+    if isinstance(d.get("sliding_window"), int):
+        d["sliding_window"] = min(d["sliding_window"], window)
+    step = math.lcm(*(x for x in (d["num_attention_heads"], d.get("num_key_value_heads"))
+                      if isinstance(x, int)))
+    d["hidden_size"] = min(d["hidden_size"], -(-SMALL_HIDDEN // step) * step)
     for k in ("pad_token_id", "bos_token_id", "eos_token_id"):
         if isinstance(d.get(k), int) and d[k] >= SMALL_VOCAB:
             d[k] = 1 if k != "pad_token_id" else 0

@@ -312,6 +312,11 @@ DEFAULT_CONFIGS = {
     "dots3_note_text": {"num_hidden_layers": 3},
     # its multimodal wrapper: the language model counted, the vision and audio towers apart
     # (not compared: one dense layer each, as their 42 + 32 take seconds to build on meta)
+    # Looped decoders (kvcalc/hfconfig/looped.py): Dory's input layer, four recurrent
+    # layers (three sliding, one full) run twice, its output layer; HRM-Text's two stacks
+    # of two layers, in its class's 2 cycles of 3 low-level passes and a high-level one
+    "dory": {"num_hidden_layers": 6, "n_input_layers": 1, "n_output_layers": 1},
+    "hrm_text": {"num_hidden_layers": 2},
     "dots3_note": {"text_config": {"num_hidden_layers": 3},
                    "vision_config": {"num_hidden_layers": 1, "pyramid_num_routed": [-1]},
                    "audio_config": {"num_hidden_layers": 1}},
@@ -334,13 +339,25 @@ def test_default_config_parameters_equal_transformers(model_type):
     assert kvcalc_total + _transformers_extra_params(cfg) == truth["text"]
 
 
+def _in_running_order(reduced: dict, rows: list) -> list:
+    """The cache layers in the order their passes run, as kvcalc lists them: Dory's
+    forward appends the recurrent section's later loops after the model's layers
+    (DoryModel.forward: "Loops 1, 2, ... write to copies of the recurrent cache layers,
+    appended at the end"); every other model caches in running order."""
+    if reduced.get("model_type") != "dory":
+        return rows
+    c = hf_truth.make_config(reduced)
+    looped_end, n = c.n_input_layers + c.n_recurrent_layers, c.num_hidden_layers
+    return rows[:looped_end] + rows[n:] + rows[looped_end:n]
+
+
 @pytest.mark.parametrize("model_type", sorted(DEFAULT_CONFIGS))
 def test_default_config_cache_bytes_equal_transformers(model_type):
     cfg = _default_cfg(model_type)
     reduced = hf_truth.reduced_config(cfg, window=WINDOW)
     for seq_len in (WINDOW - 3, 3 * WINDOW + 1):
         measured = hf_truth.cache_bytes_after_decode(cfg, seq_len, window=WINDOW)
-        got = [m["stored_bytes"] for m in measured]
+        got = [m["stored_bytes"] for m in _in_running_order(reduced, measured)]
         assert _kvcalc_layer_bytes(reduced, seq_len) == got, (
             seq_len, [m["cache_class"] for m in measured])
 

@@ -78,3 +78,31 @@ def test_uniform_checks_its_inputs_as_presets_name_them():
         ModelSpec.uniform(**TINY, sliding_window=-1)
     with pytest.raises(KvcalcError, match="moe.dense_layers must be between 0 and layers"):
         ModelSpec.uniform(**TINY, moe=MoE(8, 2, 64), dense_layers=5)
+
+
+def test_a_layer_run_again_counts_its_weights_once_and_its_cache_and_reads_per_pass():
+    """A looped model (Dory, HRM-Text): one layer's weights run three times, a cache per
+    pass. Hand arithmetic for d_model 64, 4 heads of 16, 2 K/V heads, a gated MLP of 128."""
+    from kvcalc.formulas.cache import kv_cache
+    from kvcalc.formulas.params import param_counts
+    from kvcalc.formulas.step import decode_step
+
+    layer = Layer(Attention(heads=4, kv_heads=2, head_dim=16), Dense(128))
+    again = dataclasses.replace(layer, owns_weights=False)
+    spec = ModelSpec(**{**TINY, "layers": 3}, runs=(Run(layer, 1), Run(again, 2)))
+    one_layer = 64 * 64 * 2 + 64 * 32 * 2 + 3 * 64 * 128 + 2 * 64  # q, o; k, v; MLP; norms
+    assert one_layer == 36_992
+    total = one_layer + 2 * 100 * 64 + 64  # embedding and lm_head, the final norm
+    assert param_counts(spec).total == total
+    # every pass caches its K/V: 3 x (k + v) x 2 heads x 16 x 2 bytes a token
+    assert kv_cache(spec, 10, 1, "bf16").bytes == 10 * 3 * 2 * 2 * 16 * 2
+    # a decode step reads the weights once per pass (the input table: one row)
+    step = decode_step(spec, 10, 1, "bf16")
+    assert step.bytes_breakdown["weights"] == 2 * (total - 100 * 64 + 64 + 2 * one_layer)
+
+
+def test_a_layer_run_again_needs_an_earlier_layer_that_owns_its_weights():
+    layer = Layer(Attention(heads=4, kv_heads=2, head_dim=16), Dense(128))
+    again = dataclasses.replace(layer, owns_weights=False)
+    with pytest.raises(KvcalcError, match="no earlier layer owns the weights"):
+        ModelSpec(**{**TINY, "layers": 2}, runs=(Run(again, 1), Run(layer, 1)))

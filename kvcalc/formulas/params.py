@@ -9,6 +9,8 @@ Sources, cited per function:
 
 from __future__ import annotations
 
+import dataclasses
+
 from kvcalc._record import record
 from kvcalc.dtypes import MAX_TP, check_size
 from kvcalc.spec import ModelSpec
@@ -39,7 +41,10 @@ class ParamCounts:
 
 def _layer_params(add, layer, count: int, d: int, norm: int, stack: str = "") -> int:
     """One group of `count` alike layers into the breakdown (keys under `stack`); returns
-    the routed-expert parameters a token does not visit."""
+    the routed-expert parameters a token does not visit. A pass over an earlier layer's
+    weights adds none (they are that layer's)."""
+    if not layer.owns_weights:
+        return 0
     for mixer in layer.mixers:
         for key, n in mixer.params(d).items():
             add(f"{stack}{mixer.param_key}/{key}", n * count)
@@ -136,8 +141,27 @@ def weight_params_per_device(spec: ModelSpec, params: int, tp: int,
     kv_all = kv_dev = 0
     for layer, n in spec.groups():
         mx = layer.mixer
-        kv = mx.kv_projection_params(d) * n
+        kv = mx.kv_projection_params(d) * n * layer.owns_weights
         if kv:
             kv_all += kv
             kv_dev += kv * mx.kv_heads_per_device(tp) // mx.kv_heads
     return -(-(params - kv_all) // tp) + kv_dev
+
+
+def repeated_pass_params(spec: ModelSpec, tp: int = 1) -> int:
+    """Weights the passes over earlier layers' weights read again (a looped model runs
+    its shared layers once per pass, each pass streaming their weights anew), those one
+    of `tp` devices reads (K/V projections following their heads, as above); 0 for a
+    model that runs each layer once."""
+    d, total = spec.d_model, 0
+    for layer, n in spec.groups():
+        if layer.owns_weights:
+            continue
+        b: dict[str, int] = {}
+        _layer_params(lambda k, v: b.__setitem__(k, b.get(k, 0) + v),
+                      dataclasses.replace(layer, owns_weights=True), n, d, norm_params(spec))
+        mx = layer.mixer
+        kv = mx.kv_projection_params(d) * n
+        kv_dev = kv * mx.kv_heads_per_device(tp) // mx.kv_heads if kv else 0
+        total += -(-(sum(b.values()) - kv) // tp) + kv_dev
+    return total

@@ -16,7 +16,8 @@ from kvcalc import _num
 from kvcalc._record import record
 from kvcalc.dtypes import DType
 from kvcalc.formulas.cache import as_dtype, cache_groups, check_axes, kv_cache
-from kvcalc.formulas.params import param_counts, weight_params_per_device
+from kvcalc.formulas.params import (param_counts, repeated_pass_params,
+                                    weight_params_per_device)
 from kvcalc.spec import ModelSpec
 
 
@@ -181,9 +182,15 @@ def decode_step(
         read_params -= params.breakdown.get("cross_attention/k", 0)
         read_params -= params.breakdown.get("cross_attention/v", 0)
     read_params -= unread_expert_params
+    # A looped model's passes over shared weights read them again (the MoE loop above
+    # already left their unread experts out).
+    again, again_dev = repeated_pass_params(spec), repeated_pass_params(spec, tp)
+    if again:
+        notes.append("layers run again with the same weights read them once per pass")
     if stored is None:
-        weight_bytes = wdt.nbytes(read_params)
-        weight_bytes_dev = wdt.nbytes(weight_params_per_device(spec, read_params, tp, params))
+        weight_bytes = wdt.nbytes(read_params + again)
+        weight_bytes_dev = wdt.nbytes(weight_params_per_device(spec, read_params, tp, params)
+                                      + again_dev)
     else:
         # The same rows and experts left unread, in the bytes the checkpoint stores them.
         by_key = stored.breakdown
@@ -202,8 +209,10 @@ def decode_step(
             unread_bytes += by_key.get("cross_attention/k", 0) + by_key.get("cross_attention/v", 0)
         if expert_slots:
             unread_bytes += unread_expert_slots * (by_key.get("moe/experts", 0) // expert_slots)
-        weight_bytes = stored.total - unread_bytes
-        weight_bytes_dev = stored.per_device - -(-unread_bytes // tp)
+        # passes again: at the checkpoint's average bytes per parameter
+        again_bytes = stored.total * again // params.total
+        weight_bytes = stored.total - unread_bytes + again_bytes
+        weight_bytes_dev = stored.per_device - -(-unread_bytes // tp) + -(-again_bytes // tp)
 
     # Caches are read at their current length (state layers: the whole state), one
     # token's K/V is written per attention layer and each state is written back.

@@ -279,6 +279,12 @@ CLASS_DEFAULTS = {
     ("zaya", "head_dim"): 128, ("zaya", "num_key_value_heads"): 2, ("zaya", "num_experts"): 16,
     ("zaya", "num_experts_per_tok"): 1, ("zaya", "moe_intermediate_size"): 2048,
     ("zaya", "router_hidden_size"): 256,
+    # looped decoders (looped.py)
+    ("dory", "head_dim"): 256, ("dory", "num_key_value_heads"): 4,
+    ("dory", "n_input_layers"): 8, ("dory", "n_output_layers"): 8,
+    ("dory", "n_recurrent_loops"): 2, ("dory", "recurrent_kv_cache_mode"): "per_loop",
+    ("dory", "sliding_window"): 1024,
+    ("hrm_text", "head_dim"): 128, ("hrm_text", "H_cycles"): 2, ("hrm_text", "L_cycles"): 3,
     # MiniMax-M3's language model (moe_indexed)
     ("minimax_m3_vl_text", "dense_intermediate_size"): 12288,
     ("minimax_m3_vl_text", "head_dim"): 128, ("minimax_m3_vl_text", "num_key_value_heads"): 4,

@@ -22,7 +22,7 @@ from kvcalc.hfconfig.recurrent import (bailing_hybrid, kimi_linear, minimax, rec
                                         rwkv, xlstm)
 from kvcalc.hfconfig.state_families import (bamba, falcon_h1, granitemoehybrid, lara_mini,
                                             lfm2_moe, mamba2, qwen3_5)
-from kvcalc.hfconfig import granite, llama_more, modernbert, moe_later
+from kvcalc.hfconfig import granite, llama_more, looped, modernbert, moe_later
 
 FAMILIES: dict[str, Callable[[Config], dict]] = {
     "llama": llama_like,
@@ -172,6 +172,8 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "axk1": moe_2026.axk1,
     "doge": llama_2026.doge,
     "zaya": moe_more.zaya,
+    "dory": looped.dory,
+    "hrm_text": looped.hrm_text,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)

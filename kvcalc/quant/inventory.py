@@ -109,6 +109,8 @@ def model_tensors(spec: ModelSpec, mtp_layers: int = 0, *, per_layer: bool = Tru
     out: list[tuple[list, int, object]] = []
     i = 0
     for run in spec.runs:
+        if not run.layer.owns_weights:
+            continue  # a pass over an earlier layer's weights: listed with that layer
         if not per_layer:
             out.append((_layer_items(run.layer, d, i, model_type, norm), run.count, run.layer))
             i += run.count
