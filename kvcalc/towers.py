@@ -5,7 +5,8 @@ per image, so kvcalc reports them beside the text model rather than inside it. E
 function follows that family's vision modeling file in transformers 5 (which modules
 exist, their shapes and biases): CLIP (LLaVA), SigLIP (Gemma 3), Pixtral (Mistral 3),
 Qwen2.5-VL's window-attention ViT, Llama 4's vision encoder, Qwen3.5's ViT, Fuyu's patch
-projection, GOT-OCR 2.0's SAM-style ViT, Llama 3.2 Vision's tiled ViT. Counts are exact: tests
+projection, GOT-OCR 2.0's SAM-style ViT, Llama 3.2 Vision's tiled ViT; one audio tower,
+MOSS-Transcribe-Diarize's Whisper-style encoder. Counts are exact: tests
 check them against the models transformers builds on the meta device.
 """
 
@@ -22,13 +23,13 @@ def _vit_layer(h: int, i: int) -> int:
 
 
 class _Fields:
-    def __init__(self, cfg: dict, where: str) -> None:
-        self.cfg, self.where = cfg, where
+    def __init__(self, cfg: dict, where: str, section: str = "vision_config") -> None:
+        self.cfg, self.where, self.section = cfg, where, section
 
     def int(self, key: str, default: int | None = None) -> int:
         value = self.cfg.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise KvcalcError(f"{self.where}: vision_config field {key!r} must be a positive "
+            raise KvcalcError(f"{self.where}: {self.section} field {key!r} must be a positive "
                               f"integer, got {value!r}")
         return value
 
@@ -161,20 +162,42 @@ def _mllama_vision(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
     return {"vision_tower": tower, "projector": out * text_hidden + text_hidden}
 
 
+def _moss_audio(a: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
+    """MOSS-Transcribe-Diarize's Whisper-style audio encoder (two biased convolutions,
+    learned positions, biased q/v/out and a bias-free k, LayerNorms, a biased GELU MLP, a
+    final LayerNorm) and its projector (two linears over audio_merge_size frames side by
+    side, biased by projector_bias, then a LayerNorm)."""
+    def size(key: str, alias: str, default: int) -> int:  # the class's attribute_map names
+        return a.int(key, a.cfg.get(alias, default))
+
+    h, i = size("hidden_size", "d_model", 1024), size("intermediate_size", "encoder_ffn_dim", 4096)
+    layers = size("num_hidden_layers", "encoder_layers", 24)
+    block = 4 * h * h + 3 * h + 2 * 2 * h + (h * i + i) + (i * h + h)
+    tower = (a.int("num_mel_bins", 80) * h * 3 + h + h * h * 3 + h  # conv1, conv2
+             + a.int("max_source_positions", 1500) * h + layers * block + 2 * h)
+    merge = top.get("audio_merge_size", 4)
+    bias = text_hidden if top.get("projector_bias", True) is not False else 0
+    proj = h * merge * text_hidden + bias + text_hidden * text_hidden + bias + 2 * text_hidden
+    return {"audio_tower": tower, "projector": proj}
+
+
 _TOWERS: dict[str, Callable[[_Fields, dict, int], dict[str, int]]] = {
     "llava": _clip, "llava_next": _clip, "gemma3": _siglip, "mistral3": _pixtral,
     "qwen2_5_vl": _qwen25_vl, "llama4": _llama4_vision,
     "qwen3_5": _qwen3_5_vision, "qwen3_5_moe": _qwen3_5_vision, "fuyu": _fuyu,
-    "got_ocr2": _got_ocr2, "mllama": _mllama_vision,
+    "got_ocr2": _got_ocr2, "mllama": _mllama_vision, "moss_transcribe_diarize": _moss_audio,
 }
 # Wrappers whose image fields sit in the config itself, not in a vision_config.
 _FIELDS_AT_TOP = ("fuyu",)
+# Wrappers whose tower is not a vision_config's.
+_TOWER_KEY = {"moss_transcribe_diarize": "audio_config"}
 
 
 def tower_params(cfg: dict[str, Any], wrapper: str, text_hidden: int, where: str) -> dict[str, int]:
     """Parameters of the vision tower and projector of a multimodal config, by part;
     {} for a wrapper kvcalc has no tower formula for."""
-    vision = cfg if wrapper in _FIELDS_AT_TOP else cfg.get("vision_config")
+    vision = cfg if wrapper in _FIELDS_AT_TOP else cfg.get(_TOWER_KEY.get(wrapper, "vision_config"))
     if wrapper not in _TOWERS or not isinstance(vision, dict):
         return {}
-    return _TOWERS[wrapper](_Fields(vision, where), cfg, text_hidden)
+    section = _TOWER_KEY.get(wrapper, "vision_config")
+    return _TOWERS[wrapper](_Fields(vision, where, section), cfg, text_hidden)

@@ -108,6 +108,8 @@ def text_config_dict(cfg: dict) -> dict:
     # encoder-decoder configs (t5, bart) are their own text config; get_text_config(decoder=True)
     # returns a decoder view whose to_dict() loses decoder_layers / decoder_attention_heads
     text = config if getattr(config, "is_encoder_decoder", False) else config.get_text_config(decoder=True)
+    if getattr(config, "model_type", None) in _COMPOSITES:
+        text = config.decoder  # MusicGen's: the decoder beside the text encoder and codec
     d = text.to_dict()
     for k in _DROP_KEYS:
         d.pop(k, None)
@@ -124,7 +126,19 @@ def _layers_key(config) -> str:
 
 # Text configs the Auto classes map to no model of their own: the class that builds them.
 _CAUSAL_LM_CLASSES = {"mllama_text_model": "MllamaForCausalLM",
-                      "emu3_text_model": "Emu3ForCausalLM"}
+                      "emu3_text_model": "Emu3ForCausalLM",
+                      "musicgen_decoder": "MusicgenForCausalLM",
+                      "musicgen_melody_decoder": "MusicgenMelodyForCausalLM"}
+# Composite configs no Auto class builds from: the whole model, whose `decoder` is the
+# language model (MusicGen: beside a T5 text encoder and an EnCodec codec).
+_COMPOSITES = {"musicgen": "MusicgenForConditionalGeneration",
+               "musicgen_melody": "MusicgenMelodyForConditionalGeneration"}
+# Decoders fed every audio codebook's codes: input_ids are (batch x num_codebooks, length).
+_CODEBOOK_DECODERS = ("musicgen_decoder", "musicgen_melody_decoder")
+# Decoders that cross-attend to an encoder's states they are handed (MusicGen's text
+# encoder's): the harness hands them seq_len states of hidden_size, and their cache is
+# an EncoderDecoderCache whose cross part holds those states' K/V.
+_CROSS_DECODERS = ("musicgen_decoder",)
 
 
 def _build(config, device: str, dtype, multimodal: bool):
@@ -148,7 +162,12 @@ def _build(config, device: str, dtype, multimodal: bool):
         warnings.simplefilter("ignore")
         with torch.device(device):
             model = None
-            if getattr(config, "is_encoder_decoder", False):
+            composite = _COMPOSITES.get(getattr(config, "model_type", None))
+            if composite:
+                import transformers
+
+                model = getattr(transformers, composite)(config)
+            elif getattr(config, "is_encoder_decoder", False):
                 from transformers import AutoModelForSeq2SeqLM
 
                 model = AutoModelForSeq2SeqLM.from_config(config, **kw)
@@ -220,6 +239,8 @@ def meta_param_count(cfg: dict) -> dict:
     model = _build(config, "meta", torch.bfloat16, mm)
     total = sum(p.numel() for p in model.parameters())
     text = total
+    if getattr(config, "model_type", None) in _COMPOSITES:
+        text = sum(p.numel() for p in model.decoder.parameters())
     if mm:
         lm = _language_model(model)
         seen = {id(p) for p in lm.parameters()}
@@ -873,9 +894,16 @@ def _run(cfg: dict, seq_len: int, batch: int, dtype, window: int, decode: bool, 
     vocab = getattr(config, "vocab_size", SMALL_VOCAB)
     g = torch.Generator().manual_seed(1)
     n_prefill = seq_len - 1 if decode else seq_len
-    ids = torch.randint(2, vocab, (batch, seq_len), generator=g)
+    mt = getattr(config, "model_type", None)
+    streams = config.num_codebooks if mt in _CODEBOOK_DECODERS else 1
+    ids = torch.randint(2, vocab, (batch * streams, seq_len), generator=g)
     kw = _cache_kw(model)
     extra = {}
+    if mt in _CROSS_DECODERS:  # an encoder's output of seq_len tokens, kept by every layer
+        states = torch.randn(batch, seq_len, config.hidden_size, generator=g)
+        extra_states = {"encoder_hidden_states": states.to(_dtype(dtype))}
+    else:
+        extra_states = {}
     if getattr(config, "is_encoder_decoder", False):
         # encoder input: seq_len tokens; the decoder runs the prefill / decode below
         extra["input_ids"] = torch.randint(2, vocab, (batch, seq_len), generator=g)
@@ -886,14 +914,16 @@ def _run(cfg: dict, seq_len: int, batch: int, dtype, window: int, decode: bool, 
 
         given = {kw: DynamicCache(config=config)}
     with torch.no_grad(), _fast_bf16_conv1d():
-        out = model(**extra, **{ids_key: ids[:, :n_prefill]}, use_cache=True, **given)
+        out = model(**extra, **extra_states, **{ids_key: ids[:, :n_prefill]}, use_cache=True,
+                    **given)
         cache = _returned_cache(out, given.get(kw))
         if decode:
             prefill_cache = cache
             if extra:
                 extra = {"encoder_outputs": (out.encoder_last_hidden_state,)}
             pos = torch.full((batch, 1), n_prefill, dtype=torch.long)
-            args = {kw: cache, "use_cache": True, ids_key: ids[:, n_prefill:], **extra}
+            args = {kw: cache, "use_cache": True, ids_key: ids[:, n_prefill:], **extra,
+                    **extra_states}
             fwd = inspect.signature(model.forward).parameters
             if "cache_position" in fwd:
                 args["cache_position"] = torch.tensor([n_prefill])

@@ -62,8 +62,10 @@ def test_parameters_equal_transformers_meta_model(stem):
     assert kvcalc_total + _transformers_extra_params(cfg) == truth["text"]
 
 
-def _kvcalc_layer_bytes(cfg: dict, seq_len: int) -> list[int]:
-    """kvcalc's bytes per decoder layer, one sequence, bf16 cache, fp32 recurrent state."""
+def _kvcalc_layer_bytes(cfg: dict, seq_len: int, cross: bool = False) -> list[int]:
+    """kvcalc's bytes per decoder layer, one sequence, bf16 cache, fp32 recurrent state;
+    with `cross`, a cross-attending layer's K/V of an encoder output of seq_len tokens too
+    (what the harness hands a decoder that cross-attends: MusicGen's)."""
     spec = spec_from_hf_config(cfg, "reduced")
     bf16, fp32 = dtype("bf16"), dtype("fp32")
     # transformers keeps an indexer's key in the model's dtype (bf16), dots.llm3's in fp32:
@@ -80,8 +82,21 @@ def _kvcalc_layer_bytes(cfg: dict, seq_len: int) -> list[int]:
             if isinstance(mx, IndexedLatent):
                 # a serving engine keeps it as fp8 and scales (test_indexer_key_bytes_as_vllm)
                 stored += (index_bytes * mx.index_head_dim - mx.index_token_bytes()) * held
+        if cross and layer.cross is not None:
+            stored += layer.cross.token_bytes(bf16) * layer.cross.tokens_held(seq_len, seq_len)
         out.append(stored)
     return out
+
+
+def _measured_layer_bytes(measured: list[dict]) -> tuple[list[int], bool]:
+    """Bytes per decoder layer as transformers holds them: an EncoderDecoderCache's
+    cross-attention layer joins its self-attention layer of the same index. Also whether
+    there was a cross part."""
+    own = [m["stored_bytes"] for m in measured if m["part"] == "self"]
+    cross = [m for m in measured if m["part"] == "cross"]
+    for m in cross:
+        own[m["layer"]] += m["stored_bytes"]
+    return own, bool(cross)
 
 
 def test_indexer_key_bytes_as_vllm():
@@ -320,6 +335,15 @@ DEFAULT_CONFIGS = {
     "dots3_note": {"text_config": {"num_hidden_layers": 3},
                    "vision_config": {"num_hidden_layers": 1, "pyramid_num_routed": [-1]},
                    "audio_config": {"num_hidden_layers": 1}},
+    # MusicGen (kvcalc/hfconfig/audio.py): the decoder of the composite config, beside its T5
+    # text encoder and EnCodec codec (not counted); four codebooks' tables and heads, every
+    # layer cross-attending (the harness hands it seq_len encoder states). Melody: the
+    # conditioning prepended, no cross-attention
+    "musicgen": {"decoder": {"num_hidden_layers": 2}},
+    "musicgen_melody": {"decoder": {"num_hidden_layers": 2}},
+    # MOSS-Transcribe-Diarize: Qwen3 (its class's own sizes) beside a Whisper-style audio
+    # encoder (the tower test below)
+    "moss_transcribe_diarize": {"text_config": {"num_hidden_layers": 2}},
 }
 
 
@@ -357,8 +381,8 @@ def test_default_config_cache_bytes_equal_transformers(model_type):
     reduced = hf_truth.reduced_config(cfg, window=WINDOW)
     for seq_len in (WINDOW - 3, 3 * WINDOW + 1):
         measured = hf_truth.cache_bytes_after_decode(cfg, seq_len, window=WINDOW)
-        got = [m["stored_bytes"] for m in _in_running_order(reduced, measured)]
-        assert _kvcalc_layer_bytes(reduced, seq_len) == got, (
+        got, cross = _measured_layer_bytes(_in_running_order(reduced, measured))
+        assert _kvcalc_layer_bytes(reduced, seq_len, cross) == got, (
             seq_len, [m["cache_class"] for m in measured])
 
 
@@ -405,7 +429,7 @@ def test_every_model_type_kvcalc_reads_is_held_to_transformers():
 
 
 WRAPPER_DEFAULTS = ("llava", "gemma3", "mistral3", "qwen2_5_vl", "llama4", "fuyu", "got_ocr2",
-                    "mllama")
+                    "mllama", "moss_transcribe_diarize")
 
 
 @pytest.mark.parametrize("source", [*(s for s in CONFIGS if _cfg(s).get("vision_config")),
@@ -424,3 +448,11 @@ def test_vision_towers_equal_transformers(source):
     spec = spec_from_hf_config(cfg, "m")
     assert sum(spec.extra["towers"].values()) == truth["towers"]
     assert param_counts(spec).total + truth["towers"] == truth["total"]
+
+
+def test_a_wrapper_without_text_config_reads_its_class_sub_config_defaults():
+    """MOSS-Transcribe-Diarize's class builds an absent text_config from init_kwargs of its
+    own (a 28-layer Qwen3 of 1024), not from Qwen3Config's defaults."""
+    cfg = {"model_type": "moss_transcribe_diarize"}
+    truth = hf_truth.meta_param_count(cfg)
+    assert param_counts(spec_from_hf_config(cfg, "m")).total == truth["text"]

@@ -22,7 +22,7 @@ from kvcalc.hfconfig.recurrent import (bailing_hybrid, kimi_linear, minimax, rec
                                         rwkv, xlstm)
 from kvcalc.hfconfig.state_families import (bamba, falcon_h1, granitemoehybrid, lara_mini,
                                             lfm2_moe, mamba2, qwen3_5)
-from kvcalc.hfconfig import granite, llama_more, looped, modernbert, moe_later
+from kvcalc.hfconfig import audio, granite, llama_more, looped, modernbert, moe_later
 
 FAMILIES: dict[str, Callable[[Config], dict]] = {
     "llama": llama_like,
@@ -174,6 +174,9 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "zaya": moe_more.zaya,
     "dory": looped.dory,
     "hrm_text": looped.hrm_text,
+    # Decoders over audio codes (audio); their composite configs are wrappers (multimodal)
+    "musicgen_decoder": audio.musicgen_decoder,
+    "musicgen_melody_decoder": audio.musicgen_melody_decoder,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)

@@ -22,6 +22,11 @@ WRAPPERS = {
     "emu3": "emu3_text_model",
     "gemma4_unified": "gemma4_unified_text",
     "dots3_note": "dots3_note_text",
+    # text-to-music and speech: MusicGen's decoder is `decoder`, beside a T5 text encoder
+    # and an EnCodec codec; MOSS-Transcribe-Diarize's language model (Qwen3) a Whisper-style
+    # audio encoder's
+    "musicgen": "musicgen_decoder", "musicgen_melody": "musicgen_melody_decoder",
+    "moss_transcribe_diarize": "qwen3",
 }
 # Each wrapper's config-class default for tie_word_embeddings.
 _WRAPPER_TIED = {"llava": False, "llava_next": False, "mistral3": True, "gemma3": True,
@@ -29,10 +34,24 @@ _WRAPPER_TIED = {"llava": False, "llava_next": False, "mistral3": True, "gemma3"
                  "qwen3_5": False, "qwen3_5_moe": False, "gemma4": True, "fuyu": False,
                  "got_ocr2": True, "phi4_multimodal": False,
                  "mllama": None,  # None: the class has no flag; text_config's own ties
-                 "emu3": False, "gemma4_unified": True, "dots3_note": False}
+                 "emu3": False, "gemma4_unified": True, "dots3_note": False,
+                 "musicgen": None, "musicgen_melody": None,
+                 "moss_transcribe_diarize": True}
+# Where a wrapper keeps its language model, when not in text_config.
+_TEXT_KEY = {"musicgen": "decoder", "musicgen_melody": "decoder"}
+# What a wrapper holds beside its language model, where kvcalc has no formula for it.
+_UNCOUNTED = {"musicgen": "its T5 text encoder, EnCodec audio codec and projection",
+              "musicgen_melody": "its T5 text encoder, EnCodec audio codec and the text "
+                                 "and chroma projections"}
 # LlamaConfig's defaults (Llama 2 7B), which LLaVA-1.5's short text_config relies on.
 _LLAMA_DEFAULTS = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
                    "num_attention_heads": 32, "vocab_size": 32000}
+
+# MossTranscribeDiarizeConfig's text_config when absent (its SubConfigSpec init_kwargs):
+# Qwen3's class with these; a text_config given is read with Qwen3's own defaults.
+_MOSS_TEXT_DEFAULTS = {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+                       "num_attention_heads": 16, "num_key_value_heads": 8,
+                       "max_position_embeddings": 131_072, "vocab_size": 151936}
 
 # Phi4MultimodalConfig's defaults where Phi3Config's differ (transformers 5.24).
 _PHI4_MULTIMODAL_DEFAULTS = {"vocab_size": 200064, "num_key_value_heads": 8,
@@ -41,8 +60,10 @@ _PHI4_MULTIMODAL_DEFAULTS = {"vocab_size": 200064, "num_key_value_heads": 8,
 
 def text_config(cfg: dict, model_type: str, where: str) -> dict:
     """The language model's config dict (a copy), with the wrapper's defaults filled in."""
-    text = cfg.get("text_config")
-    if text is None and model_type in ("qwen2_5_vl", "qwen2_vl"):
+    text = cfg.get(_TEXT_KEY.get(model_type, "text_config"))
+    if text is None and model_type == "moss_transcribe_diarize":
+        text = dict(_MOSS_TEXT_DEFAULTS)
+    elif text is None and model_type in ("qwen2_5_vl", "qwen2_vl"):
         text = {k: v for k, v in cfg.items() if k != "vision_config"}  # older flat layout
     elif text is None and model_type == "phi4_multimodal":
         # Phi4MultimodalConfig: Phi-3's fields at the top, its own defaults where they differ
@@ -56,7 +77,8 @@ def text_config(cfg: dict, model_type: str, where: str) -> dict:
         # FuyuConfig: a flat config's text fields (or none: Persimmon-8B's) become text_config
         text = {k: v for k, v in cfg.items() if k not in ("model_type", "text_config")}
     if not isinstance(text, dict):
-        raise KvcalcError(f"{where}: model_type {model_type!r} needs a 'text_config' object")
+        raise KvcalcError(f"{where}: model_type {model_type!r} needs a "
+                          f"'{_TEXT_KEY.get(model_type, 'text_config')}' object")
     text = dict(text)
     text.setdefault("model_type", WRAPPERS[model_type])
     if text["model_type"] in (model_type, "qwen2_5_vl_text", "qwen2_vl_text"):
@@ -81,8 +103,12 @@ def with_towers(spec: ModelSpec, cfg: dict, model_type: str, where: str) -> Mode
     towers = tower_params(cfg, model_type, spec.d_model, where)
     if towers:
         notes = spec.notes + (f"; {model_type}: a multimodal config; the language model is "
-                              f"counted, its vision tower and projector "
+                              f"counted, its {'audio' if 'audio_tower' in towers else 'vision'} "
+                              f"tower and projector "
                               f"({sum(towers.values()):,} parameters) apart")
+    elif model_type in _UNCOUNTED:
+        notes = spec.notes + (f"; {model_type}: the decoder is counted; "
+                              f"{_UNCOUNTED[model_type]} are not (no formula for them)")
     else:
         notes = spec.notes + (f"; {model_type}: the language model of a multimodal config "
                               "(no vision tower formula for it: not counted)")
