@@ -236,6 +236,8 @@ def meta_param_count(cfg: dict) -> dict:
 
     config = make_config(cfg)
     mm = is_multimodal(config)
+    if mm and getattr(config, "model_type", None) in _TOWERS_NEED_TIMM:
+        return _language_model_alone(config)
     model = _build(config, "meta", torch.bfloat16, mm)
     total = sum(p.numel() for p in model.parameters())
     text = total
@@ -264,6 +266,29 @@ def meta_param_count(cfg: dict) -> dict:
         pass
     return {"total": total, "text": text, "towers": total - text,
             "model_class": type(model).__name__, "tied": tied}
+
+
+# Wrappers whose vision tower is a timm model (TimmWrapperModel needs timm, which the test
+# environments do not install): Gemma 3n. Their language model is built alone.
+_TOWERS_NEED_TIMM = ("gemma3n",)
+
+
+def _language_model_alone(config) -> dict:
+    """The language model of a wrapper whose towers cannot be built here: the text model
+    from text_config (Gemma3nModel.language_model is AutoModel.from_config(text_config))
+    with the wrapper's lm_head, tied as the wrapper ties it. Its towers are not built:
+    "total" and "towers" are None."""
+    import copy as _copy
+
+    import torch
+
+    text = _copy.deepcopy(config.get_text_config(decoder=True))
+    text.tie_word_embeddings = config.tie_word_embeddings
+    model = _build(text, "meta", torch.bfloat16, False)
+    n = sum(p.numel() for p in model.parameters())
+    tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    return {"total": None, "text": n, "towers": None, "model_class": type(model).__name__,
+            "tied": tied}
 
 
 # Modules inside a text model that are its towers: Phi-4-multimodal's image and audio

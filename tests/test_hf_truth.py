@@ -268,6 +268,10 @@ DEFAULT_CONFIGS = {
     # sharing their K/V (the class's 4 sliding : 1 global needs 10 layers to show the same)
     "gemma3n_text": {"num_hidden_layers": 4, "num_kv_shared_layers": 2, "layer_types": [
         "sliding_attention", "full_attention"] * 2},
+    # its multimodal wrapper: the language model counted (built alone: the wrapper's timm
+    # vision tower is not installed here), the vision and audio towers apart
+    "gemma3n": {"text_config": {"num_hidden_layers": 4, "num_kv_shared_layers": 2,
+                                "layer_types": ["sliding_attention", "full_attention"] * 2}},
     # Gemma 4 unified: Gemma 4's 5 sliding : 1 global in Gemma 2's layer, no per-layer inputs
     "gemma4_unified_text": {"num_hidden_layers": 6},
     # its multimodal wrapper: the language model counted, the vision and audio towers apart

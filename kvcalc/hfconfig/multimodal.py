@@ -27,6 +27,7 @@ WRAPPERS = {
     # audio encoder's
     "musicgen": "musicgen_decoder", "musicgen_melody": "musicgen_melody_decoder",
     "moss_transcribe_diarize": "qwen3",
+    "gemma3n": "gemma3n_text",
 }
 # Each wrapper's config-class default for tie_word_embeddings.
 _WRAPPER_TIED = {"llava": False, "llava_next": False, "mistral3": True, "gemma3": True,
@@ -36,7 +37,7 @@ _WRAPPER_TIED = {"llava": False, "llava_next": False, "mistral3": True, "gemma3"
                  "mllama": None,  # None: the class has no flag; text_config's own ties
                  "emu3": False, "gemma4_unified": True, "dots3_note": False,
                  "musicgen": None, "musicgen_melody": None,
-                 "moss_transcribe_diarize": True}
+                 "moss_transcribe_diarize": True, "gemma3n": True}
 # Where a wrapper keeps its language model, when not in text_config.
 _TEXT_KEY = {"musicgen": "decoder", "musicgen_melody": "decoder"}
 # What a wrapper holds beside its language model, where kvcalc has no formula for it.
