@@ -515,7 +515,8 @@ def _reduced_config(cfg: dict, window: int) -> dict:
     _shrink_list_for_prefix(d, n_old, n)
 
     # vocabulary and token ids
-    for k in ("vocab_size", "vocab_size_per_layer_input"):
+    # Inkling 2's output head has unpadded_vocab_size rows (200,058 by default)
+    for k in ("vocab_size", "vocab_size_per_layer_input", "unpadded_vocab_size"):
         if k in d:
             d[k] = SMALL_VOCAB
     for k in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
@@ -572,6 +573,9 @@ def _reduced_config(cfg: dict, window: int) -> dict:
     for k in _WINDOW_KEYS:
         if isinstance(d.get(k), int) and d[k] > window:
             d[k] = window
+    # the Inklings' window under its own name (their sliding layers' relative bias spans it)
+    if mt.startswith("inkling") and d.get("sliding_window_size", 0) > window:
+        d["sliding_window_size"] = window
 
     # hidden size, only where head_dim is an explicit, honoured field
     # a per-layer attribute raises on the global config (Gemma 4; dots.llm3's

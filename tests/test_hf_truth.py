@@ -326,6 +326,15 @@ DEFAULT_CONFIGS = {
     # Inkling (kvcalc/hfconfig/inkling.py): a sliding layer (swa_* heads), a full one; a dense
     # first MLP (dense_mlp_idx) then experts
     "inkling_text": {"num_hidden_layers": 2, "local_layer_ids": [0], "dense_mlp_idx": 1},
+    # Inkling 2 (kvcalc/hfconfig/inkling.py): a sliding layer, a full one (dynamic K/V
+    # convolutions, three block-residual queries); the class lays out five sliding to one full
+    "inkling2_text": {"num_hidden_layers": 2, "layer_types": ["hybrid_sliding", "hybrid"]},
+    # Inkling 2 Loop: a sliding layer, then a full and a sliding one looped, the class's three
+    # passes (two more cache layers each after the model's three); loop bounds must be
+    # multiples of n_layers_per_attn_res_block, 1 here (the class's 6 would need 18 layers)
+    "inkling2_loop_text": {"num_hidden_layers": 3, "n_layers_per_attn_res_block": 1,
+                           "loop_layer_index_start": 1, "loop_layer_index_end": 3,
+                           "layer_types": ["hybrid_sliding", "hybrid", "hybrid_sliding"]},
     # dots.llm3 (kvcalc/hfconfig/moe_indexed.py): two DSA layers (the first dense), then a
     # sliding MLA layer of its own geometry (per_layer_config)
     "dots3_note_text": {"num_hidden_layers": 3},
@@ -371,11 +380,17 @@ def _in_running_order(reduced: dict, rows: list) -> list:
     """The cache layers in the order their passes run, as kvcalc lists them: Dory's
     forward appends the recurrent section's later loops after the model's layers
     (DoryModel.forward: "Loops 1, 2, ... write to copies of the recurrent cache layers,
-    appended at the end"); every other model caches in running order."""
-    if reduced.get("model_type") != "dory":
+    appended at the end"), and Inkling 2 Loop's the loop layers' later passes
+    (Inkling2LoopTextModel.forward: "Append extra caches for loop layers"); every other
+    model caches in running order."""
+    if reduced.get("model_type") not in ("dory", "inkling2_loop_text"):
         return rows
     c = hf_truth.make_config(reduced)
-    looped_end, n = c.n_input_layers + c.n_recurrent_layers, c.num_hidden_layers
+    if reduced["model_type"] == "dory":
+        looped_end = c.n_input_layers + c.n_recurrent_layers
+    else:
+        looped_end = c.loop_layer_index_end
+    n = c.num_hidden_layers
     return rows[:looped_end] + rows[n:] + rows[looped_end:n]
 
 

@@ -304,6 +304,16 @@ CLASS_DEFAULTS = {
     ("inkling_text", "rel_extent"): 1024, ("inkling_text", "sliding_window_size"): 512,
     ("inkling_text", "swa_head_dim"): 128, ("inkling_text", "swa_num_attention_heads"): 64,
     ("inkling_text", "swa_num_key_value_heads"): 16,
+    # Inkling 2 and Inkling 2 Loop's language models (inkling)
+    **{(m, k): v for m in ("inkling2_text", "inkling2_loop_text") for k, v in (
+        ("conv_kernel_size", 4), ("d_rel", 16), ("head_dim", 128), ("num_experts_per_tok", 8),
+        ("num_key_value_heads", 8), ("rel_extent", 1024), ("sliding_window_size", 1024),
+        ("swa_head_dim", 128), ("swa_num_key_value_heads", 8), ("unpadded_vocab_size", 200058))},
+    ("inkling2_text", "moe_intermediate_size"): 2304, ("inkling2_text", "n_routed_experts"): 384,
+    ("inkling2_text", "swa_num_attention_heads"): 48,
+    ("inkling2_loop_text", "moe_intermediate_size"): 1152,
+    ("inkling2_loop_text", "n_routed_experts"): 128,
+    ("inkling2_loop_text", "swa_num_attention_heads"): 24,
     # dots.llm3's language model (moe_indexed)
     ("dots3_note_text", "index_head_dim"): 128, ("dots3_note_text", "index_n_heads"): 64,
     ("dots3_note_text", "index_topk"): 2048, ("dots3_note_text", "kv_lora_rank"): 512,

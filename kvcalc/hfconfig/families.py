@@ -141,6 +141,8 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "minimax_m3_vl_text": moe_indexed.minimax_m3_text,
     "dots3_note_text": moe_indexed.dots3_note_text,
     "inkling_text": inkling.inkling_text,
+    "inkling2_text": inkling.inkling2_text,
+    "inkling2_loop_text": inkling.inkling2_loop_text,
     "gemma4_text": gemma4.gemma4_text,
     "zamba": zamba.zamba,
     "zamba2": zamba.zamba,
