@@ -5,9 +5,9 @@ per image, so kvcalc reports them beside the text model rather than inside it. E
 function follows that family's vision modeling file in transformers 5 (which modules
 exist, their shapes and biases): CLIP (LLaVA), SigLIP (Gemma 3), Pixtral (Mistral 3),
 Qwen2.5-VL's window-attention ViT, Llama 4's vision encoder, Qwen3.5's ViT, Fuyu's patch
-projection, GOT-OCR 2.0's SAM-style ViT, Llama 3.2 Vision's tiled ViT; one audio tower,
-MOSS-Transcribe-Diarize's Whisper-style encoder. Counts are exact: tests
-check them against the models transformers builds on the meta device.
+projection, GOT-OCR 2.0's SAM-style ViT, Llama 3.2 Vision's tiled ViT, Inkling 2's ViT;
+one audio tower, MOSS-Transcribe-Diarize's Whisper-style encoder. Counts are exact:
+tests check them against the models transformers builds on the meta device.
 """
 
 from __future__ import annotations
@@ -181,11 +181,28 @@ def _moss_audio(a: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
     return {"audio_tower": tower, "projector": proj}
 
 
+def _inkling2_vision(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
+    """Inkling 2's ViT (a bias-free linear patch embedding, a learned position grid, class
+    token and class position, a pre-LayerNorm, biased ViT blocks with two layer scales each)
+    and its merger (two linears over spatial_merge_size^2 patches, biased with
+    projector_bias) into the language model."""
+    h, p = v.int("hidden_size", 1024), v.int("patch_size", 20)
+    layers = v.int("num_hidden_layers", 23)
+    i = v.cfg.get("intermediate_size") or int(h * v.cfg.get("mlp_ratio", 4.0))
+    grid, merge = v.int("posemb_grid_size", 32), v.int("spatial_merge_size", 2)
+    tower = (v.int("num_channels", 3) * p * p * h + grid * grid * h + 2 * h  # class, its position
+             + 2 * h + layers * (_vit_layer(h, i) + 2 * h))  # pre_layernorm; lambda_1, lambda_2
+    mid, bias = v.int("projection_hidden_dim", 4096), v.bool("projector_bias", False)
+    proj = merge * merge * h * mid + mid * text_hidden + ((mid + text_hidden) if bias else 0)
+    return {"vision_tower": tower, "projector": proj}
+
+
 _TOWERS: dict[str, Callable[[_Fields, dict, int], dict[str, int]]] = {
     "llava": _clip, "llava_next": _clip, "gemma3": _siglip, "mistral3": _pixtral,
     "qwen2_5_vl": _qwen25_vl, "llama4": _llama4_vision,
     "qwen3_5": _qwen3_5_vision, "qwen3_5_moe": _qwen3_5_vision, "fuyu": _fuyu,
     "got_ocr2": _got_ocr2, "mllama": _mllama_vision, "moss_transcribe_diarize": _moss_audio,
+    "inkling2": _inkling2_vision, "inkling2_loop": _inkling2_vision,
 }
 # Wrappers whose image fields sit in the config itself, not in a vision_config.
 _FIELDS_AT_TOP = ("fuyu",)

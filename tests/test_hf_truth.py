@@ -335,6 +335,10 @@ DEFAULT_CONFIGS = {
     "inkling2_loop_text": {"num_hidden_layers": 3, "n_layers_per_attn_res_block": 1,
                            "loop_layer_index_start": 1, "loop_layer_index_end": 3,
                            "layer_types": ["hybrid_sliding", "hybrid", "hybrid_sliding"]},
+    # Inkling's multimodal wrapper: the language model counted (as inkling_text's entry), its
+    # vision and audio towers apart (not compared: no tower formula)
+    "inkling_mm_model": {"text_config": {"num_hidden_layers": 2, "local_layer_ids": [0],
+                                         "dense_mlp_idx": 1}},
     # dots.llm3 (kvcalc/hfconfig/moe_indexed.py): two DSA layers (the first dense), then a
     # sliding MLA layer of its own geometry (per_layer_config)
     "dots3_note_text": {"num_hidden_layers": 3},
@@ -448,7 +452,7 @@ def test_every_model_type_kvcalc_reads_is_held_to_transformers():
 
 
 WRAPPER_DEFAULTS = ("llava", "gemma3", "mistral3", "qwen2_5_vl", "llama4", "fuyu", "got_ocr2",
-                    "mllama", "moss_transcribe_diarize")
+                    "mllama", "moss_transcribe_diarize", "inkling2", "inkling2_loop")
 
 
 @pytest.mark.parametrize("source", [*(s for s in CONFIGS if _cfg(s).get("vision_config")),
