@@ -112,3 +112,37 @@ class IndexedAttention(Attention):
     def matmuls(self, d_model: int) -> list[tuple[int, int]]:
         return super().matmuls(d_model) + [
             (d_model, self.index_heads * self.index_head_dim + self.index_head_dim)]
+
+
+@record
+class QSAAttention(IndexedAttention):
+    """Qwen4-Exp's gated GQA whose tokens its QSA indexer picks: the indexer caches one
+    raw key of `index_head_dim` per token (Qwen4ExpTextQSAIndexer, one key head), scores
+    blocks of `index_compress_ratio` tokens (their keys averaged) with `index_heads` query
+    heads, and attention reads the `index_budget` tokens of the blocks it picks plus the
+    incomplete last block. Its q and k come from one fused projection (index_qk_proj).
+
+    vLLM 0.32 serves Qwen4-Exp with cache layouts of its own (vllm/models/qwen4_exp: the
+    indexer's compressed block states beside the K/V pages), which kvcalc does not model:
+    `kv_cache_spec` is unpaged and serving counts are withheld."""
+
+    index_budget: int = 2048
+    index_compress_ratio: int = 4
+    label = "attention + QSA indexer"
+
+    def kv_cache_spec(self, specs):
+        return specs.unpaged(self)
+
+    def decode_flops(self, context):
+        """The indexer scores the complete blocks; attention reads the tokens it picks."""
+        ratio = self.index_compress_ratio
+        picked = _num.minimum(context, self.index_budget + ratio - 1)
+        return (Attention.decode_flops(self, picked)
+                + 2 * self.index_heads * (context // ratio) * self.index_head_dim)
+
+    def tensors(self, d_model: int) -> dict[str, Linear | int]:
+        out = dict(Attention.tensors(self, d_model))
+        out["indexer_qk"] = Linear(d_model, (self.index_heads + 1) * self.index_head_dim,
+                                   module="indexer.index_qk_proj")
+        out["indexer_qk_norm"] = 2 * self.index_head_dim  # q_layernorm, k_layernorm
+        return out

@@ -201,6 +201,7 @@ _TOWERS: dict[str, Callable[[_Fields, dict, int], dict[str, int]]] = {
     "llava": _clip, "llava_next": _clip, "gemma3": _siglip, "mistral3": _pixtral,
     "qwen2_5_vl": _qwen25_vl, "llama4": _llama4_vision,
     "qwen3_5": _qwen3_5_vision, "qwen3_5_moe": _qwen3_5_vision, "fuyu": _fuyu,
+    "qwen4_exp": _qwen3_5_vision,  # Qwen4ExpVisionModel is Qwen3.5-MoE's, renamed
     "got_ocr2": _got_ocr2, "mllama": _mllama_vision, "moss_transcribe_diarize": _moss_audio,
     "inkling2": _inkling2_vision, "inkling2_loop": _inkling2_vision,
 }

@@ -279,6 +279,7 @@ CLASS_DEFAULTS = {
     ("zaya", "head_dim"): 128, ("zaya", "num_key_value_heads"): 2, ("zaya", "num_experts"): 16,
     ("zaya", "num_experts_per_tok"): 1, ("zaya", "moe_intermediate_size"): 2048,
     ("zaya", "router_hidden_size"): 256,
+    ("qwen4_exp_text", "hc_count"): 4, ("qwen4_exp_text", "hc_lowrank"): 320,
     # looped decoders (looped.py)
     ("dory", "head_dim"): 256, ("dory", "num_key_value_heads"): 4,
     ("dory", "n_input_layers"): 8, ("dory", "n_output_layers"): 8,

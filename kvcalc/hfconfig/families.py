@@ -21,7 +21,7 @@ from kvcalc.hfconfig.multimodal import WRAPPERS
 from kvcalc.hfconfig.recurrent import (bailing_hybrid, kimi_linear, minimax, recurrent_gemma,
                                         rwkv, xlstm)
 from kvcalc.hfconfig.state_families import (bamba, falcon_h1, granitemoehybrid, lara_mini,
-                                            lfm2_moe, mamba2, qwen3_5)
+                                            lfm2_moe, mamba2, qwen3_5, qwen4_exp)
 from kvcalc.hfconfig import audio, granite, llama_more, looped, modernbert, moe_later
 
 FAMILIES: dict[str, Callable[[Config], dict]] = {
@@ -179,6 +179,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     # Decoders over audio codes (audio); their composite configs are wrappers (multimodal)
     "musicgen_decoder": audio.musicgen_decoder,
     "musicgen_melody_decoder": audio.musicgen_melody_decoder,
+    "qwen4_exp_text": qwen4_exp,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)

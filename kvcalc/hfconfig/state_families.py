@@ -1,7 +1,7 @@
 """More families with a constant state per sequence, alone or beside attention, read
 with the layer kinds kvcalc.hfconfig.hybrid already uses (Mamba-2, Gated DeltaNet,
 short convolution): Mamba-2, Bamba, Granite 4 (GraniteMoeHybrid), Falcon-H1, LFM2-MoE,
-Qwen3.5 and Qwen3.5-MoE, Lara Mini.
+Qwen3.5 and Qwen3.5-MoE, Qwen4-Exp, Lara Mini.
 
 Each reader follows that family's configuration_*.py and modeling_*.py in transformers
 5.24: which modules a layer has, their shapes and biases, and the defaults the config
@@ -14,6 +14,7 @@ from kvcalc.hfconfig.build import flat_fields, with_runs
 from kvcalc.hfconfig.config import MISSING, Config, core_dims
 from kvcalc.hfconfig.layer_types import every_nth_full, layer_kinds, required_window
 from kvcalc.layers import Attention, Dense, GatedDeltaNet, Layer, Mamba2, MoE, ShortConv
+from kvcalc.layers_indexed import QSAAttention
 from kvcalc.layers_state import LaraGatedDeltaNet
 
 # Each family's config-class defaults for the fields its reader takes as optional.
@@ -187,6 +188,63 @@ def qwen3_5(c: Config) -> dict:
                          notes=["hybrid: Gated DeltaNet linear attention holds a constant "
                                 "state; full attention layers cache every token"])
     return with_runs(fields, [Layer(attn if k == "full" else linear, mlp, 2) for k in kinds])
+
+
+def qwen4_exp(c: Config) -> dict:
+    """Qwen4-Exp: Qwen3.5-MoE's Gated DeltaNet and gated attention, the attention's tokens
+    picked by a QSA indexer, and hyper-connections (hc_count residual streams, a low-rank
+    mixer before each mixer and MLP) in place of the layer norms."""
+    hidden, layers, heads, vocab = (c.req_dim(k) for k in (
+        "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"))
+    if c.raw("ple_layer_ids") not in (MISSING, None, []):
+        raise c.error("kvcalc does not read Qwen4-Exp's per-layer n-gram embeddings "
+                      "(ple_layer_ids)")
+    if c.req_dim("indexer_kv_heads") != 1:
+        raise c.error("field 'indexer_kv_heads' must be 1 (Qwen4-Exp's QSA indexer)")
+    kv_heads = c.opt_int("num_key_value_heads", 2) or heads
+    head_dim = c.opt_int("head_dim", 256) or hidden // heads
+    # Qwen4ExpTextConfig: "full_attention" in a released layer_types is an indexed layer
+    kinds = layer_kinds(c, layers, {"full_attention": "full", "indexed_attention": "full",
+                                    "linear_attention": "linear"},
+                        lambda: every_nth_full(
+                            layers, c.opt_int("full_attention_interval", 4) or 4, "linear"))
+    linear = GatedDeltaNet(k_heads=c.opt_int("linear_num_key_heads", 16) or 16,
+                           v_heads=c.opt_int("linear_num_value_heads", 32) or 32,
+                           k_dim=c.opt_int("linear_key_head_dim", 128) or 128,
+                           v_dim=c.opt_int("linear_value_head_dim", 128) or 128,
+                           conv_kernel=c.opt_int("linear_conv_kernel_dim", 4) or 4)
+    bias = c.opt_bool("attention_bias", False)
+    attn = QSAAttention(heads, kv_heads, head_dim, qkv_bias=bias, out_bias=bias,
+                        qk_norm=2 * head_dim, gated=True,
+                        index_heads=c.req_dim("indexer_n_heads"),
+                        index_head_dim=c.req_dim("indexer_head_dim"),
+                        index_budget=c.req_dim("indexer_budget"),
+                        index_compress_ratio=c.req_dim("indexer_compress_ratio"))
+    shared_ff = c.opt_int("shared_expert_intermediate_size", 512) or 0
+    d_ff = c.opt_int("moe_intermediate_size", 512) or 1
+    mlp = MoE(experts=c.opt_int("num_experts", 512) or 1,
+              active=c.opt_int("num_experts_per_tok", 10) or 1, expert_d_ff=d_ff,
+              shared_experts=1 if shared_ff else 0, shared_d_ff=shared_ff,
+              shared_gate=bool(shared_ff))
+    streams, rank = c.req_dim("hc_count"), c.req_dim("hc_lowrank")
+    wide = streams * hidden
+    # Qwen4ExpTextGatedResidual: a grouped RMSNorm over the streams, the low-rank mixer
+    # (down, up) and the streams' injection weights; two a layer, and the model's last
+    # (no injection) where the final norm would be
+    mixer_params = wide + 2 * wide * rank
+    extra = layers * 2 * (mixer_params + wide * streams) + mixer_params
+    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                         qkv_bias=bias, out_bias=bias, qk_norm=True, norms_per_layer=0,
+                         final_norm=False, extra_params=extra,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                         max_context=c.opt_int("max_position_embeddings", 32768) or 0,
+                         notes=["hybrid: Gated DeltaNet linear attention holds a constant "
+                                "state; QSA attention layers cache every token and its "
+                                "indexer key",
+                                f"hyper-connections ({streams} streams, rank {rank}): "
+                                f"{extra:,} parameters in extra_params, their matmuls not "
+                                "in the FLOPs"])
+    return with_runs(fields, [Layer(attn if k == "full" else linear, mlp, 0) for k in kinds])
 
 
 def lara_mini(c: Config) -> dict:
