@@ -278,6 +278,8 @@ class Latent:
     bias: bool = False  # attention_bias: q (or q_a), kv_a and o
     head_gate: bool = False  # Ling 3 (bailing_hybrid): g_proj, one output gate per head
     rope_norm: bool = False  # dots.llm3: an RMSNorm on the shared RoPE key
+    value_gate: bool = False  # HY V4: gate_proj, a sigmoid gate per output element (h x v)
+    sinks: bool = False  # HY V4: one learned sink logit per query head
 
     kind = "mla"
     label = "mla"
@@ -344,6 +346,10 @@ class Latent:
         out["o"] = Linear(h * self.v_dim, d, b, "o_proj")
         if self.head_gate:
             out["g"] = Linear(d, h, module="g_proj")
+        if self.value_gate:
+            out["gate"] = Linear(d, h * self.v_dim, module="gate_proj")
+        if self.sinks:
+            out["sinks"] = h
         return out
 
     def params(self, d_model: int) -> dict[str, int]:
@@ -359,7 +365,8 @@ class Latent:
               else [(d, h * qk_head)])
         return mm + [(d, self.kv_lora_rank + self.rope_dim),
                      (self.kv_lora_rank, h * (self.nope_dim + self.v_dim)),
-                     (h * self.v_dim, d)] + ([(d, h)] if self.head_gate else [])
+                     (h * self.v_dim, d)] + ([(d, h)] if self.head_gate else []) + (
+                         [(d, h * self.v_dim)] if self.value_gate else [])
 
     def decode_act_elements(self) -> int:
         return self.heads * (2 * self.kv_lora_rank + self.rope_dim)

@@ -15,6 +15,7 @@ from dataclasses import field
 from kvcalc._record import record
 from kvcalc.dtypes import MAX_LAYERS, MAX_WIDTH, check_size, dtype
 from kvcalc.errors import KvcalcError
+from kvcalc.hyper_connections import HyperConnections
 from kvcalc.layers import Attention, CrossAttention, Dense, Latent, Layer, Run
 from kvcalc.layers import MoE as MoEMLP
 
@@ -95,6 +96,8 @@ class ModelSpec:
     runs: tuple = ()
     embedding_norm: bool = False  # a norm right after the embedding (BLOOM)
     extra_params: int = 0  # parameters outside the decoder layers not named above
+    # HY V4, DeepSeek V4: the residual stream kept as several, mixed around each block
+    hyper_connections: HyperConnections | None = None
     # Gemma 4's per-layer input embeddings: a second lookup table of `per_layer_rows`
     # tokens by `per_layer_width` (layers x hidden_size_per_layer_input) values.
     per_layer_rows: int = 0

@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "kvcalc.inputfile", "kvcalc.yamlread", "kvcalc.report.units"),
     ("kvcalc.layers_state", "kvcalc.layers", "kvcalc.layers_indexed", "kvcalc.layers_moa",
      "kvcalc.layers_gated", "kvcalc.layers_inkling", "kvcalc.layers_latent", "kvcalc.layers_cca",
-     "kvcalc.layers_shared", "kvcalc.layers_audio"),
+     "kvcalc.layers_shared", "kvcalc.layers_audio", "kvcalc.hyper_connections"),
     ("kvcalc.spec", "kvcalc.workload"),
     ("kvcalc.formulas", "kvcalc.towers", "kvcalc.comm"),
     ("kvcalc.quant",),

@@ -383,6 +383,9 @@ DEFAULT_CONFIGS = {
     # MOSS-Transcribe-Diarize: Qwen3 (its class's own sizes) beside a Whisper-style audio
     # encoder (the tower test below)
     "moss_transcribe_diarize": {"text_config": {"num_hidden_layers": 2}},
+    # HY V4 (kvcalc/hfconfig/moe_indexed.py): a dense layer running its own indexer, then
+    # experts on a layer that shares its choice (no indexer, no indexer cache)
+    "hy_v4": {"num_hidden_layers": 2, "indexer_types": ["full", "shared"]},
 }
 
 

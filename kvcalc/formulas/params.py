@@ -107,6 +107,8 @@ def param_counts(spec: ModelSpec) -> ParamCounts:
     add("relative_position_bias", spec.relative_attention_buckets * spec.heads * stacks)
     if not spec.tied_embeddings:
         add("lm_head", spec.vocab * d)
+    if spec.hyper_connections is not None:
+        add("hyper_connections", spec.hyper_connections.params(d, spec.layers))
     add("other", spec.extra_params)
 
     total = sum(b.values())

@@ -323,6 +323,13 @@ CLASS_DEFAULTS = {
     ("dots3_note_text", "q_lora_rank"): 1024, ("dots3_note_text", "qk_nope_head_dim"): 128,
     ("dots3_note_text", "qk_rope_head_dim"): 64, ("dots3_note_text", "v_head_dim"): 128,
     ("dots3_note_text", "shared_experts_intermediate_size"): 1536,
+    # HY V4 (moe_indexed)
+    ("hy_v4", "hc_mult"): 4, ("hy_v4", "index_head_dim"): 128, ("hy_v4", "index_n_heads"): 16,
+    ("hy_v4", "index_topk"): 2048, ("hy_v4", "kv_lora_rank"): 512,
+    ("hy_v4", "moe_intermediate_size"): 768, ("hy_v4", "n_routed_experts"): 256,
+    ("hy_v4", "n_shared_experts"): 1, ("hy_v4", "num_experts_per_tok"): 8,
+    ("hy_v4", "q_lora_rank"): 1536, ("hy_v4", "qk_nope_head_dim"): 192,
+    ("hy_v4", "qk_rope_head_dim"): 64, ("hy_v4", "v_head_dim"): 256,
 }
 
 

@@ -140,6 +140,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "sarvam_mla": moe_swa.sarvam_mla,
     "minimax_m3_vl_text": moe_indexed.minimax_m3_text,
     "dots3_note_text": moe_indexed.dots3_note_text,
+    "hy_v4": moe_indexed.hy_v4,
     "inkling_text": inkling.inkling_text,
     "inkling2_text": inkling.inkling2_text,
     "inkling2_loop_text": inkling.inkling2_loop_text,

@@ -1,9 +1,11 @@
 """Mixture-of-experts decoders whose attention a lightning indexer makes sparse, over GQA
-(MiniMax-M3's language model, minimax_m3_vl_text) or mixed with sliding-window MLA
-(dots.llm3's, dots3_note_text); DeepSeek-V3.2's and GLM-5's are in moe_2026.
+(MiniMax-M3's language model, minimax_m3_vl_text), mixed with sliding-window MLA
+(dots.llm3's, dots3_note_text) or over gated MLA with hyper-connections (HY V4, hy_v4);
+DeepSeek-V3.2's and GLM-5's are in moe_2026.
 
 Read as their configuration classes and decoder layers in transformers 5.24 read them
-(`configuration_minimax_m3_vl.py`, `configuration_dots3_note.py` and their modeling files).
+(`configuration_minimax_m3_vl.py`, `configuration_dots3_note.py`, `configuration_hy_v4.py`
+and their modeling files).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from kvcalc.hfconfig.build import flat_fields, latent_fields, with_runs
 from kvcalc.hfconfig.config import MISSING, Config, core_dims, describe
 from kvcalc.hfconfig.layer_types import layer_kinds
+from kvcalc.hyper_connections import HyperConnections
 from kvcalc.layers import Attention, Dense, Latent, Layer, MoE
 from kvcalc.layers_indexed import IndexedAttention, IndexedLatent
 from kvcalc.layers_latent import SlidingLatent
@@ -201,4 +204,61 @@ def dots3_note_text(c: Config) -> dict:
                            notes=["MLA: the cache holds kv_lora_rank + qk_rope_head_dim "
                                   "elements per token per layer (the sliding layers' own "
                                   "ranks), indexed layers also the indexer's key"])
+    return with_runs(fields, layer_list)
+
+
+def _hy_indexer_types(c: Config, layers: int) -> list[str]:
+    """HYV4Config's per-layer indexer mode: `indexer_types`, else the first layer and every
+    fourth from layer 1 run their own indexer ("full"), the others reuse the last full
+    layer's choice ("shared") and have none."""
+    types = c.raw("indexer_types")
+    if types is MISSING or types is None:
+        return ["full" if i == 0 or (i - 1) % 4 == 0 else "shared" for i in range(layers)]
+    if (not isinstance(types, list) or len(types) != layers
+            or any(t not in ("full", "shared") for t in types)):
+        raise c.error(f"field 'indexer_types' must list {layers} entries, each \"full\" or "
+                      f"\"shared\", got {describe(types)}")
+    return types
+
+
+def hy_v4(c: Config) -> dict:
+    """HY V4 (Hy4): DeepSeek-V3.2's MLA with q LoRA, a sigmoid output gate per element
+    (gate_proj) and a learned sink per head; the lightning indexer and its key cache on
+    the "full" indexer_types layers (the "shared" ones reuse its choice); one dense layer,
+    then routed + shared experts (mlp_layer_types); hc_mult residual streams mixed by
+    hyper-connections around every block."""
+    hidden, layers, heads, vocab, d_ff = core_dims(c)
+    bias = c.opt_bool("attention_bias", False)
+    # HYV4Attention builds the same attention whatever layer_types says (it names the mask)
+    geometry = dict(heads=heads, kv_lora_rank=c.req_dim("kv_lora_rank"),
+                    rope_dim=c.req_dim("qk_rope_head_dim"),
+                    nope_dim=c.req_dim("qk_nope_head_dim"), v_dim=c.req_dim("v_head_dim"),
+                    q_lora_rank=c.req_dim("q_lora_rank"), bias=bias, value_gate=True,
+                    sinks=True)
+    indexed = IndexedLatent(**geometry, index_heads=c.req_dim("index_n_heads"),
+                            index_head_dim=c.req_dim("index_head_dim"),
+                            index_topk=c.req_dim("index_topk"))
+    shared = Latent(**geometry)
+    expert_ff = c.req_dim("moe_intermediate_size")
+    n_shared = c.opt_int("n_shared_experts", 0) or 0
+    # HYV4Config's attribute_map: num_local_experts is n_routed_experts
+    moe = MoE(experts=c.req_dim("n_routed_experts", "num_local_experts"),
+              active=c.req_dim("num_experts_per_tok"), expert_d_ff=expert_ff,
+              shared_experts=1 if n_shared else 0, shared_d_ff=expert_ff * n_shared)
+    types = c.raw("mlp_layer_types")
+    if types is MISSING or types is None:  # HYV4Config: one dense layer, experts after
+        types = ["dense"] * min(1, layers) + ["sparse"] * (layers - 1)
+    if (not isinstance(types, list) or len(types) != layers
+            or any(t not in ("dense", "sparse") for t in types)):
+        raise c.error(f"field 'mlp_layer_types' must list {layers} entries, each \"dense\" or "
+                      f"\"sparse\", got {describe(types)}")
+    mixers = [indexed if t == "full" else shared for t in _hy_indexer_types(c, layers)]
+    layer_list = [Layer(m, moe if t == "sparse" else Dense(d_ff), 2)
+                  for m, t in zip(mixers, types)]
+    notes = [f"MLA: the cache holds kv_lora_rank + qk_rope_head_dim = "
+             f"{indexed.kv_lora_rank + indexed.rope_dim} elements per token per layer, and "
+             f"on the layers with their own indexer its key, {indexed.index_token_bytes()} B "
+             f"(fp8 and its scales)"]
+    fields = latent_fields(c, indexed, hidden, layers, d_ff, vocab, bias, 262144, notes=notes,
+                           hyper_connections=HyperConnections(c.req_dim("hc_mult")))
     return with_runs(fields, layer_list)

@@ -13,7 +13,11 @@ from __future__ import annotations
 from kvcalc._num import Linear
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
+from kvcalc.hyper_connections import HYPER_CONNECTION_DTYPE
 from kvcalc.spec import ModelSpec
+
+# param_counts keys whose tensors a checkpoint and the engine keep in a dtype of their own
+_KEY_DTYPES = {"hyper_connections": HYPER_CONNECTION_DTYPE}
 
 
 @record
@@ -52,7 +56,7 @@ def _mixer_items(mx, d: int, prefix: str) -> list:
     return _named(mx.tensors(d), mx.param_key + "/{}", f"{prefix}.{mx.module}")
 
 
-_SCORE_BIAS_BUFFER = ("deepseek_v3",)
+_SCORE_BIAS_BUFFER = ("deepseek_v3", "hy_v4")
 
 
 def _mlp_items(mlp, d: int, prefix: str, model_type: str) -> list:
@@ -67,8 +71,8 @@ def _mlp_items(mlp, d: int, prefix: str, model_type: str) -> list:
     if mlp.router_scales:  # Gemma 4's router scales, kept as plain weights
         out.append(Plain("moe/router", d + mlp.experts))
     if model_type in _SCORE_BIAS_BUFFER:
-        # DeepSeek-V3's e_score_correction_bias: fp32 in the checkpoint, a buffer (not a
-        # parameter) in transformers, so param_counts leaves it out.
+        # DeepSeek-V3's (HY V4's) e_score_correction_bias: fp32 in the checkpoint, a buffer
+        # (not a parameter) in transformers, so param_counts leaves it out.
         out.append(Plain("buffers", mlp.experts, "fp32"))
     out += _named(mlp.expert.tensors(d), "moe/experts", f"{prefix}.mlp.experts.0", mlp.experts,
                   "expert")
@@ -147,7 +151,7 @@ def model_tensors(spec: ModelSpec, mtp_layers: int = 0, *, per_layer: bool = Tru
             raise KvcalcError(f"{spec.name}: the tensors listed for {key!r} exceed its parameter "
                               f"count by {-rest:,} (a layer kind kvcalc.quant does not know)")
         if rest:
-            tail.append(Plain(key, rest))
+            tail.append(Plain(key, rest, _KEY_DTYPES.get(key, "")))
     out.append((tail, 1, None))
     return out
 

@@ -129,9 +129,10 @@ def weight_bytes(spec: ModelSpec, quant: Quantization | None = None,
     """Exact bytes of the weights as stored: quantized matrices at their width plus
     scales, zero points and g_idx; everything else in `default_dtype` (the model's
     own dtype). `quant` None: every weight in `default_dtype` (then the breakdown is
-    param_counts' times the dtype's bytes). `mtp_layers`: add DeepSeek-V3's
-    multi-token-prediction module(s) the checkpoint carries (config
-    `num_nextn_predict_layers`; inference engines load them only to speculate).
+    param_counts' times the dtype's bytes) but hyper-connections, fp32 in any model.
+    `mtp_layers`: add DeepSeek-V3's multi-token-prediction module(s) the checkpoint
+    carries (config `num_nextn_predict_layers`; inference engines load them only to
+    speculate).
     """
     model_dt = _model_dtype(default_dtype)
     breakdown, parts, elements, _, _ = _tally(spec, quant, model_dt, mtp_layers)
