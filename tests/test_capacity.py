@@ -22,8 +22,9 @@ from kvcalc.capacity.memory import pipeline_layers
 from kvcalc.capacity.serving import serving_capacity
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import CacheGroup
-from kvcalc.layers import Attention, CrossAttention, Mamba
-from kvcalc.hfconfig import spec_from_hf_config_file
+from kvcalc.layers import Attention, CrossAttention, Latent, Mamba
+from kvcalc.layers_indexed import IndexedLatent
+from kvcalc.hfconfig import spec_from_hf_config, spec_from_hf_config_file
 from kvcalc.presets import load_hardware, load_model, model_from_mapping
 
 DATA = Path(__file__).parent / "data" / "vllm"
@@ -160,6 +161,35 @@ def test_gemma3_like_grouping_five_sliding_groups_and_one_full() -> None:
     plans = kv_cache_groups(groups, 16, 32768, 2048)
     assert [p.group.label for p in plans] == ["full"] + ["sliding 1,024"] * 5
     assert all(p.slots == 8 for p in plans)
+
+
+def test_one_attention_type_with_pages_of_two_sizes_is_one_group() -> None:
+    # vLLM 0.11+ get_kv_cache_groups (UniformTypeKVCacheSpecs, vllm-project/vllm#25101):
+    # layers of one type whose pages differ are one group; a block holds every layer's
+    # page and a request needs cdiv(len, block) blocks. HY V4's class default: 10 MLA
+    # layers with an indexer, (512 + 64) x 2 + 128 + 4 = 1,284 B a token, 24 without,
+    # 1,152 B. Before 0.11: buckets of 10, the 24 in three groups padded to 30.
+    geometry = dict(heads=32, kv_lora_rank=512, rope_dim=64, nope_dim=192, v_dim=256,
+                    q_lora_rank=1536)
+    groups = (CacheGroup(IndexedLatent(**geometry, index_heads=16), 10, 1284),
+              CacheGroup(Latent(**geometry), 24, 1152))
+    (one,) = kv_cache_groups(groups, 64, 32768, 8192, uniform_type=True)
+    assert one.page_bytes * one.slots == 64 * (10 * 1284 + 24 * 1152) == 2_591_232
+    assert one.blocks_per_request == 32768 // 64 == 512
+    assert [p.slots for p in kv_cache_groups(groups, 64, 32768, 8192)] == [10, 10, 10, 10]
+    # a sliding and a full layer are two types: grouped as before
+    full, sliding = Attention(8, 8, 64), Attention(8, 8, 64, kind="sliding", window=1024)
+    two = (CacheGroup(full, 8, 4096), CacheGroup(sliding, 40, 4096))
+    assert len(kv_cache_groups(two, 16, 32768, 2048, uniform_type=True)) == 6
+    # the whole count: blocks = available // (block x every layer's bytes a token)
+    hy = spec_from_hf_config({"model_type": "hy_v4", "hidden_size": 2816,
+                              "num_hidden_layers": 34, "num_attention_heads": 32,
+                              "vocab_size": 120832, "intermediate_size": 6912}, "hy")
+    cap = serving_capacity(hy, load_hardware("h100-sxm"), EngineSettings(
+        max_model_len=32768, kv_cache_memory_bytes=20 * GiB))
+    block = cap.block_size
+    assert cap.num_gpu_blocks == 20 * GiB // (block * (10 * 1284 + 24 * 1152))
+    assert cap.max_concurrency == cap.num_gpu_blocks / -(-32768 // block)
 
 
 def test_pipeline_stages_give_extra_layers_before_the_last() -> None:

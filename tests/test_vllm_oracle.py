@@ -168,3 +168,46 @@ def test_kda_and_lightning_pages_as_vllm_sizes_them(tp: int, ssm: str) -> None:
                                          ssm_auto=ssm == "auto")
     assert kda.state_bytes == vllm_bytes(kda_shapes, kda_dtypes)
     assert lightning.state_bytes == vllm_bytes(lightning_shapes, lightning_dtypes)
+
+
+# HY V4's class default (transformers 5.24 HYV4Config; kvcalc's CLASS_DEFAULTS fill the rest):
+# 34 MLA layers, 10 of them with an indexer ("full" indexer_types).
+HY_V4 = {"model_type": "hy_v4", "hidden_size": 2816, "num_hidden_layers": 34,
+         "num_attention_heads": 32, "vocab_size": 120832, "intermediate_size": 6912}
+
+
+@pytest.mark.parametrize("max_len", [4096, 100_000])
+@pytest.mark.parametrize("avail", [4 * GiB, 20 * GiB + 12345])
+def test_mla_layers_with_and_without_an_indexer_page_as_vllm_groups_them(
+        max_len: int, avail: int) -> None:
+    """Every layer's latent (MLAAttentionSpec, 576 elements) and, on the layers with an
+    indexer, its key cache (DeepseekV32IndexerCache: an MLAAttentionSpec of 128 + 4 uint8,
+    models/hy_v4/nvidia/attention.py): pages of two sizes, one type, one group
+    (UniformTypeKVCacheSpecs)."""
+    from vllm.config import VllmConfig
+    from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity, get_kv_cache_configs
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec
+
+    from kvcalc.hfconfig import spec_from_hf_config
+
+    cap = serving_capacity(spec_from_hf_config(HY_V4, "hy_v4"), load_hardware("a100-80gb"),
+                           EngineSettings(max_model_len=max_len, vllm_version=VLLM_VERSION,
+                                          kv_cache_memory_bytes=avail,
+                                          allow_long_max_model_len=True))
+    block = cap.block_size  # the backend's block rule is checked elsewhere
+    c = VllmConfig()
+    c.model_config = NS(max_model_len=max_len, original_max_model_len=max_len,
+                        dtype=torch.bfloat16, use_mla=True)
+    c.cache_config.kv_cache_layout = "NHD"
+    c.cache_config.block_size = block
+    latent = MLAAttentionSpec(block_size=block, num_kv_heads=1, head_size=512 + 64,
+                              dtype=torch.bfloat16)
+    index = MLAAttentionSpec(block_size=block, num_kv_heads=1, head_size=128 + 4,
+                             dtype=torch.uint8)
+    specs = {f"layers.{i}.attn": latent for i in range(34)}
+    specs.update({f"layers.{i}.indexer": index for i in [0, 1, 5, 9, 13, 17, 21, 25, 29, 33]})
+    (config,) = get_kv_cache_configs(c, [specs], [avail])
+    tokens, concurrency = get_kv_cache_capacity(c, config)
+    assert len(config.kv_cache_groups) == 1
+    assert (cap.num_gpu_blocks, cap.kv_cache_tokens, cap.max_concurrency) == (
+        config.num_blocks, tokens, concurrency)

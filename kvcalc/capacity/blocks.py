@@ -6,10 +6,14 @@ Facts (quoted, not copied code; see the package docstring for the versions read)
 * page = block_size x per-token bytes of one layer (`AttentionSpec.page_size_bytes`);
   MLA keeps one latent per token; KV heads per rank max(1, kv_heads // tp).
 * grouping (`get_kv_cache_groups`): one group when every layer caches alike;
-  otherwise layers are bucketed by kind, group size = the smallest bucket (the
-  largest if largest < 1.5 x smallest), each bucket cut into groups of that size,
-  padded. Blocks: num_blocks = available // max over groups of the group's summed
-  pages; every worker is cut to the minimum over workers.
+  from 0.11, also one group when every layer is of one type but their pages differ
+  (`UniformTypeKVCacheSpecs`, vllm-project/vllm#25101: GLM-5 and HY V4, whose layers
+  with an indexer cache its key besides the latent): a block holds every layer's page
+  and a request needs as many blocks as one layer would; otherwise layers are bucketed
+  by kind, group size = the smallest bucket (the largest if largest < 1.5 x
+  smallest), each bucket cut into groups of that size, padded. Blocks: num_blocks =
+  available // max over groups of the group's summed pages; every worker is cut to the
+  minimum over workers.
 * per-request need (`max_memory_usage_bytes`): full/MLA: cdiv(len, block) pages;
   sliding: cdiv(min(window - 1 + in_flight, len), block) + 1; chunked local:
   cdiv(min(chunk + in_flight, len), block); state (mamba): what the release's
@@ -112,17 +116,60 @@ def _unified_block(group: CacheGroup, block_size: int, largest_page: int) -> tup
     return block_size, largest_page
 
 
+class _SpecType:
+    """The KV cache spec type a layer kind is, as `kv_cache_spec` names it: layers of
+    one type need the same blocks for a request whatever their pages."""
+
+    def full(self):
+        return ("full",)
+
+    def sliding(self, window: int):
+        return ("sliding", window)
+
+    def chunked(self, chunk: int):
+        return ("chunked", chunk)
+
+    def state(self, mixer):
+        return None  # pages set by the state's shape: never merged here
+
+    def cross(self):
+        return None
+
+    def unpaged(self, mixer):
+        return None
+
+
+def _one_type(live: list[CacheGroup], block_size: int, max_model_len: int, in_flight: int,
+              encoder_len: int | None) -> GroupPlan | None:
+    """UniformTypeKVCacheSpecs: layers of one attention type with pages of several sizes
+    as one group, one page per block holding every layer's (layers 1: the group is
+    the whole stack), or None when the layers are of several types."""
+    types = {g.mixer.kv_cache_spec(_SpecType()) for g in live}
+    if len(types) != 1 or None in types or any(g.state_bytes for g in live):
+        return None
+    first = live[0]
+    merged = CacheGroup(first.mixer, 1, sum(g.layers * g.token_bytes for g in live))
+    return GroupPlan(merged, 1, 1, page_size_bytes(merged, block_size), blocks_per_request(
+        first, block_size, max_model_len, in_flight, encoder_len), block_size)
+
+
 def kv_cache_groups(groups: tuple[CacheGroup, ...], block_size: int, max_model_len: int,
                     in_flight: int, encoder_len: int | None = None,
                     state: StateCache = NO_PREFIX_CACHING,
-                    unify_pages: bool = False) -> tuple[GroupPlan, ...]:
+                    unify_pages: bool = False, uniform_type: bool = False
+                    ) -> tuple[GroupPlan, ...]:
     """vLLM's grouping (get_kv_cache_groups): one group when every layer caches alike,
-    else buckets by kind cut into groups of the smallest bucket's size (the largest's
-    when largest < 1.5 x smallest), the last group of a bucket padded. `unify_pages`
-    (V1's per-group blocks): every page made the largest first."""
+    or (`uniform_type`, 0.11+) when every layer is of one attention type; else buckets
+    by kind cut into groups of the smallest bucket's size (the largest's when largest <
+    1.5 x smallest), the last group of a bucket padded. `unify_pages` (V1's per-group
+    blocks): every page made the largest first."""
     live = [g for g in groups if g.layers > 0]
     if not live:
         return ()
+    if uniform_type and len(live) > 1:
+        one = _one_type(live, block_size, max_model_len, in_flight, encoder_len)
+        if one is not None:
+            return (one,)
     largest = max(page_size_bytes(g, block_size) for g in live)
 
     def plan(g: CacheGroup, real: int, slots: int) -> GroupPlan:

@@ -167,7 +167,8 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
     for stage, n_layers in enumerate(sizes):
         stage_groups = groups_on_stage(groups, spec.layers, n_layers, stage, sizes)
         plans = kv_cache_groups(stage_groups, block, s.max_model_len, in_flight, s.encoder_len,
-                                state, unify_pages=s.engine == "v1" and minor >= (8, 0))
+                                state, unify_pages=s.engine == "v1" and minor >= (8, 0),
+                                uniform_type=s.engine == "v1" and minor >= (11, 0))
         plans_by_stage.append(plans)
         if s.engine == "v0" or minor < (8, 0):
             # One group of all layers: a block holds every layer's page.
