@@ -5,8 +5,8 @@ per image, so kvcalc reports them beside the text model rather than inside it. E
 function follows that family's vision modeling file in transformers 5 (which modules
 exist, their shapes and biases): CLIP (LLaVA), SigLIP (Gemma 3), Pixtral (Mistral 3),
 Qwen2.5-VL's window-attention ViT, Llama 4's vision encoder, Qwen3.5's ViT, Fuyu's patch
-projection, GOT-OCR 2.0's SAM-style ViT, Llama 3.2 Vision's tiled ViT, Inkling 2's ViT;
-one audio tower, MOSS-Transcribe-Diarize's Whisper-style encoder. Counts are exact:
+projection, GOT-OCR 2.0's SAM-style ViT, Llama 3.2 Vision's tiled ViT, Inkling 2's ViT,
+HY V4's ViT; one audio tower, MOSS-Transcribe-Diarize's Whisper-style encoder. Counts are exact:
 tests check them against the models transformers builds on the meta device.
 """
 
@@ -197,6 +197,24 @@ def _inkling2_vision(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
     return {"vision_tower": tower, "projector": proj}
 
 
+def _hy_v4_vl_vision(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
+    """HY V4's ViT (HunYuan-VL's: a biased conv patch embedding, a learned position grid of
+    max_image_size / patch_size squared plus a class position, biased ViT blocks, no final
+    norm) and its patch merger (an RMSNorm, a biased conv over spatial_merge_size^2
+    patches, a biased 1 x 1 conv to out_hidden_size, and the image_newline row)."""
+    h, p = v.int("hidden_size", 1536), v.int("patch_size", 16)
+    i, layers = v.int("intermediate_size", 6144), v.int("num_hidden_layers", 40)
+    heads, merge = v.int("num_attention_heads", 16), v.int("spatial_merge_size", 2)
+    out = v.int("out_hidden_size", 6144)
+    a = heads * (h // heads)  # q, k, v and o are heads x head_dim wide (head_dim h // heads)
+    block = 3 * (h * a + a) + (a * h + h) + 2 * 2 * h + (h * i + i) + (i * h + h)
+    edge = v.int("max_image_size", 2048) // p
+    tower = v.int("num_channels", 3) * p * p * h + h + (edge * edge + 1) * h + layers * block
+    wide = h * merge * merge
+    proj = h + (wide * h * merge * merge + wide) + (wide * out + out) + out
+    return {"vision_tower": tower, "projector": proj}
+
+
 _TOWERS: dict[str, Callable[[_Fields, dict, int], dict[str, int]]] = {
     "llava": _clip, "llava_next": _clip, "gemma3": _siglip, "mistral3": _pixtral,
     "qwen2_5_vl": _qwen25_vl, "llama4": _llama4_vision,
@@ -204,6 +222,7 @@ _TOWERS: dict[str, Callable[[_Fields, dict, int], dict[str, int]]] = {
     "qwen4_exp": _qwen3_5_vision,  # Qwen4ExpVisionModel is Qwen3.5-MoE's, renamed
     "got_ocr2": _got_ocr2, "mllama": _mllama_vision, "moss_transcribe_diarize": _moss_audio,
     "inkling2": _inkling2_vision, "inkling2_loop": _inkling2_vision,
+    "hy_v4_vl": _hy_v4_vl_vision,
 }
 # Wrappers whose image fields sit in the config itself, not in a vision_config.
 _FIELDS_AT_TOP = ("fuyu",)

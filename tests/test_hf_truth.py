@@ -371,6 +371,9 @@ DEFAULT_CONFIGS = {
     # of two layers, in its class's 2 cycles of 3 low-level passes and a high-level one
     "dory": {"num_hidden_layers": 6, "n_input_layers": 1, "n_output_layers": 1},
     "hrm_text": {"num_hidden_layers": 2},
+    # HY V4's multimodal wrapper: its language model (hy_v4_vl_text, HY V4's reader) cut as
+    # hy_v4's; the ViT apart (the tower test below, at the class's 40 layers)
+    "hy_v4_vl": {"text_config": {"num_hidden_layers": 2, "indexer_types": ["full", "shared"]}},
     "dots3_note": {"text_config": {"num_hidden_layers": 3},
                    "vision_config": {"num_hidden_layers": 1, "pyramid_num_routed": [-1]},
                    "audio_config": {"num_hidden_layers": 1}},
@@ -478,7 +481,7 @@ def test_every_model_type_kvcalc_reads_is_held_to_transformers():
 
 WRAPPER_DEFAULTS = ("llava", "gemma3", "mistral3", "qwen2_5_vl", "llama4", "fuyu", "got_ocr2",
                     "mllama", "moss_transcribe_diarize", "inkling2", "inkling2_loop",
-                    "qwen4_exp")
+                    "qwen4_exp", "hy_v4_vl")
 # Wrappers whose class defaults cannot build a model: their DEFAULT_CONFIGS overrides (which
 # say why) stand in for them
 _UNBUILT_CLASS_DEFAULTS = ("qwen4_exp",)

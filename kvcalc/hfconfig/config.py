@@ -330,6 +330,13 @@ CLASS_DEFAULTS = {
     ("hy_v4", "n_shared_experts"): 1, ("hy_v4", "num_experts_per_tok"): 8,
     ("hy_v4", "q_lora_rank"): 1536, ("hy_v4", "qk_nope_head_dim"): 192,
     ("hy_v4", "qk_rope_head_dim"): 64, ("hy_v4", "v_head_dim"): 256,
+    ("hy_v4_vl_text", "hc_mult"): 4, ("hy_v4_vl_text", "index_head_dim"): 128,
+    ("hy_v4_vl_text", "index_n_heads"): 32, ("hy_v4_vl_text", "index_topk"): 2048,
+    ("hy_v4_vl_text", "kv_lora_rank"): 512, ("hy_v4_vl_text", "moe_intermediate_size"): 2048,
+    ("hy_v4_vl_text", "n_routed_experts"): 256, ("hy_v4_vl_text", "n_shared_experts"): 1,
+    ("hy_v4_vl_text", "num_experts_per_tok"): 8, ("hy_v4_vl_text", "q_lora_rank"): 2048,
+    ("hy_v4_vl_text", "qk_nope_head_dim"): 192, ("hy_v4_vl_text", "qk_rope_head_dim"): 64,
+    ("hy_v4_vl_text", "v_head_dim"): 256,
 }
 
 

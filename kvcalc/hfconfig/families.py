@@ -141,6 +141,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "minimax_m3_vl_text": moe_indexed.minimax_m3_text,
     "dots3_note_text": moe_indexed.dots3_note_text,
     "hy_v4": moe_indexed.hy_v4,
+    "hy_v4_vl_text": moe_indexed.hy_v4,  # HY V4's language model in its multimodal wrapper
     "inkling_text": inkling.inkling_text,
     "inkling2_text": inkling.inkling2_text,
     "inkling2_loop_text": inkling.inkling2_loop_text,

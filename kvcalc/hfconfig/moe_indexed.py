@@ -259,6 +259,9 @@ def hy_v4(c: Config) -> dict:
              f"{indexed.kv_lora_rank + indexed.rope_dim} elements per token per layer, and "
              f"on the layers with their own indexer its key, {indexed.index_token_bytes()} B "
              f"(fp8 and its scales)"]
+    if c.model_type == "hy_v4_vl_text":
+        notes.append("vLLM 0.32 has no HY V4 VL model (only HYV4ForCausalLM): its language "
+                     "model is paged as HY V4's")
     fields = latent_fields(c, indexed, hidden, layers, d_ff, vocab, bias, 262144, notes=notes,
                            hyper_connections=HyperConnections(c.req_dim("hc_mult")))
     return with_runs(fields, layer_list)

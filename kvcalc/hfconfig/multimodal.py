@@ -31,6 +31,7 @@ WRAPPERS = {
     "inkling2": "inkling2_text", "inkling2_loop": "inkling2_loop_text",
     "inkling_mm_model": "inkling_text",
     "qwen4_exp": "qwen4_exp_text",
+    "hy_v4_vl": "hy_v4_vl_text",
 }
 # Each wrapper's config-class default for tie_word_embeddings.
 _WRAPPER_TIED = {"llava": False, "llava_next": False, "mistral3": True, "gemma3": True,
@@ -43,7 +44,7 @@ _WRAPPER_TIED = {"llava": False, "llava_next": False, "mistral3": True, "gemma3"
                  "moss_transcribe_diarize": True, "gemma3n": True,
                  # the Inklings' heads are never tied (_tied_weights_keys = {}): no flag read
                  "inkling2": None, "inkling2_loop": None, "inkling_mm_model": None,
-                 "qwen4_exp": False}
+                 "qwen4_exp": False, "hy_v4_vl": False}
 # Where a wrapper keeps its language model, when not in text_config.
 _TEXT_KEY = {"musicgen": "decoder", "musicgen_melody": "decoder"}
 # What a wrapper holds beside its language model, where kvcalc has no formula for it.
