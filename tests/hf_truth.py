@@ -555,6 +555,10 @@ def _reduced_config(cfg: dict, window: int) -> dict:
         d["intermediate_multiple_size"] = 1  # the MLP is hidden_size x this wide
     if mt == "lfm2":
         d["block_multiple_of"] = 16
+    if mt == "deepseek_v4":
+        # its grouped output's rank and the indexer's query heads shape no cache
+        d["o_lora_rank"] = min(d.get("o_lora_rank") or SMALL_WIDTH, SMALL_WIDTH)
+        d["index_n_heads"] = min(d.get("index_n_heads") or SMALL_TOPK, SMALL_TOPK)
     if isinstance(d.get("q_lora_rank"), int) and d["q_lora_rank"] > SMALL_WIDTH:
         d["q_lora_rank"] = SMALL_WIDTH
 
@@ -769,7 +773,10 @@ def _layer_tensors(layer) -> dict:
         v = getattr(layer, a, None)
         if isinstance(v, torch.Tensor):
             t[a] = v
-    for a in ("conv_states", "recurrent_states"):
+    # DeepSeek-V4's compressed layers: per compressor ("compressor", "indexer") the
+    # entries, the tokens since the last one (keys and gates) and the previous group's Ca
+    for a in ("conv_states", "recurrent_states", "compressed_kv", "buffer_kv", "buffer_gate",
+              "overlap_kv", "overlap_gate"):
         v = getattr(layer, a, None)
         if isinstance(v, dict):
             for i, x in v.items():

@@ -85,6 +85,37 @@ def _kvcalc_layer_bytes(cfg: dict, seq_len: int, cross: bool = False) -> list[in
         if cross and layer.cross is not None:
             stored += layer.cross.token_bytes(bf16) * layer.cross.tokens_held(seq_len, seq_len)
         out.append(stored)
+    if cfg.get("model_type") == "deepseek_v4":
+        out = [b + d for b, d in zip(out, _deepseek_v4_transformers_difference(cfg, seq_len))]
+    return out
+
+
+def _deepseek_v4_transformers_difference(cfg: dict, seq_len: int) -> list[int]:
+    """What transformers 5.24 holds beyond kvcalc's count, per layer, after a prefill of
+    seq_len - 1 tokens and a decode step (bf16; modeling_deepseek_v4.py). A sliding-only
+    layer's DynamicSlidingWindowLayer keeps K and V apart, the same vector twice (kvcalc,
+    like the compressed layers' own cache, once). A compressed layer's leftover, which
+    kvcalc counts at its most (compress-rate tokens, and on CSA layers the previous
+    group's Ca): DeepseekV4HCACache keeps a view of the decode step's concatenation,
+    (L - 1) % rate + 1 tokens of keys and gates, and the Ca (keys bf16, gates fp32) only
+    once a first group has closed. Negative where transformers holds less."""
+    d, di = cfg["head_dim"], cfg["index_head_dim"]
+    rates = cfg["compress_rates"]
+    window = cfg["sliding_window"]
+    out = []
+    for kind in cfg["layer_types"]:
+        if kind == "sliding_attention":
+            out.append(2 * d * min(seq_len, window))
+            continue
+        rate = rates[kind]
+        csa = kind == "compressed_sparse_attention"
+        # keys and gates: two series (2 x head_dim) on CSA and its indexer's (2 x di)
+        per_token = 2 * 2 * ((2 * d + 2 * di) if csa else d)
+        missing = rate - ((seq_len - 1) % rate + 1)
+        diff = -missing * per_token
+        if csa and seq_len < rate:
+            diff -= (2 + 4) * rate * (d + di)
+        out.append(diff)
     return out
 
 
@@ -389,6 +420,11 @@ DEFAULT_CONFIGS = {
     # HY V4 (kvcalc/hfconfig/moe_indexed.py): a dense layer running its own indexer, then
     # experts on a layer that shares its choice (no indexer, no indexer cache)
     "hy_v4": {"num_hidden_layers": 2, "indexer_types": ["full", "shared"]},
+    # DeepSeek-V4 (kvcalc/hfconfig/deepseek_v4.py): a sliding-only layer (the class has none),
+    # then HCA and CSA; the first three route by token id, the last by top-k
+    "deepseek_v4": {"num_hidden_layers": 4, "layer_types": [
+        "sliding_attention", "heavily_compressed_attention", "compressed_sparse_attention",
+        "compressed_sparse_attention"]},
 }
 
 

@@ -22,7 +22,8 @@ from kvcalc.hfconfig.recurrent import (bailing_hybrid, kimi_linear, minimax, rec
                                         rwkv, xlstm)
 from kvcalc.hfconfig.state_families import (bamba, falcon_h1, granitemoehybrid, lara_mini,
                                             lfm2_moe, mamba2, qwen3_5, qwen4_exp)
-from kvcalc.hfconfig import audio, granite, llama_more, looped, modernbert, moe_later
+from kvcalc.hfconfig import (audio, deepseek_v4, granite, llama_more, looped, modernbert,
+                             moe_later)
 
 FAMILIES: dict[str, Callable[[Config], dict]] = {
     "llama": llama_like,
@@ -122,6 +123,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "dbrx": moe_2026.dbrx,
     "ernie4_5_moe": moe_2026.ernie4_5_moe,
     "glm_moe_dsa": moe_2026.deepseek_v32,  # GLM-5: DeepSeek-V3.2's attention, GLM's experts
+    "deepseek_v4": deepseek_v4.deepseek_v4,  # compressed attention, hyper-connections
     "glm4_moe_lite": moe_2026.glm4_moe_lite,
     "hunyuan_v1_moe": moe_2026.hunyuan_moe,
     # More MoE families (moe_more)
