@@ -120,6 +120,8 @@ class Compressor:
     bounded = False
     cache_kind = "compressed"
     conv_taps = 0  # its leftover is no convolution: no engine input count to take
+    engine_unpaged = ("vLLM 0.32 serves DeepSeek-V4 with cache specs of its own (compressed "
+                      "pages, a ring per request for the leftover) that kvcalc does not model")
 
     def __post_init__(self) -> None:
         for name in ("heads", "head_dim", "rate"):

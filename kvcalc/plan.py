@@ -291,7 +291,7 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     a file learnt on another GPU or model is refused.
     Raises NothingFits when no layout starts or none meets the targets.
     """
-    from kvcalc.capacity.state import unpaged_kinds
+    from kvcalc.capacity.state import unpaged_kinds, why_unpaged
     from kvcalc.dtypes import check_size
     from kvcalc.formulas.cache import cache_groups
     from kvcalc.formulas.params import param_counts
@@ -305,8 +305,7 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
         vllm_version = calibration.vllm_version if calibration is not None else "0.33"
     unpaged = unpaged_kinds(cache_groups(spec))
     if unpaged:  # no engine count to search over (serving_capacity withholds it)
-        raise KvcalcError(f"vLLM pages no {' or '.join(unpaged)} (no release read serves "
-                          f"such a model): plan has no layout to count")
+        raise KvcalcError(f"{why_unpaged(cache_groups(spec))}: plan has no layout to count")
     for name, v in (("concurrency", concurrency), ("prompt_len", prompt_len),
                     ("output_len", output_len)):
         if v is not None:

@@ -47,7 +47,8 @@ from kvcalc.capacity.memory import (
     pipeline_layers,
     stage_weight_bytes,
 )
-from kvcalc.capacity.state import StateCache, engine_state_groups, state_cache, unpaged_kinds
+from kvcalc.capacity.state import (StateCache, engine_state_groups, state_cache, unpaged_kinds,
+                                   why_unpaged)
 from kvcalc.dtypes import dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import cache_groups
@@ -145,9 +146,8 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
     notes: list[str] = []
     unpaged = unpaged_kinds(groups)
     if unpaged:
-        notes.append(f"vLLM pages no {' or '.join(unpaged)} (no release read serves "
-                     f"such a model): KV blocks, cache tokens, concurrency and the longest "
-                     f"length that fits are not modelled")
+        notes.append(f"{why_unpaged(groups)}: KV blocks, cache tokens, concurrency and the "
+                     f"longest length that fits are not modelled")
     if state.mode == "all":
         notes.append(f"vLLM {s.vllm_version} caches every state block (mamba_cache_mode "
                      f"'all'); its block size, aligned to the Mamba chunk size, is not "

@@ -69,7 +69,7 @@ from kvcalc.formulas.cache import CacheGroup
 from kvcalc.spec import Hardware
 
 __all__ = ["NO_PREFIX_CACHING", "StateCache", "engine_state_groups", "is_attention_free",
-           "is_hopper", "state_cache", "unpaged_kinds"]
+           "is_hopper", "state_cache", "unpaged_kinds", "why_unpaged"]
 
 # State kinds whose architectures declare SupportsMambaPrefixCaching in 0.26-0.31
 # (mamba.py, jamba.py, mamba2.py, nemotron_h.py, zamba2.py, granitemoehybrid.py,
@@ -124,6 +124,20 @@ def unpaged_kinds(groups: tuple[CacheGroup, ...]) -> list[str]:
     probe = _IsPaged()
     return sorted({f"{g.mixer.label} {'attention' if g.mixer.attends else 'state'}"
                    for g in groups if g.layers and not g.mixer.kv_cache_spec(probe)})
+
+
+def why_unpaged(groups: tuple[CacheGroup, ...]) -> str:
+    """Why fit and plan withhold the engine's counts: an unpaged kind's own sentence
+    (`engine_unpaged`: a kind vLLM serves with cache specs kvcalc does not model, as
+    DeepSeek-V4's compressor), else that vLLM pages none of the kinds."""
+    probe = _IsPaged()
+    own = sorted({g.mixer.engine_unpaged for g in groups
+                  if g.layers and not g.mixer.kv_cache_spec(probe)
+                  and getattr(g.mixer, "engine_unpaged", "")})
+    if own:
+        return "; ".join(own)
+    return (f"vLLM pages no {' or '.join(unpaged_kinds(groups))} (no release read serves "
+            f"such a model)")
 
 
 def engine_state_groups(groups: tuple[CacheGroup, ...], model_dtype: DType,

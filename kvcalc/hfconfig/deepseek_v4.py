@@ -116,7 +116,9 @@ def deepseek_v4(c: Config) -> dict:
     notes = [f"one K/V head of {head_dim} (K = V) for the last {window:,} tokens on every "
              f"layer; HCA layers also one entry per {rates['hca']:,} tokens, CSA layers one "
              f"per {rates['csa']:,} and the indexer's; each compressed layer keeps the "
-             "tokens since its last entry (at most the rate), counted as a constant state",
+             "tokens since its last entry (at most the rate), counted as a constant state; "
+             "the per-token and no-window figures count a compressed entry a token (a decode "
+             "step writes at most one), the cache at a length is exact",
              f"hyper-connections over {streams} residual streams: {mhc:,} parameters, "
              "counted apart from the layers' matmuls"]
     mtp = c.opt_int("num_nextn_predict_layers", 1) or 0
