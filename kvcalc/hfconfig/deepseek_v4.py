@@ -6,8 +6,8 @@ its "heavily_compressed_attention" (HCA) and "compressed_sparse_attention" (CSA)
 compressor beside it, CSA's with a lightning indexer. Every MLP is routed experts beside one
 shared expert (the first layers route by a token-id table instead of a learned top-k: the
 same weights). The residual is `hc_mult` streams mixed by manifold-constrained
-hyper-connections (mHC): two per layer and one head before the final norm, counted with
-the model's other parameters (`extra_params`).
+hyper-connections (mHC: kvcalc.hyper_connections, with the stream-mixing matrix), two per
+layer and one head before the final norm.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 from kvcalc.hfconfig.build import flat_fields, with_runs
 from kvcalc.hfconfig.config import MISSING, Config, describe
 from kvcalc.hfconfig.layer_types import layer_kinds
+from kvcalc.hyper_connections import HyperConnections
 from kvcalc.layers import Layer, MoE
 from kvcalc.layers_compressed import Compressor, SharedKVAttention
 
@@ -24,21 +25,6 @@ _TYPE_KINDS = {"sliding_attention": "sliding", "compressed_sparse_attention": "c
                "heavily_compressed_attention": "hca"}
 _RATE_KEYS = {"compressed_sparse_attention": "csa", "heavily_compressed_attention": "hca"}
 _LEGACY_RATIOS = {0: "sliding", 4: "csa", 128: "hca"}  # _COMPRESS_RATIO_TO_LAYER_TYPE
-
-
-def hyper_connection_params(d_model: int, streams: int, scales: int) -> int:
-    """One manifold-constrained hyper-connection over `streams` residual streams: a
-    projection of the flattened streams (streams x d_model) to the pre, post and comb
-    weights (streams + streams + streams^2), their biases, and `scales` scalars
-    (DeepseekV4HyperConnection: fn, base, scale)."""
-    mixes = (2 + streams) * streams
-    return mixes * streams * d_model + mixes + scales
-
-
-def hyper_head_params(d_model: int, streams: int) -> int:
-    """The final collapse of the streams into one (DeepseekV4HyperHead: hc_fn, hc_base,
-    hc_scale)."""
-    return streams * streams * d_model + streams + 1
 
 
 def _rates(c: Config) -> dict[str, int]:
@@ -109,9 +95,7 @@ def deepseek_v4(c: Config) -> dict:
     moe = MoE(experts=c.opt_int("n_routed_experts", 256) or 256,
               active=c.opt_int("num_experts_per_tok", 6) or 6, expert_d_ff=d_ff,
               shared_experts=1)
-    streams = c.opt_int("hc_mult", 4) or 4
-    mhc = layers * 2 * hyper_connection_params(hidden, streams, 3) + hyper_head_params(
-        hidden, streams)
+    mhc = HyperConnections(c.opt_int("hc_mult", 4) or 4, comb=True)
     layer_list = [Layer(attn, moe, 2, beside=compressors[k]) for k in _kinds(c, layers)]
     notes = [f"one K/V head of {head_dim} (K = V) for the last {window:,} tokens on every "
              f"layer; HCA layers also one entry per {rates['hca']:,} tokens, CSA layers one "
@@ -119,8 +103,9 @@ def deepseek_v4(c: Config) -> dict:
              "tokens since its last entry (at most the rate), counted as a constant state; "
              "the per-token and no-window figures count a compressed entry a token (a decode "
              "step writes at most one), the cache at a length is exact",
-             f"hyper-connections over {streams} residual streams: {mhc:,} parameters, "
-             "counted apart from the layers' matmuls"]
+             f"hyper-connections over {mhc.streams} residual streams: "
+             f"{mhc.params(hidden, layers):,} parameters (fp32), counted apart from the "
+             "layers' matmuls"]
     mtp = c.opt_int("num_nextn_predict_layers", 1) or 0
     if mtp:
         notes.append(f"{mtp} multi-token-prediction layer(s) in the checkpoint are not "
@@ -128,5 +113,5 @@ def deepseek_v4(c: Config) -> dict:
     fields = flat_fields(hidden, layers, heads, 1, head_dim, d_ff, vocab,
                          tied_embeddings=c.opt_bool("tie_word_embeddings", False),
                          max_context=c.opt_int("max_position_embeddings", 1048576) or 0,
-                         extra_params=mhc, notes=notes)
+                         hyper_connections=mhc, notes=notes)
     return with_runs(fields, layer_list)
