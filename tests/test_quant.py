@@ -44,7 +44,9 @@ def _fp8_block() -> Quantization:
 def test_unquantized_is_param_counts_times_dtype(path):
     spec = spec_from_hf_config_file(path)
     w = weight_bytes(spec, None, "bf16")
-    expected = {k: 2 * n for k, n in param_counts(spec).breakdown.items()}
+    # hyper-connections stay fp32 (transformers' _keep_in_fp32_modules_strict: DeepSeek-V4)
+    expected = {k: (4 if k == "hyper_connections" else 2) * n
+                for k, n in param_counts(spec).breakdown.items()}
     got = {k: b for k, b in w.breakdown.items() if k != "buffers"}
     assert got == expected
     assert weight_bytes_per_device(spec, None, 1) == w.total
