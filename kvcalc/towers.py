@@ -3,11 +3,12 @@
 A served multimodal model holds these weights too, but they cache nothing and run once
 per image, so kvcalc reports them beside the text model rather than inside it. Each
 function follows that family's vision modeling file in transformers 5 (which modules
-exist, their shapes and biases): CLIP (LLaVA), SigLIP (Gemma 3), Pixtral (Mistral 3),
-Qwen2.5-VL's window-attention ViT, Llama 4's vision encoder, Qwen3.5's ViT, Fuyu's patch
-projection, GOT-OCR 2.0's SAM-style ViT, Llama 3.2 Vision's tiled ViT, Inkling 2's ViT,
-HY V4's ViT; one audio tower, MOSS-Transcribe-Diarize's Whisper-style encoder. Counts are exact:
-tests check them against the models transformers builds on the meta device.
+exist, their shapes and biases): CLIP (LLaVA), SigLIP (Gemma 3, PaliGemma, DeepSeek-VL),
+Pixtral (Mistral 3), Qwen2.5-VL's window-attention ViT, Llama 4's vision encoder, Qwen3.5's
+ViT, Fuyu's patch projection, GOT-OCR 2.0's SAM-style ViT, Llama 3.2 Vision's tiled ViT,
+Inkling 2's ViT, HY V4's ViT; one audio tower, MOSS-Transcribe-Diarize's Whisper-style
+encoder. Counts are exact: tests check them against the models transformers builds on the
+meta device.
 """
 
 from __future__ import annotations
@@ -50,15 +51,33 @@ def _clip(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
     return {"vision_tower": tower, "projector": proj}
 
 
-def _siglip(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
-    """SigLIP vision model (no class token; optional attention-pooling head) + Gemma 3's
-    projection matrix and soft-embedding RMSNorm."""
+def _siglip_tower(v: _Fields) -> int:
+    """SigLIP vision model: no class token; an attention-pooling head when vision_use_head."""
     h, i = v.int("hidden_size", 768), v.int("intermediate_size", 3072)
     p, size, layers = v.int("patch_size", 16), v.int("image_size", 224), v.int("num_hidden_layers", 12)
     tower = 3 * p * p * h + h + (size // p) ** 2 * h + layers * _vit_layer(h, i) + 2 * h
     if v.bool("vision_use_head", True):
         tower += h + (3 * h * h + 3 * h) + (h * h + h) + 2 * h + (h * i + i) + (i * h + h)
-    return {"vision_tower": tower, "projector": h * text_hidden + h}
+    return tower
+
+
+def _siglip(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
+    """SigLIP + Gemma 3's projection matrix and soft-embedding RMSNorm."""
+    h = v.int("hidden_size", 768)
+    return {"vision_tower": _siglip_tower(v), "projector": h * text_hidden + h}
+
+
+def _deepseek_vl(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
+    """SigLIP + DeepSeek-VL's aligner: two biased linears into the text width."""
+    h = v.int("hidden_size", 768)
+    proj = (h * text_hidden + text_hidden) + (text_hidden * text_hidden + text_hidden)
+    return {"vision_tower": _siglip_tower(v), "projector": proj}
+
+
+def _paligemma(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
+    """SigLIP + PaliGemma's biased linear projector to the wrapper's projection_dim."""
+    h, out = v.int("hidden_size", 768), top.get("projection_dim") or 2048
+    return {"vision_tower": _siglip_tower(v), "projector": h * out + out}
 
 
 def _pixtral(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
@@ -222,7 +241,7 @@ _TOWERS: dict[str, Callable[[_Fields, dict, int], dict[str, int]]] = {
     "qwen4_exp": _qwen3_5_vision,  # Qwen4ExpVisionModel is Qwen3.5-MoE's, renamed
     "got_ocr2": _got_ocr2, "mllama": _mllama_vision, "moss_transcribe_diarize": _moss_audio,
     "inkling2": _inkling2_vision, "inkling2_loop": _inkling2_vision,
-    "hy_v4_vl": _hy_v4_vl_vision,
+    "hy_v4_vl": _hy_v4_vl_vision, "deepseek_vl": _deepseek_vl, "paligemma": _paligemma,
 }
 # Wrappers whose image fields sit in the config itself, not in a vision_config.
 _FIELDS_AT_TOP = ("fuyu",)

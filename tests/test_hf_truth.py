@@ -405,6 +405,14 @@ DEFAULT_CONFIGS = {
     # HY V4's multimodal wrapper: its language model (hy_v4_vl_text, HY V4's reader) cut as
     # hy_v4's; the ViT apart (the tower test below, at the class's 40 layers)
     "hy_v4_vl": {"text_config": {"num_hidden_layers": 2, "indexer_types": ["full", "shared"]}},
+    # image-text wrappers over language models read already: DeepSeek-VL's and its hybrid's
+    # (Llama's class defaults), PaliGemma's (its class's Gemma, which the class builds only
+    # when text_config is absent, cut to two layers)
+    "deepseek_vl": {"text_config": {"num_hidden_layers": 2}},
+    "deepseek_vl_hybrid": {"text_config": {"num_hidden_layers": 2}},
+    "paligemma": {"text_config": {"num_hidden_layers": 2, "hidden_size": 2048,
+                                  "intermediate_size": 16384, "num_attention_heads": 8,
+                                  "num_key_value_heads": 1, "vocab_size": 257152}},
     "dots3_note": {"text_config": {"num_hidden_layers": 3},
                    "vision_config": {"num_hidden_layers": 1, "pyramid_num_routed": [-1]},
                    "audio_config": {"num_hidden_layers": 1}},
@@ -517,7 +525,7 @@ def test_every_model_type_kvcalc_reads_is_held_to_transformers():
 
 WRAPPER_DEFAULTS = ("llava", "gemma3", "mistral3", "qwen2_5_vl", "llama4", "fuyu", "got_ocr2",
                     "mllama", "moss_transcribe_diarize", "inkling2", "inkling2_loop",
-                    "qwen4_exp", "hy_v4_vl")
+                    "qwen4_exp", "hy_v4_vl", "deepseek_vl", "paligemma")
 # Wrappers whose class defaults cannot build a model: their DEFAULT_CONFIGS overrides (which
 # say why) stand in for them
 _UNBUILT_CLASS_DEFAULTS = ("qwen4_exp",)
@@ -543,9 +551,12 @@ def test_vision_towers_equal_transformers(source):
     assert param_counts(spec).total + truth["towers"] == truth["total"]
 
 
-def test_a_wrapper_without_text_config_reads_its_class_sub_config_defaults():
-    """MOSS-Transcribe-Diarize's class builds an absent text_config from init_kwargs of its
-    own (a 28-layer Qwen3 of 1024), not from Qwen3Config's defaults."""
-    cfg = {"model_type": "moss_transcribe_diarize"}
+@pytest.mark.parametrize("wrapper", ["moss_transcribe_diarize", "paligemma", "deepseek_vl"])
+def test_a_wrapper_without_text_config_reads_its_class_sub_config_defaults(wrapper):
+    """MOSS-Transcribe-Diarize's and PaliGemma's classes build an absent text_config from
+    init_kwargs of their own (a 28-layer Qwen3 of 1024; an 18-layer Gemma of 2048 with one
+    K/V head), not from Qwen3Config's or GemmaConfig's defaults; DeepSeek-VL's from
+    LlamaConfig's."""
+    cfg = {"model_type": wrapper}
     truth = hf_truth.meta_param_count(cfg)
     assert param_counts(spec_from_hf_config(cfg, "m")).total == truth["text"]

@@ -32,6 +32,7 @@ WRAPPERS = {
     "inkling_mm_model": "inkling_text",
     "qwen4_exp": "qwen4_exp_text",
     "hy_v4_vl": "hy_v4_vl_text",
+    "deepseek_vl": "llama", "deepseek_vl_hybrid": "llama", "paligemma": "gemma",
 }
 # Each wrapper's config-class default for tie_word_embeddings.
 _WRAPPER_TIED = {"llava": False, "llava_next": False, "mistral3": True, "gemma3": True,
@@ -44,16 +45,26 @@ _WRAPPER_TIED = {"llava": False, "llava_next": False, "mistral3": True, "gemma3"
                  "moss_transcribe_diarize": True, "gemma3n": True,
                  # the Inklings' heads are never tied (_tied_weights_keys = {}): no flag read
                  "inkling2": None, "inkling2_loop": None, "inkling_mm_model": None,
-                 "qwen4_exp": False, "hy_v4_vl": False}
+                 "qwen4_exp": False, "hy_v4_vl": False, "deepseek_vl": True,
+                 "deepseek_vl_hybrid": True, "paligemma": True}
 # Where a wrapper keeps its language model, when not in text_config.
 _TEXT_KEY = {"musicgen": "decoder", "musicgen_melody": "decoder"}
 # What a wrapper holds beside its language model, where kvcalc has no formula for it.
 _UNCOUNTED = {"musicgen": "its T5 text encoder, EnCodec audio codec and projection",
               "musicgen_melody": "its T5 text encoder, EnCodec audio codec and the text "
-                                 "and chroma projections"}
-# LlamaConfig's defaults (Llama 2 7B), which LLaVA-1.5's short text_config relies on.
+                                 "and chroma projections",
+              "deepseek_vl_hybrid": "its SigLIP and SAM vision towers, SAM neck and "
+                                    "aligner"}
+# LlamaConfig's defaults (Llama 2 7B), which LLaVA-1.5's short text_config relies on, and
+# DeepSeek-VL's absent one.
 _LLAMA_DEFAULTS = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
                    "num_attention_heads": 32, "vocab_size": 32000}
+
+# PaliGemmaConfig's text_config when absent (its SubConfigSpec init_kwargs): Gemma's class
+# with these; a text_config given is read with Gemma's own defaults.
+_PALIGEMMA_TEXT_DEFAULTS = {"model_type": "gemma", "hidden_size": 2048, "num_hidden_layers": 18,
+                            "intermediate_size": 16384, "num_attention_heads": 8,
+                            "num_key_value_heads": 1, "vocab_size": 257152}
 
 # MossTranscribeDiarizeConfig's text_config when absent (its SubConfigSpec init_kwargs):
 # Qwen3's class with these; a text_config given is read with Qwen3's own defaults.
@@ -71,6 +82,10 @@ def text_config(cfg: dict, model_type: str, where: str) -> dict:
     text = cfg.get(_TEXT_KEY.get(model_type, "text_config"))
     if text is None and model_type == "moss_transcribe_diarize":
         text = dict(_MOSS_TEXT_DEFAULTS)
+    elif text is None and model_type == "paligemma":
+        text = dict(_PALIGEMMA_TEXT_DEFAULTS)
+    elif text is None and model_type in ("deepseek_vl", "deepseek_vl_hybrid"):
+        text = {}  # LlamaConfig's defaults (below)
     elif text is None and model_type in ("qwen2_5_vl", "qwen2_vl"):
         text = {k: v for k, v in cfg.items() if k != "vision_config"}  # older flat layout
     elif text is None and model_type == "phi4_multimodal":
@@ -91,7 +106,7 @@ def text_config(cfg: dict, model_type: str, where: str) -> dict:
     text.setdefault("model_type", WRAPPERS[model_type])
     if text["model_type"] in (model_type, "qwen2_5_vl_text", "qwen2_vl_text"):
         text["model_type"] = WRAPPERS[model_type]  # Qwen2-VL's text model is Qwen2's
-    if text["model_type"] == "llama" and model_type.startswith("llava"):
+    if text["model_type"] == "llama" and model_type.startswith(("llava", "deepseek_vl")):
         for key, value in _LLAMA_DEFAULTS.items():
             text.setdefault(key, value)
     if text["model_type"] == "gemma3_text":
