@@ -76,6 +76,41 @@ def _serves(spec, hw, s: EngineSettings, batch: int = 1) -> bool:
     return cap.fits and cap.max_concurrency >= batch and batch <= cap.max_num_seqs
 
 
+def test_weights_over_the_budget_decide_without_the_count(monkeypatch):
+    """The shortcut that skips a count where the first stage's weights alone exceed the
+    budget (kvcalc.capacity.serving.cannot_hold_weights) never changes an answer: it
+    says so only where the whole count refuses too, and the fixes and smallest tp of
+    every preset on a small and a large device, at tp 1 and its context (at most 32K),
+    equal those made with every count."""
+    from kvcalc.capacity import serving, verdict
+    from kvcalc.presets import model_names
+
+    devices = [load_hardware("rtx4090"), load_hardware("h100-sxm")]
+    said = 0
+    for name in model_names():
+        spec = load_model(name)
+        for hw in devices:
+            for s in (EngineSettings(max_model_len=min(spec.max_context or 4096, 32768)),):
+                if s.tp not in valid_tps(spec):
+                    continue
+                if serving.cannot_hold_weights(spec, hw, s):
+                    said += 1
+                    cap = serving_capacity(spec, hw, s)
+                    assert not cap.fits and cap.deciding.kv_cache < 0, (name, hw.name, s)
+                verdict._RECENT.clear()
+                fast = engine_verdict(spec, hw, s, with_fixes=True)
+                fast_tp = verdict.smallest_tp(spec, hw, s)
+                with monkeypatch.context() as m:
+                    m.setattr(verdict, "cannot_hold_weights", lambda *a: False)
+                    verdict._RECENT.clear()
+                    slow = engine_verdict(spec, hw, s, with_fixes=True)
+                    slow_tp = verdict.smallest_tp(spec, hw, s)
+                assert [(f.setting, f.value) for f in fast.fixes] == \
+                    [(f.setting, f.value) for f in slow.fixes], (name, hw.name, s)
+                assert (fast_tp and fast_tp.settings.tp) == (slow_tp and slow_tp.settings.tp)
+    assert said > 20  # the shortcut is taken (70B+ models on a 24 GB card, ...)
+
+
 @pytest.mark.parametrize("model, gpu, tp, length", [
     ("llama3.3-70b", "h100-sxm", 2, 32768),
     ("llama3.1-8b", "rtx3090", 1, 131072),

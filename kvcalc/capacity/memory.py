@@ -157,10 +157,13 @@ def _language_model_bytes(spec: ModelSpec, s: EngineSettings, stage: int) -> int
     """The config's count (kvcalc.quant for quantized weights); for a checkpoint read
     from a folder or the Hub (AsStored), plus what its quantized headers hold beyond that
     count, shared per device as estimate shares it and split over stages by layers."""
+    q = s.weight_quantization
+    if q is None and not s.weight_dtype and not (spec.extra.get("quantization")
+                                                 or spec.extra.get("quantization_error")):
+        return _config_bytes(spec, s, stage, None)  # plain weights: kvcalc.quant stays out
     from kvcalc.quant.checkpoint import AsStored, engine_surplus_bytes
     from kvcalc.quant.formats import adhoc, quantization_of
 
-    q = s.weight_quantization
     if isinstance(q, AsStored):
         stored, q = q, q.quantization
         total = _config_bytes(spec, s, stage, q)

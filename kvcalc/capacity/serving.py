@@ -54,7 +54,7 @@ from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import cache_groups
 from kvcalc.spec import Hardware, ModelSpec
 
-__all__ = ["Capacity", "DeviceMemory", "serving_capacity"]
+__all__ = ["Capacity", "DeviceMemory", "budget_bytes", "cannot_hold_weights", "serving_capacity"]
 
 
 @record
@@ -115,6 +115,25 @@ class Capacity:
         return self.deciding.as_dict()
 
 
+def budget_bytes(hw: Hardware, s: EngineSettings) -> int:
+    """The memory the engine may fill on one device: its total x gpu_memory_utilization,
+    rounded up from 0.20 (V1), down before."""
+    total, u = device_total_bytes(hw), s.utilization
+    if s.engine == "v1" and s.version >= (20, 0):
+        return -(-total * u.numerator // u.denominator)
+    return total * u.numerator // u.denominator
+
+
+def cannot_hold_weights(spec: ModelSpec, hw: Hardware, s: EngineSettings) -> bool:
+    """True when the first stage's weights alone exceed the budget, so the engine cannot
+    start whatever its lengths (no KV memory is left), told without the whole count.
+    False wherever that does not decide it: a kv_cache_memory_bytes plan sizes the cache
+    without the budget, and a num_gpu_blocks override gives V0 blocks it lacks."""
+    if s.kv_cache_memory_bytes is not None or s.num_gpu_blocks_override is not None:
+        return False
+    return stage_weight_bytes(spec, s, 0) > budget_bytes(hw, s)
+
+
 def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
                      kv_scale_bytes: int = 0) -> Capacity:
     """vLLM's start-up arithmetic for `spec` on devices like `hw` with settings `s`.
@@ -157,10 +176,7 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
     total = device_total_bytes(hw)
     if total == hw.memory_bytes and not getattr(hw, "visible_memory_bytes", 0):
         notes.append(f"{hw.name}: no driver-visible memory in the preset; nominal used")
-    if s.engine == "v1" and minor >= (20, 0):
-        budget = -(-total * s.utilization.numerator // s.utilization.denominator)
-    else:
-        budget = total * s.utilization.numerator // s.utilization.denominator
+    budget = budget_bytes(hw, s)
 
     plans_by_stage = []
     devices = []

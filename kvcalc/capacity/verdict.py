@@ -36,7 +36,7 @@ from kvcalc import _num
 from kvcalc._record import record
 from kvcalc.capacity.blocks import blocks_per_request, request_bytes
 from kvcalc.capacity.engine import EngineSettings, default_batch_limits
-from kvcalc.capacity.serving import Capacity, serving_capacity
+from kvcalc.capacity.serving import Capacity, cannot_hold_weights, serving_capacity
 from kvcalc.dtypes import dtype, weight_dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import valid_tps
@@ -334,8 +334,8 @@ def smallest_tp(spec: ModelSpec, hw: Hardware, s: EngineSettings, *, batch: int 
                 kv_scale_bytes: int = 0, above: int = 0) -> Verdict | None:
     """The count at the smallest valid tp (above `above`) that serves, or None."""
     for tp in valid_tps(spec):
-        if tp <= above:
-            continue
+        if tp <= above or cannot_hold_weights(spec, hw, replace(s, tp=tp)):
+            continue  # (the weights alone: no count needed to say it does not start)
         v = engine_verdict(spec, hw, replace(s, tp=tp), batch=batch,
                            kv_scale_bytes=kv_scale_bytes)
         if v.serves:
@@ -375,13 +375,15 @@ def fixes(spec: ModelSpec, hw: Hardware, s: EngineSettings, *, batch: int = 1,
     def serves_at(**change) -> bool:
         return verdict(**change).serves
 
+    # Weights over the budget: no length, KV dtype or max_num_seqs makes it start.
+    held = not cannot_hold_weights(spec, hw, s)
     room = verdict().room
     if room.starts and room.seqs_over_pool and batch < room.max_num_seqs \
             and serves_at(max_num_seqs=batch):  # fewer graphs, smaller profile: more blocks
         seqs = _num.largest(lambda n: serves_at(max_num_seqs=n), batch, room.max_num_seqs)
         out.append(Fix("max_num_seqs", seqs, verdict(max_num_seqs=seqs)))
 
-    if s.max_model_len > 1 and serves_at(max_model_len=1):
+    if held and s.max_model_len > 1 and serves_at(max_model_len=1):
         length = _num.largest(lambda n: serves_at(max_model_len=n), 1, s.max_model_len)
         out.append(Fix("max_model_len", length, verdict(max_model_len=length)))
 
@@ -391,6 +393,7 @@ def fixes(spec: ModelSpec, hw: Hardware, s: EngineSettings, *, batch: int = 1,
     low = int(s.utilization * 100)  # hundredths at or below the current one: not enough
     top = MAX_UTILIZATION_PERCENT
     if (s.kv_cache_memory_bytes is None and low < top
+            and not cannot_hold_weights(spec, hw, replace(s, gpu_memory_utilization=util(top)))
             and serves_at(gpu_memory_utilization=util(top))):
         pct = _num.largest(lambda p: not serves_at(gpu_memory_utilization=util(p)), low,
                            top) + 1
@@ -398,7 +401,7 @@ def fixes(spec: ModelSpec, hw: Hardware, s: EngineSettings, *, batch: int = 1,
                        verdict(gpu_memory_utilization=util(pct))))
 
     kv = s.model_dtype if s.kv_dtype == "auto" else s.kv_dtype
-    if dtype(kv).bits > 8:
+    if held and dtype(kv).bits > 8:
         v = verdict(kv_dtype="fp8")
         if v.serves:
             out.append(Fix("kv_dtype", "fp8", v))

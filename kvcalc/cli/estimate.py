@@ -1,5 +1,7 @@
 """`kvcalc estimate` and `kvcalc fit`: parse, call kvcalc.estimate, render."""
 
+from __future__ import annotations  # the commands not run never evaluate their options
+
 import os
 from pathlib import Path
 from typing import Annotated, Optional

@@ -315,16 +315,27 @@ def model_options(fn=None, *, exclude: tuple[str, ...] = ()):
     """
     if fn is None:
         return functools.partial(model_options, exclude=exclude)
+    # Built by kvcalc.cli.parsing.command only for the command this process runs: the
+    # signature work below is start-up time.
+    fn.build_options = functools.partial(_with_model_options, fn, exclude)
+    return fn
+
+
+def _with_model_options(fn, exclude: tuple[str, ...]):
     params = [p for p in _MODEL_PARAMS if p[0] not in exclude]
     sig = inspect.signature(fn, eval_str=True)  # resolve `from __future__` string annotations
     own = [p for p in sig.parameters.values() if p.name != "request"]
-    model = inspect.Parameter("model", inspect.Parameter.KEYWORD_ONLY, default=None,
-                              annotation=Annotated[Optional[str], typer.Argument(
-                                  metavar="[MODEL]", show_default=False, help=MODEL_HELP)])
+    # typer's default-value form (`x: int = typer.Option(default, "--x")`), not
+    # Annotated[...]: building an Annotated alias costs more than the rest of a flag.
+    model = inspect.Parameter("model", inspect.Parameter.KEYWORD_ONLY,
+                              default=typer.Argument(None, metavar="[MODEL]",
+                                                     show_default=False, help=MODEL_HELP),
+                              annotation=Optional[str])
     extra = [model] + [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                          annotation=Annotated[typ, typer.Option(flag, help=help_text,
-                                                                 rich_help_panel="Model")])
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                          default=typer.Option(default, flag, help=help_text,
+                                               rich_help_panel="Model"),
+                          annotation=typ)
         for name, typ, default, flag, help_text in params
     ]
 

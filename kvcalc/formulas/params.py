@@ -73,6 +73,12 @@ def _cross_beside_encoder(b: dict[str, int]) -> dict[str, int]:
     return {**out, **cross}
 
 
+# The models counted lately, by identity (kept alive here): one estimate asks for the
+# same model's count a dozen times (the figures, then each engine count's weights).
+_COUNTED: list[tuple[ModelSpec, ParamCounts]] = []
+_COUNTED_MAX = 8
+
+
 def param_counts(spec: ModelSpec) -> ParamCounts:
     """Exact parameter count of the architecture, matrix by matrix, layer group by group.
 
@@ -80,7 +86,18 @@ def param_counts(spec: ModelSpec) -> ParamCounts:
     implementation (tests build transformers' models on the meta device).
     Conventions: a tied lm_head is the embedding (counted once); biases and norm
     weights are counted; T5's relative-position bias is buckets x heads per stack.
+    The result is shared between callers: read it, never change its breakdown.
     """
+    for counted, counts in _COUNTED:
+        if counted is spec:
+            return counts
+    counts = _count_params(spec)
+    _COUNTED.append((spec, counts))
+    del _COUNTED[:-_COUNTED_MAX]
+    return counts
+
+
+def _count_params(spec: ModelSpec) -> ParamCounts:
     d = spec.d_model
     b: dict[str, int] = {}
 
