@@ -46,6 +46,49 @@ def largest(holds, lo: int, hi: int) -> int:
     return lo
 
 
+# A number as fractions.Fraction reads text (Python 3.11's grammar): a sign, digits with
+# optional underscores, then "/denominator" or ".decimals" and an exponent.
+_RATIO = (r"\s*(?P<sign>[-+]?)(?=\d|\.\d)(?P<num>\d*|\d+(?:_\d+)*)"
+          r"(?:/(?P<den>\d+(?:_\d+)*)|(?:\.(?P<dec>\d+(?:_\d+)*)?)?"
+          r"(?:[eE](?P<exp>[-+]?\d+(?:_\d+)*))?)\s*")
+MAX_EXPONENT = 4000  # 1e4000 is beyond every share and size; 1e999999999 would take minutes
+
+
+def exact_ratio(value) -> tuple[int, int]:
+    """`value` (an int, a float or their text) read exactly as the decimal it is written
+    as: (numerator, denominator) in lowest terms, denominator > 0. "0.9" and the float
+    0.9 give (9, 10), not 0.9's binary value; "1e-3" gives (1, 1000), "3/4" (3, 4).
+    fractions.Fraction(str(value)) reads the same (tests/test_num.py holds the two
+    equal), but importing fractions brings decimal and numbers with it: a tenth of
+    `kvcalc estimate`'s start-up. ValueError for what is not such a number (nan, inf,
+    '', an exponent beyond MAX_EXPONENT); ZeroDivisionError for a zero denominator."""
+    import math
+    import re
+
+    text = str(value)
+    m = re.fullmatch(_RATIO, text)
+    if m is None:
+        raise ValueError(f"not a decimal number: {text!r}")
+    num, den = int(m["num"] or "0"), 1
+    if m["den"]:
+        den = int(m["den"])
+        if den == 0:
+            raise ZeroDivisionError(f"{text!r} has a zero denominator")
+    else:
+        if m["dec"]:
+            num = num * 10 ** len(m["dec"].replace("_", "")) + int(m["dec"])
+            den = 10 ** len(m["dec"].replace("_", ""))
+        if m["exp"]:
+            exp = int(m["exp"])
+            if abs(exp) > MAX_EXPONENT and num:
+                raise ValueError(f"exponent out of range: {text!r}")
+            num, den = (num * 10 ** exp, den) if exp >= 0 else (num, den * 10 ** -exp)
+    if m["sign"] == "-":
+        num = -num
+    g = math.gcd(num, den)
+    return num // g, den // g
+
+
 def linear_params(fan_in: int, fan_out: int, bias: bool) -> int:
     """nn.Linear(fan_in, fan_out, bias): weight plus optional bias."""
     return fan_in * fan_out + (fan_out if bias else 0)

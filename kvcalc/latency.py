@@ -22,7 +22,6 @@ scheduling overheads are not included.
 from __future__ import annotations
 
 from dataclasses import replace
-from fractions import Fraction
 
 from kvcalc import _num
 from kvcalc._record import record
@@ -39,19 +38,16 @@ DEFAULT_MFU = "0.5"
 DEFAULT_BANDWIDTH_EFFICIENCY = "0.8"
 
 
-# A share of the peak below a thousandth is no estimate, and much smaller ones (1e-320)
-# make the times overflow a float.
-MIN_SHARE = Fraction(1, 1000)
-
-
-def _fraction(value, name: str) -> Fraction:
+def _fraction(value, name: str) -> tuple[int, int]:
+    """A share of the peak, exactly as written: (numerator, denominator). Below a
+    thousandth is no estimate, and much smaller ones (1e-320) overflow the times."""
     try:
-        f = Fraction(str(value))
+        num, den = _num.exact_ratio(value)
     except (ValueError, ZeroDivisionError):
         raise KvcalcError(f"{name} must be a number in [0.001, 1], got {value!r}") from None
-    if not MIN_SHARE <= f <= 1:
+    if not den <= 1000 * num <= 1000 * den:
         raise KvcalcError(f"{name} must be in [0.001, 1], got {value}")
-    return f
+    return num, den
 
 
 @record
@@ -224,19 +220,26 @@ def latency_from_figures(spec: ModelSpec, workload: Workload, figures: StepFigur
         family = weight_format or weight_family(w.weight_dtype.name, w.quantization)
         check_runs(engine, family)
         return _engine_latency(engine, family, hardware, spec, w, figures)
-    mfu_f = _fraction(mfu, "MFU")
-    bw_f = _fraction(bandwidth_efficiency, "bandwidth efficiency")
-    flops_per_s = hardware.peak_flops(figures.compute_dtype) * mfu_f
-    bytes_per_s = hardware.memory_bandwidth_bytes_per_s * bw_f
+    mfu_n, mfu_d = _fraction(mfu, "MFU")
+    bw_n, bw_d = _fraction(bandwidth_efficiency, "bandwidth efficiency")
+    peak = hardware.peak_flops(figures.compute_dtype)
+    bandwidth = hardware.memory_bandwidth_bytes_per_s
+
+    # Exact ints divided once: Python rounds an int / int quotient correctly.
+    def compute_s(flops: int) -> float:
+        return flops * mfu_d / (peak * mfu_n)
+
+    def memory_s(nbytes: int) -> float:
+        return nbytes * bw_d / (bandwidth * bw_n)
+
     return Latency(
         prompt_len=prompt_len, seq_len=seq_len, batch=batch, tp=tp,
-        mfu=float(mfu_f), bandwidth_efficiency=float(bw_f),
+        mfu=mfu_n / mfu_d, bandwidth_efficiency=bw_n / bw_d,
         prefill_flops=prefill_flops, prefill_bytes=prefill_bytes,
-        prefill_compute_s=float(Fraction(prefill_flops) / flops_per_s),
-        prefill_memory_s=float(Fraction(prefill_bytes) / bytes_per_s),
+        prefill_compute_s=compute_s(prefill_flops), prefill_memory_s=memory_s(prefill_bytes),
         decode_flops=step.per_device_flops, decode_bytes=step.per_device_bytes,
-        decode_compute_s=float(Fraction(step.per_device_flops) / flops_per_s),
-        decode_memory_s=float(Fraction(step.per_device_bytes) / bytes_per_s),
+        decode_compute_s=compute_s(step.per_device_flops),
+        decode_memory_s=memory_s(step.per_device_bytes),
     )
 
 
@@ -257,8 +260,9 @@ def _calibrated(hardware: Hardware, spec: ModelSpec, w: Workload, prefill_flops:
     b = step.bytes_breakdown
     kv, acts = b["kv_read"] + b["kv_write"], b["activations"]
     total = max(1, step.bytes)
-    share = Fraction(step.per_device_bytes, total)  # 1 without TP
-    weights_dev, kv_dev, acts_dev = (float(x * share) for x in (b["weights"], kv, acts))
+    # Each part's share of this device's bytes (all of them without TP), rounded once.
+    weights_dev, kv_dev, acts_dev = (x * step.per_device_bytes / total
+                                     for x in (b["weights"], kv, acts))
     # Each matmul's weights at the rate of its own width, weighted by its elements.
     mm = [*token_matmuls(spec), (spec.d_model, spec.vocab, 1)]  # the lm_head too
     elements = sum(i * o * c for i, o, c in mm)

@@ -10,9 +10,9 @@ lengths themselves, so a sweep's arrays pass through a Workload unchecked.
 
 from __future__ import annotations
 
-from fractions import Fraction
 from functools import cached_property
 
+from kvcalc import _num
 from kvcalc._record import record
 from kvcalc.dtypes import DTYPES, DType, dtype, weight_dtype
 from kvcalc.errors import KvcalcError
@@ -84,16 +84,16 @@ class Memory:
         """memory x fraction - reserve, in bytes (exact); checked on first use, once."""
         hw = self.hardware
         try:
-            frac = Fraction(str(self.fraction))
-        except ValueError:  # nan, inf
+            num, den = _num.exact_ratio(self.fraction)
+        except (ValueError, ZeroDivisionError):  # nan, inf
             raise KvcalcError(f"memory fraction must be in (0, 1], got {self.fraction}") from None
-        if not 0 < frac <= 1:
+        if not 0 < num <= den:
             raise KvcalcError(f"memory fraction must be in (0, 1], got {self.fraction}")
         if self.reserve_bytes < 0:
             raise KvcalcError("reserve bytes must be >= 0")
-        usable_total = int(hw.memory_bytes * frac)
+        usable_total = hw.memory_bytes * num // den
         if self.reserve_bytes > usable_total:
-            memory = (f"memory of {hw.name} ({usable_total:,} B)" if frac == 1 else
+            memory = (f"memory of {hw.name} ({usable_total:,} B)" if num == den else
                       f"usable memory of {hw.name} ({hw.memory_bytes:,} B x memory fraction "
                       f"{self.fraction} = {usable_total:,} B)")
             raise KvcalcError(f"reserve of {self.reserve_bytes:,} B exceeds the {memory}")

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from fractions import Fraction
 
+from kvcalc import _num
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.dtypes import MAX_SEQ_LEN, check_size, dtype, weight_dtype as _weight_dtype
@@ -119,9 +119,10 @@ class EngineSettings:
                               f"{self.sampler!r}")
         if self.usage not in ("server", "llm"):
             raise KvcalcError(f"usage must be 'server' or 'llm', got {self.usage!r}")
-        util = self.utilization
-        if not 0 < util <= 1:
-            raise KvcalcError(f"gpu_memory_utilization must be in (0, 1], got {util}")
+        num, den = self.utilization
+        if not 0 < num <= den:
+            raise KvcalcError(f"gpu_memory_utilization must be in (0, 1], got "
+                              f"{self.gpu_memory_utilization}")
         parse_version(self.vllm_version)
         dtype(self.model_dtype)
         for name in ("kv_dtype", "mamba_ssm_dtype"):
@@ -131,11 +132,12 @@ class EngineSettings:
             _weight_dtype(self.weight_dtype)  # a dtype, or awq/gptq
 
     @property
-    def utilization(self) -> Fraction:
-        """gpu_memory_utilization as an exact fraction ("0.9" -> 9/10, not 0.9000000000000000222)."""
+    def utilization(self) -> tuple[int, int]:
+        """gpu_memory_utilization as an exact (numerator, denominator): "0.9" -> (9, 10),
+        not 0.9000000000000000222."""
         u = self.gpu_memory_utilization
         try:
-            return Fraction(str(u)) if not isinstance(u, Fraction) else u
+            return _num.exact_ratio(u)
         except (ValueError, ZeroDivisionError):
             raise KvcalcError(f"gpu_memory_utilization must be a number, got {u!r}") from None
 

@@ -118,10 +118,10 @@ class Capacity:
 def budget_bytes(hw: Hardware, s: EngineSettings) -> int:
     """The memory the engine may fill on one device: its total x gpu_memory_utilization,
     rounded up from 0.20 (V1), down before."""
-    total, u = device_total_bytes(hw), s.utilization
+    total, (num, den) = device_total_bytes(hw), s.utilization
     if s.engine == "v1" and s.version >= (20, 0):
-        return -(-total * u.numerator // u.denominator)
-    return total * u.numerator // u.denominator
+        return -(-total * num // den)
+    return total * num // den
 
 
 def cannot_hold_weights(spec: ModelSpec, hw: Hardware, s: EngineSettings) -> bool:

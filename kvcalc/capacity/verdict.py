@@ -390,7 +390,8 @@ def fixes(spec: ModelSpec, hw: Hardware, s: EngineSettings, *, batch: int = 1,
     def util(percent: int) -> str:
         return f"{percent / 100:.2f}"
 
-    low = int(s.utilization * 100)  # hundredths at or below the current one: not enough
+    num, den = s.utilization
+    low = 100 * num // den  # hundredths at or below the current one: not enough
     top = MAX_UTILIZATION_PERCENT
     if (s.kv_cache_memory_bytes is None and low < top
             and not cannot_hold_weights(spec, hw, replace(s, gpu_memory_utilization=util(top)))

@@ -434,9 +434,10 @@ def _capacity_dict(est, cap) -> dict:
     from kvcalc.estimate import approximate_fields
 
     s = cap.settings
+    util_num, util_den = s.utilization
     return {
         "model": est.spec.name, **approximate_fields(est.spec), "gpu": cap.hardware, "tp": s.tp, "pp": s.pp,
-        "max_model_len": s.max_model_len, "gpu_memory_utilization": float(s.utilization),
+        "max_model_len": s.max_model_len, "gpu_memory_utilization": util_num / util_den,
         "block_size": cap.block_size, "max_num_batched_tokens": cap.max_num_batched_tokens,
         "max_num_seqs": cap.max_num_seqs, "kv_dtype": est.kv_dtype.name,
         "weight_quantization": (est.stored.label or None) if est.stored else None,

@@ -1,0 +1,58 @@
+"""kvcalc._num.exact_ratio reads a number as fractions.Fraction(str(value)) does (the
+truth here), without importing fractions at start-up."""
+
+from fractions import Fraction
+
+import pytest
+
+from kvcalc._num import MAX_EXPONENT, exact_ratio
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, strategies as st  # noqa: E402
+
+
+def _fraction(value):
+    try:
+        f = Fraction(str(value))
+    except (ValueError, ZeroDivisionError) as e:
+        return type(e)
+    return f.numerator, f.denominator
+
+
+def _ours(value):
+    try:
+        return exact_ratio(value)
+    except (ValueError, ZeroDivisionError) as e:
+        return type(e)
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True) | st.integers())
+def test_numbers_read_as_fraction_reads_their_text(x):
+    assert _ours(x) == _fraction(x)
+
+
+# Text from the grammar's own pieces, well and badly joined.
+_PIECES = st.sampled_from(["", " ", "+", "-", "0", "1", "9", "12", "0_1", "_", "__", ".", "/",
+                           "e", "E", "e-", "e+", "3", "00", "x", "nan", "inf", ",", "d", "\u0663"])
+
+
+@given(st.lists(_PIECES, max_size=8).map("".join))
+def test_text_reads_as_fraction_reads_it(text):
+    ours, truth = _ours(text), _fraction(text)
+    if ours is ValueError and isinstance(truth, tuple):  # refused: a huge exponent only
+        assert truth[0] and max(abs(truth[0]), truth[1]) > 10 ** MAX_EXPONENT, text
+    else:
+        assert ours == truth
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("0.9", (9, 10)), ("1e-3", (1, 1000)), ("3/4", (3, 4)), ("-0.50", (-1, 2)), (" 1. ", (1, 1)),
+    ("1_000", (1000, 1)), (".5", (1, 2)), ("6/4", (3, 2)), (0.1, (1, 10))])
+def test_published_examples(text, expected):
+    assert exact_ratio(text) == expected == _fraction(text)
+
+
+def test_a_huge_exponent_is_refused_not_computed():
+    assert exact_ratio(f"1e{MAX_EXPONENT}") == (10 ** MAX_EXPONENT, 1)
+    with pytest.raises(ValueError):
+        exact_ratio("1e999999999")  # Fraction would build a billion-digit number
