@@ -1,4 +1,4 @@
-"""Wheel build hook: presets/_parsed.json, made when the wheel is built.
+"""Wheel build hook: presets/_parsed.marshal, made when the wheel is built.
 
 The index holds each shipped preset's size, CRC-32 and its YAML parsed once, so an
 installed kvcalc reads presets without importing PyYAML (see kvcalc/presets.py). It
@@ -16,7 +16,7 @@ import tempfile
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-_SCRIPT = "import sys; from kvcalc.presets import build_index; sys.stdout.write(build_index())"
+_SCRIPT = "import sys; from kvcalc.presets import build_index; sys.stdout.buffer.write(build_index())"
 
 
 class PresetsIndexHook(BuildHookInterface):
@@ -26,18 +26,19 @@ class PresetsIndexHook(BuildHookInterface):
         if self.target_name != "wheel" or version == "editable":
             return
         self._tmp = tempfile.mkdtemp(prefix="kvcalc-index-")
-        path = os.path.join(self._tmp, "_parsed.json")
+        path = os.path.join(self._tmp, "_parsed.marshal")
         # pip's isolated build environment reaches its packages (PyYAML) through
         # PYTHONPATH: keep it, with the source tree first.
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             p for p in (self.root, os.environ.get("PYTHONPATH", "")) if p)}
         result = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=self.root, env=env,
-                                capture_output=True, text=True, encoding="utf-8")
+                                capture_output=True)
         if result.returncode:
-            raise RuntimeError(f"building presets/_parsed.json failed:\n{result.stderr}")
-        with open(path, "w", encoding="utf-8") as f:
+            raise RuntimeError("building presets/_parsed.marshal failed:\n"
+                               + result.stderr.decode("utf-8", "replace"))
+        with open(path, "wb") as f:
             f.write(result.stdout)
-        build_data["force_include"][path] = "kvcalc/presets/_parsed.json"
+        build_data["force_include"][path] = "kvcalc/presets/_parsed.marshal"
 
     def finalize(self, version: str, build_data: dict, artifact_path: str) -> None:
         if getattr(self, "_tmp", None):

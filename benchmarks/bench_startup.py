@@ -8,7 +8,7 @@ and prints the median wall time of each and its ratio to the floor. The goal is
 against a bare typer app that runs one command with one int option, and `--help` against
 a bare typer app's `--help`.
 stdout goes to /dev/null; the kvcalc under test is the checkout this file lives in, with
-the presets index an installed wheel carries (written to presets/_parsed.json, which git
+the presets index an installed wheel carries (written to presets/_parsed.marshal, which git
 ignores, when the checkout has none).
 
 Bytecode is cached for every run (PYTHONDONTWRITEBYTECODE is dropped and the .pyc
@@ -56,7 +56,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=21, help="runs of each command (default 21)")
     args = parser.parse_args()
-    index = ROOT / "presets" / "_parsed.json"
+    index = ROOT / "presets" / "_parsed.marshal"
     if not index.exists():  # a wheel carries it (hatch_build.py); time the checkout alike
         subprocess.run([sys.executable, "-m", "kvcalc.presets"], cwd=ROOT, check=True,
                        env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL)

@@ -500,31 +500,34 @@ def test_quantized_presets_weigh_what_their_checkpoints_store() -> None:
 
 
 def test_an_installed_wheels_index_is_its_presets():
-    """A wheel carries presets/_parsed.json, made by hatch_build.py when it was built,
+    """A wheel carries presets/_parsed.marshal, made by hatch_build.py when it was built,
     and it matches the presets it ships; a checkout (editable install) has none."""
+    import marshal
+
     from kvcalc import presets
 
     shipped = presets.presets_dir() / presets.INDEX_NAME
     if not shipped.exists():
         pytest.skip("a checkout: the index is made when the wheel is built (hatch_build.py)")
-    assert shipped.read_text(encoding="utf-8") == presets.build_index()
+    assert marshal.loads(shipped.read_bytes()) == marshal.loads(presets.build_index())
 
 
 def test_the_index_holds_what_the_yaml_says():
     """Each entry is the file's size, CRC-32 and its data exactly as YAML reads it."""
+    import marshal
     import zlib
 
     from kvcalc import presets
     from kvcalc.yamlread import parse
 
-    index = json.loads(presets.build_index())
+    index = marshal.loads(presets.build_index())
     files = sorted(presets.presets_dir().glob("*/*.yaml"))
     assert sorted(index) == [f.relative_to(presets.presets_dir()).as_posix() for f in files]
     for f in files:
         raw = f.read_bytes()
         size, crc, data = index[f.relative_to(presets.presets_dir()).as_posix()]
         assert (size, crc) == (len(raw), zlib.crc32(raw))
-        assert json.loads(data) == parse(raw.decode("utf-8"), f.name)
+        assert marshal.loads(data) == parse(raw.decode("utf-8"), f.name)
 
 
 def test_preset_files_and_presets_show_fit_80_columns():
@@ -562,7 +565,7 @@ def test_an_edited_preset_is_parsed_as_yaml(tmp_path, monkeypatch):
     root = tmp_path / "presets"
     shutil.copytree(presets.presets_dir(), root)
     monkeypatch.setattr(presets, "presets_dir", lambda: root)
-    (root / presets.INDEX_NAME).write_text(presets.build_index(), encoding="utf-8")
+    (root / presets.INDEX_NAME).write_bytes(presets.build_index())
     presets._index.cache_clear()
     presets._load_model.cache_clear()
     try:
