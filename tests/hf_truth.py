@@ -139,6 +139,11 @@ _CODEBOOK_DECODERS = ("musicgen_decoder", "musicgen_melody_decoder")
 # encoder's): the harness hands them seq_len states of hidden_size, and their cache is
 # an EncoderDecoderCache whose cross part holds those states' K/V.
 _CROSS_DECODERS = ("musicgen_decoder",)
+# Models whose own cache cannot be built (BLT: DynamicCache(config=BltConfig) asks the
+# composite config for num_hidden_layers): handed an EncoderDecoderCache of two plain
+# DynamicCaches, as a user must. BLT keeps its local encoder's layers in the first and its
+# local decoder's in the second.
+_HANDED_A_CACHE = ("blt",)
 
 
 def _build(config, device: str, dtype, multimodal: bool):
@@ -463,6 +468,8 @@ def _reduced_config(cfg: dict, window: int) -> dict:
     td = text_config_dict(cfg)
     if td.get("model_type") in _BLOCK_FAMILIES:
         return _reduced_blocks(td)
+    if td.get("model_type") == "blt":
+        return _reduced_blt(td)
     if td.get("model_type") in _LOOPED_FAMILIES:
         return _reduced_looped(td, window)
     config, _, layers = _meta_text_model(td)
@@ -671,6 +678,26 @@ def _reduced_looped(td: dict, window: int) -> dict:
     for k in ("pad_token_id", "bos_token_id", "eos_token_id"):
         if isinstance(d.get(k), int) and d[k] >= SMALL_VOCAB:
             d[k] = 1 if k != "pad_token_id" else 0
+    return d
+
+
+def _reduced_blt(td: dict) -> dict:
+    """BLT: the local encoder's and decoder's attention geometry kept (they cache), two
+    decoder layers; MLP widths, the global transformer and the patcher (which cache
+    nothing) cut to one narrow layer (the global one behind the projection a width other
+    than the encoder's patch output builds), the hashed n-gram vocabulary to SMALL_VOCAB."""
+    d = copy.deepcopy(td)
+    for key in ("encoder_config", "decoder_config", "global_config", "patcher_config"):
+        d[key] = {**d[key], "intermediate_size": SMALL_WIDTH}
+    d["decoder_config"]["num_hidden_layers"] = min(d["decoder_config"]["num_hidden_layers"], 2)
+    d["global_config"].update(num_hidden_layers=1, hidden_size=4 * SMALL_HIDDEN,
+                              num_attention_heads=4, num_key_value_heads=4,
+                              head_dim=SMALL_HIDDEN)
+    d["decoder_config"]["hidden_size_global"] = 4 * SMALL_HIDDEN
+    d["patcher_config"].update(num_hidden_layers=1, hidden_size=SMALL_HIDDEN,
+                               num_attention_heads=4, num_key_value_heads=4,
+                               head_dim=SMALL_HIDDEN // 4)
+    d["encoder_hash_byte_group_vocab"] = SMALL_VOCAB
     return d
 
 
@@ -949,6 +976,10 @@ def _run(cfg: dict, seq_len: int, batch: int, dtype, window: int, decode: bool, 
         from transformers import DynamicCache
 
         given = {kw: DynamicCache(config=config)}
+    elif mt in _HANDED_A_CACHE:
+        from transformers import DynamicCache, EncoderDecoderCache
+
+        given = {kw: EncoderDecoderCache(DynamicCache(), DynamicCache())}
     with torch.no_grad(), _fast_bf16_conv1d():
         out = model(**extra, **extra_states, **{ids_key: ids[:, :n_prefill]}, use_cache=True,
                     **given)
@@ -968,7 +999,7 @@ def _run(cfg: dict, seq_len: int, batch: int, dtype, window: int, decode: bool, 
             out = model(**args)
             cache = _returned_cache(out, given.get(kw))
     held = None
-    if given:
+    if given and mt in MODULE_STATE_FAMILIES:
         held = _module_states(model, getattr(config, "num_hidden_layers"))
     rows = inspect_cache(cache, _text_layer_types(config), held)
     if decode:

@@ -581,6 +581,9 @@ def test_huge_layer_counts_are_refused_before_any_list_is_built(model_type, laye
         cfg[key] = layers
     cfg["text_config"] = {k: v for k, v in cfg.items() if k != "model_type"} | {
         "model_type": "llama"}
+    if model_type == "blt":  # its stacks' depths are in their sub-configs
+        for sub in ("encoder_config", "decoder_config", "global_config", "patcher_config"):
+            cfg[sub] = {"num_hidden_layers": layers}
     tracemalloc.start()
     start = time.perf_counter()
     try:

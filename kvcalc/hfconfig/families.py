@@ -22,8 +22,8 @@ from kvcalc.hfconfig.recurrent import (bailing_hybrid, kimi_linear, minimax, rec
                                         rwkv, xlstm)
 from kvcalc.hfconfig.state_families import (bamba, falcon_h1, granitemoehybrid, lara_mini,
                                             lfm2_moe, mamba2, qwen3_5, qwen4_exp)
-from kvcalc.hfconfig import (audio, deepseek_v4, granite, llama_more, looped, modernbert,
-                             moe_later)
+from kvcalc.hfconfig import (audio, blt, deepseek_v4, granite, llama_more, looped,
+                             modernbert, moe_later)
 
 FAMILIES: dict[str, Callable[[Config], dict]] = {
     "llama": llama_like,
@@ -184,6 +184,8 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "musicgen_decoder": audio.musicgen_decoder,
     "musicgen_melody_decoder": audio.musicgen_melody_decoder,
     "qwen4_exp_text": qwen4_exp,
+    # The Byte Latent Transformer (blt)
+    "blt": blt.blt,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(FAMILIES) + tuple(WRAPPERS)
