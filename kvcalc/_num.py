@@ -46,47 +46,64 @@ def largest(holds, lo: int, hi: int) -> int:
     return lo
 
 
-# A number as fractions.Fraction reads text (Python 3.11's grammar): a sign, digits with
-# optional underscores, then "/denominator" or ".decimals" and an exponent.
-_RATIO = (r"\s*(?P<sign>[-+]?)(?=\d|\.\d)(?P<num>\d*|\d+(?:_\d+)*)"
-          r"(?:/(?P<den>\d+(?:_\d+)*)|(?:\.(?P<dec>\d+(?:_\d+)*)?)?"
-          r"(?:[eE](?P<exp>[-+]?\d+(?:_\d+)*))?)\s*")
 MAX_EXPONENT = 4000  # 1e4000 is beyond every share and size; 1e999999999 would take minutes
+
+
+def _digits(part: str) -> bool:
+    """Decimal digits, single underscores between them (as int() and Fraction take them)."""
+    return (part[:1].isdecimal() and part[-1:].isdecimal() and "__" not in part
+            and part.replace("_", "").isdecimal())
 
 
 def exact_ratio(value) -> tuple[int, int]:
     """`value` (an int, a float or their text) read exactly as the decimal it is written
     as: (numerator, denominator) in lowest terms, denominator > 0. "0.9" and the float
     0.9 give (9, 10), not 0.9's binary value; "1e-3" gives (1, 1000), "3/4" (3, 4).
-    fractions.Fraction(str(value)) reads the same (tests/test_num.py holds the two
-    equal), but importing fractions brings decimal and numbers with it: a tenth of
-    `kvcalc estimate`'s start-up. ValueError for what is not such a number (nan, inf,
-    '', an exponent beyond MAX_EXPONENT); ZeroDivisionError for a zero denominator."""
+
+    The grammar and errors of fractions.Fraction(str(value)) in Python 3.11 (a sign,
+    digits with single underscores, then "/denominator", or ".decimals" and an exponent;
+    spaces around), which tests/test_num.py holds equal; not Fraction itself, whose
+    import brings decimal and numbers: a tenth of `kvcalc estimate`'s start-up, as is a
+    regular expression's compilation. ValueError for what is not such a number (nan,
+    inf, '', an exponent beyond MAX_EXPONENT); ZeroDivisionError for a zero denominator."""
     import math
-    import re
 
     text = str(value)
-    m = re.fullmatch(_RATIO, text)
-    if m is None:
+    body = text.strip()
+    sign = -1 if body[:1] == "-" else 1
+    body = body[1:] if body[:1] in "+-" and body else body
+    den_text = exp_text = dec_text = None
+    if "/" in body:
+        body, den_text = body.split("/", 1)
+    else:
+        for e in "eE":
+            if e in body:
+                body, exp_text = body.split(e, 1)
+                break
+        if "." in body:
+            body, dec_text = body.split(".", 1)
+    ok = ((_digits(body) or (body == "" and bool(dec_text)))
+          and (den_text is None or _digits(den_text))
+          and (not dec_text or _digits(dec_text))
+          and (exp_text is None
+               or _digits(exp_text[1:] if exp_text[:1] in ("+", "-") else exp_text)))
+    if not ok:
         raise ValueError(f"not a decimal number: {text!r}")
-    num, den = int(m["num"] or "0"), 1
-    if m["den"]:
-        den = int(m["den"])
+    num, den = int(body or "0"), 1
+    if den_text is not None:
+        den = int(den_text)
         if den == 0:
             raise ZeroDivisionError(f"{text!r} has a zero denominator")
-    else:
-        if m["dec"]:
-            num = num * 10 ** len(m["dec"].replace("_", "")) + int(m["dec"])
-            den = 10 ** len(m["dec"].replace("_", ""))
-        if m["exp"]:
-            exp = int(m["exp"])
-            if abs(exp) > MAX_EXPONENT and num:
-                raise ValueError(f"exponent out of range: {text!r}")
-            num, den = (num * 10 ** exp, den) if exp >= 0 else (num, den * 10 ** -exp)
-    if m["sign"] == "-":
-        num = -num
+    if dec_text:
+        scale = 10 ** len(dec_text.replace("_", ""))
+        num, den = num * scale + int(dec_text), scale
+    if exp_text is not None:
+        exp = int(exp_text)
+        if abs(exp) > MAX_EXPONENT and num:
+            raise ValueError(f"exponent out of range: {text!r}")
+        num, den = (num * 10 ** exp, den) if exp >= 0 else (num, den * 10 ** -exp)
     g = math.gcd(num, den)
-    return num // g, den // g
+    return sign * num // g, den // g
 
 
 def linear_params(fan_in: int, fan_out: int, bias: bool) -> int:

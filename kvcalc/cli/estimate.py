@@ -72,14 +72,31 @@ def _estimates(request: ModelRequest, *, seq_len, batch, kv_dtype, weight_dtype,
                          memory=memory, **options) for s in specs]
 
 
-def write(fmt: OutputFormat, output, force: bool, obj, rows: list[dict], items: list) -> None:
+def write(fmt: OutputFormat, output, force: bool, obj, rows, items) -> None:
     """One result in the chosen format, to stdout or atomically to `output`.
 
-    `obj` is the JSON, `rows` the CSV rows, `items` the paragraphs and tables (Tab) that
-    table and md draw."""
+    Each a function, of which only the chosen format's is called: `obj` gives the JSON,
+    `rows` the CSV rows, `items` the paragraphs and tables (Tab) that table and md draw."""
     from kvcalc.report.render import deliver
 
-    deliver(fmt.value, items, data=obj, rows=rows, output=output, force=force)
+    kind = fmt.value
+    deliver(kind, items() if kind in ("table", "md") else [],
+            data=obj() if kind == "json" else None, rows=rows() if kind == "csv" else None,
+            output=output, force=force)
+
+
+def _estimate_items(est, detail: bool) -> list:
+    """estimate's table: the one-line answer, the compact table (or every breakdown)."""
+    from kvcalc.report.tables import estimate_tables, headline, summary_table
+
+    body = estimate_tables(est) if detail else [summary_table(est)]
+    return [headline(est), *body, *_notes(est)]
+
+
+def _compare_items(ests) -> list:
+    from kvcalc.report.tables import compare_table
+
+    return [compare_table(ests)]
 
 
 def _notes(est) -> list[str]:
@@ -126,8 +143,6 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         --seq-len 8192 --batch 16 --tp 4 --format json`; `kvcalc estimate --preset
         llama2-7b --compare`; `-o r.md` writes markdown.
         """
-        from kvcalc.report.tables import compare_table, estimate_tables, headline, summary_table
-
         fmt = output_format(fmt, output)
         speed_engine = speed.engine_option(engine, mfu, bandwidth_efficiency, speed.DEFAULT)
         mfu, bandwidth_efficiency = speed.shares(mfu, bandwidth_efficiency)
@@ -139,16 +154,15 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                           mfu=mfu, bandwidth_efficiency=bandwidth_efficiency,
                           engine=speed_engine)
         if compare:
-            obj = {"variants": [e.as_dict() for e in ests],
-                   "reductions_vs_mha": [_reductions(ests[0], e) for e in ests[1:]]}
-            rows = [{**e.as_row(), **_reductions(ests[0], e)} for e in ests]
-            items = [compare_table(ests)]
-        else:
-            est = ests[0]
-            obj, rows = est.as_dict(), [est.as_row()]
-            body = estimate_tables(est) if detail else [summary_table(est)]
-            items = [headline(est), *body, *_notes(est)]
-        write(fmt, output, force, obj, rows, items)
+            write(fmt, output, force,
+                  lambda: {"variants": [e.as_dict() for e in ests],
+                           "reductions_vs_mha": [_reductions(ests[0], e) for e in ests[1:]]},
+                  lambda: [{**e.as_row(), **_reductions(ests[0], e)} for e in ests],
+                  lambda: _compare_items(ests))
+            return
+        est = ests[0]
+        write(fmt, output, force, est.as_dict, lambda: [est.as_row()],
+              lambda: _estimate_items(est, detail))
 
     @command(app, only)
     @model_options
@@ -354,8 +368,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             lat = est.latency
             obj["slo_timed_on"] = (lat.engine_name if lat is not None and lat.engine_name
                                    else "roofline")
-        write(fmt, output, force, obj, [flatten(obj)],
-              [capacity_table(est, slo, "--max-model-len" if engine else "--seq-len")])
+        write(fmt, output, force, lambda: obj, lambda: [flatten(obj)],
+              lambda: [capacity_table(est, slo, "--max-model-len" if engine else "--seq-len")])
         if not v.serves:
             raise typer.Exit(1)  # a valid question answered no (bad input exits 2)
 

@@ -7,9 +7,6 @@ vectorised form); JSON carries every float in full.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 from typing import Any, Iterable, Mapping
 
 # Twelve significant digits, not the shortest round-trip repr: the repr of a double
@@ -46,6 +43,9 @@ def rows_to_csv(rows: Iterable[Mapping[str, Any]]) -> str:
     """CSV with a header from the union of the rows' keys, in first-seen order.
 
     Floats carry twelve significant digits (`cell`), as in `kvcalc sweep`."""
+    import csv  # each format imports only its own writer: start-up time
+    import io
+
     rows = [{k: cell(v) for k, v in flatten(r).items()} for r in rows]
     columns: dict[str, None] = {}
     for r in rows:
@@ -64,4 +64,6 @@ def _json_default(value: Any) -> Any:
 
 
 def to_json(obj: Any) -> str:
+    import json
+
     return json.dumps(obj, indent=2, default=_json_default, allow_nan=False) + "\n"
