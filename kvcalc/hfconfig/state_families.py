@@ -146,6 +146,21 @@ def lfm2_moe(c: Config) -> dict:
                               for i, k in enumerate(kinds)])
 
 
+def _qwen_delta_net(c: Config) -> GatedDeltaNet:
+    """Qwen3.5's (and Qwen4-Exp's) Gated DeltaNet, with their class defaults."""
+    return GatedDeltaNet(k_heads=c.opt_int("linear_num_key_heads", 16) or 16,
+                         v_heads=c.opt_int("linear_num_value_heads", 32) or 32,
+                         k_dim=c.opt_int("linear_key_head_dim", 128) or 128,
+                         v_dim=c.opt_int("linear_value_head_dim", 128) or 128,
+                         conv_kernel=c.opt_int("linear_conv_kernel_dim", 4) or 4)
+
+
+def _qwen_kinds(c: Config, layers: int, names: dict[str, str]) -> list[str]:
+    """layer_types by `names`, else every full_attention_interval-th layer full (4)."""
+    return layer_kinds(c, layers, names, lambda: every_nth_full(
+        layers, c.opt_int("full_attention_interval", 4) or 4, "linear"))
+
+
 def qwen3_5(c: Config) -> dict:
     """Qwen3.5 / Qwen3.6: Gated DeltaNet linear attention on 3 of 4 layers (layer_types,
     else full_attention_interval), gated full attention with q/k norms on the rest;
@@ -159,14 +174,8 @@ def qwen3_5(c: Config) -> dict:
     vocab = c.req_dim("vocab_size")
     kv_heads = c.opt_int("num_key_value_heads", defaults["num_key_value_heads"]) or heads
     head_dim = c.opt_int("head_dim", defaults["head_dim"]) or hidden // heads
-    kinds = layer_kinds(c, layers, {"full_attention": "full", "linear_attention": "linear"},
-                        lambda: every_nth_full(
-                            layers, c.opt_int("full_attention_interval", 4) or 4, "linear"))
-    linear = GatedDeltaNet(k_heads=c.opt_int("linear_num_key_heads", 16) or 16,
-                           v_heads=c.opt_int("linear_num_value_heads", 32) or 32,
-                           k_dim=c.opt_int("linear_key_head_dim", 128) or 128,
-                           v_dim=c.opt_int("linear_value_head_dim", 128) or 128,
-                           conv_kernel=c.opt_int("linear_conv_kernel_dim", 4) or 4)
+    kinds = _qwen_kinds(c, layers, {"full_attention": "full", "linear_attention": "linear"})
+    linear = _qwen_delta_net(c)
     bias = c.opt_bool("attention_bias", False)
     attn = Attention(heads, kv_heads, head_dim, qkv_bias=bias, out_bias=bias,
                      qk_norm=2 * head_dim, gated=True)
@@ -204,15 +213,9 @@ def qwen4_exp(c: Config) -> dict:
     kv_heads = c.opt_int("num_key_value_heads", 2) or heads
     head_dim = c.opt_int("head_dim", 256) or hidden // heads
     # Qwen4ExpTextConfig: "full_attention" in a released layer_types is an indexed layer
-    kinds = layer_kinds(c, layers, {"full_attention": "full", "indexed_attention": "full",
-                                    "linear_attention": "linear"},
-                        lambda: every_nth_full(
-                            layers, c.opt_int("full_attention_interval", 4) or 4, "linear"))
-    linear = GatedDeltaNet(k_heads=c.opt_int("linear_num_key_heads", 16) or 16,
-                           v_heads=c.opt_int("linear_num_value_heads", 32) or 32,
-                           k_dim=c.opt_int("linear_key_head_dim", 128) or 128,
-                           v_dim=c.opt_int("linear_value_head_dim", 128) or 128,
-                           conv_kernel=c.opt_int("linear_conv_kernel_dim", 4) or 4)
+    kinds = _qwen_kinds(c, layers, {"full_attention": "full", "indexed_attention": "full",
+                                    "linear_attention": "linear"})
+    linear = _qwen_delta_net(c)
     bias = c.opt_bool("attention_bias", False)
     attn = QSAAttention(heads, kv_heads, head_dim, qkv_bias=bias, out_bias=bias,
                         qk_norm=2 * head_dim, gated=True,
