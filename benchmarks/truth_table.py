@@ -22,8 +22,13 @@ for name, cfg in cases:
     kinds = " + ".join(f"{n}x{l.mixer.label}" for l, n in rs.groups())
     cb = []
     for L in (5, 25):
-        meas = sum(m["stored_bytes"] for m in hf_truth.cache_bytes_after_decode(cfg, L, window=8))
-        pred = sum(T._kvcalc_layer_bytes(red, L))  # what a serving engine holds
+        measured = hf_truth.cache_bytes_after_decode(cfg, L, window=8)
+        # as the tests read them: a cross-attention cache (MusicGen's text K/V) counted
+        # with kvcalc's cross bytes, BLT's and the looped models' rows in running order
+        layers, cross = T._measured_layer_bytes(T._in_running_order(red, measured),
+                                                red.get("model_type") == "blt" or None)
+        meas = sum(layers)
+        pred = sum(T._kvcalc_layer_bytes(red, L, cross))  # what a serving engine holds
         cb.append((pred, meas, T._transformers_expansion(red)))
     mt = cfg.get("model_type")
     extra = T._transformers_extra_params(cfg)  # built by transformers, held by no checkpoint
