@@ -1,6 +1,9 @@
 """kvcalc._num.exact_ratio reads a number as fractions.Fraction(str(value)) does (the
-truth here), without importing fractions at start-up."""
+truth here), without importing fractions at start-up. Its grammar is Python 3.11's on
+every version: Fraction took underscores between digits only from 3.11 on, so on 3.10
+texts with one are held to 3.11's reading by the published examples alone."""
 
+import sys
 from fractions import Fraction
 
 import pytest
@@ -8,7 +11,9 @@ import pytest
 from kvcalc._num import MAX_EXPONENT, exact_ratio
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import given, strategies as st  # noqa: E402
+from hypothesis import assume, given, strategies as st  # noqa: E402
+
+UNDERSCORES = sys.version_info >= (3, 11)  # Fraction("1_000") reads only from 3.11
 
 
 def _fraction(value):
@@ -38,6 +43,7 @@ _PIECES = st.sampled_from(["", " ", "+", "-", "0", "1", "9", "12", "0_1", "_", "
 
 @given(st.lists(_PIECES, max_size=8).map("".join))
 def test_text_reads_as_fraction_reads_it(text):
+    assume(UNDERSCORES or "_" not in text)
     ours, truth = _ours(text), _fraction(text)
     if ours is ValueError and isinstance(truth, tuple):  # refused: a huge exponent only
         assert truth[0] and max(abs(truth[0]), truth[1]) > 10 ** MAX_EXPONENT, text
@@ -49,7 +55,9 @@ def test_text_reads_as_fraction_reads_it(text):
     ("0.9", (9, 10)), ("1e-3", (1, 1000)), ("3/4", (3, 4)), ("-0.50", (-1, 2)), (" 1. ", (1, 1)),
     ("1_000", (1000, 1)), (".5", (1, 2)), ("6/4", (3, 2)), (0.1, (1, 10))])
 def test_published_examples(text, expected):
-    assert exact_ratio(text) == expected == _fraction(text)
+    assert exact_ratio(text) == expected
+    if UNDERSCORES or "_" not in str(text):
+        assert expected == _fraction(text)
 
 
 def test_a_huge_exponent_is_refused_not_computed():
