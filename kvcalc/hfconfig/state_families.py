@@ -155,6 +155,17 @@ def _qwen_delta_net(c: Config) -> GatedDeltaNet:
                          conv_kernel=c.opt_int("linear_conv_kernel_dim", 4) or 4)
 
 
+def _qwen_moe(c: Config, *, experts: int, active: int) -> MoE:
+    """Qwen3.5-MoE's (and Qwen4-Exp's) routed experts beside one gated shared expert,
+    with the class's expert counts as defaults."""
+    shared_ff = c.opt_int("shared_expert_intermediate_size", 512) or 0
+    d_ff = c.opt_int("moe_intermediate_size", 512) or 1
+    return MoE(experts=c.opt_int("num_experts", experts) or 1,
+               active=c.opt_int("num_experts_per_tok", active) or 1, expert_d_ff=d_ff,
+               shared_experts=1 if shared_ff else 0, shared_d_ff=shared_ff,
+               shared_gate=bool(shared_ff))
+
+
 def _qwen_kinds(c: Config, layers: int, names: dict[str, str]) -> list[str]:
     """layer_types by `names`, else every full_attention_interval-th layer full (4)."""
     return layer_kinds(c, layers, names, lambda: every_nth_full(
@@ -180,12 +191,8 @@ def qwen3_5(c: Config) -> dict:
     attn = Attention(heads, kv_heads, head_dim, qkv_bias=bias, out_bias=bias,
                      qk_norm=2 * head_dim, gated=True)
     if moe_family:
-        shared_ff = c.opt_int("shared_expert_intermediate_size", 512) or 0
-        d_ff = c.opt_int("moe_intermediate_size", 512) or 1
-        mlp = MoE(experts=c.opt_int("num_experts", 256) or 1,
-                  active=c.opt_int("num_experts_per_tok", 8) or 1, expert_d_ff=d_ff,
-                  shared_experts=1 if shared_ff else 0, shared_d_ff=shared_ff,
-                  shared_gate=bool(shared_ff))
+        mlp = _qwen_moe(c, experts=256, active=8)
+        d_ff = mlp.expert_d_ff
     else:
         d_ff = c.req_dim("intermediate_size")
         mlp = Dense(d_ff)
@@ -223,12 +230,8 @@ def qwen4_exp(c: Config) -> dict:
                         index_head_dim=c.req_dim("indexer_head_dim"),
                         index_budget=c.req_dim("indexer_budget"),
                         index_compress_ratio=c.req_dim("indexer_compress_ratio"))
-    shared_ff = c.opt_int("shared_expert_intermediate_size", 512) or 0
-    d_ff = c.opt_int("moe_intermediate_size", 512) or 1
-    mlp = MoE(experts=c.opt_int("num_experts", 512) or 1,
-              active=c.opt_int("num_experts_per_tok", 10) or 1, expert_d_ff=d_ff,
-              shared_experts=1 if shared_ff else 0, shared_d_ff=shared_ff,
-              shared_gate=bool(shared_ff))
+    mlp = _qwen_moe(c, experts=512, active=10)
+    d_ff = mlp.expert_d_ff
     streams, rank = c.req_dim("hc_count"), c.req_dim("hc_lowrank")
     wide = streams * hidden
     # Qwen4ExpTextGatedResidual: a grouped RMSNorm over the streams, the low-rank mixer
