@@ -21,13 +21,27 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 from kvcalc.errors import KvcalcError
 
-# The submodule kvcalc.estimate is loaded before the function `estimate` below is
-# defined: a first import of the submodule later would set kvcalc.estimate to it.
-import kvcalc.estimate as _estimate_module  # noqa: E402,F401  isort: skip
+
+class _Package(types.ModuleType):
+    """kvcalc itself. Importing a submodule binds it on its package, and the submodule
+    kvcalc.estimate would so replace the function `estimate` below on its first import:
+    the package keeps the function (the module is sys.modules["kvcalc.estimate"]). So
+    `import kvcalc` imports nothing heavy, and the CLI starts its work before any model
+    code loads (kvcalc/cli/__init__.py)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "estimate" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 __version__ = "0.1.0"
 

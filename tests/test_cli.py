@@ -816,6 +816,33 @@ def test_analytical_commands_load_neither_pydantic_nor_the_heavy_libraries():
         sorted(imported & {"pydantic", "numpy", "pandas", "torch", "matplotlib"})
 
 
+def test_the_collector_is_off_for_start_up_and_on_for_the_command():
+    """The kvcalc process starts with Python's cyclic collector off (its passes over the
+    objects every import leaves were a fifth of the start, README "Start-up"), runs the
+    command with it on over what the command makes, and freezes what lives at the end.
+    A program that imports kvcalc.cli keeps its collector as it was."""
+    code = ("import gc, sys\nsys.argv = ['/usr/bin/kvcalc', 'estimate', '--preset', 'gpt3', "
+            "'--format', 'json']\nimport kvcalc.cli\nseen = [gc.isenabled()]\n"
+            "import kvcalc.estimate as _m\nm = sys.modules['kvcalc.estimate']\n"
+            "real = m.estimate\ndef spy(*a, **k):\n    seen.append(gc.isenabled())\n"
+            "    seen.append(gc.get_freeze_count())\n    return real(*a, **k)\n"
+            "m.estimate = spy\ntry:\n    kvcalc.cli.app(prog_name='kvcalc')\n"
+            "except SystemExit as e:\n    seen.append(e.code)\n"
+            "seen.append(gc.get_freeze_count())\nprint(seen, file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60, cwd=ROOT)
+    assert json.loads(r.stdout)["kv_cache_bytes"] == 9_663_676_416
+    # off while importing; on in the command, start-up's objects frozen; exit 0; and
+    # at the end the command's objects frozen too
+    off, on, frozen_in_command, code, frozen_at_end = eval(r.stderr.strip().splitlines()[-1])
+    assert (off, on, code) == (False, True, 0), r.stderr
+    assert 10_000 < frozen_in_command < frozen_at_end, r.stderr
+    r = subprocess.run([sys.executable, "-c", "import gc, kvcalc.cli; print(gc.isenabled(), "
+                        "gc.get_freeze_count())"], capture_output=True, text=True, timeout=60,
+                       cwd=ROOT)
+    assert r.stdout.split() == ["True", "0"], r.stderr
+
+
 def test_estimate_never_reads_a_text_signature():
     """A dataclass without a docstring gets one from inspect.signature(cls), and a record
     (init=False) has only object.__init__'s text signature: reading it compiles
