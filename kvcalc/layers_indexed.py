@@ -129,6 +129,10 @@ class QSAAttention(IndexedAttention):
     index_budget: int = 2048
     index_compress_ratio: int = 4
     label = "attention + QSA indexer"
+    # Why the counts are withheld (kvcalc.capacity.state.why_unpaged): not that no engine
+    # serves it, as for the kinds no release pages at all.
+    engine_unpaged = ("kvcalc does not model how an engine pages Qwen4-Exp's QSA indexer "
+                      "(its compressed block states beside the K/V pages)")
 
     def kv_cache_spec(self, specs):
         return specs.unpaged(self)

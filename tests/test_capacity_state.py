@@ -233,6 +233,39 @@ RWKV_CFG = {"model_type": "rwkv", "hidden_size": 2048, "num_hidden_layers": 24,
             "vocab_size": 50277}
 
 
+# Kinds an engine does serve, with cache layouts kvcalc does not model: the counts are
+# withheld too, and the note says so in the kind's own words, not "no release serves".
+QWEN4_EXP_TEXT_CFG = {"model_type": "qwen4_exp_text", "num_hidden_layers": 4,
+                      "hidden_size": 2048, "intermediate_size": 5120,
+                      "num_attention_heads": 16, "vocab_size": 151936,
+                      "indexer_n_heads": 4, "indexer_kv_heads": 1, "indexer_head_dim": 128,
+                      "indexer_budget": 2048, "indexer_compress_ratio": 4,
+                      "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0,
+                                          "partial_rotary_factor": 0.25}}
+
+
+@pytest.mark.parametrize("spec_of, says", [
+    (lambda: _spec(QWEN4_EXP_TEXT_CFG),
+     "kvcalc does not model how an engine pages Qwen4-Exp's QSA indexer"),
+    (lambda: _spec_file("deepseek-ai__DeepSeek-V4-Flash.json"),
+     "vLLM 0.32 serves DeepSeek-V4 with cache specs of its own"),
+])
+def test_served_kinds_kvcalc_does_not_page_say_so(spec_of, says) -> None:
+    cap = serving_capacity(spec_of(), H100, EngineSettings(
+        max_model_len=8192, kv_cache_memory_bytes=20 * GiB))
+    assert cap.num_gpu_blocks is None and cap.kv_cache_tokens is None
+    (note,) = [n for n in cap.notes if "not modelled" in n]
+    assert note.startswith(says) and "no release" not in note, note
+
+
+def _spec_file(name: str):
+    import json
+    from pathlib import Path
+
+    cfg = json.loads((Path(__file__).parent / "data" / "hf" / name).read_text())
+    return _spec(cfg)
+
+
 def test_unpaged_state_kinds_withhold_the_cache_counts() -> None:
     cap = serving_capacity(_spec(RWKV_CFG), H100, EngineSettings(
         max_model_len=8192, kv_cache_memory_bytes=20 * GiB))
