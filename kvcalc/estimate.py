@@ -360,9 +360,10 @@ def workload_for(spec: ModelSpec, *, seq_len: int, batch: int = 1,
     Weights: `weight_dtype` None reads them as the model's config stores them (its
     quantization_config, else bf16); a dtype quantizes every matrix to it, with scales
     per `group_size` for the quantized ones (int4, int8, fp8, mxfp4, nvfp4)."""
-    if encoder_seq_len is not None and not spec.encoder_layers:
-        raise KvcalcError(f"--encoder-seq-len applies to encoder-decoder models; {spec.name} "
-                          f"is decoder-only")
+    if encoder_seq_len is not None and not spec.cross_attends:
+        raise KvcalcError(f"--encoder-seq-len applies to models that cross-attend to an "
+                          f"encoder's tokens (encoder-decoder, Mllama, MusicGen); {spec.name} "
+                          f"has no cross-attention")
     if scale_bytes < 0:  # 0 (no scales) is the default
         raise KvcalcError(f"kv_scale_bytes must be >= 0, got {scale_bytes}")
     check_size("kv_scale_bytes", scale_bytes, 64) if scale_bytes else None

@@ -173,6 +173,12 @@ class ModelSpec:
         cost O(distinct kinds), not O(layers)."""
         return self._groups
 
+    @property
+    def cross_attends(self) -> bool:
+        """Some layer keeps K/V of an encoder's tokens (T5's encoder, Mllama's vision model,
+        MusicGen's text encoder), so an encoder length applies."""
+        return any(layer.cross for layer, _ in self._groups)
+
     def layer_list(self) -> list:
         """Every decoder layer in order (for display and pipeline stages)."""
         return [r.layer for r in self.runs for _ in range(r.count)]

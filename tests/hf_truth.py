@@ -947,7 +947,8 @@ def _built(key: str, dtype_name: str):
     return config, model
 
 
-def _run(cfg: dict, seq_len: int, batch: int, dtype, window: int, decode: bool, reduce: bool):
+def _run(cfg: dict, seq_len: int, batch: int, dtype, window: int, decode: bool, reduce: bool,
+         encoder_len: int | None = None):
     import json
 
     import torch
@@ -962,8 +963,8 @@ def _run(cfg: dict, seq_len: int, batch: int, dtype, window: int, decode: bool, 
     ids = torch.randint(2, vocab, (batch * streams, seq_len), generator=g)
     kw = _cache_kw(model)
     extra = {}
-    if mt in _CROSS_DECODERS:  # an encoder's output of seq_len tokens, kept by every layer
-        states = torch.randn(batch, seq_len, config.hidden_size, generator=g)
+    if mt in _CROSS_DECODERS:  # an encoder's output (seq_len tokens), kept by every layer
+        states = torch.randn(batch, encoder_len or seq_len, config.hidden_size, generator=g)
         extra_states = {"encoder_hidden_states": states.to(_dtype(dtype))}
     else:
         extra_states = {}
@@ -1016,7 +1017,8 @@ def _run(cfg: dict, seq_len: int, batch: int, dtype, window: int, decode: bool, 
 
 
 def cache_bytes_after_decode(cfg: dict, seq_len: int, batch: int = 1, dtype="bfloat16",
-                             window: int = 8, decode: bool = True, reduce: bool = True) -> list[dict]:
+                             window: int = 8, decode: bool = True, reduce: bool = True,
+                             encoder_len: int | None = None) -> list[dict]:
     """Cache per decoder layer after a prefill of seq_len-1 tokens and ONE decode step.
 
     The reduced copy of ``cfg`` (``reduced_config(cfg, window)``; ``reduce=False`` uses the
@@ -1029,7 +1031,7 @@ def cache_bytes_after_decode(cfg: dict, seq_len: int, batch: int = 1, dtype="bfl
     "tokens_exposed", "tokens_stored" (key storage in tokens), "shapes", "state_dtypes",
     "sliding_window", "seq_length"}.
     """
-    return _run(cfg, seq_len, batch, _dtype(dtype), window, decode, reduce)
+    return _run(cfg, seq_len, batch, _dtype(dtype), window, decode, reduce, encoder_len)
 
 
 def cache_bytes_after_prefill(cfg: dict, seq_len: int, batch: int = 1, dtype="bfloat16",

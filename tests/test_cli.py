@@ -188,7 +188,7 @@ BAD_INPUT = [
     (["estimate", "--preset", "gpt3", "--format", "csv", "-o", "/dev/null", "--force"], "regular file"),
     (["estimate", "--preset", "gpt3", "--reserve", "1e99"], "absurdly large"),
     (["estimate", "--preset", "gpt3", "--kv-scale-bytes", "99999999999"], "kv_scale_bytes"),
-    (["estimate", "--preset", "gpt3", "--encoder-seq-len", "512"], "decoder-only"),
+    (["estimate", "--preset", "gpt3", "--encoder-seq-len", "512"], "has no cross-attention"),
     (["estimate", "--preset", "deepseek-v3", "--kv-heads", "8"], "MLA"),
     (["estimate", "--preset", "llama3-8b", "--heads", "12"], "--kv-heads"),
     (["estimate", "--preset", "gpt3", "--format", "csv", "-o", "/"], "folder"),

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.xdist_group("transformers-truth")
 
 import hf_truth  # noqa: E402  (tests/ is on sys.path)
 
+from kvcalc.formulas.cache import kv_cache  # noqa: E402
 from kvcalc.formulas.params import param_counts  # noqa: E402
 from kvcalc.hfconfig import spec_from_hf_config, spec_from_hf_config_file  # noqa: E402
 from kvcalc.presets import presets_dir  # noqa: E402
@@ -488,6 +489,23 @@ def test_default_config_cache_bytes_equal_transformers(model_type):
                                            reduced.get("model_type") == "blt" or None)
         assert _kvcalc_layer_bytes(reduced, seq_len, cross) == got, (
             seq_len, [m["cache_class"] for m in measured])
+
+
+def test_an_encoder_length_of_its_own_equals_transformers_cache():
+    """MusicGen's decoder keeps K/V of its text encoder's output in every layer: at
+    --encoder-seq-len tokens, not the decoder's length, as transformers holds them when
+    handed an encoder output of that length."""
+    cfg = _default_cfg("musicgen")
+    reduced = hf_truth.reduced_config(cfg, window=WINDOW)
+    spec = spec_from_hf_config(reduced, "reduced")
+    for seq_len, encoder_len in ((5, 13), (13, 5)):
+        measured = hf_truth.cache_bytes_after_decode(cfg, seq_len, window=WINDOW,
+                                                     encoder_len=encoder_len)
+        got, cross = _measured_layer_bytes(_in_running_order(reduced, measured))
+        cache = kv_cache(spec, seq_len, kv_dtype="bf16", encoder_seq_len=encoder_len)
+        assert cross and cache.bytes == sum(got), (seq_len, encoder_len, cache.bytes, got)
+        assert cache.cross_attention_bytes_per_sequence == sum(
+            m["stored_bytes"] for m in measured if m["part"] == "cross")
 
 
 # Switches a class-default config leaves off, each a structure of its own: the model

@@ -429,7 +429,9 @@ ScaleOpt = Annotated[int, typer.Option(
     "--kv-scale-bytes", help="Bytes of quantization scale per token per K/V head (e.g. 2 for fp16 scales).")]
 EncoderLenOpt = Annotated[Optional[int], typer.Option(
     "--encoder-seq-len", metavar="<tokens>",
-    help="Encoder tokens for encoder-decoder models, suffixes as --seq-len (default: --seq-len).")]
+    help="Encoder tokens whose K/V a cross-attending model keeps (an encoder-decoder's input, "
+    "Mllama's image tokens, MusicGen's text prompt), suffixes as --seq-len (default: "
+    "--seq-len).")]
 MemFractionOpt = Annotated[Optional[float], typer.Option(
     "--memory-fraction", show_default=False,
     help="The floor only (weights + KV): share of device memory usable, in (0, 1]; the "

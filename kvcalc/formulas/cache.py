@@ -175,7 +175,7 @@ def kv_cache(
     """
     check_axes(seq_len, batch)
     enc_len = None
-    if spec.encoder_layers:
+    if spec.cross_attends:
         enc_len = seq_len if encoder_seq_len is None else check_size(
             "encoder_seq_len", encoder_seq_len, MAX_SEQ_LEN)
     dt, sdt = as_dtype(kv_dtype), as_dtype(state_dtype)

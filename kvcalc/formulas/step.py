@@ -267,8 +267,9 @@ def prefill_flops(spec: ModelSpec, seq_len: int, encoder_seq_len: int | None = N
     runs for the last position only (logits for the next token); plus causal
     attention, sum_i min(i, window) positions per layer (MLA in its decompressed
     form). Encoder-decoder: also the encoder over `encoder_seq_len` tokens
-    (bidirectional attention), the cross-attention K/V projections of its output
-    in every decoder layer, and each prompt token's cross-attention over it.
+    (bidirectional attention). Any cross-attending model: the cross-attention K/V
+    projections of the encoder's output in every such layer, and each prompt token's
+    cross-attention over it.
     """
     d = spec.d_model
     mm = token_matmuls(spec)
@@ -286,6 +287,10 @@ def prefill_flops(spec: ModelSpec, seq_len: int, encoder_seq_len: int | None = N
         encoder = [(run.layer, run.count) for run in spec.encoder_runs]
         total += enc_len * sum(2 * i * o * c for i, o, c in _matmuls(encoder, d))
         total += enc_len * sum(n * layer.mixer.decode_flops(enc_len) for layer, n in encoder)
+    if spec.cross_attends:
+        # Every cross-attending layer projects K and V of the encoder's output once: T5's
+        # own encoder, or one outside the decoder (Mllama's vision model, MusicGen's T5).
+        enc_len = seq_len if encoder_seq_len is None else encoder_seq_len
         total += enc_len * sum(n * 2 * i * o for layer, n in spec.groups() if layer.cross
                                for i, o in layer.cross.encoder_matmuls(d))
     return total

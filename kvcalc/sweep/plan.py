@@ -259,9 +259,10 @@ def plan_sweep(
     # The settings estimate() refuses that building the combinations does not check
     # (the rows never go through estimate() itself).
     first = combos[0].spec
-    if encoder_seq_len is not None and not first.encoder_layers:
-        raise KvcalcError(f"--encoder-seq-len applies to encoder-decoder models; {first.name} "
-                          "is decoder-only")
+    if encoder_seq_len is not None and not first.cross_attends:
+        raise KvcalcError(f"--encoder-seq-len applies to models that cross-attend to an "
+                          f"encoder's tokens (encoder-decoder, Mllama, MusicGen); {first.name} "
+                          "has no cross-attention")
     if scale_bytes:
         check_size("kv_scale_bytes", scale_bytes, 64)
     return SweepPlan(spec=spec, seq_len=seq, batch=bat, kv_heads=heads, kv_dtypes=kdts,
