@@ -212,10 +212,10 @@ def test_the_memory_bound_judges_each_case_alone() -> None:
     """A peak an earlier test left in this worker does not count against a case."""
     held = bytearray(512 << 20)
     held[:: 4096] = b"x" * len(held[:: 4096])  # touch every page: resident
-    del held
-    assert _peak_rss_bytes() > 512 << 20
+    del held  # given back to the system (an allocation this large is a mapping of its own)
+    high = _peak_rss_bytes()  # what the worker holds, plus the 512 MiB a moment ago
     _reset_peak_rss()
-    assert _peak_rss_bytes() < 512 << 20
+    assert _peak_rss_bytes() < high - (256 << 20), (high, _peak_rss_bytes())
 
 
 @pytest.mark.slow  # a thousand invocations, tiny measure runs among them
