@@ -823,20 +823,18 @@ def test_the_collector_is_off_for_start_up_and_on_for_the_command():
     A program that imports kvcalc.cli keeps its collector as it was."""
     code = ("import gc, sys\nsys.argv = ['/usr/bin/kvcalc', 'estimate', '--preset', 'gpt3', "
             "'--format', 'json']\nimport kvcalc.cli\nseen = [gc.isenabled()]\n"
-            "import kvcalc.estimate as _m\nm = sys.modules['kvcalc.estimate']\n"
+            "import kvcalc.estimate\nm = sys.modules['kvcalc.estimate']\n"
             "real = m.estimate\ndef spy(*a, **k):\n    seen.append(gc.isenabled())\n"
             "    seen.append(gc.get_freeze_count())\n    return real(*a, **k)\n"
             "m.estimate = spy\ntry:\n    kvcalc.cli.app(prog_name='kvcalc')\n"
             "except SystemExit as e:\n    seen.append(e.code)\n"
             "seen.append(gc.get_freeze_count())\nprint(seen, file=sys.stderr)")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=60, cwd=ROOT)
-    assert json.loads(r.stdout)["kv_cache_bytes"] == 9_663_676_416
+    last = _gpt3_estimate_json_run(code)
     # off while importing; on in the command, start-up's objects frozen; exit 0; and
     # at the end the command's objects frozen too
-    off, on, frozen_in_command, code, frozen_at_end = eval(r.stderr.strip().splitlines()[-1])
-    assert (off, on, code) == (False, True, 0), r.stderr
-    assert 10_000 < frozen_in_command < frozen_at_end, r.stderr
+    off, on, frozen_in_command, code, frozen_at_end = eval(last)
+    assert (off, on, code) == (False, True, 0), last
+    assert 10_000 < frozen_in_command < frozen_at_end, last
     r = subprocess.run([sys.executable, "-c", "import gc, kvcalc.cli; print(gc.isenabled(), "
                         "gc.get_freeze_count())"], capture_output=True, text=True, timeout=60,
                        cwd=ROOT)
@@ -851,10 +849,16 @@ def test_estimate_never_reads_a_text_signature():
             "'--format', 'json']\nfrom kvcalc.cli import app\ntry:\n    app(prog_name='kvcalc')\n"
             "except SystemExit:\n    pass\nprint(tokenize._compile.cache_info().currsize, "
             "file=sys.stderr)")
+    assert _gpt3_estimate_json_run(code) == "0"
+
+
+def _gpt3_estimate_json_run(code: str) -> str:
+    """Run `code` (which runs `kvcalc estimate --preset gpt3 --format json`) in a fresh
+    interpreter; check its JSON; return the last line it wrote to stderr."""
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=60, cwd=ROOT)
-    assert json.loads(r.stdout)["kv_cache_bytes"] == 9_663_676_416
-    assert r.stderr.strip().splitlines()[-1] == "0", r.stderr
+    assert json.loads(r.stdout)["kv_cache_bytes"] == 9_663_676_416, r.stderr
+    return r.stderr.strip().splitlines()[-1]
 
 
 def test_plain_options_reads_every_simple_option_in_kvcalcs_words():
