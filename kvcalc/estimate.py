@@ -349,6 +349,14 @@ def _shazeer_dict(r: ShazeerRatio) -> dict:
             "dominant_term": r.dominant_term}
 
 
+def check_encoder_len(spec: ModelSpec, encoder_seq_len: int | None) -> None:
+    """An encoder length is refused for a model that keeps no encoder's K/V."""
+    if encoder_seq_len is not None and not spec.cross_attends:
+        raise KvcalcError(f"--encoder-seq-len applies to models that cross-attend to an "
+                          f"encoder's tokens (encoder-decoder, Mllama, MusicGen); {spec.name} "
+                          f"has no cross-attention")
+
+
 def workload_for(spec: ModelSpec, *, seq_len: int, batch: int = 1,
                  kv_dtype: DType | str = "bf16", weight_dtype: DType | str | None = None,
                  tp: int = 1, scale_bytes: int = 0, encoder_seq_len: int | None = None,
@@ -360,10 +368,7 @@ def workload_for(spec: ModelSpec, *, seq_len: int, batch: int = 1,
     Weights: `weight_dtype` None reads them as the model's config stores them (its
     quantization_config, else bf16); a dtype quantizes every matrix to it, with scales
     per `group_size` for the quantized ones (int4, int8, fp8, mxfp4, nvfp4)."""
-    if encoder_seq_len is not None and not spec.cross_attends:
-        raise KvcalcError(f"--encoder-seq-len applies to models that cross-attend to an "
-                          f"encoder's tokens (encoder-decoder, Mllama, MusicGen); {spec.name} "
-                          f"has no cross-attention")
+    check_encoder_len(spec, encoder_seq_len)
     if scale_bytes < 0:  # 0 (no scales) is the default
         raise KvcalcError(f"kv_scale_bytes must be >= 0, got {scale_bytes}")
     check_size("kv_scale_bytes", scale_bytes, 64) if scale_bytes else None

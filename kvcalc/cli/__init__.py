@@ -19,9 +19,9 @@ def _running_kvcalc() -> bool:
 
 # Start-up makes some 28,000 objects the cyclic collector tracks (typer's, rich's, kvcalc's
 # modules, classes and functions), and they all live until exit: its passes over them
-# during the imports, and its last one at exit, found nothing to free and were a tenth of
-# `kvcalc estimate`'s start (README "Start-up"). It is off until the command runs, and what exists then is frozen:
-# the collector runs during the command, over the command's own objects only.
+# during the imports, and its last one at exit, found nothing to free and were 12% of
+# `kvcalc estimate`'s instructions (README "Start-up"). So it is off until the command
+# runs; then what exists is frozen, and it collects the command's own objects only.
 _COMMAND_PROCESS = _running_kvcalc()
 if _COMMAND_PROCESS:
     gc.disable()
@@ -274,7 +274,7 @@ _MODULES = {"estimate": "estimate", "fit": "estimate", "presets": "presets_cmd",
 
 
 def _register() -> None:
-    invoked = _invoked_command(sys.argv[1:]) if _running_kvcalc() else None
+    invoked = _invoked_command(sys.argv[1:]) if _COMMAND_PROCESS else None
     wanted = _MODULES.get(invoked) if invoked else None
     for module_name in dict.fromkeys(_MODULES.values()):
         if wanted is not None and module_name != wanted:

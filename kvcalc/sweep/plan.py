@@ -25,7 +25,7 @@ from kvcalc.dtypes import (
     weight_dtype as _weight_dtype,
 )
 from kvcalc.errors import KvcalcError
-from kvcalc.estimate import stored_weights, weights_as
+from kvcalc.estimate import check_encoder_len, stored_weights, weights_as
 from kvcalc.capacity.engine import EngineSettings
 from kvcalc.capacity.fit import free_for_kv_bytes
 from kvcalc.capacity.verdict import settings_for
@@ -258,11 +258,7 @@ def plan_sweep(
         raise KvcalcError("no valid combination left to sweep: " + "; ".join(skipped))
     # The settings estimate() refuses that building the combinations does not check
     # (the rows never go through estimate() itself).
-    first = combos[0].spec
-    if encoder_seq_len is not None and not first.cross_attends:
-        raise KvcalcError(f"--encoder-seq-len applies to models that cross-attend to an "
-                          f"encoder's tokens (encoder-decoder, Mllama, MusicGen); {first.name} "
-                          "has no cross-attention")
+    check_encoder_len(combos[0].spec, encoder_seq_len)
     if scale_bytes:
         check_size("kv_scale_bytes", scale_bytes, 64)
     return SweepPlan(spec=spec, seq_len=seq, batch=bat, kv_heads=heads, kv_dtypes=kdts,
