@@ -963,7 +963,7 @@ def _run(cfg: dict, seq_len: int, batch: int, dtype, window: int, decode: bool, 
     ids = torch.randint(2, vocab, (batch * streams, seq_len), generator=g)
     kw = _cache_kw(model)
     extra = {}
-    if mt in _CROSS_DECODERS:  # an encoder's output (seq_len tokens), kept by every layer
+    if mt in _CROSS_DECODERS:  # the encoder output every layer keeps: encoder_len tokens
         states = torch.randn(batch, encoder_len or seq_len, config.hidden_size, generator=g)
         extra_states = {"encoder_hidden_states": states.to(_dtype(dtype))}
     else:
