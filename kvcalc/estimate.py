@@ -50,6 +50,9 @@ class Estimate:
     min_tp_that_fits: int | None = None
     latency: object = None  # latency.Latency with hardware: TTFT, TPOT, tokens/s
     allreduce: object = None  # comm.AllReduceCost: tp > 1 on hardware with interconnect figures
+    # Another engine's start-up count (kvcalc.serving: SGLang, TensorRT-LLM) when the
+    # memory engine is not vLLM: it answers "does it fit" in place of the verdict.
+    serving: object = None
 
     # The workload's and the device's settings, as the report and the CLI read them.
     @property
@@ -91,6 +94,8 @@ class Estimate:
     @property
     def fits(self) -> bool | None:
         """The verdict: the engine serves the batch (None without a device)."""
+        if self.serving is not None:
+            return self.serving.serves(self.batch)
         return None if self.verdict is None else self.verdict.serves
 
     @property
@@ -192,8 +197,8 @@ class Estimate:
         if self.fit is not None:
             f = self.fit
             out["fit"] = {
-                "fits": self.verdict.serves,
-                "engine": self.verdict.as_dict(),
+                "fits": self.fits,
+                "engine": (self.verdict if self.serving is None else self.serving).as_dict(),
                 "floor": "weights + KV only, under --memory-fraction and --reserve",
                 "floor_fits": f.fits,
                 "usable_bytes_per_device": f.usable_bytes,
@@ -254,7 +259,7 @@ class Estimate:
                 "roofline_bound": r.bound,
                 "tokens_per_s": r.tokens_per_s,
                 "free_for_kv_bytes_per_device": f.free_for_kv_bytes,
-                "fits": self.verdict.serves,
+                "fits": self.fits,
                 "floor_fits": f.fits,
             })
             if self.latency is not None and self.latency.engine_name:
@@ -384,7 +389,8 @@ def workload_for(spec: ModelSpec, *, seq_len: int, batch: int = 1,
 def estimate(spec: ModelSpec, workload: Workload, *, memory: Memory | None = None,
              mfu: float | str = DEFAULT_MFU,
              bandwidth_efficiency: float | str = DEFAULT_BANDWIDTH_EFFICIENCY,
-             engine=None, serving: dict | None = None) -> Estimate:
+             engine=None, serving: dict | None = None,
+             memory_engine=None) -> Estimate:
     """Every analytical figure for one configuration, each computed once. With `memory`
     (a device): the roofline, the floor fit, the verdict (vLLM's count for `batch`
     requests of seq_len tokens with the engine's defaults, `serving` overriding them by
@@ -420,6 +426,9 @@ def estimate(spec: ModelSpec, workload: Workload, *, memory: Memory | None = Non
     smallest = verdict if verdict.serves and settings.tp == 1 else smallest_tp(
         spec, hardware, settings, batch=w.batch, kv_scale_bytes=w.kv_scale_bytes)
     min_tp = None if smallest is None else smallest.settings.tp
+    counted = None
+    if memory_engine is not None and memory_engine.name != "vllm":
+        counted, min_tp = _engine_count(spec, hardware, settings, memory_engine, w)
     lat = latency(spec, w, hardware=hardware, mfu=mfu,
                   bandwidth_efficiency=bandwidth_efficiency, stored=stored, step=decode,
                   cache=cache, params=params, engine=engine)
@@ -433,7 +442,29 @@ def estimate(spec: ModelSpec, workload: Workload, *, memory: Memory | None = Non
     return Estimate(spec=spec, workload=w, cache=cache, params=params, decode=decode,
                     shazeer=shazeer, shazeer_batched=batched, stored=stored, memory=memory,
                     roofline=roof, fit=fit, verdict=verdict, min_tp_that_fits=min_tp, latency=lat,
-                    allreduce=comm)
+                    allreduce=comm, serving=counted)
+
+
+def _engine_count(spec: ModelSpec, hardware: Hardware, settings, ref, w: Workload):
+    """(the engine's count at the workload's tp, the smallest valid tp it serves the
+    batch at, or None) for a memory engine other than vLLM (kvcalc.serving)."""
+    from dataclasses import replace as _replace
+
+    from kvcalc.formulas.cache import valid_tps
+    from kvcalc.serving import count
+    from kvcalc.serving.flags import engine_flags
+
+    def at(tp: int):
+        return count(spec, hardware, engine_flags(ref, _replace(settings, tp=tp),
+                                                  kv_scale_bytes=w.kv_scale_bytes))
+
+    counted = at(settings.tp)
+    if counted.serves(w.batch):
+        return counted, settings.tp if settings.tp == 1 else next(
+            (tp for tp in valid_tps(spec) if tp < settings.tp and at(tp).serves(w.batch)),
+            settings.tp)
+    return counted, next((tp for tp in valid_tps(spec) if tp > settings.tp
+                          and at(tp).serves(w.batch)), None)
 
 
 def weights_as(spec: ModelSpec, weight_dtype, group_size: int | None = None):

@@ -57,7 +57,11 @@ def test_llama_cpp_and_vllm_give_different_times_with_their_terms():
 
 @pytest.mark.parametrize("flag, message", [
     ("nonsense", "unknown engine 'nonsense'; known engines: autoawq, exllamav2"),
-    ("vllm@9.9.9", "--engine vllm@9.9.9: no published rows of that version; vllm's are:"),
+    ("autoawq@9.9.9", "--engine autoawq@9.9.9: no published rows of that version; autoawq's "
+                      "are:"),
+    # a memory engine's release is checked by its own rules (kvcalc.serving)
+    ("vllm@9.9.9", "--engine vllm@9.9.9: vllm_version must look like 0.MINOR[.PATCH]"),
+    ("sglang@0.3.0", "--engine sglang@0.3.0: kvcalc encodes SGLang's rules from 0.4.0 on"),
 ])
 def test_unknown_engine_or_version_is_one_line(flag, message):
     r = _invoke(*EXAMPLE[:-2], "--engine", flag)
@@ -243,9 +247,13 @@ def test_fit_times_for_vllm_by_default_as_estimate():
     assert got[()] == got[("--engine", "vllm")] and got[()][0] == "vllm"
     assert got[("--engine", "roofline")][0] == got[("--mfu", "0.5")][0] == "roofline"
     assert got[()][1] != got[("--engine", "roofline")][1]  # vLLM's terms, not the roofline
-    # --engine without a latency target is refused; `roofline` alone is not an engine.
-    r = _invoke(*fit[:-4], "--engine", "vllm")
-    assert r.exit_code == 2 and "--engine times the batch --ttft-ms" in r.stderr
+    # An engine whose memory kvcalc counts decides fit's count without a latency target
+    # (kvcalc.serving); one it only times is refused without one; `roofline` alone is
+    # not an engine.
+    assert _invoke(*fit[:-4], "--engine", "vllm").exit_code == 0
+    r = _invoke(*fit[:-4], "--engine", "llama.cpp")
+    assert r.exit_code == 2 and "--engine llama.cpp only times the batch --ttft-ms" in r.stderr
+    assert "kvcalc counts the memory of vllm, sglang, tensorrt-llm" in r.stderr
     assert _invoke(*fit[:-4], "--engine", "roofline").exit_code == 0
 
 

@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvcalc.cli import speed
+from kvcalc.cli import engine_flags as ef, speed
+from kvcalc.cli.counting import _engine_fit, _estimates, _slo, write
 from kvcalc.cli.parsing import command
 
 from kvcalc.cli.options import (
@@ -28,7 +29,6 @@ from kvcalc.cli.options import (
     KvDtypeOpt,
     MemFractionOpt,
     ModelRequest,
-    OutputFormat,
     OutputOpt,
     ReserveOpt,
     SUFFIXES,
@@ -36,8 +36,6 @@ from kvcalc.cli.options import (
     SeqLenOpt,
     TpOpt,
     WeightDtypeOpt,
-    default_seq_len,
-    device_memory,
     model_options,
     output_format,
     resolve_gpu,
@@ -45,44 +43,6 @@ from kvcalc.cli.options import (
 from kvcalc.errors import KvcalcError
 
 AUTO = -1  # --max-model-len auto, as vLLM reads it (kvcalc.capacity.verdict.AUTO)
-
-
-def _estimates(request: ModelRequest, *, seq_len, batch, kv_dtype, weight_dtype, tp, gpu,
-               kv_scale_bytes, encoder_seq_len, memory_fraction, reserve, prompt_len,
-               group_size, compare=False, hardware=None, **options):
-    from kvcalc.estimate import attention_variants, estimate as run_estimate, workload_for
-    from kvcalc.workload import Memory
-
-    hardware = hardware or resolve_gpu(gpu)
-    if "engine" in options:  # none named: the device's default (vLLM on a GPU)
-        options["engine"] = speed.resolve(options["engine"], hardware)
-    if hardware is None and options.get("engine") is not None:
-        raise KvcalcError("--engine times tokens on a device: give --gpu NAME")
-    fraction, reserve_bytes = device_memory(hardware, memory_fraction, reserve)
-    spec = request.resolve()
-    length = default_seq_len(spec, seq_len)
-    specs = attention_variants(spec, request.kv_heads) if compare else [spec]
-    memory = None if hardware is None else Memory(hardware=hardware, fraction=fraction,
-                                                  reserve_bytes=reserve_bytes)
-    return [run_estimate(s, workload_for(s, seq_len=length, batch=batch, kv_dtype=kv_dtype,
-                                         weight_dtype=weight_dtype, tp=tp,
-                                         scale_bytes=kv_scale_bytes,
-                                         encoder_seq_len=encoder_seq_len, prompt_len=prompt_len,
-                                         group_size=group_size),
-                         memory=memory, **options) for s in specs]
-
-
-def write(fmt: OutputFormat, output, force: bool, obj, rows, items) -> None:
-    """One result in the chosen format, to stdout or atomically to `output`.
-
-    Each a function, of which only the chosen format's is called: `obj` gives the JSON,
-    `rows` the CSV rows, `items` the paragraphs and tables (Tab) that table and md draw."""
-    from kvcalc.report.render import deliver
-
-    kind = fmt.value
-    deliver(kind, items() if kind in ("table", "md") else [],
-            data=obj() if kind == "json" else None, rows=rows() if kind == "csv" else None,
-            output=output, force=force)
 
 
 def _estimate_items(est, detail: bool) -> list:
@@ -144,15 +104,23 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         llama2-7b --compare`; `-o r.md` writes markdown.
         """
         fmt = output_format(fmt, output)
+        ref = speed.memory_engine(engine)  # whose memory count (None: vLLM 0.33's)
         speed_engine = speed.engine_option(engine, mfu, bandwidth_efficiency, speed.DEFAULT)
         mfu, bandwidth_efficiency = speed.shares(mfu, bandwidth_efficiency)
+        memory = {}
+        if ref is not None and ref.name == "vllm":
+            memory["serving"] = {"vllm_version": ref.release,
+                                 "engine": "v0" if ref.release.startswith("0.") and
+                                 int(ref.release.split(".")[1]) < 8 else "v1"}
+        elif ref is not None:
+            memory["memory_engine"] = ref
         ests = _estimates(request, seq_len=seq_len, batch=batch, kv_dtype=kv_dtype,
                           weight_dtype=weight_dtype, tp=tp, gpu=gpu,
                           kv_scale_bytes=kv_scale_bytes, encoder_seq_len=encoder_seq_len,
                           memory_fraction=memory_fraction, reserve=reserve,
                           prompt_len=prompt_len, group_size=group_size, compare=compare,
                           mfu=mfu, bandwidth_efficiency=bandwidth_efficiency,
-                          engine=speed_engine)
+                          engine=speed_engine, **memory)
         if compare:
             write(fmt, output, force,
                   lambda: {"variants": [e.as_dict() for e in ests],
@@ -230,6 +198,27 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         mfu: MfuOpt = None,
         bandwidth_efficiency: BandwidthEffOpt = None,
         speed_engine: FitEngineOpt = None,
+        mem_fraction_static: ef.MemFractionStaticOpt = None,
+        context_length: ef.ContextLengthOpt = None,
+        max_running_requests: ef.MaxRunningRequestsOpt = None,
+        max_total_tokens: ef.MaxTotalTokensOpt = None,
+        page_size: ef.PageSizeOpt = None,
+        chunked_prefill_size: ef.ChunkedPrefillOpt = None,
+        cuda_graph_max_bs: ef.CudaGraphMaxBsOpt = None,
+        disable_cuda_graph: ef.DisableCudaGraphOpt = False,
+        dp_size: ef.DpSizeOpt = None,
+        enable_dp_attention: ef.DpAttentionOpt = False,
+        mamba_full_memory_ratio: ef.MambaRatioOpt = None,
+        max_mamba_cache_size: ef.MaxMambaCacheOpt = None,
+        swa_full_tokens_ratio: ef.SwaRatioOpt = None,
+        disable_hybrid_swa_memory: ef.DisableHybridSwaOpt = False,
+        free_gpu_memory_fraction: ef.FreeFractionOpt = None,
+        max_batch_size: ef.MaxBatchSizeOpt = None,
+        max_num_tokens: ef.MaxNumTokensOpt = None,
+        max_seq_len: ef.MaxSeqLenOpt = None,
+        tokens_per_block: ef.TokensPerBlockOpt = None,
+        backend: ef.BackendOpt = None,
+        max_tokens_in_paged_kv_cache: ef.MaxTokensPagedOpt = None,
         kv_scale_bytes: ScaleOpt = 0,
         encoder_seq_len: EncoderLenOpt = None,
         memory_fraction: MemFractionOpt = None,
@@ -266,9 +255,56 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         # --ttft-ms / --tpot-ms are timed as estimate times: vLLM on a GPU unless --engine,
         # --mfu or --bandwidth-efficiency says otherwise.
         named_engine = speed_engine is not None and speed_engine.strip() != "roofline"
+        ref = speed.memory_engine(speed_engine)  # whose memory count (None: vLLM's)
+        others = {"mem_fraction_static": mem_fraction_static,
+                  "context_length": context_length,
+                  "max_running_requests": max_running_requests,
+                  "max_total_tokens": max_total_tokens, "page_size": page_size,
+                  "chunked_prefill_size": chunked_prefill_size,
+                  "cuda_graph_max_bs": cuda_graph_max_bs,
+                  "disable_cuda_graph": disable_cuda_graph or None, "dp_size": dp_size,
+                  "enable_dp_attention": enable_dp_attention or None,
+                  "mamba_full_memory_ratio": mamba_full_memory_ratio,
+                  "max_mamba_cache_size": max_mamba_cache_size,
+                  "swa_full_tokens_ratio": swa_full_tokens_ratio,
+                  "disable_hybrid_swa_memory": disable_hybrid_swa_memory or None,
+                  "free_gpu_memory_fraction": free_gpu_memory_fraction,
+                  "max_batch_size": max_batch_size, "max_num_tokens": max_num_tokens,
+                  "max_seq_len": max_seq_len, "tokens_per_block": tokens_per_block,
+                  "backend": backend,
+                  "max_tokens_in_paged_kv_cache": max_tokens_in_paged_kv_cache}
+        vllm_given = {"gpu_memory_utilization": gpu_memory_utilization,
+                      "max_model_len": max_model_len, "block_size": block_size,
+                      "max_num_batched_tokens": max_num_batched_tokens,
+                      "max_num_seqs": max_num_seqs, "kv_cache_memory_bytes": kv_cache_memory,
+                      "enforce_eager": enforce_eager or None, "vllm_version": vllm_version,
+                      "calibration": calibration}
+        from kvcalc.serving.flags import check_owners
+
+        check_owners(ref.name if ref else "vllm", {**vllm_given, **others}, ef.flag_of)
+        if ref is not None and ref.name == "vllm" and ref.named:
+            if vllm_version is not None and vllm_version != ref.release:
+                raise KvcalcError(f"--engine {speed_engine} and --vllm-version {vllm_version} "
+                                  f"name two releases: give one")
+            vllm_version = ref.release
         speed_engine = speed.engine_option(speed_engine, mfu, bandwidth_efficiency,
                                            speed.DEFAULT)
         mfu, bandwidth_efficiency = speed.shares(mfu, bandwidth_efficiency)
+        if ref is not None and ref.name != "vllm":
+            if memory_fraction is not None or reserve is not None:
+                raise KvcalcError("--memory-fraction and --reserve shape the plain fit; "
+                                  f"{ref.title} counts its own terms")
+            if batch is not None:
+                raise KvcalcError(f"--batch sizes the plain fit; {ref.title} serves up to "
+                                  f"its running-request limit at once")
+            _engine_fit(request, ref, others, fmt=fmt, output=output, force=force,
+                        seq_len=seq_len, kv_dtype=kv_dtype, weight_dtype=weight_dtype,
+                        group_size=group_size, tp=tp, pp=pp, gpu=gpu,
+                        kv_scale_bytes=kv_scale_bytes, encoder_seq_len=encoder_seq_len,
+                        prompt_len=prompt_len, mfu=mfu,
+                        bandwidth_efficiency=bandwidth_efficiency, speed_engine=speed_engine,
+                        ttft_ms=ttft_ms, tpot_ms=tpot_ms)
+            return
         engine_flags = {"--max-model-len": max_model_len, "--gpu-memory-utilization":
                         gpu_memory_utilization, "--pp": pp, "--block-size": block_size,
                         "--max-num-batched-tokens": max_num_batched_tokens,
@@ -319,9 +355,12 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                 if seq_len is None:
                     args["seq_len"] = fitted
                 est = _estimates(request, **args, serving={**serving, "max_model_len": fitted})[0]
-        if named_engine and ttft_ms is None and tpot_ms is None:
-            raise KvcalcError("--engine times the batch --ttft-ms and --tpot-ms allow; give "
-                              "one of them (fit's memory does not depend on the engine)")
+        if named_engine and ref is None and ttft_ms is None and tpot_ms is None:
+            from kvcalc.serving import MEMORY_ENGINES
+
+            raise KvcalcError(f"kvcalc counts the memory of {', '.join(MEMORY_ENGINES)}; "
+                              f"--engine {est.latency.engine_name or 'NAME'} only times the "
+                              f"batch --ttft-ms and --tpot-ms allow: give one of them")
         if learnt is not None:  # the terms are one GPU's, model's and layout's
             s = est.verdict.settings
             learnt.check_for(est.spec, est.hardware, str(calibration))
@@ -378,29 +417,6 @@ PLAIN_FIT_LEAVES_OUT = (
     "floor_fits (weights + KV only) leaves out the serving engine's activation peak, "
     "non-torch memory (CUDA context, NCCL), CUDA graphs, driver-visible rather than nominal "
     "memory and block rounding; fits is the engine's own count")
-
-
-def _slo(est, *, ttft_ms, tpot_ms, mfu, bandwidth_efficiency, seq_len=None, limit=None,
-         speed_engine=None):
-    """The largest batch meeting the latency targets: requests of `seq_len` tokens (the
-    estimate's by default; prompts of --prompt-len, else the whole length), at most
-    `limit` of them (what memory holds at that length by default)."""
-    if ttft_ms is None and tpot_ms is None:
-        return None
-    for flag, value in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
-        if value is not None and not value > 0:
-            raise KvcalcError(f"{flag} must be a positive number of milliseconds, got {value}")
-    from dataclasses import replace
-
-    from kvcalc.latency import max_batch_for_slo
-
-    workload = est.workload if seq_len is None else replace(est.workload, seq_len=seq_len)
-    return max_batch_for_slo(
-        est.spec, workload, hardware=est.hardware,
-        ttft_s=None if ttft_ms is None else ttft_ms / 1000,
-        tpot_s=None if tpot_ms is None else tpot_ms / 1000,
-        limit=est.fit.max_batch if limit is None else limit, mfu=mfu,
-        bandwidth_efficiency=bandwidth_efficiency, stored=est.stored, engine=speed_engine)
 
 
 def _length(text: str | None) -> int | None:

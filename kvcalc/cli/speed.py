@@ -22,7 +22,29 @@ def engine_option(text, mfu=None, bandwidth_efficiency=None, default=None):
     if mfu is not None or bandwidth_efficiency is not None:
         raise KvcalcError(f"--mfu and --bandwidth-efficiency set the datasheet roofline; "
                           f"--engine {text} times with its own fitted terms: give one")
+    ref = memory_engine(text)
+    if ref is not None:
+        # The release decides the memory count (checked by the engine's wing); the times
+        # are the engine's terms fitted on its published rows, whatever their release.
+        return load_engine(ref.name)[0]
     return load_engine(text)[0]
+
+
+def memory_engine(text):
+    """The engine whose memory --engine NAME[@VERSION] counts (kvcalc.serving), or None
+    for an engine kvcalc only times (llama.cpp, ...) or the roofline."""
+    if text is None:
+        return None
+    from kvcalc.engines import ROOFLINE
+    from kvcalc.serving import _SPELLINGS, engine_ref
+
+    name = text.strip().partition("@")[0].strip().lower()
+    if text.strip() == ROOFLINE or name not in _SPELLINGS:
+        return None
+    try:
+        return engine_ref(text)
+    except KvcalcError as e:
+        raise KvcalcError(f"--engine {text.strip()}: {e}") from None
 
 
 def resolve(engine, hardware):

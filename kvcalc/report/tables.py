@@ -7,6 +7,7 @@ Plain data only: drawing them is kvcalc.report.render's job.
 from __future__ import annotations
 
 from kvcalc.report.render import Tab
+from kvcalc.report.serving import serving_words
 from kvcalc.report.units import (count_words, exact_bytes, human_bytes, human_count,
                                  human_rate, human_seconds)
 from kvcalc.estimate import weights_source
@@ -98,11 +99,12 @@ def headline(est) -> str:
     if left is not None:
         floor += f", room for {left:,} more tokens"
     v = est.verdict
-    if v.serves:
-        return f"{text}; on {_on_device(est)} {speed}; fits: {verdict_words(v)}; {floor}."
+    words = verdict_words(v) if est.serving is None else serving_words(est.serving)
+    if est.fits:
+        return f"{text}; on {_on_device(est)} {speed}; fits: {words}; {floor}."
     m = est.min_tp_that_fits
     smallest = "at no tp" if m is None else f"smallest tp that starts: {m}"
-    return (f"{text}; on {_on_device(est)} it does not fit: {verdict_words(v)}; {smallest}; "
+    return (f"{text}; on {_on_device(est)} it does not fit: {words}; {smallest}; "
             f"{floor}; if it ran: {speed}.")
 
 
@@ -133,7 +135,7 @@ def summary_table(est) -> Tab:
                          f"{human_seconds(lat.ttft_s)} ({lat.prefill_bound}-bound)"])
             rows.append([f"per output token{caveat}",
                          f"{human_seconds(lat.tpot_s)} ({lat.tokens_per_s:,.0f} tokens/s)"])
-        rows += verdict_rows(est.verdict, "--seq-len")
+        rows += engine_rows(est)
         rows.append(["floor (weights + KV only)", floor_words(est)])
         m = est.min_tp_that_fits
         fits = "yes" if est.fits else f"no; {'at no tp' if m is None else f'smallest tp: {m}'}"
@@ -176,6 +178,15 @@ def _cache_rows(est) -> list[list[str]]:
     if est.tp > 1:
         rows.append(["  per device", exact_bytes(c.bytes_per_device)])
     return rows
+
+
+def engine_rows(est) -> list[list[str]]:
+    """The memory engine's answer as table rows: vLLM's verdict, or another engine's count."""
+    c = est.serving
+    if c is None:
+        return verdict_rows(est.verdict, "--seq-len")
+    return [[f"{c.engine.title} at {c.context_len:,} tokens", serving_words(c).split(" ", 2)[2]
+             if c.starts else serving_words(c)]]
 
 
 def verdict_rows(v, length_flag: str) -> list[list[str]]:
@@ -314,7 +325,7 @@ def estimate_tables(est) -> list:
                        f"{human_count(r.peak_flops_per_s, 'FLOP/s')} dense){caveat}",
                        ["", "lower bound"], rrow, caption=f"datasheet figures: {hw.source}",
                        bold={len(rrow) - 3}))
-        frow = verdict_rows(est.verdict, "--seq-len") + [
+        frow = engine_rows(est) + [
                 ["floor: device memory usable", exact_bytes(f.usable_bytes)],
                 ["floor: weights per device", exact_bytes(f.weight_bytes)],
                 ["floor: free for KV cache per device", exact_bytes(f.free_for_kv_bytes)],

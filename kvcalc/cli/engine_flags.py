@@ -1,0 +1,83 @@
+"""SGLang's and TensorRT-LLM's flags as kvcalc's commands take them, spelled as on each
+engine's own command line (TensorRT-LLM's underscore spellings too), and the parameter
+each one fills (kvcalc.serving.flags says whose each is)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+_E = "SGLang: "
+_T = "TensorRT-LLM: "
+
+MemFractionStaticOpt = Annotated[Optional[str], typer.Option(
+    "--mem-fraction-static", show_default=False,
+    help=_E + "share of the memory free at start for weights and the KV pool, in (0, 1] "
+    "(default: SGLang's own, from the GPU's memory, tp x pp, chunked prefill and CUDA graphs; "
+    "0.835 on one H100 from 0.5.4).")]
+ContextLengthOpt = Annotated[Optional[str], typer.Option(
+    "--context-length", show_default=False, metavar="<tokens>",
+    help=_E + "the longest request (default: the model's context).")]
+MaxRunningRequestsOpt = Annotated[Optional[int], typer.Option(
+    "--max-running-requests", show_default=False,
+    help=_E + "requests run at once (default: from the pool's tokens and the context).")]
+MaxTotalTokensOpt = Annotated[Optional[int], typer.Option(
+    "--max-total-tokens", show_default=False, help=_E + "cap on the KV pool's tokens.")]
+PageSizeOpt = Annotated[Optional[int], typer.Option(
+    "--page-size", show_default=False, help=_E + "tokens per KV page (default 1).")]
+ChunkedPrefillOpt = Annotated[Optional[int], typer.Option(
+    "--chunked-prefill-size", show_default=False,
+    help=_E + "tokens per prefill chunk (default: SGLang's for the GPU).")]
+CudaGraphMaxBsOpt = Annotated[Optional[int], typer.Option(
+    "--cuda-graph-max-bs", show_default=False,
+    help=_E + "largest batch captured in a CUDA graph (default: SGLang's for the GPU).")]
+DisableCudaGraphOpt = Annotated[bool, typer.Option(
+    "--disable-cuda-graph", help=_E + "no CUDA graphs.")]
+DpSizeOpt = Annotated[Optional[int], typer.Option(
+    "--dp-size", show_default=False,
+    help=_E + "data-parallel size; with --enable-dp-attention, attention groups within --tp.")]
+DpAttentionOpt = Annotated[bool, typer.Option(
+    "--enable-dp-attention", help=_E + "attention data-parallel over --dp-size groups of "
+    "--tp / --dp-size GPUs (an MLA latent is whole on each: more tokens per GPU).")]
+MambaRatioOpt = Annotated[Optional[str], typer.Option(
+    "--mamba-full-memory-ratio", show_default=False,
+    help=_E + "state memory over KV memory in hybrid models (default 0.9).")]
+MaxMambaCacheOpt = Annotated[Optional[int], typer.Option(
+    "--max-mamba-cache-size", show_default=False,
+    help=_E + "state slots of a hybrid model (default: from --mamba-full-memory-ratio).")]
+SwaRatioOpt = Annotated[Optional[str], typer.Option(
+    "--swa-full-tokens-ratio", show_default=False,
+    help=_E + "sliding-window pool tokens over full-attention pool tokens (default 0.8).")]
+DisableHybridSwaOpt = Annotated[bool, typer.Option(
+    "--disable-hybrid-swa-memory", help=_E + "size sliding-window layers as full ones.")]
+
+FreeFractionOpt = Annotated[Optional[str], typer.Option(
+    "--free-gpu-memory-fraction", "--kv_cache_free_gpu_memory_fraction", show_default=False,
+    help=_T + "share of the memory free after the weights, activations and graphs for the KV "
+    "cache, in (0, 1) (default 0.9).")]
+MaxBatchSizeOpt = Annotated[Optional[int], typer.Option(
+    "--max-batch-size", "--max_batch_size", show_default=False,
+    help=_T + "requests run at once (default 2048).")]
+MaxNumTokensOpt = Annotated[Optional[int], typer.Option(
+    "--max-num-tokens", "--max_num_tokens", show_default=False,
+    help=_T + "tokens per iteration, which sizes the profiling pass (default 8192).")]
+MaxSeqLenOpt = Annotated[Optional[str], typer.Option(
+    "--max-seq-len", "--max_seq_len", show_default=False, metavar="<tokens>",
+    help=_T + "the longest request (default: the model's context).")]
+TokensPerBlockOpt = Annotated[Optional[int], typer.Option(
+    "--tokens-per-block", "--tokens_per_block", show_default=False,
+    help=_T + "tokens per KV block (default 32).")]
+BackendOpt = Annotated[Optional[str], typer.Option(
+    "--backend", show_default=False, metavar="pytorch|tensorrt",
+    help=_T + "the PyTorch runtime (trtllm-serve, the LLM API) or a built TensorRT engine "
+    "(default pytorch).")]
+MaxTokensPagedOpt = Annotated[Optional[int], typer.Option(
+    "--max-tokens-in-paged-kv-cache", "--max_tokens_in_paged_kv_cache", show_default=False,
+    help=_T + "cap on the KV cache's tokens.")]
+
+
+def flag_of(name: str) -> str:
+    """A parameter's flag as kvcalc's commands spell it."""
+    return {"kv_cache_memory_bytes": "--kv-cache-memory", "pp": "--pp"}.get(
+        name, "--" + name.replace("_", "-"))

@@ -1,0 +1,86 @@
+"""Serving engines' memory: one seam, one wing per engine.
+
+Every engine answers the same question ("how many tokens of KV cache, how many requests
+at once, and which memory terms decide it?") in its own way, read in its own released
+source:
+
+- vLLM (`kvcalc.capacity`, the first wing): a fraction of the device's *total* memory,
+  less the weights, the profiled activation peak, non-torch memory and CUDA graphs;
+- SGLang (`kvcalc.serving.sglang`): a fraction of the memory *free when the process
+  started*, less what loading consumed;
+- TensorRT-LLM (`kvcalc.serving.trtllm`): a fraction of what is *free after everything
+  else* (the PyTorch backend's profiling run, or a built engine and its buffers).
+
+This module holds what the wings share: the engine names and their spellings, the
+default release of each (written here once), `EngineRef` (`--engine NAME[@VERSION]`),
+and `count`, which hands a model, a device and an engine's flags to that engine's wing
+and returns its `ServingCount` (kvcalc.serving.record). Release comparisons live in
+each wing's own rules table, never here.
+"""
+
+from __future__ import annotations
+
+from kvcalc._record import record
+from kvcalc.errors import KvcalcError
+
+__all__ = ["DEFAULT_RELEASE", "MEMORY_ENGINES", "EngineRef", "engine_ref", "count"]
+
+# The engines whose memory kvcalc counts, by canonical name, and the release each counts
+# for when none is named: the newest whose source was read for every rule in its wing.
+DEFAULT_RELEASE = {"vllm": "0.33", "sglang": "0.5.4", "tensorrt-llm": "1.0"}
+MEMORY_ENGINES = tuple(DEFAULT_RELEASE)
+_SPELLINGS = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "tensorrt-llm",
+              "trtllm": "tensorrt-llm", "trt-llm": "tensorrt-llm", "tensorrt_llm": "tensorrt-llm"}
+# How each engine is named in a headline.
+TITLES = {"vllm": "vLLM", "sglang": "SGLang", "tensorrt-llm": "TensorRT-LLM"}
+
+
+@record
+class EngineRef:
+    """One engine at one release: `--engine sglang@0.5.4`. `release` is the version text
+    as the engine prints it; `named` says whether the user gave it (else the default)."""
+
+    name: str
+    release: str
+    named: bool = False
+
+    @property
+    def title(self) -> str:
+        return f"{TITLES[self.name]} {self.release}"
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.release}"
+
+
+def engine_ref(text: str | None, default: str = "vllm") -> EngineRef:
+    """`NAME[@VERSION]` read into an EngineRef: the name in any of its spellings
+    (trtllm, trt-llm, tensorrt-llm), the release checked by the engine's own rules."""
+    if text is None:
+        return EngineRef(default, DEFAULT_RELEASE[default])
+    name, _, version = text.strip().partition("@")
+    canon = _SPELLINGS.get(name.strip().lower())
+    if canon is None:
+        raise KvcalcError(f"kvcalc counts the memory of {', '.join(MEMORY_ENGINES)}; "
+                          f"got engine {name.strip()!r}")
+    version = version.strip()
+    if not version:
+        return EngineRef(canon, DEFAULT_RELEASE[canon])
+    _wing(canon).check_release(version)
+    return EngineRef(canon, version, named=True)
+
+
+def _wing(name: str):
+    """The engine's wing (imported when first asked: each one's rules only when used)."""
+    if name == "sglang":
+        from kvcalc.serving import sglang as wing
+    elif name == "tensorrt-llm":
+        from kvcalc.serving import trtllm as wing
+    else:
+        from kvcalc.serving import vllm as wing
+    return wing
+
+
+def count(spec, hw, flags):
+    """The engine's start-up count for `spec` on devices like `hw` with `flags` (that
+    engine's flags record: kvcalc.serving.sglang.SglangFlags, ...): a ServingCount."""
+    return _wing(flags.engine.name).count(spec, hw, flags)

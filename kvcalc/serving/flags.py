@@ -1,0 +1,104 @@
+"""Each engine's own flags, by the names its command line spells them, and the one record
+an engine's wing takes built from them and from the workload (model dtype, weights,
+KV dtype, tensor parallelism).
+
+`OWNER` says whose flag each is; `ALIKE` pairs the flags that mean the same thing in
+two engines, so that a flag given for the wrong engine is refused with the right one's
+name (`--gpu-memory-utilization` with SGLang: "give --mem-fraction-static").
+"""
+
+from __future__ import annotations
+
+from kvcalc.errors import KvcalcError
+
+__all__ = ["ALIKE", "OWNER", "check_owners", "engine_flags"]
+
+# parameter name -> the engines that take it
+OWNER = {
+    # vLLM (EngineSettings' names)
+    "gpu_memory_utilization": ("vllm",), "max_model_len": ("vllm",), "block_size": ("vllm",),
+    "max_num_batched_tokens": ("vllm",), "max_num_seqs": ("vllm",),
+    "kv_cache_memory_bytes": ("vllm",), "enforce_eager": ("vllm",),
+    "vllm_version": ("vllm",), "calibration": ("vllm",),
+    # SGLang (ServerArgs' names)
+    "mem_fraction_static": ("sglang",), "context_length": ("sglang",),
+    "max_running_requests": ("sglang",), "max_total_tokens": ("sglang",),
+    "page_size": ("sglang",), "chunked_prefill_size": ("sglang",),
+    "cuda_graph_max_bs": ("sglang",), "disable_cuda_graph": ("sglang",),
+    "dp_size": ("sglang",), "enable_dp_attention": ("sglang",),
+    "mamba_full_memory_ratio": ("sglang",), "max_mamba_cache_size": ("sglang",),
+    "swa_full_tokens_ratio": ("sglang",), "disable_hybrid_swa_memory": ("sglang",),
+    # TensorRT-LLM (LLM API / trtllm-serve names)
+    "free_gpu_memory_fraction": ("tensorrt-llm",), "max_batch_size": ("tensorrt-llm",),
+    "max_num_tokens": ("tensorrt-llm",), "max_seq_len": ("tensorrt-llm",),
+    "tokens_per_block": ("tensorrt-llm",), "backend": ("tensorrt-llm",),
+    "max_tokens_in_paged_kv_cache": ("tensorrt-llm",),
+    # every engine
+    "pp": ("vllm", "sglang", "tensorrt-llm"),
+}
+
+# The same knob in each engine: (vLLM, SGLang, TensorRT-LLM).
+ALIKE = (
+    ("gpu_memory_utilization", "mem_fraction_static", "free_gpu_memory_fraction"),
+    ("max_model_len", "context_length", "max_seq_len"),
+    ("max_num_seqs", "max_running_requests", "max_batch_size"),
+    ("max_num_batched_tokens", "chunked_prefill_size", "max_num_tokens"),
+    ("block_size", "page_size", "tokens_per_block"),
+    ("enforce_eager", "disable_cuda_graph", None),
+)
+_COLUMN = {"vllm": 0, "sglang": 1, "tensorrt-llm": 2}
+TITLES = {"vllm": "vLLM", "sglang": "SGLang", "tensorrt-llm": "TensorRT-LLM"}
+
+
+def check_owners(engine: str, given: dict, spell=lambda name: name) -> None:
+    """Refuse a flag given for another engine than `engine`, naming this engine's own
+    (`spell` turns a parameter name into the way the caller spells it, e.g. a flag)."""
+    for name, value in given.items():
+        if value is None or value is False:
+            continue
+        owners = OWNER.get(name)
+        if owners is None or engine in owners:
+            continue
+        theirs = " and ".join(TITLES[o] for o in owners)
+        mine = next((row[_COLUMN[engine]] for row in ALIKE if name in row), None)
+        instead = (f"; {TITLES[engine]}'s is {spell(mine)}" if mine else
+                   f"; {TITLES[engine]} has no such flag")
+        raise KvcalcError(f"{spell(name)} is {theirs}'s flag (count with --engine "
+                          f"{owners[0]}), and the engine counted is {TITLES[engine]}{instead}")
+
+
+def engine_flags(ref, settings, *, kv_scale_bytes: int = 0, **given):
+    """The record `ref`'s wing takes: `settings` (kvcalc.capacity.engine.EngineSettings,
+    what the workload says: dtypes, weights, tp, pp) and `given` (the engine's own
+    flags by their parameter names; None: the engine's default)."""
+    from kvcalc.serving.layout import Layout
+    from kvcalc.serving.weights import Weights
+
+    given = {k: v for k, v in given.items() if v is not None}
+    check_owners(ref.name, given)
+    if ref.name == "vllm":
+        from kvcalc.serving.vllm import VllmFlags
+
+        return VllmFlags(engine=ref, settings=settings.replace(**given),
+                         kv_scale_bytes=kv_scale_bytes)
+    weights = Weights(model_dtype=settings.model_dtype, weight_dtype=settings.weight_dtype,
+                      group_size=settings.group_size,
+                      weight_quantization=settings.weight_quantization,
+                      weights_bytes=settings.weights_bytes)
+    pp = given.pop("pp", settings.pp)
+    if ref.name == "sglang":
+        from kvcalc.serving.sglang import SglangFlags, allow_long_context_from_env
+
+        layout = Layout(tp=settings.tp, pp=pp, dp=given.pop("dp_size", 1),
+                        dp_attention=bool(given.pop("enable_dp_attention", False)))
+        given.setdefault("context_length", settings.max_model_len)
+        return SglangFlags(engine=ref, weights=weights, layout=layout,
+                           kv_cache_dtype=settings.kv_dtype, kv_scale_bytes=kv_scale_bytes,
+                           allow_long_context=allow_long_context_from_env(), **given)
+    from kvcalc.serving.trtllm import TrtllmFlags
+
+    if "max_tokens_in_paged_kv_cache" in given:
+        given["max_tokens"] = given.pop("max_tokens_in_paged_kv_cache")
+    given.setdefault("max_seq_len", settings.max_model_len)
+    return TrtllmFlags(engine=ref, weights=weights, layout=Layout(tp=settings.tp, pp=pp),
+                       kv_cache_dtype=settings.kv_dtype, kv_scale_bytes=kv_scale_bytes, **given)

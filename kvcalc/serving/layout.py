@@ -1,0 +1,47 @@
+"""How a deployment spreads one model over GPUs, as every engine means it.
+
+`tp` splits each layer's heads and matrices, `pp` its layers into stages, `dp` runs
+replicas. `dp_attention` (SGLang's --enable-dp-attention, vLLM's data parallel under
+expert parallel) keeps the `tp` GPUs of one replica but runs attention as `dp`
+data-parallel groups of tp / dp GPUs each: the attention tensor-parallel size is then
+tp / dp, which is what divides K/V heads (an MLA latent is whole on every rank either
+way). `ep` splits MoE experts.
+"""
+
+from __future__ import annotations
+
+from kvcalc._record import record
+from kvcalc.dtypes import check_size
+from kvcalc.errors import KvcalcError
+
+__all__ = ["Layout"]
+
+
+@record
+class Layout:
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    dp_attention: bool = False
+    ep: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "ep"):
+            check_size(name, getattr(self, name), 4096)
+        if self.dp_attention and self.tp % self.dp:
+            raise KvcalcError(f"with DP attention the data-parallel size ({self.dp}) must "
+                              f"divide the tensor-parallel size ({self.tp})")
+
+    @property
+    def attention_tp(self) -> int:
+        """GPUs one attention layer's heads are split over."""
+        return self.tp // self.dp if self.dp_attention else self.tp
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the deployment occupies."""
+        return self.tp * self.pp * (1 if self.dp_attention else self.dp)
+
+    def as_dict(self) -> dict:
+        return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "dp_attention": self.dp_attention,
+                "ep": self.ep, "attention_tp": self.attention_tp, "gpus": self.gpus}

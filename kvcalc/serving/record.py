@@ -1,0 +1,60 @@
+"""What every engine's wing answers: `ServingCount`, one start-up as that engine counts it.
+
+The figures are per device of the rank that sizes the pool (the engines cut every rank
+to the smallest), in bytes and tokens, exact integers. `terms` are the memory terms in
+the order the engine meets them, under the names its own log gives them, so that a
+start-up log can be read back term by term (`kvcalc check`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+
+from kvcalc._record import record
+
+__all__ = ["ServingCount"]
+
+
+@record
+class ServingCount:
+    engine: object  # kvcalc.serving.EngineRef
+    hardware: str
+    layout: object  # kvcalc.serving.layout.Layout
+    context_len: int  # the longest request the engine admits (its max_model_len)
+    page_size: int  # tokens per page / block
+    bytes_per_token: int  # one token in every layer of the pool, on one device (0: none)
+    kv_cache_tokens: int | None  # tokens the KV pool holds (None: not modelled)
+    max_running_requests: int | None  # the most requests the engine runs at once
+    max_concurrency: float | None  # requests of context_len the pool holds at once
+    terms: tuple[tuple[str, int], ...]  # (the engine's name for it, bytes), per device
+    flags: tuple[tuple[str, object], ...]  # every flag that decided it, the engine's names
+    starts: bool
+    refusal: str = ""  # the engine's reason for not starting, "" when it starts
+    pools: tuple[tuple[str, int], ...] = ()  # further pools: swa tokens, state slots
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def memory(self) -> dict[str, int]:
+        return dict(self.terms)
+
+    def serves(self, batch: int) -> bool:
+        """Whether `batch` requests of context_len tokens run at once."""
+        if not self.starts or self.kv_cache_tokens is None:
+            return False
+        if self.max_running_requests is not None and batch > self.max_running_requests:
+            return False
+        return self.max_concurrency is None or batch <= self.max_concurrency
+
+    def as_dict(self) -> dict:
+        return {
+            "engine": self.engine.name, "engine_release": self.engine.release,
+            "gpu": self.hardware, **self.layout.as_dict(),
+            "context_len": self.context_len, "page_size": self.page_size,
+            "bytes_per_token": self.bytes_per_token,
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "max_running_requests": self.max_running_requests,
+            "max_concurrency": self.max_concurrency,
+            "starts": self.starts, "refusal": self.refusal,
+            "memory": self.memory, "pools": dict(self.pools),
+            "flags": dict(self.flags), "notes": list(self.notes),
+        }

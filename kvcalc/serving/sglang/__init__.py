@@ -1,0 +1,231 @@
+"""SGLang's start-up arithmetic: how many tokens its KV pool gets, and how many requests
+it runs at once, as its released source counts them (kvcalc.serving.sglang.rules holds
+every release comparison).
+
+Facts (quoted, not copied code; paths inside `sglang/srt/` of the PyPI wheels):
+
+* budget (`model_executor/model_runner.py`, `ModelRunner.init_torch_distributed` and
+  `profile_max_num_token`, 0.4.0-0.5.4): `pre` is the memory free right after
+  torch.distributed starts (CUDA context and NCCL taken; the minimum over ranks);
+  `post` is the memory free after the weights load. The pool gets
+  `rest = post - pre x (1 - mem_fraction_static)`; tokens = rest / cell_size, floored to
+  the page size, capped by --max-total-tokens; the minimum over pipeline ranks. So
+  everything loading consumed is charged against the fraction, and the headroom
+  `pre x (1 - mem_fraction_static)` holds activations, CUDA graphs and workspaces.
+* cell_size (`profile_max_num_token`): one token in every attention layer of this
+  pipeline rank on one attention-TP rank: K/V heads max(1, kv_heads / attention_tp) x
+  (head_dim + v_head_dim) x dtype bytes; MLA (DeepSeek, Kimi) its latent
+  (kv_lora_rank + qk_rope_head_dim), whole on every rank.
+* requests (`ModelRunner.init_memory_pool`, `Scheduler.__init__`): the request pool
+  holds min(max(tokens / context_len x 512, 2048), 4096) requests unless
+  --max-running-requests is given; the scheduler runs at most min(tokens // 2, that).
+* "GB" in SGLang's logs is GiB (`get_available_gpu_memory`: free / 2^30).
+"""
+
+from __future__ import annotations
+
+import os
+
+from kvcalc._num import exact_ratio
+from kvcalc._record import record
+from kvcalc.errors import KvcalcError
+from kvcalc.serving.layout import Layout
+from kvcalc.serving.record import ServingCount
+from kvcalc.serving.sglang.rules import KV_DTYPES, GiB, MiB, parse_release, rules_for
+from kvcalc.serving.weights import Weights, stage_layers, stage_weights
+
+__all__ = ["SglangFlags", "check_release", "count"]
+
+# What torch.distributed's start takes from every GPU before `pre` is read: the CUDA
+# context (and cuBLAS), then NCCL's communicators and, at tp > 1, the custom all-reduce
+# buffers. Calibrated on public start-up logs (tests/data/sglang: "Load weight begin.
+# avail mem" against the driver-visible total).
+CONTEXT_BYTES = 560 * MiB
+COMM_BYTES = 300 * MiB  # at tp > 1, on every rank
+
+
+
+def check_release(text: str) -> None:
+    parse_release(text)
+
+
+@record
+class SglangFlags:
+    """The flags that decide SGLang's pool, under SGLang's own names (None: its default).
+
+    `mem_fraction_static` and the ratios are decimal texts or numbers, read exactly.
+    `gpu_memory_mib`: the card's total as nvidia-smi reports it (SGLang's defaults read
+    it); None: the hardware preset's, else its driver-visible total.
+    """
+
+    engine: object  # kvcalc.serving.EngineRef
+    weights: Weights
+    layout: Layout = Layout()
+    context_length: int | None = None
+    mem_fraction_static: float | str | None = None
+    max_running_requests: int | None = None
+    max_total_tokens: int | None = None
+    page_size: int | None = None
+    chunked_prefill_size: int | None = None
+    cuda_graph_max_bs: int | None = None
+    disable_cuda_graph: bool = False
+    kv_cache_dtype: str = "auto"
+    mamba_ssm_dtype: str = "fp32"
+    mamba_full_memory_ratio: float | str = "0.9"
+    max_mamba_cache_size: int | None = None
+    swa_full_tokens_ratio: float | str = "0.8"
+    disable_hybrid_swa_memory: bool = False
+    # SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN: a context_length over the model's own
+    allow_long_context: bool = False
+    kv_scale_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kv_cache_dtype not in KV_DTYPES:
+            raise KvcalcError(f"kv_cache_dtype must be one of {', '.join(KV_DTYPES)} for "
+                              f"SGLang, got {self.kv_cache_dtype!r}")
+        for name in ("context_length", "max_running_requests", "max_total_tokens",
+                     "page_size", "chunked_prefill_size", "cuda_graph_max_bs",
+                     "max_mamba_cache_size"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+                raise KvcalcError(f"{name} must be a positive whole number, got {v!r}")
+        for name in ("mem_fraction_static", "mamba_full_memory_ratio", "swa_full_tokens_ratio"):
+            v = getattr(self, name)
+            if v is None:
+                continue
+            num, den = _ratio(name, v)
+            if not 0 < num <= den and name == "mem_fraction_static":
+                raise KvcalcError(f"mem_fraction_static must be in (0, 1], got {v}")
+            if not 0 < num and name != "mem_fraction_static":
+                raise KvcalcError(f"{name} must be positive, got {v}")
+
+
+def _ratio(name: str, v) -> tuple[int, int]:
+    try:
+        return exact_ratio(v)
+    except (ValueError, ZeroDivisionError):
+        raise KvcalcError(f"{name} must be a number, got {v!r}") from None
+
+
+def allow_long_context_from_env() -> bool:
+    """SGLang's switch (`model_config.py`: get_bool_env_var): "1" or "true", any case."""
+    return os.environ.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "false").strip().lower() \
+        in ("1", "true")
+
+
+def gpu_memory_mib(hw) -> int:
+    """The card's total as SGLang's defaults read it (nvidia-smi memory.total, MiB)."""
+    smi = getattr(hw, "smi_memory_bytes", 0) or 0
+    if smi:
+        return smi // MiB
+    return _visible(hw) // MiB
+
+
+def _visible(hw) -> int:
+    v = getattr(hw, "visible_memory_bytes", 0) or 0
+    return v if v > 0 else hw.memory_bytes
+
+
+def count(spec, hw, flags: SglangFlags) -> ServingCount:
+    """SGLang's start-up for `spec` on devices like `hw` with `flags`. Pure."""
+    from kvcalc.serving.sglang.pools import pools
+
+    rules = rules_for(flags.engine.release)
+    layout = flags.layout
+    notes: list[str] = []
+    context = flags.context_length or spec.max_context
+    if not context:
+        raise KvcalcError(f"{spec.name}'s config gives no context length: give "
+                          f"--context-length")
+    if (flags.context_length and spec.max_context and flags.context_length > spec.max_context
+            and not flags.allow_long_context):
+        raise KvcalcError(
+            f"context_length {flags.context_length:,} is over {spec.name}'s context of "
+            f"{spec.max_context:,} tokens (the length its config gives); SGLang refuses it "
+            f"unless the environment sets SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")
+    gpu_mib = gpu_memory_mib(hw)
+    if not getattr(hw, "smi_memory_bytes", 0):
+        notes.append(f"{hw.name}: no nvidia-smi total in the preset; SGLang's defaults read "
+                     f"from its driver-visible memory")
+    attn_tp = layout.attention_tp
+    chunked = flags.chunked_prefill_size or rules.default_chunked_prefill_size(gpu_mib,
+                                                                              layout.tp)
+    graphs = 0 if flags.disable_cuda_graph else (
+        flags.cuda_graph_max_bs or rules.default_cuda_graph_max_bs(gpu_mib, layout.tp))
+    multimodal = bool(sum(spec.extra.get("towers", {}).values()))
+    if flags.mem_fraction_static is None:
+        mfs = rules.default_mem_fraction_static(
+            gpu_mib=gpu_mib, tp=layout.tp, pp=layout.pp, chunked_prefill_size=chunked,
+            cuda_graph_max_bs=graphs, dp_attention=layout.dp_attention,
+            multimodal=multimodal)
+    else:
+        mfs = _ratio("mem_fraction_static", flags.mem_fraction_static)
+    page = flags.page_size or 1
+
+    total = _visible(hw)
+    pre = total - CONTEXT_BYTES - (COMM_BYTES if layout.tp * layout.pp > 1 else 0)
+    num, den = mfs
+    reserved = -(-pre * (den - num) // den)  # the headroom the fraction leaves
+    sizes = stage_layers(spec, layout.pp)
+    # Every pipeline rank sizes its own pool; the smallest decides (0.5.x: the minimum
+    # over PP ranks). Weights differ by stage (embedding first, lm_head last).
+    best = None
+    for stage in range(layout.pp):
+        weights = stage_weights(spec, flags.weights, tp=layout.tp, pp=layout.pp, stage=stage)
+        post = pre - weights
+        rest = post - reserved
+        split = pools(spec, flags, rules, rest=rest, attn_tp=attn_tp, stage=stage,
+                      sizes=sizes, context=context, page=page)
+        if best is None or split.tokens < best[2].tokens:
+            best = (stage, weights, split, post, rest)
+    stage, weights, split, post, rest = best
+    notes.extend(split.notes)
+    tokens = split.tokens
+    if flags.max_total_tokens is not None and tokens is not None:
+        tokens = min(tokens, flags.max_total_tokens // page * page)
+    starts = pre > weights and tokens is not None and tokens > 0 and rest > 0
+    refusal = ""
+    if weights >= pre:
+        refusal = (f"CUDA out of memory while loading the weights: {weights / GiB:.2f} GiB per "
+                   f"GPU, {pre / GiB:.2f} GiB free")
+    elif tokens is not None and (tokens <= 0 or rest <= 0):
+        refusal = ("Not enough memory. Please try to increase --mem-fraction-static. "
+                   f"(rest {rest / GiB:.2f} GiB after {weights / GiB:.2f} GiB of weights and "
+                   f"{reserved / GiB:.2f} GiB of headroom)")
+
+    running = None
+    concurrency = None
+    if tokens is not None and starts:
+        if flags.max_running_requests is None:
+            reqs = rules.max_num_reqs(tokens, context)
+        else:
+            reqs = flags.max_running_requests
+        running = min(tokens // 2, reqs + rules.req_pool_extra())
+        if flags.max_running_requests is not None and layout.dp_attention:
+            running = min(tokens // 2, flags.max_running_requests // layout.dp)
+        if split.slots is not None:
+            running = min(running, split.slot_cap)
+        concurrency = tokens / context
+    kv_bytes = split.kv_bytes if tokens is not None and tokens > 0 else 0
+    terms = (("total", total), ("avail_mem_at_start", pre), ("weights", weights),
+             ("avail_mem_after_weights", post), ("headroom", reserved),
+             ("kv_cache", kv_bytes), *split.state_terms,
+             ("avail_mem_after_pool", post - kv_bytes - split.state_bytes))
+    flag_values = (("mem_fraction_static", f"{num / den:.3f}".rstrip("0").rstrip(".")
+                    if den != 1 else str(num)),
+                   ("mem_fraction_static_default", flags.mem_fraction_static is None),
+                   ("context_length", context), ("page_size", page),
+                   ("chunked_prefill_size", chunked), ("cuda_graph_max_bs", graphs),
+                   ("kv_cache_dtype", flags.kv_cache_dtype),
+                   ("tp_size", layout.tp), ("pp_size", layout.pp), ("dp_size", layout.dp),
+                   ("enable_dp_attention", layout.dp_attention),
+                   ("gpu_memory_mib", gpu_mib))
+    if layout.pp > 1:
+        notes.append(f"pipeline rank {stage} holds the fewest tokens and sizes every rank")
+    return ServingCount(
+        engine=flags.engine, hardware=hw.name, layout=layout, context_len=context,
+        page_size=page, bytes_per_token=split.cell_bytes,
+        kv_cache_tokens=tokens if starts or tokens is None else max(tokens, 0),
+        max_running_requests=running, max_concurrency=concurrency, terms=terms,
+        flags=flag_values, starts=starts, refusal=refusal, pools=split.pool_figures,
+        notes=tuple(notes))
