@@ -42,6 +42,7 @@ __all__ = ["SglangFlags", "check_release", "count"]
 # avail mem" against the driver-visible total).
 CONTEXT_BYTES = 560 * MiB
 COMM_BYTES = 300 * MiB  # at tp > 1, on every rank
+MAX_PREFILL_TOKENS = 16384  # `ServerArgs.max_prefill_tokens`, every release read
 
 
 
@@ -83,9 +84,12 @@ class SglangFlags:
         if self.kv_cache_dtype not in KV_DTYPES:
             raise KvcalcError(f"kv_cache_dtype must be one of {', '.join(KV_DTYPES)} for "
                               f"SGLang, got {self.kv_cache_dtype!r}")
+        if self.chunked_prefill_size is not None and not isinstance(
+                self.chunked_prefill_size, bool) and isinstance(self.chunked_prefill_size, int) \
+                and self.chunked_prefill_size <= 0:
+            object.__setattr__(self, "chunked_prefill_size", -1)  # SGLang: chunking off
         for name in ("context_length", "max_running_requests", "max_total_tokens",
-                     "page_size", "chunked_prefill_size", "cuda_graph_max_bs",
-                     "max_mamba_cache_size"):
+                     "page_size", "cuda_graph_max_bs", "max_mamba_cache_size"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
                 raise KvcalcError(f"{name} must be a positive whole number, got {v!r}")
@@ -150,24 +154,32 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
     attn_tp = layout.attention_tp
     chunked = flags.chunked_prefill_size or rules.default_chunked_prefill_size(gpu_mib,
                                                                               layout.tp)
-    graphs = 0 if flags.disable_cuda_graph else (
+    if chunked < 0:  # chunking off: the reserve is sized by max_prefill_tokens (16384)
+        chunked = MAX_PREFILL_TOKENS
+    graphs = None if flags.disable_cuda_graph else (
         flags.cuda_graph_max_bs or rules.default_cuda_graph_max_bs(gpu_mib, layout.tp))
     multimodal = bool(sum(spec.extra.get("towers", {}).values()))
+    mla = spec.mla is not None
     if flags.mem_fraction_static is None:
-        mfs = rules.default_mem_fraction_static(
+        share = rules.default_mem_fraction_static(
             gpu_mib=gpu_mib, tp=layout.tp, pp=layout.pp, chunked_prefill_size=chunked,
-            cuda_graph_max_bs=graphs, dp_attention=layout.dp_attention,
-            multimodal=multimodal)
+            cuda_graph_max_bs=graphs, dp=layout.dp, dp_attention=layout.dp_attention,
+            multimodal=multimodal, mla=mla)
+        mfs = _ratio("mem_fraction_static", repr(share))
+        if multimodal and rules.era >= (0, 4, 10):
+            notes.append("SGLang scales a multimodal model's default mem_fraction_static by "
+                         "its vision tower's size; kvcalc applies the 0.95 factor alone")
     else:
         mfs = _ratio("mem_fraction_static", flags.mem_fraction_static)
-    page = flags.page_size or 1
+    model_type = spec.extra.get("hf_model_type", "")
+    page = flags.page_size or rules.page_size(hw.name, mla, model_type)
 
     total = _visible(hw)
     pre = total - CONTEXT_BYTES - (COMM_BYTES if layout.tp * layout.pp > 1 else 0)
     num, den = mfs
     reserved = -(-pre * (den - num) // den)  # the headroom the fraction leaves
     sizes = stage_layers(spec, layout.pp)
-    # Every pipeline rank sizes its own pool; the smallest decides (0.5.x: the minimum
+    # Every pipeline rank sizes its own pool; the smallest decides (0.5.8 on: the minimum
     # over PP ranks). Weights differ by stage (embedding first, lm_head last).
     best = None
     for stage in range(layout.pp):
@@ -175,47 +187,40 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
         post = pre - weights
         rest = post - reserved
         split = pools(spec, flags, rules, rest=rest, attn_tp=attn_tp, stage=stage,
-                      sizes=sizes, context=context, page=page)
-        if best is None or split.tokens < best[2].tokens:
-            best = (stage, weights, split, post, rest)
-    stage, weights, split, post, rest = best
+                      sizes=sizes, context=context, page=page, hw_name=hw.name,
+                      running=flags.max_running_requests)
+        key = split.tokens if split.tokens is not None else 0
+        if best is None or key < best[0]:
+            best = (key, stage, weights, split, post, rest)
+    _, stage, weights, split, post, rest = best
     notes.extend(split.notes)
     tokens = split.tokens
     if flags.max_total_tokens is not None and tokens is not None:
-        tokens = min(tokens, flags.max_total_tokens // page * page)
+        floor = page if rules.pages_pool() else 1
+        tokens = min(tokens, flags.max_total_tokens // floor * floor)
     starts = pre > weights and tokens is not None and tokens > 0 and rest > 0
     refusal = ""
     if weights >= pre:
         refusal = (f"CUDA out of memory while loading the weights: {weights / GiB:.2f} GiB per "
                    f"GPU, {pre / GiB:.2f} GiB free")
     elif tokens is not None and (tokens <= 0 or rest <= 0):
-        refusal = ("Not enough memory. Please try to increase --mem-fraction-static. "
-                   f"(rest {rest / GiB:.2f} GiB after {weights / GiB:.2f} GiB of weights and "
-                   f"{reserved / GiB:.2f} GiB of headroom)")
+        refusal = ("Not enough memory. Please try to increase --mem-fraction-static "
+                   f"(after {weights / GiB:.2f} GiB of weights, {rest / GiB:.2f} GiB are left "
+                   f"of mem_fraction_static x the {pre / GiB:.2f} GiB free at start)")
 
-    running = None
-    concurrency = None
+    running = concurrency = None
     if tokens is not None and starts:
-        if flags.max_running_requests is None:
-            reqs = rules.max_num_reqs(tokens, context)
-        else:
-            reqs = flags.max_running_requests
-        running = min(tokens // 2, reqs + rules.req_pool_extra())
-        if flags.max_running_requests is not None and layout.dp_attention:
-            running = min(tokens // 2, flags.max_running_requests // layout.dp)
-        if split.slots is not None:
-            running = min(running, split.slot_cap)
+        running = _running(rules, flags, layout, tokens, split, context)
         concurrency = tokens / context
     kv_bytes = split.kv_bytes if tokens is not None and tokens > 0 else 0
     terms = (("total", total), ("avail_mem_at_start", pre), ("weights", weights),
              ("avail_mem_after_weights", post), ("headroom", reserved),
              ("kv_cache", kv_bytes), *split.state_terms,
              ("avail_mem_after_pool", post - kv_bytes - split.state_bytes))
-    flag_values = (("mem_fraction_static", f"{num / den:.3f}".rstrip("0").rstrip(".")
-                    if den != 1 else str(num)),
+    flag_values = (("mem_fraction_static", f"{num / den:.4f}".rstrip("0").rstrip(".")),
                    ("mem_fraction_static_default", flags.mem_fraction_static is None),
                    ("context_length", context), ("page_size", page),
-                   ("chunked_prefill_size", chunked), ("cuda_graph_max_bs", graphs),
+                   ("chunked_prefill_size", chunked), ("cuda_graph_max_bs", graphs or 0),
                    ("kv_cache_dtype", flags.kv_cache_dtype),
                    ("tp_size", layout.tp), ("pp_size", layout.pp), ("dp_size", layout.dp),
                    ("enable_dp_attention", layout.dp_attention),
@@ -229,3 +234,20 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
         max_running_requests=running, max_concurrency=concurrency, terms=terms,
         flags=flag_values, starts=starts, refusal=refusal, pools=split.pool_figures,
         notes=tuple(notes))
+
+
+def _running(rules, flags, layout, tokens: int, split, context: int) -> int:
+    """The most requests the scheduler runs at once (`TpModelWorker.__init__` up to
+    0.5.4, `ModelRunner.initialize` 0.5.8, `resolve_max_num_reqs` 0.5.23): the request
+    pool (--max-running-requests, else int(tokens / context x 512) in 2048..4096, a
+    state model's slots // 3 at most), and tokens // 2; a given value is per DP-attention
+    group."""
+    dp = layout.dp if layout.dp_attention else 1
+    pool = (flags.max_running_requests if flags.max_running_requests is not None
+            else rules.max_num_reqs(split.profiled or tokens, context))
+    if split.slots is not None:
+        pool = min(pool, split.slot_cap)
+    pool += rules.req_pool_extra()
+    if flags.max_running_requests is not None:
+        return min(max(1, flags.max_running_requests // dp), tokens // 2, pool)
+    return min(tokens // 2, pool)

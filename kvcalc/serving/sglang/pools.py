@@ -1,23 +1,28 @@
 """SGLang's pools: what one token costs (`cell_size`) and how the rest of memory is split
-when a model keeps more than one kind of cache.
+when a model keeps more than one kind of cache. Release differences are asked of
+kvcalc.serving.sglang.rules.
 
 Facts (quoted, not copied code; paths inside `sglang/srt/`):
 
-* full attention and MLA: one pool of `rest // cell_size` tokens, cell_size summed over
-  the attention layers of this pipeline rank (`ModelRunner.profile_max_num_token`).
-* sliding-window models SGLang runs as hybrid (`model_config.is_hybrid_swa` by
-  architecture: gpt-oss, Llama 4's chunked layers, MiMo-V2; the model types are the
-  release table's): two pools, the sliding layers' holding `swa_full_tokens_ratio`
-  (0.8) times the full layers' tokens, both from one budget
-  (`ModelRunner.set_num_token_hybrid`): full tokens =
-  rest / (full bytes + ratio x sliding bytes). --disable-hybrid-swa-memory sizes every
-  layer as full. Other models' sliding layers are sized as full layers.
-* hybrid state models (Mamba, gated delta net: `ModelRunner.handle_max_mamba_cache`):
-  unless --max-mamba-cache-size is given, state memory is
-  rest x r / (1 + r) with r = --mamba-full-memory-ratio (0.9); it holds
-  that // (one request's conv and temporal states over every state layer) slots; the
-  KV pool takes the rest over the attention layers only. Running requests are capped
-  by the slots.
+* full attention and MLA (`ModelRunner.profile_max_num_token`, 0.4.0-0.5.4;
+  `model_runner_kv_cache_mixin.py` `get_cell_size_per_token`, 0.5.8; 0.5.23
+  `pool_configurator.py` `_compute_cell_size`): one pool of rest // cell_size tokens,
+  the cell over the attention layers of this pipeline rank: K/V heads
+  max(1, kv_heads // attention_tp) x (head_dim + v_head_dim; before 0.5.8 head_dim
+  twice) x dtype bytes; MLA its latent, kv_lora_rank + qk_rope_head_dim, not divided.
+* sliding-window models SGLang runs with two pools (the rules' `hybrid_swa`): up to
+  0.5.8 (`set_num_token_hybrid`) the budget counts every layer at full size, then
+  total = tokens x layers, full = int(total / (ratio x n_swa + n_full)), swa =
+  int(full x ratio), ratio = --swa-full-tokens-ratio (0.8); 0.5.23
+  (`HybridSWAPoolConfigurator`): cell = full bytes x n_full + ratio x sliding bytes x
+  n_swa, full = bytes // cell. Other sliding-window models are sized as full layers.
+* hybrid state models (0.5.4 on; `handle_max_mamba_cache`): unless
+  --max-mamba-cache-size is given (or the radix cache is off: NemotronH, FalconH1,
+  which take max_running_requests or 512 slots), the state gets rest x r / (1 + r),
+  r = --mamba-full-memory-ratio (0.9), as slots of one request's states (convolution in
+  bf16 with conv_kernel - 1 inputs, temporal in --mamba-ssm-dtype, fp32 by default,
+  over every state layer); the KV pool takes the rest over the attention layers; the
+  running requests are capped at slots // 3 (slots with the radix cache off).
 """
 
 from __future__ import annotations
@@ -28,13 +33,14 @@ from kvcalc.dtypes import dtype
 
 __all__ = ["Split", "pools"]
 
-# Model types SGLang sizes with two pools (full and sliding-window layers).
-HYBRID_SWA_TYPES = frozenset({"gpt_oss", "llama4", "llama4_text", "mimo_v2_flash"})
+# Hybrid state models SGLang runs with its radix cache off (`ModelRunner.initialize`):
+# their slots are max_running_requests (or 512), not a share of memory.
+NO_RADIX_STATE_TYPES = frozenset({"nemotron_h", "falcon_h1"})
 
 
 class _Pool:
     """Which of SGLang's pools a layer kind's cache lives in (a layer names its kind
-    through `kv_cache_spec`, SGLang's rules decide here)."""
+    through `kv_cache_spec`; SGLang's rules decide here)."""
 
     def full(self):
         return "full"
@@ -63,6 +69,7 @@ class Split:
     tokens: int | None  # the full pool's tokens (None: a kind is not modelled)
     cell_bytes: int  # one token in every layer of the full pool
     kv_bytes: int  # the KV pools' bytes
+    profiled: int = 0  # the tokens the budget gave before page and pool splits
     state_bytes: int = 0  # the state pool's bytes
     slots: int | None = None  # state slots (hybrid state models)
     slot_cap: int = 0  # running requests the slots admit
@@ -71,65 +78,98 @@ class Split:
     notes: tuple[str, ...] = ()
 
 
-def _kv_dtype(flags):
-    from kvcalc.serving.sglang.rules import KV_DTYPES
-
-    name = KV_DTYPES[flags.kv_cache_dtype] or flags.weights.model_dtype
-    return dtype(name)
+def _token_bytes(g, dt, attn_tp: int, scale: int, rules) -> int:
+    """One token in one layer of group `g` on one attention-TP rank, as SGLang's cell."""
+    mx = g.mixer
+    head, v_head = getattr(mx, "head_dim", 0), getattr(mx, "v_head_dim", 0)
+    if not rules.v_head_dim_counted() and head and v_head and head != v_head:
+        heads = mx.kv_heads_per_device(attn_tp)
+        return 2 * dt.nbytes(heads * mx.head_dim) + 2 * heads * scale
+    return g.token_bytes
 
 
 def pools(spec, flags, rules, *, rest: int, attn_tp: int, stage: int, sizes, context: int,
-          page: int) -> Split:
-    """The pools of one pipeline rank from `rest` bytes."""
+          page: int, hw_name: str, running: int | None) -> Split:
+    """The pools of one pipeline rank from `rest` bytes (may be negative: none)."""
     from kvcalc.capacity.blocks import groups_on_stage
     from kvcalc.formulas.cache import cache_groups
+    from kvcalc.serving.sglang.rules import KV_DTYPES
 
-    kv_dt = _kv_dtype(flags)
+    kv_dt = dtype(KV_DTYPES[flags.kv_cache_dtype] or flags.weights.model_dtype)
     groups = cache_groups(spec, kv_dt, attn_tp, flags.kv_scale_bytes,
                           state_dtype=dtype(flags.mamba_ssm_dtype))
     groups = groups_on_stage(groups, spec.layers, sizes[stage], stage, sizes)
     kinds = [(g, g.mixer.kv_cache_spec(_POOL)) for g in groups]
     unknown = sorted({g.label for g, kind in kinds if kind is None})
+    if any(k == "state" for _, k in kinds) and not rules.state_models():
+        unknown.append("state (Mamba, linear attention: SGLang serves them from 0.5.4)")
     if unknown:
         return Split(tokens=None, cell_bytes=0, kv_bytes=0, notes=(
-            f"kvcalc does not model how SGLang pages {', '.join(unknown)} layers: its KV "
-            f"tokens and running requests are not counted",))
-    hybrid = (spec.extra.get("hf_model_type") in HYBRID_SWA_TYPES
-              and not flags.disable_hybrid_swa_memory)
-    full = sum(g.layers * g.token_bytes for g, k in kinds
-               if k == "full" or (k == "swa" and not hybrid))
-    swa = sum(g.layers * g.token_bytes for g, k in kinds if k == "swa" and hybrid)
-    state = sum(g.layers * g.state_bytes for g, k in kinds if k == "state")
-    notes: list[str] = []
-    if state:
-        return _with_state(flags, rest=rest, cell=full + swa, state=state, page=page)
+            f"kvcalc does not model how SGLang {flags.engine.release} pages "
+            f"{', '.join(unknown)} layers: its KV tokens and running requests are not "
+            f"counted",))
+    model_type = spec.extra.get("hf_model_type", "")
+    hybrid = (not flags.disable_hybrid_swa_memory) and rules.hybrid_swa(model_type, hw_name)
+    floor = page if rules.pages_pool() else 1
+    per = {id(g): _token_bytes(g, kv_dt, attn_tp, flags.kv_scale_bytes, rules) for g, _ in kinds}
+    full = sum(g.layers * per[id(g)] for g, k in kinds if k == "full" or
+               (k == "swa" and not hybrid))
+    swa = sum(g.layers * per[id(g)] for g, k in kinds if k == "swa" and hybrid)
+    n_full = sum(g.layers for g, k in kinds if k == "full" or (k == "swa" and not hybrid))
+    n_swa = sum(g.layers for g, k in kinds if k == "swa" and hybrid)
+    if any(k == "state" for _, k in kinds):
+        states = [(g, g.mixer) for g, k in kinds if k == "state"]
+        per_request = sum(g.layers * mx.state_bytes(dtype("bf16"), dtype(flags.mamba_ssm_dtype),
+                                                    attn_tp, conv_len=max(mx.conv_taps - 1, 1)
+                                                    if mx.conv_taps else None)
+                          for g, mx in states)
+        return _with_state(flags, rules, rest=rest, cell=full, per_request=per_request,
+                           floor=floor, model_type=model_type, running=running)
+    if not (full or swa):
+        return Split(tokens=0, cell_bytes=0, kv_bytes=0)
     if swa:
         rnum, rden = exact_ratio(flags.swa_full_tokens_ratio)
-        # rest = full_tokens x (full + ratio x swa)
-        tokens = max(rest, 0) * rden // (full * rden + swa * rnum) if full else 0
-        tokens = tokens // page * page
-        swa_tokens = tokens * rnum // rden // page * page
-        kv = tokens * full + swa_tokens * swa
-        return Split(tokens=tokens, cell_bytes=full, kv_bytes=kv,
+        if rules.swa_cell_by_kind():
+            cell = (full * rden + swa * rnum)  # over rden
+            tokens = max(rest, 0) * rden // cell // floor * floor
+            profiled = tokens
+        else:
+            # every layer counted at full size, then the tokens re-split over the layers
+            n_all = n_full + n_swa
+            cell_all = (full // n_full if n_full else swa // n_swa) * n_all
+            profiled = max(rest, 0) // cell_all
+            total = profiled * n_all
+            tokens = total * rden // (rnum * n_swa + rden * n_full)
+            tokens = tokens // floor * floor
+        swa_tokens = tokens * rnum // rden // floor * floor
+        return Split(tokens=tokens, cell_bytes=full, profiled=profiled,
+                     kv_bytes=tokens * full + swa_tokens * swa,
                      pool_figures=(("full_layer_tokens", tokens),
                                    ("swa_layer_tokens", swa_tokens)))
-    if not full:
-        return Split(tokens=0, cell_bytes=0, kv_bytes=0, notes=tuple(notes))
-    tokens = max(rest, 0) // full // page * page if rest > 0 else rest // full
-    return Split(tokens=tokens, cell_bytes=full, kv_bytes=max(tokens, 0) * full)
+    profiled = rest // full
+    tokens = profiled // floor * floor if profiled > 0 else profiled
+    return Split(tokens=tokens, cell_bytes=full, kv_bytes=max(tokens, 0) * full,
+                 profiled=profiled)
 
 
-def _with_state(flags, *, rest: int, cell: int, state: int, page: int) -> Split:
+def _with_state(flags, rules, *, rest: int, cell: int, per_request: int, floor: int,
+                model_type: str, running: int | None) -> Split:
     """A hybrid state model: state slots first, the KV pool from what they leave."""
-    if flags.max_mamba_cache_size is not None:
+    radix = model_type not in NO_RADIX_STATE_TYPES
+    if not radix:
+        slots = flags.max_mamba_cache_size or running or 512
+    elif flags.max_mamba_cache_size is not None and rules.era >= (0, 5, 8):
         slots = flags.max_mamba_cache_size
     else:
         rnum, rden = exact_ratio(flags.mamba_full_memory_ratio)
-        slots = max(rest, 0) * rnum // (rnum + rden) // state
-    state_bytes = slots * state
+        slots = rules.state_slots(max(rest, 0) * rnum // (rnum + rden), per_request)
+    state_bytes = slots * per_request
     kv_rest = rest - state_bytes
-    tokens = max(kv_rest, 0) // cell // page * page if cell else 0
-    return Split(tokens=tokens, cell_bytes=cell, kv_bytes=tokens * cell,
-                 state_bytes=state_bytes, slots=slots, slot_cap=slots,
+    profiled = kv_rest // cell if cell else 0
+    tokens = profiled // floor * floor if profiled > 0 else profiled
+    pool = rules.state_pool_slots(slots) * per_request
+    return Split(tokens=tokens, cell_bytes=cell, kv_bytes=max(tokens, 0) * cell,
+                 profiled=profiled, state_bytes=pool, slots=slots,
+                 slot_cap=slots // rules.state_request_ratio(radix),
                  pool_figures=(("mamba_slots", slots),),
-                 state_terms=(("mamba_cache", state_bytes),))
+                 state_terms=(("mamba_cache", pool),))

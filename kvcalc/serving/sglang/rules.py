@@ -1,8 +1,9 @@
 """SGLang's release rules, one table: every release comparison of the SGLang wing is here.
 
-Each rule names the release it was read in (the PyPI wheels, `pip download --no-deps
-sglang==X`; paths inside `sglang/srt/`) and the file and function it follows. A release
-between two read ones follows the older one's rule.
+Read in the PyPI wheels (`pip download --no-deps sglang==X`) of 0.4.0, 0.4.6.post5,
+0.4.10.post2, 0.5.1, 0.5.4, 0.5.8 and 0.5.23; paths are inside `sglang/srt/`, and each
+rule names the file, function and release it follows. A release between two read ones
+follows the older one's rule (0.4.7 as 0.4.6.post5, 0.5.5 as 0.5.4, ...).
 """
 
 from __future__ import annotations
@@ -11,17 +12,22 @@ import functools
 
 from kvcalc.errors import KvcalcError
 
-__all__ = ["MiB", "GiB", "Rules", "parse_release", "rules_for"]
+__all__ = ["KV_DTYPES", "MiB", "GiB", "Rules", "parse_release", "rules_for"]
 
 MiB = 1 << 20
 GiB = 1 << 30
 
-OLDEST = (0, 4, 0)
+OLDEST = (0, 4, 0)  # the oldest release whose rules are encoded
+# The releases read, each rule's era starting at one of them.
+READ = ((0, 4, 0), (0, 4, 6), (0, 4, 10), (0, 5, 1), (0, 5, 4), (0, 5, 8), (0, 5, 23))
 # --kv-cache-dtype values (`server_args.py` choices) and the dtype each stores; "auto":
 # the model's.
 KV_DTYPES = {"auto": None, "bf16": "bf16", "fp16": "fp16", "bfloat16": "bf16",
              "float16": "fp16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
-             "fp32": "fp32", "float32": "fp32"}  # the oldest release whose rules are encoded
+             "fp32": "fp32", "float32": "fp32"}
+# GPUs of compute capability 10.x (SM100), on which SGLang picks TensorRT-LLM's attention
+# kernels and their 64-token pages.
+SM100 = ("b200", "gb200", "b300", "gb300")
 
 
 @functools.lru_cache(maxsize=32)
@@ -50,118 +56,201 @@ def parse_release(text: str) -> tuple[int, int, int]:
 
 
 class Rules:
-    """The rules of one SGLang release."""
+    """The rules of one SGLang release (`era`: the newest release read at or below it)."""
 
     def __init__(self, release: tuple[int, int, int]):
         self.release = release
+        self.era = max(r for r in READ if r <= release)
 
     # -- server_args.py: the defaults filled in at start-up ---------------------------
     def default_chunked_prefill_size(self, gpu_mib: int, tp: int) -> int:
-        """`ServerArgs.__post_init__` (0.4.x-0.5.1: 2048 under 25 GB cards else 8192;
-        0.5.4 `_handle_gpu_memory_settings`: by the card's nvidia-smi total)."""
-        if self.release >= (0, 5, 4):
-            if gpu_mib < 20 * 1024:
-                return 2048
-            if gpu_mib < 35 * 1024:
-                return 2048
-            if gpu_mib < 60 * 1024:
-                return 4096 if tp < 4 else 8192
-            if gpu_mib < 90 * 1024:
-                return 8192
-            if gpu_mib < 160 * 1024:
-                return 8192
-            return 16384
-        return 2048 if gpu_mib < 25_000 else 8192
+        """0.4.0/0.4.6 `ServerArgs.__post_init__`: 2048 under 25,000 MiB, else 8192;
+        0.4.10/0.5.1: 2048 under 35 GiB, 8192 under 160 GiB, else 16384; 0.5.4
+        `_handle_gpu_memory_settings` (0.5.8 the same, 0.5.23 `memory_hook.py`
+        `handle_gpu_memory_settings`: 4096 from 20 to 35 GiB)."""
+        if self.era < (0, 4, 10):
+            return 2048 if gpu_mib < 25_000 else 8192
+        if self.era < (0, 5, 4):
+            return 2048 if gpu_mib < 35 * 1024 else 8192 if gpu_mib < 160 * 1024 else 16384
+        if gpu_mib < 20 * 1024:
+            return 2048
+        if gpu_mib < 35 * 1024:
+            return 4096 if self.era >= (0, 5, 23) else 2048
+        if gpu_mib < 60 * 1024:
+            return 4096
+        return 8192 if gpu_mib < 160 * 1024 else 16384
 
-    def default_cuda_graph_max_bs(self, gpu_mib: int, tp: int) -> int:
-        """`ServerArgs._handle_gpu_memory_settings` (0.5.4): by the card's total and tp."""
-        if self.release >= (0, 5, 4):
-            if gpu_mib < 20 * 1024:
-                return 8
-            if gpu_mib < 35 * 1024:
-                return 24 if tp < 4 else 80
-            if gpu_mib < 60 * 1024:
-                return 32 if tp < 4 else 160
-            if gpu_mib < 90 * 1024:
-                return 256 if tp < 4 else 512
-            if gpu_mib < 160 * 1024:
-                return 256 if tp < 4 else 512
-            return 512
-        return 160 if gpu_mib < 25_000 else 160
+    def default_cuda_graph_max_bs(self, gpu_mib: int, tp: int) -> int | None:
+        """The largest batch captured (None: the capture list's own top, 160 or 256):
+        0.4.0: 8 under 25,000 MiB else 160; 0.4.6: under 25,000 MiB 8 (tp < 4) or 80;
+        0.4.10/0.5.1: under 35 GiB 8 or 80; 0.5.4 `_handle_gpu_memory_settings`: the
+        table by the card's memory (16/80 under 35 GiB; 0.5.8 24/80; 0.5.23 48/160)."""
+        small = tp < 4
+        if self.era < (0, 4, 6):
+            return 8 if gpu_mib < 25_000 else 160
+        if self.era < (0, 4, 10):
+            return (8 if small else 80) if gpu_mib < 25_000 else None
+        if self.era < (0, 5, 4):
+            return (8 if small else 80) if gpu_mib < 35 * 1024 else None
+        if gpu_mib < 20 * 1024:
+            return 8
+        if gpu_mib < 35 * 1024:
+            if self.era >= (0, 5, 23):
+                return 48 if small else 160
+            return (24 if self.era >= (0, 5, 8) else 16) if small else 80
+        if gpu_mib < 60 * 1024:
+            return 32 if small else 160
+        if gpu_mib < 160 * 1024:
+            return 256 if small else 512
+        return 512
 
     def default_mem_fraction_static(self, *, gpu_mib: int, tp: int, pp: int,
-                                    chunked_prefill_size: int, cuda_graph_max_bs: int,
-                                    dp_attention: bool, multimodal: bool,
-                                    speculative: bool = False) -> tuple[int, int]:
-        """SGLang's default --mem-fraction-static, as an exact (numerator, denominator)."""
+                                    chunked_prefill_size: int, cuda_graph_max_bs: int | None,
+                                    dp: int, dp_attention: bool, multimodal: bool,
+                                    mla: bool) -> float:
+        """SGLang's default --mem-fraction-static, computed in floats as SGLang does.
+
+        0.4.0 `ServerArgs.__post_init__`: by tp (0.88 at 1 down to 0.79 at >= 16), a
+        multimodal model x 0.95 (`ModelRunner.__init__`). 0.4.6.post5: by tp x pp up to
+        81,920 MiB, else 0.88; over 96 GiB raised to min(mfs + 48 GiB x (1 - mfs) / mem,
+        (mem - 18 GiB) / mem); multimodal x 0.90 (`model_specific_adjustment`).
+        0.4.10.post2/0.5.1: reserved GiB by the card (2.8 + P/10 under 35 GiB, 9.5 + P/2
+        under 90, 12 + P/2 under 160, else 32), + 4 with DP attention, rounded to three
+        places. 0.5.4/0.5.8 `_handle_gpu_memory_settings`: reserved MiB = 512 + 1.5 x
+        max(chunked_prefill_size, 2048) + 2 x cuda_graph_max_bs + P / 8 x 1024 (+ DP
+        attention's graph buffers), at least 10 GiB on cards over 60 GiB. 0.5.23
+        `memory_hook.py`: the same without the speculative term, plus the prefill CUDA
+        graphs (8 MiB a captured size; 1.5 GiB for MLA). From 0.4.10 a multimodal model
+        is scaled by its vision tower (`adjust_mem_fraction_for_vlm`), read here as x 0.95.
+        """
         size = tp * pp
-        if self.release >= (0, 5, 4):
-            # reserved MiB: activations of a chunked-prefill step, CUDA graphs, and
-            # communication buffers growing with the world size.
-            reserved = (512 + max(chunked_prefill_size, 2048) * 3 // 2
-                        + cuda_graph_max_bs * 2 + 1024 * size // 8)
+        mem = float(gpu_mib)
+        if self.era < (0, 4, 10):
+            n = size if self.era >= (0, 4, 6) else tp
+            share = (0.79 if n >= 16 else 0.81 if n >= 8 else 0.85 if n >= 4 else
+                     0.87 if n >= 2 else 0.88)
+            if self.era >= (0, 4, 6):
+                if gpu_mib > 81920:
+                    share = 0.88
+                if gpu_mib > 96 * 1024:
+                    share = min(share + 48 * 1024 * (1 - share) / mem,
+                                (mem - 18 * 1024) / mem)
+                return share * 0.90 if multimodal else share
+            return share * 0.95 if multimodal else share
+        if self.era < (0, 5, 4):
+            if gpu_mib < 35 * 1024:
+                reserved = (2.8 + size / 10) * 1024
+            elif gpu_mib < 90 * 1024:
+                reserved = (9.5 + size / 2) * 1024
+            elif gpu_mib < 160 * 1024:
+                reserved = (12 + size / 2) * 1024
+            else:
+                reserved = 32 * 1024
             if dp_attention:
                 reserved += 4 * 1024
-            if speculative:
-                reserved += 2 * 1024
+        else:
+            graph_bs = cuda_graph_max_bs or 0
+            reserved = 512 + 1.5 * max(chunked_prefill_size, 2048) + size / 8 * 1024
+            reserved += 2 * graph_bs
+            if dp_attention:
+                reserved += 3 * graph_bs * dp
+                if graph_bs > 300:
+                    reserved += 1.5 * graph_bs * dp
+            if self.era >= (0, 5, 23):
+                reserved += 1.5 * 1024 if mla else 8 * len(prefill_graph_sizes(
+                    chunked_prefill_size))
             if gpu_mib > 60 * 1024:
                 reserved = max(reserved, 10 * 1024)
-            return _rounded_share(gpu_mib - reserved, gpu_mib, multimodal)
-        if self.release >= (0, 4, 10):
-            # reserved GiB by the card's class, in tenths
-            if gpu_mib < 35 * 1024:
-                tenths = 28 + size
-            elif gpu_mib < 90 * 1024:
-                tenths = 95 + 5 * size
-            elif gpu_mib < 160 * 1024:
-                tenths = 120 + 5 * size
-            else:
-                tenths = 320
-            if speculative:
-                tenths += 20
-            if dp_attention:
-                tenths += 40
-            return _rounded_share(10 * gpu_mib - tenths * 1024, 10 * gpu_mib, multimodal)
-        n = size if self.release >= (0, 4, 6) else tp
-        if self.release >= (0, 4, 6) and gpu_mib > 96 * 1024:
-            return (88, 100) if not multimodal else _rounded_share(88, 100, True)
-        if n >= 16:
-            share = 79
-        elif n >= 8:
-            share = 81
-        elif n >= 4:
-            share = 85
-        elif n >= 2:
-            share = 87
-        else:
-            share = 88
-        return _rounded_share(share, 100, multimodal)
+        share = round((mem - reserved) / mem, 3)
+        return share * 0.95 if multimodal else share
+
+    def page_size(self, hw_name: str, mla: bool, model_type: str) -> int:
+        """Tokens per page when --page-size is not given: 1, except on SM100 where the
+        default attention backends are TensorRT-LLM's (64): MLA from 0.5.4 (`trtllm_mla`,
+        `_handle_model_specific_adjustments`), every model from 0.5.8 (`trtllm_mha`,
+        `_handle_attention_backend_compatibility`)."""
+        sm100 = any(hw_name.lower().startswith(n) for n in SM100)
+        if sm100 and ((mla and self.era >= (0, 5, 4)) or self.era >= (0, 5, 8)):
+            return 64
+        return 1
+
+    def pages_pool(self) -> bool:
+        """Whether the pool's tokens are floored to the page size (0.4.6 on)."""
+        return self.era >= (0, 4, 6)
+
+    def v_head_dim_counted(self) -> bool:
+        """The MHA cell counts V at its own head size from 0.5.8
+        (`get_cell_size_per_token`); before, K's head_dim for both."""
+        return self.era >= (0, 5, 8)
+
+    # -- which models get two pools ------------------------------------------------
+    def hybrid_swa(self, model_type: str, hw_name: str) -> bool:
+        """Whether a sliding-window model gets SGLang's two pools by default:
+        0.4.10 (`ModelRunner.initialize`): Gemma 3 / 3n (Gemma 2 forced off,
+        `check_server_args`); 0.5.1/0.5.4: none (Gemma 2/3/3n, gpt-oss and OLMo 2 are
+        forced off in `model_specific_adjustments`; Llama 4 only with
+        --hybrid-kvcache-ratio); 0.5.8 (`is_hybrid_swa_model`): Llama 4, MiMo-V2, and
+        gpt-oss unless on SM100 (trtllm_mha); 0.5.23: also Gemma 4, Step 3.5."""
+        if self.era < (0, 4, 10):
+            return False
+        if self.era < (0, 5, 1):
+            return model_type in ("gemma3", "gemma3_text", "gemma3n", "gemma3n_text")
+        if self.era < (0, 5, 8):
+            return False
+        if model_type == "gpt_oss":
+            return not any(hw_name.lower().startswith(n) for n in SM100)
+        kinds = {"llama4", "llama4_text", "mimo_v2_flash"}
+        if self.era >= (0, 5, 23):
+            kinds |= {"gemma4", "gemma4_text", "step3p5"}
+        return model_type in kinds
+
+    def swa_cell_by_kind(self) -> bool:
+        """0.5.23 (`HybridSWAPoolConfigurator`) sizes the two pools by each kind's own
+        bytes; before (`set_num_token_hybrid`), the budget counts every layer at full
+        size and the tokens are re-split over the layers (byte-neutral)."""
+        return self.era >= (0, 5, 23)
+
+    # -- state models ------------------------------------------------------------------
+    def state_models(self) -> bool:
+        """Hybrid Mamba / linear-attention pools exist from 0.5.4 (`handle_max_mamba_cache`)."""
+        return self.era >= (0, 5, 4)
+
+    def state_slots(self, state_memory: int, per_request: int) -> int:
+        """Slots from the state's share: int(share // per request) (0.5.4, 0.5.8);
+        0.5.23 `_handle_max_mamba_cache`: one slot fewer, kept as a spare."""
+        if self.era >= (0, 5, 23):
+            return max((state_memory - per_request) // per_request, 0)
+        return state_memory // per_request
+
+    def state_pool_slots(self, slots: int) -> int:
+        """Slots the pool allocates: size + 1 (`MambaPool`; 0.5.23: (K + 1) x per slot)."""
+        return slots + 1
 
     # -- model_runner.py / scheduler.py: the pool and the requests it serves -----------
     def max_num_reqs(self, tokens: int, context_len: int) -> int:
-        """The request-to-token pool's size when --max-running-requests is not given
-        (`ModelRunner.init_memory_pool`): tokens / context x 512, clamped to 2048-4096."""
+        """The request pool's size when --max-running-requests is not given
+        (`ModelRunner.init_memory_pool`): int(tokens / context x 512) in 2048..4096."""
         return min(max(tokens * 512 // context_len, 2048), 4096)
 
     def req_pool_extra(self) -> int:
-        """Slots the request pool keeps beyond max_num_reqs (a dummy slot up to 0.4.6)."""
-        return 1 if self.release < (0, 4, 10) else 0
+        """Slots the request pool keeps beyond max_num_reqs: one up to 0.4.6 (logged
+        max_running_requests 2049 / 4097), none from 0.4.10."""
+        return 1 if self.era < (0, 4, 10) else 0
+
+    def state_request_ratio(self, radix_cache: bool) -> int:
+        """Running requests per state slot's third (`MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`):
+        3 with the radix cache, 1 without."""
+        return 3 if radix_cache else 1
 
 
-def _rounded_share(num: int, den: int, multimodal: bool) -> tuple[int, int]:
-    """num / den rounded to three decimals (Python's round, half to even), times 0.95 for
-    a multimodal model (rounded again), as an exact ratio over 1000."""
-    thousandths = _round_half_even(1000 * num, den)
-    if multimodal:
-        thousandths = _round_half_even(thousandths * 95, 100)
-    return thousandths, 1000
-
-
-def _round_half_even(num: int, den: int) -> int:
-    q, r = divmod(num, den)
-    if 2 * r > den or (2 * r == den and q % 2):
-        q += 1
-    return q
+def prefill_graph_sizes(chunked_prefill_size: int) -> tuple[int, ...]:
+    """0.5.23's prefill CUDA-graph sizes (`generate_prefill_cuda_graph_batch_sizes`): 4 to
+    32 by 4, 48 to 256 by 16, 288 to 512 by 32, 576 to 1024 by 64, 1280 to 4096 by 256,
+    4608 on by 512, up to chunked_prefill_size."""
+    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32),
+             *range(576, 1025, 64), *range(1280, 4097, 256),
+             *range(4608, max(chunked_prefill_size, 4608) + 1, 512)]
+    return tuple(s for s in sizes if s <= chunked_prefill_size)
 
 
 @functools.lru_cache(maxsize=32)

