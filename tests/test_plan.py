@@ -233,7 +233,7 @@ def test_cli_table_prints_the_command_whole_on_one_line():
 @pytest.mark.parametrize("args,message", [
     (["--gpus", "0"], "gpus must be positive"),
     (["--max-model-len", "x"], "--max-model-len expects a whole number of tokens"),
-    (["--engine", "llama.cpp"], "plan counts and writes vLLM's start-up"),
+    (["--engine", "llama.cpp"], "--engine llama.cpp: plan counts vllm, sglang, tensorrt-llm"),
     (["--prompt-len", "40000", "--output-len", "100", "--max-model-len", "32768"],
      "is over --max-model-len 32,768"),
     (["--tpot-ms", "-1"], "--tpot-ms must be a positive number"),

@@ -53,10 +53,11 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             "--tpot-ms", show_default=False,
             help="Keep layouts whose time per output token stays under this (ms).")] = None,
         engine: Annotated[Optional[str], typer.Option(
-            "--engine", metavar="vllm[@VERSION]", show_default=False,
-            help="Whose latency terms time the layouts (presets/engines), or `roofline` "
-            "for the datasheet roofline (default: vllm, as estimate on a GPU); the count "
-            "and the command are vLLM's.")] = None,
+            "--engine", metavar="NAME[@VERSION]|any", show_default=False,
+            help="Whose start-up count, latency terms and launch line: vllm, sglang or "
+            "tensorrt-llm (@VERSION: its release), a comma-separated list, or `any` for "
+            "all three side by side; `roofline` times vLLM's layouts on the datasheet "
+            "roofline (default: vllm).")] = None,
         vllm_version: Annotated[Optional[str], typer.Option(
             "--vllm-version", show_default=False,
             help="The vLLM release whose start-up count to follow, 0.8 or later (default "
@@ -104,9 +105,16 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             from kvcalc.capacity.calibration import read_calibration
 
             learnt = read_calibration(calibration)
+        refs = _engines(engine)
         spec = request.resolve()
         if learnt is not None:
             learnt.check_for(spec, hardware, str(calibration))
+        if refs is not None:
+            _compare(refs, spec, hardware, fmt=fmt, output=output, force=force, gpus=gpus,
+                     max_model_len=length, concurrency=concurrency, prompt_len=prompt_len,
+                     output_len=output_len, ttft_ms=ttft_ms, tpot_ms=tpot_ms,
+                     model=_served_name(request), vllm_version=vllm_version, learnt=learnt)
+            return
         try:
             result = run_plan(
                 spec, hardware, gpus=gpus, max_model_len=length, concurrency=concurrency,
@@ -178,3 +186,72 @@ def _allows_long() -> bool:
     from kvcalc.cli.estimate import _vllm_allows_long_max_model_len
 
     return _vllm_allows_long_max_model_len()
+
+
+def _engines(text: str | None):
+    """--engine naming an engine other than vLLM, a list or `any`: the engines to plan for
+    (kvcalc.serving.EngineRef); None: vLLM's plan alone (its terms or the roofline)."""
+    if text is None or text.strip() == "roofline":
+        return None
+    from kvcalc.cli.speed import memory_engine
+    from kvcalc.serving import MEMORY_ENGINES, engine_ref
+
+    names = MEMORY_ENGINES if text.strip().lower() == "any" else [
+        t for t in (p.strip() for p in text.split(",")) if t]
+    refs = []
+    for name in names:
+        ref = memory_engine(name)
+        if ref is None:
+            raise KvcalcError(f"--engine {name}: plan counts {', '.join(MEMORY_ENGINES)}")
+        refs.append(ref)
+    if len(refs) == 1 and refs[0].name == "vllm":
+        return None
+    return refs or None
+
+
+def _compare(refs, spec, hardware, *, fmt, output, force, gpus, max_model_len, concurrency,
+             prompt_len, output_len, ttft_ms, tpot_ms, model, vllm_version, learnt) -> None:
+    """Each engine's best layout and launch line; the winner by tokens/s per GPU first."""
+    from kvcalc.plan import NothingFits, plan as run_plan
+    from kvcalc.plan_engines import engine_plan
+    from kvcalc.report.plan import engines_items
+    from kvcalc.report.render import deliver
+
+    if max_model_len == "auto":
+        raise KvcalcError("--max-model-len auto is vLLM's; with --engine give a length")
+    targets = dict(ttft_s=None if ttft_ms is None else ttft_ms / 1000,
+                   tpot_s=None if tpot_ms is None else tpot_ms / 1000)
+    plans, failures = [], []
+    for ref in refs:
+        try:
+            if ref.name == "vllm":
+                if vllm_version is not None and ref.named and vllm_version != ref.release:
+                    raise KvcalcError(f"--engine {ref} and --vllm-version {vllm_version} "
+                                      f"name two releases: give one")
+                plans.append(run_plan(
+                    spec, hardware, gpus=gpus, max_model_len=max_model_len,
+                    concurrency=concurrency, prompt_len=prompt_len, output_len=output_len,
+                    engine=_vllm_terms(None, hardware), model=model,
+                    vllm_version=ref.release if ref.named else vllm_version,
+                    allow_long_max_model_len=_allows_long(), calibration=learnt, **targets))
+            else:
+                plans.append(engine_plan(
+                    spec, hardware, ref, gpus=gpus, max_model_len=max_model_len,
+                    concurrency=concurrency, prompt_len=prompt_len, output_len=output_len,
+                    model=model, **targets))
+        except NothingFits as e:
+            failures.append(" ".join(str(e).split()))
+    for text in failures:
+        sys.stderr.write(f"kvcalc: {text}\n")
+    if not plans:
+        raise typer.Exit(1)
+    plans.sort(key=lambda p: -p.best.tokens_per_s_per_gpu)
+    deliver(fmt.value, engines_items(plans),
+            data={"engines": [p.as_dict() for p in plans], "winner": _name(plans[0])},
+            rows=[{"engine": _name(p), **p.best.as_dict(), "command": p.command}
+                  for p in plans], output=output, force=force)
+
+
+def _name(p) -> str:
+    """An engine plan's engine; vLLM's Plan names its timing terms instead."""
+    return p.engine.name if hasattr(p.engine, "release") else "vllm"

@@ -41,3 +41,32 @@ def plan_items(p) -> list:
     items = [head, plan_table(p), Verbatim(p.command)]
     items += [f"note: {n}" for n in p.notes]
     return items
+
+
+def engines_items(plans: list) -> list:
+    """`plan --engine any`: each engine's best layout side by side (the winner by output
+    tokens/s per GPU first), then each engine's own launch line."""
+    rows = []
+    for p in plans:
+        x, name = p.best, _engine_title(p)
+        rows.append([name, _layout_words(x), x.kv_dtype, f"{x.requests:,}",
+                     f"{x.ttft_s * 1000:,.0f}", f"{x.tpot_s * 1000:,.1f}",
+                     f"{x.tokens_per_s_per_user:,.1f}", f"{x.tokens_per_s_per_gpu:,.0f}"])
+    first = plans[0]
+    table = Tab(f"{first.model} on up to {first.gpus} x {first.gpu}: each engine's best layout "
+                f"by output tokens/s per GPU, as each engine counts its memory",
+                ["engine", "layout", "KV", "requests", "TTFT ms", "TPOT ms", "tok/s/user",
+                 "tok/s/GPU"], rows, bold={0},
+                caption="times on each engine's own fitted terms (presets/engines); the "
+                "memory, pool and running-request limits by each engine's start-up count")
+    items = [table]
+    for p in plans:
+        items += [f"{_engine_title(p)}:", Verbatim(p.command)]
+    return items
+
+
+def _engine_title(p) -> str:
+    ref = getattr(p, "engine", None)
+    if hasattr(ref, "release"):  # an EngineRef (vLLM's Plan names its timing terms)
+        return ref.title
+    return f"vLLM {p.vllm_version}"
