@@ -109,9 +109,9 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         mfu, bandwidth_efficiency = speed.shares(mfu, bandwidth_efficiency)
         memory = {}
         if ref is not None and ref.name == "vllm":
-            memory["serving"] = {"vllm_version": ref.release,
-                                 "engine": "v0" if ref.release.startswith("0.") and
-                                 int(ref.release.split(".")[1]) < 8 else "v1"}
+            from kvcalc.serving.vllm import release_settings
+
+            memory["serving"] = release_settings(ref.release)
         elif ref is not None:
             memory["memory_engine"] = ref
         ests = _estimates(request, seq_len=seq_len, batch=batch, kv_dtype=kv_dtype,
@@ -436,8 +436,8 @@ def _serving(*, pp, utilization, block_size, batched, seqs, enforce_eager, vllm_
              kv_cache_memory, learnt=None) -> dict:
     """The engine flags given, as EngineSettings' names (the rest: the engine's defaults),
     with a calibration file's measured terms (`learnt`) in place of kvcalc's models."""
-    from kvcalc.capacity.engine import parse_version
     from kvcalc.cli.options import parse_size
+    from kvcalc.serving.vllm import release_settings
 
     version = vllm_version or (learnt.vllm_version if learnt else "0.33")
     given = {"gpu_memory_utilization": utilization, "pp": pp, "block_size": block_size,
@@ -449,9 +449,7 @@ def _serving(*, pp, utilization, block_size, batched, seqs, enforce_eager, vllm_
                       ("weights_bytes", "activation_peak_bytes", "non_torch_bytes",
                        "cuda_graph_bytes", "sampler")})
     out = {k: v for k, v in given.items() if v is not None}
-    # V1 became vLLM's default engine in 0.8; earlier releases ran V0.
-    return {**out, "enforce_eager": enforce_eager, "vllm_version": version,
-            "engine": "v0" if parse_version(version) < (8, 0) else "v1",
+    return {**out, "enforce_eager": enforce_eager, **release_settings(version),
             "allow_long_max_model_len": _vllm_allows_long_max_model_len()}
 
 

@@ -149,6 +149,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             hardware=hardware, scale_bytes=kv_scale_bytes, encoder_seq_len=encoder_seq_len,
             memory_fraction=fraction, reserve_bytes=reserve_bytes, force=force,
             skip_invalid=skip_invalid, engine=_engine(engine, hardware),
+            memory_engine=_memory_engine(engine),
             # Each K/V-head count resolved as `kvcalc estimate --kv-heads N` would.
             make_variant=lambda g: dataclasses.replace(request, kv_heads=g).resolve())
         streamed = fmt in (OutputFormat.csv, OutputFormat.parquet)
@@ -274,3 +275,11 @@ def _engine(text, hardware):
     from kvcalc.cli.speed import DEFAULT, engine_option, resolve
 
     return resolve(engine_option(text, default=DEFAULT), hardware)
+
+
+def _memory_engine(text):
+    """--engine vllm|sglang|tensorrt-llm[@VERSION]: whose count decides `fits` (None:
+    vLLM's default release)."""
+    from kvcalc.cli.speed import memory_engine
+
+    return memory_engine(text)

@@ -38,12 +38,28 @@ class ServingCount:
         return dict(self.terms)
 
     def serves(self, batch: int) -> bool:
-        """Whether `batch` requests of context_len tokens run at once."""
-        if not self.starts or self.kv_cache_tokens is None:
-            return False
-        if self.max_running_requests is not None and batch > self.max_running_requests:
-            return False
-        return self.max_concurrency is None or batch <= self.max_concurrency
+        """Whether `batch` requests of context_len tokens run at once: the engine
+        starts, runs that many, and its pages hold them (verdict's one rule, `serves`,
+        on this count's Room)."""
+        from kvcalc.capacity.verdict import serves
+
+        return bool(serves(self.room(), batch))
+
+    def room(self):
+        """The count as kvcalc.capacity.verdict's Room for requests of context_len: pages
+        of page_size tokens, one request taking cdiv(context_len, page_size) of them, at
+        most max_running_requests at once."""
+        from kvcalc.capacity.verdict import Room
+
+        page = max(self.page_size, 1)
+        tokens = self.kv_cache_tokens if self.starts and self.kv_cache_tokens else 0
+        per = -(-self.context_len // page)
+        return Room(max_model_len=self.context_len, starts=self.starts and bool(tokens),
+                    num_blocks=tokens // page, blocks_per_request=per,
+                    max_num_seqs=self.max_running_requests or 0,
+                    request_bytes=self.context_len * self.bytes_per_token,
+                    block_bytes=page * self.bytes_per_token,
+                    kv_cache_bytes=dict(self.terms).get("kv_cache", 0), refusal=self.refusal)
 
     def as_dict(self) -> dict:
         return {

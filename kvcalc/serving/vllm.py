@@ -10,13 +10,22 @@ from kvcalc._record import record
 from kvcalc.serving.layout import Layout
 from kvcalc.serving.record import ServingCount
 
-__all__ = ["VllmFlags", "check_release", "count"]
+__all__ = ["VllmFlags", "check_release", "count", "release_settings"]
 
 
 def check_release(text: str) -> None:
     from kvcalc.capacity.engine import parse_version
 
     parse_version(text)
+
+
+def release_settings(release: str) -> dict:
+    """EngineSettings' fields that name a release: the version, and the engine it runs by
+    default (V1 became vLLM's default in 0.8; earlier releases ran V0)."""
+    from kvcalc.capacity.engine import parse_version
+
+    return {"vllm_version": release,
+            "engine": "v0" if parse_version(release) < (8, 0) else "v1"}
 
 
 @record

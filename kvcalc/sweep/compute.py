@@ -116,8 +116,11 @@ def _rooms(c: Combo, S) -> Room:
     """The engine's Room at each row's length, as one Room of arrays (the engine's counts
     kept on the combination for the chunks after)."""
     lengths, where = np.unique(S, return_inverse=True)
-    r = rooms(c.spec, c.hardware, c.serving, lengths.tolist(), c.workload.kv_scale_bytes,
-              counts=c.counts)
+    if c.memory_engine is not None and c.memory_engine.name != "vllm":
+        r = _engine_rooms(c, lengths.tolist())
+    else:
+        r = rooms(c.spec, c.hardware, c.serving, lengths.tolist(), c.workload.kv_scale_bytes,
+                  counts=c.counts)
     # int64 where a batch (<= MAX_BATCH) x blocks cannot overflow: object arrays of
     # Python ints, exact at any size, make serves() several times slower.
     small = max(max(r.num_blocks), max(r.blocks_per_request), max(r.max_num_seqs)) \
@@ -311,3 +314,31 @@ def sweep_frame(spec: ModelSpec, seq_len, batch=1, **kwargs):
                           "or chunks, or pass force=True")
     frames = [c.to_frame() for c in chunks(plan)]
     return pd.concat(frames, ignore_index=True)
+
+
+def _engine_rooms(c: Combo, lengths: list[int]) -> Room:
+    """Another engine's Room at each length (kvcalc.serving's count with that context,
+    kept on the combination for the chunks after), as one Room of object arrays."""
+    from kvcalc.serving import count
+    from kvcalc.serving.flags import engine_flags
+
+    out = []
+    for n in lengths:
+        key = ("engine", n)
+        if key not in c.counts:
+            flags = engine_flags(c.memory_engine, replace(c.serving, max_model_len=n),
+                                 kv_scale_bytes=c.workload.kv_scale_bytes)
+            c.counts[key] = count(c.spec, c.hardware, flags).room()
+        out.append(c.counts[key])
+
+    def column(name: str) -> np.ndarray:
+        v = np.empty(len(out), dtype=object)
+        v[:] = [getattr(r, name) for r in out]
+        return v
+
+    return Room(max_model_len=np.array(lengths, dtype=object),
+                starts=column("starts").astype(bool), num_blocks=column("num_blocks"),
+                blocks_per_request=column("blocks_per_request"),
+                max_num_seqs=column("max_num_seqs"), request_bytes=column("request_bytes"),
+                block_bytes=column("block_bytes"), kv_cache_bytes=column("kv_cache_bytes"),
+                refusal="")

@@ -72,6 +72,9 @@ class Combo:
     # made so far (kvcalc.capacity.verdict.rooms), filled as chunks need them
     serving: EngineSettings | None = None
     counts: dict = field(default_factory=dict)
+    # Another engine whose count decides `fits` (kvcalc.serving.EngineRef): SGLang,
+    # TensorRT-LLM; None: vLLM's (the settings above)
+    memory_engine: object = None
 
     @property
     def kv_heads(self) -> int:
@@ -115,7 +118,7 @@ class SweepPlan:
 
 
 def _combo(spec: ModelSpec, workload: Workload, *, memory: Memory | None,
-           engine=None) -> Combo:
+           engine=None, memory_engine=None) -> Combo:
     w = workload
     kv_heads_per_device(spec, w.tp)  # raises on a bad tp
     stored = stored_weights(spec, w.quantization, w.tp)
@@ -132,6 +135,10 @@ def _combo(spec: ModelSpec, workload: Workload, *, memory: Memory | None,
     free = serving = None
     if memory is not None:
         serving = settings_for(w)
+        if memory_engine is not None and memory_engine.name == "vllm":
+            from kvcalc.serving.vllm import release_settings
+
+            serving = serving.replace(**release_settings(memory_engine.release))
         free = free_for_kv_bytes(spec, w, memory=memory, stored=stored)
         constants["gpu"] = memory.hardware.name
         constants["free_for_kv_bytes_per_device"] = free
@@ -145,7 +152,7 @@ def _combo(spec: ModelSpec, workload: Workload, *, memory: Memory | None,
     return Combo(spec=spec, workload=w, constants=constants,
                  hardware=memory.hardware if memory is not None else None,
                  free_bytes=free, stored=stored, engine=engine, family=family,
-                 serving=serving)
+                 serving=serving, memory_engine=memory_engine)
 
 
 def _as_tuple(value, name: str, upper: int) -> tuple[int, ...]:
@@ -180,6 +187,7 @@ def plan_sweep(
     skip_invalid: bool = False,
     make_variant: Callable[[int], ModelSpec] | None = None,
     engine=None,
+    memory_engine=None,
 ) -> SweepPlan:
     """Validate a sweep and work out its combinations; nothing per row is computed yet.
 
@@ -188,7 +196,9 @@ def plan_sweep(
     MLA models have no K/V heads to sweep. A (kv_heads, tp) pair estimate() would
     reject raises, or with skip_invalid is left out and named in `plan.skipped`.
     More than ROW_LIMIT rows needs force=True. `engine` (kvcalc.engines.Engine, with
-    hardware) adds each row's time per output token on it.
+    hardware) adds each row's time per output token on it; `memory_engine`
+    (kvcalc.serving.EngineRef, SGLang or TensorRT-LLM) decides `fits` by that engine's
+    count instead of vLLM's.
     `make_variant(kv_heads)` builds each K/V-head variant (default `variant`; the
     CLI passes its own, so that rows match `kvcalc estimate --kv-heads` exactly).
     """
@@ -253,7 +263,8 @@ def plan_sweep(
                 w = Workload(seq_len=1, batch=1, kv_dtype=_dtype(kname), weight_dtype=wdt, tp=t,
                              kv_scale_bytes=scale_bytes, encoder_seq_len=encoder_seq_len,
                              quantization=quantization)
-                combos.append(_combo(spec_g, w, memory=memory, engine=engine))
+                combos.append(_combo(spec_g, w, memory=memory, engine=engine,
+                                     memory_engine=memory_engine))
     if not combos:
         raise KvcalcError("no valid combination left to sweep: " + "; ".join(skipped))
     # The settings estimate() refuses that building the combinations does not check
