@@ -241,6 +241,31 @@ def test_hardware_presets_carry_visible_memory_and_links() -> None:
     assert load_hardware("rtx3090").visible_memory_bytes == round(23.58 * GiB)  # vllm#10517
 
 
+def test_non_torch_memory_above_tp_2_on_nvswitch_by_hand() -> None:
+    # NCCL v2.27.5 src/transport/nvls.cc: NVLS only above 2 GPUs (ncclNvlsInit), 16
+    # channels on Hopper (NVLS_NCHANNELS_SM90), and ncclNvlsBufferSetup's buffers per rank:
+    # channels x 2 (reduce, broadcast) x 128 KiB chunk x 8 steps x heads (the node's 4
+    # ranks) = 16 x 2 x 1 MiB x 4 = 128 MiB. vLLM 0.18-0.26 run the CUDA-graph profile
+    # inside the memory_profiling window (gpu_worker.py), 0.16 and 0.27+ do not: the 0.18
+    # logs of 4 x H200 (tests/data/vllm/*-vme.yaml) leave 1.64-1.70 GiB more than 0.16's.
+    llama = load_model("llama3.3-70b")
+
+    def non_torch(gpu: str, tp: int, version: str, **kw) -> int:
+        s = EngineSettings(max_model_len=8192, tp=tp, vllm_version=version, **kw)
+        return serving_capacity(llama, load_hardware(gpu), s).deciding.non_torch
+
+    nvls = 16 * 2 * 128 * 1024 * 8 * 4
+    assert nvls == 128 * 2**20
+    assert non_torch("h200", 4, "0.16") - non_torch("a100-80gb", 4, "0.16") == nvls  # NVLink 3
+    assert non_torch("h200", 2, "0.16") == non_torch("a100-80gb", 2, "0.16")  # no NVLS at 2
+    graph_profile = non_torch("h200", 4, "0.18") - non_torch("h200", 4, "0.16")
+    assert abs(graph_profile - 1.67 * GiB) <= GiB // 10
+    assert non_torch("h200", 4, "0.26") == non_torch("h200", 4, "0.18")
+    assert non_torch("h200", 4, "0.27") == non_torch("h200", 4, "0.16")
+    assert non_torch("h200", 4, "0.18", enforce_eager=True) == non_torch("h200", 4, "0.16")
+    assert non_torch("h200", 2, "0.18") == non_torch("h200", 2, "0.16")  # none at tp 2
+
+
 # --- lengths the engine refuses ----------------------------------------------------
 def test_max_model_len_over_the_models_context_is_refused_as_vllm_does() -> None:
     """vLLM (_get_and_verify_max_len) refuses a max_model_len above the length the config

@@ -59,6 +59,64 @@ Non-torch memory
   V0: NON_TORCH_INCREASE (0.35, 0.25, 0.03 GiB in vllm#10517, #13061, #13882); V1:
   NON_TORCH_V1 for one rank, NON_TORCH_V1_TP more with tensor parallelism
   (llm-d-benchmark, 0.11 on H100: 0.13 GiB at tp 1, 0.54-0.55 at tp 2).
+* V1 0.10.1-0.10.2 takes that snapshot before `init_worker_distributed_environment`
+  (0.10.2 `gpu_worker.py::init_device` l. 175 and 193), so all of NCCL's and custom
+  all-reduce's buffers count (a public 0.10.2 log, Qwen3-Next-80B on 2 x H200, prints
+  1.38 GiB); 0.11.0 moved the distributed set-up first (PR vllm#25359; 0.11.0 l. 169
+  and 182): only what NCCL makes lazily after it counts. kvcalc keeps NON_TORCH_V1(_TP)
+  for 0.10.1-0.10.2 (the A100 logs of tests/data/vllm, whose GPUs had no peer access,
+  fit it).
+* V1 0.11+, what the snapshot misses at tp > 1:
+  - the TP group's torch communicator: torch's ProcessGroupNCCL makes its NCCL
+    communicator at the group's first collective, the dummy sampler's logits
+    all-gather (`model_executor/layers/logits_processor.py::_gather_logits`, 0.11 l.
+    69-81 -> `base_device_communicator.py::all_gather`, 0.11 l. 129-153,
+    `dist.all_gather_into_tensor(group=self.device_group)`), one NCCL connection of
+    LL 512 KiB + LL128 4.6875 MiB + Simple 4 MiB buffers per channel and peer
+    (NCCL `src/init.cc` l. 618-620, connected at first use with runtime connect, l.
+    1148): NON_TORCH_V1_TP, measured (0.42 GiB more at tp 2 on H100). From 0.26 CUDA
+    gathers through vLLM's own NCCL communicator (0.26 `cuda_communicator.py::
+    all_gather` l. 341); no log at tp >= 2 of 0.26+ says what that leaves, so the 0.11
+    figure is kept there (extrapolated).
+  - NVLink SHARP (NVLS) buffers, tp > 2 on NVSwitch systems (NVLink 4 and 5 presets):
+    NCCL enables NVLS only above 2 GPUs (NCCL v2.27.5 `src/transport/nvls.cc::
+    ncclNvlsInit` l. 160), with 16 channels on Hopper, 24 on single-node Blackwell
+    (l. 147-149, 190-195), and sets its buffers up at the first collective that runs
+    the NVLS algorithm (`group.cc` l. 156; with runtime connect, after vLLM's snapshot):
+    `ncclNvlsBufferSetup` (l. 316-343) allocates channels x 2 (reduce, broadcast) x
+    128 KiB chunk x 8 steps x heads on every rank, 2 MiB-aligned, the heads being the
+    node's ranks (min(tp, 8) on an HGX node, `NVSWITCH_NODE_GPUS`; GB200 NVL72 domains
+    of more than 8 are extrapolated): 128 MiB at tp 4 and 256 MiB at tp 8 on Hopper
+    (`NVLS_CHANNELS`). One communicator's worth is counted: the vllm-memory-estimator
+    logs (`*-vme.yaml`, tests/data/vllm) of 0.11-0.16 on 4 x H200 leave 0.63-0.72 GiB
+    of non-torch memory against 0.55 + 0.13 from this rule (two communicators' would
+    overshoot by 0.1); at tp 8 (DeepSeek-R1, 0.13 and 0.16) 0.95-1.01 against 0.80,
+    the rest unexplained.
+  - 0.18-0.26 run the CUDA-graph memory profile (`gpu_model_runner.py::
+    profile_cudagraph_memory`, a trial capture of every graph) inside the
+    `memory_profiling` window (0.18.1 `gpu_worker.py::determine_available_memory` l.
+    384 and 399; 0.19.1 l. 366/381; 0.20.0 l. 366/385; 0.26.0 l. 484/506; 0.27.1 moved
+    it after the window, l. 500/517; 0.16-0.17 had no such profile), so what the trial
+    capture leaves outside torch counts as non-torch memory.
+    GRAPH_PROFILE_BYTES_PER_RANK x min(tp, 8), fitted on one publisher's logs (fewer
+    than three sources: the term is extrapolated wherever it applies), the vllm-memory-estimator
+    logs of the same runs on 0.16, 0.18 and 0.19 (non-torch memory taken as what the
+    budget leaves after the weights, the KV memory and kvcalc's activation peak):
+    Llama-3.3-70B bf16 and FP8 at tp 4 on H200 and B200, 1.64-1.70 GiB more than on
+    0.16; DeepSeek-R1 and V3.2 at tp 8 on H200, 3.24-3.25 GiB more. None appears at tp 1 (Ministral-3-14B, Qwen3-VL-30B,
+    Nemotron-3-Nano, under 0.2 GiB) or at tp 2 (Nemotron-3-Super-120B FP8 on H200:
+    0.17.1 and 0.18.0 leave the same KV memory), so it is counted above tp 2 on
+    NVSwitch systems only, where it was measured; which allocation it is (the capture
+    runs custom all-reduce, torch symmetric memory and NCCL under graph capture) is not
+    derived, nor how it grows past one 8-GPU node (extrapolated there). DeepSeek-R1 at
+    tp 8 on B200 (0.18) leaves 2.55 GiB in all, 1.7 less than this counts: the
+    Blackwell tp 8 case is extrapolated.
+  - not counted: FlashInfer's all-reduce + RMSNorm fusion workspace (0.17+ on Hopper
+    and Blackwell, `config/vllm.py::enable_allreduce_rms_fusion`, 0.19.1 l. 116;
+    `compilation/passes/fusion/allreduce_rms_fusion.py::AllReduceFusionPass`, up to 64
+    MiB per tensor at tp 2 on Hopper, some 0.5 GiB of IPC buffers), which would be made
+    while compiling inside the window: no log shows it. Nemotron-3-Super at tp 2 on
+    H200 leaves 64.70 GiB of KV memory on 0.18.0 and on 0.19.0 alike.
 * V1 0.7-0.10.0 (and V0 before 0.6.4.post1) counted everything the process held outside
   torch: CONTEXT_BYTES + COMM_BYTES_PER_RANK x tp for tp > 1 (vllm#21348).
 
@@ -89,13 +147,16 @@ from kvcalc.dtypes import dtype, weight_dtype as _weight_dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.params import param_counts, weight_params_per_device
 from kvcalc.layers import MoE
-from kvcalc.spec import ModelSpec
+from kvcalc.spec import Hardware, ModelSpec
 
 __all__ = [
     "CONTEXT_BYTES", "COMM_BYTES_PER_RANK", "CUDA_GRAPH_BYTES_PER_LAYER", "FWD_HIDDEN_COPIES",
-    "FWD_MLP_COPIES", "NON_TORCH_INCREASE", "NON_TORCH_V1", "NON_TORCH_V1_TP", "SAMPLER_BYTES",
+    "FWD_MLP_COPIES", "GRAPH_PROFILE_BYTES_PER_RANK", "NON_TORCH_INCREASE", "NON_TORCH_V1",
+    "NON_TORCH_V1_TP", "NVLS_BUFFER_BYTES", "NVLS_CHANNELS", "NVSWITCH_NODE_GPUS",
+    "SAMPLER_BYTES",
     "SAMPLER_PATHS", "activation_peak_bytes", "cuda_graph_bytes", "cuda_graph_sizes",
-    "forward_activation_bytes", "non_torch_bytes", "pipeline_layers", "sampler_bytes",
+    "forward_activation_bytes", "non_torch_bytes", "nvls_channels", "pipeline_layers",
+    "sampler_bytes",
     "sampler_path", "stage_weight_bytes",
 ]
 
@@ -109,6 +170,13 @@ TRITON_MIN_BATCH = 8  # 0.17+: smaller batches still sort (topk_topp_sampler.py 
 NON_TORCH_INCREASE = GiB // 4  # V0: cuBLAS/attention workspaces since the snapshot
 NON_TORCH_V1 = 133 * MiB  # V1 0.10.1+: 0.13 GiB at tp 1 (llm-d-benchmark, H100)
 NON_TORCH_V1_TP = 430 * MiB  # ... and 0.55 GiB at tp 2: NCCL's buffers at first use
+# NCCL NVLS (tp > 2, NVSwitch): channels by interconnect (nvls.cc l. 147-149; 24 = one
+# NVLink 5 domain), and one channel's reduce + broadcast buffers per head (l. 336-337).
+NVLS_CHANNELS = {"NVLink 4": 16, "NVLink 5": 24}
+NVLS_BUFFER_BYTES = 2 * 128 * 1024 * 8  # 2 x 128 KiB chunk x NCCL_STEPS 8 = 2 MiB
+# NVLS heads are a node's ranks (nvls.nHeads: the local ranks); an HGX node has 8 GPUs.
+NVSWITCH_NODE_GPUS = 8
+GRAPH_PROFILE_BYTES_PER_RANK = 430 * MiB  # 0.18-0.26, tp > 2: fit on tp 4 and 8 logs
 CONTEXT_BYTES = GiB // 2  # CUDA context, when the whole process is counted
 COMM_BYTES_PER_RANK = 480 * MiB  # NCCL + custom all-reduce buffers per TP peer (one log)
 CUDA_GRAPH_BYTES_PER_LAYER = 164 * 1024  # 5.8 MiB a graph of 36-layer Qwen3-8B (LMCache#3430)
@@ -290,12 +358,24 @@ def activation_peak_bytes(spec: ModelSpec, s: EngineSettings, tokens: int, seqs:
     return max(fwd, kept + samp), fwd, samp
 
 
-def non_torch_bytes(s: EngineSettings) -> int:
+def nvls_channels(hw: Hardware | None) -> int:
+    """NCCL's NVLS channels on this GPU's NVSwitch fabric (NVLink 4: 16, NVLink 5: 24),
+    0 where NCCL has no NVLS: PCIe cards, NVLink bridges, NVLink 2-3, other vendors."""
+    if hw is None:
+        return 0
+    link = hw.interconnect.strip()
+    return next((n for name, n in NVLS_CHANNELS.items() if link.startswith(name)), 0)
+
+
+def non_torch_bytes(s: EngineSettings, hw: Hardware | None = None) -> int:
     """Non-torch memory vLLM subtracts (measured by vLLM; see the module docstring).
 
     Counted since a snapshot after the CUDA context and NCCL: V0 0.6.4.post1+,
-    NON_TORCH_INCREASE; V1 0.10.1+, NON_TORCH_V1 (+ NON_TORCH_V1_TP when tp > 1).
-    Whole process (V1 0.7-0.10.0, V0 before 0.6.4): CONTEXT_BYTES + NON_TORCH_INCREASE +
+    NON_TORCH_INCREASE; V1 0.10.1+, NON_TORCH_V1 (+ NON_TORCH_V1_TP when tp > 1); V1
+    0.11+ at tp > 2 on NVSwitch systems (`hw`'s interconnect NVLink 4 or 5), NCCL's NVLS
+    buffers, nvls_channels x NVLS_BUFFER_BYTES x n, and in 0.18-0.26 (graphs captured)
+    GRAPH_PROFILE_BYTES_PER_RANK x n, n = min(tp, NVSWITCH_NODE_GPUS). Whole process
+    (V1 0.7-0.10.0, V0 before 0.6.4): CONTEXT_BYTES + NON_TORCH_INCREASE +
     COMM_BYTES_PER_RANK x tp when tp > 1.
     """
     v = s.version
@@ -303,7 +383,14 @@ def non_torch_bytes(s: EngineSettings) -> int:
         if v >= (6, 4):
             return NON_TORCH_INCREASE
     elif v >= (10, 1):
-        return NON_TORCH_V1 + (NON_TORCH_V1_TP if s.tp > 1 else 0)
+        nt = NON_TORCH_V1 + (NON_TORCH_V1_TP if s.tp > 1 else 0)
+        channels = nvls_channels(hw)
+        if v >= (11, 0) and s.tp > 2 and channels:
+            local = min(s.tp, NVSWITCH_NODE_GPUS)  # the ranks one NVSwitch node holds
+            nt += channels * NVLS_BUFFER_BYTES * local
+            if (18, 0) <= v < (27, 0) and not s.enforce_eager:
+                nt += GRAPH_PROFILE_BYTES_PER_RANK * local
+        return nt
     comm = COMM_BYTES_PER_RANK * s.tp if s.tp > 1 else 0
     return CONTEXT_BYTES + NON_TORCH_INCREASE + comm
 

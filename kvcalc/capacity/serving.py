@@ -198,7 +198,7 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
             peak, fwd, samp = activation_peak_bytes(spec, s, tokens, seqs, samples)
             if s.activation_peak_bytes is not None:  # measured (a calibration file)
                 peak = s.activation_peak_bytes
-            nt = non_torch_bytes(s) if s.non_torch_bytes is None else s.non_torch_bytes
+            nt = non_torch_bytes(s, hw) if s.non_torch_bytes is None else s.non_torch_bytes
             graphs = cuda_graph_bytes(spec, s, seqs, tokens)
             if s.cuda_graph_bytes is not None:
                 graphs = s.cuda_graph_bytes
