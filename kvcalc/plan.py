@@ -302,7 +302,10 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
         if calibration.visible_memory_bytes:  # the driver's total, the GPU's own
             hw = replace(hw, visible_memory_bytes=calibration.visible_memory_bytes)
     if vllm_version is None:
-        vllm_version = calibration.vllm_version if calibration is not None else "0.33"
+        from kvcalc.serving.releases import DEFAULT_RELEASE
+
+        vllm_version = (calibration.vllm_version if calibration is not None
+                        else DEFAULT_RELEASE["vllm"])
     unpaged = unpaged_kinds(cache_groups(spec))
     if unpaged:  # no engine count to search over (serving_capacity withholds it)
         raise KvcalcError(f"{why_unpaged(cache_groups(spec))}: plan has no layout to count")

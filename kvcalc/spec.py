@@ -522,9 +522,7 @@ class Hardware:
     # the base of vLLM's gpu_memory_utilization. 0: unknown (memory_bytes is used).
     visible_memory_bytes: int = 0
     visible_memory_source: str = ""  # the log or nvidia-smi/torch output it comes from
-    # The total nvidia-smi reports (memory.total, MiB, as bytes): SGLang's defaults read
-    # it (get_nvgpu_memory_capacity). 0: unknown (the driver-visible total is used).
-    smi_memory_bytes: int = 0
+    smi_memory_bytes: int = 0  # nvidia-smi's memory.total (SGLang's defaults read it); 0: unknown
     smi_memory_source: str = ""
     # Device-to-device bandwidth per GPU, one direction, decimal bytes/s (NVLink,
     # Infinity Fabric, or PCIe for cards without a GPU link). 0: unknown.
@@ -557,8 +555,7 @@ class Hardware:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise KvcalcError(f"hardware {self.name}: {name} must be a positive integer")
-        for name in ("visible_memory_bytes", "smi_memory_bytes",
-                     "interconnect_bandwidth_bytes_per_s",
+        for name in ("visible_memory_bytes", "smi_memory_bytes", "interconnect_bandwidth_bytes_per_s",
                      "fp4_flops_per_s", "boost_clock_hz", "fp16_accumulate_flops_per_s"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:

@@ -17,6 +17,7 @@ from kvcalc import _num
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.dtypes import MAX_SEQ_LEN, check_size, dtype, weight_dtype as _weight_dtype
+from kvcalc.serving.releases import DEFAULT_RELEASE
 from kvcalc.spec import Hardware
 
 __all__ = ["GiB", "MiB", "EngineSettings", "async_scheduling_on", "default_batch_limits",
@@ -89,7 +90,7 @@ class EngineSettings:
     # decides how many state pages a hybrid's request takes, kvcalc.capacity.state)
     prefix_caching: bool | None = None
     engine: str = "v1"
-    vllm_version: str = "0.33"
+    vllm_version: str = DEFAULT_RELEASE["vllm"]
     usage: str = "server"
     num_gpu_blocks_override: int | None = None
     encoder_len: int | None = None  # cross-attention tokens (encoder-decoder); None: max_model_len

@@ -439,7 +439,9 @@ def _serving(*, pp, utilization, block_size, batched, seqs, enforce_eager, vllm_
     from kvcalc.cli.options import parse_size
     from kvcalc.serving.vllm import release_settings
 
-    version = vllm_version or (learnt.vllm_version if learnt else "0.33")
+    from kvcalc.serving.releases import DEFAULT_RELEASE
+
+    version = vllm_version or (learnt.vllm_version if learnt else DEFAULT_RELEASE["vllm"])
     given = {"gpu_memory_utilization": utilization, "pp": pp, "block_size": block_size,
              "max_num_batched_tokens": batched, "max_num_seqs": seqs,
              "kv_cache_memory_bytes": None if kv_cache_memory is None else

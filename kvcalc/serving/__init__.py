@@ -25,9 +25,10 @@ from kvcalc.errors import KvcalcError
 
 __all__ = ["DEFAULT_RELEASE", "MEMORY_ENGINES", "EngineRef", "engine_ref", "count"]
 
-# The engines whose memory kvcalc counts, by canonical name, and the release each counts
-# for when none is named: the newest whose source was read for every rule in its wing.
-DEFAULT_RELEASE = {"vllm": "0.33", "sglang": "0.5.4", "tensorrt-llm": "1.0"}
+from kvcalc.serving.releases import DEFAULT_RELEASE
+
+# The engines whose memory kvcalc counts, by canonical name (each one's default release:
+# kvcalc.serving.releases).
 MEMORY_ENGINES = tuple(DEFAULT_RELEASE)
 _SPELLINGS = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "tensorrt-llm",
               "trtllm": "tensorrt-llm", "trt-llm": "tensorrt-llm", "tensorrt_llm": "tensorrt-llm"}
