@@ -79,6 +79,9 @@ class SglangFlags:
     # SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN: a context_length over the model's own
     allow_long_context: bool = False
     kv_scale_bytes: int = 0
+    # Measured in place of the model (`kvcalc check`): the memory free when the weights
+    # began loading ("Load weight begin. avail mem"), bytes per GPU
+    start_free_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.kv_cache_dtype not in KV_DTYPES:
@@ -164,11 +167,9 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
         share = rules.default_mem_fraction_static(
             gpu_mib=gpu_mib, tp=layout.tp, pp=layout.pp, chunked_prefill_size=chunked,
             cuda_graph_max_bs=graphs, dp=layout.dp, dp_attention=layout.dp_attention,
-            multimodal=multimodal, mla=mla)
+            multimodal=multimodal, mla=mla,
+            vision=spec.extra.get("vision_config") if rules.era >= (0, 4, 10) else None)
         mfs = _ratio("mem_fraction_static", repr(share))
-        if multimodal and rules.era >= (0, 4, 10):
-            notes.append("SGLang scales a multimodal model's default mem_fraction_static by "
-                         "its vision tower's size; kvcalc applies the 0.95 factor alone")
     else:
         mfs = _ratio("mem_fraction_static", flags.mem_fraction_static)
     model_type = spec.extra.get("hf_model_type", "")
@@ -176,6 +177,8 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
 
     total = _visible(hw)
     pre = total - CONTEXT_BYTES - (COMM_BYTES if layout.tp * layout.pp > 1 else 0)
+    if flags.start_free_bytes is not None:
+        pre = flags.start_free_bytes
     num, den = mfs
     reserved = -(-pre * (den - num) // den)  # the headroom the fraction leaves
     sizes = stage_layers(spec, layout.pp)

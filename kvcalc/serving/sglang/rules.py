@@ -107,7 +107,7 @@ class Rules:
     def default_mem_fraction_static(self, *, gpu_mib: int, tp: int, pp: int,
                                     chunked_prefill_size: int, cuda_graph_max_bs: int | None,
                                     dp: int, dp_attention: bool, multimodal: bool,
-                                    mla: bool) -> float:
+                                    mla: bool, vision: dict | None = None) -> float:
         """SGLang's default --mem-fraction-static, computed in floats as SGLang does.
 
         0.4.0 `ServerArgs.__post_init__`: by tp (0.88 at 1 down to 0.79 at >= 16), a
@@ -120,8 +120,9 @@ class Rules:
         max(chunked_prefill_size, 2048) + 2 x cuda_graph_max_bs + P / 8 x 1024 (+ DP
         attention's graph buffers), at least 10 GiB on cards over 60 GiB. 0.5.23
         `memory_hook.py`: the same without the speculative term, plus the prefill CUDA
-        graphs (8 MiB a captured size; 1.5 GiB for MLA). From 0.4.10 a multimodal model
-        is scaled by its vision tower (`adjust_mem_fraction_for_vlm`), read here as x 0.95.
+        graphs (8 MiB a captured size; 1.5 GiB for MLA). From 0.4.10 a model with a vision_config
+        is scaled by `adjust_mem_fraction_for_vlm` (`vision`: that config's
+        num_hidden_layers and hidden_size as stated; absent, SGLang's 24 and 1024).
         """
         size = tp * pp
         mem = float(gpu_mib)
@@ -162,6 +163,8 @@ class Rules:
             if gpu_mib > 60 * 1024:
                 reserved = max(reserved, 10 * 1024)
         share = round((mem - reserved) / mem, 3)
+        if vision is not None:
+            return share * vlm_factor(vision)
         return share * 0.95 if multimodal else share
 
     def page_size(self, hw_name: str, mla: bool, model_type: str) -> int:
@@ -241,6 +244,17 @@ class Rules:
         """Running requests per state slot's third (`MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`):
         3 with the radix cache, 1 without."""
         return 3 if radix_cache else 1
+
+
+def vlm_factor(vision: dict) -> float:
+    """`ServerArgs.adjust_mem_fraction_for_vlm` (0.4.10.post2 on): 0.95 x (1 - 0.1 x (the
+    tower's layers x hidden^2 over ViT-L/14's 24 x 1024^2, less 1)), the second factor
+    kept within 0.8-1.05; the tower's sizes read as attributes of its vision_config, 24
+    and 1024 where the config has none by those names (Qwen2.5-VL names its `depth`)."""
+    layers = vision.get("num_hidden_layers", 24)
+    hidden = vision.get("hidden_size", 1024)
+    ratio = layers * hidden ** 2 / (24 * 1024 ** 2)
+    return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
 
 
 def prefill_graph_sizes(chunked_prefill_size: int) -> tuple[int, ...]:
