@@ -22,8 +22,8 @@ from kvcalc.formulas.params import ParamCounts, param_counts
 from kvcalc.formulas.step import DecodeCost, StoredWeights, decode_step
 from kvcalc.latency import DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_MFU, latency
 # Weights as a folder or Hub checkpoint stores them (re-exported: kvcalc.estimate's API)
-from kvcalc.quant.checkpoint import AsStored, header_label, stored_weights
-from kvcalc.spec import Hardware, ModelSpec, architecture
+from kvcalc.quant.checkpoint import AsStored, stored_weights, weights_as
+from kvcalc.spec import Hardware, ModelSpec
 from kvcalc.workload import Memory, Workload
 
 
@@ -465,46 +465,6 @@ def _engine_count(spec: ModelSpec, hardware: Hardware, settings, ref, w: Workloa
             settings.tp)
     return counted, next((tp for tp in valid_tps(spec) if tp > settings.tp
                           and at(tp).serves(w.batch)), None)
-
-
-def weights_as(spec: ModelSpec, weight_dtype, group_size: int | None = None):
-    """The quantization weights are stored with: the config's own when no dtype is given,
-    else `weight_dtype` (with `group_size`) for every matrix; None for plain weights.
-    A model read from a folder or the Hub with no dtype given: AsStored (its headers)."""
-    if weight_dtype is None:
-        if group_size is not None:
-            raise KvcalcError("--group-size needs a quantized --weight-dtype (int4, int8, fp8, "
-                              "awq, gptq, mxfp4 or nvfp4)")
-        if "checkpoint" in spec.extra:
-            return _as_stored(spec)
-        if not (spec.extra.get("quantization") or spec.extra.get("quantization_error")):
-            return None  # unquantized: no need to load kvcalc.quant at start-up
-    from kvcalc.quant.formats import adhoc, quantization_of
-
-    if weight_dtype is None:
-        return quantization_of(spec)
-    name = weight_dtype.name if isinstance(weight_dtype, DType) else str(weight_dtype)
-    return adhoc(name, group_size)
-
-
-def _as_stored(spec: ModelSpec) -> AsStored:
-    quantization, problem = None, ""
-    if spec.extra.get("quantization") or spec.extra.get("quantization_error"):
-        from kvcalc.quant.formats import quantization_of
-
-        try:
-            quantization = quantization_of(spec)
-        except KvcalcError as e:
-            if spec.extra["checkpoint"] is None:
-                raise  # no headers to count instead
-            problem = str(e)
-    checkpoint = spec.extra["checkpoint"]
-    described = architecture(spec) == spec.extra["checkpoint_of"]  # not a variant of it
-    label = header_label(checkpoint) if (checkpoint is not None and quantization is None
-                                         and described) else ""
-    return AsStored(checkpoint=checkpoint, described=spec.extra["checkpoint_of"],
-                    quantization=quantization, quantization_problem=problem,
-                    header_label=label)
 
 
 def approximate_fields(spec: ModelSpec) -> dict:

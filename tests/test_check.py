@@ -238,7 +238,8 @@ def test_check_starts_without_numpy_or_torch() -> None:
     assert r.stdout.strip() == ""
 
 
-_LINES = [line for p in RAW for line in _case(p)["log"].splitlines()]
+_LINES = [line for p in (*RAW, *sorted((DATA / "check").glob("*.yaml")))
+          for line in _case(p)["log"].splitlines()]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -330,3 +331,261 @@ def test_a_calibration_file_without_tp_and_pp_is_refused(tmp_path: Path) -> None
         r = run(*cmd, "--calibration", str(old))
         assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.output
         assert "records no tp and pp" in r.stderr and "kvcalc check LOG -o FILE" in r.stderr
+
+
+# --------------------------------------------------------------------------------
+# Start-ups that failed: the cause the log gives, and the fix
+# --------------------------------------------------------------------------------
+CHECK_ONLY = DATA / "check"
+FAILED = [p for p in sorted(CHECK_ONLY.glob("*.yaml")) if _case(p)["logged"]["refused"]]
+
+
+def _log_file(tmp_path: Path, case_file: Path) -> Path:
+    f = tmp_path / f"{case_file.stem}.log"
+    f.write_text(_case(case_file)["log"])
+    return f
+
+
+@pytest.mark.parametrize("path", FAILED, ids=[p.stem for p in FAILED])
+def test_a_failed_start_up_gets_its_cause_and_fix_not_a_stop(tmp_path: Path, path: Path) -> None:
+    # No MODEL and no --gpu: none of these logs names both, and the cause needs neither.
+    case = _case(path)
+    f = _log_file(tmp_path, path)
+    r = run("check", str(f), "--format", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    failure = out["failure"]
+    assert failure["cause"] == case["cause"] and out["refused"]["logged"] is True
+    assert failure["vllm_says"] in " ".join(case["log"].split())
+    r = run("check", str(f))
+    assert r.exit_code == 0 and "stops before" not in r.output, r.output
+    assert "cause: " in r.stdout and "fix: " in r.stdout
+
+
+def _failure(path: Path, tmp_path: Path) -> dict:
+    r = run("check", str(_log_file(tmp_path, path)), "--format", "json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)["failure"]
+
+
+def test_max_model_len_beyond_the_context_names_the_context(tmp_path: Path) -> None:
+    case = _case(CHECK_ONLY / "qwen25-72b-tp8-max-model-len-longvt.yaml")
+    f = _failure(CHECK_ONLY / "qwen25-72b-tp8-max-model-len-longvt.yaml", tmp_path)
+    # The log: 131072 asked for, max_position_embeddings 32768.
+    assert f"--max-model-len {case['logged']['context']} or less" in f["fix"]
+    assert f"{case['logged']['max_model_len']:,}" in f["why"]
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in f["fix"]
+
+
+def test_free_memory_names_what_the_other_process_holds(tmp_path: Path) -> None:
+    case = _case(CHECK_ONLY / "mixtral-8x7b-fp8-h200-free-memory.yaml")
+    logged = case["logged"]
+    f = _failure(CHECK_ONLY / "mixtral-8x7b-fp8-h200-free-memory.yaml", tmp_path)
+    held = logged["visible_memory_gib"] - logged["free_gib"]  # 139.72 - 7.34
+    assert f"another process holds {held:.2f} GiB" in f["why"]
+    assert f"{logged['requested_gib']:.2f} GiB" in f["why"]
+    # 7.34 / 139.72 = 0.05 of the device: no utilization serves from that; stop the process.
+    assert "stop the other process" in f["fix"] and "nvidia-smi" in f["fix"]
+
+
+def test_free_memory_with_room_left_gives_the_utilization_that_fits() -> None:
+    # vllm#20305 (0.9.1): 31.44 of 47.38 GiB free, 0.95 asked: 31.44 / 47.38 = 0.6636.
+    log = parse_vllm_log(
+        "ERROR 06-30 13:53:19 [multiproc_executor.py:492] ValueError: Free memory on device "
+        "(31.44/47.38 GiB) on startup is less than desired GPU memory utilization (0.95, 45.01 "
+        "GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.\n"
+        "ERROR 06-30 13:53:19 [core.py:515] EngineCore failed to start.\n")
+    from kvcalc.capacity.check import diagnose
+
+    d = diagnose(log)
+    assert d.kind == "free_memory" and "--gpu-memory-utilization to 0.66 or less" in d.fix
+    assert "15.94 GiB" in d.cause  # 47.38 - 31.44
+
+
+def test_sampler_and_graph_capture_oom_name_the_warm_up_and_its_fix(tmp_path: Path) -> None:
+    f = _failure(CHECK_ONLY / "sampler-oom-8-workers.yaml", tmp_path)
+    assert "1024 dummy requests" in f["why"] and "--max-num-seqs (to 512" in f["fix"]
+    f = _failure(CHECK_ONLY / "cuda-graph-capture-oom-tp4.yaml", tmp_path)
+    assert "capturing CUDA graphs" in f["why"] and "--enforce-eager" in f["fix"]
+
+
+def test_missing_model_names_the_id_the_log_asked_for(tmp_path: Path) -> None:
+    f = _failure(CHECK_ONLY / "llama3-8b-fp8-missing-model.yaml", tmp_path)
+    assert f["figures"]["model"] == "neuralmagic/Meta-Llama-3-8B-Instruct-FP8-dynamic"
+    assert "neuralmagic/Meta-Llama-3-8B-Instruct-FP8-dynamic" in f["why"] and "HF_TOKEN" in f["fix"]
+
+
+def test_a_kv_refusal_is_diagnosed_beside_kvcalcs_count(tmp_path: Path) -> None:
+    # vllm#10517's 29K run: refused, the largest that fits 23,648 tokens.
+    f = tmp_path / "refused.log"
+    f.write_text(_case(DATA / "llama31-8b-rtx3090-29k.yaml")["log"])
+    r = run("check", str(f), "llama3.1-8b", "--gpu", "rtx3090", "--vllm-version", "0.6.4.post1",
+            "--format", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["failure"]["cause"] == "kv_cache_too_small"
+    assert "--max-model-len 23648 or less" in out["failure"]["fix"]
+    assert out["terms"]  # kvcalc's count still stands beside the logged terms
+
+
+def test_a_failed_log_cannot_write_a_calibration_file(tmp_path: Path) -> None:
+    f = _log_file(tmp_path, CHECK_ONLY / "sampler-oom-8-workers.yaml")
+    out = tmp_path / "cal.yaml"
+    r = run("check", str(f), "-o", str(out))
+    assert r.exit_code == 2 and r.output.count("\n") == 1 and "nothing to calibrate" in r.output
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------------
+# The weights' format as the log states it (issue 38 point 7)
+# --------------------------------------------------------------------------------
+def _fp8_dynamic_config(tmp_path: Path) -> Path:
+    """RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic: Llama-3.3-70B-Instruct's config with
+    the quantization_config llm-compressor's FP8_DYNAMIC scheme writes (fp8 weights with a
+    scale per output channel, dynamic per-token fp8 activations, every Linear but lm_head:
+    compressed-tensors' float-quantized format)."""
+    base = ROOT / "presets" / "hf" / "meta-llama__Llama-3.3-70B-Instruct.json"
+    cfg = json.loads(base.read_text())
+    cfg["quantization_config"] = {
+        "quant_method": "compressed-tensors", "format": "float-quantized", "ignore": ["lm_head"],
+        "config_groups": {"group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 8, "type": "float", "strategy": "channel",
+                        "symmetric": True, "dynamic": False},
+            "input_activations": {"num_bits": 8, "type": "float", "strategy": "token",
+                                  "symmetric": True, "dynamic": True}}}}
+    path = tmp_path / "RedHatAI__Llama-3.3-70B-Instruct-FP8-dynamic.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def _summary_log(case: dict):
+    """The log llm-d-benchmark's page summarises, as a VllmLog: its figures, and the flags
+    its pods ran with (--max-model-len, --tensor-parallel-size, --block-size 128,
+    --enable-prefix-caching; the checkpoint's quantization, "compressed-tensors (FP8)" as
+    the page's tp 1 run names it)."""
+    from kvcalc.capacity.vllmlog import StartupFailure, VllmLog
+
+    logged, s = case["logged"], case["settings"]
+    terms = {"total": "visible_memory_gib", "budget": "budget_gib", "weights": "weights_gib",
+             "activation_peak": "activation_peak_gib", "non_torch": "non_torch_gib",
+             "kv_cache": "kv_cache_gib"}
+    failure = (StartupFailure("no_kv_memory", "No available memory for the cache blocks")
+               if logged["refused"] else None)
+    return VllmLog(
+        vllm_version=case["vllm_version"], engine="v1", model=case["model_name"], gpu_name=None,
+        flags={"max_model_len": s["max_model_len"],
+               "gpu_memory_utilization": s["gpu_memory_utilization"],
+               "tensor_parallel_size": s["tp"], "block_size": s["block_size"],
+               "enable_prefix_caching": True, "dtype": "bfloat16",
+               "quantization": "compressed-tensors"},
+        terms={t: round(logged[k] * GiB) for t, k in terms.items() if k in logged},
+        num_gpu_blocks=None, kv_cache_tokens=None, max_concurrency=None, concurrency_len=None,
+        refused=logged["refused"], refusal=failure.words if failure else "",
+        max_model_len_fit=None, ranks=("",), failure=failure)
+
+
+@pytest.mark.parametrize("name", ["llama33-70b-fp8-2xh100-tp2-llmd.yaml",
+                                  "llama33-70b-fp8-h100-refused-llmd.yaml"])
+def test_fp8_dynamic_weights_are_counted_from_the_checkpoints_config(tmp_path: Path, name) -> None:
+    from kvcalc.hfconfig import spec_from_hf_config_file
+
+    case = _case(DATA / name)
+    logged = case["logged"]
+    spec = spec_from_hf_config_file(_fp8_dynamic_config(tmp_path))
+    result = check_log(_summary_log(case), spec, load_hardware(case["gpu"]))
+    out = result.as_dict()
+    weights = out["terms"]["weights"]
+    assert "status" not in weights  # counted by kvcalc.quant, not taken from the log
+    # 33.88 GiB a device at tp 2, 67.72 at tp 1, as the logs say (bf16 would be 65.7 / 131.4).
+    assert abs(weights["kvcalc_bytes"] - logged["weights_gib"] * GiB) <= GiB // 50
+    assert out["refused"]["kvcalc"] == logged["refused"]
+    if not logged["refused"]:
+        assert out["terms"]["kv_cache"]["kvcalc_bytes"] == pytest.approx(
+            logged["kv_cache_gib"] * GiB, rel=0.05)
+    assert "weights" not in {d["name"] for d in out["differs"]}
+
+
+def test_a_quantized_log_with_a_plain_config_takes_the_logged_weights() -> None:
+    # The preset has no quantization_config: the log's 33.88 GiB, said so, not bf16's 65.7.
+    case = _case(DATA / "llama33-70b-fp8-2xh100-tp2-llmd.yaml")
+    result = check_log(_summary_log(case), load_model(case["preset"]), load_hardware(case["gpu"]))
+    out = result.as_dict()
+    assert out["terms"]["weights"]["status"] == "from the log"
+    assert out["terms"]["weights"]["kvcalc_bytes"] == round(case["logged"]["weights_gib"] * GiB)
+    assert out["terms"]["kv_cache"]["kvcalc_bytes"] == pytest.approx(
+        case["logged"]["kv_cache_gib"] * GiB, rel=0.05)
+    assert any("compressed-tensors weights" in n and "no quantization_config" in n
+               for n in out["notes"])
+
+
+def test_a_quantized_log_without_weights_or_a_config_is_one_line(tmp_path: Path) -> None:
+    f = tmp_path / "awq.log"
+    f.write_text("(EngineCore pid=1) INFO [core.py:105] Initializing a V1 LLM engine (v0.19.0) "
+                 "with config: model='x', dtype=torch.float16, max_seq_len=4096, "
+                 "quantization=awq_marlin, kv_cache_dtype=auto\n"
+                 "(EngineCore pid=1) INFO [gpu_worker.py:437] Available KV cache memory: "
+                 "0.67 GiB\n")
+    r = run("check", str(f), str(HF / "Qwen__Qwen2.5-7B-Instruct.json"), "--gpu", "rtx4070")
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert "awq_marlin weights" in r.output and "config.json" in r.output
+
+
+AWQ_019 = CHECK_ONLY / "qwen25-7b-awq-0.19-graphs.yaml"
+
+
+def _awq_config(tmp_path: Path) -> Path:
+    """Qwen/Qwen2.5-7B-Instruct-AWQ: the base config with the AWQ checkpoint's
+    quantization_config (the YAML's, int4 gemm g128 with zero points) and its fp16 dtype."""
+    case = _case(AWQ_019)
+    cfg = json.loads((HF / case["hf_config"]).read_text())
+    cfg["quantization_config"] = case["quantization_config"]
+    cfg["torch_dtype"] = "float16"
+    path = tmp_path / "Qwen__Qwen2.5-7B-Instruct-AWQ.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def test_an_awq_log_is_counted_from_the_awq_config_and_its_graphs_are_not_a_miss(tmp_path) -> None:
+    # The GPU is not named: any preset serves, the rows checked here do not depend on it.
+    case = _case(AWQ_019)
+    logged = case["logged"]
+    r = run("check", str(_log_file(tmp_path, AWQ_019)), str(_awq_config(tmp_path)), "--gpu",
+            "rtx4070", "--format", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["vllm_version"] == "0.19.0"
+    assert out["settings"]["gpu_memory_utilization"] == "0.7000"  # the log's own line
+    weights = out["terms"]["weights"]
+    assert "status" not in weights
+    assert abs(weights["kvcalc_bytes"] - logged["weights_gib"] * GiB) <= GiB // 50
+    # The estimate and the capture: logged by 0.19, subtracted by neither.
+    graphs = out["terms"]["cuda_graphs"]
+    assert graphs["status"] == "not subtracted" and graphs["kvcalc_bytes"] == 0
+    assert abs(graphs["logged_bytes"] - logged["cuda_graphs_gib"] * GiB) <= GiB // 200
+    captured = out["terms"]["cuda_graphs_captured"]
+    assert captured["status"] == "not subtracted"
+    assert abs(captured["logged_bytes"] - logged["cuda_graphs_captured_gib"] * GiB) <= GiB // 200
+    assert not {"cuda_graphs", "cuda_graphs_captured", "weights"} & {
+        d["name"] for d in out["differs"]}
+    r = run("check", str(_log_file(tmp_path, AWQ_019)), str(_awq_config(tmp_path)),
+            "--gpu", "rtx4070")
+    assert "logged, not subtracted" in r.stdout and "cuda graphs captured" in r.stdout
+
+
+def test_the_0_19_log_with_a_plain_config_says_it_took_the_logged_weights(tmp_path) -> None:
+    r = run("check", str(_log_file(tmp_path, AWQ_019)), str(HF / "Qwen__Qwen2.5-7B-Instruct.json"),
+            "--gpu", "rtx4070", "--format", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["terms"]["weights"]["status"] == "from the log"
+    assert any("awq_marlin weights" in n for n in out["notes"])
+
+
+def test_a_subtracted_graph_estimate_is_compared() -> None:
+    # LMCache#3430 (0.21.0, "CUDA graph memory profiling is enabled"): its 0.52 GiB estimate
+    # is in the budget, so kvcalc's figure stands beside it.
+    result = _check(_case(DATA / "qwen3-8b-a5000-lmcache.yaml"))
+    graphs = next(t for t in result.terms if t.name == "cuda_graphs")
+    assert graphs.status == "" and graphs.kvcalc > 0
+    assert abs(graphs.logged - round(0.52 * GiB)) <= GiB // 200

@@ -179,3 +179,121 @@ def test_truncated_or_shuffled_public_logs_never_raise_anything_else(path: Path,
         parse_vllm_log("\n".join(kept))
     except KvcalcError:
         pass
+
+
+# --- start-ups that failed, and logs only `kvcalc check` reads (tests/data/vllm/check/) ----
+CHECK_ONLY = sorted((DATA / "check").glob("*.yaml"))
+
+
+def test_at_least_three_public_failed_start_ups_each_with_its_cause() -> None:
+    failed = [_case(p) for p in CHECK_ONLY if _case(p)["logged"]["refused"]]
+    assert len(failed) >= 3
+    assert {c["cause"] for c in failed} >= {"max_model_len_over_context", "free_memory",
+                                            "oom_sampler", "oom_cuda_graphs", "missing_model"}
+    readme = (DATA / "README.md").read_text()
+    for path in CHECK_ONLY:
+        assert f"check/{path.name}" in readme, path.name
+        assert _case(path)["source"], path.name
+
+
+@pytest.mark.parametrize("path", CHECK_ONLY, ids=[p.stem for p in CHECK_ONLY])
+def test_each_failed_start_up_is_read_with_the_cause_it_logged(path: Path) -> None:
+    case = _case(path)
+    log, want = parse_vllm_log(case["log"]), case["logged"]
+    assert log.refused == want["refused"], log.refusal
+    if not want["refused"]:
+        assert log.failure is None
+        return
+    assert log.failure is not None and log.failure.kind == case["cause"], log.failure
+    assert "\n" not in log.failure.words and log.failure.words in " ".join(case["log"].split())
+    figures = log.failure.figures
+    if case["cause"] == "free_memory":  # "Free memory on device (7.34/139.72 GiB) ... (0.9, 125.75"
+        assert abs(figures["free_bytes"] - want["free_gib"] * GiB) <= HALF_CENT
+        assert abs(figures["total_bytes"] - want["visible_memory_gib"] * GiB) <= HALF_CENT
+        assert abs(figures["requested_bytes"] - want["requested_gib"] * GiB) <= HALF_CENT
+        assert log.terms["total"] == figures["total_bytes"]
+    if case["cause"] == "max_model_len_over_context":
+        assert (figures["max_model_len"], figures["context"]) == (want["max_model_len"],
+                                                                  want["context"])
+        assert log.flags["max_model_len"] == case["settings"]["max_model_len"]
+        assert log.flags["tensor_parallel_size"] == case["settings"]["tp"]
+    if case["cause"] == "oom_sampler":
+        assert figures["dummy_requests"] == want["dummy_requests"]
+    if "gpu_memory_utilization" in case["settings"] and "gpu_memory_utilization" in log.flags:
+        assert float(log.flags["gpu_memory_utilization"]) == float(
+            case["settings"]["gpu_memory_utilization"])
+
+
+def test_a_0_19_log_says_its_graph_estimate_is_not_subtracted() -> None:
+    # "In v0.19, CUDA graph memory profiling will be enabled by default ... To try it now":
+    # 0.19.0 logs the estimate (0.05 GiB) and the capture (0.03 GiB) but subtracts neither.
+    case = _case(DATA / "check" / "qwen25-7b-awq-0.19-graphs.yaml")
+    log, want = parse_vllm_log(case["log"]), case["logged"]
+    assert log.vllm_version == case["vllm_version"] == "0.19.0"
+    for key, term in _GIB_TERMS.items():
+        if key in want:
+            assert abs(log.terms[term] - want[key] * GiB) <= HALF_CENT, key
+    assert abs(log.graphs_captured - want["cuda_graphs_captured_gib"] * GiB) <= HALF_CENT
+    assert log.graph_estimate_subtracted is False
+    assert log.kv_cache_tokens == want["kv_cache_tokens"]
+    assert log.max_concurrency == pytest.approx(want["max_concurrency"], abs=0.005)
+    # What the engine config states: the weights' format, dtype and the flags.
+    assert log.flags["quantization"] == "awq_marlin" and log.flags["dtype"] == "float16"
+    want_util = case["settings"]["gpu_memory_utilization"]
+    assert float(log.flags["gpu_memory_utilization"]) == float(want_util)
+    assert log.flags["max_model_len"] == case["settings"]["max_model_len"]
+    assert log.flags["model"] == r"D:\Resources\Models\Qwen2.5-7B-Instruct-AWQ"
+
+
+@pytest.mark.parametrize("line, subtracted", [
+    # vllm PR 37296 (a 0.18 run with the variable set): subtracted.
+    ("(Worker_TP0 pid=646817) INFO 03-17 17:07:06 [gpu_worker.py:468] CUDA graph memory profiling "
+     "is enabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1). This will become the default in "
+     "v0.19. The current --gpu-memory-utilization=0.9000 is equivalent to "
+     "--gpu-memory-utilization=0.8015 without CUDA graph memory profiling.", True),
+    # club-3090#127 (0.21+): the default.
+    ("(Worker_TP0 pid=147) INFO 05-14 00:04:17 [gpu_worker.py:475] CUDA graph memory profiling is "
+     "enabled (default since v0.21.0). The current --gpu-memory-utilization=0.9200 is equivalent "
+     "to --gpu-memory-utilization=0.9129 without CUDA graph memory profiling.", True),
+])
+def test_the_log_says_whether_its_graph_estimate_was_subtracted(line: str, subtracted) -> None:
+    log = parse_vllm_log(line + "\n(Worker_TP0 pid=1) INFO [gpu_worker.py:452] Available KV cache "
+                         "memory: 25.46 GiB\n")
+    assert log.graph_estimate_subtracted is subtracted
+    assert log.failure is None and not log.refused
+
+
+def test_a_graph_capture_oom_after_the_capture_line_is_placed_there() -> None:
+    # vllm#15598 (V0 0.8, Ray workers): its capture line, then torch's error (the title).
+    log = parse_vllm_log(
+        "(RayWorkerWrapper pid=1861983) INFO 03-27 10:29:03 [model_runner.py:1442] Capturing "
+        "cudagraphs for decoding. This may lead to unexpected consequences if the model is not "
+        "static. To run the model in eager mode, set 'enforce_eager=True' or use '--enforce-eager' "
+        "in the CLI. If out-of-memory error occurs during cudagraph capture, consider decreasing "
+        "`gpu_memory_utilization` or switching to eager mode. You can also reduce the "
+        "`max_num_seqs` as needed to decrease memory usage.\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 MiB. GPU 6 has a total "
+        "capacity of 44.53 GiB of which 448.00 KiB is free.\n")
+    assert log.failure.kind == "oom_cuda_graphs"
+    assert log.failure.figures["tried_bytes"] == 2 * 2**20
+    assert abs(log.failure.figures["total_bytes"] - 44.53 * GiB) <= HALF_CENT
+    assert log.failure.figures["free_bytes"] == 448 * 2**10
+
+
+def test_advice_lines_that_mention_memory_are_no_failure() -> None:
+    # The V0 capture line's advice (vllm#15598) and 0.5's "If you are running out of
+    # memory" (vllm#7593) are not errors; a started log gets no failure.
+    log = parse_vllm_log(
+        "INFO 03-27 10:29:03 [model_runner.py:1442] Capturing cudagraphs for decoding. If "
+        "out-of-memory error occurs during cudagraph capture, consider decreasing "
+        "`gpu_memory_utilization` or switching to eager mode.\n"
+        "(VllmWorkerProcess pid=13109) INFO 08-19 07:51:12 model_runner.py:1028] CUDA graphs can "
+        "take additional 1~3 GiB memory per GPU. If you are running out of memory, consider "
+        "decreasing `gpu_memory\n"
+        "INFO 08-19 07:51:08 distributed_gpu_executor.py:56] # GPU blocks: 22982, # CPU blocks: "
+        "6241\n")
+    assert log.failure is None and not log.refused
+    for path in RAW:
+        case = _case(path)
+        if not case["logged"]["refused"]:
+            assert parse_vllm_log(case["log"]).failure is None, path.name

@@ -1,9 +1,23 @@
 """A vLLM start-up log beside kvcalc's count: the settings the log shows, run through
 `serving_capacity`, term by term (`kvcalc check LOG`).
 
+What the log states is the truth about that start-up: its release, flags (non-default
+args, the engine config), dtype, KV-cache dtype and weights' format. Weights are counted
+as the model's config stores them (its quantization_config, through kvcalc.quant, as
+`estimate` counts them); a log that loads a quantized checkpoint (quantization=awq_marlin,
+compressed-tensors...) for a MODEL whose config has no quantization_config takes the
+weights the log measured, and says so, rather than count 16-bit weights.
+
 A term "differs" when kvcalc's figure is off the log's by more than DIFF_SHARE of it and
 more than the log's own rounding (0.01 GiB printed, so half of that either way) plus
-DIFF_FLOOR; the one that differs most is named first.
+DIFF_FLOOR; the one that differs most is named first. A term the release logs but does
+not subtract from the KV cache's budget (the CUDA-graph estimate before 0.20, the memory
+the capture took) is shown as such, never as a miss; nor is a term taken from the log.
+
+A start-up that failed gets its cause, as the log gives it, and the fix (`diagnose`):
+max_model_len beyond the model's context, another process holding memory, out of memory
+loading the weights, in the profile run, the sampler warm-up or CUDA-graph capture,
+missing model files, and the KV-cache refusals.
 """
 
 from __future__ import annotations
@@ -15,11 +29,12 @@ from dataclasses import field
 from kvcalc._record import record
 from kvcalc.capacity.engine import GiB, EngineSettings, parse_version
 from kvcalc.capacity.serving import Capacity, serving_capacity
-from kvcalc.capacity.vllmlog import TERMS, VllmLog
+from kvcalc.capacity.vllmlog import KV_REFUSALS, TERMS, UNMODELLED_FLAGS, VllmLog
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import Hardware, ModelSpec
 
-__all__ = ["DIFF_FLOOR", "DIFF_SHARE", "LogCheck", "TermCheck", "check_log", "gpu_preset_for",
+__all__ = ["DIFF_FLOOR", "DIFF_SHARE", "FAILURE_LABELS", "Diagnosis", "LogCheck", "TermCheck",
+           "check_log", "diagnose", "failure_dict", "graphs_subtracted", "gpu_preset_for",
            "settings_from_log"]
 
 DIFF_SHARE = 0.05
@@ -40,6 +55,34 @@ _GPUS = ((r"h100.*(pcie|nvl)", "h100-pcie"), (r"h100", "h100-sxm"), (r"h200", "h
          (r"mi325", "mi325x"), (r"mi300", "mi300x"), (r"gb10|spark", "dgx-spark"))
 
 
+# FAILURE_KINDS in a few words, for headlines.
+FAILURE_LABELS = {
+    "max_model_len_over_context": "max_model_len beyond the model's context",
+    "free_memory": "too little free memory at start-up",
+    "oom_loading": "out of memory loading the weights",
+    "oom_profile": "out of memory in the profile run",
+    "oom_sampler": "out of memory in the sampler warm-up",
+    "oom_cuda_graphs": "out of memory capturing CUDA graphs",
+    "oom": "out of memory",
+    "missing_model": "model files not found",
+    "kv_cache_too_small": "max_model_len beyond the KV cache",
+    "no_kv_memory": "no memory left for the KV cache",
+    "unknown": "cause not in the lines given",
+}
+NOT_SUBTRACTED = "not subtracted"
+FROM_LOG = "from the log"
+
+
+@record
+class Diagnosis:
+    """Why a start-up failed, in vLLM's words and in a sentence, and what to change."""
+
+    kind: str  # kvcalc.capacity.vllmlog.FAILURE_KINDS
+    cause: str
+    fix: str
+    words: str  # the log's own line
+
+
 @record
 class TermCheck:
     """One figure the log printed, beside kvcalc's (bytes, or tokens/blocks)."""
@@ -48,6 +91,10 @@ class TermCheck:
     logged: int | float
     kvcalc: int | float
     unit: str  # "bytes", "tokens", "blocks", "x"
+    # "": compared; NOT_SUBTRACTED: the release logs the term but leaves it out of the KV
+    # cache's budget (kvcalc counts what vLLM subtracts: 0); FROM_LOG: kvcalc took the
+    # log's own figure (nothing to compare)
+    status: str = ""
 
     @property
     def difference(self) -> float:
@@ -55,6 +102,8 @@ class TermCheck:
 
     @property
     def differs(self) -> bool:
+        if self.status:
+            return False
         slack = max(abs(self.logged) * DIFF_SHARE, DIFF_FLOOR if self.unit == "bytes" else 0)
         if self.unit == "x":
             slack = max(abs(self.logged) * DIFF_SHARE, 0.01)
@@ -74,6 +123,7 @@ class LogCheck:
     counts: tuple[TermCheck, ...]  # blocks, tokens, concurrency
     notes: tuple[str, ...] = field(default_factory=tuple)
     model_params: int | None = None  # the counted model's parameters (which model it was)
+    diagnosis: Diagnosis | None = None  # why vLLM did not start, and the fix
 
     @property
     def differing(self) -> tuple[TermCheck, ...]:
@@ -96,12 +146,14 @@ class LogCheck:
                          "max_num_seqs": cap.max_num_seqs, "block_size": cap.block_size,
                          "kv_dtype": self.settings.kv_dtype,
                          "enforce_eager": self.settings.enforce_eager},
-            "terms": {t.name: {"logged_bytes": t.logged, "kvcalc_bytes": t.kvcalc}
+            "terms": {t.name: {"logged_bytes": t.logged, "kvcalc_bytes": t.kvcalc,
+                               **({"status": t.status} if t.status else {})}
                       for t in self.terms},
             "kv_cache_tokens": kv_tokens,
             **counts,
             "refused": {"logged": log.refused, "kvcalc": not cap.fits},
             "refusal": {"logged": log.refusal, "kvcalc": cap.refusal},
+            "failure": failure_dict(self.diagnosis, log),
             "differs": [{"name": t.name, "logged": t.logged, "kvcalc": t.kvcalc,
                          "difference": t.difference,
                          "ratio": (t.kvcalc / t.logged) if t.logged else None}
@@ -160,17 +212,114 @@ def settings_from_log(log: VllmLog, spec: ModelSpec, *, vllm_version: str | None
         kw["chunked_prefill"] = f["enable_chunked_prefill"]
     if isinstance(f.get("enable_prefix_caching"), bool):
         kw["prefix_caching"] = f["enable_prefix_caching"]
+    if isinstance(f.get("async_scheduling"), bool):
+        kw["async_scheduling"] = f["async_scheduling"]
     if "kv_cache_dtype" in f:
         kw["kv_dtype"] = _dtype(f["kv_cache_dtype"], "--kv-cache-dtype")
+    if "mamba_ssm_cache_dtype" in f:
+        kw["mamba_ssm_dtype"] = _dtype(f["mamba_ssm_cache_dtype"], "--mamba-ssm-cache-dtype")
     if "dtype" in f and _dtype(f["dtype"], "--dtype") not in ("auto", "fp8"):
         kw["model_dtype"] = _dtype(f["dtype"], "--dtype")
-    if str(f.get("quantization", "")).lower() == "fp8":
-        kw["weight_dtype"] = "fp8"
+    _weights_format(log, spec, kw, notes)
     if f.get("sampler") == "flashinfer":  # the log's own sampler line
         kw["sampler"] = "flashinfer"
     elif f.get("sampler") == "native":
         kw["sampler"] = "sort" if minor < (17, 0) else "triton"
-    return EngineSettings(**kw), notes
+    settings = EngineSettings(**kw)
+    _graphs_as_logged(log, settings, notes)
+    for key in UNMODELLED_FLAGS:
+        value = f.get(key)
+        if value not in (None, False, 0, 0.0, "", "None", "none", "[]", "{}"):
+            notes.append(f"the log sets {key}={value}: kvcalc's count does not model it, so "
+                         f"the terms it changes may differ")
+    return settings.replace(**_graph_override(log, settings)), notes
+
+
+# vLLM's --quantization names (and the kernels it picks for a checkpoint's own format) ->
+# the quant_method a checkpoint's config gives
+_METHODS = {"awq_marlin": "awq", "gptq_marlin": "gptq", "gptq_marlin_24": "gptq",
+            "gptq_bitblas": "gptq", "awq_triton": "awq", "modelopt_fp4": "modelopt",
+            "fp8": "fp8", "compressed_tensors": "compressed-tensors"}
+
+
+def _method(name: str) -> str:
+    name = name.strip().lower()
+    return _METHODS.get(name, _METHODS.get(name.replace("-", "_"), name))
+
+
+def _weights_format(log: VllmLog, spec: ModelSpec, kw: dict, notes: list[str]) -> None:
+    """The weights' format: the model config's (kvcalc.quant, as estimate counts it), else
+    vLLM's own fp8 of a 16-bit checkpoint, else, for a quantized checkpoint MODEL's config
+    does not describe, the weights the log measured."""
+    stated = str(log.flags.get("quantization") or "").strip()
+    if stated.lower() in ("", "none"):
+        return
+    config_q = spec.extra.get("quantization")
+    if config_q is not None or spec.extra.get("quantization_error") or "checkpoint" in spec.extra:
+        if "checkpoint" in spec.extra:  # a folder's or the Hub's headers, as estimate reads them
+            from kvcalc.quant.checkpoint import weights_as
+
+            kw["weight_quantization"] = weights_as(spec, None)
+        if config_q is not None and _method(stated) != _method(config_q.method):
+            notes.append(f"the log loads {stated} weights; {spec.name}'s config says "
+                         f"{config_q.method}: its config's format is counted")
+        return
+    if _method(stated) == "fp8":  # vLLM quantizes the 16-bit checkpoint to fp8 as it loads
+        kw["weight_dtype"] = "fp8"
+        return
+    if "weights" not in log.terms:
+        raise KvcalcError(f"the log loads {stated} weights, but {spec.name}'s config has no "
+                          "quantization_config and the log prints no weights: give the "
+                          "checkpoint's config.json (or its folder) as MODEL")
+    kw["weights_bytes"] = log.terms["weights"]
+    notes.append(f"the log loads {stated} weights and {spec.name}'s config has no "
+                 f"quantization_config: the weights are the log's "
+                 f"{log.terms['weights'] / GiB:.2f} GiB, not counted; give the checkpoint's "
+                 "config.json as MODEL to count them")
+
+
+def graphs_subtracted(log: VllmLog, settings: EngineSettings) -> bool:
+    """Whether this start-up took its CUDA-graph estimate out of the KV cache's budget: as
+    the log says it (0.18+ print it), else by the release (V1 0.20+, not enforce_eager)."""
+    if settings.enforce_eager:
+        return False
+    if log.graph_estimate_subtracted is not None:
+        return log.graph_estimate_subtracted
+    return settings.engine == "v1" and parse_version(settings.vllm_version) >= (20, 0)
+
+
+def _release_subtracts(settings: EngineSettings) -> bool:
+    return (not settings.enforce_eager and settings.engine == "v1"
+            and parse_version(settings.vllm_version) >= (20, 0))
+
+
+def _graphs_as_logged(log: VllmLog, settings: EngineSettings, notes: list[str]) -> None:
+    said, rule = log.graph_estimate_subtracted, _release_subtracts(settings)
+    logged = log.terms.get("cuda_graphs")
+    if said is None or said == rule or settings.enforce_eager:
+        if logged is not None and not graphs_subtracted(log, settings):
+            notes.append(f"vLLM {settings.vllm_version} logs its CUDA-graph estimate "
+                         f"({logged / GiB:.2f} GiB) but does not subtract it from the KV "
+                         "cache's budget (0.20 made that the default): kvcalc counts 0, as "
+                         "vLLM does")
+        return
+    if said:
+        notes.append(f"the log says CUDA-graph memory profiling is on (VLLM_MEMORY_PROFILER_"
+                     f"ESTIMATE_CUDAGRAPHS=1), which vLLM {settings.vllm_version} does not do "
+                     "by default: its estimate is taken from the log")
+    else:
+        notes.append("the log says CUDA-graph memory profiling is off "
+                     "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0): nothing is subtracted for "
+                     "the graphs")
+
+
+def _graph_override(log: VllmLog, settings: EngineSettings) -> dict:
+    said = log.graph_estimate_subtracted
+    if said is None or settings.enforce_eager or said == _release_subtracts(settings):
+        return {}
+    if said and "cuda_graphs" in log.terms:
+        return {"cuda_graph_bytes": log.terms["cuda_graphs"]}
+    return {} if said else {"cuda_graph_bytes": 0}
 
 
 def check_log(log: VllmLog, spec: ModelSpec, hw: Hardware, *,
@@ -185,8 +334,24 @@ def check_log(log: VllmLog, spec: ModelSpec, hw: Hardware, *,
     cap = serving_capacity(spec, hw, settings)
     device = cap.deciding
     ours = {"total": device.total, **device.as_dict()}
-    terms = tuple(TermCheck(name, log.terms[name], ours[name], "bytes")
-                  for name in TERMS if name in log.terms and name in ours)
+    subtracted = graphs_subtracted(log, settings)
+    terms = []
+    for name in TERMS:
+        if name not in log.terms or name not in ours:
+            continue
+        status = ""
+        if name == "weights" and settings.weights_bytes is not None:
+            status = FROM_LOG
+        elif name == "cuda_graphs":
+            if not subtracted:
+                status = NOT_SUBTRACTED
+            elif settings.cuda_graph_bytes == log.terms[name]:
+                status = FROM_LOG
+        terms.append(TermCheck(name, log.terms[name], ours[name], "bytes", status))
+    if log.graphs_captured is not None and not subtracted:
+        # Captured after the KV cache was sized, in the memory above the budget.
+        terms.append(TermCheck("cuda_graphs_captured", log.graphs_captured, 0, "bytes",
+                               NOT_SUBTRACTED))
     counts = []
     if log.num_gpu_blocks is not None:
         counts.append(TermCheck("num_gpu_blocks", log.num_gpu_blocks, cap.num_gpu_blocks, "blocks"))
@@ -199,15 +364,163 @@ def check_log(log: VllmLog, spec: ModelSpec, hw: Hardware, *,
     if log.max_model_len_fit is not None:
         counts.append(TermCheck("max_model_len_fit", log.max_model_len_fit,
                                 cap.max_model_len_fit, "tokens"))
+    failure = log.failure
     if not log.sized_kv_cache:
         notes.append("the log stops before vLLM sized its KV cache (no 'Available KV cache "
                      "memory', '# GPU blocks' or 'GPU KV cache size' line): only the terms "
                      "before it are compared")
     if log.refused != (not cap.fits):
-        notes.append(f"vLLM {'refused' if log.refused else 'started'}; kvcalc says it "
-                     f"{'would refuse' if not cap.fits else 'would start'}")
+        if failure is not None and failure.kind not in KV_REFUSALS + ("unknown",):
+            notes.append(f"vLLM did not start ({FAILURE_LABELS[failure.kind]}), for a reason "
+                         f"kvcalc's count does not cover; kvcalc says these settings "
+                         f"{'would refuse' if not cap.fits else 'would start'}")
+        else:
+            notes.append(f"vLLM {'refused' if log.refused else 'started'}; kvcalc says it "
+                         f"{'would refuse' if not cap.fits else 'would start'}")
     from kvcalc.formulas.params import param_counts
 
     return LogCheck(log=log, model=spec.name, settings=settings, hardware=hw.name, capacity=cap,
-                    terms=terms, counts=tuple(counts), notes=tuple(notes),
-                    model_params=param_counts(spec).total)
+                    terms=tuple(terms), counts=tuple(counts), notes=tuple(notes),
+                    model_params=param_counts(spec).total,
+                    diagnosis=diagnose(log, settings=settings, capacity=cap))
+
+
+# --------------------------------------------------------------------------------
+# Why a start-up failed, and the fix
+# --------------------------------------------------------------------------------
+def _gib_text(value: int | None) -> str:
+    return "?" if value is None else f"{value / GiB:.2f} GiB"
+
+
+def _lower_util(log: VllmLog, step: float = 0.05) -> str:
+    """'--gpu-memory-utilization U' a step below the log's (0.9 when it gives none)."""
+    util = float(log.flags.get("gpu_memory_utilization", 0.9) or 0.9)
+    return f"--gpu-memory-utilization {max(util - step, 0.1):.2f}"
+
+
+def diagnose(log: VllmLog, *, settings: EngineSettings | None = None,
+             capacity: Capacity | None = None) -> Diagnosis | None:
+    """Why the start-up in `log` failed, as its lines give it, and the fix (None: it did
+    not fail, or the log stops before anything did). `settings` and `capacity`, kvcalc's
+    count for the log's settings, add what the log alone cannot say."""
+    f = log.failure
+    if f is None:
+        return None
+    fig, words = f.figures, f.words
+    version = (settings.vllm_version if settings else log.vllm_version) or ""
+    seqs = log.flags.get("max_num_seqs")
+    if f.kind == "max_model_len_over_context":
+        ctx, want = fig["context"], fig["max_model_len"]
+        where = "the length its config gives" if fig.get("context_key") in (None, "None") else (
+            f"{fig['context_key']} in its config.json")
+        cause = (f"--max-model-len {want:,} is longer than the model's context of {ctx:,} "
+                 f"tokens ({where}); vLLM refuses it before loading anything")
+        fix = (f"serve at --max-model-len {ctx} or less; only if the model was trained (or "
+               f"rope-scaled) past {ctx:,} tokens, set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: "
+               "positions beyond its context give wrong output or NaN")
+    elif f.kind == "free_memory":
+        free, total, want = fig["free_bytes"], fig["total_bytes"], fig["requested_bytes"]
+        held = total - free
+        most = int(free * 100 // total) / 100 if total else 0.0
+        cause = (f"another process holds {held / GiB:.2f} GiB of the device: only "
+                 f"{free / GiB:.2f} of {total / GiB:.2f} GiB was free at start-up, less than "
+                 f"the {fig['gpu_memory_utilization']} x {total / GiB:.2f} = {want / GiB:.2f} "
+                 f"GiB vLLM was told to take (--gpu-memory-utilization is a share of the "
+                 f"device's total, not of what is free)")
+        fix = (f"stop the other process (`nvidia-smi` lists it: often an earlier vLLM still "
+               f"running, or a second model on the same GPU), or lower "
+               f"--gpu-memory-utilization to {most:.2f} or less, so that weights, activations "
+               f"and KV cache share the {free / GiB:.2f} GiB that is free")
+        if most < 0.1:
+            fix = (f"stop the other process (`nvidia-smi` lists it: often an earlier vLLM "
+                   f"still running, or a second model on the same GPU): {free / GiB:.2f} GiB "
+                   f"free ({most:.2f} of the device) is too little to serve from")
+    elif f.kind == "oom_sampler":
+        n = fig.get("dummy_requests") or seqs
+        cause = (f"out of memory warming up the sampler: vLLM samples {n or 'max_num_seqs'} "
+                 "dummy requests at start-up (one per --max-num-seqs), and their logits (one "
+                 "row of the vocabulary each, in fp32, with the sampler's copies) did not fit "
+                 "in the memory left")
+        fix = (f"lower --max-num-seqs (to {max(int(n) // 2, 1)}, say) or "
+               f"{_lower_util(log)} to leave room for the warm-up" if n else
+               f"lower --max-num-seqs or {_lower_util(log)}")
+    elif f.kind == "oom_cuda_graphs":
+        if settings is not None:
+            after = not graphs_subtracted(log, settings)
+        elif log.graph_estimate_subtracted is not None:
+            after = not log.graph_estimate_subtracted
+        elif log.engine == "v0" or version:
+            after = log.engine == "v0" or parse_version(version) < (20, 0)
+        else:
+            after = None
+        cause = "out of memory capturing CUDA graphs: " + {
+            True: f"vLLM {version or ''} captures them after sizing the KV cache, in the "
+                  "memory above --gpu-memory-utilization".replace("  ", " "),
+            False: "the capture took more than the CUDA-graph estimate vLLM set aside",
+            None: "vLLM captures them after sizing the KV cache, in the memory above "
+                  "--gpu-memory-utilization (from 0.20 it sets an estimate aside first, which "
+                  "the capture then outgrew)"}[after]
+        fix = (f"{_lower_util(log)} (more room above the budget for the graphs), capture "
+               "fewer sizes (a lower --max-num-seqs or --max-cudagraph-capture-size), or "
+               "--enforce-eager (no graphs: slower decoding)")
+    elif f.kind == "oom_loading":
+        cause = "out of memory loading the weights: they do not fit on one device"
+        tp = log.flags.get("tensor_parallel_size", 1)
+        fix = (f"spread them over more GPUs (--tensor-parallel-size {int(tp) * 2}), serve a "
+               "quantized checkpoint, or free the GPU of other processes")
+    elif f.kind == "oom_profile":
+        cause = ("out of memory in the profile run (one forward pass of "
+                 "--max-num-batched-tokens tokens, before the KV cache is sized)")
+        fix = ("lower --max-num-batched-tokens (and with it the activation peak), or free the "
+               "GPU of other processes")
+    elif f.kind == "oom":
+        cause = ("CUDA out of memory, at a step the lines given do not show (paste the log "
+                 "from 'Starting to load model' to the error to say which)")
+        fix = (f"{_lower_util(log)}; lower --max-num-seqs and --max-num-batched-tokens; or "
+               "--enforce-eager")
+    elif f.kind == "missing_model":
+        name = fig.get("model") or log.model or "the model"
+        what = f" ({fig['file']} is missing)" if fig.get("file") else ""
+        cause = f"vLLM found no model files at {name}{what}: a wrong id or path, or no access"
+        fix = ("check the Hub id (org/name, as the model's page spells it) or the path (a "
+               "local folder needs config.json and the weights); download it first (`hf "
+               "download NAME`); for a gated repository accept its licence and set HF_TOKEN")
+    elif f.kind == "kv_cache_too_small":
+        want, fit = fig["max_model_len"], fig["max_model_len_fit"]
+        cause = (f"one --max-model-len {want:,} request needs more KV cache than is left"
+                 + (f" ({_gib_text(log.terms['kv_cache'])} available)" if "kv_cache" in log.terms
+                    else "") + f": the longest that fits is {fit:,} tokens")
+        fix = (f"--max-model-len {fit} or less, or make room: raise --gpu-memory-utilization, "
+               "--kv-cache-dtype fp8, or more GPUs (--tensor-parallel-size)")
+    elif f.kind == "no_kv_memory":
+        t = log.terms
+        held = " + ".join(f"{name.replace('_', ' ')} {_gib_text(t[name])}"
+                          for name in ("weights", "activation_peak", "non_torch", "cuda_graphs")
+                          if name in t)
+        cause = ("nothing is left for the KV cache" + (
+            f": {held} fill the {_gib_text(t['budget'])} budget" if held and "budget" in t
+            else ": the weights and the profile run fill the budget"))
+        fix = ("raise --gpu-memory-utilization, spread the weights over more GPUs "
+               "(--tensor-parallel-size), serve a quantized checkpoint, or lower "
+               "--max-num-batched-tokens / --max-num-seqs (a smaller activation peak)")
+    else:  # unknown
+        if capacity is not None and not capacity.fits:
+            cause = ("the lines given do not say why; kvcalc's count for these settings "
+                     f"refuses too: {capacity.refusal}")
+            fix = (f"--max-model-len {capacity.max_model_len_fit} or less"
+                   if capacity.max_model_len_fit else
+                   "raise --gpu-memory-utilization or add GPUs (--tensor-parallel-size)")
+        else:
+            cause = "the engine failed, but the lines given do not say why"
+            fix = ("paste the log from its first ERROR line: the cause is printed above "
+                   "'EngineCore failed to start'")
+    return Diagnosis(kind=f.kind, cause=cause, fix=fix, words=words)
+
+
+def failure_dict(diagnosis: Diagnosis | None, log: VllmLog) -> dict | None:
+    """JSON `failure`: the cause, vLLM's words, the figures they hold and the fix."""
+    if diagnosis is None:
+        return None
+    figures = log.failure.figures if log.failure is not None else {}
+    return {"cause": diagnosis.kind, "vllm_says": diagnosis.words, "why": diagnosis.cause,
+            "fix": diagnosis.fix, "figures": dict(figures)}

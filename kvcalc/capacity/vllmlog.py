@@ -29,7 +29,23 @@ bytes, and "GB" in the oldest lines is GiB too: they divide by float(2**30)):
 * the release: "Initializing a V1 LLM engine (v0.9.2) with config", "Initializing an
   LLM engine (v0.6.4.post1)", the 0.11+ banner "version 0.18.0", "vLLM API server
   version 0.9.2"; the flags: "non-default args: {...}" (0.9+), the engine config
-  ("max_seq_len=..., tensor_parallel_size=..., dtype=torch.bfloat16").
+  ("max_seq_len=..., tensor_parallel_size=..., dtype=torch.bfloat16,
+  quantization=compressed-tensors, kv_cache_dtype=auto").
+* CUDA graphs: whether the estimate was subtracted, in the log's own words (`gpu_worker.py`
+  0.18-0.19 "In v0.19, CUDA graph memory profiling will be enabled by default ... To try
+  it now": logged, not subtracted; "CUDA graph memory profiling is enabled": subtracted);
+  what the capture took ("Graph capturing finished in 5 secs, took 0.52 GiB": captured
+  after the KV cache is sized, in the memory above the budget, before 0.20).
+* why a start-up failed (`StartupFailure`, from the first error the log shows):
+  `config.py` "User-specified max_model_len (N) is greater than the derived
+  max_model_len (max_position_embeddings=M ...)"; `gpu_worker.py::init_device` "Free
+  memory on device (F/T GiB) on startup is less than desired GPU memory utilization (U,
+  R GiB)"; `gpu_model_runner.py::_dummy_sampler_run` "CUDA out of memory occurred when
+  warming up sampler with N dummy requests"; torch's "CUDA out of memory" / "CUDA error:
+  out of memory", placed by the last step the log shows before it (loading the weights,
+  the profile run, the sampler warm-up, CUDA-graph capture); Hugging Face's "does not
+  appear to have a file named", "Repository Not Found", vLLM's "Invalid repository ID or
+  local directory specified"; the KV-cache refusals below.
 
 Ranks: lines carry prefixes such as "(Worker_TP1 pid=..)", "(VllmWorker rank=1 pid=..)",
 "(VllmWorkerProcess pid=..)" (a V0 worker), "[rank0]:" or a container name "name-1  | ";
@@ -45,17 +61,19 @@ import re
 from dataclasses import field
 
 from kvcalc._record import record
+from kvcalc.capacity.vllmfail import (FAILURE_KINDS, KV_REFUSALS, NUM as _NUM,
+                                       REFUSE_V0 as _REFUSE_V0, REFUSE_V1 as _REFUSE_V1,
+                                       GiB, StartupFailure, clip as _clip,
+                                       failure as _failure, gib as _gib)
 from kvcalc.errors import KvcalcError
 
-__all__ = ["TERMS", "VllmLog", "parse_vllm_log"]
+__all__ = ["FAILURE_KINDS", "KV_REFUSALS", "TERMS", "StartupFailure", "VllmLog",
+           "parse_vllm_log"]
 
-GiB = 1 << 30
 # The memory terms a log may print, in the order vLLM subtracts them (bytes).
 TERMS = ("total", "budget", "weights", "activation_peak", "non_torch", "cuda_graphs",
          "kv_cache")
 MAX_LOG_CHARS = 20_000_000
-
-
 @record
 class VllmLog:
     """What one start-up log printed. Bytes are GiB figures x 2**30 (vLLM prints two
@@ -76,11 +94,18 @@ class VllmLog:
     max_model_len_fit: int | None  # the largest length the refusal names
     ranks: tuple[str, ...]  # rank prefixes seen ("" = unprefixed)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    failure: StartupFailure | None = None  # why it did not start (None: it started, or
+    # the log stops before anything failed)
+    graphs_captured: int | None = None  # "Graph capturing finished in N secs, took X GiB"
+    # Whether the release subtracted its CUDA-graph estimate, in the log's words (None:
+    # the log does not say; the release's rule holds)
+    graph_estimate_subtracted: bool | None = None
 
     @property
     def sized_kv_cache(self) -> bool:
         """The log reaches the point where vLLM sized its KV cache."""
-        return (self.refused or self.num_gpu_blocks is not None or "kv_cache" in self.terms
+        kv_refusal = self.refused and (self.failure is None or self.failure.kind in KV_REFUSALS)
+        return (kv_refusal or self.num_gpu_blocks is not None or "kv_cache" in self.terms
                 or self.kv_cache_tokens is not None)
 
 
@@ -92,7 +117,6 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # A physical line that starts a log record (or a prefix, a progress bar, a shell line).
 _RECORD = re.compile(r"^(?:\(|\[|[A-Z]{4,7}\b|\d{4}-\d\d-\d\d|[\w.-]+\s+\|\s|\$|>|#|vllm\b|python|"
                      r"Capturing|Loading|Traceback|\s*File |\w+Error:)")
-_NUM = r"(-?\d[\d,]*(?:\.\d+)?)"
 
 
 def _unwrapped(text: str) -> list[str]:
@@ -140,10 +164,6 @@ def _main_rank(rank: str) -> bool:
 
 
 # --- figures ---------------------------------------------------------------------------
-def _gib(text: str) -> int:
-    return round(float(text.replace(",", "")) * GiB)
-
-
 def _int(text: str) -> int:
     return int(text.replace(",", "").split(".")[0])
 
@@ -172,6 +192,8 @@ _PATTERNS: tuple[tuple[str, re.Pattern, object], ...] = (
     ("kv_cache_tokens", re.compile(r"GPU KV cache size:\s*" + _NUM + r"\s*tokens"), _int),
     ("utilization", re.compile(r"gpu_memory_utilization(?:=|\s+\(|\s+)(\d?\.\d+)"), str),
     ("utilization", re.compile(r"The current --gpu-memory-utilization=(\d?\.\d+)"), str),
+    # 0.18-0.19: "... increase --gpu-memory-utilization from 0.7000 to 0.7051 to maintain ..."
+    ("utilization", re.compile(r"--gpu-memory-utilization from (\d?\.\d+) to"), str),
     # 0.10+ (debug before 0.2x): memory_profiling's summary.
     ("activation_peak", re.compile(r"torch peak memory increase:\s*" + _NUM + r"\s*GiB"), _gib),
     ("non_torch", re.compile(r"non-torch forward increase memory:\s*" + _NUM + r"\s*GiB"), _gib),
@@ -189,7 +211,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern, object], ...] = (
     ("peak_with_graphs", re.compile(r"\(weights \+ non-torch\),\s*" + _NUM
                                     + r"\s*GiB for peak activation"), _gib),
     ("cuda_graphs_captured", re.compile(_NUM + r"\s*GiB for CUDAGraph memory"), _gib),
-    ("total", re.compile(r"Free memory on device \(" + _NUM + r"/" + _NUM
+    ("total", re.compile(r"Free memory on device(?: [\w:]+)? \(" + _NUM + r"/" + _NUM
                          + r"\s*GiB\) on startup"), _gib),  # the last group: the total
     ("utilization", re.compile(r"Desired GPU memory utilization is \((\d?\.\d+)"), str),
     ("budget", re.compile(r"Desired GPU memory utilization is \(\d?\.\d+,\s*" + _NUM
@@ -200,10 +222,6 @@ _PATTERNS: tuple[tuple[str, re.Pattern, object], ...] = (
 )
 _CONCURRENCY = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request:\s*"
                           + _NUM + r"x")
-_REFUSE_V0 = re.compile(r"The models?'s max seq len \((\d+)\) is larger than the maximum number "
-                        r"of tokens that can be stored in KV cache \((\d+)\)")
-_REFUSE_V1 = re.compile(r"(To serve at least one request with the models?'s max seq len "
-                        r"\((\d+)\).*?estimated maximum model length is (\d+))")
 _NO_MEMORY = re.compile(r"No available memory for the cache blocks|EngineCore failed to start")
 _VERSION = (re.compile(r"Initializing an? (?:(V[01]) )?LLM engine \(v?(\d+\.\d+[\w.+]*)\)"),
             re.compile(r"vLLM API server version v?(\d+\.\d+[\w.+]*)"),
@@ -219,12 +237,29 @@ _CONFIG_KEYS = {"max_seq_len": "max_model_len", "tensor_parallel_size": "tensor_
                 "pipeline_parallel_size": "pipeline_parallel_size", "dtype": "dtype",
                 "quantization": "quantization", "enforce_eager": "enforce_eager",
                 "kv_cache_dtype": "kv_cache_dtype", "model": "model",
-                "enable_prefix_caching": "enable_prefix_caching"}
+                "enable_prefix_caching": "enable_prefix_caching",
+                "chunked_prefill_enabled": "enable_chunked_prefill",
+                "enable_chunked_prefill": "enable_chunked_prefill",
+                "cpu_offload_gb": "cpu_offload_gb"}
+# Flags that change a device's memory but that kvcalc's count does not model: read so
+# that a check can say the log set them.
+UNMODELLED_FLAGS = ("cpu_offload_gb", "speculative_config", "enable_lora",
+                    "enable_expert_parallel", "hf_overrides", "kv_offloading_size",
+                    "max_cudagraph_capture_size", "cuda_graph_sizes", "cudagraph_capture_sizes")
 _FLAG_KEYS = ("model", "max_model_len", "gpu_memory_utilization", "tensor_parallel_size",
               "pipeline_parallel_size", "max_num_seqs", "max_num_batched_tokens",
               "kv_cache_dtype", "enforce_eager", "block_size", "quantization", "dtype",
               "enable_prefix_caching", "enable_chunked_prefill", "kv_cache_memory_bytes",
-              "num_gpu_blocks_override", "sampler")
+              "num_gpu_blocks_override", "sampler", "async_scheduling",
+              "mamba_ssm_cache_dtype", *UNMODELLED_FLAGS)
+_GRAPH_PROFILING = re.compile(r"CUDA graph memory profiling "
+                              r"(is enabled|is disabled|will be enabled)")
+
+
+def _flat(text: str) -> str:
+    """The log as one line of words, rank prefixes out: wrapped messages read whole."""
+    return " ".join(_RANK.sub(" ", " ".join(_unwrapped(text))).split())
+
 
 
 def parse_vllm_log(text: str) -> VllmLog:
@@ -239,6 +274,7 @@ def parse_vllm_log(text: str) -> VllmLog:
     refusal, fit, refused = "", None, False
     ranks: list[str] = []
     recognised = 0
+    graph_estimate_subtracted = None
 
     def keep(name: str, rank: str, value) -> None:
         found.setdefault(name, {}).setdefault(rank, value)
@@ -302,6 +338,10 @@ def parse_vllm_log(text: str) -> VllmLog:
         m = _CHUNKED.search(piece)
         if m and "Chunked prefill is enabled" in piece:
             flags.setdefault("max_num_batched_tokens", int(m.group(1)))
+        m = _GRAPH_PROFILING.search(piece)
+        if m and graph_estimate_subtracted is None:
+            graph_estimate_subtracted = m.group(1) == "is enabled"
+            hit = True
         if hit or "vllm" in piece.lower():
             recognised += 1
     if not refused:  # a refusal wrapped over several lines (an exception's message)
@@ -317,7 +357,10 @@ def parse_vllm_log(text: str) -> VllmLog:
     for m in _SERVE.finditer(_joined(text)):
         _read_command(m.group(1), flags)
         recognised += 1
-    if not recognised or not (found or version or refused):
+    failure = _failure(_flat(text))
+    if failure is not None and failure.kind != "unknown":
+        recognised += 1
+    if not recognised or not (found or version or refused or failure):
         raise KvcalcError("this does not look like a vLLM start-up log: no line vLLM prints "
                           "while loading the model and sizing its KV cache was found")
 
@@ -331,8 +374,18 @@ def parse_vllm_log(text: str) -> VllmLog:
                          + ", ".join(f"{r or 'main'} {_shown(name, v)}" for r, v in by_rank.items())
                          + "; the rank-0 figure is used")
     terms = {t: values[t] for t in TERMS if t in values}
-    if not refused and (values.get("num_gpu_blocks") == 0 or terms.get("kv_cache", 0) < 0):
-        refused, refusal = True, "No available memory for the cache blocks"
+    if ((failure is None or failure.kind == "unknown")
+            and (values.get("num_gpu_blocks") == 0 or terms.get("kv_cache", 0) < 0)):
+        # A negative "Available KV cache memory" is vLLM's "No available memory".
+        failure = StartupFailure("no_kv_memory", "No available memory for the cache blocks")
+    if failure is not None:
+        if not refused or (refusal == "EngineCore failed to start" and failure.kind != "unknown"):
+            refusal = failure.words
+        refused = True
+        if failure.kind == "free_memory":
+            flags.setdefault("gpu_memory_utilization", failure.figures["gpu_memory_utilization"])
+        elif failure.kind == "max_model_len_over_context":
+            flags.setdefault("max_model_len", failure.figures["max_model_len"])
     if "consumed" in values and "weights" in terms and "non_torch" not in terms:
         terms["non_torch"] = values["consumed"] - terms["weights"]
     if "peak_with_graphs" in values and "activation_peak" not in terms:
@@ -356,7 +409,8 @@ def parse_vllm_log(text: str) -> VllmLog:
         max_concurrency=concurrency[1] if concurrency else None,
         concurrency_len=concurrency[0] if concurrency else None,
         refused=refused, refusal=refusal, max_model_len_fit=fit, ranks=tuple(ranks),
-        notes=tuple(notes))
+        notes=tuple(notes), failure=failure, graphs_captured=values.get("cuda_graphs_captured"),
+        graph_estimate_subtracted=graph_estimate_subtracted)
 
 
 def _shown(name: str, value) -> str:
@@ -391,6 +445,8 @@ def _read_args(text: str, flags: dict) -> None:
     for key, value in args.items():
         if key == "model_tag" and "model" not in args:
             key = "model"
+        if key in UNMODELLED_FLAGS and not isinstance(value, (str, int, float, bool)):
+            value = _clip(str(value))[:80]  # a dict or list: what it says, in a few words
         if key in _FLAG_KEYS and isinstance(value, (str, int, float, bool)):
             flags[key] = value
 
@@ -443,14 +499,24 @@ def _read_engine_config(text: str, flags: dict) -> None:
             continue
         name = _CONFIG_KEYS[key]
         value: object = raw.strip("'")
+        if len(raw) > 1 and raw[0] == raw[-1] == "'":
+            try:  # a repr: 'D:\\Models\\x' is D:\Models\x
+                value = ast.literal_eval(raw)
+            except (ValueError, SyntaxError):
+                pass
         if name in ("max_model_len", "tensor_parallel_size", "pipeline_parallel_size"):
             if not raw.isdigit():
                 continue
             value = int(raw)
-        elif name in ("enforce_eager", "enable_prefix_caching"):
+        elif name in ("enforce_eager", "enable_prefix_caching", "enable_chunked_prefill"):
             if raw not in ("True", "False"):
                 continue
             value = raw == "True"
+        elif name == "cpu_offload_gb":
+            try:
+                value = float(raw)
+            except ValueError:
+                continue
         elif name == "dtype":
             value = raw.replace("torch.", "")
         elif name == "quantization" and raw == "None":

@@ -41,9 +41,13 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         """Set kvcalc's count beside every term a vLLM start-up log printed.
 
         Reads the release, model, GPU memory and flags (non-default args, the engine
-        config), then each logged term: weights, the profile run's activation peak,
-        non-torch memory, the CUDA-graph estimate, available KV cache memory, blocks,
-        KV cache tokens and concurrency; says which term differs and by how much.
+        config: dtype, quantization, KV-cache dtype), then each logged term: weights, the
+        profile run's activation peak, non-torch memory, the CUDA-graph estimate,
+        available KV cache memory, blocks, KV cache tokens and concurrency; says which
+        term differs and by how much. For a start-up that failed it names the cause the
+        log gives (a --max-model-len beyond the model's context, another process holding
+        memory, out of memory loading, profiling, warming up the sampler or capturing CUDA
+        graphs, missing model files, too little KV cache) and the fix.
         Example: `kvcalc check vllm.log Qwen/Qwen3-8B --gpu l4 --format json`.
         """
         from kvcalc.capacity.check import check_log, gpu_preset_for
@@ -54,30 +58,96 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             raise KvcalcError(f"--format {fmt.value} is not offered here; use table, json or md")
         text = _read_log(log)
         parsed = parse_vllm_log(text)
-        if not parsed.sized_kv_cache and not parsed.terms:
+        failed = parsed.failure is not None
+        if not parsed.sized_kv_cache and not parsed.terms and not failed:
             raise KvcalcError(f"{log}: the log stops before vLLM printed any memory term "
                               "(weights, profile, KV cache): paste it up to 'Maximum "
                               "concurrency' or the error that stopped the engine")
-        spec = _model(model, parsed.model)
-        if gpu is None:
-            name = gpu_preset_for(parsed.gpu_name) if parsed.gpu_name else None
-            if name is None:
-                raise KvcalcError("the log does not name a GPU kvcalc knows"
-                                  + (f" ({parsed.gpu_name})" if parsed.gpu_name else "")
-                                  + ": give --gpu NAME (see `kvcalc presets`)")
-            gpu = name
-        hardware = resolve_gpu(gpu)
-        if hardware is None:
-            raise KvcalcError("check needs the GPU the log ran on: --gpu NAME")
-        result = check_log(parsed, spec, hardware, vllm_version=vllm_version)
+        chosen = "table" if fmt is None else fmt.value
+        measured = [t for t in parsed.terms if t not in ("total", "budget")]
+        if failed and not parsed.sized_kv_cache and not measured:
+            # Nothing to count against: the cause and the fix are the answer.
+            _no_calibration(output)
+            deliver(chosen, _failure_items(parsed, gpu, []), data=_failure_data(parsed, gpu, []))
+            return
+        try:
+            spec = _model(model, parsed.model)
+            if gpu is None:
+                name = gpu_preset_for(parsed.gpu_name) if parsed.gpu_name else None
+                if name is None:
+                    raise KvcalcError("the log does not name a GPU kvcalc knows"
+                                      + (f" ({parsed.gpu_name})" if parsed.gpu_name else "")
+                                      + ": give --gpu NAME (see `kvcalc presets`)")
+                gpu = name
+            hardware = resolve_gpu(gpu)
+            if hardware is None:
+                raise KvcalcError("check needs the GPU the log ran on: --gpu NAME")
+            result = check_log(parsed, spec, hardware, vllm_version=vllm_version)
+        except KvcalcError as e:
+            if not failed or (model is not None and gpu is not None):
+                raise
+            # A failed start-up whose model, GPU or release the log does not give: its
+            # cause and fix still stand; kvcalc's count needs what is missing.
+            _no_calibration(output)
+            notes = [f"kvcalc's count is not set beside the logged terms: {e}"]
+            deliver(chosen, _failure_items(parsed, gpu, notes),
+                    data=_failure_data(parsed, gpu, notes))
+            return
         if output is not None:
             from kvcalc.capacity.calibration import calibration_text
             from kvcalc.report.files import emit
 
             emit(calibration_text(result, "-" if str(log) == "-" else Path(log).name),
                  output, force)
-        chosen = "table" if fmt is None else fmt.value
         deliver(chosen, _items(result), data=result.as_dict())
+
+
+def _no_calibration(output: Optional[Path]) -> None:
+    if output is not None:
+        raise KvcalcError("--output: the log's start-up failed before kvcalc could set its "
+                          "count beside the terms, so there is nothing to calibrate from")
+
+
+def _failure_data(parsed, gpu: Optional[str], notes: list) -> dict:
+    """JSON for a failed start-up without kvcalc's count: what the log says, the cause
+    and the fix."""
+    from kvcalc.capacity.check import diagnose, failure_dict
+
+    return {
+        "vllm_version": parsed.vllm_version, "engine": parsed.engine,
+        "version_printed": parsed.vllm_version is not None,
+        "model": parsed.model, "gpu": gpu or parsed.gpu_name,
+        "settings": {k: v for k, v in parsed.flags.items()
+                     if isinstance(v, (str, int, float, bool))},
+        "terms": {name: {"logged_bytes": value} for name, value in parsed.terms.items()},
+        "refused": {"logged": parsed.refused, "kvcalc": None},
+        "refusal": {"logged": parsed.refusal, "kvcalc": None},
+        "failure": failure_dict(diagnose(parsed), parsed),
+        "ranks": list(parsed.ranks),
+        "notes": [*parsed.notes, *notes],
+    }
+
+
+def _failure_items(parsed, gpu: Optional[str], notes: list) -> list:
+    from kvcalc.capacity.check import FAILURE_LABELS, diagnose
+    from kvcalc.report.render import Tab
+
+    d = diagnose(parsed)
+    where = gpu or parsed.gpu_name
+    tp = parsed.flags.get("tensor_parallel_size")
+    head = ("vLLM " + (parsed.vllm_version or "(release not printed)")
+            + (f" ({parsed.engine})" if parsed.engine else "")
+            + (f", {parsed.model}" if parsed.model else "")
+            + (f" on {where}" if where else "")
+            + (f", tp {tp}" if isinstance(tp, int) and tp > 1 else "")
+            + f": did not start ({FAILURE_LABELS[d.kind]})")
+    items: list = [head]
+    if parsed.terms:
+        rows = [[name.replace("_", " "), f"{value / 2**30:.2f} GiB"]
+                for name, value in parsed.terms.items()]
+        items.append(Tab("Logged before it failed", ["term", "log"], rows))
+    items += [f"vLLM says: {d.words}", f"cause: {d.cause}", f"fix: {d.fix}"]
+    return [*items, *parsed.notes, *notes]
 
 
 def _read_log(path: Path) -> str:
@@ -126,6 +196,9 @@ def _items(result) -> list:
         return f"{value:,}"
 
     def diff(t) -> str:
+        if t.status:
+            return {"not subtracted": "logged, not subtracted",
+                    "from the log": "taken from the log"}.get(t.status, t.status)
         if t.unit == "bytes":
             d = f"{t.difference / 2**30:+.2f} GiB"
         elif t.unit == "x":
@@ -136,7 +209,8 @@ def _items(result) -> list:
         return d + ratio + (" <" if t.differs else "")
 
     s, cap = result.settings, result.capacity
-    rows = [[t.name.replace("_", " "), shown(t, t.logged), shown(t, t.kvcalc), diff(t)]
+    rows = [[t.name.replace("_", " "), shown(t, t.logged),
+             "-" if t.status == "not subtracted" else shown(t, t.kvcalc), diff(t)]
             for t in (*result.terms, *result.counts)]
     rows.append(["refused", "yes" if result.log.refused else "no",
                  "yes" if not cap.fits else "no", ""])
@@ -152,5 +226,10 @@ def _items(result) -> list:
     notes = list(result.as_dict()["notes"])
     caption = ("< marks a figure off by more than 5% (and 0.05 GiB); GiB = 2^30 bytes, as vLLM "
                "prints them" + (f"; total {human_bytes(cap.deciding.total)}" if cap else ""))
+    from kvcalc.capacity.check import FAILURE_LABELS
+
+    d = result.diagnosis
+    failure = [] if d is None else [
+        f"vLLM did not start ({FAILURE_LABELS[d.kind]}): {d.cause}", f"fix: {d.fix}"]
     return [head, Tab("Log vs kvcalc", ["term", "log", "kvcalc", "kvcalc - log"], rows,
-                      caption=caption), verdict, *notes]
+                      caption=caption), verdict, *failure, *notes]

@@ -13,6 +13,7 @@ stands, as the headers' bytes do for the checkpoint's own size.
 from __future__ import annotations
 
 from kvcalc._record import record
+from kvcalc.errors import KvcalcError
 from kvcalc.formulas.step import StoredWeights
 from kvcalc.spec import ModelSpec, architecture
 
@@ -115,3 +116,43 @@ def engine_surplus_bytes(spec: ModelSpec, stored: AsStored, tp: int,
     ck = stored.checkpoint
     cw = checkpoint_weights(spec, stored.quantization, ck.total_bytes, ck.elements_by_dtype, tp)
     return cw.per_device - config_per_device
+
+
+def weights_as(spec: ModelSpec, weight_dtype, group_size: int | None = None):
+    """The quantization weights are stored with: the config's own when no dtype is given,
+    else `weight_dtype` (with `group_size`) for every matrix; None for plain weights.
+    A model read from a folder or the Hub with no dtype given: AsStored (its headers)."""
+    if weight_dtype is None:
+        if group_size is not None:
+            raise KvcalcError("--group-size needs a quantized --weight-dtype (int4, int8, fp8, "
+                              "awq, gptq, mxfp4 or nvfp4)")
+        if "checkpoint" in spec.extra:
+            return _as_stored(spec)
+        if not (spec.extra.get("quantization") or spec.extra.get("quantization_error")):
+            return None  # unquantized: no need to load kvcalc.quant at start-up
+    from kvcalc.quant.formats import adhoc, quantization_of
+
+    if weight_dtype is None:
+        return quantization_of(spec)
+    name = getattr(weight_dtype, "name", None) or str(weight_dtype)
+    return adhoc(name, group_size)
+
+
+def _as_stored(spec: ModelSpec) -> AsStored:
+    quantization, problem = None, ""
+    if spec.extra.get("quantization") or spec.extra.get("quantization_error"):
+        from kvcalc.quant.formats import quantization_of
+
+        try:
+            quantization = quantization_of(spec)
+        except KvcalcError as e:
+            if spec.extra["checkpoint"] is None:
+                raise  # no headers to count instead
+            problem = str(e)
+    checkpoint = spec.extra["checkpoint"]
+    described = architecture(spec) == spec.extra["checkpoint_of"]  # not a variant of it
+    label = header_label(checkpoint) if (checkpoint is not None and quantization is None
+                                         and described) else ""
+    return AsStored(checkpoint=checkpoint, described=spec.extra["checkpoint_of"],
+                    quantization=quantization, quantization_problem=problem,
+                    header_label=label)
