@@ -27,6 +27,11 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         vllm_version: Annotated[Optional[str], typer.Option(
             "--vllm-version", show_default=False,
             help="The release, for a log that does not print it (e.g. 0.9.2).")] = None,
+        engine: Annotated[Optional[str], typer.Option(
+            "--engine", show_default=False, metavar="NAME@VERSION",
+            help="The engine and release a log that does not say ran (sglang@0.5.4: SGLang "
+            "logs never print their release; default: read from the log, vLLM's or "
+            "SGLang's).")] = None,
         fmt: Annotated[Optional[TextFormat], typer.Option(
             "--format", help="table (rich), json or md (markdown, for issues and docs) "
             "(default: table; -o names the calibration file, not this output).")] = None,
@@ -57,6 +62,10 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         if fmt is not None and OutputFormat(fmt.value) not in _FORMATS:
             raise KvcalcError(f"--format {fmt.value} is not offered here; use table, json or md")
         text = _read_log(log)
+        if _sglang(text, engine):
+            _check_sglang(text, model, gpu, engine, "table" if fmt is None else fmt.value,
+                          output)
+            return
         parsed = parse_vllm_log(text)
         failed = parsed.failure is not None
         if not parsed.sized_kv_cache and not parsed.terms and not failed:
@@ -233,3 +242,59 @@ def _items(result) -> list:
         f"vLLM did not start ({FAILURE_LABELS[d.kind]}): {d.cause}", f"fix: {d.fix}"]
     return [head, Tab("Log vs kvcalc", ["term", "log", "kvcalc", "kvcalc - log"], rows,
                       caption=caption), verdict, *failure, *notes]
+
+
+def _sglang(text: str, engine: Optional[str]) -> bool:
+    """Whether to read the log as SGLang's: --engine says so, or its lines do."""
+    from kvcalc.serving.sglang.log import is_sglang_log
+
+    if engine is not None:
+        name = engine.partition("@")[0].strip().lower()
+        if name not in ("sglang", "vllm"):
+            raise KvcalcError(f"--engine {engine}: check reads vLLM and SGLang start-up logs")
+        return name == "sglang"
+    return is_sglang_log(text)
+
+
+def _check_sglang(text: str, model, gpu, engine, fmt: str, output) -> None:
+    """An SGLang log beside kvcalc's count: each logged figure, kvcalc's, their ratio."""
+    from kvcalc.report.render import Tab, deliver
+    from kvcalc.serving.sglang.check import check_sglang
+    from kvcalc.serving.sglang.log import read_sglang_log
+
+    if output is not None:
+        raise KvcalcError("-o writes a vLLM calibration file; SGLang logs have none")
+    log = read_sglang_log(text)
+    release = engine.partition("@")[2].strip() or None if engine else None
+    if log.failure and not log.figures.get("avail_mem_start_gb"):
+        deliver(fmt, [f"SGLang: did not start ({log.failure})", f"fix: {log.fix}"],
+                data={"engine": "sglang", "failure": log.failure, "fix": log.fix})
+        return
+    if gpu is None:
+        raise KvcalcError("SGLang logs do not name the GPU: give --gpu NAME (see `kvcalc "
+                          "presets`)")
+    hardware = resolve_gpu(gpu)
+    spec = _model(model, log.server_args.get("model_path"))
+    result = check_sglang(text, spec, hardware, release=release)
+
+    def shown(name: str, v) -> str:
+        if v is None:
+            return "-"
+        return f"{v / (1 << 30):,.2f} GiB" if name.endswith("bytes") else f"{v:,}"
+
+    rows = []
+    for name, logged, ours in result.rows:
+        ratio = f"{ours / logged:.3f}" if logged and ours is not None else "-"
+        rows.append([name.replace(", bytes", ""), shown(name, logged), shown(name, ours), ratio])
+    if result.tokens_from_logged_start is not None and result.rows:
+        logged = dict((n, v) for n, v, _ in result.rows).get("KV tokens")
+        ours = result.tokens_from_logged_start
+        rows.append(["KV tokens from the logged free memory and weights",
+                     "-" if logged is None else f"{logged:,}", f"{ours:,}",
+                     f"{ours / logged:.3f}" if logged else "-"])
+    head = f"SGLang {result.release}, {spec.name} on {hardware.name}"
+    items = [Tab(head, ["", "logged", "kvcalc", "kvcalc / logged"], rows,
+                 caption="\n".join(f"note: {n}" for n in result.notes) or None)]
+    if result.failure:
+        items += [f"did not start: {result.failure}", f"fix: {result.fix}"]
+    deliver(fmt, items, data=result.as_dict())

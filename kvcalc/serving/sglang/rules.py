@@ -1,8 +1,9 @@
 """SGLang's release rules, one table: every release comparison of the SGLang wing is here.
 
 Read in the PyPI wheels (`pip download --no-deps sglang==X`) of 0.4.0, 0.4.6.post5,
-0.4.10.post2, 0.5.1, 0.5.4, 0.5.8 and 0.5.23; paths are inside `sglang/srt/`, and each
-rule names the file, function and release it follows. A release between two read ones
+0.4.10.post2, 0.5.1, 0.5.4, 0.5.8 and 0.5.23, each change dated with 0.4.7, 0.4.8, 0.4.9,
+0.5.2, 0.5.3 and 0.5.14; paths are inside `sglang/srt/`, and each rule names the file,
+function and release it follows. A release between two read ones
 follows the older one's rule (0.4.7 as 0.4.6.post5, 0.5.5 as 0.5.4, ...).
 """
 
@@ -19,7 +20,8 @@ GiB = 1 << 30
 
 OLDEST = (0, 4, 0)  # the oldest release whose rules are encoded
 # The releases read, each rule's era starting at one of them.
-READ = ((0, 4, 0), (0, 4, 6), (0, 4, 10), (0, 5, 1), (0, 5, 4), (0, 5, 8), (0, 5, 23))
+READ = ((0, 4, 0), (0, 4, 6), (0, 4, 7), (0, 4, 8), (0, 4, 10), (0, 5, 1), (0, 5, 3),
+        (0, 5, 4), (0, 5, 8), (0, 5, 14), (0, 5, 23))
 # --kv-cache-dtype values (`server_args.py` choices) and the dtype each stores; "auto":
 # the model's.
 KV_DTYPES = {"auto": None, "bf16": "bf16", "fp16": "fp16", "bfloat16": "bf16",
@@ -70,7 +72,7 @@ class Rules:
         `handle_gpu_memory_settings`: 4096 from 20 to 35 GiB)."""
         if self.era < (0, 4, 10):
             return 2048 if gpu_mib < 25_000 else 8192
-        if self.era < (0, 5, 4):
+        if self.era < (0, 5, 3):
             return 2048 if gpu_mib < 35 * 1024 else 8192 if gpu_mib < 160 * 1024 else 16384
         if gpu_mib < 20 * 1024:
             return 2048
@@ -90,7 +92,7 @@ class Rules:
             return 8 if gpu_mib < 25_000 else 160
         if self.era < (0, 4, 10):
             return (8 if small else 80) if gpu_mib < 25_000 else None
-        if self.era < (0, 5, 4):
+        if self.era < (0, 5, 3):
             return (8 if small else 80) if gpu_mib < 35 * 1024 else None
         if gpu_mib < 20 * 1024:
             return 8
@@ -114,19 +116,20 @@ class Rules:
         multimodal model x 0.95 (`ModelRunner.__init__`). 0.4.6.post5: by tp x pp up to
         81,920 MiB, else 0.88; over 96 GiB raised to min(mfs + 48 GiB x (1 - mfs) / mem,
         (mem - 18 GiB) / mem); multimodal x 0.90 (`model_specific_adjustment`).
-        0.4.10.post2/0.5.1: reserved GiB by the card (2.8 + P/10 under 35 GiB, 9.5 + P/2
+        0.4.7 sets 0.79 on cards over 180,000 MiB. 0.4.8-0.5.2 (read in 0.4.10.post2 and
+        0.5.1): reserved GiB by the card (2.8 + P/10 under 35 GiB, 9.5 + P/2
         under 90, 12 + P/2 under 160, else 32), + 4 with DP attention, rounded to three
-        places. 0.5.4/0.5.8 `_handle_gpu_memory_settings`: reserved MiB = 512 + 1.5 x
+        places. 0.5.3-0.5.8 (read in 0.5.4) `_handle_gpu_memory_settings`: reserved MiB = 512 + 1.5 x
         max(chunked_prefill_size, 2048) + 2 x cuda_graph_max_bs + P / 8 x 1024 (+ DP
-        attention's graph buffers), at least 10 GiB on cards over 60 GiB. 0.5.23
-        `memory_hook.py`: the same without the speculative term, plus the prefill CUDA
+        attention's graph buffers), at least 10 GiB on cards over 60 GiB. 0.5.14 and
+        0.5.23 (`memory_hook.py`): the same without the speculative term, plus the prefill CUDA
         graphs (8 MiB a captured size; 1.5 GiB for MLA). From 0.4.10 a model with a vision_config
         is scaled by `adjust_mem_fraction_for_vlm` (`vision`: that config's
         num_hidden_layers and hidden_size as stated; absent, SGLang's 24 and 1024).
         """
         size = tp * pp
         mem = float(gpu_mib)
-        if self.era < (0, 4, 10):
+        if self.era < (0, 4, 8):
             n = size if self.era >= (0, 4, 6) else tp
             share = (0.79 if n >= 16 else 0.81 if n >= 8 else 0.85 if n >= 4 else
                      0.87 if n >= 2 else 0.88)
@@ -136,9 +139,11 @@ class Rules:
                 if gpu_mib > 96 * 1024:
                     share = min(share + 48 * 1024 * (1 - share) / mem,
                                 (mem - 18 * 1024) / mem)
+                if self.era >= (0, 4, 7) and gpu_mib > 180 * 1000:
+                    share = 0.79  # 0.4.7: B200-class cards
                 return share * 0.90 if multimodal else share
             return share * 0.95 if multimodal else share
-        if self.era < (0, 5, 4):
+        if self.era < (0, 5, 3):
             if gpu_mib < 35 * 1024:
                 reserved = (2.8 + size / 10) * 1024
             elif gpu_mib < 90 * 1024:
@@ -157,7 +162,7 @@ class Rules:
                 reserved += 3 * graph_bs * dp
                 if graph_bs > 300:
                     reserved += 1.5 * graph_bs * dp
-            if self.era >= (0, 5, 23):
+            if self.era >= (0, 5, 14):  # the prefill CUDA graphs (on by default)
                 reserved += 1.5 * 1024 if mla else 8 * len(prefill_graph_sizes(
                     chunked_prefill_size))
             if gpu_mib > 60 * 1024:
@@ -208,10 +213,10 @@ class Rules:
         return model_type in kinds
 
     def swa_cell_by_kind(self) -> bool:
-        """0.5.23 (`HybridSWAPoolConfigurator`) sizes the two pools by each kind's own
+        """0.5.14 on (`HybridSWAPoolConfigurator`) sizes the two pools by each kind's own
         bytes; before (`set_num_token_hybrid`), the budget counts every layer at full
         size and the tokens are re-split over the layers (byte-neutral)."""
-        return self.era >= (0, 5, 23)
+        return self.era >= (0, 5, 14)
 
     # -- state models ------------------------------------------------------------------
     def state_models(self) -> bool:
@@ -237,8 +242,8 @@ class Rules:
 
     def req_pool_extra(self) -> int:
         """Slots the request pool keeps beyond max_num_reqs: one up to 0.4.6 (logged
-        max_running_requests 2049 / 4097), none from 0.4.10."""
-        return 1 if self.era < (0, 4, 10) else 0
+        max_running_requests 2049 / 4097), none from 0.4.7."""
+        return 1 if self.era < (0, 4, 7) else 0
 
     def state_request_ratio(self, radix_cache: bool) -> int:
         """Running requests per state slot's third (`MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`):
