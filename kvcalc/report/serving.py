@@ -24,10 +24,23 @@ TERM_WORDS = {
     "free_after_peak": "free after the profiling peak",
     "available": "free after the engine and its buffers",
     "budget": "driver-visible memory x utilization",
+    # TensorRT-LLM, as its log names them
+    "device_total_memory": "device total memory",
+    "model_weights_inside_torch": "weights (inside torch)",
+    "dynamic_inside_torch": "activation peak (profiling run, inside torch)",
+    "outside_torch": "outside torch (CUDA context, NCCL, graphs, the temporary KV cache)",
+    "tmp_kv_mem": "temporary KV cache of the profiling run",
+    "peak_memory": "peak memory during profiling",
+    "available_kv_cache_memory": "available KV cache memory (x fraction)",
+    "paged_kv_cache": "paged KV cache",
+    "engine_size": "engine (weights)",
+    "execution_context": "execution context (activations, fixed at build)",
 }
 POOL_WORDS = {"full_layer_tokens": "full-attention layers' tokens",
               "swa_layer_tokens": "sliding-window layers' tokens",
               "mamba_slots": "state slots (requests)", "blocks": "KV blocks",
+              "estimated_max_tokens": "tokens the profiling estimate gives",
+              "kv_size_per_token": "bytes per token (the estimate's)",
               "num_gpu_blocks": "KV blocks"}
 
 

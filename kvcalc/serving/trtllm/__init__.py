@@ -1,48 +1,78 @@
 """TensorRT-LLM's start-up arithmetic for both of its runtimes: how many tokens its paged
 KV cache gets and how many requests it runs at once (kvcalc.serving.trtllm.rules holds
-every release comparison).
+every release comparison, with the snapshot each was read in; kvcalc.serving.trtllm.pool
+the bytes per token and the block rounding; kvcalc.serving.trtllm.log the start-up
+log reader).
 
-Facts (quoted, not copied code; NVIDIA/TensorRT-LLM at the release tags named):
+Facts (quoted in words, not copied code; NVIDIA/TensorRT-LLM at the snapshots named in
+rules.py: 0.20.0, 1.1.0rc6, 1.3.0rc3 Python trees, the C++ kvCacheManager.cpp):
 
-* PyTorch backend (trtllm-serve, the LLM API, trtllm-bench since 1.0;
-  `tensorrt_llm/_torch/pyexecutor/_util.py`, `KvCacheCreator`): a profiling run of
-  max_num_tokens tokens (CUDA graphs captured) measures the peak memory, torch and
-  non-torch; the cache gets free_gpu_memory_fraction (0.9) x (device total - peak)
-  (the small cache built for the profiling run given back), divided by the bytes of one
-  token, capped by max_tokens, in blocks of tokens_per_block (32).
-* built engines (C++ executor, Triton backend; `cpp/tensorrt_llm/batch_manager/
-  kvCacheManager.cpp`, `BaseKVCacheManager::calculateMaxNumBlocks` and
-  `calculateFreeMemBytes`): free_gpu_memory_fraction x what cudaMemGetInfo reports free
-  after the engine, its execution context (activations fixed at build time by
-  max_batch_size, max_num_tokens and max_seq_len) and runtime buffers; blocks of
-  tokens_per_block (a build option); max_tokens_in_paged_kv_cache caps it.
-* one token (`KVCacheManager` / `kvCacheManager.cpp` `getCacheSizePerToken`): per layer
-  on this pipeline rank, 2 (K and V) x K/V heads on this rank (kv_heads / tp, at least
-  one) x head_dim x dtype bytes; MLA (DeepSeek) one latent head of
-  kv_lora_rank + qk_rope_head_dim (kv factor 1), whole on every rank.
-* requests at once: at most max_batch_size (2048 in the LLM API), and as many as the
-  blocks hold at max_seq_len.
+* PyTorch backend (trtllm-serve's default from 1.0, the LLM API, trtllm-bench
+  --backend pytorch), `_torch/pyexecutor/_util.py`, `KvCacheCreator` (1.3.0rc3):
+  `try_prepare_estimation` (l. 308) builds a small TEMPORARY KV pool for dummy context
+  requests of max_num_tokens tokens in all; `configure_kv_cache_capacity` (l. 329)
+  runs them through a real PyExecutor (CUDA graphs captured, NCCL included), reads
+  torch's allocated peak, then after `empty_cache` the device's used memory:
+  non-torch = used - torch's current, and peak = torch peak + non-torch (l. 372-389).
+  `_cal_max_memory` (l. 129): available = (device total - peak + the temporary pool's
+  bytes) x free_gpu_memory_fraction (the temporary pool is inside the peak, so it is
+  given back); max tokens = available // the estimate's bytes per token (after a given
+  `max_tokens` caps the memory at max_tokens x bytes per token, l. 425-446). 0.20.0's
+  `cal_max_tokens` is the same in tokens; the ~0.19 copy had (total - peak) x fraction
+  over one bare forward pass.
+* then the real pool (`py_executor_creator.py::create_py_executor`, 1.3.0rc3 l. 706):
+  the fraction of the memory free at that moment is computed again and the smaller
+  of the two token counts kept ("Both free_gpu_memory_fraction and max_tokens are
+  set ... The smaller value will be used."), the minimum over ranks, then blocks:
+  rounded UP by the C++ `calculateMaxNumBlocks` up to 1.1 (the 0.20.0 and 1.1.0rc3
+  logs), DOWN by 1.3.0rc3's Python `calculate_max_num_blocks` (rules `pool_rounding`).
+* built engines (the C++ executor: Triton, trtllm-serve on an engine, run.py,
+  trtllm-bench --backend tensorrt; `kvCacheManager.cpp::calculateMaxNumBlocks`, then
+  `BaseKVCacheManager::calculateFreeMemBytes`): free_gpu_memory_fraction x what
+  cudaMemGetInfo reports free (plus the memory pool's free bytes) after the engine,
+  its execution context (activations fixed at build time by max_batch_size,
+  max_num_tokens and max_seq_len), runtime buffers and decoder; ceilDiv to blocks of
+  tokens_per_block (the engine's build option); max_tokens_in_paged_kv_cache: the
+  smaller of both when a fraction is also given, else the cap alone.
+* bytes per token (kvcalc.serving.trtllm.pool): the estimate floors head_dim x
+  kv_heads / tp, the pool stores ceil(kv_heads / tp) whole heads (tp = 1 under
+  attention DP); MLA one latent head of kv_lora_rank + qk_rope_head_dim, K only, whole
+  on every rank; FP8 one byte; MTP / one-model speculative layers in the pool of the
+  last pipeline rank; a two-model draft's size added to the estimate.
+* max_seq_len when not given (`modeling_utils.py::infer_max_seq_len`, 1.3.0rc3 l. 588):
+  max_position_embeddings (2048 when absent) x the rope scaling factor, except for rope
+  types su, longrope, llama3 and yarn (whose factor is not applied).
+* requests at once: at most max_batch_size (the KV manager's `max_num_sequences`,
+  `resource_manager.py` l. 390), each holding at least one block.
+
+What kvcalc models rather than reads: the profiling run's torch peak beyond the
+weights (kvcalc.capacity.memory's forward pass over max_num_tokens tokens, plus the
+dummy requests' logits), and the memory outside torch (a torch process's CUDA context,
+NCCL's buffers per peer and the CUDA graphs, kvcalc.capacity.memory's figures measured
+on vLLM's logs; no TensorRT-LLM log in tests/data gives these terms, so they are
+extrapolated). For a built engine the execution context, runtime buffers and decoder
+are fixed at build time and not derivable from the settings: the activations are
+modelled as the same forward pass, the buffers not at all (a note says so).
 """
 
 from __future__ import annotations
 
 from kvcalc._num import exact_ratio
 from kvcalc._record import record
-from kvcalc.dtypes import dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.serving.layout import Layout
 from kvcalc.serving.record import ServingCount
-from kvcalc.serving.trtllm.rules import GiB, MiB, parse_release, rules_for
-from kvcalc.serving.weights import Weights, forward_activation, stage_layers, stage_weights
+from kvcalc.serving.trtllm.pool import blocks_for, per_token, pp_split, tokens_for
+from kvcalc.serving.trtllm.rules import GiB, parse_release, rules_for
+from kvcalc.serving.weights import Weights, forward_activation, stage_weights
 
-__all__ = ["TrtllmFlags", "check_release", "count"]
+__all__ = ["TrtllmFlags", "check_release", "count", "default_max_seq_len"]
 
 BACKENDS = ("pytorch", "tensorrt")
-# What the process holds beyond torch's tensors at the profiling peak: the CUDA context
-# and cuBLAS workspaces, and at tp > 1 NCCL's and the all-reduce workspaces.
-CONTEXT_BYTES = 600 * MiB
-COMM_BYTES = 600 * MiB
-KV_DTYPES = {"auto": None, "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "nvfp4": None}
+KV_DTYPES = {"auto": None, "bf16": "bf16", "fp16": "fp16", "fp8": "fp8"}
+# GPUs of compute capability 9.0 among kvcalc's presets (FlashMLA's condition).
+SM90 = ("h100-sxm", "h100-pcie", "h200", "h200-nvl", "h20")
+_NO_FACTOR = ("su", "longrope", "llama3", "yarn")
 
 
 def check_release(text: str) -> None:
@@ -53,7 +83,11 @@ def check_release(text: str) -> None:
 class TrtllmFlags:
     """The options that decide TensorRT-LLM's cache, under its own names (None: its
     default). `backend`: "pytorch" (trtllm-serve, the LLM API) or "tensorrt" (a built
-    engine). `free_gpu_memory_fraction`: a decimal text or number, read exactly."""
+    engine). `free_gpu_memory_fraction`: a decimal text or number, read exactly.
+    `enable_attention_dp`: attention data parallel (K/V heads whole on each rank).
+    `cuda_graph_batch_sizes`: the PyTorch flow's captured batch sizes (None: its
+    default; () none). `spec_layers`: MTP / one-model Eagle layers the pool holds on
+    the last pipeline rank. `draft`: a two-model draft's ModelSpec."""
 
     engine: object  # kvcalc.serving.EngineRef
     weights: Weights
@@ -68,12 +102,16 @@ class TrtllmFlags:
     kv_cache_dtype: str = "auto"
     cuda_graphs: bool = True  # the PyTorch backend's CUDA graphs (captured in profiling)
     kv_scale_bytes: int = 0
+    enable_attention_dp: bool = False
+    cuda_graph_batch_sizes: tuple | None = None
+    spec_layers: int = 0
+    draft: object = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise KvcalcError(f"backend must be one of {', '.join(BACKENDS)}, got "
                               f"{self.backend!r}")
-        if self.kv_cache_dtype not in KV_DTYPES or self.kv_cache_dtype == "nvfp4":
+        if self.kv_cache_dtype not in KV_DTYPES:
             raise KvcalcError(f"kv_cache_dtype must be auto, bf16, fp16 or fp8 for "
                               f"TensorRT-LLM, got {self.kv_cache_dtype!r}")
         for name in ("max_batch_size", "max_num_tokens", "max_seq_len", "tokens_per_block",
@@ -81,6 +119,14 @@ class TrtllmFlags:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
                 raise KvcalcError(f"{name} must be a positive whole number, got {v!r}")
+        if isinstance(self.spec_layers, bool) or not isinstance(self.spec_layers, int) \
+                or self.spec_layers < 0:
+            raise KvcalcError(f"spec_layers must be a whole number >= 0, got "
+                              f"{self.spec_layers!r}")
+        for b in self.cuda_graph_batch_sizes or ():
+            if isinstance(b, bool) or not isinstance(b, int) or b <= 0:
+                raise KvcalcError(f"cuda_graph_batch_sizes must be positive whole numbers, "
+                                  f"got {b!r}")
         if self.free_gpu_memory_fraction is not None:
             num, den = _fraction(self.free_gpu_memory_fraction)
             if not 0 < num < den:
@@ -95,112 +141,219 @@ def _fraction(v) -> tuple[int, int]:
         raise KvcalcError(f"free_gpu_memory_fraction must be a number, got {v!r}") from None
 
 
-class _Paged:
-    """Which layer kinds TensorRT-LLM's KV cache manager pages like full attention: full
-    attention and MLA; sliding windows are sized as full layers here (its variable
-    window sizing by bytes is not modelled, a note says)."""
+def default_max_seq_len(max_position_embeddings: int | None, rope_scaling=None) -> int:
+    """`infer_max_seq_len` (1.3.0rc3 `_torch/models/modeling_utils.py` l. 588-617; the same
+    rule as trtllm-build's `_init_max_seq_len`): max_position_embeddings (2048 when
+    absent), times the rope scaling `factor` rounded up, unless the rope type is su,
+    longrope, llama3 or yarn."""
+    n = max_position_embeddings or 2048
+    if rope_scaling:
+        kind = rope_scaling.get("type", rope_scaling.get("rope_type"))
+        if kind not in _NO_FACTOR:
+            num, den = exact_ratio(rope_scaling.get("factor", 1))
+            if (num, den) != (1, 1):
+                n = -(-n * num // den)
+    return n
 
-    def full(self):
-        return "full"
 
-    def sliding(self, window: int):
-        return "window"
+def _flash_mla(spec, hw) -> bool:
+    """FlashMLA's condition (rules `default_tokens_per_block`): an MLA latent of 576 on
+    a compute-capability 9.0 GPU."""
+    from kvcalc.layers import Latent
 
-    def chunked(self, chunk: int):
-        return "window"
+    latent = any(isinstance(mx, Latent) and mx.kv_lora_rank + mx.rope_dim == 576
+                 for layer, _ in spec.groups() for mx in layer.mixers)
+    return latent and getattr(hw, "name", "") in SM90
 
-    def state(self, mixer):
-        return None
 
-    def cross(self):
-        return None
+@record
+class _Stage:
+    """One pipeline rank's terms (bytes per device) and its token counts."""
 
-    def unpaged(self, mixer):
-        return None
+    stage: int
+    total: int
+    weights: int
+    activation: int
+    non_torch: int  # CUDA context, NCCL (and CUDA graphs on the PyTorch flow)
+    tmp: int  # the temporary pool of the estimation run (PyTorch 0.20+)
+    available: int
+    estimate_tokens: int  # the PyTorch estimate (or the fraction's tokens on an engine)
+    cap_tokens: int  # the fraction of the memory free when the real pool is built
+    per_token: object  # kvcalc.serving.trtllm.pool.PerToken
+
+
+def _non_torch(layout: Layout, graphs: int, layers: int) -> int:
+    from kvcalc.capacity.memory import (CONTEXT_BYTES, COMM_BYTES_PER_RANK,
+                                        CUDA_GRAPH_BYTES_PER_LAYER)
+
+    comm = COMM_BYTES_PER_RANK * layout.tp if layout.tp * layout.pp > 1 else 0
+    return CONTEXT_BYTES + comm + graphs * CUDA_GRAPH_BYTES_PER_LAYER * layers
+
+
+def _stage(spec, hw, flags, rules, *, stage, attn_tp, batch, num_tokens, max_seq, block,
+           f_est, f_cpp, kv_name) -> _Stage:
+    layout = flags.layout
+    pp, last = layout.pp, stage == layout.pp - 1
+    est_layers = ("attention" if rules.estimate_counts_attention_layers_only() else
+                  "hidden" if rules.estimate_splits_pipeline() else "all")
+    pt = per_token(spec, kv_dtype=kv_name, tp=attn_tp, stage=stage, pp=pp,
+                   estimate_layers=est_layers,
+                   spec_layers=flags.spec_layers if flags.backend == "pytorch" else 0,
+                   engine_heads=rules.engine_kv_heads if flags.backend == "tensorrt"
+                   else None)
+    est_bytes, pool_bytes = pt.estimate, pt.pool
+    if flags.draft is not None:
+        d = per_token(flags.draft, kv_dtype=kv_name, tp=attn_tp, estimate_layers=est_layers)
+        est_bytes, pool_bytes = est_bytes + d.estimate, pool_bytes + d.pool
+    total = hw.visible_memory_bytes or hw.memory_bytes
+    weights = stage_weights(spec, flags.weights, tp=layout.tp, pp=pp, stage=stage)
+    if flags.draft is not None:
+        weights += stage_weights(flags.draft, flags.weights, tp=layout.tp)
+    activation = forward_activation(spec, flags.weights, tokens=num_tokens, tp=layout.tp)
+    if last:  # the dummy requests' logits: one row per request, in the model dtype
+        prompt = max(min(num_tokens, max_seq - 1), 1)
+        from kvcalc.dtypes import dtype
+
+        reqs = min(-(-num_tokens // prompt), batch)
+        activation += dtype(flags.weights.model_dtype).nbytes(reqs * spec.vocab)
+    if flags.backend == "tensorrt":
+        non_torch = _non_torch(layout, 0, 0)
+        available = max(total - weights - activation - non_torch, 0)
+        tokens = tokens_for(available, f_cpp, pool_bytes) if pool_bytes else 0
+        return _Stage(stage, total, weights, activation, non_torch, 0, available, tokens,
+                      tokens, pt)
+    sizes = rules.default_cuda_graph_batch_sizes(batch) if flags.cuda_graph_batch_sizes \
+        is None else tuple(flags.cuda_graph_batch_sizes)
+    graphs = len(sizes) if flags.cuda_graphs else 0
+    non_torch = _non_torch(layout, graphs, pp_split(spec.layers, pp)[stage])
+    if rules.estimate_shape() == "warmup":
+        free_now = total - weights - non_torch
+        cap = tokens_for(free_now, f_est, est_bytes) if est_bytes else 0
+        tmp_tokens = rules.temporary_pool_tokens(
+            max_batch_size=batch, max_num_tokens=num_tokens, max_seq_len=max_seq,
+            tokens_per_block=block, cap_tokens=cap)
+        tmp = tmp_tokens * pool_bytes
+        peak = weights + activation + non_torch + tmp
+        num, den = f_est
+        available = max(total - peak + tmp, 0) * num // den
+    else:
+        tmp = 0
+        num, den = f_est
+        available = max(total - weights - activation - non_torch, 0) * num // den
+    if flags.max_tokens is not None:
+        available = min(available, flags.max_tokens * est_bytes)
+    estimate = available // est_bytes if est_bytes else 0
+    # The real pool: the fraction of what is free once the estimation run is gone.
+    free_final = max(total - weights - non_torch, 0)
+    cap_tokens = tokens_for(free_final, f_cpp, pool_bytes) if pool_bytes else 0
+    return _Stage(stage, total, weights, activation, non_torch, tmp, available, estimate,
+                  cap_tokens, pt)
 
 
 def count(spec, hw, flags: TrtllmFlags) -> ServingCount:
     """TensorRT-LLM's start-up for `spec` on devices like `hw` with `flags`. Pure."""
-    from kvcalc.capacity.blocks import groups_on_stage
-    from kvcalc.formulas.cache import cache_groups
-
     rules = rules_for(flags.engine.release)
+    rules.check_backend(flags.backend)
     layout = flags.layout
     notes: list[str] = []
-    max_seq = flags.max_seq_len or spec.max_context
-    if not max_seq:
-        raise KvcalcError(f"{spec.name}'s config gives no context length: give --max-seq-len")
+    attn_tp = 1 if flags.enable_attention_dp else layout.attention_tp
+    rope = spec.extra.get("rope_scaling") if isinstance(spec.extra, dict) else None
+    max_seq = flags.max_seq_len or default_max_seq_len(spec.max_context or None, rope)
     if flags.max_seq_len and spec.max_context and flags.max_seq_len > spec.max_context:
         notes.append(f"max_seq_len {flags.max_seq_len:,} is over the model's context of "
                      f"{spec.max_context:,} tokens")
     batch = flags.max_batch_size or rules.default_max_batch_size(flags.backend)
     num_tokens = flags.max_num_tokens or rules.default_max_num_tokens(flags.backend)
-    block = flags.tokens_per_block or rules.default_tokens_per_block(flags.backend)
-    fnum, fden = (_fraction(flags.free_gpu_memory_fraction)
-                  if flags.free_gpu_memory_fraction is not None
+    flash_mla = flags.backend == "pytorch" and _flash_mla(spec, hw)
+    block = rules.default_tokens_per_block(flags.backend, flash_mla) if (
+        flags.tokens_per_block is None or flash_mla) else flags.tokens_per_block
+    if flash_mla and flags.tokens_per_block not in (None, 64):
+        notes.append("FlashMLA forces tokens_per_block 64 (MLA latent of 576 on a "
+                     "compute-capability 9.0 GPU)")
+    given = flags.free_gpu_memory_fraction is not None
+    fnum, fden = (_fraction(flags.free_gpu_memory_fraction) if given
                   else rules.default_free_gpu_memory_fraction())
-
+    f_est = rules.fraction_as_used(flags.backend, fnum, fden)
+    f_cpp = rules.fraction_as_used("tensorrt", fnum, fden) if flags.backend == "tensorrt" \
+        or rules.pool_rounding("pytorch") == "ceil" else (fnum, fden)
     kv_name = KV_DTYPES[flags.kv_cache_dtype] or flags.weights.model_dtype
-    groups = cache_groups(spec, dtype(kv_name), layout.tp, flags.kv_scale_bytes)
-    sizes = stage_layers(spec, layout.pp)
-    total = hw.visible_memory_bytes or hw.memory_bytes
-    comm = COMM_BYTES if layout.tp * layout.pp > 1 else 0
-    best = None
-    for stage in range(layout.pp):
-        on_stage = groups_on_stage(groups, spec.layers, sizes[stage], stage, sizes)
-        kinds = [(g, g.mixer.kv_cache_spec(_Paged())) for g in on_stage]
-        unknown = sorted({g.label for g, k in kinds if k is None})
-        per_token = sum(g.layers * g.token_bytes for g, k in kinds if k is not None)
-        weights = stage_weights(spec, flags.weights, tp=layout.tp, pp=layout.pp, stage=stage)
-        activation = forward_activation(spec, flags.weights, tokens=num_tokens, tp=layout.tp)
-        graphs = rules.cuda_graph_bytes(spec, batch) if (
-            flags.backend == "pytorch" and flags.cuda_graphs) else 0
-        held = weights + activation + CONTEXT_BYTES + comm + graphs
-        free = total - held
-        available = max(free, 0) * fnum // fden
-        tokens = available // per_token // block * block if per_token else 0
-        if flags.max_tokens is not None:
-            tokens = min(tokens, -(-flags.max_tokens // block) * block)
-        if best is None or tokens < best[0]:
-            best = (tokens, stage, weights, activation, graphs, held, free, available,
-                    per_token, unknown, any(k == "window" for _, k in kinds))
-    (tokens, stage, weights, activation, graphs, held, free, available, per_token, unknown,
-     windowed) = best
-    if windowed:
+
+    stages = [_stage(spec, hw, flags, rules, stage=s, attn_tp=attn_tp, batch=batch,
+                     num_tokens=num_tokens, max_seq=max_seq, block=block, f_est=f_est,
+                     f_cpp=f_cpp, kv_name=kv_name) for s in range(layout.pp)]
+    # Every rank's max tokens, then the minimum over ranks (both paths all-reduce MIN).
+    if flags.backend == "pytorch":
+        per_rank = [min(s.estimate_tokens, s.cap_tokens) for s in stages]
+    elif flags.max_tokens is not None:
+        per_rank = [min(s.estimate_tokens, flags.max_tokens) if given else flags.max_tokens
+                    for s in stages]
+    else:
+        per_rank = [s.estimate_tokens for s in stages]
+    max_tokens = min(per_rank)
+    st = stages[per_rank.index(max_tokens)]
+    rounding = rules.pool_rounding(flags.backend)
+    blocks = blocks_for(max_tokens, block, rounding)
+    tokens = blocks * block
+    pt = st.per_token
+    unknown = sorted({u for s in stages for u in s.per_token.unknown})
+    if pt.windowed:
         notes.append("sliding-window layers sized as full attention (TensorRT-LLM's "
                      "per-window pools are not modelled)")
-    starts = free > 0 and tokens >= block
-    refusal = ""
-    if weights + CONTEXT_BYTES + comm > total:
-        refusal = (f"out of memory loading the weights: {weights / GiB:.2f} GiB per GPU of "
-                   f"{total / GiB:.2f} GiB")
-        starts = False
-    elif not starts:
-        refusal = (f"no memory left for the KV cache after {held / GiB:.2f} GiB of weights, "
-                   f"activations and buffers")
     if unknown:
         notes.append(f"kvcalc does not model how TensorRT-LLM pages {', '.join(unknown)} "
                      f"layers: its KV tokens and requests are not counted")
-    kv_tokens = tokens if not unknown else None
+    if flags.backend == "tensorrt":
+        notes.append("a built engine's runtime buffers and decoder are fixed at build time "
+                     "and not counted; its activations are modelled")
+    if layout.pp > 1:
+        notes.append(f"pipeline rank {st.stage} holds the fewest tokens and sizes every rank")
+
+    refusal = ""
+    held = st.weights + st.non_torch
+    starts = True
+    if held > st.total:
+        refusal = (f"out of memory loading the weights: {st.weights / GiB:.2f} GiB per GPU of "
+                   f"{st.total / GiB:.2f} GiB")
+        starts = False
+    elif blocks < 1:
+        refusal = (f"no memory left for the KV cache after {(held + st.activation) / GiB:.2f} "
+                   f"GiB of weights, activations and buffers")
+        starts = False
+    context = max_seq
+    if starts and tokens < max_seq:
+        notes.append(f"max_seq_len {max_seq:,} is over the {tokens:,} tokens the pool holds: "
+                     f"TensorRT-LLM reduces the attention window and max_seq_len to {tokens:,}")
+        context = tokens
+    kv_tokens = tokens if not unknown and starts else (None if unknown else 0)
     running = concurrency = None
-    if kv_tokens is not None and starts:
-        per_request = -(-max_seq // block)
-        concurrency = (tokens // block) / per_request
-        running = min(batch, tokens // block)  # a request holds at least one block
+    if kv_tokens:
+        per_request = -(-context // block)
+        concurrency = blocks / per_request
+        running = min(batch, blocks)  # a request holds at least one block
+    pool_bytes = tokens * pt.pool if starts else 0
     names = rules.term_names(flags.backend)
-    terms = ((names["total"], total), (names["weights"], weights),
-             (names["activation"], activation), ("cuda_graphs", graphs),
-             ("non_torch", CONTEXT_BYTES + comm), (names["free"], free),
-             (names["kv_cache"], (tokens if starts else 0) * per_token))
+    if flags.backend == "pytorch":
+        outside = st.non_torch + st.tmp
+        peak = st.weights + st.activation + outside
+        values = (st.total, st.weights, st.activation, outside, st.tmp, peak, st.available,
+                  pool_bytes)
+    else:
+        values = (st.total, st.weights, st.activation, st.non_torch, st.available,
+                  pool_bytes)
+    terms = tuple(zip(names, values))
+    num, den = fnum, fden
     flag_values = (("backend", flags.backend),
-                   ("free_gpu_memory_fraction", f"{fnum / fden:g}"),
+                   ("free_gpu_memory_fraction", f"{num / den:g}"),
                    ("max_batch_size", batch), ("max_num_tokens", num_tokens),
                    ("max_seq_len", max_seq), ("tokens_per_block", block),
                    ("kv_cache_dtype", flags.kv_cache_dtype),
-                   ("tp_size", layout.tp), ("pp_size", layout.pp))
+                   ("tp_size", layout.tp), ("pp_size", layout.pp),
+                   ("enable_attention_dp", flags.enable_attention_dp))
+    pools = (("blocks", blocks), ("estimated_max_tokens", st.estimate_tokens),
+             ("kv_size_per_token", pt.estimate))
     return ServingCount(
-        engine=flags.engine, hardware=hw.name, layout=layout, context_len=max_seq,
-        page_size=block, bytes_per_token=per_token, kv_cache_tokens=kv_tokens,
+        engine=flags.engine, hardware=hw.name, layout=layout, context_len=context,
+        page_size=block, bytes_per_token=pt.pool, kv_cache_tokens=kv_tokens,
         max_running_requests=running, max_concurrency=concurrency, terms=terms,
-        flags=flag_values, starts=starts, refusal=refusal,
-        pools=(("blocks", tokens // block),), notes=tuple(notes))
+        flags=flag_values, starts=starts, refusal=refusal, pools=pools,
+        notes=tuple(notes))
