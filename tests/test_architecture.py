@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kvcalc.hfconfig", "kvcalc.presets", "kvcalc.model_source", "kvcalc.engines"),
     ("kvcalc.roofline", "kvcalc.latency", "kvcalc.capacity", "kvcalc.serving"),
     ("kvcalc.estimate",),
-    ("kvcalc.plan", "kvcalc.plan_engines"),
+    ("kvcalc.plan", "kvcalc.plan_engines", "kvcalc.served"),
     ("kvcalc.report", "kvcalc.plot"),
     ("kvcalc.sweep", "kvcalc.measure"),
     ("kvcalc.cli", "kvcalc.__main__"),

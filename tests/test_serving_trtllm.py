@@ -527,3 +527,25 @@ def test_cli_bad_backend_is_one_line():
     assert r.exit_code == 2 and r.stdout == ""
     assert "backend must be one of pytorch, tensorrt" in r.stderr
     assert r.stderr.count("\n") == 1
+
+
+def test_check_cli_reads_a_trtllm_log(tmp_path):
+    """`kvcalc check LOG MODEL --gpu G` reads a TensorRT-LLM log by its lines: every logged
+    figure beside kvcalc's, and the pool from the memory the log printed."""
+    from typer.testing import CliRunner
+
+    from kvcalc.cli import app
+
+    d = yaml.safe_load((DATA / "llama31-8b-fp8-h100-pcie-tp1-trtllm6294.yaml").read_text())
+    path = tmp_path / "trtllm.log"
+    path.write_text(d["log"])
+    r = CliRunner().invoke(app, ["check", str(path), "llama3.1-8b", "--gpu", "h100-pcie",
+                                 "--engine", "tensorrt-llm@0.20.0", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    got = yaml.safe_load(r.stdout)
+    assert got["engine"] == "tensorrt-llm" and got["engine_release"] == "0.20.0"
+    figures = {f["figure"]: f for f in got["figures"]}
+    assert figures["max_tokens"]["logged"] == 860_320
+    assert got["tokens_from_logged_memory"] == 860_320
+    r = CliRunner().invoke(app, ["check", str(path), "llama3.1-8b"])
+    assert r.exit_code == 2 and "give --gpu NAME" in r.stderr

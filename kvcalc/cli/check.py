@@ -30,8 +30,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         engine: Annotated[Optional[str], typer.Option(
             "--engine", show_default=False, metavar="NAME@VERSION",
             help="The engine and release a log that does not say ran (sglang@0.5.4: SGLang "
-            "logs never print their release; default: read from the log, vLLM's or "
-            "SGLang's).")] = None,
+            "logs never print their release; default: read from the log, vLLM's, SGLang's "
+            "or TensorRT-LLM's).")] = None,
         fmt: Annotated[Optional[TextFormat], typer.Option(
             "--format", help="table (rich), json or md (markdown, for issues and docs) "
             "(default: table; -o names the calibration file, not this output).")] = None,
@@ -62,8 +62,13 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         if fmt is not None and OutputFormat(fmt.value) not in _FORMATS:
             raise KvcalcError(f"--format {fmt.value} is not offered here; use table, json or md")
         text = _read_log(log)
-        if _sglang(text, engine):
+        which = _engine_of(text, engine)
+        if which == "sglang":
             _check_sglang(text, model, gpu, engine, "table" if fmt is None else fmt.value,
+                          output)
+            return
+        if which == "tensorrt-llm":
+            _check_trtllm(text, model, gpu, engine, "table" if fmt is None else fmt.value,
                           output)
             return
         parsed = parse_vllm_log(text)
@@ -244,16 +249,59 @@ def _items(result) -> list:
                       caption=caption), verdict, *failure, *notes]
 
 
-def _sglang(text: str, engine: Optional[str]) -> bool:
-    """Whether to read the log as SGLang's: --engine says so, or its lines do."""
+def _engine_of(text: str, engine: Optional[str]) -> str:
+    """Whose start-up log this is: --engine says so, or its lines do."""
+    from kvcalc.serving import engine_ref
     from kvcalc.serving.sglang.log import is_sglang_log
+    from kvcalc.serving.trtllm.log import is_trtllm_log
 
     if engine is not None:
-        name = engine.partition("@")[0].strip().lower()
-        if name not in ("sglang", "vllm"):
-            raise KvcalcError(f"--engine {engine}: check reads vLLM and SGLang start-up logs")
-        return name == "sglang"
-    return is_sglang_log(text)
+        try:
+            return engine_ref(engine.partition("@")[0]).name
+        except KvcalcError:
+            raise KvcalcError(f"--engine {engine}: check reads vLLM, SGLang and "
+                              "TensorRT-LLM start-up logs") from None
+    if is_trtllm_log(text):
+        return "tensorrt-llm"
+    return "sglang" if is_sglang_log(text) else "vllm"
+
+
+def _check_trtllm(text: str, model, gpu, engine, fmt: str, output) -> None:
+    """A TensorRT-LLM log beside kvcalc's count: each logged figure, kvcalc's, the ratio."""
+    from kvcalc.report.render import Tab, deliver
+    from kvcalc.serving.trtllm.check import check_trtllm
+
+    if output is not None:
+        raise KvcalcError("-o writes a vLLM calibration file; TensorRT-LLM logs have none")
+    if gpu is None:
+        raise KvcalcError("give --gpu NAME: kvcalc reads no GPU name from TensorRT-LLM "
+                          "logs (see `kvcalc presets`)")
+    if model is None:
+        raise KvcalcError("give MODEL (a preset, Hub id, model folder or config.json): "
+                          "TensorRT-LLM logs do not name it")
+    hardware = resolve_gpu(gpu)
+    spec = _model(model, None)
+    release = (engine.partition("@")[2].strip() or None) if engine else None
+    result = check_trtllm(text, spec, hardware, release=release)
+
+    def shown(v) -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:,.2f}"
+        return f"{v:,}" if isinstance(v, int) else str(v)
+
+    rows = [[r.name.replace("_", " "), shown(r.logged), shown(r.counted),
+             "-" if r.ratio is None else f"{r.ratio:.3f}"] for r in result.rows]
+    if result.tokens_from_logged_memory is not None:
+        rows.append(["KV tokens from the logged memory", "", shown(
+            result.tokens_from_logged_memory), ""])
+    head = f"TensorRT-LLM {result.release} ({result.backend}), {spec.name} on {hardware.name}"
+    items = [Tab(head, ["", "logged", "kvcalc", "kvcalc / logged"], rows,
+                 caption="\n".join(f"note: {n}" for n in result.notes) or None)]
+    if result.refused:
+        items.append(f"did not start: {result.refusal}")
+    deliver(fmt, items, data=result.as_dict())
 
 
 def _check_sglang(text: str, model, gpu, engine, fmt: str, output) -> None:
