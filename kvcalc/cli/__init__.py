@@ -270,7 +270,8 @@ def _main(
 # The module that registers each command; `kvcalc NAME ...` imports only NAME's (help,
 # completion and anything else import them all).
 _MODULES = {"estimate": "estimate", "fit": "estimate", "presets": "presets_cmd",
-            "measure": "measure", "sweep": "sweep", "check": "check", "plan": "plan"}
+            "measure": "measure", "sweep": "sweep", "check": "check", "plan": "plan",
+            "bench": "bench"}
 
 
 def _register() -> None:

@@ -1,0 +1,137 @@
+"""`kvcalc bench`: a `vllm bench serve` run predicted (kvcalc.served): parse, call, render."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from kvcalc.cli.options import (DEFAULT_GPU, ForceOpt, FormatOpt, GpuOpt, KvDtypeOpt,
+                                ModelRequest, OutputOpt, TpOpt, WeightDtypeOpt, model_options,
+                                output_format, resolve_gpu)
+from kvcalc.cli.parsing import command
+from kvcalc.errors import KvcalcError
+
+
+def register(app: typer.Typer, only: str | None = None) -> None:
+    @command(app, only)
+    @model_options
+    def bench(
+        request: ModelRequest,
+        engine: Annotated[Optional[str], typer.Option(
+            "--engine", show_default=False, metavar="NAME[@VERSION]",
+            help="The serving engine: vllm, sglang or tensorrt-llm (its start-up count "
+            "sizes the pool and the running limit; its fitted terms time the steps; "
+            "default: vllm).")] = None,
+        gpu: GpuOpt = DEFAULT_GPU,
+        tp: TpOpt = 1,
+        input_len: Annotated[int, typer.Option(
+            "--input-len", "--random-input-len", help="Prompt tokens per request.")] = 1024,
+        output_len: Annotated[int, typer.Option(
+            "--output-len", "--random-output-len",
+            help="Output tokens per request.")] = 128,
+        num_prompts: Annotated[Optional[int], typer.Option(
+            "--num-prompts", show_default=False,
+            help="Requests the client sends (default: 1,000, or 10 x the concurrency, as "
+            "sized runs do).")] = None,
+        concurrency: Annotated[Optional[str], typer.Option(
+            "--concurrency", "--max-concurrency", show_default=False, metavar="C[,C...]",
+            help="Closed loop: at most this many requests in flight (a list: one run "
+            "each).")] = None,
+        request_rate: Annotated[Optional[str], typer.Option(
+            "--request-rate", show_default=False, metavar="R[,R...]|inf",
+            help="Open loop: Poisson arrivals at R requests/s (inf: all at once; the "
+            "default without --concurrency).")] = None,
+        prefix_hit: Annotated[float, typer.Option(
+            "--prefix-hit", help="Share of each prompt already in the prefix cache, "
+            "in [0, 1).")] = 0.0,
+        max_model_len: Annotated[Optional[int], typer.Option(
+            "--max-model-len", show_default=False,
+            help="The engine's longest request (default: the model's context).")] = None,
+        kv_dtype: KvDtypeOpt = "bf16",
+        weight_dtype: WeightDtypeOpt = None,
+        seed: Annotated[int, typer.Option("--seed", help="Poisson arrivals' seed.")] = 0,
+        fmt: FormatOpt = None,
+        output: OutputOpt = None,
+        force: ForceOpt = False,
+    ) -> None:
+        """What `vllm bench serve` (or SGLang's bench_serving) would print for a model on
+        these GPUs: mean, median and P99 TTFT, TPOT, ITL and end-to-end latency, request,
+        output and total token throughput, per GPU as well: predicted, under the same
+        names.
+
+        The engine's scheduler is simulated over the client's requests (kvcalc.served):
+        continuous batching up to its running-request limit and KV pool (its own start-up
+        count), chunked prefill sharing each step's token budget, each step timed on the
+        engine's fitted terms. A rate the engine cannot sustain is refused with where it
+        saturates. Example: `kvcalc bench --preset llama3.1-8b --gpu h100-sxm
+        --concurrency 1,8,64 --input-len 1024 --output-len 128`.
+        """
+        from kvcalc.report.render import Tab, deliver
+        from kvcalc.cli.speed import memory_engine
+        from kvcalc.served import Load, bench as run
+
+        fmt = output_format(fmt, output)
+        hardware = resolve_gpu(gpu)
+        if hardware is None:
+            raise KvcalcError("bench needs a device: --gpu NAME (see `kvcalc presets`)")
+        ref = memory_engine(engine or "vllm")
+        if ref is None:
+            raise KvcalcError(f"--engine {engine}: bench serves with vllm, sglang or "
+                              "tensorrt-llm")
+        if concurrency is not None and request_rate is not None:
+            raise KvcalcError("--concurrency (closed loop) and --request-rate (open loop) "
+                              "are two kinds of run: give one")
+        spec = request.resolve()
+        loads = []
+        if concurrency is not None:
+            for c in _values(concurrency, "--concurrency", int):
+                loads.append(dict(concurrency=c, num_prompts=num_prompts or 10 * c))
+        else:
+            for r in _values(request_rate or "inf", "--request-rate", float):
+                loads.append(dict(request_rate=r, num_prompts=num_prompts or 1000))
+        results = []
+        for kw in loads:
+            load = Load(input_len=input_len, output_len=output_len, prefix_hit=prefix_hit,
+                        seed=seed, **kw)
+            results.append(run(spec, hardware, load, engine=ref, tp=tp, kv_dtype=kv_dtype,
+                               weight_dtype=weight_dtype, max_model_len=max_model_len))
+        gpus = tp
+
+        def row(r) -> dict:
+            d = r.as_dict()
+            d["output_throughput_per_gpu"] = d["output_throughput"] / gpus
+            d["total_token_throughput_per_gpu"] = d["total_token_throughput"] / gpus
+            return d
+
+        rows = [row(r) for r in results]
+        r0 = results[0]
+        head = (f"predicted for {ref.title} serving {spec.name} on {gpus} x {hardware.name}: "
+                f"{input_len:,} prompt + {output_len:,} output tokens a request")
+        shown = ("request_throughput", "output_throughput", "output_throughput_per_gpu",
+                 "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+                 "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms")
+        label = "max concurrency" if concurrency is not None else "request rate (req/s)"
+        cols = [label, *(str(d["max_concurrency"] if concurrency is not None
+                             else d["request_rate"]) for d in rows)]
+        table = [[k, *(f"{d[k]:,.2f}" for d in rows)] for k in shown]
+        notes = sorted({n for r in results for n in r.notes})
+        caption = "\n".join([f"KV pool {r0.kv_cache_tokens:,} tokens; step budget "
+                             f"{r0.step_budget:,} tokens; times on {ref.name}'s fitted terms "
+                             "(presets/engines)", *(f"note: {n}" for n in notes)])
+        deliver(fmt.value, [head, Tab("", cols, table, caption=caption)],
+                data=rows[0] if len(rows) == 1 else {"runs": rows}, rows=rows,
+                output=output, force=force)
+
+
+def _values(text: str, flag: str, kind):
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        try:
+            v = kind(part)
+        except ValueError:
+            raise KvcalcError(f"{flag} takes numbers separated by commas, got {part!r}") from None
+        if not v > 0:
+            raise KvcalcError(f"{flag} values must be positive, got {part}")
+        out.append(v)
+    return out
