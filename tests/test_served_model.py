@@ -82,7 +82,7 @@ def test_cli_bench_json_and_one_line_errors():
                           (["--concurrency", "0"], "--concurrency values must be positive"),
                           (["--engine", "llama.cpp"], "bench serves with vllm, sglang")):
         r = CliRunner().invoke(app, ["bench", "--preset", "llama3.1-8b", *args])
-        assert r.exit_code == 2 and r.stderr.startswith(f"kvcalc: error: ") and \
+        assert r.exit_code == 2 and r.stderr.startswith("kvcalc: error: ") and \
             message in r.stderr and r.stderr.count("\n") == 1, r.stderr
 
 
