@@ -589,3 +589,15 @@ def test_a_subtracted_graph_estimate_is_compared() -> None:
     graphs = next(t for t in result.terms if t.name == "cuda_graphs")
     assert graphs.status == "" and graphs.kvcalc > 0
     assert abs(graphs.logged - round(0.52 * GiB)) <= GiB // 200
+
+
+def test_a_calibration_from_a_0_19_log_holds_no_graphs_it_did_not_subtract(tmp_path) -> None:
+    """0.19 logs its CUDA-graph estimate and leaves the graphs to the headroom: the file
+    `check -o` writes says 0 for them, so `fit --calibration` subtracts none either."""
+    out = tmp_path / "cal.yaml"
+    r = run("check", str(_log_file(tmp_path, AWQ_019)), str(_awq_config(tmp_path)), "--gpu",
+            "rtx4070", "-o", str(out))
+    assert r.exit_code == 0, r.output
+    lines = out.read_text().splitlines()
+    assert "cuda_graph_bytes: 0" in lines
+    assert any(line.startswith("weights_bytes: ") for line in lines)

@@ -140,7 +140,14 @@ def calibration_text(check, source: str) -> str:
               f"max_num_seqs: {cap.max_num_seqs}"]
     if "total" in log.terms:
         lines.append(f"visible_memory_bytes: {log.terms['total']}")
+    from kvcalc.capacity.check import graphs_subtracted
+
     for term, key in _TERM_KEYS.items():
+        if term == "cuda_graphs" and term in log.terms and not graphs_subtracted(log, s):
+            # logged but not subtracted by this start-up (0.18-0.19 print the estimate and
+            # leave the graphs to the headroom): the budget it taught holds none
+            lines.append(f"{key}: 0")
+            continue
         if term in log.terms:
             lines.append(f"{key}: {log.terms[term]}")
     return "\n".join(lines) + "\n"
