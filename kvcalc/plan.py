@@ -316,9 +316,9 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     for name, v in (("ttft", ttft_s), ("tpot", tpot_s)):
         if v is not None and not v > 0:
             raise KvcalcError(f"--{name}-ms must be a positive number of milliseconds")
-    from kvcalc.capacity.engine import parse_version
+    from kvcalc.serving.vllm import release_settings
 
-    if parse_version(vllm_version) < (8, 0):  # V0 took other flags and counted otherwise
+    if release_settings(vllm_version)["engine"] == "v0":  # V0 took other flags, counted otherwise
         raise KvcalcError(f"plan follows vLLM's V1 engine (0.8 and later); --vllm-version "
                           f"{vllm_version} is older")
     auto = max_model_len == "auto"

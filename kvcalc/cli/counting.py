@@ -113,12 +113,19 @@ def _engine_fit(request, ref, given, *, fmt, output, force, seq_len, kv_dtype, w
     source = weights_source(est)
     if source is not None:
         obj["weights_source"] = source
-    if slo is not None:
-        obj["max_batch_for_slo"] = slo
-        lat = est.latency
-        obj["slo_timed_on"] = (lat.engine_name if lat is not None and lat.engine_name
-                               else "roofline")
+    obj.update(slo_fields(est, slo))
     write(fmt, output, force, lambda: obj, lambda: [flatten(obj)],
           lambda: [serving_table(est, counted, slo)])
     if not counted.starts:
         raise typer.Exit(1)
+
+
+def slo_fields(est, slo) -> dict:
+    """fit's JSON for --ttft-ms / --tpot-ms: the largest batch, and whose times decided it
+    (the engine's fitted terms, vLLM's by default, or the datasheet roofline)."""
+    if slo is None:
+        return {}
+    lat = est.latency
+    return {"max_batch_for_slo": slo,
+            "slo_timed_on": lat.engine_name if lat is not None and lat.engine_name
+            else "roofline"}

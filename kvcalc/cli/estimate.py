@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from kvcalc.cli import engine_flags as ef, speed
-from kvcalc.cli.counting import _engine_fit, _estimates, _slo, write
+from kvcalc.cli.counting import _engine_fit, _estimates, _slo, slo_fields, write
 from kvcalc.cli.parsing import command
 
 from kvcalc.cli.options import (
@@ -401,12 +401,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             source = weights_source(est)
             if source is not None:  # a model folder or Hub id
                 obj["weights_source"] = source
-        if slo is not None:
-            obj["max_batch_for_slo"] = slo
-            # whose times: the engine's (vLLM's by default) or the datasheet roofline
-            lat = est.latency
-            obj["slo_timed_on"] = (lat.engine_name if lat is not None and lat.engine_name
-                                   else "roofline")
+        obj.update(slo_fields(est, slo))
         write(fmt, output, force, lambda: obj, lambda: [flatten(obj)],
               lambda: [capacity_table(est, slo, "--max-model-len" if engine else "--seq-len")])
         if not v.serves:

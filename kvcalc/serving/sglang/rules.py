@@ -35,23 +35,9 @@ SM100 = ("b200", "gb200", "b300", "gb300")
 @functools.lru_cache(maxsize=32)
 def parse_release(text: str) -> tuple[int, int, int]:
     """'0.5.4' -> (0, 5, 4); '0.4.6.post5' -> (0, 4, 6); 'v0.5.1rc2' -> (0, 5, 1)."""
-    parts: list[int] = []
-    for p in str(text).strip().lstrip("v").split("."):
-        digits = ""
-        for ch in p:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        parts.append(int(digits))
-        if len(parts) == 3 or digits != p:
-            break
-    if len(parts) < 2:
-        raise KvcalcError(f"an SGLang release looks like 0.MINOR[.PATCH], got {text!r}")
-    while len(parts) < 3:
-        parts.append(0)
-    v = tuple(parts)
+    from kvcalc.serving.releases import version_parts
+
+    v = version_parts(text, "SGLang", "0.MINOR[.PATCH]")
     if v < OLDEST:
         raise KvcalcError(f"kvcalc encodes SGLang's rules from 0.4.0 on; got {text!r}")
     return v  # type: ignore[return-value]

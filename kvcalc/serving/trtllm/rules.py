@@ -44,23 +44,9 @@ PYTORCH_FROM = (0, 17, 0)  # release notes 0.17.0: the PyTorch flow, "experiment
 @functools.lru_cache(maxsize=32)
 def parse_release(text: str) -> tuple[int, int, int]:
     """'1.0.0' -> (1, 0, 0); '0.21.0rc1' -> (0, 21, 0); '1.1' -> (1, 1, 0)."""
-    parts: list[int] = []
-    for p in str(text).strip().lstrip("v").split("."):
-        digits = ""
-        for ch in p:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        parts.append(int(digits))
-        if len(parts) == 3 or digits != p:
-            break
-    if len(parts) < 2:
-        raise KvcalcError(f"a TensorRT-LLM release looks like MAJOR.MINOR[.PATCH], got {text!r}")
-    while len(parts) < 3:
-        parts.append(0)
-    v = tuple(parts)
+    from kvcalc.serving.releases import version_parts
+
+    v = version_parts(text, "TensorRT-LLM", "MAJOR.MINOR[.PATCH]")
     if v < OLDEST:
         raise KvcalcError(f"kvcalc encodes TensorRT-LLM's rules from 0.12 on; got {text!r}")
     return v  # type: ignore[return-value]
