@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typer
 
-from kvcalc.cli import engine_flags as ef, speed
+from kvcalc.cli import speed
 from kvcalc.cli.options import (ModelRequest, OutputFormat, default_seq_len, device_memory,
                                 resolve_gpu)
 from kvcalc.errors import KvcalcError
@@ -80,6 +80,7 @@ def _engine_fit(request, ref, given, *, fmt, output, force, seq_len, kv_dtype, w
     floor beside it."""
     from kvcalc import units
     from kvcalc.capacity.verdict import settings_for
+    from kvcalc.cli import engine_flags as ef
     from kvcalc.estimate import approximate_fields, weights_source
     from kvcalc.report.csv_json import flatten
     from kvcalc.report.serving import serving_table

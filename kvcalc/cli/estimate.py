@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvcalc.cli import engine_flags as ef, speed
+from kvcalc.cli import speed
 from kvcalc.cli.counting import _engine_fit, _estimates, _slo, slo_fields, write
 from kvcalc.cli.parsing import command
 
@@ -67,6 +67,9 @@ def _notes(est) -> list[str]:
 
 
 def register(app: typer.Typer, only: str | None = None) -> None:
+    if only in (None, "fit"):  # fit's engine flags: their annotations name this module's `ef`
+        global ef
+        from kvcalc.cli import engine_flags as ef
     @command(app, only)
     @model_options
     def estimate(

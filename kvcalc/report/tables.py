@@ -7,7 +7,6 @@ Plain data only: drawing them is kvcalc.report.render's job.
 from __future__ import annotations
 
 from kvcalc.report.render import Tab
-from kvcalc.report.serving import serving_words
 from kvcalc.report.units import (count_words, exact_bytes, human_bytes, human_count,
                                  human_rate, human_seconds)
 from kvcalc.estimate import weights_source
@@ -99,7 +98,7 @@ def headline(est) -> str:
     if left is not None:
         floor += f", room for {left:,} more tokens"
     v = est.verdict
-    words = verdict_words(v) if est.serving is None else serving_words(est.serving)
+    words = verdict_words(v) if est.serving is None else _serving_words(est.serving)
     if est.fits:
         return f"{text}; on {_on_device(est)} {speed}; fits: {words}; {floor}."
     m = est.min_tp_that_fits
@@ -185,8 +184,15 @@ def engine_rows(est) -> list[list[str]]:
     c = est.serving
     if c is None:
         return verdict_rows(est.verdict, "--seq-len")
-    return [[f"{c.engine.title} at {c.context_len:,} tokens", serving_words(c).split(" ", 2)[2]
-             if c.starts else serving_words(c)]]
+    words = _serving_words(c)
+    return [[f"{c.engine.title} at {c.context_len:,} tokens",
+             words.split(" ", 2)[2] if c.starts else words]]
+
+
+def _serving_words(c) -> str:
+    from kvcalc.report.serving import serving_words  # another engine's count: rarely asked
+
+    return serving_words(c)
 
 
 def verdict_rows(v, length_flag: str) -> list[list[str]]:
