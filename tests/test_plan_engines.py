@@ -80,10 +80,13 @@ def test_sglang_lines_parse_with_sglangs_own_parser(model, gpu, gpus, length):
     assert words[:3] == ["python", "-m", "sglang.launch_server"]
     parser = argparse.ArgumentParser()
     server_args.ServerArgs.add_cli_args(parser)
-    ns = parser.parse_args(words[3:])
-    assert ns.tp_size == p.best.tp and ns.context_length == length
-    assert ns.max_running_requests == p.best.batch
-    assert ns.dp_size == p.best.replicas
+    ns = vars(parser.parse_args(words[3:]))
+    # argparse's names: --tp-size and --dp-size land in tensor_parallel_size and
+    # data_parallel_size (0.5.x; ServerArgs.from_cli_args maps them back)
+    assert ns.get("tensor_parallel_size", ns.get("tp_size")) == p.best.tp
+    assert ns.get("data_parallel_size", ns.get("dp_size")) == p.best.replicas
+    assert ns["context_length"] == length and ns["max_running_requests"] == p.best.batch
+    assert ns["kv_cache_dtype"] == (p.best.kv_dtype if p.best.kv_dtype != "auto" else "auto")
 
 
 def test_a_flag_for_another_engine_is_refused_in_plan():
