@@ -261,3 +261,199 @@ def test_memory_limit_refused_in_kvcalc_words(step):
     assert len(lines) == 1 and lines[0].startswith("kvcalc: error: "), err
     assert "Traceback" not in err and "RuntimeError" not in err and "grouped" not in err
     assert "ulimit -v" in err and out == ""
+
+
+# --------------------------------------------------------------------------------
+# Issue 39 point 4: a dtype the device emulates is said at once, and tiny shapes stay
+# quick in it. `kvcalc measure ... --dtype fp16` on this project's VM (an AVX2 EPYC: no
+# fp16 or bf16 arithmetic) printed nothing for over ten minutes: the 1024^3 fp16 matmul
+# ceiling (~10 s a call, 23 calls), then a K/V stream of 16M heads of one token (minutes a
+# call in fp16; 1-8 s in fp32). Before the fix the fp32 run of the same shape took 146-192 s.
+# --------------------------------------------------------------------------------
+FP16_TINY = ["measure", "--heads", "2", "--kv-heads", "1", "--head-dim", "4", "--seq-len", "1",
+             "--batch", "2", "--dtype", "fp16", "--device", "cpu"]
+# The issue's bound. Measured after the fix on the 2-core VM: 22 s at a load average of 4,
+# 26-40 s at 6-9 (other jobs), of which 4-7 s importing torch; 17-21 s in pytest here.
+TINY_WALL_S = 60
+
+
+def _cpu_flags() -> set[str] | None:
+    """The x86 CPU's feature flags from /proc/cpuinfo; None elsewhere."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return None
+
+
+def _emulates(dtype: str) -> bool | None:
+    """Whether this CPU lacks `dtype` arithmetic, by its own flags (not by kvcalc's timing):
+    True on an x86 CPU without AVX-512 at all (no avx512_fp16/bf16, no AMX), where torch
+    converts every element in software (the only case claimed here); None when unknown."""
+    flags = _cpu_flags()
+    if flags is None:
+        return None
+    if not any(f.startswith(("avx512", "amx")) for f in flags):
+        return True
+    return None
+
+
+@pytest.mark.slow
+def test_tiny_fp16_run_is_quick_and_says_the_dtype_is_slow():
+    """Redirected stderr: no progress bar, the notice is its one line; the run within the
+    issue's minute; the time-budgeted ceilings labelled so in the JSON."""
+    import json
+    import re
+
+    t0 = time.monotonic()
+    rc, out, err, _, _ = kvcalc_child([*FP16_TINY, "--format", "json"], timeout=TINY_WALL_S)
+    wall = time.monotonic() - t0
+    assert rc == 0, err
+    assert wall < TINY_WALL_S
+    result = json.loads(out)
+    (row,) = result["rows"]
+    assert row["correct"] and row["median_s"]
+    # 16M K/V heads of one token (8x the LLC) in one call: at even 6 ns a head (no CPU
+    # runs a dot product, a softmax and a weighted sum in less) that call is over the
+    # 0.1 s budget, so the stream must have been cut, and the row says so.
+    assert row["kv_stream_cut"] and "stream cut to a 0.1 s call" in row["note"]
+    lines = err.splitlines()
+    assert all(line.startswith("kvcalc: note: ") for line in lines), err
+    if _emulates("fp16"):
+        assert len(lines) == 1, err
+        note = lines[0]
+        assert note.startswith("kvcalc: note: this cpu computes fp16 about "), note
+        assert re.search(r"--dtype (fp32|bf16) times well on this cpu$", note), note
+        assert note[len("kvcalc: note: "):] in result["config"]["notes"]
+        assert result["config"]["dtype_check"]["slow"]
+        c = result["ceilings"]
+        assert c["dtype"] == "fp16" and c["matmul_time_budgeted"]
+        assert c["matmul_n"] < ceilings.MATMUL_N[("cpu", "fp16")]
+        assert "sized to a 0.2 s call" in c["matmul_method"]
+
+
+@pytest.mark.slow
+def test_progress_shows_at_once_on_a_terminal():
+    """On a terminal the bar is drawn before torch is imported: within a second of the
+    command's own start-up, which `kvcalc measure --help` (the same interpreter, typer
+    and rich, no torch) times on this machine under its present load. The notice shows
+    there too, and the whole run stays within the minute."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    env = {**os.environ, "TERM": "xterm-256color"}
+    env.pop("COLUMNS", None)
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-m", "kvcalc", "measure", "--help"], capture_output=True,
+                   cwd=ROOT, env=env, timeout=60, check=True)
+    start_up = time.monotonic() - t0
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+    seen: dict[bytes, float] = {}
+    keys = (b"loading torch", b"kvcalc: note: this cpu computes fp16", b"measuring cpu ceilings")
+    with tempfile.TemporaryFile() as out:
+        t0 = time.monotonic()
+        p = subprocess.Popen([sys.executable, "-m", "kvcalc", *FP16_TINY, "--format", "json"],
+                             stdout=out, stderr=slave, stdin=subprocess.DEVNULL, cwd=ROOT, env=env)
+        os.close(slave)
+        screen = b""
+        try:
+            while True:
+                if time.monotonic() - t0 > TINY_WALL_S:
+                    pytest.fail(f"kvcalc {' '.join(FP16_TINY)} ran over {TINY_WALL_S} s")
+                ready, _, _ = select.select([master], [], [], 0.02)
+                chunk = b""
+                if ready:
+                    try:
+                        chunk = os.read(master, 65536)
+                    except OSError:  # the child closed the terminal
+                        chunk = b""
+                if chunk:
+                    screen += chunk
+                    for key in keys:
+                        if key in screen and key not in seen:
+                            seen[key] = time.monotonic() - t0
+                elif p.poll() is not None:
+                    break
+        finally:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            os.close(master)
+        assert p.returncode == 0, screen.decode(errors="replace")[-2000:]
+    assert b"loading torch" in seen, screen[:2000]
+    assert seen[b"loading torch"] < start_up + 1.0, (seen, start_up)
+    assert b"measuring cpu ceilings" in seen
+    if _emulates("fp16"):
+        # said before the slow part starts
+        assert seen[b"kvcalc: note: this cpu computes fp16"] <= seen[b"measuring cpu ceilings"]
+
+
+def test_dtype_check_agrees_with_the_cpus_flags():
+    """Half-precision arithmetic that the CPU's flags say it lacks is called slow, with
+    fp32 to use instead; fp32 never is."""
+    assert not ceilings.dtype_check(CPU, "fp32")["slow"]
+    for name in ("fp16", "bf16"):
+        check = ceilings.dtype_check(CPU, name)
+        if _emulates(name):
+            assert check["slow"] and check["use"] == "fp32", check
+            assert check["notice"] and "\n" not in check["notice"]
+            assert "--dtype fp32 times well on this cpu" in check["notice"]
+
+
+def test_time_calls_within_stops_at_its_budget():
+    """Calls that take 50 ms (by the clock, time.sleep) stop after min_iters once the
+    budget is spent; calls that take nothing keep every repetition asked for."""
+    from kvcalc.measure.timing import time_calls_within
+
+    slow = time_calls_within([lambda: time.sleep(0.05)], device=CPU, warmup=1, iters=20,
+                             budget_s=0.12, min_iters=3)
+    assert slow.samples == 3 and slow.min_s >= 0.05
+    fast = time_calls_within([lambda: None], device=CPU, warmup=1, iters=20, budget_s=0.12)
+    assert fast.samples == 20
+
+
+@pytest.mark.slow
+def test_cut_kv_stream_reads_at_the_full_streams_rate(monkeypatch):
+    """The K/V stream cut to a time budget (fewer heads, the LLC flushed, the call's fixed
+    cost taken out) measures the bytes per second of the full stream, the method it stands
+    in for: 4M heads of one token and head_dim 4 (128 MiB of fp32 K/V), each way, twice,
+    interleaved, the faster of each kept (a host shared with other jobs slows some
+    readings). A cut sized from calls that other processes had slowed, its rate the plain
+    bytes over time, once read 3-280x too slow on this project's VM."""
+    attn = impls.attention_grouped
+    stream, llc = 128 * 2**20, ceilings.cpu_llc_bytes() or ceilings.CPU_LLC_FALLBACK
+    full_heads = terms.kv_stream_heads(4, 1, 4, stream)
+    n_cut, _ = terms.kv_stream_plan(attn, CPU, torch.float32, 4, 1, stream, llc)
+    if n_cut == full_heads:
+        pytest.skip("this CPU reads the full stream within the budget: nothing is cut")
+    budget = terms.STREAM_CALL_BUDGET_S
+    cut, full = [], []
+    for _ in range(2):
+        monkeypatch.setattr(terms, "STREAM_CALL_BUDGET_S", budget)
+        rate, n = terms.kv_stream_bytes_per_s(attn, CPU, torch.float32, 4, 1, stream,
+                                              cache_bytes=llc)
+        assert n == n_cut < full_heads
+        cut.append(rate)
+        monkeypatch.setattr(terms, "STREAM_CALL_BUDGET_S", 1e3)  # never cut
+        monkeypatch.setattr(terms, "_KV_PLANS", {})
+        rate, n = terms.kv_stream_bytes_per_s(attn, CPU, torch.float32, 4, 1, stream,
+                                              cache_bytes=llc)
+        assert n == full_heads
+        full.append(rate)
+        monkeypatch.undo()  # the cut's plan back, as kv_stream_plan remembered it
+    # The failure this guards against read 3-280x off; two best-of rates on a 2-core
+    # machine that pytest-xdist and other jobs share have come out 2.2x apart, so the
+    # bound is 3x (a cut that reads another rate than the stream it stands for fails).
+    assert 1 / 3 < max(cut) / max(full) < 3, (cut, full, n_cut)

@@ -164,7 +164,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                                tp=tuple(tps) if tps else None)
         if sweep:
             result = _run_with_progress(
-                lambda c, progress: run_sweep(c, seq_lens or [None], batches or [None], progress),
+                lambda c, progress, notice: run_sweep(c, seq_lens or [None], batches or [None],
+                                                      progress, notice),
                 config)
         else:
             result = _run_with_progress(run, config)
@@ -242,7 +243,8 @@ def _tp_tab(result):
             caption.append(f"tp {r['tp']}: {r['backend']} all-reduce latency "
                            f"{_fmt_s(r['allreduce_latency_s'])}, bus bandwidth "
                            f"{human_rate(r['allreduce_bus_bytes_per_s'])}")
-    for text in dict.fromkeys(r["note"] for r in result.rows if r["note"]):
+    for text in dict.fromkeys(list(cfg.get("notes") or [])
+                              + [r["note"] for r in result.rows if r["note"]]):
         caption.append(f"note: {text}")
     return Tab("kvcalc measure --tp: per rank, measured vs predicted", columns, body,
                caption="\n".join(caption))
@@ -313,24 +315,33 @@ def _cache_path() -> Path:
 
 
 def _run_with_progress(run, config):
-    """A rich progress bar on stderr while the library reports its phases.
+    """A rich progress bar on stderr while the library reports its phases, drawn before
+    torch is imported (a second or two) so that a run shows itself at once; and a notice
+    (a dtype this device cannot time well) as one `kvcalc: note:` line on stderr, at once.
 
-    Only on a terminal: redirected, a transient bar leaves nothing useful, only a stray
-    blank line before any error message."""
+    The bar only on a terminal: redirected, a transient bar leaves nothing useful, only a
+    stray blank line before any error message. The notice everywhere."""
     from kvcalc.report.consoles import error_console
 
-    if not error_console().is_terminal:
-        return run(config, progress=None)
+    console = error_console()
+
+    def notice(text: str) -> None:
+        # soft_wrap: one line whatever the width (a file or pipe gets rich's 80 columns)
+        console.print(f"kvcalc: note: {text}", markup=False, highlight=False, soft_wrap=True)
+
+    if not console.is_terminal:
+        return run(config, progress=None, notice=notice)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=error_console(), transient=True) as bar:
-        task = bar.add_task("preparing", total=None)
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("kvcalc measure: loading torch", total=None)
 
         def progress(description: str, done: int, total: int) -> None:
-            bar.update(task, description=description, completed=done, total=total)
+            # total 0: the phases are not counted yet (a pulsing bar, no "0/0")
+            bar.update(task, description=description, completed=done, total=total or None)
 
-        return run(config, progress=progress)
+        return run(config, progress=progress, notice=notice)
 
 
 def _fmt_s(value) -> str:
@@ -390,7 +401,9 @@ def _measure_tab(result):
         + (f", preset {cfg['model']}" if cfg.get("model") else ""),
         f"ceilings ({c['source']}): copy {human_rate(c['copy_bytes_per_s'])} (read + write "
         f"counted), read {human_rate(c['read_bytes_per_s'])}, matmul "
-        f"{human_count(c['matmul_flops_per_s'], 'FLOP/s')} ({c['dtype']})",
+        f"{human_count(c['matmul_flops_per_s'], 'FLOP/s')} ({c['dtype']}"
+        + (f", {c['matmul_n']}x{c['matmul_n']}: sized to a time budget" if c.get("matmul_time_budgeted")
+           else "") + ")",
         f"timer {timer}, median of {cfg['iters']} after {cfg['warmup']} warm-up, CUDA graphs "
         f"{'on' if cfg['cuda_graphs'] else 'off'}"
         + (f"; {regimes[0]}" if len(regimes) == 1 else ""),

@@ -47,6 +47,20 @@ def _say(text: str) -> None:
     error_console().print(text, highlight=False, markup=False)
 
 
+def _dtype_notice(device, dtype: str) -> None:
+    """One `kvcalc: note:` line on stderr, before anything slow, when the device emulates
+    `dtype` (kvcalc.measure.ceilings.dtype_check), naming the dtype that times well."""
+    if dtype == "fp32":
+        return
+    from kvcalc.measure.ceilings import dtype_check
+    from kvcalc.report.consoles import error_console
+
+    text = dtype_check(device, dtype)["notice"]
+    if text:
+        error_console().print(f"kvcalc: note: {text}", highlight=False, markup=False,
+                              soft_wrap=True)
+
+
 def calibrate_command(device: str, dtype: Optional[str], output: Optional[Path],
                       force: bool, tp: int = 1) -> None:
     """Measure and write (or print) the hardware file."""
@@ -56,6 +70,7 @@ def calibrate_command(device: str, dtype: Optional[str], output: Optional[Path],
         check_writable(output, force)  # before minutes of measuring
     dev = _device(device)
     dt = _dtype(dtype, dev)
+    _dtype_notice(dev, dt)
     from kvcalc.measure.calibrate import calibrate, to_yaml
 
     name = Path(output).stem if output is not None else f"calibrated-{dev.type}"
@@ -145,7 +160,8 @@ def model_command(preset: Optional[str], device: str, dtype: Optional[str],
         if hardware is None:
             raise KvcalcError("--step model predicts on a device: give --gpu NAME or FILE, "
                               "or leave it out to calibrate this one")
-    else:
+    _dtype_notice(dev, dt)
+    if gpu is None:
         from kvcalc.measure.calibrate import calibrate
 
         _say("no --gpu FILE: calibrating this device first (kvcalc measure --calibrate)")

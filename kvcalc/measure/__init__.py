@@ -69,16 +69,16 @@ def run(config: MeasureConfig, progress: Progress | None = None, **kwargs) -> Me
     if config.tp is not None:
         from kvcalc.measure.tp import run_tp
 
-        return run_tp(config, progress)
+        return run_tp(config, progress, kwargs.get("notice"))
     from kvcalc.measure.runner import run as _run
 
     return _run(config, progress=progress, **kwargs)
 
 
 def run_sweep(config: MeasureConfig, seq_lens: list[int], batches: list[int],
-              progress: Progress | None = None) -> MeasureResult:
+              progress: Progress | None = None, notice=None) -> MeasureResult:
     """`run` over a (seq_len x batch) grid, ceilings measured once; see runner.run_sweep."""
     require_torch()
     from kvcalc.measure.runner import run_sweep as _run_sweep
 
-    return _run_sweep(config, seq_lens, batches, progress)
+    return _run_sweep(config, seq_lens, batches, progress, notice)

@@ -10,6 +10,7 @@ Sizes sit far above the last-level cache: >= 1 GiB on a GPU (L2 is 40-60 MB),
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import time
@@ -22,6 +23,22 @@ CEILING_BYTES = {"cuda": 2**30, "cpu": 256 * 2**20}  # per buffer; the copy move
 MATMUL_N = {("cuda", "fp32"): 4096, ("cuda", "bf16"): 8192, ("cuda", "fp16"): 8192,
             ("cpu", "fp32"): 1024, ("cpu", "bf16"): 1024, ("cpu", "fp16"): 1024}
 CEILING_ITERS = {"cuda": (3, 20), "cpu": (3, 20)}  # (warm-up, repetitions)
+# In a dtype the device emulates (dtype_check), the square matmul is sized to a time
+# budget: one call about MATMUL_CALL_BUDGET_S at most, its repetitions together about
+# MATMUL_TOTAL_BUDGET_S. On this project's 2-core VM a 1024^3 fp16 matmul took ~10 s
+# (fp32: ~50 ms), and its 23 calls kept `kvcalc measure --dtype fp16` silent for minutes.
+# A native dtype keeps MATMUL_N: a size found by timing small calls would follow the
+# host's load (a 128^3 fp32 call took 31 ms, not 0.1, while other jobs ran).
+MATMUL_CALL_BUDGET_S = 0.2
+MATMUL_TOTAL_BUDGET_S = 2.0
+MATMUL_MIN_N = 64
+PILOT_MIN_S = 0.02  # matmul_size's pilot doubles n until one call takes at least this
+# A half-precision dtype whose matmuls run this many times slower than fp32's has no
+# native arithmetic on the device (this project's 2-core AVX2 EPYC, 256x256: fp16 and bf16
+# ~140x slower); a native one is as fast or faster.
+SLOW_DTYPE_FACTOR = 4.0
+DTYPE_CHECK_N = 256
+DTYPE_CHECK_CALLS = 3  # each dtype's fastest of these, the dtypes' calls interleaved
 CPU_LLC_FALLBACK = 32 * 2**20  # when sysfs does not say
 
 
@@ -304,7 +321,8 @@ def ceiling_workspace_bytes(device_type: str, dtype: str) -> int:
     return max(2 * CEILING_BYTES[device_type], 3 * _dt(dtype).nbytes(n * n))
 
 
-def measure_ceilings(device, dtype: str, buffer_bytes: int | None = None) -> dict[str, Any]:
+def measure_ceilings(device, dtype: str, buffer_bytes: int | None = None,
+                     time_budget: bool = False) -> dict[str, Any]:
     """Copy (2N), read (N) and matmul ceilings of `device`, each the median of a few runs.
 
     Median, like the decode steps they are the denominator for: on a shared or
@@ -313,11 +331,13 @@ def measure_ceilings(device, dtype: str, buffer_bytes: int | None = None) -> dic
     repetitions are kept beside them (`*_best_*`), STREAM-style.
 
     `buffer_bytes` overrides the buffer size (tests use a small one; the result
-    then says so and is not a memory ceiling).
+    then says so and is not a memory ceiling). `time_budget` (a dtype the device
+    emulates: dtype_check) sizes the matmul to MATMUL_CALL_BUDGET_S a call, and the
+    result says so (`matmul_time_budgeted`, `matmul_method`).
     """
     import torch
 
-    from kvcalc.measure.timing import time_calls
+    from kvcalc.measure.timing import time_calls, time_calls_within
 
     kind = device.type
     nbytes = buffer_bytes or CEILING_BYTES[kind]
@@ -332,12 +352,21 @@ def measure_ceilings(device, dtype: str, buffer_bytes: int | None = None) -> dic
     read_bytes = numel * src.element_size()
     del src, dst
 
-    n = MATMUL_N[(kind, dtype)]
+    full = MATMUL_N[(kind, dtype)]
     tdt = torch_dtype(dtype)
+    n, call_s = matmul_size(device, tdt, full) if time_budget else (full, 0.0)
+    budget = ""
+    if n < full:
+        warmup = 1  # warmed by the pilot
+        budget = (f"; sized to a {MATMUL_CALL_BUDGET_S:g} s call ({full}x{full} would take "
+                  f"~{call_s * (full / n) ** 3:.0f} s in {dtype} here)")
     a = torch.randn(n, n, device=device, dtype=tdt)
     b = torch.randn(n, n, device=device, dtype=tdt)
     out = torch.empty(n, n, device=device, dtype=tdt)
-    mm = time_calls([lambda: torch.mm(a, b, out=out)], device=device, warmup=warmup, iters=iters)
+    # Repetitions within MATMUL_TOTAL_BUDGET_S (at least 3), whatever the dtype: a native
+    # call (~50 ms on a CPU, ~2 ms on a GPU) keeps all of them.
+    mm = time_calls_within([lambda: torch.mm(a, b, out=out)], device=device, warmup=warmup,
+                           iters=iters, budget_s=MATMUL_TOTAL_BUDGET_S)
     del a, b, out
     matmul_flops = 2 * n**3
     if kind == "cuda":
@@ -352,9 +381,10 @@ def measure_ceilings(device, dtype: str, buffer_bytes: int | None = None) -> dic
         "read_bytes": read_bytes,
         "read_method": f"tensor.sum over {numel * 4:,} B, counted N; median of {iters}",
         "matmul_n": n,
-        "matmul_method": f"{n}x{n} @ {n}x{n} {dtype}, 2n^3 FLOPs; median of {iters}"
+        "matmul_method": f"{n}x{n} @ {n}x{n} {dtype}, 2n^3 FLOPs; median of {mm.samples}"
         + (" (TF32 off)" if kind == "cuda" and dtype == "fp32"
-           and not torch.backends.cuda.matmul.allow_tf32 else ""),
+           and not torch.backends.cuda.matmul.allow_tf32 else "") + budget,
+        "matmul_time_budgeted": n < full,
         "copy_best_bytes_per_s": copy_bytes / copy.min_s,
         "read_best_bytes_per_s": read_bytes / read.min_s,
         "matmul_best_flops_per_s": matmul_flops / mm.min_s,
@@ -362,6 +392,118 @@ def measure_ceilings(device, dtype: str, buffer_bytes: int | None = None) -> dic
         "seconds_spent": time.perf_counter() - t0,
         "source": "measured" if buffer_bytes is None else f"measured, small {nbytes:,} B buffer",
     }
+
+
+def _one_call_s(fn, device) -> float:
+    """The faster of two timed calls of `fn` after one untimed one."""
+    from kvcalc.measure.timing import time_calls
+
+    return time_calls([fn], device=device, warmup=1, iters=2).min_s
+
+
+def matmul_size(device, tdtype, full: int) -> tuple[int, float]:
+    """(n, seconds of one n x n matmul): `full`, or less when a `full` call would take over
+    MATMUL_CALL_BUDGET_S. The time is found by a pilot that doubles n from 128 until one
+    call takes PILOT_MIN_S, then scaled by n^3; the returned seconds are the pilot's scaled
+    to the n returned (an estimate, for the budget only). For a dtype the device emulates
+    only: there every call is long enough for the host's load not to decide the size."""
+    import torch
+
+    n = min(full, 128)
+    while True:
+        a = torch.randn(n, n, device=device, dtype=tdtype)
+        b = torch.randn(n, n, device=device, dtype=tdtype)
+        t = _one_call_s(lambda: torch.mm(a, b), device)
+        del a, b
+        if t >= PILOT_MIN_S or n >= full:
+            break
+        n = min(full, 2 * n)
+    at_full = t * (full / n) ** 3
+    if at_full <= MATMUL_CALL_BUDGET_S:
+        return full, at_full
+    fit = int(n * (MATMUL_CALL_BUDGET_S / t) ** (1 / 3)) // MATMUL_MIN_N * MATMUL_MIN_N
+    fit = max(MATMUL_MIN_N, min(full, fit))
+    return fit, t * (fit / n) ** 3
+
+
+def matmul_rates(device, names=("fp32", "bf16", "fp16"), n: int = DTYPE_CHECK_N,
+                 calls: int = DTYPE_CHECK_CALLS) -> dict[str, float]:
+    """FLOP/s of an n x n matmul in each dtype of `names` on `device`: the fastest of
+    `calls` after one untimed call, the dtypes' calls interleaved (a quick comparison of
+    the device's arithmetic, not a ceiling).
+
+    On a CPU on one thread, timed by the thread's own CPU clock: on a shared host a
+    two-thread call waits for a descheduled thread (a 256^3 fp32 matmul took 18 ms, not
+    0.65, while other jobs ran), which hid a 140x gap to 3x; one thread's CPU time does
+    not count the time another process had the core."""
+    import torch
+
+    from kvcalc.measure.timing import time_calls
+
+    pairs = {}
+    for name in names:
+        tdt = torch_dtype(name)
+        pairs[name] = (torch.randn(n, n, device=device, dtype=tdt),
+                       torch.randn(n, n, device=device, dtype=tdt))
+    best = {name: math.inf for name in names}
+    on_cpu = device.type == "cpu"
+    threads = torch.get_num_threads()
+    if on_cpu:
+        torch.set_num_threads(1)
+    try:
+        for i in range(calls + 1):
+            for name in names:
+                a, b = pairs[name]
+                if not on_cpu:
+                    t = time_calls([lambda: torch.mm(a, b)], device=device, warmup=0,
+                                   iters=1).min_s
+                else:
+                    t0 = time.thread_time()
+                    torch.mm(a, b)
+                    t = time.thread_time() - t0
+                if i:  # the first round warms up
+                    best[name] = min(best[name], t)
+    finally:
+        if on_cpu:
+            torch.set_num_threads(threads)
+    return {name: 2 * n**3 / max(t, 1e-9) for name, t in best.items()}
+
+
+def _gflops(rate: float) -> str:
+    g = rate / 1e9
+    return f"{g:.2g}" if g < 10 else f"{g:.0f}"
+
+
+def dtype_check(device, dtype: str) -> dict[str, Any]:
+    """Whether `device` computes `dtype` natively: its small-matmul rate beside fp32's
+    (matmul_rates). A half-precision dtype more than SLOW_DTYPE_FACTOR times slower than
+    fp32 is emulated there: `slow` is True and `notice` says so in one line, naming the
+    dtype to use instead (`use`): the other half-precision dtype where the device has that
+    one natively, else fp32. fp32 is never called slow (it is what the others are judged
+    by) and is not timed."""
+    if dtype == "fp32":
+        return {"dtype": dtype, "matmul_n": DTYPE_CHECK_N, "flops_per_s": {}, "slow": False,
+                "fp32_over_dtype": 1.0, "use": dtype, "notice": None}
+    rates = matmul_rates(device, ("fp32", dtype))
+    ratio = rates["fp32"] / rates[dtype]
+    slow = ratio > SLOW_DTYPE_FACTOR
+    use = "fp32"
+    if slow:  # the other half-precision dtype, where the device has it natively
+        other = "bf16" if dtype == "fp16" else "fp16"
+        rates.update(matmul_rates(device, (other,)))
+        if rates["fp32"] / rates[other] <= SLOW_DTYPE_FACTOR:
+            use = other
+    check = {"dtype": dtype, "matmul_n": DTYPE_CHECK_N, "flops_per_s": rates, "slow": slow,
+             "fp32_over_dtype": ratio, "use": use if slow else dtype, "notice": None}
+    if slow:
+        kind = device.type
+        check["notice"] = (
+            f"this {kind} computes {dtype} about {ratio:.0f}x slower than fp32 "
+            f"({_gflops(rates[dtype])} against {_gflops(rates['fp32'])} GFLOP/s, "
+            f"{DTYPE_CHECK_N}x{DTYPE_CHECK_N} matmuls on one thread): it has no native {dtype} "
+            f"arithmetic, so {dtype} times measure its emulation, slowly; --dtype {use} times "
+            f"well on this {kind}")
+    return check
 
 
 # --------------------------------------------------------------------------------
@@ -436,14 +578,16 @@ def store_cached(path: str | os.PathLike, key: str, ceilings: dict[str, Any]) ->
 
 def get_ceilings(device, device_meta: dict[str, Any], dtype: str,
                  cache_path: str | os.PathLike | None = None,
-                 buffer_bytes: int | None = None) -> dict[str, Any]:
-    """Measured ceilings; with `cache_path`, reused from (or stored into) that file."""
+                 buffer_bytes: int | None = None, time_budget: bool = False) -> dict[str, Any]:
+    """Measured ceilings; with `cache_path`, reused from (or stored into) that file.
+    `time_budget`: see measure_ceilings."""
     if cache_path is not None:
         key = cache_key(device_meta, dtype)
         cached = load_cached(cache_path, key)
         if cached is not None and cached.get("dtype") == dtype:  # else: edited by hand, re-measure
             return {**cached, "source": f"cache file {cache_path} ({cached.get('measured_at', '?')})"}
-    measured = measure_ceilings(device, dtype, buffer_bytes)
+    measured = (measure_ceilings(device, dtype, buffer_bytes, time_budget=True) if time_budget
+                else measure_ceilings(device, dtype, buffer_bytes))
     if cache_path is not None and buffer_bytes is None:
         store_cached(cache_path, cache_key(device_meta, dtype), measured)
     return measured

@@ -63,6 +63,11 @@ class GroupBench:
     scale: float
     reference: torch.Tensor
     sdpa_probe: dict
+    say: object = None  # say(impl, what is running): progress within a row
+
+    def tell(self, name: str, what: str) -> None:
+        if self.say is not None:
+            self.say(name, what)
 
 
 def measure_impl(name: str, b: GroupBench) -> dict:
@@ -78,10 +83,13 @@ def measure_impl(name: str, b: GroupBench) -> dict:
     mm_flops = b.ceilings["matmul_flops_per_s"]
     # The square-matmul roofline, kept for reference: max(bytes / read, FLOPs / square matmul).
     rl = roofline(pred.bytes, pred.flops, max(1, int(read_bw)), max(1, int(mm_flops)), b.batch)
+    b.tell(name, "ceilings at the step's shapes")
     shape = _shape_ceilings(group, name, attn, device, b.dtype, b.seq_len, b.batch, b.meta)
     rounds = max(1, DEFAULTS[device.type].rounds)
+    b.tell(name, "streamed ceilings" + (f", round 1/{rounds}" if rounds > 1 else ""))
     round_shapes = [_refreshed(shape, b, attn)]
     row = _blank_row(name, b, read_bw, mm_flops, rl, round_shapes[0])
+    b.tell(name, "one call, checked against the float64 reference")
     first = _first_call(name, calls[0], device, row)
     if first is None:
         return row
@@ -103,7 +111,7 @@ def measure_impl(name: str, b: GroupBench) -> dict:
     before = terms_mod.host_sample()
     per_round = -(-b.iters // rounds)
     try:
-        t = _time_rounds(calls, b, attn, rounds, per_round, round_shapes)
+        t = _time_rounds(calls, b, attn, rounds, per_round, round_shapes, name)
         after = terms_mod.host_sample()
     except RuntimeError as e:
         if impls.out_of_memory(e):
@@ -117,6 +125,11 @@ def measure_impl(name: str, b: GroupBench) -> dict:
         notes.append(f"{rounds} rounds of streamed ceilings then {per_round} repetitions; "
                      "K/V and weight read rates are the rounds' medians")
     row["rounds"] = rounds
+    row["kv_stream_cut"] = any(sh.kv_stream_cut for sh in round_shapes)
+    if row["kv_stream_cut"]:
+        notes.append(f"K/V read rate from a stream cut to a {terms_mod.STREAM_CALL_BUDGET_S:g} s "
+                     "call, the LLC flushed before each repetition (the call's per-head cost, "
+                     "not its bytes, would have made the full stream take seconds a call)")
     notes += _spread_notes(t, rl)
     notes += _host_load(before, after, device, row)
     notes += _launch_notes(t, name, group.step, device, b.config.cuda_graphs)
@@ -204,6 +217,8 @@ def _blank_row(name: str, b: GroupBench, read_bw: float, mm_flops: float, rl: Ro
         "timer": "cuda-events" if device.type == "cuda" else "perf_counter",
         "cuda_graphs": bool(b.config.cuda_graphs),
         "rounds": 1,
+        # the K/V read rate came from a stream cut to terms.STREAM_CALL_BUDGET_S a call
+        "kv_stream_cut": bool(shape.kv_stream_cut),
         "speedup_vs_mha": None,
         "predicted_speedup_vs_mha": None,
         "threads": torch.get_num_threads() if device.type == "cpu" else None,
@@ -241,13 +256,16 @@ def _first_call(name: str, call, device, row: dict):
 
 
 def _time_rounds(calls, b: GroupBench, attn, rounds: int, per_round: int,
-                 round_shapes: list) -> Timing:
+                 round_shapes: list, name: str = "") -> Timing:
     """`rounds` shares of the repetitions, each after a fresh reading of the streamed
     bandwidths (appended to `round_shapes`), summarised together."""
     values: list[float] = []
     for r in range(rounds):
         if r:
+            b.tell(name, f"streamed ceilings, round {r + 1}/{rounds}")
             round_shapes.append(_refreshed(round_shapes[0], b, attn))
+        b.tell(name, f"timing {per_round} repetitions"
+               + (f", round {r + 1}/{rounds}" if rounds > 1 else ""))
         t = time_calls(calls, device=b.device, warmup=b.warmup if r == 0 else 1,
                        iters=per_round, flush=b.flush, cuda_graphs=b.config.cuda_graphs)
         values.extend(t.values_s)

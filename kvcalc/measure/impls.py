@@ -105,6 +105,14 @@ def get_impl(name: str) -> Attention:
 # Which backend ran
 # --------------------------------------------------------------------------------
 class _OpRecorder(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps a mode's __torch_dispatch__ in torch._disable_dynamo unless this says
+        # False, and that wrapper imports torch._dynamo on the first call: 5-11 s on this
+        # project's 2-core VM, the whole of a tiny run's "probing SDPA's backends". This
+        # mode never runs under torch.compile, so there is nothing to disable.
+        return False
+
     def __init__(self) -> None:
         super().__init__()
         self.ops: list[str] = []

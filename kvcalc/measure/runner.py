@@ -17,6 +17,7 @@ Steps 2-3 are kvcalc.measure.guard; one implementation's row is kvcalc.measure.i
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Callable
 
 import torch
 
@@ -36,9 +37,13 @@ from kvcalc.dtypes import MAX_WIDTH
 
 def run(config: MeasureConfig, progress: Progress | None = None,
         ceiling_buffer_bytes: int | None = None, ceilings: dict | None = None,
-        check_only: bool = False) -> MeasureResult | None:
+        check_only: bool = False, notice: Callable[[str], None] | None = None
+        ) -> MeasureResult | None:
     """Measure; see the module docstring. `progress(description, done, total)` is told
-    of each phase. `ceiling_buffer_bytes` shrinks the ceiling buffers (tests only).
+    of each phase, and of what runs within one (`done` unchanged; `total` 0 while the
+    phases are not counted yet). `notice(text)` is told at once of what the user should
+    know before the results (a dtype this device cannot time well); the result's notes
+    carry it too. `ceiling_buffer_bytes` shrinks the ceiling buffers (tests only).
     `ceilings` reuses ones measured earlier in the same process (a sweep);
     `check_only` stops after the memory guard, before anything large is allocated.
 
@@ -46,7 +51,7 @@ def run(config: MeasureConfig, progress: Progress | None = None,
     the guard could not see) is refused in a KvcalcError, never a torch traceback."""
     state = {"kind": "cpu", "phase": "preparing", "planned": None, "usable": None}
     try:
-        return _run(config, progress, ceiling_buffer_bytes, ceilings, check_only, state)
+        return _run(config, progress, ceiling_buffer_bytes, ceilings, check_only, state, notice)
     except (RuntimeError, MemoryError) as e:
         if not impls.out_of_memory(e):
             raise
@@ -133,21 +138,27 @@ def _impl_names(config: MeasureConfig, kind: str) -> list[str]:
 
 
 class _Ticks:
-    """Progress: one tick per phase done, of `total`."""
+    """Progress: one tick per phase done, of `total`; `say` tells what runs meanwhile."""
 
     def __init__(self, progress: Progress | None, total: int) -> None:
         self.progress, self.total, self.done = progress, total, 0
 
     def __call__(self, msg: str) -> None:
         self.done += 1
+        self.say(msg)
+
+    def say(self, msg: str) -> None:
         if self.progress is not None:
             self.progress(msg, self.done, self.total)
 
 
 def _run(config: MeasureConfig, progress: Progress | None, ceiling_buffer_bytes: int | None,
-         ceilings: dict | None, check_only: bool, state: dict) -> MeasureResult | None:
+         ceilings: dict | None, check_only: bool, state: dict,
+         notice: Callable[[str], None] | None = None) -> MeasureResult | None:
+    say = _Ticks(progress, 0).say  # phases not counted yet
     s = _setting(config, ceiling_buffer_bytes, state)
     kind, dtype, room = s.kind, s.dtype, s.room
+    say(f"sizing the run on {kind}")
     run_notes: list[str] = []
     seq_len = config.seq_len or DEFAULTS[kind].seq_len
     state["phase"] = "probing SDPA's backends"
@@ -170,6 +181,7 @@ def _run(config: MeasureConfig, progress: Progress | None, ceiling_buffer_bytes:
     # Does the unpinned SDPA call copy K/V on this device and dtype? (tiny probe)
     sdpa_probe: dict[int, dict[str, str]] = {}
     if "sdpa" in concrete_for_memory:
+        say("probing SDPA's backends")
         for kv in config.kv_variants():
             sdpa_probe[kv] = _probe(s, probe_seq_len, kv)
     sdpa_copies = {kv: p.get("kv_copied") == "yes" for kv, p in sdpa_probe.items()}
@@ -185,19 +197,29 @@ def _run(config: MeasureConfig, progress: Progress | None, ceiling_buffer_bytes:
     state["planned"] = max([ceiling_ws] + [g.needed_bytes for g in groups])
 
     tick = _Ticks(progress, 1 + sum(1 + len(g.impls) for g in groups))
+    # Before anything slow: a dtype the device emulates is said at once, not after minutes.
+    state["phase"] = f"checking {dtype} on this {kind}"
+    check = None
+    if dtype != "fp32":  # fp32 is what the others are judged by
+        tick.say(f"checking {dtype} arithmetic on this {kind}")
+        check = ceil_mod.dtype_check(s.device, dtype)
+        if check["notice"]:
+            run_notes.append(check["notice"])
+            if notice is not None:
+                notice(check["notice"])
     state["phase"] = "measuring the bandwidth ceilings"
     if ceilings is None:
-        if progress is not None:
-            progress(f"measuring {kind} ceilings", 0, tick.total)
+        tick.say(f"measuring {kind} ceilings: copy, read and a {dtype} matmul")
         ceilings = ceil_mod.get_ceilings(s.device, s.meta, dtype, config.ceilings_cache,
-                                         ceiling_buffer_bytes)
+                                         ceiling_buffer_bytes,
+                                         time_budget=bool(check and check["slow"]))
     tick("ceilings ready")
     rows = _measure_groups(s, groups, seq_len, batch, ceilings, auto_candidates, auto_reason,
                            sdpa_probe, tick, state)
     if config.compare:
         _add_speedups(rows, config.heads)
     return _result(s, rows, groups, ceilings, seq_len, batch, names,
-                   auto_candidates if "auto" in names else None, run_notes)
+                   auto_candidates if "auto" in names else None, run_notes, check)
 
 
 def _groups(s: _Setting, seq_len: int, batch: int, names: list[str], for_memory: list[str],
@@ -249,7 +271,7 @@ def _measure_groups(s: _Setting, groups: list[Group], seq_len: int, batch: int, 
 
 def _result(s: _Setting, rows: list[dict], groups: list[Group], ceilings: dict, seq_len: int,
             batch: int, names: list[str], auto_candidates: list[str] | None,
-            run_notes: list[str]) -> MeasureResult:
+            run_notes: list[str], dtype_check: dict | None = None) -> MeasureResult:
     """The rows, each stamped with where and when it was measured (reports are read row
     by row), and the configuration as it resolved."""
     config, meta = s.config, s.meta
@@ -264,6 +286,8 @@ def _result(s: _Setting, rows: list[dict], groups: list[Group], ceilings: dict, 
         "auto_candidates": auto_candidates,
         "free_memory_bytes": s.room.free, "peak_planned_bytes": max(g.needed_bytes for g in groups),
         "notes": run_notes,
+        # fp16/bf16 only: small-matmul rates beside fp32's, and whether the device emulates it
+        "dtype_check": dtype_check,
     }
     return MeasureResult(rows=rows, device=meta, ceilings=ceilings, config=resolved)
 
@@ -286,8 +310,12 @@ def _run_group(group: Group, s: _Setting, seq_len: int, batch: int, ceilings: di
                auto_candidates: list[str], auto_reason: str, sdpa_probe: dict, tick) -> list[dict]:
     """One group's rows: its buffers allocated and checked, each implementation measured,
     the buffers freed."""
-    bench = _bench(group, s, seq_len, batch, ceilings, sdpa_probe)
     blk, pred = group.block, group.pred
+    where = f"{group.step} kv_heads={blk.kv_heads}"
+    tick.say(f"{where}: allocating {group.slots} x {human_bytes(pred.kv_cache_bytes)} and the "
+             "float64 reference")
+    bench = _bench(group, s, seq_len, batch, ceilings, sdpa_probe,
+                   lambda name, what: tick.say(f"{where} {name}: {what}"))
     tick(f"{group.step} {attention_kind(blk.heads, blk.kv_heads)} kv_heads={blk.kv_heads}: "
          f"{group.slots} x {human_bytes(pred.kv_cache_bytes)} allocated")
     rows = []
@@ -310,7 +338,7 @@ def _run_group(group: Group, s: _Setting, seq_len: int, batch: int, ceilings: di
 
 
 def _bench(group: Group, s: _Setting, seq_len: int, batch: int, ceilings: dict,
-           sdpa_probe: dict) -> GroupBench:
+           sdpa_probe: dict, say=None) -> GroupBench:
     """The group's slots (K/V caches, queries, weights) allocated and checked against the
     formula's bytes, its flush buffer, and the float64 reference output."""
     blk, pred, device = group.block, group.pred, s.device
@@ -352,7 +380,7 @@ def _bench(group: Group, s: _Setting, seq_len: int, batch: int, ceilings: dict,
     flush = flush_buf.sum if flush_buf is not None else None
     sync(device)
     return GroupBench(group, s.config, device, s.meta, s.dtype, seq_len, batch, s.warmup,
-                      s.iters, ceilings, slots, flush, scale, reference, sdpa_probe)
+                      s.iters, ceilings, slots, flush, scale, reference, sdpa_probe, say)
 
 
 def _auto_row(bench: GroupBench, measured: dict[str, dict], candidates: list[str],
@@ -387,13 +415,21 @@ def _auto_row(bench: GroupBench, measured: dict[str, dict], candidates: list[str
 
 
 def run_sweep(config: MeasureConfig, seq_lens: list[int], batches: list[int],
-              progress: Progress | None = None) -> MeasureResult:
+              progress: Progress | None = None,
+              notice: Callable[[str], None] | None = None) -> MeasureResult:
     """`run` over every (seq_len, batch), ceilings measured once for all points.
 
     Every point passes the memory guard before anything is measured, so a sweep
-    is refused up front rather than after minutes of work.
+    is refused up front rather than after minutes of work. `notice` hears each text once.
     """
     from dataclasses import replace
+
+    told: set[str] = set()
+
+    def notice_once(text: str) -> None:
+        if notice is not None and text not in told:
+            told.add(text)
+            notice(text)
 
     points = [(s, b) for s in seq_lens for b in batches]
     for s, b in points:
@@ -407,7 +443,7 @@ def run_sweep(config: MeasureConfig, seq_lens: list[int], batches: list[int],
                          i * total + done, len(points) * total)
 
         result = run(replace(config, seq_len=s, batch=b), point_progress,
-                     ceilings=first.ceilings if first else None)
+                     ceilings=first.ceilings if first else None, notice=notice_once)
         first = first or result
         rows.extend(result.rows)
     # The sizes that ran (a default batch is resolved per point), in order.

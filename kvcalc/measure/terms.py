@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from kvcalc._record import record
-from kvcalc.measure.timing import time_calls
+from kvcalc.measure.timing import time_calls, time_calls_within
 
 SHAPE_FRACTION = 4  # operands of a shape ceiling: at most LLC / 4, so they stay resident
 SHAPE_ITERS = (3, 20)  # (warm-up, repetitions)
@@ -29,6 +29,25 @@ SHAPE_ITERS = (3, 20)  # (warm-up, repetitions)
 # takes ~25 ms (about 20 run) and a weight call 50-70 ms (7-10 run, in each of 3 rounds).
 STREAM_BUDGET_S = 0.5
 STREAM_MIN_ITERS = 5
+# And one call of the K/V stream at most about this long. Sized by bytes alone, the stream
+# holds 8x the LLC in heads of (seq_len, head_dim): with head_dim 4 and one token that was
+# 8M heads, whose call took 1-8 s in fp32 on this project's 2-core VM (SDPA's per-head cost,
+# not its bytes) and minutes in fp16, which that CPU emulates. When a call would take longer
+# (kv_stream_plan times growing parts of the stream), the stream is cut to the heads a call
+# of about half this budget reads, and the last-level cache is flushed before each
+# repetition instead (as the timed step itself is, when its cache is too small to rotate):
+# the heads are still read from memory. The campaign's shapes (a call of ~25 ms) stay whole.
+STREAM_CALL_BUDGET_S = 0.1
+PILOT_START_HEADS = 16  # kv_stream_plan's first try
+# A cut stream reads at least this many heads (or the full stream, when fewer): on a host
+# other jobs kept busy (load 14 on 2 cores), a call of 16 heads took 16-24 ms, which read
+# as long enough to stop at, and a 16-head stream measures nothing but the call's cost.
+CUT_MIN_HEADS = 4096
+CUT_SLOPE_FRACTION = 4  # the cut stream is also read at 1/4 of its heads: see kv_stream_bytes_per_s
+# Calls at the step's own shapes (operands in the LLC) whose best is taken: their
+# repetitions stop at about this much time too (never under SHAPE_MIN_ITERS).
+SHAPE_BUDGET_S = 0.5
+SHAPE_MIN_ITERS = 3
 OVERHEAD_HEAD_DIM = 8  # the tiny call that measures per-call overhead
 OVERHEAD_SEQ_LEN = 16
 LOADED_CORES = 0.25  # other processes (or the hypervisor's steal) above this: a loaded host
@@ -110,6 +129,9 @@ class ShapeCeilings:
     # over a few-token cache (its weights' stream: the projections' skinny GEMMs).
     kv_read_bytes_per_s: float = 0.0
     weight_read_bytes_per_s: float | None = None
+    # Whether the K/V stream was cut to STREAM_CALL_BUDGET_S (kv_stream_plan): fewer heads,
+    # the LLC flushed before each repetition instead.
+    kv_stream_cut: bool = False
 
 
 def stream_bytes(cache_bytes: int, working_set: int = 0) -> int:
@@ -126,12 +148,15 @@ def refresh_streams(shape: ShapeCeilings, step: str, attn, device, tdtype, heads
     kept); `lockstep` and `cache_bytes` as for shape_ceilings."""
     from dataclasses import replace
 
-    kv, _ = kv_stream_bytes_per_s(attn, device, tdtype, head_dim, seq_len, stream, lockstep)
+    kv, n_kv = kv_stream_bytes_per_s(attn, device, tdtype, head_dim, seq_len, stream, lockstep,
+                                     cache_bytes)
+    cut = n_kv < kv_stream_heads(head_dim, seq_len, torch.empty((), dtype=tdtype).element_size(),
+                                 stream)
     w = None
     if step == "layer":
         w, _ = weight_stream_bytes_per_s(attn, device, tdtype, batch, heads, kv_heads, head_dim,
                                          d_model, stream, shape.overhead_s, lockstep, cache_bytes)
-    return replace(shape, kv_read_bytes_per_s=kv, weight_read_bytes_per_s=w)
+    return replace(shape, kv_read_bytes_per_s=kv, weight_read_bytes_per_s=w, kv_stream_cut=cut)
 
 
 def median_streams(shapes: list[ShapeCeilings]) -> ShapeCeilings:
@@ -145,7 +170,8 @@ def median_streams(shapes: list[ShapeCeilings]) -> ShapeCeilings:
 
     return replace(shapes[0],
                    kv_read_bytes_per_s=med([s.kv_read_bytes_per_s for s in shapes]) or 0.0,
-                   weight_read_bytes_per_s=med([s.weight_read_bytes_per_s for s in shapes]))
+                   weight_read_bytes_per_s=med([s.weight_read_bytes_per_s for s in shapes]),
+                   kv_stream_cut=any(s.kv_stream_cut for s in shapes))
 
 
 def shape_workspace_bytes(cache_bytes: int, stream: int | None = None) -> int:
@@ -175,9 +201,12 @@ def _median(fns, device, lockstep=None, flush=None) -> float:
 
 def _best(fn, device) -> float:
     """The fastest of SHAPE_ITERS repetitions: a ceiling, like STREAM's best (and robust to a
-    neighbour's burst, which a tiny call's median is not)."""
+    neighbour's burst, which a tiny call's median is not). Fewer (at least SHAPE_MIN_ITERS)
+    when they would take over SHAPE_BUDGET_S: a call the device emulates (fp16 on a CPU
+    without it) takes 10-100x a native one."""
     warmup, iters = SHAPE_ITERS
-    return time_calls([fn], device=device, warmup=warmup, iters=iters).min_s
+    return time_calls_within([fn], device=device, warmup=warmup, iters=iters,
+                             budget_s=SHAPE_BUDGET_S, min_iters=SHAPE_MIN_ITERS).min_s
 
 
 def attention_overhead_s(attn, device, tdtype, group: int) -> float:
@@ -225,22 +254,130 @@ def attention_flops_per_s(attn, device, tdtype, group: int, head_dim: int, seq_l
     return flops / max(t - overhead_s, t / 2), n * 100_000 + length
 
 
-def kv_stream_bytes_per_s(attn, device, tdtype, head_dim: int, seq_len: int,
-                          total_bytes: int, lockstep=None) -> tuple[float, int]:
-    """K/V bytes per second `attn` reads from memory with one query row per K/V head.
-
-    As many heads of (seq_len, head_dim) as make stream_bytes(LLC) of K and V: each call
-    streams far more than the cache holds, so the next finds none of it resident."""
-    e = torch.empty((), dtype=tdtype).element_size()
-    per_head = 2 * seq_len * head_dim * e
-    n = kv_stream_heads(head_dim, seq_len, e, total_bytes)
-    # Values do not change the bytes a call reads; a fill is ~14x faster than normal_()
-    # over the 268 MB this probe streams on this project's VM (rounds re-allocate it).
+def _kv_heads(n: int, seq_len: int, head_dim: int, device, tdtype):
+    """(q, K, V) of `n` heads of (seq_len, head_dim), one query row each. Values do not
+    change the bytes a call reads; a fill is ~14x faster than normal_() over the 268 MB
+    the K/V stream reads on this project's VM (rounds re-allocate it)."""
     k = torch.empty(1, n, seq_len, head_dim, device=device, dtype=tdtype).fill_(0.5)
     v = torch.empty_like(k).fill_(0.25)
     q = torch.randn(1, n, 1, head_dim, device=device, dtype=tdtype)
-    t = _median(lambda: attn(q, k, v, head_dim ** -0.5), device, lockstep)
-    return n * per_head / t, n
+    return q, k, v
+
+
+def kv_stream_plan(attn, device, tdtype, head_dim: int, seq_len: int, total_bytes: int,
+                   cache_bytes: int | None = None) -> tuple[int, int]:
+    """(K/V heads the stream reads, bytes of the LLC flush before each repetition, 0 for
+    none): kv_stream_heads's count, or when one call of it would take over
+    STREAM_CALL_BUDGET_S, fewer heads with the LLC (`cache_bytes`; default total_bytes / 8,
+    the stream's own sizing) flushed before each repetition instead.
+
+    Found by timing the call itself, never extrapolated from a tiny one (whose heads sit in
+    the cache, and whose time is the call's fixed cost: microseconds on a quiet host, ~20 ms
+    where other jobs keep every core busy and a thread waits its turn): from
+    PILOT_START_HEADS heads it grows towards half the budget, and stops once a call (the
+    fastest of three, then of six) takes a quarter of the budget and four times the first
+    size's: the heads' own work then outweighs the fixed cost, which kv_stream_bytes_per_s
+    takes out. The stream is cut there (at least CUT_MIN_HEADS heads) unless that call
+    scaled to the full stream fits the budget. The cut stream and its flush buffer together
+    never hold more than the full stream would (the memory guard plans for that). Remembered per shape for the process: every round
+    reads the same stream."""
+    key = (attn, str(device), tdtype, head_dim, seq_len, total_bytes, cache_bytes)
+    if key in _KV_PLANS:
+        return _KV_PLANS[key]
+    e = torch.empty((), dtype=tdtype).element_size()
+    per_head = 2 * seq_len * head_dim * e
+    n = kv_stream_heads(head_dim, seq_len, e, total_bytes)
+    m = min(n, PILOT_START_HEADS)
+    plan = (n, 0)
+    fixed = None
+
+    def best(q, k, v, warmup: int) -> float:  # the fastest of three calls
+        return time_calls([lambda: attn(q, k, v, head_dim ** -0.5)], device=device,
+                          warmup=warmup, iters=3).min_s
+
+    while True:
+        q, k, v = _kv_heads(m, seq_len, head_dim, device, tdtype)
+        t = best(q, k, v, 1)
+        fixed = t if fixed is None else fixed
+        if m >= n:
+            break  # the full stream, timed: its call is what it is
+        enough = max(STREAM_CALL_BUDGET_S / 4, 4 * fixed)
+        if t >= enough:  # long enough, unless another process slowed it: three more say
+            t = min(t, best(q, k, v, 0))
+        if t >= enough:
+            if t * n / m <= STREAM_CALL_BUDGET_S:
+                break  # the full stream's call fits the budget
+            flush = flush_bytes(cache_bytes or max(1, total_bytes // 8))
+            room = (n * per_head - tensor_bytes(flush)) // per_head
+            cut = min(max(m, CUT_MIN_HEADS), room)
+            if CUT_MIN_HEADS <= cut < n:
+                plan = (cut, flush)
+            break
+        del q, k, v
+        grow = max(STREAM_CALL_BUDGET_S / 2, 8 * fixed) / max(t, 1e-9)
+        m = min(n, max(2 * m, int(m * min(grow, 64.0))))
+    _KV_PLANS[key] = plan
+    return plan
+
+
+_KV_PLANS: dict = {}
+
+
+def _agreed_plan(n: int, device, head_dim: int, seq_len: int, e: int, total_bytes: int,
+                 cache_bytes: int | None) -> tuple[int, int]:
+    """The K/V stream plan every rank of torch.distributed's group reads: the fewest heads
+    of the ranks' own plans (an all-reduce), flushed when that cuts the stream (the flush's
+    size depends on the shape alone, so the ranks agree on it too). Without an initialised
+    group, `n` and its flush as they are."""
+    import torch.distributed as dist
+
+    full = kv_stream_heads(head_dim, seq_len, e, total_bytes)
+    if dist.is_available() and dist.is_initialized():
+        heads = torch.tensor([n], dtype=torch.int64, device=device)
+        dist.all_reduce(heads, op=dist.ReduceOp.MIN)
+        n = int(heads.item())
+    return n, (flush_bytes(cache_bytes or max(1, total_bytes // 8)) if n < full else 0)
+
+
+def kv_stream_bytes_per_s(attn, device, tdtype, head_dim: int, seq_len: int,
+                          total_bytes: int, lockstep=None,
+                          cache_bytes: int | None = None) -> tuple[float, int]:
+    """K/V bytes per second `attn` reads from memory with one query row per K/V head.
+
+    As many heads of (seq_len, head_dim) as make stream_bytes(LLC) of K and V: each call
+    streams far more than the cache holds, so the next finds none of it resident. When
+    such a call would take over STREAM_CALL_BUDGET_S (kv_stream_plan), fewer heads, the
+    LLC flushed before each repetition. Returns (bytes/s, heads read per call); the heads
+    fall short of kv_stream_heads's count exactly when the stream was cut.
+
+    Under `lockstep` (tensor parallelism: a barrier of torch.distributed's ranks) the ranks
+    agree on the fewest heads any of their plans reads, so that each streams as long as
+    the others."""
+    e = torch.empty((), dtype=tdtype).element_size()
+    per_head = 2 * seq_len * head_dim * e
+    n, flush_n = kv_stream_plan(attn, device, tdtype, head_dim, seq_len, total_bytes,
+                                cache_bytes)
+    if lockstep is not None:
+        n, flush_n = _agreed_plan(n, device, head_dim, seq_len, e, total_bytes, cache_bytes)
+    scale = head_dim ** -0.5
+    q, k, v = _kv_heads(n, seq_len, head_dim, device, tdtype)
+    if not flush_n:
+        t = _median(lambda: attn(q, k, v, scale), device, lockstep)
+        return n * per_head / t, n
+    # A cut stream: its call is tens of milliseconds, so the call's fixed cost (and on a
+    # busy host, a wait for a descheduled thread) is no longer negligible beside it. The
+    # rate is the slope between the stream and its first 1/CUT_SLOPE_FRACTION of heads
+    # (views, no copy), which takes both out: the marginal bytes per second, as the full
+    # stream measures it (its fixed cost is a few parts in a thousand of its call); never
+    # more than twice the plain rate (the fixed cost at most half the call), the weight
+    # stream's rule.
+    flush = torch.zeros(-(-flush_n // 8), dtype=torch.int64, device=device).sum
+    few = max(1, n // CUT_SLOPE_FRACTION)
+    qf, kf, vf = q[:, :few], k[:, :few], v[:, :few]
+    t = _median(lambda: attn(q, k, v, scale), device, lockstep, flush)
+    t_few = _median(lambda: attn(qf, kf, vf, scale), device, lockstep, flush)
+    del q, k, v, qf, kf, vf, flush
+    return (n - few) * per_head / max(t - t_few, (n - few) / n * t / 2), n
 
 
 WEIGHT_PROBE_SEQ_LEN = 16  # the layer step with a cache this short is its weights' stream
@@ -329,9 +466,15 @@ def shape_ceilings(step: str, attn, device, tdtype, heads: int, kv_heads: int, h
     key = ("kv", attn, head_dim, seq_len, stream)
     if key not in streamed:
         streamed[key] = kv_stream_bytes_per_s(attn, device, tdtype, head_dim, seq_len, stream,
-                                              lockstep)
+                                              lockstep, cache_bytes)
     kv_read, n_stream = streamed[key]
+    e = torch.empty((), dtype=tdtype).element_size()
     method += (f"; K/V read: the same call streaming {n_stream} K/V heads, one query row each")
+    cut = n_stream < kv_stream_heads(head_dim, seq_len, e, stream)
+    if cut:
+        method += (f" (cut to a {STREAM_CALL_BUDGET_S:g} s call from "
+                   f"{kv_stream_heads(head_dim, seq_len, e, stream)}, the LLC flushed before "
+                   "each repetition)")
     proj = w_read = None
     if step == "layer":
         key = ("w", attn, batch, heads, kv_heads, head_dim, d_model, stream)
@@ -353,7 +496,7 @@ def shape_ceilings(step: str, attn, device, tdtype, heads: int, kv_heads: int, h
         proj = (f1 + f2) / (f1 / r1 + f2 / r2)  # both projections' FLOPs at their own rates
         method += (f"; projections: F.linear batch {batch} x {d_model} against {rows1} and "
                    f"{heads * head_dim} x {rows2} LLC-resident weight rows")
-    return ShapeCeilings(rate, proj, overhead, method, kv_read, w_read)
+    return ShapeCeilings(rate, proj, overhead, method, kv_read, w_read, cut)
 
 
 # --------------------------------------------------------------------------------

@@ -132,6 +132,38 @@ def time_calls(fns: Sequence[Callable[[], object]], *, device, warmup: int, iter
     return summarise(samples, "perf_counter", False)
 
 
+def time_calls_within(fns: Sequence[Callable[[], object]], *, device, warmup: int, iters: int,
+                      budget_s: float, min_iters: int = 3) -> Timing:
+    """time_calls, stopping after at least `min_iters` repetitions once the timed ones
+    have taken `budget_s`: a call the device emulates (fp16 on a CPU without it, 10-100x a
+    native call) must not spin for minutes, while a native one keeps all `iters`.
+
+    CPU: the repetitions are timed one by one, as time_calls does, and the count is
+    decided as they go (a slow first call cannot cut the count of fast ones). CUDA: one
+    timed call after one untimed one sizes the count, then time_calls queues them as
+    usual (the warm-up shortened by those two calls)."""
+    if iters <= 0:
+        raise ValueError("iters must be positive")
+    is_cuda = getattr(device, "type", str(device)) == "cuda"
+    calls = list(fns)
+    n = len(calls)
+    if is_cuda:
+        first = time_calls(calls, device=device, warmup=1, iters=1).median_s
+        count = max(min_iters, min(iters, int(budget_s / max(first, 1e-9))))
+        return time_calls(calls, device=device, warmup=max(0, warmup - 2), iters=count)
+    for i in range(warmup):
+        calls[i % n]()
+    samples: list[float] = []
+    spent = 0.0
+    while len(samples) < iters and (len(samples) < min_iters or spent < budget_s):
+        fn = calls[(warmup + len(samples)) % n]
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+        spent += samples[-1]
+    return summarise(samples, "perf_counter", False)
+
+
 def _capture(fns: Sequence[Callable[[], object]]) -> list[Callable[[], object]]:
     """One CUDA graph per fn; returns their replay methods.
 

@@ -368,8 +368,9 @@ def _rank_work(rank: int, tp: int, device, backend: str, job: dict) -> dict:
 # --------------------------------------------------------------------------------
 # The run: plan, guard, launch, rows
 # --------------------------------------------------------------------------------
-def run_tp(config, progress=None):
+def run_tp(config, progress=None, notice=None):
     """`kvcalc measure --tp N[,M...]`: one set of rows per tp degree (one row per rank).
+    `notice(text)` hears at once of a dtype this device emulates (rank 0 only).
 
     Returns a MeasureResult; under torchrun, ranks other than 0 return None."""
     import torch
@@ -414,6 +415,15 @@ def run_tp(config, progress=None):
     e = ceil_mod.torch_dtype(dtype).itemsize
     free = ceil_mod.free_bytes(device)
     usable = int(free * config.memory_fraction)
+    notes: list[str] = []
+    check = None
+    if dtype != "fp32" and (not torchrun or int(os.environ.get("RANK", "0")) == 0):
+        if progress is not None:
+            progress(f"checking {dtype} arithmetic on this {kind}", 0, len(tps))
+        check = ceil_mod.dtype_check(device, dtype)
+        if check["notice"]:
+            notes.append(check["notice"])
+    told = False  # the notice is said before the first ranks start, after the checks
     rows: list[dict] = []
     for tp in tps:
         if config.heads % tp:
@@ -452,6 +462,9 @@ def run_tp(config, progress=None):
                "slots": slots, "warmup": warmup, "iters": iters, "read_bytes": read_bytes,
                "cache_bytes": meta["cache_bytes"],
                "stream_bytes": stream, "rounds": d.rounds}
+        if notes and notice is not None and not told:
+            notice(notes[0])
+            told = True
         if progress is not None:
             progress(f"--tp {tp}: {tp} rank(s), {human_bytes(pred.kv_cache_bytes)} K/V each",
                      tps.index(tp), len(tps))
@@ -474,7 +487,8 @@ def run_tp(config, progress=None):
                 "d_model": blk.d_model, "seq_len": seq_len, "batch": batch, "dtype": dtype,
                 "step": config.step, "impl": impl, "tp": tps, "warmup": warmup, "iters": iters,
                 "launcher": "torchrun" if torchrun else "torch.multiprocessing.spawn",
-                "device_resolved": kind, "free_memory_bytes": free}
+                "device_resolved": kind, "free_memory_bytes": free, "notes": notes,
+                "dtype_check": check}
     return MeasureResult(rows=rows, device=meta, ceilings={"measured": "per rank, see rows"},
                          config=resolved)
 
@@ -519,6 +533,11 @@ def _rows(ranks: list[dict], tp: int, job: dict, meta: dict, blk, full, regime: 
                              "timing")
         if r["kv_heads_held"] * tp > job["kv_heads"]:
             notes.append(f"K/V heads replicated: {tp // job['kv_heads']} ranks hold each head")
+        cut = bool(r["shape"].get("kv_stream_cut"))
+        if cut:
+            notes.append(f"K/V read rate from a stream cut to a "
+                         f"{terms_mod.STREAM_CALL_BUDGET_S:g} s call (the same heads on every "
+                         "rank), the LLC flushed before each repetition")
         rounds = max(1, job.get("rounds", 1))
         if rounds > 1:
             notes.append(f"{rounds} rounds of streamed ceilings and all-reduce probes, each "
@@ -530,6 +549,7 @@ def _rows(ranks: list[dict], tp: int, job: dict, meta: dict, blk, full, regime: 
             "heads": job["heads"], "attention": attention, "kv_heads": job["kv_heads"],
             "head_dim": job["head_dim"], "d_model": job["d_model"], "seq_len": job["seq_len"],
             "batch": job["batch"], "threads": r["threads"], "rounds": max(1, job.get("rounds", 1)),
+            "kv_stream_cut": cut,
             "q_heads": f"{r['q_heads'][0]}-{r['q_heads'][1] - 1}",
             "kv_heads_held": r["kv_heads_held"],
             "kv_heads_range": f"{r['kv_head_range'][0]}-{r['kv_head_range'][1] - 1}",
