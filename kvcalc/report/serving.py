@@ -51,9 +51,9 @@ def serving_words(c) -> str:
         return f"{c.engine.title} does not start ({c.refusal})"
     if c.kv_cache_tokens is None:
         return f"{c.engine.title} starts (its KV tokens are not modelled)"
-    return (f"{c.engine.title} starts: {c.kv_cache_tokens:,} KV tokens, up to "
-            f"{c.max_running_requests:,} requests at once ({c.max_concurrency:,.2f} of "
-            f"{c.context_len:,} tokens)")
+    return (f"{c.engine.title} starts: {c.kv_cache_tokens:,} KV tokens hold "
+            f"{c.max_concurrency:,.2f} requests of {c.context_len:,} tokens at once (it runs "
+            f"up to {c.max_running_requests:,})")
 
 
 def serving_table(est, c, slo: int | None = None) -> Tab:
