@@ -444,7 +444,10 @@ def _fp8_dynamic_config(tmp_path: Path) -> Path:
     the quantization_config llm-compressor's FP8_DYNAMIC scheme writes (fp8 weights with a
     scale per output channel, dynamic per-token fp8 activations, every Linear but lm_head:
     compressed-tensors' float-quantized format)."""
-    base = ROOT / "presets" / "hf" / "meta-llama__Llama-3.3-70B-Instruct.json"
+    from kvcalc.presets import presets_dir
+
+    # the preset's published config, where kvcalc is installed from (a wheel holds it too)
+    base = presets_dir() / "hf" / "meta-llama__Llama-3.3-70B-Instruct.json"
     cfg = json.loads(base.read_text())
     cfg["quantization_config"] = {
         "quant_method": "compressed-tensors", "format": "float-quantized", "ignore": ["lm_head"],

@@ -93,7 +93,10 @@ def test_published_runs_floors():
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    scripts = Path(__file__).resolve().parent.parent / "benchmarks"
+    if not (scripts / "score_served.py").is_file():  # a copy of tests/ without the repository
+        pytest.skip("benchmarks/score_served.py is not beside tests/")
+    sys.path.insert(0, str(scripts))
     import score_served
     import served
 
