@@ -15,8 +15,8 @@ class answering the same questions, exactly, for a sequence at context `seq_len`
   its length (`conv_len`: convolution inputs kept, None: the layer's own count; state
   kinds name their kernel width `conv_taps`, since engines keep one input fewer)
 - `kv_cache_spec(specs)`: which of a serving engine's cache specs it is (`specs.full()`,
-  `.sliding(window)`, `.chunked(chunk)`, `.state(mixer)`, `.cross()`, or `.unpaged(mixer)`
-  for a state the engine has no page for): the engine's rules
+  `.sliding(window)`, `.chunked(chunk)`, `.state(mixer)` or `.cross()`; whether an engine
+  pages that kind at all is the engine's table, not the layer's): the engine's rules
   for each live in kvcalc.capacity, as vLLM keeps them on its spec classes
 - `param_key`: the first part of its keys in a parameter breakdown ("attention", ...)
 - `tensors(d_model)`: every weight by name: a `Linear` per projection matrix (its shape
@@ -417,8 +417,6 @@ class ImageCrossAttention(CrossAttention):
     Mllama since 0.10.2 (0.32's _PREVIOUSLY_SUPPORTED_MODELS): no engine page for it, and
     the engine counts are withheld."""
 
-    def kv_cache_spec(self, specs):
-        return specs.unpaged(self)
 
 
 # --------------------------------------------------------------------------------

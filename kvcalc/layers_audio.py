@@ -8,7 +8,7 @@ for the whole generation; MusicGen Melody prepends its conditioning (text, chrom
 frames instead, so its self-attention holds those tokens too.
 
 No vLLM release serves MusicGen (0.32's model registry has no Musicgen architecture):
-neither kind has an engine page (`kv_cache_spec` -> unpaged), and the engine's counts
+neither kind has an engine page (vLLM's table, kvcalc.capacity.support), and the engine's counts
 are withheld.
 """
 
@@ -32,8 +32,6 @@ class AudioAttention(Attention):
 
     label = "audio"
 
-    def kv_cache_spec(self, specs):
-        return specs.unpaged(self)  # no vLLM release serves MusicGen (module docstring)
 
     def tensors(self, d_model: int) -> dict[str, Linear | int]:
         return _out_proj(super().tensors(d_model))
@@ -46,8 +44,6 @@ class AudioCrossAttention(CrossAttention):
 
     module = "encoder_attn"
 
-    def kv_cache_spec(self, specs):
-        return specs.unpaged(self)
 
     def tensors(self, d_model: int) -> dict[str, Linear | int]:
         return _out_proj(super().tensors(d_model))

@@ -9,7 +9,7 @@ global transformer over patches and the cross-attention between bytes and patche
 recomputed every step and cache nothing.
 
 No vLLM release serves BLT (0.32's model registry has no Blt architecture): no engine
-page (`kv_cache_spec` -> unpaged), and the engine's counts are withheld.
+page (vLLM's table, kvcalc.capacity.support), and the engine's counts are withheld.
 """
 
 from __future__ import annotations
@@ -24,5 +24,3 @@ class ByteAttention(Attention):
 
     label = "byte"
 
-    def kv_cache_spec(self, specs):
-        return specs.unpaged(self)  # no vLLM release serves BLT (module docstring)

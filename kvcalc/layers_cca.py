@@ -10,7 +10,7 @@ the query and key channels, and the previous token's delayed half-value projecti
 in the model's dtype (ZayaCCAProjection: `update_conv_state`, `update_recurrent_state`).
 
 No vLLM release serves ZAYA (0.32's registry has none, and its Transformers backend takes
-no convolution state): kvcalc gives no engine page for it (`kv_cache_spec` -> unpaged).
+no convolution state): no engine page for it (vLLM's table, kvcalc.capacity.support).
 """
 
 from __future__ import annotations
@@ -38,8 +38,6 @@ class ConvolvedAttention(Attention):
     def qk_channels(self) -> int:
         return (self.heads + self.kv_heads) * self.head_dim
 
-    def kv_cache_spec(self, specs):
-        return specs.unpaged(self)  # no vLLM release serves it (the module docstring)
 
     def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1,
                     conv_len: int | None = None) -> int:

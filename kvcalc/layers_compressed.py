@@ -19,7 +19,7 @@ What the cache holds, per sequence and layer (DeepseekV4HCACache / DeepseekV4CSA
 A sliding-only layer keeps the window alone. vLLM 0.32 serves DeepSeek V4 with cache specs
 of its own (SlidingWindowMLASpec for the window, compressed MLA pages, CircularBufferSpec
 rings for the leftover) that kvcalc does not model: the compressor has no engine page
-(`kv_cache_spec` -> unpaged) and the engine counts are withheld.
+(vLLM's table, kvcalc.capacity.support) and the engine counts are withheld.
 """
 
 from __future__ import annotations
@@ -120,8 +120,6 @@ class Compressor:
     bounded = False
     cache_kind = "compressed"
     conv_taps = 0  # its leftover is no convolution: no engine input count to take
-    engine_unpaged = ("vLLM 0.32 serves DeepSeek-V4 with cache specs of its own (compressed "
-                      "pages, a ring per request for the leftover) that kvcalc does not model")
 
     def __post_init__(self) -> None:
         for name in ("heads", "head_dim", "rate"):
@@ -140,7 +138,9 @@ class Compressor:
         return f"compressed 1/{self.rate:,}{indexer}"
 
     def kv_cache_spec(self, specs):
-        return specs.unpaged(self)  # vLLM's own DeepSeek-V4 specs (the module docstring)
+        # a cache that grows with the context, one entry per `rate` tokens: whether an
+        # engine pages it is that engine's table (vLLM: kvcalc.capacity.support)
+        return specs.full()
 
     def kv_heads_per_device(self, tp: int) -> int:
         if self.heads % tp:

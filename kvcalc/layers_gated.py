@@ -48,14 +48,12 @@ class NormalizedGatedAttention(OutputGatedAttention):
 
     No vLLM release serves Dory (0.32's model registry has none, and its per-loop caches,
     one per pass over the recurrent layers, are no layout an engine pages): kvcalc gives
-    no engine page for it (`kv_cache_spec` -> unpaged) and serving counts are withheld."""
+    no engine page for it (vLLM's table, kvcalc.capacity.support) and serving counts are withheld."""
 
     @property
     def label(self) -> str:
         return f"{super().label} nGPT"
 
-    def kv_cache_spec(self, specs):
-        return specs.unpaged(self)
 
     def tensors(self, d_model: int) -> dict[str, Linear | int]:
         out = super().tensors(d_model)

@@ -124,18 +124,12 @@ class QSAAttention(IndexedAttention):
 
     vLLM 0.32 serves Qwen4-Exp with cache layouts of its own (vllm/models/qwen4_exp: the
     indexer's compressed block states beside the K/V pages), which kvcalc does not model:
-    `kv_cache_spec` is unpaged and serving counts are withheld."""
+    vLLM's table (kvcalc.capacity.support) leaves it unpaged and serving counts are withheld."""
 
     index_budget: int = 2048
     index_compress_ratio: int = 4
     label = "attention + QSA indexer"
-    # Why the counts are withheld (kvcalc.capacity.state.why_unpaged): not that no engine
-    # serves it, as for the kinds no release pages at all.
-    engine_unpaged = ("kvcalc does not model how an engine pages Qwen4-Exp's QSA indexer "
-                      "(its compressed block states beside the K/V pages)")
 
-    def kv_cache_spec(self, specs):
-        return specs.unpaged(self)
 
     def decode_flops(self, context):
         """The indexer scores the complete blocks; attention reads the tokens it picks."""

@@ -10,7 +10,7 @@ plus the four convolutions' last `conv_kernel` inputs, in fp32 whatever the mode
 (InklingShortConvolution runs in float32; transformers' LinearAttentionAndFullAttention
 cache layers keep them so). vLLM 0.32 serves Inkling with a paging of its own (its
 convolution history as an attention-like spec, models/inkling/amd/sconv_swa_attn.py)
-that kvcalc does not model: `kv_cache_spec` is unpaged and serving counts are withheld.
+that kvcalc does not model: vLLM's table (kvcalc.capacity.support) leaves it unpaged.
 
 The MLP side: Inkling's dense MLP and its routed experts' router each carry one learned
 global scale; the router scores the shared experts too (one row each).
@@ -49,8 +49,6 @@ class ConvAttention(Attention):
     def conv_taps(self) -> int:
         return self.conv_kernel
 
-    def kv_cache_spec(self, specs):
-        return specs.unpaged(self)  # vLLM's own convolution paging (module docstring)
 
     def conv_channels(self, tp: int = 1) -> int:
         """Channels of the four convolutions: K's and V's, and the layer's two."""

@@ -8,7 +8,7 @@ per chosen expert, after the cache).
 No vLLM release has a JetMoE model. Its Transformers backend pages `num_key_value_heads`
 heads as grouped-query attention, query head h reading K/V head h // top_k, while
 JetMoE hands its attention call the K/V already repeated (query head h reads h mod
-kv_heads): kvcalc gives no engine page for it (`kv_cache_spec` -> unpaged).
+kv_heads): no engine page for it (vLLM's table, kvcalc.capacity.support).
 """
 
 from __future__ import annotations
@@ -41,8 +41,6 @@ class MixtureOfAttention(Attention):
                               f"{self.kv_heads * self.top_k} query heads, got {self.heads}")
         super().__post_init__()
 
-    def kv_cache_spec(self, specs):
-        return specs.unpaged(self)  # no vLLM release serves it (the module docstring)
 
     @property
     def expert_width(self) -> int:

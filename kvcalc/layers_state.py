@@ -132,8 +132,6 @@ class ZambaMamba(Mamba):
 
     label = "mamba (zamba)"
 
-    def kv_cache_spec(self, specs):
-        return specs.unpaged(self)
 
 
 @record
@@ -235,8 +233,6 @@ class LaraGatedDeltaNet(GatedDeltaNet):
 
     label = "linear attention (lara mini)"
 
-    def kv_cache_spec(self, specs):
-        return specs.unpaged(self)
 
 
 @record
@@ -246,8 +242,6 @@ class Lfm3ShortConv(ShortConv):
 
     label = "short conv (lfm3)"
 
-    def kv_cache_spec(self, specs):
-        return specs.unpaged(self)
 
 
 @record
@@ -454,8 +448,6 @@ class RGLRU(_Stateful):
     label = "rg-lru"
     module = "temporal_block"
 
-    def kv_cache_spec(self, specs):
-        return specs.unpaged(self)  # no vLLM release serves RecurrentGemma
 
     @property
     def conv_taps(self) -> int:
@@ -503,8 +495,6 @@ class RWKV(_Stateful):
     module = "attention"
     conv_taps = 0
 
-    def kv_cache_spec(self, specs):
-        return specs.unpaged(self)  # no vLLM release serves RWKV
 
     def state_bytes(self, conv_dt: DType, state_dt: DType, tp: int = 1,
                     conv_len: int | None = None) -> int:
@@ -552,8 +542,6 @@ class MLSTM(_Stateful):
         dk, dv = self.qk_head_dim, self.v_head_dim
         return conv_dt.nbytes(_split(self.heads, tp) * (dk * dv + dk + 1))
 
-    def kv_cache_spec(self, specs):
-        return specs.unpaged(self)
 
     def tensors(self, d_model: int) -> dict[str, Linear | int]:
         d, b, h = d_model, self.bias, self.heads

@@ -13,6 +13,8 @@ what fits after them, one question per module:
   graphs (modelled, with the constants calibrated on public logs);
 - `state`: what a state layer's page holds and how many pages a request takes
   (mamba_cache_mode by release), as vLLM's allocator counts them;
+- `support`: which layer kinds vLLM pages at all (its table, by the layer's class; a
+  layer only says what it keeps);
 - `block_size`: the block size the attention backend and the model's kind impose;
 - `blocks`: pages, KV cache groups, blocks one request needs;
 - `serving`: the whole start-up computation (`serving_capacity`): the budget, the

@@ -37,6 +37,7 @@ from kvcalc import _num
 from kvcalc._record import record
 from kvcalc.dtypes import MAX_SEQ_LEN
 from kvcalc.capacity.state import NO_PREFIX_CACHING, StateCache
+from kvcalc.capacity.support import spec
 from kvcalc.formulas.cache import CacheGroup
 
 __all__ = ["GroupPlan", "blocks_per_request", "groups_on_stage",
@@ -89,7 +90,7 @@ def blocks_per_request(group: CacheGroup, block_size: int, max_model_len: int,
     """Blocks one layer of `group` needs for one request at max_model_len (vLLM's
     max_memory_usage_bytes over the page size)."""
     rules = _BlocksPerRequest(block_size, max_model_len, in_flight, encoder_len, state)
-    return group.mixer.kv_cache_spec(rules)
+    return spec(group.mixer, rules)
 
 
 @record
@@ -144,7 +145,7 @@ def _one_type(live: list[CacheGroup], block_size: int, max_model_len: int, in_fl
     """UniformTypeKVCacheSpecs: layers of one attention type with pages of several sizes
     as one group, one page per block holding every layer's (layers 1: the group is
     the whole stack), or None when the layers are of several types."""
-    types = {g.mixer.kv_cache_spec(_SpecType()) for g in live}
+    types = {spec(g.mixer, _SpecType()) for g in live}
     if len(types) != 1 or None in types or any(g.state_bytes for g in live):
         return None
     first = live[0]

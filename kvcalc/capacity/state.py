@@ -64,6 +64,7 @@ import dataclasses
 from kvcalc import _num
 from kvcalc._record import record
 from kvcalc.capacity.engine import EngineSettings
+from kvcalc.capacity.support import spec, why
 from kvcalc.dtypes import DType, dtype
 from kvcalc.formulas.cache import CacheGroup
 from kvcalc.spec import Hardware
@@ -123,17 +124,16 @@ def unpaged_kinds(groups: tuple[CacheGroup, ...]) -> list[str]:
     heads, kvcalc.layers_moa), sorted; [] when vLLM pages every layer."""
     probe = _IsPaged()
     return sorted({f"{g.mixer.label} {'attention' if g.mixer.attends else 'state'}"
-                   for g in groups if g.layers and not g.mixer.kv_cache_spec(probe)})
+                   for g in groups if g.layers and not spec(g.mixer, probe)})
 
 
 def why_unpaged(groups: tuple[CacheGroup, ...]) -> str:
     """Why fit and plan withhold the engine's counts: an unpaged kind's own sentence
-    (`engine_unpaged`: a kind vLLM serves with cache specs kvcalc does not model, as
+    (kvcalc.capacity.support: a kind vLLM serves with cache specs kvcalc does not model, as
     DeepSeek-V4's compressor), else that vLLM pages none of the kinds."""
     probe = _IsPaged()
-    own = sorted({g.mixer.engine_unpaged for g in groups
-                  if g.layers and not g.mixer.kv_cache_spec(probe)
-                  and getattr(g.mixer, "engine_unpaged", "")})
+    own = sorted({why(g.mixer) for g in groups
+                  if g.layers and not spec(g.mixer, probe) and why(g.mixer)})
     if own:
         return "; ".join(own)
     return (f"vLLM pages no {' or '.join(unpaged_kinds(groups))} (no release read serves "

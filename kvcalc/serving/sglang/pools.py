@@ -63,6 +63,19 @@ class _Pool:
 
 _POOL = _Pool()
 
+# Layer kinds no SGLang release read serves (no model in its registry keeps them), or that
+# keep caches of their own kvcalc does not model (DeepSeek-V4's compressor, Qwen4-Exp's
+# QSA indexer, Mllama's image cross-attention): SGLang's own table, by the layer's class.
+NOT_MODELLED = frozenset({
+    "RWKV", "RGLRU", "MLSTM", "ZambaMamba", "LaraGatedDeltaNet", "Lfm3ShortConv",
+    "MixtureOfAttention", "ConvolvedAttention", "NormalizedGatedAttention", "ByteAttention",
+    "AudioAttention", "AudioCrossAttention", "ImageCrossAttention", "ConvAttention",
+    "Compressor", "QSAAttention"})
+
+
+def _kind(mixer):
+    return None if type(mixer).__name__ in NOT_MODELLED else mixer.kv_cache_spec(_POOL)
+
 
 @record
 class Split:
@@ -99,7 +112,7 @@ def pools(spec, flags, rules, *, rest: int, attn_tp: int, stage: int, sizes, con
     groups = cache_groups(spec, kv_dt, attn_tp, flags.kv_scale_bytes,
                           state_dtype=dtype(flags.mamba_ssm_dtype))
     groups = groups_on_stage(groups, spec.layers, sizes[stage], stage, sizes)
-    kinds = [(g, g.mixer.kv_cache_spec(_POOL)) for g in groups]
+    kinds = [(g, _kind(g.mixer)) for g in groups]
     unknown = sorted({g.label for g, kind in kinds if kind is None})
     if any(k == "state" for _, k in kinds) and not rules.state_models():
         unknown.append("state (Mamba, linear attention: SGLang serves them from 0.5.4)")

@@ -98,6 +98,15 @@ class _Paged:
         return None
 
 
+# Layer kinds kvcalc does not model TensorRT-LLM paging for (no TensorRT-LLM model keeps
+# them, or they keep caches of their own): its own table, by the layer's class.
+NOT_MODELLED = frozenset({
+    "RWKV", "RGLRU", "MLSTM", "ZambaMamba", "LaraGatedDeltaNet", "Lfm3ShortConv",
+    "MixtureOfAttention", "ConvolvedAttention", "NormalizedGatedAttention", "ByteAttention",
+    "AudioAttention", "AudioCrossAttention", "ImageCrossAttention", "ConvAttention",
+    "Compressor", "QSAAttention"})
+
+
 def _geometry(mixer):
     """("mla", latent width) or ("heads", kv_heads, head_dim), or None when unknown."""
     from kvcalc.layers import Attention, CrossAttention, Latent
@@ -127,7 +136,8 @@ def per_token(spec, *, kv_dtype: str, tp: int, stage: int = 0, pp: int = 1,
     on_stage = groups_on_stage(groups, spec.layers, sizes[stage], stage, sizes)
     unknown, windowed, cached = set(), False, []
     for g, here in zip(groups, on_stage):
-        kind = g.mixer.kv_cache_spec(_Paged())
+        kind = (None if type(g.mixer).__name__ in NOT_MODELLED
+                else g.mixer.kv_cache_spec(_Paged()))
         geo = _geometry(g.mixer) if kind is not None else None
         if geo is None:
             if g.token_bytes:
