@@ -67,6 +67,7 @@ _POOL = _Pool()
 # keep caches of their own kvcalc does not model (DeepSeek-V4's compressor, Qwen4-Exp's
 # QSA indexer, Mllama's image cross-attention): SGLang's own table, by the layer's class.
 NOT_MODELLED = frozenset({
+    "Mamba",  # Mamba-1 (Jamba, Falcon-Mamba): SGLang's state pools are Mamba-2's and GDN's
     "RWKV", "RGLRU", "MLSTM", "ZambaMamba", "LaraGatedDeltaNet", "Lfm3ShortConv",
     "MixtureOfAttention", "ConvolvedAttention", "NormalizedGatedAttention", "ByteAttention",
     "AudioAttention", "AudioCrossAttention", "ImageCrossAttention", "ConvAttention",

@@ -142,6 +142,8 @@ def per_token(spec, *, kv_dtype: str, tp: int, stage: int = 0, pp: int = 1,
         if geo is None:
             if g.token_bytes:
                 unknown.add(g.label)
+            elif g.state_bytes:  # TensorRT-LLM keeps states in a manager of its own
+                unknown.add(f"{g.label} state")
             continue
         windowed = windowed or kind == "window"
         cached.append((geo, g.layers, here.layers))
