@@ -6,6 +6,10 @@ saw (the SGLang cookbook's concurrency-1 runs are the exception: they are in bot
 
     python benchmarks/score_served.py            # the summary (markdown)
     python benchmarks/score_served.py --rows     # every run's ratios too
+    python benchmarks/score_served.py --loso-kv-share
+        # one candidate physical term, the attention kernel's share of bandwidth for K/V
+        # in decode, fitted on every publisher but one and scored on that one, in turn
+        # (an experiment: no engine file is changed)
 """
 
 from __future__ import annotations
@@ -102,7 +106,67 @@ def predict(run):
     return m, ""
 
 
+SHARES = tuple(round(0.25 + 0.05 * i, 2) for i in range(16))  # 0.25 .. 1.0
+
+
+def _loso_kv_share() -> int:
+    """Leave one publisher out: for each publisher, the K/V share (one value for every
+    engine) that puts the most of the other publishers' under-load TPOT and output
+    throughput rows within 15%, scored on the publisher left out; beside it, the share
+    fitted on all of them (in-sample) and the engines' own terms."""
+    from kvcalc import engines
+
+    rows = [r for r in served.load() if not r.excluded]
+    runs = served.runs(rows)
+    original = engines.Engine.kv_share
+    hits: dict = {}  # (share, publisher) -> [within, n]
+    try:
+        for share in (None, *SHARES):
+            engines.Engine.kv_share = (original if share is None
+                                       else (lambda self, f, s=share: s))
+            for run_id, measured in runs.items():
+                run = measured[0]
+                if regime(run) != "under load":
+                    continue
+                got, _ = predict(run)
+                if got is None:
+                    continue
+                for row in measured:
+                    if row.metric not in ("mean_tpot_ms", "output_throughput") or row.per == "gpu":
+                        continue
+                    cell = hits.setdefault((share, run.publisher), [0, 0])
+                    cell[0] += abs(got[row.metric] / row.value - 1) <= 0.15
+                    cell[1] += 1
+    finally:
+        engines.Engine.kv_share = original
+    publishers = sorted({p for _, p in hits})
+
+    def total(share, keep) -> tuple[int, int]:
+        cells = [hits.get((share, p), [0, 0]) for p in publishers if keep(p)]
+        return sum(c[0] for c in cells), sum(c[1] for c in cells)
+
+    print("| publisher left out | share fitted on the others | within 15%, held out | "
+          "engines' own terms |")
+    print("|---|---|---|---|")
+    held_ok = held_n = own_ok = own_n = 0
+    for p in publishers:
+        best = max(SHARES, key=lambda s: (total(s, lambda q: q != p)[0], -abs(s - 0.8)))
+        ok, n = total(best, lambda q: q == p)
+        o_ok, o_n = total(None, lambda q: q == p)
+        held_ok, held_n, own_ok, own_n = held_ok + ok, held_n + n, own_ok + o_ok, own_n + o_n
+        print(f"| {p} | {best:.2f} | {ok}/{n} | {o_ok}/{o_n} |")
+    best_all = max(SHARES, key=lambda s: (total(s, lambda q: True)[0], -abs(s - 0.8)))
+    ok_all, n_all = total(best_all, lambda q: True)
+    print(f"| all, left out in turn | - | {held_ok}/{held_n} ({held_ok / held_n:.0%}) | "
+          f"{own_ok}/{own_n} ({own_ok / own_n:.0%}) |")
+    print(f"\nin-sample (fitted on every publisher): share {best_all:.2f}, {ok_all}/{n_all} "
+          f"({ok_all / n_all:.0%}); the headline is the held-out figure")
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if "--loso-kv-share" in argv:
+        return _loso_kv_share()
     rows = [r for r in served.load() if not r.excluded]
     runs = served.runs(rows)
     scores = defaultdict(lambda: [0, 0])  # (publisher|engine|regime, metric) -> [within, n]
