@@ -25,15 +25,13 @@ from kvcalc.errors import KvcalcError
 
 __all__ = ["DEFAULT_RELEASE", "MEMORY_ENGINES", "EngineRef", "engine_ref", "count"]
 
-from kvcalc.serving.releases import DEFAULT_RELEASE
+from kvcalc.serving.releases import DEFAULT_RELEASE, TITLES
 
 # The engines whose memory kvcalc counts, by canonical name (each one's default release:
 # kvcalc.serving.releases).
 MEMORY_ENGINES = tuple(DEFAULT_RELEASE)
 _SPELLINGS = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "tensorrt-llm",
               "trtllm": "tensorrt-llm", "trt-llm": "tensorrt-llm", "tensorrt_llm": "tensorrt-llm"}
-# How each engine is named in a headline.
-TITLES = {"vllm": "vLLM", "sglang": "SGLang", "tensorrt-llm": "TensorRT-LLM"}
 
 
 @record

@@ -10,6 +10,7 @@ name (`--gpu-memory-utilization` with SGLang: "give --mem-fraction-static").
 from __future__ import annotations
 
 from kvcalc.errors import KvcalcError
+from kvcalc.serving.releases import TITLES
 
 __all__ = ["ALIKE", "OWNER", "check_owners", "engine_flags"]
 
@@ -47,7 +48,6 @@ ALIKE = (
     ("enforce_eager", "disable_cuda_graph", None),
 )
 _COLUMN = {"vllm": 0, "sglang": 1, "tensorrt-llm": 2}
-TITLES = {"vllm": "vLLM", "sglang": "SGLang", "tensorrt-llm": "TensorRT-LLM"}
 
 
 def check_owners(engine: str, given: dict, spell=lambda name: name) -> None:

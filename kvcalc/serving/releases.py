@@ -6,6 +6,8 @@ version text the SGLang and TensorRT-LLM wings share."""
 from kvcalc.errors import KvcalcError
 
 DEFAULT_RELEASE = {"vllm": "0.33", "sglang": "0.5.4", "tensorrt-llm": "1.0"}
+# How each engine is named in a headline or a message.
+TITLES = {"vllm": "vLLM", "sglang": "SGLang", "tensorrt-llm": "TensorRT-LLM"}
 
 
 def version_parts(text: str, engine: str, shape: str) -> tuple[int, int, int]:
