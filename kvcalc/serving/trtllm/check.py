@@ -45,9 +45,13 @@ def _from_logged_memory(log, counted, rules, backend: str, fraction) -> int | No
     rounding = rules.pool_rounding(backend)
     if backend == "pytorch":
         tokens = f.get("estimated_max_tokens")
-        if tokens is None and "available_gib" in f:
-            per = f.get("kv_size_bytes_per_token") or dict(counted.pools)["kv_size_per_token"]
-            tokens = round(f["available_gib"] * GiB) // per if per else None
+        per = f.get("kv_size_bytes_per_token") or dict(counted.pools)["kv_size_per_token"]
+        # 1.1+: "Estimated max memory in KV cache : X GiB" is the estimate in bytes (after
+        # the caps), which `configure_kv_cache_capacity` turns into max_tokens = X // the
+        # estimate's bytes per token; before it, "available" is the same memory uncapped.
+        for name in ("estimated_max_memory_gib", "available_gib"):
+            if tokens is None and name in f and per:
+                tokens = round(f[name] * GiB) // per
         return None if tokens is None else blocks_for(tokens, tpb, rounding) * tpb
     if "available_gib" not in f or not counted.bytes_per_token:
         return None

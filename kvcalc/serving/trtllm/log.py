@@ -28,12 +28,14 @@ snapshots of kvcalc.serving.trtllm.rules):
   during inference (inside torch) ...: X GiB"; "Memory used outside torch (e.g., NCCL
   and CUDA graphs) ...: X GiB" (~0.19: "Memory used outside torch in memory usage
   profiling"); "Estimated max tokens in KV cache : N" (up to 0.20) or "Estimated max
-  memory in KV cache : X GiB" (1.1+); the pool's "Both free_gpu_memory_fraction and
+  memory in KV cache : X GiB" (1.1+: the available memory after the caps); the pool's "Both free_gpu_memory_fraction and
   max_tokens are set (to F and N[ with free memory X GiB of total memory Y GiB],
   respectively)"; "max_tokens is set by kv_cache_config.max_tokens: N"; "max_seq_len=L,
   max_num_requests=R, max_num_tokens=T[, max_batch_size=B]"; "Attention window size X
   exceeds upper bound Y for available blocks. Reducing to Y."; "Adjusted max_seq_len to N".
-* versions: "[TensorRT-LLM] TensorRT-LLM version: V" (the import banner), "Engine
+* versions: "[TensorRT-LLM] TensorRT-LLM version: V" (the import banner; "TensorRT LLM
+  version: V" from 1.2, as the 1.2.0rc2, 1.2.1 and 1.3.0rc0 banners in public logs print
+  it), "Engine
   version V found", trtllm-bench's "TensorRT-LLM Version: V" and its settings summary
   (Dtype, KV Cache Dtype, Quantization, Max Sequence Length, TP Size, PP Size, Max
   Runtime Batch Size, Max Runtime Tokens, KV Memory Percentage).
@@ -42,6 +44,11 @@ snapshots of kvcalc.serving.trtllm.rules):
   "maxTokensInPagedKvCache (N) must be large enough to process at least 1 sequence to
   completion (i.e. must be larger than beam_width (W) * tokensPerBlock (T) *
   maxBlocksPerSeq (B))".
+
+The window-aware line's "secondary blocks=S" is absent in some quoted logs (a 1.2.1 log
+in lmontigny/lm7 docs/tensorrt-llm.md), so each of its fields is read on its own. A line a
+page wrapped (an indented continuation after a TensorRT-LLM line that does not end in ".")
+is joined back before reading.
 
 Figures keep the log's unit in their name and its printed value (GiB as printed, to
 two decimals; "GB"/"MB" where the log says so); the fraction stays the text printed.
@@ -66,9 +73,10 @@ _LINES = (
     (r"Number of blocks in KV cache secondary pool: " + _I, (("secondary_blocks", 1, int),)),
     (r"Max KV cache (?:pages|blocks) per sequence: " + _I, (("max_pages_per_seq", 1, int),)),
     (r"\[window size=" + _I + r"\]", (("window_size", 1, int),)),
-    (r"tokens per block=" + _I + r", primary blocks=" + _I + r", secondary blocks=" + _I,
-     (("tokens_per_block", 1, int), ("blocks", 2, int), ("secondary_blocks", 3, int))),
-    (r"secondary blocks=\d+, max sequence length=" + _I, (("max_seq_len", 1, int),)),
+    (r"tokens per block=" + _I + r", primary blocks=" + _I,
+     (("tokens_per_block", 1, int), ("blocks", 2, int))),
+    (r"primary blocks=\d+, secondary blocks=" + _I, (("secondary_blocks", 1, int),)),
+    (r"blocks=\d+, max sequence length=" + _I, (("max_seq_len", 1, int),)),
     (r"Number of tokens per block: " + _I, (("tokens_per_block", 1, int),)),
     (r"Allocated " + _N + r" GiB for max tokens in paged KV cache \(" + _I + r"\)",
      (("kv_cache_gib", 1, float), ("max_tokens", 2, int))),
@@ -157,7 +165,7 @@ _SETTINGS = (
 _COMPILED_SETTINGS = tuple((re.compile(p), name, kind) for p, name, kind in _SETTINGS)
 
 _VERSIONS = (
-    re.compile(r"\[TensorRT-LLM\] TensorRT-LLM version: (\S+)"),
+    re.compile(r"\[TensorRT-LLM\] TensorRT[- ]LLM version: (\S+)"),
     re.compile(r"Engine version (\S+) found in the config file"),
     re.compile(r"TensorRT-LLM Version:\s+(\S+)"),
 )
@@ -171,6 +179,7 @@ _REFUSED = re.compile(r"must be large enough to process at least 1 sequence|"
 
 
 _MARK = re.compile(r"\[TensorRT-LLM\]|\[TRT-LLM\]")
+_KEY_VALUE = re.compile(r"[\w ()/-]+:\s")
 
 
 def is_trtllm_log(text: str) -> bool:
@@ -206,6 +215,23 @@ def _put(store: dict, name: str, value) -> None:
     store[name] = value
 
 
+def _unwrapped(text: str) -> list[str]:
+    """The log's lines, a line a page wrapped joined back: an indented line continues the
+    one before it when that one is a TensorRT-LLM line that does not end a sentence (".")
+    and the indented one is not a "Key: value" row (docs that quote a log wrap "... in
+    paged" / "  KV cache (N)."). Other indented lines (trtllm-bench's summary, tables)
+    stay their own."""
+    out: list[str] = []
+    for line in text.splitlines():
+        if (out and line[:1] in (" ", "\t") and line.strip()
+                and not _KEY_VALUE.match(line.strip())
+                and _MARK.search(out[-1]) and not out[-1].rstrip().endswith(".")):
+            out[-1] = out[-1].rstrip() + " " + line.strip()
+        else:
+            out.append(line)
+    return out
+
+
 def read_log(text: str) -> TrtllmLog:
     """Read a start-up log (any release, either runtime): the version it prints, the
     settings it states, every figure. Lines the reader does not know are skipped."""
@@ -214,7 +240,7 @@ def read_log(text: str) -> TrtllmLog:
     version = None
     pytorch = engine = False
     refusal = ""
-    for line in text.splitlines():
+    for line in _unwrapped(text):
         for pattern, fields in _COMPILED:
             m = pattern.search(line)
             if m:
@@ -314,6 +340,7 @@ def _counted(name: str, c) -> object:
         "total_gib": gib("device_total_memory" if pytorch else "total"),
         "device_total_gib": gib("device_total_memory"),
         "available_gib": gib("available_kv_cache_memory" if pytorch else "available"),
+        "estimated_max_memory_gib": gib("available_kv_cache_memory") if pytorch else None,
         "peak_gib": gib("peak_memory"),
         "tmp_kv_gib": gib("tmp_kv_mem"),
         "weights_inside_torch_gib": gib("model_weights_inside_torch"),
