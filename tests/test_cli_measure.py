@@ -372,3 +372,77 @@ def test_tp2_gloo_from_the_command_line():
         args = ["measure", *TINY, "--tp", bad] + (["--sweep"] if bad == "2" else [])
         r = invoke(*args)
         assert r.exit_code == 2 and r.stderr.startswith("kvcalc: error: ") and len(r.stderr.splitlines()) == 1
+
+
+# --------------------------------------------------------------------------------
+# --step mixed: a decode step with a chunk of a prompt (tests/test_measure_mixed.py
+# checks its counts and outputs; here the command's wiring)
+# --------------------------------------------------------------------------------
+TINY_MODEL = """\
+name: tiny
+layers: 2
+d_model: 32
+heads: 4
+kv_heads: 2
+head_dim: 8
+d_ff: 48
+vocab: 50
+"""
+
+
+@needs_torch
+def test_mixed_step_from_the_command_line(tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(TINY_MODEL)
+    args = ["measure", "--config", str(config), "--device", "cpu", "--batch", "2", "--seq-len",
+            "16", "--prefill-tokens", "4", "--prefill-start", "3", "--iters", "2", "--warmup", "1"]
+    r = invoke(*args, "--format", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    decode, mixed = out["rows"]
+    assert (decode["step"], mixed["step"]) == ("decode", "mixed")
+    assert (mixed["batch"], mixed["seq_len"], mixed["prefill_tokens"], mixed["prefill_start"]) == (
+        2, 16, 4, 3)
+    assert decode["prefill_flops"] == 0 < mixed["prefill_flops"]
+    assert mixed["decode_flops"] == decode["flops"] and mixed["correct"]
+    c = out["ceilings"]
+    for row in (decode, mixed):
+        assert row["predicted_s"] == max(row["bytes"] / c["read_bytes_per_s"],
+                                         row["flops"] / c["matmul_flops_per_s"])
+        assert row["bound"] in ("memory", "compute") and row["dominant"] in ("decode", "prefill")
+        assert row["device"] and row["torch_version"] and row["measured_at"]
+    assert out["measured_prefill_added_s"] == pytest.approx(mixed["median_s"] - decode["median_s"])
+    r = invoke(*args, "--step", "mixed", "--format", "csv")
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert [row["step"] for row in rows] == ["decode", "mixed"]
+    assert int(rows[1]["prefill_flops_breakdown_attention"]) == mixed["prefill_flops_breakdown"]["attention"]
+    r = invoke(*args, "--format", "md")
+    assert r.exit_code == 0 and "--step mixed" in r.stdout and "decode + prefill" in r.stdout
+    assert "| mixed | 2 x 16 + 4 @ 3 |" in r.stdout
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--preset", "gpt2", "--prefill-tokens", "-3"], "--prefill-tokens must be >= 0"),
+    (["--preset", "mamba-2.8b", "--prefill-tokens", "8"], "--step mixed runs dense decoders"),
+    (["--preset", "gpt2", "--prefill-start", "4"], "give --prefill-tokens too"),
+    (["--preset", "gpt2", "--prefill-tokens", "4", "--heads", "8"], "--heads: not with --step mixed"),
+    (["--heads", "4", "--step", "layer", "--prefill-tokens", "4"], "go with --step mixed"),
+    (["--prefill-tokens", "4"], "--step mixed needs --preset NAME or --config FILE"),
+    (["--preset", "gpt2", "--prefill-tokens", "4", "--gpu", "h100-sxm"], "--gpu: not with"),
+])
+def test_mixed_step_bad_input_is_one_line(args, words):
+    # each refused before torch is imported: the same without the `measure` extra
+    r = invoke("measure", "--device", "cpu", *args)
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith("kvcalc: error: ") and len(r.stderr.splitlines()) == 1, r.stderr
+    assert words in r.stderr
+
+
+@needs_torch
+def test_mixed_step_too_big_for_memory_is_one_line():
+    r = invoke("measure", "--preset", "llama3-70b", "--device", "cpu", "--batch", "64",
+               "--seq-len", "100000", "--prefill-tokens", "8192")
+    assert r.exit_code == 2 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("kvcalc: error: --step mixed: llama3-70b at batch 64 x 100,000")
+    assert "usable" in r.stderr

@@ -51,10 +51,26 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             "--impl", help="auto, all, or one or more (comma-separated) of grouped, sdpa, repeat, "
             "sdpa-flash, sdpa-efficient, sdpa-cudnn, sdpa-math (default: auto = time grouped, sdpa "
             "and, on CUDA when flash accepts the inputs, sdpa-flash; keep the fastest correct).")] = "auto",
-        step: Annotated[str, typer.Option(
+        step: Annotated[Optional[str], typer.Option(
             "--step", help="attention (the attention call), layer (x -> qkv -> cache write -> "
-            "attention -> output projection), both, or model (a whole decode step of --preset, "
-            "beside `estimate`'s time per output token on --gpu) (default: attention).")] = "attention",
+            "attention -> output projection), both, model (a whole decode step of --preset, "
+            "beside `estimate`'s time per output token on --gpu), or mixed (a served scheduler "
+            "step of --preset or --config: --batch decode tokens at --seq-len and "
+            "--prefill-tokens of a prompt in the same forward pass, beside the roofline of its "
+            "bytes and FLOPs at ceilings measured in the run; --batch 1 and --seq-len 1024 on a "
+            "GPU, 256 on a CPU unless given) (default: attention; mixed when --prefill-tokens "
+            "is given).")] = None,
+        prefill_tokens: Annotated[Optional[str], typer.Option(
+            "--prefill-tokens", help="With --step mixed: prompt tokens (a chunked-prefill "
+            "chunk of one prompt) carried in the decode step's forward pass (count, >= 0; "
+            "0 = the decode step alone) (default: 0).")] = None,
+        prefill_start: Annotated[Optional[str], typer.Option(
+            "--prefill-start", help="With --step mixed: the chunk's first position in its "
+            "prompt, i.e. prompt tokens already cached that its causal attention also covers "
+            "(tokens) (default: 0, the prompt's first chunk).")] = None,
+        config_file: Annotated[Optional[Path], typer.Option(
+            "--config", help="With --step model or mixed: the model as a preset-format YAML or "
+            "a Hugging Face config.json (local file), in place of --preset (default: none).")] = None,
         warmup: Annotated[Optional[int], typer.Option(
             "--warmup", help="Untimed calls before timing (count) (default: 10 GPU, 3 CPU).")] = None,
         iters: Annotated[Optional[int], typer.Option(
@@ -105,8 +121,35 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         llama3-8b --compare --format csv -o reports/llama3-8b-cpu.csv`; `kvcalc measure
         --heads 32 --kv-heads 8 --impl all --step both`; `kvcalc measure --calibrate -o
         mygpu.yaml`, then `kvcalc estimate --preset llama3-8b --gpu mygpu.yaml`; `kvcalc
-        measure --step model --preset llama3.2-1b --gpu mygpu.yaml`.
+        measure --step model --preset llama3.2-1b --gpu mygpu.yaml`; `kvcalc measure --preset
+        gpt2 --batch 4 --seq-len 512 --prefill-tokens 256 --prefill-start 256` (a served
+        step: a decode batch with a prefill chunk in the same forward pass).
         """
+        if step is None:
+            step = "mixed" if (prefill_tokens is not None or prefill_start is not None) else "attention"
+        if step == "mixed":
+            from kvcalc.cli import measure_model
+
+            if calibrate:
+                raise KvcalcError("--calibrate and --step mixed are separate runs")
+            _refuse_with_mixed(heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                               d_model=d_model, sweep=sweep, plot=plot, compare=compare, tp=tp,
+                               gpu=gpu, impl=impl != "auto", l2=l2 != "auto")
+            measure_model.mixed_command(
+                preset, config_file, device, dtype,
+                _sizes(seq_len, "--seq-len", False)[0] if seq_len else None,
+                _sizes(batch, "--batch", False)[0] if batch else None,
+                _sizes(prefill_tokens, "--prefill-tokens", False)[0] if prefill_tokens else 0,
+                _sizes(prefill_start, "--prefill-start", False)[0] if prefill_start else 0,
+                warmup, iters, cuda_graphs, _cache_path() if cache_ceilings else None,
+                output_format(fmt, output), output, force, _run_with_progress)
+            return
+        if prefill_tokens is not None or prefill_start is not None:
+            raise KvcalcError(f"--prefill-tokens and --prefill-start go with --step mixed "
+                              f"(not --step {step})")
+        if config_file is not None and step != "model":
+            raise KvcalcError("--config goes with --step model or mixed; the attention and layer "
+                              "steps take --preset or --heads")
         if calibrate or step == "model":
             from kvcalc.cli import measure_model
 
@@ -127,7 +170,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             measure_model.model_command(
                 preset, device, dtype, _sizes(seq_len, "--seq-len", False)[0] if seq_len else None,
                 _sizes(batch, "--batch", False)[0] if batch else None, gpu, warmup, iters,
-                cuda_graphs, output_format(fmt, output), output, force)
+                cuda_graphs, output_format(fmt, output), output, force, config_file)
             return
         if gpu is not None:
             raise KvcalcError("--gpu goes with --step model (the attention and layer steps "
@@ -186,6 +229,20 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         tab = _measure_tab(result) if fmt in (OutputFormat.table, OutputFormat.md) else None
         deliver(fmt.value, [tab], data=result.to_dict(), rows=result.rows, output=output,
                 force=force, width=160)
+
+
+def _refuse_with_mixed(**given) -> None:
+    """--step mixed runs a whole model as its preset or config has it, predicted from the
+    ceilings it measures: the attention and layer steps' flags are refused by name."""
+    names = {"heads": "--heads", "kv_heads": "--kv-heads", "head_dim": "--head-dim",
+             "d_model": "--d-model", "sweep": "--sweep", "plot": "--plot",
+             "compare": "--compare", "tp": "--tp", "gpu": "--gpu", "impl": "--impl",
+             "l2": "--l2"}
+    flags = [names[k] for k, v in given.items() if v not in (None, False)]
+    if flags:
+        raise KvcalcError(f"{', '.join(flags)}: not with --step mixed, which runs the model of "
+                          "--preset or --config as it is, predicted from ceilings measured in "
+                          "the same run")
 
 
 def _tp_degrees(text: Optional[str]) -> list[int]:

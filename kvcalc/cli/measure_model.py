@@ -136,19 +136,36 @@ def model_rows(spec, device, dtype: str, seq_len: int, batch: int, hardware, war
     }]
 
 
+def model_spec(preset: Optional[str], config: Optional[Path], step: str):
+    """The ModelSpec of --preset NAME or --config FILE (a preset-format YAML or a Hugging
+    Face config.json), exactly one of them."""
+    if preset is not None and config is not None:
+        raise KvcalcError("give --preset or --config, not both")
+    if preset is None and config is None:
+        raise KvcalcError(f"{step} needs --preset NAME or --config FILE (a dense decoder)")
+    if preset is not None:
+        from kvcalc.presets import load_model
+
+        return load_model(preset)
+    if config.suffix.lower() == ".json":
+        from kvcalc import hfconfig
+
+        return hfconfig.spec_from_hf_config_file(config)
+    from kvcalc.presets import model_from_yaml_file
+
+    return model_from_yaml_file(config, require_source=False)
+
+
 def model_command(preset: Optional[str], device: str, dtype: Optional[str],
                   seq_len: Optional[int], batch: Optional[int], gpu: Optional[str],
                   warmup: Optional[int], iters: Optional[int], cuda_graphs: bool, fmt,
-                  output: Optional[Path], force: bool) -> None:
-    from kvcalc.presets import load_model
+                  output: Optional[Path], force: bool, config: Optional[Path] = None) -> None:
     from kvcalc.report.files import check_writable
     from kvcalc.report.render import deliver
 
-    if preset is None:
-        raise KvcalcError("--step model needs --preset NAME (a dense decoder)")
     if output is not None:
         check_writable(output, force)
-    spec = load_model(preset)
+    spec = model_spec(preset, config, "--step model")
     dev = _device(device)
     if cuda_graphs and dev.type != "cuda":
         raise KvcalcError("--cuda-graphs needs --device cuda")
@@ -202,3 +219,103 @@ def _model_tab(rows: list[dict]):
                ["model", "seq_len", "batch", "median", "predicted (meas/pred)", "memory",
                 "compute", "fixed", "bytes", "host busy"], body, caption=caption)
 
+
+
+def mixed_command(preset: Optional[str], config: Optional[Path], device: str,
+                  dtype: Optional[str], seq_len: Optional[int], batch: Optional[int],
+                  prefill_tokens: int, prefill_start: int, warmup: Optional[int],
+                  iters: Optional[int], cuda_graphs: bool, ceilings_cache, fmt,
+                  output: Optional[Path], force: bool, with_progress) -> None:
+    """`kvcalc measure --step mixed`: a decode step with a chunk of a prompt in the same
+    forward pass, measured beside the roofline of its bytes and FLOPs at this device's
+    ceilings (kvcalc.measure.run_mixed). `with_progress(run, config)` runs it under the
+    progress bar (kvcalc.cli.measure._run_with_progress)."""
+    from kvcalc.measure.dense import check_dense
+    from kvcalc.measure.mixed import MixedConfig
+    from kvcalc.report.files import check_writable
+    from kvcalc.report.render import deliver
+
+    if output is not None:
+        check_writable(output, force)  # before the run, not after it
+    spec = model_spec(preset, config, "--step mixed")
+    check_dense(spec, "--step mixed")
+    if dtype is not None:
+        from kvcalc.dtypes import dtype as _dt
+        from kvcalc.measure.config import MEASURE_DTYPES
+
+        canonical = _dt(dtype).name
+        if canonical not in MEASURE_DTYPES:
+            raise KvcalcError(f"--dtype {dtype}: measure runs {', '.join(MEASURE_DTYPES)}")
+        dtype = canonical
+    mixed = MixedConfig(spec=spec, batch=1 if batch is None else batch, seq_len=seq_len,
+                        prefill_tokens=prefill_tokens, prefill_start=prefill_start, dtype=dtype,
+                        device=device, warmup=warmup, iters=iters, cuda_graphs=cuda_graphs,
+                        ceilings_cache=ceilings_cache)
+
+    def run(cfg, progress, notice):
+        from kvcalc.measure import run_mixed
+
+        return run_mixed(cfg, progress, notice)
+
+    result = with_progress(run, mixed)
+    tab = _mixed_tab(result) if fmt.value in ("table", "md") else None
+    deliver(fmt.value, [tab], data=result.as_dict(), rows=result.row_dicts(), output=output,
+            force=force, width=160)
+
+
+def _mixed_tab(result):
+    from kvcalc.report.render import Tab
+    from kvcalc.report.units import human_count, human_rate, human_seconds
+
+    def pair(decode, prefill, fmt=human_seconds):
+        return f"{fmt(decode)} + {fmt(prefill)}"
+
+    body, sizes = [], []
+    for r in result.rows:
+        d = r.as_dict()
+        spread = 50 * (d["p90_s"] - d["p10_s"]) / d["median_s"] if d["median_s"] else 0
+        chunk = (f" + {d['prefill_tokens']:,} @ {d['prefill_start']:,}"
+                 if d["prefill_tokens"] else "")
+        body.append([
+            d["step"], f"{d['batch']:,} x {d['seq_len']:,}{chunk}",
+            f"{human_seconds(d['median_s'])} ±{spread:.0f}%",
+            f"{human_seconds(d['predicted_s'])} ({d['measured_over_predicted']:.2f})",
+            pair(d["predicted_decode_memory_s"], d["predicted_prefill_memory_s"]),
+            pair(d["predicted_decode_compute_s"], d["predicted_prefill_compute_s"]),
+            f"{d['bound']} ({d['dominant']})", "LOADED" if d["loaded"] else "no"])
+        sizes.append(f"{d['step']}: "
+                     f"{pair(d['decode_bytes'], d['prefill_bytes'], lambda v: human_count(v, 'B'))}"
+                     f", {pair(d['decode_flops'], d['prefill_flops'], lambda v: human_count(v, 'FLOP'))}")
+    dev, c, cfg = result.device, result.ceilings, result.config
+    caption = [
+        f"{dev['name']} ({dev['type']}"
+        + (f", {dev['threads']} thread{'s' if dev['threads'] != 1 else ''}" if dev.get("threads")
+           else "")
+        + f"), torch {dev['torch_version']}, {cfg['dtype']}, "
+        f"{cfg['model']} ({cfg['layers']} layers, every one run), engine torch-eager; timer "
+        f"{result.rows[0].timer}, median of {cfg['iters']} after {cfg['warmup']} warm-up",
+        f"ceilings ({c['source']}): read {human_rate(c['read_bytes_per_s'])}, matmul "
+        f"{human_count(c['matmul_flops_per_s'], 'FLOP/s')} ({c['dtype']})",
+        "shape: decode batch x context [+ chunk tokens @ its first position]; predicted = "
+        "max(bytes / read ceiling, FLOPs / matmul ceiling) over the whole step, each term "
+        "split decode + prefill; bound (the part that dominates it)",
+        "bytes and FLOPs (decode + prefill): " + "; ".join(sizes),
+    ]
+    added = result.measured_prefill_added_s()
+    mixed = [r for r in result.rows if r.step == "mixed"]
+    if added is not None and mixed:
+        caption.append(f"the chunk added {human_seconds(added)} measured (mixed less decode "
+                       f"median), {human_seconds(mixed[0].predicted['predicted_prefill_added_s'])} "
+                       "predicted")
+        if mixed[0].host.get("rel_error") is not None:
+            caption.append(f"the chunk's causal attention against float64: relative error "
+                           f"{mixed[0].host['rel_error']:.1e}")
+    notes = list(cfg.get("notes") or [])
+    for r in result.rows:
+        notes += [part for part in r.note.split("; ") if part]
+    caption += [f"note: {text}" for text in dict.fromkeys(notes)]
+    return Tab("kvcalc measure --step mixed: a decode step with a prefill chunk, measured vs "
+               "predicted",
+               ["step", "shape", "median", "predicted (meas/pred)", "memory (dec + pre)",
+                "compute (dec + pre)", "bound (dominant)", "host busy"], body,
+               caption="\n".join(caption))

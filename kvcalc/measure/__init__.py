@@ -21,6 +21,7 @@ from kvcalc.measure.config import (
     MeasureResult,
     Progress,
 )
+from kvcalc.measure.mixed import MixedConfig, MixedPrediction, MixedResult, mixed_prediction
 from kvcalc.measure.predict import StepPrediction, attention_prediction, layer_prediction, predict
 
 __all__ = [
@@ -29,13 +30,18 @@ __all__ = [
     "IMPL_CHOICES",
     "MeasureConfig",
     "MeasureResult",
+    "MixedConfig",
+    "MixedPrediction",
+    "MixedResult",
     "Progress",
     "StepPrediction",
     "attention_prediction",
     "layer_prediction",
+    "mixed_prediction",
     "predict",
     "require_torch",
     "run",
+    "run_mixed",
     "run_sweep",
     "TORCH_HINT",
 ]
@@ -82,3 +88,14 @@ def run_sweep(config: MeasureConfig, seq_lens: list[int], batches: list[int],
     from kvcalc.measure.runner import run_sweep as _run_sweep
 
     return _run_sweep(config, seq_lens, batches, progress, notice)
+
+
+def run_mixed(config: MixedConfig, progress: Progress | None = None,
+              notice=None) -> MixedResult:
+    """One served scheduler step measured: `config.batch` decode tokens with a chunk of
+    `config.prefill_tokens` prompt tokens in the same forward pass, beside kvcalc's
+    prediction at ceilings measured in the same run; see kvcalc.measure.mixed_step."""
+    require_torch()
+    from kvcalc.measure.mixed_step import run_mixed as _run_mixed
+
+    return _run_mixed(config, progress, notice)

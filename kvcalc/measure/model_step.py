@@ -21,21 +21,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from kvcalc.errors import KvcalcError
-from kvcalc.layers import Attention, Dense
+from kvcalc.measure.dense import check_dense  # noqa: F401 (torch-free, for the CLI)
 from kvcalc.spec import ModelSpec
-
-
-def check_dense(spec: ModelSpec) -> None:
-    """Refuse a model this step does not run, naming what it has."""
-    for layer, _ in spec.groups():
-        mixer, mlp = layer.mixer, layer.mlp
-        if (type(mixer) is not Attention or mixer.kind != "full" or layer.cross is not None
-                or mixer.gated or mixer.sinks or mixer.v_head_dim != mixer.head_dim):
-            raise KvcalcError(f"--step model runs dense decoders with full attention in every "
-                              f"layer; {spec.name} has {layer.label} layers")
-        if not isinstance(mlp, Dense):
-            raise KvcalcError(f"--step model runs dense MLPs; {spec.name} has {layer.label} layers")
 
 
 def step_bytes(spec: ModelSpec, batch: int, seq_len: int, element_bytes: int) -> int:
