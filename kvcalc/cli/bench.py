@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from kvcalc.cli.options import (DEFAULT_GPU, ForceOpt, FormatOpt, GpuOpt, KvDtypeOpt,
-                                ModelRequest, OutputOpt, TpOpt, WeightDtypeOpt, model_options,
+                                ModelRequest, OutputOpt, WeightDtypeOpt, model_options,
                                 output_format, resolve_gpu)
 from kvcalc.cli.parsing import command
 from kvcalc.errors import KvcalcError
@@ -24,12 +25,18 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             "sizes the pool and the running limit; its fitted terms time the steps; "
             "default: vllm).")] = None,
         gpu: GpuOpt = DEFAULT_GPU,
-        tp: TpOpt = 1,
-        input_len: Annotated[int, typer.Option(
-            "--input-len", "--random-input-len", help="Prompt tokens per request.")] = 1024,
-        output_len: Annotated[int, typer.Option(
-            "--output-len", "--random-output-len",
-            help="Output tokens per request.")] = 128,
+        tp: Annotated[Optional[int], typer.Option(
+            "--tp", show_default=False,
+            help="Tensor-parallel devices (count; default: 1, or with --against the "
+            "file's own where it records one).")] = None,
+        input_len: Annotated[Optional[int], typer.Option(
+            "--input-len", "--random-input-len", show_default=False,
+            help="Prompt tokens per request (default: 1,024; with --against, checked "
+            "against the file's, else taken from it).")] = None,
+        output_len: Annotated[Optional[int], typer.Option(
+            "--output-len", "--random-output-len", show_default=False,
+            help="Output tokens per request (default: 128; with --against, checked "
+            "against the file's, else taken from it).")] = None,
         num_prompts: Annotated[Optional[int], typer.Option(
             "--num-prompts", show_default=False,
             help="Requests the client sends (default: 1,000, or 10 x the concurrency, as "
@@ -51,6 +58,13 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         kv_dtype: KvDtypeOpt = "bf16",
         weight_dtype: WeightDtypeOpt = None,
         seed: Annotated[int, typer.Option("--seed", help="Poisson arrivals' seed.")] = 0,
+        against: Annotated[Optional[Path], typer.Option(
+            "--against", show_default=False, metavar="RESULT.json",
+            help="A real `vllm bench serve --save-result` JSON or SGLang `bench_serving "
+            "--output-file` JSONL: each run in it beside kvcalc's prediction of the same "
+            "load (its lengths, rate or concurrency and request count; the flags given "
+            "must match the file's), metric by metric with the ratio kvcalc / "
+            "measured.")] = None,
         fmt: FormatOpt = None,
         output: OutputOpt = None,
         force: ForceOpt = False,
@@ -66,6 +80,9 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         engine's fitted terms. A rate the engine cannot sustain is refused with where it
         saturates. Example: `kvcalc bench --preset llama3.1-8b --gpu h100-sxm
         --concurrency 1,8,64 --input-len 1024 --output-len 128`.
+
+        With --against RESULT.json, a real run's file instead: every metric it measured
+        beside kvcalc's prediction of that run (kvcalc.served_against).
         """
         from kvcalc.report.render import Tab, deliver
         from kvcalc.cli.speed import memory_engine
@@ -83,6 +100,17 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             raise KvcalcError("--concurrency (closed loop) and --request-rate (open loop) "
                               "are two kinds of run: give one")
         spec = request.resolve()
+        if against is not None:
+            _against(against, spec, hardware, engine=ref if engine else None, tp=tp,
+                     input_len=input_len, output_len=output_len, concurrency=concurrency,
+                     request_rate=request_rate, num_prompts=num_prompts,
+                     prefix_hit=prefix_hit, seed=seed, kv_dtype=kv_dtype,
+                     weight_dtype=weight_dtype, max_model_len=max_model_len, fmt=fmt,
+                     output=output, force=force)
+            return
+        tp = tp or 1
+        input_len = input_len or 1024
+        output_len = output_len or 128
         loads = []
         if concurrency is not None:
             for c in _values(concurrency, "--concurrency", int):
@@ -122,6 +150,47 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         deliver(fmt.value, [head, Tab("", cols, table, caption=caption)],
                 data=rows[0] if len(rows) == 1 else {"runs": rows}, rows=rows,
                 output=output, force=force)
+
+
+def _against(path, spec, hardware, *, engine, tp, input_len, output_len, concurrency,
+             request_rate, num_prompts, fmt, output, force, **kw) -> None:
+    """`bench --against`: the file's runs beside kvcalc's, rendered."""
+    from kvcalc.report.render import Tab, deliver
+    from kvcalc.served import METRICS
+    from kvcalc.served_against import against as compare
+
+    if concurrency is not None and request_rate is not None:
+        raise KvcalcError("--concurrency (closed loop) and --request-rate (open loop) "
+                          "are two kinds of run: give one")
+    for flag, v in (("--tp", tp), ("--input-len", input_len), ("--output-len", output_len),
+                    ("--num-prompts", num_prompts)):
+        if v is not None and v < 1:
+            raise KvcalcError(f"{flag} must be a positive whole number, got {v}")
+    got = compare(path, spec, hardware, engine=engine, tp=tp, input_len=input_len,
+                  output_len=output_len,
+                  concurrency=_values(concurrency, "--concurrency", int) if concurrency else None,
+                  request_rate=(_values(request_rate, "--request-rate", float)
+                                if request_rate else None),
+                  num_prompts=num_prompts, **kw)
+    first = got.runs[0]
+    items = [f"{first.run.client} result {path} beside kvcalc ({got.engine.title} serving "
+             f"{got.model} on {first.predicted.tp if first.predicted else (tp or first.run.tp or 1)}"
+             f" x {got.gpu}): ratio = kvcalc / measured"]
+    if got.skipped:
+        items.append(f"{len(got.runs)} of {len(got.runs) + got.skipped} runs in the file "
+                     "match what was asked; the others ran other loads or lengths")
+    for c in got.runs:
+        measured, predicted, ratio = c.measured, c.kvcalc, c.ratio
+        table = [[m, f"{measured[m]:,.2f}",
+                  f"{predicted[m]:,.2f}" if m in predicted else "-",
+                  f"{ratio[m]:.2f}" if m in ratio else "-"]
+                 for m in METRICS if m in measured]
+        notes = ([f"kvcalc refuses this run: {c.refusal}"] if c.refusal else []) + [
+            f"note: {n}" for n in c.notes]
+        items.append(Tab(c.run.label, ["metric", "measured", "kvcalc", "ratio"], table))
+        if notes:  # lines of their own (a table caption is filled as one paragraph)
+            items.append("\n".join(notes))
+    deliver(fmt.value, items, data=got.as_dict(), rows=got.rows(), output=output, force=force)
 
 
 def _values(text: str, flag: str, kind):
