@@ -173,6 +173,7 @@ def test_the_reader_joins_a_wrapped_line_and_reads_the_1_2_banner():
 # --- (b) bytes per token and rounding, from the memory the log gives ----------------------
 # (log, tensor parallel size, KV dtype) where the model is known to kvcalc.
 POOL_BYTES = {
+    "gpt-oss-120b-dgx-spark-tp1-trtllm110rc3-jeansblog": (1, "bf16"),
     "llama31-8b-fp8-h100-pcie-tp1-trtllm6294": (1, "fp8"),
     "llama31-8b-fp8-rtx5090-tp1-trtllm4275": (1, "fp8"),
     "llava15-7b-h100-nvl-tp2-backend-multimodal": (2, "fp16"),
@@ -281,8 +282,42 @@ def test_the_pytorch_flows_estimate_rounds_up_to_blocks_at_0_20():
         logged["fraction"])
 
 
+def test_the_1_1_estimate_from_the_logged_profile_terms():
+    """The DGX Spark log (1.1.0rc3) prints every term of the estimate: (device total -
+    peak + the temporary pool) x fraction is its "available" 5.95 GiB (within the 0.005
+    GiB each printed figure rounds), that over kvcalc's 73,728 B a token holds its
+    estimated 86,711 tokens (within the printed available's rounding), and the pool is
+    those rounded UP to blocks of 32 (86,720). The temporary pool is what kvcalc's 1.1
+    rule gives for max_num_tokens 8192 and max_seq_len 131072: 257 blocks (8,224)."""
+    d = LOGS["gpt-oss-120b-dgx-spark-tp1-trtllm110rc3-jeansblog"]
+    logged = d["logged"]
+    rules = rules_for(d["trtllm_version"])
+    per = per_token(_spec(d), kv_dtype="bf16", tp=1).estimate
+    assert per == logged["kv_size_bytes_per_token"]
+    fraction = Fraction(logged["fraction"])
+    terms = (Fraction(str(logged["device_total_gib"])) - Fraction(str(logged["peak_gib"]))
+             + Fraction(str(logged["tmp_kv_gib"])))
+    assert abs(terms * fraction - Fraction(str(logged["available_gib"]))) <= Fraction(
+        3, 200) * fraction + Fraction(1, 200)
+    lo, hi = _gib_interval(logged["available_gib"])
+    assert lo // per <= logged["estimated_max_tokens"] <= hi // per
+    blocks = blocks_for(logged["estimated_max_tokens"], logged["tokens_per_block"],
+                        rules.pool_rounding("pytorch"))
+    assert blocks * logged["tokens_per_block"] == logged["max_tokens"]
+    tmp = rules.temporary_pool_tokens(max_batch_size=64, max_num_tokens=8192,
+                                      max_seq_len=131072, tokens_per_block=32,
+                                      cap_tokens=10**9)
+    assert tmp == 8224 and round(tmp * per / GiB, 2) == logged["tmp_kv_gib"]
+
+
 # --- (c) from the settings alone ----------------------------------------------------------
 WHY = {
+    "gpt-oss-120b-dgx-spark-tp1-trtllm110rc3-jeansblog": (
+        "DGX Spark's unified memory: the log's 49.78 GiB 'used outside torch' right after "
+        "loading the weights (the host's share of the one LPDDR5x memory as "
+        "cudaMemGetInfo counts it) is no setting's and not modelled (kvcalc: a discrete "
+        "GPU's CUDA context, ~1.3 GB), so kvcalc counts 754,624 tokens against 86,720; "
+        "every other term of the estimate is reproduced (test_the_1_1_estimate_...)"),
     "llama2-7b-a10-tp1-trtllm224": (
         "TensorRT-LLM 0.5.0: kvcalc encodes the rules from 0.12 on (the C++ batch manager "
         "was closed source until 0.19, and 0.5's sizing was never read)"),
