@@ -1,15 +1,15 @@
 """kvcalc bench's predictions beside every published serving run (tests/data/served):
 each metric's ratio, predicted / measured, and the share within +-15%, per publisher,
-engine and regime. Nothing is fitted here: the engine terms come from tests/data/published
-(single-request and batched rows), so every served run is a source the constants never
-saw (the SGLang cookbook's concurrency-1 runs are the exception: they are in both).
+engine and regime. The engines' single-stream terms come from tests/data/published; the
+served terms (request and per-running-request host time, the MoE and K/V shares) are
+fitted on these very runs, so this score is in-sample.
 
     python benchmarks/score_served.py            # the summary (markdown)
     python benchmarks/score_served.py --rows     # every run's ratios too
-    python benchmarks/score_served.py --loso-kv-share
-        # one candidate physical term, the attention kernel's share of bandwidth for K/V
-        # in decode, fitted on every publisher but one and scored on that one, in turn
-        # (an experiment: no engine file is changed)
+
+The served terms (presets/served/terms.yaml) are fitted on these runs by
+benchmarks/fit_served.py, which scores them leave one publisher out: its held-out share
+is the headline, this script's the in-sample one.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import served  # noqa: E402  (tests/served.py: the loader and schema)
 
 from kvcalc.errors import KvcalcError  # noqa: E402
 from kvcalc.presets import load_hardware, load_model, model_names  # noqa: E402
-from kvcalc.served import Load, bench  # noqa: E402
+from kvcalc.served import Load, bench, random_lengths  # noqa: E402
 from kvcalc.serving import engine_ref  # noqa: E402
 
 SCORED = ("mean_tpot_ms", "median_tpot_ms", "output_throughput", "mean_ttft_ms",
@@ -71,8 +71,25 @@ def server_flags(run) -> tuple[dict, int | None, str]:
     return out, length, kv
 
 
-def predict(run):
-    """The run's metrics predicted, or the reason it cannot be."""
+# clients that send the first prompt once before the run (vllm bench serve's initial test
+# run, benchmark_serving.py's, bench_serving's warmup)
+WARMUP_CLIENTS = ("vllm bench serve", "vllm benchmark_serving.py", "sglang.bench_serving")
+
+
+def release_of(run):
+    """The engine at the run's release where its wing reads that release, else at the
+    wing's default."""
+    if run.engine_version and run.engine_version != "unknown":
+        try:
+            return engine_ref(f"{run.engine}@{run.engine_version}")
+        except KvcalcError:
+            pass
+    return engine_ref(run.engine)
+
+
+def predict(run, terms=None):
+    """The run's metrics predicted, or the reason it cannot be (`terms`: served terms
+    to time with instead of the engine's fitted ones)."""
     if run.model not in model_names():
         return None, "no kvcalc preset for the model"
     if run.weights not in _WEIGHTS:
@@ -86,18 +103,31 @@ def predict(run):
     ep = run.ep or 1
     replicas = run.dp if (run.dp or 1) > 1 and ep == 1 else 1
     flags, length, kv = server_flags(run)
-    num = max(1, round((run.num_prompts or run.completed or 1) / replicas))
+    # a source that does not say how many requests ran: kvcalc bench's own default (ten
+    # rounds of the concurrency, or 1,000 sent at once), a steady run either way
+    sent = run.num_prompts or run.completed or (10 * run.concurrency if run.concurrency
+                                                else 1000)
+    num = max(1, round(sent / replicas))
     kw = {"input_len": inp, "output_len": out, "num_prompts": num}
     if run.concurrency is not None:
         kw["concurrency"] = max(1, round(run.concurrency / replicas))
     elif not math.isinf(run.request_rate):
         kw["request_rate"] = run.request_rate / replicas
+    # the client's warm-up request leaves the first prompt in the prefix cache
+    kw["warmup"] = run.client in WARMUP_CLIENTS and run.prefix_caching is not False
+    # a random dataset's lengths as the client draws them at its range ratio
+    if run.dataset == "random" and run.input_len and run.output_len:
+        client = "sglang" if run.client == "sglang.bench_serving" else "vllm"
+        ratio = run.range_ratio if run.range_ratio is not None else (
+            0.0 if client == "sglang" else 0.0)
+        if (client == "sglang" and ratio < 1) or (client == "vllm" and ratio > 0):
+            kw["lengths"] = random_lengths(run.input_len, run.output_len, num, ratio, client)
     try:
-        ref = engine_ref(run.engine)
+        ref = release_of(run)
         r = bench(load_model(run.model), load_hardware(run.gpu), Load(**kw), engine=ref,
                   tp=run.tp or 1, kv_dtype=run.kv_dtype or kv,
                   weight_dtype=_WEIGHTS[run.weights], max_model_len=length,
-                  engine_flags=flags)
+                  engine_flags=flags, terms=terms, past_saturation=True)
     except KvcalcError as e:
         return None, str(e)
     m = dict(r.metrics)
@@ -106,67 +136,7 @@ def predict(run):
     return m, ""
 
 
-SHARES = tuple(round(0.25 + 0.05 * i, 2) for i in range(16))  # 0.25 .. 1.0
-
-
-def _loso_kv_share() -> int:
-    """Leave one publisher out: for each publisher, the K/V share (one value for every
-    engine) that puts the most of the other publishers' under-load TPOT and output
-    throughput rows within 15%, scored on the publisher left out; beside it, the share
-    fitted on all of them (in-sample) and the engines' own terms."""
-    from kvcalc import engines
-
-    rows = [r for r in served.load() if not r.excluded]
-    runs = served.runs(rows)
-    original = engines.Engine.kv_share
-    hits: dict = {}  # (share, publisher) -> [within, n]
-    try:
-        for share in (None, *SHARES):
-            engines.Engine.kv_share = (original if share is None
-                                       else (lambda self, f, s=share: s))
-            for run_id, measured in runs.items():
-                run = measured[0]
-                if regime(run) != "under load":
-                    continue
-                got, _ = predict(run)
-                if got is None:
-                    continue
-                for row in measured:
-                    if row.metric not in ("mean_tpot_ms", "output_throughput") or row.per == "gpu":
-                        continue
-                    cell = hits.setdefault((share, run.publisher), [0, 0])
-                    cell[0] += abs(got[row.metric] / row.value - 1) <= 0.15
-                    cell[1] += 1
-    finally:
-        engines.Engine.kv_share = original
-    publishers = sorted({p for _, p in hits})
-
-    def total(share, keep) -> tuple[int, int]:
-        cells = [hits.get((share, p), [0, 0]) for p in publishers if keep(p)]
-        return sum(c[0] for c in cells), sum(c[1] for c in cells)
-
-    print("| publisher left out | share fitted on the others | within 15%, held out | "
-          "engines' own terms |")
-    print("|---|---|---|---|")
-    held_ok = held_n = own_ok = own_n = 0
-    for p in publishers:
-        best = max(SHARES, key=lambda s: (total(s, lambda q: q != p)[0], -abs(s - 0.8)))
-        ok, n = total(best, lambda q: q == p)
-        o_ok, o_n = total(None, lambda q: q == p)
-        held_ok, held_n, own_ok, own_n = held_ok + ok, held_n + n, own_ok + o_ok, own_n + o_n
-        print(f"| {p} | {best:.2f} | {ok}/{n} | {o_ok}/{o_n} |")
-    best_all = max(SHARES, key=lambda s: (total(s, lambda q: True)[0], -abs(s - 0.8)))
-    ok_all, n_all = total(best_all, lambda q: True)
-    print(f"| all, left out in turn | - | {held_ok}/{held_n} ({held_ok / held_n:.0%}) | "
-          f"{own_ok}/{own_n} ({own_ok / own_n:.0%}) |")
-    print(f"\nin-sample (fitted on every publisher): share {best_all:.2f}, {ok_all}/{n_all} "
-          f"({ok_all / n_all:.0%}); the headline is the held-out figure")
-    return 0
-
-
 def main(argv: list[str]) -> int:
-    if "--loso-kv-share" in argv:
-        return _loso_kv_share()
     rows = [r for r in served.load() if not r.excluded]
     runs = served.runs(rows)
     scores = defaultdict(lambda: [0, 0])  # (publisher|engine|regime, metric) -> [within, n]

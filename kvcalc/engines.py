@@ -17,6 +17,7 @@ An engine file gives, each fitted on that engine's published measurements
 
 from __future__ import annotations
 
+import functools
 from dataclasses import field
 
 from kvcalc._record import record
@@ -206,6 +207,7 @@ def engine_names() -> list[str]:
     return _names("engines")
 
 
+@functools.lru_cache(maxsize=32)  # a plan asks once per layout; the files never change
 def load_engine(text: str) -> tuple[Engine, str | None]:
     """The engine `NAME[@VERSION]` names, and the version asked for (None: any). A name
     or version kvcalc has no published rows for is one error naming the known ones."""

@@ -255,14 +255,10 @@ def _calibrated(hardware: Hardware, spec: ModelSpec, w: Workload, prefill_flops:
         each with the engine's fixed cost (step + layers x per-layer), which overlaps
         the data movement on a GPU and adds to it on a CPU; under tp, the decode adds
         the step's all-reduces at the file's measured latency and bus bandwidth.
-    Under TP the per-device bytes are split in the proportions of the whole step."""
+    Under TP each part is one device's own (DecodeCost.per_device_breakdown)."""
     cal = hardware.calibration
-    b = step.bytes_breakdown
-    kv, acts = b["kv_read"] + b["kv_write"], b["activations"]
-    total = max(1, step.bytes)
-    # Each part's share of this device's bytes (all of them without TP), rounded once.
-    weights_dev, kv_dev, acts_dev = (x * step.per_device_bytes / total
-                                     for x in (b["weights"], kv, acts))
+    dev = step.per_device_breakdown
+    weights_dev, kv_dev, acts_dev = dev["weights"], dev["kv"], dev["activations"]
     # Each matmul's weights at the rate of its own width, weighted by its elements.
     mm = [*token_matmuls(spec), (spec.d_model, spec.vocab, 1)]  # the lm_head too
     elements = sum(i * o * c for i, o, c in mm)
@@ -302,12 +298,9 @@ def engine_decode_terms(engine, family: str, hardware: Hardware, step: DecodeCos
     e_w = engine.efficiency(family)[0]
     e_float = float(engine.bandwidth_efficiency.get("float", e_w))
     bw = hardware.memory_bandwidth_bytes_per_s
-    b = step.bytes_breakdown
-    # The share first: int64 arrays would overflow on weights x per-device bytes.
-    share = step.per_device_bytes / step.bytes
-    weights_dev = b["weights"] * share
-    kv_dev = (b["kv_read"] + b["kv_write"]) * share
-    rest_dev = step.per_device_bytes - weights_dev - kv_dev
+    # One device's own bytes: a K/V cache every rank keeps whole is read whole on each
+    dev = step.per_device_breakdown
+    weights_dev, kv_dev, rest_dev = dev["weights"], dev["kv"], dev["activations"]
     memory_s = (weights_dev / (bw * e_w) + kv_dev / (bw * engine.kv_share(e_float))
                 + rest_dev / (bw * e_float))
     compute_s = step.per_device_flops / (engine.peak_flops(hardware, compute_dtype)

@@ -6,20 +6,23 @@ The engine's scheduler is simulated step by step over the benchmark's requests:
 * arrivals as the client sends them: all at once (`--request-rate inf`, no concurrency
   cap), a closed loop of `concurrency` requests (each completion sends the next), or a
   Poisson stream of `request_rate` requests a second (seeded: the same run each time);
-* admission while the engine's running-request limit and its KV pool allow (the pool's
-  tokens and limit from that engine's own start-up count, kvcalc.serving; a request is
-  admitted when its whole prompt + output fits, so nothing is preempted);
+  the client's warm-up request leaves the first prompt in the prefix cache;
+* admission by the engine's own rule at its release (kvcalc.serving.schedule_for): vLLM
+  admits a prompt whose KV fits now and preempts the newest running request when
+  decoding outgrows the pool (it is computed again when it resumes), SGLang reserves a
+  decaying share of the outputs to come (new_token_ratio) and retracts likewise,
+  TensorRT-LLM reserves every request's whole length; always within the pool and the
+  running-request limit of that engine's start-up count (kvcalc.serving);
 * each step carries one token of every decoding request and prompt tokens up to the
   engine's per-step token budget (vLLM's max_num_batched_tokens and TensorRT-LLM's
   max_num_tokens are shared with the decode tokens; SGLang runs a prefill step of up to
-  chunked_prefill_size prompt tokens whenever a prompt waits, decode steps otherwise:
-  its default, without --enable-mixed-chunk);
-* a step's time is the engine's decode step at the batch and the decoding requests'
-  mean context (kvcalc.latency's terms: weights and K/V at the engine's bandwidth shares,
-  FLOPs at its compute share, per-layer GPU time and all-reduces, host time overlapping
-  the GPU's) plus the prompt tokens' FLOPs (matmuls and causal attention at their
-  positions) and, under tp, their all-reduces; a request's first token also pays the
-  engine's per-request host time.
+  chunked_prefill_size prompt tokens whenever a prompt waits, decode steps otherwise);
+* a step's time is kvcalc.served_step's: the weights the step's tokens route to, each
+  device's own K/V and the activations at the engine's bandwidth shares, the FLOPs of
+  decode and prompt tokens (routed experts at the MoE share), per-layer GPU time and
+  all-reduces, and host time per step and per running request, which overlaps the GPU's
+  where the release's scheduler overlaps it and adds to it where not; a request reaches
+  the scheduler the engine's per-request host time after it is sent (HTTP, tokenizing).
 
 The metrics are computed as vllm bench serve defines them: TTFT from sending to the first
 token; TPOT per request as (latency - TTFT) / (output tokens - 1); ITL every gap between
@@ -37,8 +40,11 @@ from dataclasses import field
 
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
+from kvcalc.served_step import ServedTerms, StepTimes, served_terms
 
-__all__ = ["BenchResult", "Load", "bench", "METRICS"]
+
+__all__ = ["BenchResult", "Load", "ServedTerms", "bench", "random_lengths", "served_terms",
+           "METRICS"]
 
 # vllm bench serve's JSON names, in its order
 METRICS = ("request_throughput", "output_throughput", "total_token_throughput",
@@ -47,6 +53,7 @@ METRICS = ("request_throughput", "output_throughput", "total_token_throughput",
            "mean_itl_ms", "median_itl_ms", "p99_itl_ms",
            "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms")
 MAX_STEPS = 2_000_000  # a run longer than this is refused as saturated
+WARM_BLOCK = 16  # the prefix cache keeps whole blocks (vLLM's default block size)
 
 
 @record
@@ -54,7 +61,9 @@ class Load:
     """What the client sends: `num_prompts` requests of `input_len` prompt and
     `output_len` output tokens; `concurrency` (closed loop, at most this many in flight)
     or `request_rate` (Poisson, requests/s; inf: all at once); `prefix_hit`: the share
-    of each prompt already cached (its prefill skipped, its KV still held)."""
+    of each prompt already cached (its prefill skipped, its KV still held); `warmup`:
+    the client sent the first prompt once before the run (vllm bench serve's initial
+    test run and bench_serving's warmup do), so the prefix cache holds it."""
 
     input_len: int
     output_len: int
@@ -63,6 +72,10 @@ class Load:
     request_rate: float = math.inf
     prefix_hit: float = 0.0
     seed: int = 0
+    warmup: bool = True
+    # each request's own (prompt, output) tokens, in the order sent (random_lengths: the
+    # clients' --random-range-ratio); empty: every request input_len + output_len
+    lengths: tuple = ()
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len", "num_prompts"):
@@ -77,6 +90,16 @@ class Load:
         if not self.request_rate > 0:
             raise KvcalcError(f"request_rate must be positive (inf: all at once), got "
                               f"{self.request_rate!r}")
+        if self.lengths:
+            if len(self.lengths) != self.num_prompts:
+                raise KvcalcError(f"lengths gives {len(self.lengths):,} requests, "
+                                  f"num_prompts {self.num_prompts:,}")
+            if any(isinstance(v, bool) or not isinstance(v, int) or v < 1
+                   for pair in self.lengths for v in pair):
+                raise KvcalcError("lengths must be (prompt, output) pairs of positive whole "
+                                  "numbers")
+        if not isinstance(self.warmup, bool):
+            raise KvcalcError(f"warmup must be true or false, got {self.warmup!r}")
         if not 0 <= self.prefix_hit < 1:
             raise KvcalcError(f"prefix_hit must be in [0, 1), got {self.prefix_hit!r}")
 
@@ -96,6 +119,9 @@ class BenchResult:
     duration_s: float
     max_running: int  # the most requests the engine ran at once
     running_limit: int  # what its count allows: running-request limit and pool
+    peak_kv_tokens: int  # the most KV tokens held (or reserved) at once
+    total_input_tokens: int = 0
+    total_output_tokens: int = 0
     kv_cache_tokens: int
     step_budget: int  # prompt (and decode) tokens per step
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -109,81 +135,13 @@ class BenchResult:
                 "request_rate": "inf" if math.isinf(load.request_rate) else load.request_rate,
                 "prefix_hit": load.prefix_hit, "completed": self.completed,
                 "duration": self.duration_s,
-                "total_input_tokens": self.completed * load.input_len,
-                "total_output_tokens": self.completed * load.output_len,
+                "total_input_tokens": self.total_input_tokens,
+                "total_output_tokens": self.total_output_tokens,
                 **self.metrics, "max_running": self.max_running,
-                "running_limit": self.running_limit, "kv_cache_tokens": self.kv_cache_tokens,
+                "running_limit": self.running_limit, "peak_kv_tokens": self.peak_kv_tokens,
+                "kv_cache_tokens": self.kv_cache_tokens,
                 "step_budget": self.step_budget, "prediction": True,
                 "notes": list(self.notes)}
-
-
-class _Steps:
-    """One scheduler step's time from the engine's terms (kvcalc.latency), cached by the
-    decode batch and its mean context (to 1/32 of itself)."""
-
-    def __init__(self, spec, hw, timing, w, stored):
-        from kvcalc.engines import check_runs, weight_family
-        from kvcalc.roofline import compute_dtype_for
-
-        self.spec, self.hw, self.e, self.w, self.stored = spec, hw, timing, w, stored
-        self.family = weight_family(w.weight_dtype.name, w.quantization)
-        check_runs(timing, self.family)
-        self.cdt = compute_dtype_for(w.weight_dtype)
-        self.cache: dict = {}
-        peak = timing.peak_flops(hw, self.cdt)
-        mfu = timing.mfu(self.family)[0]
-        self.matmul_s_per_token, self.attention_s_per_pair = self._prefill_rates(peak, mfu)
-        self.comm_s_per_token = 0.0
-        if w.tp > 1 and hw.interconnect_bandwidth_bytes_per_s:
-            from kvcalc.comm import decode_allreduce
-
-            self.comm_s_per_token = decode_allreduce(
-                spec, 1024, w.tp, self.cdt, hw.interconnect_bandwidth_bytes_per_s).bandwidth_s / 1024
-
-    def _prefill_rates(self, peak: float, mfu: float) -> tuple[float, float]:
-        """Seconds of prompt matmuls per token and of causal attention per (query, key)
-        pair on one device, from the prefill FLOPs of a 1,024- and a 2,048-token prompt."""
-        from dataclasses import replace
-
-        from kvcalc.latency import step_figures
-
-        def flops(n: int):
-            f = step_figures(self.spec, replace(self.w, seq_len=n, batch=1, prompt_len=n),
-                             stored=self.stored)
-            return f.prefill_flops - f.prefill_attention_flops, f.prefill_attention_flops
-
-        (m1, a1), (m2, a2) = flops(1024), flops(2048)
-        matmul = (m2 - m1) / 1024  # per prompt token
-        pairs = (2048 * 2049 - 1024 * 1025) / 2
-        attention = (a2 - a1) / pairs if pairs else 0.0
-        attention_share = self.e.attention_mfu or mfu
-        return matmul / (peak * mfu), attention / (peak * attention_share)
-
-    def time(self, decoding: int, context: float, prompt_tokens: int, pairs: float) -> float:
-        """Seconds of one step: `decoding` requests at mean `context`, and `prompt_tokens`
-        prompt tokens whose causal attention covers `pairs` (query, key) pairs."""
-        from kvcalc.formulas.step import decode_step
-        from kvcalc.latency import engine_decode_terms
-
-        b = max(decoding, 1)
-        c = max(int(context), 1)
-        bucket = max(c // 32, 1)
-        key = (b, c // bucket * bucket)
-        terms = self.cache.get(key)
-        if terms is None:
-            w = self.w
-            step = decode_step(self.spec, key[1], b, w.weight_dtype, w.kv_dtype, self.cdt, w.tp,
-                               w.kv_scale_bytes, w.encoder_seq_len, prefill=False,
-                               stored=self.stored)
-            terms = engine_decode_terms(self.e, self.family, self.hw, step, self.spec.layers,
-                                        w.tp, self.cdt)
-            self.cache[key] = terms
-        memory_s, compute_s, serial_s, host_s = terms
-        if decoding == 0:
-            compute_s = 0.0
-        compute_s += prompt_tokens * self.matmul_s_per_token + pairs * self.attention_s_per_pair
-        gpu_s = max(memory_s, compute_s) + serial_s + prompt_tokens * self.comm_s_per_token
-        return max(gpu_s, host_s)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -227,12 +185,14 @@ def _stats(name: str, values: list[float], weights: list[int] | None = None) -> 
             f"p99_{name}_ms": _percentile(values, 99) * 1e3}
 
 
-def _simulate(steps: _Steps, load: Load, *, limit: int, pool: int, budget: int,
-              mixed: bool, request_s: float) -> dict:
-    """The run, step by step (module docstring). Returns the raw per-request times."""
-    n, inp, out = load.num_prompts, load.input_len, load.output_len
-    to_fill = max(1, round(inp * (1 - load.prefix_hit)))  # prompt tokens prefilled
-    held = inp + out  # tokens one admitted request reserves
+def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: int,
+              schedule, request_s: float, warm_tokens: int) -> dict:
+    """The run, step by step (module docstring). Returns the raw per-request times.
+    `warm_tokens`: of the first request's prompt, already in the prefix cache."""
+    n = load.num_prompts
+    pairs_of = load.lengths or ((load.input_len, load.output_len),) * n
+    ins = [p for p, _ in pairs_of]
+    outs = [o for _, o in pairs_of]
     rng = random.Random(load.seed)
     arrivals: deque[float] = deque()
     if load.concurrency is not None:
@@ -247,103 +207,204 @@ def _simulate(steps: _Steps, load: Load, *, limit: int, pool: int, budget: int,
             arrivals.append(t)
             t += rng.expovariate(load.request_rate)
         sent = n
-    waiting: deque[tuple[float, int]] = deque()  # (arrival, id)
-    prefilling: deque[list] = deque()  # [id, arrival, tokens done]
-    decoding = 0
-    context_sum = 0.0  # of the decoding requests
-    finish: list[tuple[int, int]] = []  # (decode step it finishes at, id)
+    greedy, ratio_mode = schedule.admission == "greedy", schedule.admission == "ratio"
+    # waiting and prefilling: [rid, arrival, start position, tokens to prefill, generated]
+    waiting: deque[list] = deque()
+    prefilling: deque[list] = deque()
+    # decoding requests: rid -> (joined at decode step, generated then, tokens held
+    # then, epoch, context then); their tokens held, outputs left and contexts, in sums
+    decoding: dict[int, tuple] = {}
+    grows = greedy or ratio_mode  # a running request holds one more token a step
+    held_base = 0  # sum of (held then - joined at), or of the whole reservations
+    left_base = 0  # sum of (output left then + joined at)
+    context_base = 0.0  # sum of (context then - joined at)
+    prefill_held = 0  # tokens the prefilling requests hold
+    prefill_left = 0  # their outputs still to come
+    finish: list[tuple[int, int, int]] = []  # (decode step it finishes at, id, epoch)
+    newest: list[tuple[int, int, int]] = []  # (-admission order, id, epoch)
+    epoch: dict[int, int] = {}
     first_token: dict[int, float] = {}
     arrived_at: dict[int, float] = {}
     done_at: dict[int, float] = {}
     gaps: list[float] = []  # a decode step's time ...
     counts: list[int] = []  # ... and how many requests it gave a token
-    now, decode_steps, next_id, reserved, most = 0.0, 0, 0, 0, 0
+    preempted = peak = 0
+    now, decode_steps, next_id, most, order = 0.0, 0, 0, 0, 0
+    ratio = schedule.reserve_ratio
+    fall = ((schedule.reserve_ratio - schedule.reserve_floor) / schedule.reserve_decay_steps
+            if schedule.reserve_decay_steps else 0.0)
+
+    def used() -> int:
+        return prefill_held + held_base + (len(decoding) * decode_steps if grows else 0)
+
+    def fits(item) -> bool:
+        rest = outs[item[0]] - item[4]  # outputs still to come
+        if greedy:
+            return used() + item[2] <= pool
+        if ratio_mode:
+            left = prefill_left + left_base - len(decoding) * decode_steps
+            return used() + item[2] + min(rest, 4096) + ratio * left <= pool
+        return used() + item[2] + rest <= pool  # reserve: every request's whole length
+
+    def admitted_tokens(item) -> int:
+        # reserve holds the whole request from the start; the others their prompt
+        return item[2] + (0 if grows else outs[item[0]] - item[4])
+
     for _ in range(MAX_STEPS):
-        while arrivals and arrivals[0] <= now:
-            waiting.append((arrivals.popleft(), next_id))
+        while arrivals and arrivals[0] + request_s <= now:
+            rid = next_id
+            inp = ins[rid]
+            fill = inp - (warm_tokens if rid == 0 else min(inp - 1, round(inp * load.prefix_hit)))
+            waiting.append([rid, arrivals.popleft(), inp, max(fill, 1), 0])  # sent at
+            arrived_at[rid] = waiting[-1][1]
             next_id += 1
-        while waiting and len(prefilling) + decoding < limit and reserved + held <= pool:
-            arrival, rid = waiting.popleft()
-            arrived_at[rid] = arrival
-            prefilling.append([rid, arrival, 0])
-            reserved += held
-        most = max(most, len(prefilling) + decoding)
+        while (waiting and len(prefilling) + len(decoding) < limit and fits(waiting[0])):
+            item = waiting.popleft()
+            prefilling.append(item)
+            prefill_held += admitted_tokens(item)
+            prefill_left += outs[item[0]] - item[4]
+        most = max(most, len(prefilling) + len(decoding))
+        peak = max(peak, used())
         if not prefilling and not decoding:
             if not arrivals:
+                if waiting:
+                    raise KvcalcError("a request is never admitted: it does not fit the "
+                                      "KV pool beside nothing")
                 break
-            now = max(now, arrivals[0])
+            now = max(now, arrivals[0] + request_s)
             continue
         # what this step carries
-        run_decode = decoding if (mixed or not prefilling) else 0
-        room = (budget - run_decode) if mixed else (budget if prefilling else 0)
+        run_decode = len(decoding) if (schedule.mixed or not prefilling) else 0
+        room = (budget - run_decode) if schedule.mixed else (budget if prefilling else 0)
         chunks, pairs, tokens = [], 0.0, 0
         for item in prefilling:
             if room <= 0:
                 break
-            take = min(room, to_fill - item[2])
+            take = min(room, item[3])
             chunks.append((item, take))
-            start = item[2] + (inp - to_fill)
+            start = item[2] - item[3]
             pairs += take * start + take * (take + 1) / 2
             tokens += take
             room -= take
-        dt = steps.time(run_decode, context_sum / decoding if decoding else 0.0, tokens, pairs)
+        context = ((context_base + len(decoding) * decode_steps) / len(decoding)
+                   if decoding else 0.0)
+        dt = steps.time(run_decode, context, tokens, pairs, len(prefilling) + len(decoding))
         now += dt
         for item, take in chunks:
-            item[2] += take
-        while prefilling and prefilling[0][2] >= to_fill:
-            rid, arrival, _ = prefilling.popleft()
-            first_token[rid] = now + request_s
-            if out > 1:
-                heapq.heappush(finish, (decode_steps + (out - 1), rid))
-                decoding += 1
-                context_sum += inp + 1
-            else:
-                done_at[rid] = first_token[rid]
-                reserved -= held
+            item[3] -= take
+        while prefilling and prefilling[0][3] <= 0:
+            rid, arrival, held, _, generated = prefilling.popleft()
+            prefill_held -= admitted_tokens([rid, arrival, held, 0, generated])
+            out = outs[rid]
+            prefill_left -= out - generated
+            generated += 1  # the prefill's own token
+            if rid not in first_token:
+                first_token[rid] = now
+            if generated >= out:
+                done_at[rid] = first_token[rid] if out == 1 else now
+                if load.concurrency is not None and sent < n:
+                    arrivals.append(now)
+                    sent += 1
+                continue
+            e = epoch.get(rid, 0)
+            held_now = held + 1 if grows else held + 1 + (out - generated)
+            decoding[rid] = (decode_steps, generated, held_now, e, held + 1)
+            held_base += held_now - (decode_steps if grows else 0)
+            left_base += (out - generated) + decode_steps
+            context_base += held + 1 - decode_steps
+            heapq.heappush(finish, (decode_steps + (out - generated), rid, e))
+            heapq.heappush(newest, (-order, rid, e))
+            order += 1
         if run_decode:
             decode_steps += 1
             gaps.append(dt)
             counts.append(run_decode)
-            context_sum += run_decode
+            ratio = max(schedule.reserve_floor, ratio - fall)
             while finish and finish[0][0] <= decode_steps:
-                _, rid = heapq.heappop(finish)
+                _, rid, e = heapq.heappop(finish)
+                got = decoding.get(rid)
+                if got is None or got[3] != e:
+                    continue  # preempted since: its later entry counts
+                joined, generated, held, _, context = decoding.pop(rid)
+                held_base -= held - (joined if grows else 0)
+                left_base -= (outs[rid] - generated) + joined
+                context_base -= context - joined
                 done_at[rid] = now
-                decoding -= 1
-                context_sum -= inp + out - 1
-                reserved -= held
                 if load.concurrency is not None and sent < n:
                     arrivals.append(now)
                     sent += 1
-        if load.concurrency is not None and out == 1:
-            while sent < n and len(done_at) + load.concurrency > sent:
-                arrivals.append(now)
-                sent += 1
+            # a pool that the decode tokens outgrew: the newest running requests go
+            # back to wait, their KV freed (greedy and ratio admission only)
+            while (greedy or ratio_mode) and decoding and used() > pool:
+                while newest and (newest[0][1] not in decoding
+                                  or decoding[newest[0][1]][3] != newest[0][2]):
+                    heapq.heappop(newest)
+                _, rid, e = heapq.heappop(newest)
+                joined, generated, held, _, context = decoding.pop(rid)
+                held_base -= held - joined
+                left_base -= (outs[rid] - generated) + joined
+                context_base -= context - joined
+                generated += decode_steps - joined
+                epoch[rid] = e + 1
+                # computed again from its first token: prompt and output so far
+                waiting.appendleft([rid, arrived_at[rid], ins[rid] + generated,
+                                    ins[rid] + generated,
+                                    generated])
+                preempted += 1
+                if ratio_mode:
+                    ratio = schedule.reserve_ratio
+            peak = max(peak, used())
     else:
         raise KvcalcError("the run does not finish within two million steps: the load "
                           "saturates the engine")
     return {"first_token": first_token, "arrived": arrived_at, "done": done_at,
             "gaps": gaps, "counts": counts, "end": max(done_at.values(), default=0.0),
-            "most": most}
+            "most": most, "preempted": preempted, "peak": peak}
+
+
+def random_lengths(input_len: int, output_len: int, n: int, range_ratio: float,
+                   client: str = "vllm", seed: int = 0) -> tuple:
+    """Each request's (prompt, output) tokens as the client's random dataset draws them
+    at --random-range-ratio `range_ratio` (uniform whole numbers, seeded): vllm bench
+    serve's RandomDataset between floor(len x (1 - r)) and ceil(len x (1 + r)); SGLang's
+    bench_serving (`client` "sglang") between max(int(len x r), 1) and len."""
+    if not 0 <= range_ratio <= 1:
+        raise KvcalcError(f"--random-range-ratio must be in [0, 1], got {range_ratio!r}")
+    rng = random.Random(seed)
+
+    def bounds(length: int) -> tuple[int, int]:
+        if client == "sglang":
+            return max(int(length * range_ratio), 1), length
+        return max(math.floor(length * (1 - range_ratio)), 1), math.ceil(length * (1 + range_ratio))
+
+    (i_lo, i_hi), (o_lo, o_hi) = bounds(input_len), bounds(output_len)
+    return tuple((rng.randint(i_lo, i_hi), rng.randint(o_lo, o_hi)) for _ in range(n))
 
 
 def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf16",
           weight_dtype=None, group_size: int | None = None,
-          max_model_len: int | None = None, engine_flags: dict | None = None) -> BenchResult:
+          max_model_len: int | None = None, engine_flags: dict | None = None,
+          terms: ServedTerms | None = None, past_saturation: bool = False) -> BenchResult:
     """A benchmark run of `load` against `spec` served on `tp` devices like `hw` by
     `engine` (kvcalc.serving.EngineRef; default vLLM's release), predicted.
     `engine_flags`: the engine's own flags by their parameter names (kvcalc.serving.flags:
-    gpu_memory_utilization, max_num_seqs, mem_fraction_static, ...)."""
+    gpu_memory_utilization, max_num_seqs, mem_fraction_static, ...). `terms`: the served
+    terms to time with (default: the engine's fitted ones, served_terms).
+    `past_saturation`: a Poisson rate over what the engine sustains runs the finite
+    run anyway (its queue grows throughout; a note says so) instead of being refused."""
     from kvcalc.capacity.verdict import settings_for
     from kvcalc.engines import load_engine
     from kvcalc.estimate import stored_weights, workload_for
-    from kvcalc.serving import count, engine_ref
+    from kvcalc.serving import count, engine_ref, schedule_for
     from kvcalc.serving.flags import engine_flags as flags_for
 
     ref = engine or engine_ref(None)
-    length = max_model_len or spec.max_context or load.input_len + load.output_len
-    if load.input_len + load.output_len > length:
-        raise KvcalcError(f"input_len + output_len ({load.input_len + load.output_len:,}) is "
-                          f"over max_model_len {length:,}: the engine refuses such requests")
+    longest = max((p + o for p, o in load.lengths),
+                  default=load.input_len + load.output_len)
+    length = max_model_len or spec.max_context or longest
+    if longest > length:
+        raise KvcalcError(f"input_len + output_len ({longest:,}) is over max_model_len "
+                          f"{length:,}: the engine refuses such requests")
     w = workload_for(spec, seq_len=length, batch=1, kv_dtype=kv_dtype,
                      weight_dtype=weight_dtype, tp=tp, group_size=group_size)
     length_flag = {"vllm": "max_model_len", "sglang": "context_length",
@@ -365,8 +426,17 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
         raise KvcalcError(f"one request of {per_request:,} tokens is over the "
                           f"{pool:,}-token KV pool {ref.title} counts: it never runs")
     timing = load_engine(ref.name)[0]
+    terms = terms or served_terms(ref.name)
+    schedule = schedule_for(ref)
     stored = stored_weights(spec, w.quantization, tp)
-    steps = _Steps(spec, hw, timing, w, stored)
+    steps = StepTimes(spec, hw, timing, w, stored, terms, schedule.overlaps_host)
+    request_s = terms.request_s
+    # the client's warm-up request (vllm bench serve's initial test run, bench_serving's
+    # warmup) sent the first prompt once before the run: the engine's prefix cache
+    # (on by default in all three) keeps its full blocks, all but the last token
+    warm = ((load.input_len - 1) // WARM_BLOCK * WARM_BLOCK if load.warmup
+            else round(load.input_len * load.prefix_hit))
+    warm = min(warm, load.input_len - 1)
     notes = []
     holds = min(limit, pool // per_request)
     if load.concurrency is not None and load.concurrency > holds:
@@ -376,35 +446,51 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
     if not math.isinf(load.request_rate):
         # what the engine sustains: a closed loop at what it holds
         top = _simulate(steps, Load(input_len=load.input_len, output_len=load.output_len,
-                                    num_prompts=max(3 * holds, 8), concurrency=holds),
-                        limit=limit, pool=pool, budget=budget, mixed=ref.name != "sglang",
-                        request_s=timing.request_s)
+                                    num_prompts=max(3 * holds, 8), concurrency=holds,
+                                    prefix_hit=load.prefix_hit, warmup=False),
+                        limit=limit, pool=pool, budget=budget, schedule=schedule,
+                        request_s=request_s, warm_tokens=0)
         capacity = len(top["done"]) / top["end"] if top["end"] else math.inf
-        if load.request_rate > capacity:
+        if load.request_rate > capacity and past_saturation:
+            notes.append(f"past saturation: {load.request_rate:g} requests/s is over the "
+                         f"{capacity:.3g} it sustains, so the queue grows through the run: "
+                         f"these are the times of {load.num_prompts:,} prompts, not a "
+                         "steady state")
+        elif load.request_rate > capacity:
             raise KvcalcError(f"--request-rate {load.request_rate:g} is over what {tp} x "
                               f"{hw.name} serves with {ref.title}: it saturates at "
                               f"{capacity:.3g} requests/s of {load.input_len:,} + "
                               f"{load.output_len:,} tokens (queues then grow without bound)")
-    raw = _simulate(steps, load, limit=limit, pool=pool, budget=budget,
-                    mixed=ref.name != "sglang", request_s=timing.request_s)
+    raw = _simulate(steps, load, limit=limit, pool=pool, budget=budget, schedule=schedule,
+                    request_s=request_s, warm_tokens=warm)
+    if raw["preempted"]:
+        notes.append(f"{raw['preempted']:,} preemptions: the running requests outgrew the "
+                     f"{pool:,}-token KV pool and the newest were computed again")
     done = raw["done"]
+    lengths = load.lengths or ((load.input_len, load.output_len),) * load.num_prompts
     ttft = [raw["first_token"][r] - raw["arrived"][r] for r in done]
     e2el = [done[r] - raw["arrived"][r] for r in done]
-    tpot = [(done[r] - raw["first_token"][r]) / (load.output_len - 1) for r in done
-            if load.output_len > 1]
+    tpot = [(done[r] - raw["first_token"][r]) / (lengths[r][1] - 1) for r in done
+            if lengths[r][1] > 1]
     duration = raw["end"]
     completed = len(done)
+    total_in = sum(lengths[r][0] for r in done)
+    total_out = sum(lengths[r][1] for r in done)
     metrics = {
         "request_throughput": completed / duration if duration else 0.0,
-        "output_throughput": completed * load.output_len / duration if duration else 0.0,
-        "total_token_throughput": completed * (load.input_len + load.output_len) / duration
-        if duration else 0.0,
+        "output_throughput": total_out / duration if duration else 0.0,
+        "total_token_throughput": (total_in + total_out) / duration if duration else 0.0,
         **_stats("ttft", ttft), **_stats("tpot", tpot),
         **_stats("itl", raw["gaps"], raw["counts"]), **_stats("e2el", e2el)}
-    if ref.name == "sglang":
-        notes.append("SGLang's default scheduler: a prefill step whenever a prompt waits "
-                     "(no mixed chunks)")
+    if not schedule.mixed:
+        notes.append(f"{ref.title}'s default scheduler: a prefill step whenever a prompt "
+                     "waits (no mixed chunks)")
+    if terms.extrapolated:
+        notes.append(f"served terms for {ref.name} extrapolated: fitted on fewer than three "
+                     "publishers' runs (presets/served/terms.yaml)")
     return BenchResult(engine=ref, model=spec.name, gpu=hw.name, tp=tp, load=load,
                        metrics=metrics, completed=completed, duration_s=duration,
                        max_running=raw["most"], running_limit=holds,
+                       peak_kv_tokens=raw["peak"], total_input_tokens=total_in,
+                       total_output_tokens=total_out,
                        kv_cache_tokens=pool, step_budget=budget, notes=tuple(notes))

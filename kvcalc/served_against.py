@@ -94,6 +94,8 @@ class MeasuredRun:
     output_range: tuple[int, int] | None
     tp: int | None  # GPU count where the file records it
     metrics: dict = field(default_factory=dict)
+    # each completed request's (prompt, output) tokens, where the file lists them
+    lengths: tuple = ()
 
     @property
     def mean_input_len(self) -> float:
@@ -321,7 +323,18 @@ def _run(d, name: str, line: int | None, bad: str) -> MeasuredRun:
         output_len=number("random_output_len", whole=True, positive=True) if random_lens else None,
         range_ratio=number("random_range_ratio") if random_lens else None,
         input_range=span("input_lens"), output_range=span("output_lens"), tp=tp,
-        metrics=metrics)
+        metrics=metrics, lengths=_pairs(d))
+
+
+def _pairs(d: dict) -> tuple:
+    """(prompt, output) of each request the file lists, failed ones (0 output tokens,
+    vllm bench serve's mark) left out; () unless both lists are whole and equally long."""
+    ins, outs = d.get("input_lens"), d.get("output_lens")
+    if not (isinstance(ins, list) and isinstance(outs, list) and ins and len(ins) == len(outs)):
+        return ()
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in ins + outs):
+        return ()
+    return tuple((i, o) for i, o in zip(ins, outs) if i > 0 and o > 0)
 
 
 def _model_key(model_id: str) -> str:
@@ -461,7 +474,7 @@ def against(path: str | os.PathLike, spec, hw, *, engine=None, tp: int | None = 
     kvcalc.served.bench's prediction of the same load (module docstring: what must match
     and what is taken from the file). `engine`: a kvcalc.serving.EngineRef, or None for
     the file's backend; `tp` None: the file's GPU count, else 1."""
-    from kvcalc.served import Load, bench
+    from kvcalc.served import Load, bench, random_lengths
 
     name = str(path)
     runs = read_result(path)
@@ -490,14 +503,28 @@ def against(path: str | os.PathLike, spec, hw, *, engine=None, tp: int | None = 
                          "is never recorded)")
         inp = max(1, round(run.mean_input_len))
         outp = max(1, round(run.mean_output_len))
-        notes.append(_lengths_note(run, inp, outp))
+        lengths = run.lengths
+        if lengths:
+            notes.append(f"lengths: the {len(lengths):,} completed requests' own prompt and "
+                         "output tokens, as the file lists them")
+        elif (run.input_len and run.output_len and run.range_ratio is not None
+              and (run.range_ratio < 1 if run.client == "bench_serving" else run.range_ratio > 0)):
+            lengths = random_lengths(run.input_len, run.output_len, run.num_prompts,
+                                     run.range_ratio, "sglang" if run.client == "bench_serving"
+                                     else "vllm", seed)
+            notes.append(f"lengths: drawn as the client draws them at random_range_ratio "
+                         f"{run.range_ratio:g} around {run.input_len:,} + {run.output_len:,} "
+                         f"(seed {seed}; the file's own draw is not listed)")
+        else:
+            notes.append(_lengths_note(run, inp, outp))
         if run.completed < run.num_prompts:
             notes.append(f"{run.num_prompts - run.completed:,} of {run.num_prompts:,} "
                          "requests failed in the run; kvcalc sends them all")
         if run.max_concurrency is not None and not math.isinf(run.request_rate):
             notes.append(f"the run paced {run.request_rate:g} req/s under its concurrency "
                          "cap: kvcalc simulates the cap alone (a closed loop)")
-        load = Load(input_len=inp, output_len=outp, num_prompts=run.num_prompts,
+        load = Load(input_len=inp, output_len=outp,
+                    num_prompts=len(lengths) if lengths else run.num_prompts, lengths=lengths,
                     concurrency=run.max_concurrency,
                     request_rate=math.inf if run.max_concurrency else run.request_rate,
                     prefix_hit=prefix_hit, seed=seed)

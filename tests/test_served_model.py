@@ -44,12 +44,23 @@ def test_one_request_alone_is_its_prefill_then_its_decode_steps():
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "tensorrt-llm"])
 def test_the_engines_count_bounds_the_batch(engine):
-    """Requests run at once: at most what the engine's pool and running limit hold."""
+    """The KV the running requests hold never exceeds the pool the engine's own count
+    gives. TensorRT-LLM reserves every request's whole length (GUARANTEED_NO_EVICT), so
+    it runs at most pool // length at once; vLLM admits on the prompt alone and preempts
+    the newest when decoding outgrows the pool, SGLang on the prompt and a share of the
+    outputs to come (new_token_ratio), retracting likewise: both run more at once."""
     ref = engine_ref(engine)
     r = bench(SPEC, HW, Load(input_len=8000, output_len=2000, num_prompts=200,
                              concurrency=200), engine=ref, max_model_len=10000)
-    assert r.max_running <= r.running_limit <= r.kv_cache_tokens // 10000
+    assert r.peak_kv_tokens <= r.kv_cache_tokens
+    assert r.running_limit <= r.kv_cache_tokens // 10000
     assert any("saturated" in n for n in r.notes)
+    if engine == "tensorrt-llm":
+        assert r.max_running <= r.running_limit
+    else:
+        assert r.max_running > r.running_limit
+    if engine == "vllm":
+        assert any("preemptions" in n for n in r.notes)
     small = bench(SPEC, HW, Load(input_len=1000, output_len=100, num_prompts=40,
                                  concurrency=4), engine=ref)
     assert small.max_running == 4 and small.completed == 40
@@ -113,3 +124,73 @@ def test_published_runs_floors():
                 total += 1
                 within += abs(got[row.metric] / row.value - 1) <= 0.15
     assert total >= 10 and within / total >= 0.6, (within, total)
+
+
+def test_an_mla_cache_is_read_whole_on_every_tensor_parallel_rank():
+    """DeepSeek-V3's latent: (kv_lora_rank 512 + rope 64) x 2 bytes x 61 layers = 70,272 B
+    a token, kept whole on every rank (vLLM and SGLang replicate it under tp), so one
+    device reads all of it each step however many share the weights: a decode step at
+    1,000 positions reads 1,000 tokens and writes one, on 1 device or on 8."""
+    from kvcalc.formulas.step import decode_step
+
+    spec = load_model("deepseek-v3")
+    per_token = (512 + 64) * 2 * 61
+    assert per_token == 70_272
+    for tp in (1, 8):
+        step = decode_step(spec, 1000, 1, "bf16", "bf16", "bf16", tp, prefill=False)
+        assert step.per_device_breakdown["kv"] == per_token * 1001
+    # the weights do split: one device of 8 reads about an eighth
+    w1 = decode_step(spec, 1000, 1, "bf16", "bf16", "bf16", 1, prefill=False)
+    w8 = decode_step(spec, 1000, 1, "bf16", "bf16", "bf16", 8, prefill=False)
+    assert 7.5 < w1.per_device_breakdown["weights"] / w8.per_device_breakdown["weights"] <= 8
+
+
+def test_each_engines_scheduler_at_its_release():
+    """vLLM's async scheduling is the default from v0.14.0 (its release notes: "Async
+    scheduling is now enabled by default", #27614), opt-in before; SGLang's overlap
+    scheduler is on and its prefill steps are not mixed with decode by default;
+    TensorRT-LLM reserves whole requests (GUARANTEED_NO_EVICT)."""
+    from kvcalc.serving import schedule_for
+
+    assert not schedule_for(engine_ref("vllm@0.13.0")).overlaps_host
+    assert schedule_for(engine_ref("vllm@0.14.0")).overlaps_host
+    assert schedule_for(engine_ref("vllm")).admission == "greedy"
+    sgl = schedule_for(engine_ref("sglang@0.5.4"))
+    assert (sgl.admission, sgl.mixed, sgl.overlaps_host) == ("ratio", False, True)
+    assert (sgl.reserve_ratio, sgl.reserve_floor) == (0.7, 0.1)
+    assert schedule_for(engine_ref("tensorrt-llm")).admission == "reserve"
+
+
+def test_random_lengths_as_each_client_draws_them():
+    """vllm bench serve's random dataset: uniform whole numbers between floor(len x
+    (1 - r)) and ceil(len x (1 + r)); SGLang's bench_serving: between max(int(len x r), 1)
+    and len (its default ratio 0: from 1 up to len, half the length on average)."""
+    from kvcalc.served import random_lengths
+
+    v = random_lengths(1000, 100, 4000, 0.5, "vllm")
+    assert min(p for p, _ in v) >= 500 and max(p for p, _ in v) <= 1500
+    assert min(o for _, o in v) >= 50 and max(o for _, o in v) <= 150
+    assert abs(sum(p for p, _ in v) / len(v) - 1000) < 20
+    s = random_lengths(1000, 1000, 4000, 0.0, "sglang")
+    assert min(p for p, _ in s) >= 1 and max(p for p, _ in s) <= 1000
+    assert abs(sum(p for p, _ in s) / len(s) - 500.5) < 15
+    assert set(random_lengths(1000, 100, 50, 1.0, "sglang")) == {(1000, 100)}
+    with pytest.raises(KvcalcError, match="random-range-ratio"):
+        random_lengths(1000, 100, 5, 1.5)
+
+
+def test_the_clients_warm_up_leaves_the_first_prompt_cached():
+    """vllm bench serve sends the first prompt once before the run: with the engine's
+    prefix cache, that request's prefill is all but its last block shorter."""
+    warm = bench(SPEC, HW, Load(input_len=4096, output_len=16, num_prompts=1))
+    cold = bench(SPEC, HW, Load(input_len=4096, output_len=16, num_prompts=1, warmup=False))
+    assert warm.metrics["mean_ttft_ms"] < 0.5 * cold.metrics["mean_ttft_ms"]
+    assert warm.metrics["mean_tpot_ms"] == pytest.approx(cold.metrics["mean_tpot_ms"], rel=0.05)
+
+
+def test_per_request_lengths_are_served_and_counted():
+    lengths = ((100, 10), (2000, 50), (700, 200))
+    r = bench(SPEC, HW, Load(input_len=933, output_len=87, num_prompts=3, lengths=lengths))
+    assert r.completed == 3 and r.total_input_tokens == 2800 and r.total_output_tokens == 260
+    with pytest.raises(KvcalcError, match="lengths gives 3 requests"):
+        Load(input_len=1, output_len=1, num_prompts=4, lengths=lengths)

@@ -57,7 +57,16 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             help="The engine's longest request (default: the model's context).")] = None,
         kv_dtype: KvDtypeOpt = "bf16",
         weight_dtype: WeightDtypeOpt = None,
-        seed: Annotated[int, typer.Option("--seed", help="Poisson arrivals' seed.")] = 0,
+        range_ratio: Annotated[float, typer.Option(
+            "--random-range-ratio", help="Each request's lengths drawn as vllm bench serve's "
+            "random dataset draws them: uniform between len x (1 - R) and len x (1 + R) "
+            "(0: every request the same).")] = 0.0,
+        past_saturation: Annotated[bool, typer.Option(
+            "--past-saturation", help="Run a --request-rate over what the engine sustains "
+            "anyway: the finite run's times, its queue growing throughout (else refused "
+            "with where it saturates).")] = False,
+        seed: Annotated[int, typer.Option("--seed", help="Poisson arrivals' and lengths' "
+                                          "seed.")] = 0,
         against: Annotated[Optional[Path], typer.Option(
             "--against", show_default=False, metavar="RESULT.json",
             help="A real `vllm bench serve --save-result` JSON or SGLang `bench_serving "
@@ -86,7 +95,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         """
         from kvcalc.report.render import Tab, deliver
         from kvcalc.cli.speed import memory_engine
-        from kvcalc.served import Load, bench as run
+        from kvcalc.served import Load, bench as run, random_lengths
 
         fmt = output_format(fmt, output)
         hardware = resolve_gpu(gpu)
@@ -120,10 +129,13 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                 loads.append(dict(request_rate=r, num_prompts=num_prompts or 1000))
         results = []
         for kw in loads:
+            lengths = (random_lengths(input_len, output_len, kw["num_prompts"], range_ratio,
+                                      "vllm", seed) if range_ratio else ())
             load = Load(input_len=input_len, output_len=output_len, prefix_hit=prefix_hit,
-                        seed=seed, **kw)
+                        seed=seed, lengths=lengths, **kw)
             results.append(run(spec, hardware, load, engine=ref, tp=tp, kv_dtype=kv_dtype,
-                               weight_dtype=weight_dtype, max_model_len=max_model_len))
+                               weight_dtype=weight_dtype, max_model_len=max_model_len,
+                               past_saturation=past_saturation))
         gpus = tp
 
         def row(r) -> dict:

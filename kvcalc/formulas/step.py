@@ -85,6 +85,10 @@ class DecodeCost:
     per_device_flops: int = 0
     tp: int = 1
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # One device's bytes by part (weights, kv, activations): K/V as that device stores
+    # them, so a cache every rank keeps whole (an MLA latent, K/V heads fewer than tp)
+    # is read whole on each, where the weights split
+    per_device_breakdown: dict = field(default_factory=dict)
 
     @property
     def arithmetic_intensity(self) -> float:
@@ -238,7 +242,9 @@ def decode_step(
     kv_write_dev = batch * sum(
         g.layers * (g.token_bytes * g.mixer.tokens_written + g.state_bytes)
         for g in cache_groups(spec, kdt, tp, scale_bytes, cache.state_dtype))
-    per_device_bytes = weight_bytes_dev + cache.bytes_per_device + kv_write_dev + -(-act_bytes // tp)
+    kv_dev = cache.bytes_per_device + kv_write_dev
+    act_dev = -(-act_bytes // tp)
+    per_device_bytes = weight_bytes_dev + kv_dev + act_dev
 
     prefill_total = prefill_flops(spec, seq_len, encoder_seq_len) * batch if prefill else 0
 
@@ -257,6 +263,7 @@ def decode_step(
         per_device_flops=-(-flops // tp),
         tp=tp,
         notes=tuple(notes),
+        per_device_breakdown={"weights": weight_bytes_dev, "kv": kv_dev, "activations": act_dev},
     )
 
 

@@ -91,9 +91,13 @@ def _plain_text(items: list, width: int) -> str | None:
 
     def fill(text: str, indent: str = "") -> str:
         # A number keeps its unit on its line: "1.07 GB", "4.8 ms", "8,192 tokens".
-        glued = re.sub(r"(?<=\d) (?=[A-Za-zµ%(])", "\0", text)
-        return textwrap.fill(glued, width, break_long_words=False, break_on_hyphens=False,
-                             subsequent_indent=indent).replace("\0", " ")
+        # Each line of a caption is its own paragraph ("note: ..." lines stay apart).
+        return "\n".join(
+            textwrap.fill(re.sub(r"(?<=\d) (?=[A-Za-zµ%(])", "\0", line), width,
+                          break_long_words=False, break_on_hyphens=False,
+                          subsequent_indent="  " if line.startswith("note:") else indent
+                          ).replace("\0", " ")
+            for line in text.split("\n"))
 
     out: list[str] = []
     for item in items:

@@ -23,7 +23,8 @@ from __future__ import annotations
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 
-__all__ = ["DEFAULT_RELEASE", "MEMORY_ENGINES", "EngineRef", "engine_ref", "count"]
+__all__ = ["DEFAULT_RELEASE", "MEMORY_ENGINES", "EngineRef", "engine_ref", "count",
+           "schedule_for"]
 
 from kvcalc.serving.releases import DEFAULT_RELEASE, TITLES
 
@@ -83,3 +84,19 @@ def count(spec, hw, flags):
     """The engine's start-up count for `spec` on devices like `hw` with `flags` (that
     engine's flags record: kvcalc.serving.sglang.SglangFlags, ...): a ServingCount."""
     return _wing(flags.engine.name).count(spec, hw, flags)
+
+
+def schedule_for(ref):
+    """How `ref`'s scheduler runs many requests at once at its release
+    (kvcalc.serving.record.Schedule, the served-load model's rules), from its wing."""
+    if ref.name == "sglang":
+        from kvcalc.serving.sglang.rules import rules_for
+
+        return rules_for(ref.release).schedule()
+    if ref.name == "tensorrt-llm":
+        from kvcalc.serving.trtllm.schedule import schedule
+
+        return schedule(ref.release)
+    from kvcalc.serving.vllm_schedule import schedule
+
+    return schedule(ref.release)

@@ -74,3 +74,29 @@ class ServingCount:
             "memory": self.memory, "pools": dict(self.pools),
             "flags": dict(self.flags), "notes": list(self.notes),
         }
+
+
+ADMISSIONS = ("greedy", "ratio", "reserve")
+
+
+@record
+class Schedule:
+    """`admission`: when a waiting request joins the running batch.
+    greedy: when its prompt's KV fits now; a decode step that finds the pool full
+    preempts the newest running request, whose KV is freed and whose prompt and output
+    so far are computed again when it resumes (vLLM's recompute preemption);
+    ratio: when its prompt plus `reserve_ratio` of every running request's remaining
+    output fits (SGLang's new_token_ratio, decaying from `reserve_ratio` to
+    `reserve_floor` over `reserve_decay_steps` decode steps); reserve: when its whole
+    prompt and output fit (TensorRT-LLM's GUARANTEED_NO_EVICT: nothing is preempted).
+    `mixed`: decode tokens share a step with prompt chunks (else a prefill step runs
+    whenever a prompt waits). `overlaps_host`: the host prepares step n+1 while the GPU
+    runs step n (a step takes the longer of the two; else their sum)."""
+
+    admission: str
+    mixed: bool
+    overlaps_host: bool
+    source: str
+    reserve_ratio: float = 1.0
+    reserve_floor: float = 1.0
+    reserve_decay_steps: int = 0

@@ -51,6 +51,24 @@ class Rules:
         self.era = max(r for r in READ if r <= release)
 
     # -- server_args.py: the defaults filled in at start-up ---------------------------
+    # -- the scheduler, as kvcalc.served runs it ---------------------------------------
+    def schedule(self):
+        """managers/schedule_policy.py `PrefillAdder`: a waiting request joins when its
+        prompt and its max_new_tokens (clipped at 4096) fit beside new_token_ratio of
+        every running request's remaining output; the ratio starts at 0.7
+        (global_config init_new_token_ratio), falls by (0.7 - 0.1) / 600 a decode step
+        to 0.1, and a decode step that finds the pool full retracts requests
+        (ScheduleBatch.retract_decode). Prefill and decode run as separate steps unless
+        --enable-mixed-chunk (off by default); the overlap scheduler (the host prepares
+        the next batch while the GPU runs this one) is on by default from 0.4.0
+        (--disable-overlap-schedule turns it off)."""
+        from kvcalc.serving.record import Schedule
+
+        return Schedule(admission="ratio", mixed=False, overlaps_host=True,
+                        source="sglang/srt/managers/schedule_policy.py PrefillAdder; "
+                               "scheduler.py overlap schedule (default from 0.4.0)",
+                        reserve_ratio=0.7, reserve_floor=0.1, reserve_decay_steps=600)
+
     def default_chunked_prefill_size(self, gpu_mib: int, tp: int) -> int:
         """0.4.0/0.4.6 `ServerArgs.__post_init__`: 2048 under 25,000 MiB, else 8192;
         0.4.10/0.5.1: 2048 under 35 GiB, 8192 under 160 GiB, else 16384; 0.5.4
