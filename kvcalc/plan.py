@@ -18,14 +18,25 @@ Pure: no I/O. The search, from the outside in:
   (--data-parallel-size; tp x pp x replicas <= N): all the devices take, or with
   --concurrency the fewest that carry it at that batch.
 
-Time (kvcalc.latency with --engine's terms, vLLM's by default): requests of prompt +
-output tokens; time per output token is the decode step at the full length (the
-request's slowest); under pp the batch runs as pp micro-batches, each token passing
-every stage, so one step of the whole model at batch/pp is both the time per output
-token and the time in which the whole batch advances one token. Time to first token:
-the prompts one scheduler step takes (max_num_batched_tokens // prompt, at least one)
-prefilled together. Ranked by output tokens/s per GPU among the layouts meeting
---ttft-ms and --tpot-ms; tokens/s per user is 1 / TPOT.
+Time: the served-load model, `kvcalc bench`'s (kvcalc.served.bench), for every layout of
+one pipeline stage timed with vLLM's fitted terms. A layout's batch B is one replica's
+closed loop of B requests of prompt + output tokens (num_prompts 3 x B, no warm-up
+request) under the layout's own engine flags (--gpu-memory-utilization, --max-num-seqs
+B, --max-num-batched-tokens where the line gives it, --max-model-len, --kv-cache-dtype,
+the release): its mean TTFT and mean TPOT are the layout's, tokens/s per user is
+1 / mean TPOT, and output tokens/s of all replicas is the run's output throughput x
+requests / B (x replicas when every replica runs B). Runs are cached by (layout, batch);
+a setting's batches stop at the first that misses --ttft-ms or --tpot-ms (times grow
+with the batch), and a higher --gpu-memory-utilization adds only the batches a lower one
+could not hold (the same batch is the same run with a larger, unused pool).
+
+bench has no pipeline model, so pp > 1 layouts (and every layout under --engine
+roofline, or terms other than vLLM's own) are timed on the single-step model instead
+(kvcalc.latency: the decode step at the full length, the batch as pp micro-batches
+through every stage; TTFT for the prompts one scheduler step takes), labelled
+`timing: single-step`. The two models do not compare, so a front never mixes them:
+the pp > 1 layouts are ranked only when no served (pp = 1) layout starts and meets the
+targets, and a note says so either way.
 
 Whether a setting starts and how many requests it holds is kvcalc.capacity.verdict's
 one rule (`serves`, `largest_batch`; a hybrid model's --max-num-seqs never over its
@@ -37,13 +48,12 @@ in place of kvcalc's models for the layouts of the tp and pp its log ran, and on
 those: the terms are per device of that layout. The GPU's driver-visible memory it
 read holds for every layout; its release is the default --vllm-version.
 
-The count is run per (tp, pp, KV dtype, tokens, utilization) and the latency per
-(tp, pp, KV dtype, batch): thousands of layouts share a few hundred of each.
+The count is run per (tp, pp, KV dtype, tokens, utilization) and the served run per
+(layout, batch): thousands of layouts (replicas of each) share a few hundred runs.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import field, replace
 
@@ -51,8 +61,10 @@ from kvcalc._record import record
 from kvcalc.capacity.calibration import Calibration
 from kvcalc.capacity.engine import GiB, EngineSettings, default_batch_limits
 from kvcalc.capacity.serving import Capacity, serving_capacity
-from kvcalc.capacity.verdict import auto_max_model_len, largest_batch, room_of, serves
+from kvcalc.capacity.verdict import auto_max_model_len, room_of, serves
 from kvcalc.errors import KvcalcError
+from kvcalc.plan_search import MISSES, REFUSED, SERVED, TIMING, served_ref, timing_notes, walk
+from kvcalc.plan_search import Search as _Search
 from kvcalc.spec import Hardware, ModelSpec
 
 __all__ = ["Layout", "NothingFits", "Plan", "hub_id", "plan", "serve_command"]
@@ -85,8 +97,10 @@ class Layout:
     max_concurrency: float  # vLLM's "Maximum concurrency" for its own command
     kv_cache_tokens: int
     num_gpu_blocks: int
-    ttft_s: float
-    tpot_s: float
+    ttft_s: float  # mean time to first token (timing: served), else single-step's
+    tpot_s: float  # mean time per output token (timing: served), else single-step's
+    output_tokens_per_s: float  # all replicas together
+    timing: str = SERVED  # SERVED (kvcalc bench's run) or SINGLE_STEP (kvcalc.latency)
     calibrated: bool = False  # counted with a calibration file's measured terms
 
     @property
@@ -96,7 +110,7 @@ class Layout:
     @property
     def tokens_per_s(self) -> float:
         """Output tokens/s of all replicas together."""
-        return self.requests / self.tpot_s
+        return self.output_tokens_per_s
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -115,7 +129,7 @@ class Layout:
                 "max_num_seqs": self.max_num_seqs, "max_model_len": self.max_model_len,
                 "max_concurrency": self.max_concurrency,
                 "kv_cache_tokens": self.kv_cache_tokens, "num_gpu_blocks": self.num_gpu_blocks,
-                "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
+                "timing": self.timing, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
                 "tokens_per_s": self.tokens_per_s,
                 "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
                 "tokens_per_s_per_user": self.tokens_per_s_per_user,
@@ -155,6 +169,8 @@ class Plan:
                 "weight_dtype": self.weight_dtype, "weight_bytes": self.weight_bytes,
                 "layouts": [x.as_dict() for x in self.front],
                 "best": {**self.best.as_dict(), "command": self.command},
+                "timing": {k: v for k, v in TIMING.items()
+                           if any(x.timing == k for x in self.front)},
                 "notes": list(self.notes),
                 **({"calibration": self.calibration} if self.calibration else {})}
 
@@ -201,73 +217,6 @@ def pp_sizes(spec: ModelSpec, devices: int) -> list[int]:
     """Pipeline stages to try on `devices` devices: powers of two up to the layer count
     (vLLM takes any; stages that split the layers unevenly only leave devices idle)."""
     return [1 << i for i in range(devices.bit_length()) if (1 << i) <= min(devices, spec.layers)]
-
-
-@record(frozen=False)
-class _Search:
-    """What every layout of one plan shares; the counts and latencies it caches."""
-
-    spec: ModelSpec
-    hw: Hardware
-    prompt_len: int | None  # None: each layout's max_model_len less the output
-    output_len: int
-    ttft_s: float | None
-    tpot_s: float | None
-    engine: object
-    base: EngineSettings
-    calibration: Calibration | None = None
-    latencies: dict = field(default_factory=dict)
-
-    def calibrated(self, tp: int, pp: int) -> bool:
-        """Whether the layout is the calibration's own (its measured terms apply)."""
-        return self.calibration is not None and self.calibration.matches(tp, pp)
-
-    def count(self, tp: int, pp: int, kv: str, util: str, tokens: int | None,
-              length: int, seqs: int | None = None) -> Capacity:
-        s = self.base.replace(
-            tp=tp, pp=pp, kv_dtype=kv, gpu_memory_utilization=util,
-            max_num_batched_tokens=tokens, max_num_seqs=seqs, max_model_len=length)
-        if self.calibrated(tp, pp):
-            s = self.calibration.apply(s)
-        return serving_capacity(self.spec, self.hw, s)
-
-    def held(self, cap: Capacity) -> int:
-        """Requests of max_model_len the setting holds at once, --max-num-seqs lowered to
-        them (the line plan prints): verdict's rule."""
-        return largest_batch(room_of(self.spec, cap), lower_max_num_seqs=True)
-
-    def prompt(self, length: int) -> int:
-        return self.prompt_len if self.prompt_len is not None else length - self.output_len
-
-    def latency(self, tp: int, kv: str, batch: int, prompt: int):
-        """kvcalc.latency of `batch` requests of `prompt` + output tokens on tp devices
-        (a pipeline's stages run one after another: the time of all its layers)."""
-        key = (tp, kv, batch, prompt)
-        if key not in self.latencies:
-            from kvcalc.estimate import stored_weights, workload_for
-            from kvcalc.latency import latency
-
-            w = workload_for(self.spec, seq_len=prompt + self.output_len, batch=batch,
-                             kv_dtype=self.base.model_dtype if kv == "auto" else kv, tp=tp,
-                             prompt_len=prompt)
-            self.latencies[key] = latency(self.spec, w, hardware=self.hw,
-                                          stored=stored_weights(self.spec, w.quantization, tp),
-                                          engine=self.engine)
-        return self.latencies[key]
-
-    def times(self, tp: int, pp: int, kv: str, batch: int, length: int,
-              tokens: int) -> tuple[float, float]:
-        """(ttft_s, tpot_s) of `batch` requests per replica at max_model_len `length` and
-        max_num_batched_tokens `tokens`."""
-        prompt = self.prompt(length)
-        micro = -(-batch // pp)  # pp micro-batches in flight
-        prompts = max(1, min(batch, tokens // prompt))
-        return (self.latency(tp, kv, prompts, prompt).ttft_s,
-                self.latency(tp, kv, micro, prompt).tpot_s)
-
-    def meets(self, ttft: float, tpot: float) -> bool:
-        return ((self.ttft_s is None or ttft <= self.ttft_s)
-                and (self.tpot_s is None or tpot <= self.tpot_s))
 
 
 def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | str | None = None,
@@ -341,14 +290,15 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
                           allow_long_max_model_len=allow_long_max_model_len,
                           weight_quantization=w.quantization)
     search = _Search(spec=spec, hw=hw, prompt_len=prompt_len, output_len=out_len, ttft_s=ttft_s,
-                     tpot_s=tpot_s, engine=engine, base=base, calibration=calibration)
+                     tpot_s=tpot_s, engine=engine, base=base, calibration=calibration,
+                     ref=served_ref(engine, vllm_version))
     kv_choices = ("auto",) if spec.attention_free else kv_dtypes
 
     counted, refused = _counted(search, gpus, concurrency, kv_choices, utilizations,
                                 least=(prompt_len or 1) + out_len if auto else None)
     if not counted:
         raise NothingFits(_nothing_starts(spec, hw, gpus, length, auto, refused))
-    layouts, searched = _layouts(search, counted, gpus, concurrency)
+    layouts, searched, kept, untimed = _layouts(search, counted, gpus, concurrency)
     if not layouts:
         raise NothingFits(_nothing_meets(search, counted))
 
@@ -369,6 +319,7 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     if best.replicas > 1:
         notes.append(f"{best.replicas} replicas of {best.tp * best.pp} GPUs each "
                      f"(--data-parallel-size): --max-num-seqs is per replica")
+    notes += timing_notes(search, best, untimed)
     summary = None
     if calibration is not None:
         summary = calibration.summary([x.calibrated for x in layouts],
@@ -377,7 +328,7 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     return Plan(model=spec.name, gpu=hw.name, gpus=gpus,
                 prompt_len=search.prompt(best.max_model_len), output_len=out_len,
                 engine=getattr(engine, "name", "") or "datasheet roofline",
-                vllm_version=vllm_version, searched=searched, kept=len(layouts),
+                vllm_version=vllm_version, searched=searched, kept=kept,
                 weight_dtype=w.weight_label,
                 weight_bytes=stored.total if stored is not None else
                 w.weight_dtype.nbytes(param_counts(spec).total),
@@ -423,37 +374,84 @@ def _counted(search: _Search, gpus: int, concurrency: int | None,
 
 
 def _layouts(search: _Search, counted: list[Capacity], gpus: int,
-             concurrency: int | None) -> tuple[list[Layout], int]:
+             concurrency: int | None) -> tuple[list[Layout], int, int, int]:
+    """The served layouts (module docstring), or where none is kept the single-step ones:
+    (the layouts timed and kept, how many were looked at, how many meet the targets,
+    and how many were set aside untimed: the pp > 1 ones, beside kept served layouts)."""
+    served = [c for c in counted if search.served(c.settings.pp)]
+    single = [c for c in counted if not search.served(c.settings.pp)]
+    layouts, searched, kept = _timed(search, served, gpus, concurrency)
+    if layouts:
+        aside = sum(len(_batches(_top(search, c, concurrency))) for c in single)
+        return layouts, searched + aside, kept, aside
+    more, looked, kept = _timed(search, single, gpus, concurrency)
+    return more, searched + looked, kept, 0
+
+
+def _top(search: _Search, cap: Capacity, concurrency: int | None) -> int:
+    """The largest batch a replica of `cap` runs: what it holds, at most --concurrency."""
+    held = search.held(cap)
+    return held if concurrency is None else min(held, concurrency)
+
+
+def _timed(search: _Search, counted: list[Capacity], gpus: int,
+           concurrency: int | None) -> tuple[list[Layout], int, int]:
     """Every counted setting at each batch (--max-num-seqs) and its replicas, kept when
-    it meets the latency targets; and how many were looked at."""
-    layouts, searched = [], 0
+    it meets the latency targets: (the layouts timed and kept, how many were looked at,
+    how many meet the targets, each utilization's counted). A higher utilization of the
+    same shape only adds the batches the lower ones do not hold (the same batch is the
+    same run, in a larger, unused pool); which batches are timed:
+    kvcalc.plan_search.walk."""
+    rows: dict[tuple, list[tuple[int, Capacity]]] = {}  # shape -> [(batch, its count)]
+    same: dict[tuple, int] = {}  # (shape, batch) -> layouts of it (one per utilization)
     for cap in counted:
         s = cap.settings
-        most = gpus // (s.tp * s.pp)
-        held = search.held(cap)
-        top = held if concurrency is None else min(held, concurrency)
-        for batch in _batches(top):
-            # All the replicas the devices take; with --concurrency, the fewest that carry
-            # it at this batch each (more would only run emptier).
-            replicas = most if concurrency is None else min(most, -(-concurrency // batch))
-            requests = replicas * batch if concurrency is None else min(
-                concurrency, replicas * batch)
-            searched += 1
-            # The engine's step at this max_num_seqs (its default shrinks to seqs x length).
-            step = default_batch_limits(search.hw, s.replace(max_num_seqs=batch))[0]
-            ttft, tpot = search.times(s.tp, s.pp, s.kv_dtype, batch, s.max_model_len, step)
-            if not search.meets(ttft, tpot):
-                break  # both times grow with the batch
-            layouts.append(Layout(
-                tp=s.tp, pp=s.pp, replicas=replicas, requests=requests, kv_dtype=s.kv_dtype,
-                gpu_memory_utilization=str(s.gpu_memory_utilization),
-                max_num_batched_tokens=step,
-                batched_tokens_given=s.max_num_batched_tokens is not None,
-                max_num_seqs=batch, max_model_len=s.max_model_len,
-                max_concurrency=cap.max_concurrency, kv_cache_tokens=cap.kv_cache_tokens,
-                num_gpu_blocks=cap.num_gpu_blocks, ttft_s=ttft, tpot_s=tpot,
-                calibrated=search.calibrated(s.tp, s.pp)))
-    return layouts, searched
+        shape = (s.tp, s.pp, s.kv_dtype, s.max_num_batched_tokens, s.max_model_len)
+        have = rows.setdefault(shape, [])
+        for batch in _batches(_top(search, cap, concurrency)):
+            same[shape, batch] = same.get((shape, batch), 0) + 1
+            if not have or batch > have[-1][0]:
+                have.append((batch, cap))
+    timed: dict[tuple, Layout | str] = {}
+
+    def at(shape: tuple, i: int) -> Layout | str:
+        if (shape, i) not in timed:
+            batch, cap = rows[shape][i]
+            timed[shape, i] = _layout(search, cap, batch, gpus, concurrency)
+        return timed[shape, i]
+
+    walk(rows, at)
+    done = [(k, x) for k, x in timed.items() if isinstance(x, Layout)]
+    return ([x for _, x in done], sum(same.values()),
+            sum(same[shape, rows[shape][i][0]] for (shape, i), _ in done))
+
+
+def _layout(search: _Search, cap: Capacity, batch: int, gpus: int,
+            concurrency: int | None) -> Layout | str:
+    """Setting `cap` at `batch` requests per replica, timed; MISSES when it misses the
+    targets, REFUSED when bench's own count refuses its --max-num-seqs."""
+    s = cap.settings
+    most = gpus // (s.tp * s.pp)
+    # All the replicas the devices take; with --concurrency, the fewest that carry it at
+    # this batch each (more would only run emptier).
+    replicas = most if concurrency is None else min(most, -(-concurrency // batch))
+    requests = replicas * batch if concurrency is None else min(concurrency, replicas * batch)
+    # The engine's step at this max_num_seqs (its default shrinks to seqs x length).
+    step = default_batch_limits(search.hw, s.replace(max_num_seqs=batch))[0]
+    try:
+        ttft, tpot, rate, timing = search.times(s, batch, step)
+    except KvcalcError:
+        return REFUSED
+    if not search.meets(ttft, tpot):
+        return MISSES
+    return Layout(
+        tp=s.tp, pp=s.pp, replicas=replicas, requests=requests, kv_dtype=s.kv_dtype,
+        gpu_memory_utilization=str(s.gpu_memory_utilization), max_num_batched_tokens=step,
+        batched_tokens_given=s.max_num_batched_tokens is not None, max_num_seqs=batch,
+        max_model_len=s.max_model_len, max_concurrency=cap.max_concurrency,
+        kv_cache_tokens=cap.kv_cache_tokens, num_gpu_blocks=cap.num_gpu_blocks,
+        ttft_s=ttft, tpot_s=tpot, output_tokens_per_s=rate * (requests / batch),
+        timing=timing, calibrated=search.calibrated(s.tp, s.pp))
 
 
 def recounted(search: _Search, x: Layout) -> Layout | None:
@@ -571,8 +569,7 @@ def _nothing_starts(spec, hw, gpus, length, auto, refused) -> str:
 def _nothing_meets(search: _Search, counted: list[Capacity]) -> str:
     def one(cap):
         s = cap.settings
-        return search.times(s.tp, s.pp, s.kv_dtype, 1, s.max_model_len,
-                            cap.max_num_batched_tokens)
+        return search.times(s, 1, cap.max_num_batched_tokens)[:2]
 
     cap = min(counted, key=lambda c: one(c)[1])
     (ttft, tpot), s = one(cap), cap.settings

@@ -6,8 +6,15 @@ parallel x replicas, the KV cache dtype (the model's, fp8), and the requests eac
 replica runs (powers of two up to what the engine's pool and running-request limit
 hold at the request length); the memory fraction stays the engine's default. Whether a
 setting starts and how many requests it holds is the engine's count
-(kvcalc.serving); the times are kvcalc.latency with that engine's fitted terms
-(presets/engines). Ranked by output tokens/s per GPU among the layouts meeting the
+(kvcalc.serving); the times are `kvcalc bench --engine NAME`'s (kvcalc.served.bench,
+as kvcalc.plan's for vLLM): one replica's closed loop of its batch of requests
+(num_prompts 3 x the batch, no warm-up) under the launch line's flags (--tp-size,
+--context-length, --max-running-requests, --kv-cache-dtype; trtllm-serve's --tp_size,
+--max_seq_len, --max_batch_size), its mean TTFT and mean TPOT; tokens/s per GPU its
+output throughput x requests / batch / GPUs, tokens/s per user 1 / mean TPOT. pp > 1
+layouts (bench has no pipeline model) are timed on the single-step model
+(kvcalc.latency with the engine's fitted terms, presets/engines) and ranked only when no
+pp = 1 layout serves. Ranked by output tokens/s per GPU among the layouts meeting the
 latency targets.
 
 Launch lines use only flags each engine's parser takes (tests/test_plan_engines.py
@@ -22,6 +29,7 @@ import shlex
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.plan import DEFAULT_OUTPUT_LEN, NothingFits, hub_id, pp_sizes, tp_sizes
+from kvcalc.plan_search import SERVED, SERVED_PROMPTS, SINGLE_STEP
 
 __all__ = ["EngineLayout", "EnginePlan", "engine_plan", "launch_line"]
 
@@ -38,8 +46,10 @@ class EngineLayout:
     kv_dtype: str
     context_len: int
     kv_cache_tokens: int
-    ttft_s: float
-    tpot_s: float
+    ttft_s: float  # mean time to first token (timing: served), else single-step's
+    tpot_s: float  # mean time per output token (timing: served), else single-step's
+    tokens_per_s: float  # output tokens/s of all replicas together
+    timing: str = SERVED  # kvcalc.plan_search's SERVED or SINGLE_STEP
 
     @property
     def gpus(self) -> int:
@@ -47,7 +57,7 @@ class EngineLayout:
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
-        return self.requests / self.tpot_s / self.gpus
+        return self.tokens_per_s / self.gpus
 
     @property
     def tokens_per_s_per_user(self) -> float:
@@ -57,7 +67,8 @@ class EngineLayout:
         return {"tp": self.tp, "pp": self.pp, "replicas": self.replicas, "gpus": self.gpus,
                 "requests": self.requests, "batch": self.batch, "kv_cache_dtype": self.kv_dtype,
                 "context_len": self.context_len, "kv_cache_tokens": self.kv_cache_tokens,
-                "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
+                "timing": self.timing, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
+                "tokens_per_s": self.tokens_per_s,
                 "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
                 "tokens_per_s_per_user": self.tokens_per_s_per_user}
 
@@ -116,6 +127,7 @@ def engine_plan(spec, hw, ref, *, gpus: int = 1, max_model_len: int | None = Non
     from kvcalc.estimate import stored_weights, workload_for
     from kvcalc.latency import latency
     from kvcalc.plan import _batches
+    from kvcalc.served import Load, bench, served_terms
     from kvcalc.serving import count
     from kvcalc.serving.flags import engine_flags
     from kvcalc.capacity.verdict import settings_for
@@ -132,14 +144,18 @@ def engine_plan(spec, hw, ref, *, gpus: int = 1, max_model_len: int | None = Non
                           f"fit max_model_len {length:,}")
     timing = load_engine(ref.name)[0]
     length_flag = "context_length" if ref.name == "sglang" else "max_seq_len"
+    batch_flag = "max_running_requests" if ref.name == "sglang" else "max_batch_size"
     w = workload_for(spec, seq_len=length, batch=1)
     base = settings_for(w)
-    kept: list[EngineLayout] = []
     searched = 0
     refusals: list[str] = []
     times: dict = {}
+    runs: dict = {}
+    terms = served_terms(ref.name)
 
-    def timed(tp: int, kv: str, batch: int, prompts: int) -> tuple[float, float]:
+    def single_step(tp: int, kv: str, batch: int, prompts: int) -> tuple:
+        """kvcalc.latency's step of `batch` requests: (TTFT of `prompts` prompts s, TPOT at
+        the full length s)."""
         key = (tp, kv, batch, prompts)
         if key not in times:
             kv_name = "auto" if kv == "auto" else "fp8"
@@ -154,6 +170,23 @@ def engine_plan(spec, hw, ref, *, gpus: int = 1, max_model_len: int | None = Non
             times[key] = (first.ttft_s, lat.tpot_s)
         return times[key]
 
+    def served(tp: int, kv: str, batch: int) -> tuple:
+        """bench's closed loop of `batch` requests on one replica with the launch line's
+        flags: (mean TTFT s, mean TPOT s, output tokens/s, SERVED)."""
+        key = (tp, kv, batch)
+        if key not in runs:
+            load = Load(input_len=p_len, output_len=out_len, num_prompts=SERVED_PROMPTS * batch,
+                        concurrency=batch, warmup=False)
+            r = bench(spec, hw, load, engine=ref, tp=tp,
+                      kv_dtype=base.model_dtype if kv == "auto" else "fp8",
+                      max_model_len=length, engine_flags={batch_flag: batch}, terms=terms)
+            m = r.metrics
+            tpot_ms = m["mean_tpot_ms"] if out_len > 1 else m["mean_e2el_ms"]
+            runs[key] = (m["mean_ttft_ms"] / 1000, tpot_ms / 1000, m["output_throughput"],
+                         SERVED)
+        return runs[key]
+
+    shapes = []  # (tp, pp, kv, count, held, step) of the settings the engine starts
     for tp in tp_sizes(spec, gpus):
         for pp in pp_sizes(spec, gpus // tp):
             for kv in KV_CHOICES[ref.name]:
@@ -175,23 +208,42 @@ def engine_plan(spec, hw, ref, *, gpus: int = 1, max_model_len: int | None = Non
                     continue
                 step = dict(c.flags).get("chunked_prefill_size") or dict(c.flags).get(
                     "max_num_tokens") or 8192
-                most = gpus // (tp * pp)
-                top = held if concurrency is None else min(held, concurrency)
-                for batch in _batches(top):
-                    searched += 1
-                    replicas = most if concurrency is None else min(
-                        most, -(-concurrency // batch))
-                    requests = replicas * batch if concurrency is None else min(
-                        concurrency, replicas * batch)
-                    micro = -(-batch // pp)
-                    ttft, tpot = timed(tp, kv, micro, max(1, min(batch, step // p_len)))
-                    if (ttft_s is not None and ttft > ttft_s) or (
-                            tpot_s is not None and tpot > tpot_s):
-                        break
-                    kept.append(EngineLayout(
-                        tp=tp, pp=pp, replicas=replicas, requests=requests, batch=batch,
-                        kv_dtype=kv, context_len=length, kv_cache_tokens=c.kv_cache_tokens,
-                        ttft_s=ttft, tpot_s=tpot))
+                shapes.append((tp, pp, kv, c, held, step))
+
+    def layouts(chosen) -> list[EngineLayout]:
+        nonlocal searched
+        out = []
+        for tp, pp, kv, c, held, step in chosen:
+            most = gpus // (tp * pp)
+            top = held if concurrency is None else min(held, concurrency)
+            for batch in _batches(top):
+                searched += 1
+                replicas = most if concurrency is None else min(most, -(-concurrency // batch))
+                requests = replicas * batch if concurrency is None else min(
+                    concurrency, replicas * batch)
+                if pp > 1:  # pp micro-batches, each token through every stage
+                    ttft, tpot = single_step(tp, kv, -(-batch // pp),
+                                             max(1, min(batch, step // p_len)))
+                    rate, how = batch / tpot, SINGLE_STEP
+                else:
+                    try:
+                        ttft, tpot, rate, how = served(tp, kv, batch)
+                    except KvcalcError as e:  # bench's own count refuses this batch
+                        refusals.append(str(e))
+                        continue
+                if (ttft_s is not None and ttft > ttft_s) or (
+                        tpot_s is not None and tpot > tpot_s):
+                    break  # both times grow with the batch
+                out.append(EngineLayout(
+                    tp=tp, pp=pp, replicas=replicas, requests=requests, batch=batch,
+                    kv_dtype=kv, context_len=length, kv_cache_tokens=c.kv_cache_tokens,
+                    ttft_s=ttft, tpot_s=tpot, tokens_per_s=rate * (requests / batch),
+                    timing=how))
+        return out
+
+    # bench has no pipeline model: the pp > 1 layouts only where no pp = 1 one serves
+    kept = layouts([x for x in shapes if x[1] == 1]) or layouts(
+        [x for x in shapes if x[1] > 1])
     if not kept:
         why = refusals[0] if refusals else "no layout meets the latency targets"
         raise NothingFits(f"{ref.title}: no layout of up to {gpus} x {hw.name} serves "

@@ -21,14 +21,20 @@ def plan_table(p) -> Tab:
                      f"{x.max_model_len:,}", f"{x.ttft_s * 1000:,.0f}",
                      f"{x.tpot_s * 1000:,.1f}", f"{x.tokens_per_s_per_user:,.1f}",
                      f"{x.tokens_per_s_per_gpu:,.0f}"])
+    served = p.best.timing == "served"
+    how = (f"times: kvcalc bench's closed loop of max seqs requests per replica on {p.engine}'s "
+           f"fitted and served terms, mean TTFT and mean TPOT; tok/s/GPU its output "
+           f"throughput x replicas / GPUs, tok/s/user 1 / mean TPOT." if served else
+           f"times on {p.engine}'s terms, one step (single-step model): TPOT at the full "
+           f"length, TTFT for the prompts of one scheduler step.")
     caption = (f"{p.kept:,} of {p.searched:,} layouts start under vLLM {p.vllm_version}'s count "
                f"and meet the targets; shown: the front of tokens/s per GPU against "
                f"tokens/s per user. Requests of {p.prompt_len:,} + {p.output_len:,} tokens; "
-               f"times on {p.engine}'s terms: TPOT at the full length, TTFT for the prompts "
-               f"of one scheduler step.")
+               f"{how}")
+    ttft, tpot = ("mean TTFT ms", "mean TPOT ms") if served else ("TTFT ms", "TPOT ms")
     return Tab(f"{p.model} on up to {p.gpus} x {p.gpu}",
                ["layout", "GPUs", "KV", "util", "batched tok", "max seqs", "max len",
-                "TTFT ms", "TPOT ms", "tok/s/user", "tok/s/GPU"], rows,
+                ttft, tpot, "tok/s/user", "tok/s/GPU"], rows,
                caption=caption, bold=bold)
 
 
@@ -55,10 +61,12 @@ def engines_items(plans: list) -> list:
     first = plans[0]
     table = Tab(f"{first.model} on up to {first.gpus} x {first.gpu}: each engine's best layout "
                 f"by output tokens/s per GPU, as each engine counts its memory",
-                ["engine", "layout", "KV", "requests", "TTFT ms", "TPOT ms", "tok/s/user",
-                 "tok/s/GPU"], rows, bold={0},
-                caption="times on each engine's own fitted terms (presets/engines); the "
-                "memory, pool and running-request limits by each engine's start-up count")
+                ["engine", "layout", "KV", "requests", "mean TTFT ms", "mean TPOT ms",
+                 "tok/s/user", "tok/s/GPU"], rows, bold={0},
+                caption="times: kvcalc bench's closed loop of each layout's batch per replica "
+                "(mean TTFT and TPOT) on each engine's fitted and served terms; pp > 1 "
+                "layouts, ranked only where no pp = 1 one serves, on the single-step model; "
+                "the memory, pool and running-request limits by each engine's start-up count")
     items = [table]
     for p in plans:
         items += [f"{_engine_title(p)}:", Verbatim(p.command)]
