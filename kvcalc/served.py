@@ -333,7 +333,7 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
     `engine` (kvcalc.serving.EngineRef; default vLLM's release), predicted.
     `engine_flags`: the engine's own flags by their parameter names (kvcalc.serving.flags:
     gpu_memory_utilization, max_num_seqs, mem_fraction_static, ...)."""
-    from kvcalc.capacity.verdict import settings_for
+    from kvcalc.serving.vllm.settings import settings_for
     from kvcalc.engines import load_engine
     from kvcalc.estimate import stored_weights, workload_for
     from kvcalc.serving import count, engine_ref

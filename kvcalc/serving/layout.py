@@ -10,11 +10,13 @@ way). `ep` splits MoE experts.
 
 from __future__ import annotations
 
+import dataclasses
+
 from kvcalc._record import record
 from kvcalc.dtypes import check_size
 from kvcalc.errors import KvcalcError
 
-__all__ = ["Layout"]
+__all__ = ["Layout", "groups_on_stage", "pipeline_layers"]
 
 
 @record
@@ -45,3 +47,30 @@ class Layout:
     def as_dict(self) -> dict:
         return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "dp_attention": self.dp_attention,
                 "ep": self.ep, "attention_tp": self.attention_tp, "gpus": self.gpus}
+
+
+def pipeline_layers(layers: int, pp: int) -> tuple[int, ...]:
+    """Layers per stage as vLLM's get_pp_indices splits them: layers // pp each, the
+    remainder added one by one to the second-to-last stage, then the one before it..."""
+    if pp > layers:
+        raise KvcalcError(f"pp={pp} exceeds the model's {layers} layers")
+    parts = [layers // pp] * pp
+    for i in range(2, layers % pp + 2):
+        parts[-i] += 1
+    return tuple(parts)
+
+
+def groups_on_stage(groups: tuple[CacheGroup, ...], layers: int, stage_layers: int,
+                    stage: int, sizes: tuple[int, ...]) -> tuple[CacheGroup, ...]:
+    """The groups' layers on one stage, splitting each kind in proportion (layer order
+    is not known at this level; exact for uniform models and regular interleaves)."""
+    if len(sizes) == 1:
+        return groups
+    start = sum(sizes[:stage])
+    out = []
+    for g in groups:
+        # layers of this kind among [start, start + stage_layers), spread evenly
+        lo = g.layers * start // layers
+        hi = g.layers * (start + stage_layers) // layers
+        out.append(dataclasses.replace(g, layers=hi - lo))
+    return tuple(out)

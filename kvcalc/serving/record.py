@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import field
 
 from kvcalc._record import record
+from kvcalc.serving.room import Room, serves
 
 __all__ = ["ServingCount"]
 
@@ -39,18 +40,14 @@ class ServingCount:
 
     def serves(self, batch: int) -> bool:
         """Whether `batch` requests of context_len tokens run at once: the engine
-        starts, runs that many, and its pages hold them (verdict's one rule, `serves`,
-        on this count's Room)."""
-        from kvcalc.capacity.verdict import serves
-
+        starts, runs that many, and its pages hold them (kvcalc.serving.room's one rule,
+        `serves`, on this count's Room)."""
         return bool(serves(self.room(), batch))
 
     def room(self):
-        """The count as kvcalc.capacity.verdict's Room for requests of context_len: pages
+        """The count as a Room (kvcalc.serving.room) for requests of context_len: pages
         of page_size tokens, one request taking cdiv(context_len, page_size) of them, at
         most max_running_requests at once."""
-        from kvcalc.capacity.verdict import Room
-
         page = max(self.page_size, 1)
         tokens = self.kv_cache_tokens if self.starts and self.kv_cache_tokens else 0
         per = -(-self.context_len // page)

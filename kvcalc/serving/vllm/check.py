@@ -27,9 +27,9 @@ import re
 from dataclasses import field
 
 from kvcalc._record import record
-from kvcalc.capacity.engine import GiB, EngineSettings, parse_version
-from kvcalc.capacity.serving import Capacity, serving_capacity
-from kvcalc.capacity.vllmlog import KV_REFUSALS, TERMS, UNMODELLED_FLAGS, VllmLog
+from kvcalc.serving.vllm.settings import GiB, EngineSettings, parse_version
+from kvcalc.serving.vllm.capacity import Capacity, serving_capacity
+from kvcalc.serving.vllm.log import KV_REFUSALS, TERMS, UNMODELLED_FLAGS, VllmLog
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import Hardware, ModelSpec
 
@@ -77,7 +77,7 @@ FROM_LOG = "from the log"
 class Diagnosis:
     """Why a start-up failed, in vLLM's words and in a sentence, and what to change."""
 
-    kind: str  # kvcalc.capacity.vllmlog.FAILURE_KINDS
+    kind: str  # kvcalc.serving.vllm.log.FAILURE_KINDS
     cause: str
     fix: str
     words: str  # the log's own line

@@ -63,8 +63,8 @@ import dataclasses
 
 from kvcalc import _num
 from kvcalc._record import record
-from kvcalc.capacity.engine import EngineSettings
-from kvcalc.capacity.support import spec, why
+from kvcalc.serving.vllm.settings import EngineSettings
+from kvcalc.serving.vllm.support import spec, why
 from kvcalc.dtypes import DType, dtype
 from kvcalc.formulas.cache import CacheGroup
 from kvcalc.spec import Hardware
@@ -129,7 +129,7 @@ def unpaged_kinds(groups: tuple[CacheGroup, ...]) -> list[str]:
 
 def why_unpaged(groups: tuple[CacheGroup, ...]) -> str:
     """Why fit and plan withhold the engine's counts: an unpaged kind's own sentence
-    (kvcalc.capacity.support: a kind vLLM serves with cache specs kvcalc does not model, as
+    (kvcalc.serving.vllm.support: a kind vLLM serves with cache specs kvcalc does not model, as
     DeepSeek-V4's compressor), else that vLLM pages none of the kinds."""
     probe = _IsPaged()
     own = sorted({why(g.mixer) for g in groups

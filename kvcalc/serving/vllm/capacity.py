@@ -8,7 +8,7 @@ Facts (quoted, not copied code; see the package docstring for the versions read)
   the whole computation.
 * available KV memory = budget - weights - activation peak of the profile run -
   non-torch memory [- CUDA-graph estimate, subtracted from 0.20 unless
-  enforce_eager]. V0 and V1 alike; what "non-torch" covers changed (kvcalc.capacity.memory).
+  enforce_eager]. V0 and V1 alike; what "non-torch" covers changed (kvcalc.serving.vllm.memory).
 * reported capacity (0.24+): concurrency = num_blocks / sum over groups of
   cdiv(need_g, page_g); "GPU KV cache size" = int(concurrency x max_model_len).
   Up to 0.20 (and V1 0.7-0.20): tokens = num_blocks // groups x block_size. V0:
@@ -24,34 +24,19 @@ from __future__ import annotations
 from dataclasses import field
 
 from kvcalc._record import record
-from kvcalc.capacity.block_size import engine_block_size
-from kvcalc.capacity.blocks import (
-    GroupPlan,
-    groups_on_stage,
-    kv_cache_groups,
-    largest_fitting_len,
-    pad_state_pages,
-    request_bytes,
-)
-from kvcalc.capacity.engine import (
-    GiB,
-    EngineSettings,
-    async_scheduling_on,
-    default_batch_limits,
-    device_total_bytes,
-)
-from kvcalc.capacity.memory import (
-    activation_peak_bytes,
-    cuda_graph_bytes,
-    non_torch_bytes,
-    pipeline_layers,
-    stage_weight_bytes,
-)
-from kvcalc.capacity.state import (StateCache, engine_state_groups, state_cache, unpaged_kinds,
-                                   why_unpaged)
 from kvcalc.dtypes import dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import cache_groups
+from kvcalc.serving.layout import groups_on_stage, pipeline_layers
+from kvcalc.serving.vllm.block_size import engine_block_size
+from kvcalc.serving.vllm.blocks import (GroupPlan, kv_cache_groups, largest_fitting_len,
+                                        pad_state_pages, request_bytes)
+from kvcalc.serving.vllm.memory import activation_peak_bytes, cuda_graph_bytes, non_torch_bytes
+from kvcalc.serving.vllm.settings import (GiB, EngineSettings, async_scheduling_on,
+                                          default_batch_limits, device_total_bytes)
+from kvcalc.serving.vllm.state import (StateCache, engine_state_groups, state_cache,
+                                       unpaged_kinds, why_unpaged)
+from kvcalc.serving.weights import stage_weights
 from kvcalc.spec import Hardware, ModelSpec
 
 __all__ = ["Capacity", "DeviceMemory", "budget_bytes", "cannot_hold_weights", "serving_capacity"]
@@ -103,7 +88,7 @@ class Capacity:
     max_model_len_fit: int | None  # the largest max_model_len that would fit (0: none)
     refusal: str  # vLLM's reason for refusing, "" when it starts
     notes: tuple[str, ...] = field(default_factory=tuple)
-    # What a count at another length reuses (kvcalc.capacity.verdict): tokens in flight
+    # What a count at another length reuses (kvcalc.serving.vllm.verdict): tokens in flight
     # per request, the state pages' rule, and one max_model_len request's bytes.
     in_flight: int = 0
     state: StateCache | None = None
@@ -131,7 +116,7 @@ def cannot_hold_weights(spec: ModelSpec, hw: Hardware, s: EngineSettings) -> boo
     without the budget, and a num_gpu_blocks override gives V0 blocks it lacks."""
     if s.kv_cache_memory_bytes is not None or s.num_gpu_blocks_override is not None:
         return False
-    return stage_weight_bytes(spec, s, 0) > budget_bytes(hw, s)
+    return stage_weights(spec, s.weights, tp=s.tp, pp=s.pp) > budget_bytes(hw, s)
 
 
 def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
@@ -194,7 +179,7 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
         last = stage == len(sizes) - 1
         kinds = [True] if (s.engine == "v1" or s.tp == 1) else [True, False]
         for samples in (kinds if last else [False]):
-            weights = stage_weight_bytes(spec, s, stage)
+            weights = stage_weights(spec, s.weights, tp=s.tp, pp=s.pp, stage=stage)
             peak, fwd, samp = activation_peak_bytes(spec, s, tokens, seqs, samples)
             if s.activation_peak_bytes is not None:  # measured (a calibration file)
                 peak = s.activation_peak_bytes
