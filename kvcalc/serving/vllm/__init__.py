@@ -59,18 +59,17 @@ __all__ = ["VllmFlags", "check_release", "count", "release_settings"]
 
 
 def check_release(text: str) -> None:
-    from kvcalc.serving.vllm.settings import parse_version
+    from kvcalc.serving.vllm.rules import parse_release
 
-    parse_version(text)
+    parse_release(text)
 
 
 def release_settings(release: str) -> dict:
     """EngineSettings' fields that name a release: the version, and the engine it runs by
     default (V1 became vLLM's default in 0.8; earlier releases ran V0)."""
-    from kvcalc.serving.vllm.settings import parse_version
+    from kvcalc.serving.vllm.rules import default_engine
 
-    return {"vllm_version": release,
-            "engine": "v0" if parse_version(release) < (8, 0) else "v1"}
+    return {"vllm_version": release, "engine": default_engine(release)}
 
 
 @record

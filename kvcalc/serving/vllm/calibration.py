@@ -34,7 +34,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvcalc._record import record
-from kvcalc.serving.vllm.settings import EngineSettings, parse_version
+from kvcalc.serving.vllm.rules import parse_release
+from kvcalc.serving.vllm.settings import EngineSettings
 from kvcalc.errors import KvcalcError
 
 __all__ = ["Calibration", "calibration_text", "read_calibration"]
@@ -189,7 +190,7 @@ def read_calibration(path: Path) -> Calibration:
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0
                               or v >= 1 << 60):
             raise KvcalcError(f"{where}: {key} must be a whole number >= 0, got {v!r}")
-    parse_version(data["vllm_version"])
+    parse_release(data["vllm_version"])
     if data.get("engine", "v1") not in ("v0", "v1"):
         raise KvcalcError(f"{where}: engine must be 'v0' or 'v1', got {data['engine']!r}")
     if data.get("sampler") not in (None, "sort", "flashinfer", "triton"):

@@ -104,7 +104,7 @@ def budget_bytes(hw: Hardware, s: EngineSettings) -> int:
     """The memory the engine may fill on one device: its total x gpu_memory_utilization,
     rounded up from 0.20 (V1), down before."""
     total, (num, den) = device_total_bytes(hw), s.utilization
-    if s.engine == "v1" and s.version >= (20, 0):
+    if s.rules.budget_rounds_up():
         return -(-total * num // den)
     return total * num // den
 
@@ -143,10 +143,8 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
     block = engine_block_size(groups, spec, hw, s, state)
     groups = pad_state_pages(groups, block)
     tokens, seqs = default_batch_limits(hw, s)
-    in_flight = tokens * (2 if async_scheduling_on(s) else 1)
-    if s.engine == "v1" and s.version < (27, 0):
-        in_flight = tokens
-    minor = s.version
+    rules = s.rules
+    in_flight = rules.in_flight(tokens, async_scheduling_on(s))
     notes: list[str] = []
     unpaged = unpaged_kinds(groups)
     if unpaged:
@@ -168,10 +166,10 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
     for stage, n_layers in enumerate(sizes):
         stage_groups = groups_on_stage(groups, spec.layers, n_layers, stage, sizes)
         plans = kv_cache_groups(stage_groups, block, s.max_model_len, in_flight, s.encoder_len,
-                                state, unify_pages=s.engine == "v1" and minor >= (8, 0),
-                                uniform_type=s.engine == "v1" and minor >= (11, 0))
+                                state, unify_pages=not rules.blocks_of_all_layers(),
+                                uniform_type=rules.uniform_type_groups())
         plans_by_stage.append(plans)
-        if s.engine == "v0" or minor < (8, 0):
+        if rules.blocks_of_all_layers():
             # One group of all layers: a block holds every layer's page.
             per_block = sum(p.page_bytes * p.slots for p in plans)
         else:
@@ -206,15 +204,8 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
     # Reported capacity.
     n_groups = max(len(plans), 1)
     per_request = sum(p.blocks_per_request for p in plans) if plans else 1
-    if s.engine == "v0" or minor < (8, 0):
-        kv_tokens = num_blocks * block
-        concurrency = kv_tokens / s.max_model_len
-    elif minor < (24, 0):
-        kv_tokens = num_blocks // n_groups * block
-        concurrency = num_blocks / per_request
-    else:
-        concurrency = num_blocks / per_request
-        kv_tokens = int(concurrency * s.max_model_len)
+    kv_tokens, concurrency = rules.reported(num_blocks, n_groups, per_request, block,
+                                            s.max_model_len)
 
     # Refusal, and the largest max_model_len that fits.
     need = request_bytes(plans, block, s.max_model_len, in_flight, s.encoder_len, state)
@@ -253,3 +244,4 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
         num_gpu_blocks=num_blocks, kv_cache_tokens=kv_tokens, max_concurrency=concurrency,
         fits=fits, max_model_len_fit=largest, refusal=refusal, notes=tuple(notes),
         in_flight=in_flight, state=state, request_bytes=need)
+

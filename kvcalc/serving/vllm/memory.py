@@ -153,14 +153,13 @@ __all__ = [
     "GRAPH_PROFILE_BYTES_PER_RANK", "NON_TORCH_INCREASE", "NON_TORCH_V1", "NON_TORCH_V1_TP",
     "NVLS_BUFFER_BYTES", "NVLS_CHANNELS", "NVSWITCH_NODE_GPUS", "SAMPLER_BYTES",
     "SAMPLER_PATHS", "activation_peak_bytes", "cuda_graph_bytes", "cuda_graph_sizes",
-    "non_torch_bytes", "nvls_channels", "sampler_bytes", "sampler_path",
+    "non_torch_bytes", "nvls_channels", "sampler_bytes",
 ]
 
 # --- constants (see the module docstring for the source or the logs behind each) -----
 # Sampler bytes per logit at its peak, model-dtype logits included (bf16 shown).
 SAMPLER_BYTES = {"sort": 38, "flashinfer": 14, "triton": 14, "v0": 40}
 SAMPLER_PATHS = ("sort", "flashinfer", "triton")
-TRITON_MIN_BATCH = 8  # 0.17+: smaller batches still sort (topk_topp_sampler.py l. 251)
 NON_TORCH_INCREASE = GiB // 4  # V0: cuBLAS/attention workspaces since the snapshot
 NON_TORCH_V1 = 133 * MiB  # V1 0.10.1+: 0.13 GiB at tp 1 (llm-d-benchmark, H100)
 NON_TORCH_V1_TP = 430 * MiB  # ... and 0.55 GiB at tp 2: NCCL's buffers at first use
@@ -176,26 +175,10 @@ GRAPH_PROFILE_BYTES_PER_RANK = 430 * MiB  # 0.18-0.26, tp > 2: fit on tp 4 and 8
 # --------------------------------------------------------------------------------
 # Measured terms, modelled
 # --------------------------------------------------------------------------------
-def sampler_path(s: EngineSettings, num_reqs: int) -> str:
-    """The top-k/top-p path the dummy sampler run takes ("v0", "sort", "flashinfer",
-    "triton"), the release's default unless `s.sampler` names one."""
-    if s.engine == "v0":
-        return "v0" if s.version >= (6, 5) else "logits"
-    path = s.sampler
-    if path is None:
-        if s.version >= (21, 0):
-            path = "flashinfer"
-        else:
-            path = "triton" if s.version >= (17, 0) else "sort"
-    if path in ("sort", "triton") and s.version >= (17, 0):
-        path = "triton" if num_reqs >= TRITON_MIN_BATCH else "sort"
-    return path
-
-
 def sampler_bytes(spec: ModelSpec, num_reqs: int, s: EngineSettings) -> int:
     """The dummy sampler run's peak: num_reqs x vocab logits at the path's bytes per
     logit (SAMPLER_BYTES, given for 2-byte model logits; fp32 models add 2)."""
-    path = sampler_path(s, num_reqs)
+    path = s.rules.sampler_path(s.sampler, num_reqs)
     model_bytes = dtype(s.model_dtype).nbytes(1)
     if path == "logits":  # V0 before 0.6.5: the model-dtype logits only
         return num_reqs * spec.vocab * model_bytes
@@ -235,17 +218,16 @@ def non_torch_bytes(s: EngineSettings, hw: Hardware | None = None) -> int:
     (V1 0.7-0.10.0, V0 before 0.6.4): CONTEXT_BYTES + NON_TORCH_INCREASE +
     COMM_BYTES_PER_RANK x tp when tp > 1.
     """
-    v = s.version
-    if s.engine == "v0":
-        if v >= (6, 4):
-            return NON_TORCH_INCREASE
-    elif v >= (10, 1):
+    rules = s.rules
+    if rules.non_torch_counted() == "snapshot" and s.engine == "v0":
+        return NON_TORCH_INCREASE
+    if rules.non_torch_counted() == "snapshot":
         nt = NON_TORCH_V1 + (NON_TORCH_V1_TP if s.tp > 1 else 0)
         channels = nvls_channels(hw)
-        if v >= (11, 0) and s.tp > 2 and channels:
+        if rules.nvls_after_snapshot() and s.tp > 2 and channels:
             local = min(s.tp, NVSWITCH_NODE_GPUS)  # the ranks one NVSwitch node holds
             nt += channels * NVLS_BUFFER_BYTES * local
-            if (18, 0) <= v < (27, 0) and not s.enforce_eager:
+            if rules.graph_profile_in_window() and not s.enforce_eager:
                 nt += GRAPH_PROFILE_BYTES_PER_RANK * local
         return nt
     comm = COMM_BYTES_PER_RANK * s.tp if s.tp > 1 else 0
@@ -270,7 +252,7 @@ def cuda_graph_bytes(spec: ModelSpec, s: EngineSettings, max_num_seqs: int,
     first capture of the largest size (its forward's buffers) plus, for the piecewise
     graphs of every size and the full graphs of the decode sizes up to max_num_seqs,
     (graphs - 1) x CUDA_GRAPH_BYTES_PER_LAYER x layers."""
-    if s.enforce_eager or s.engine == "v0" or s.version < (20, 0):
+    if s.enforce_eager or not s.rules.graphs_subtracted():
         return 0
     sizes = cuda_graph_sizes(s, max_num_seqs, max_num_batched_tokens)
     if not sizes:

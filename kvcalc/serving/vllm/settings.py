@@ -3,7 +3,7 @@
 Facts (quoted, not copied code; see the package docstring for the versions read):
 
 * default batch limits (`EngineArgs.get_batch_defaults`, 0.33; 0.8.5 for 0.8-0.29):
-  see `default_batch_limits`.
+  the release's table (kvcalc.serving.vllm.rules, `Rules.batch_defaults`).
 * async scheduling (0.27+, V1, PP = 1) doubles the tokens in flight per request
   (`async_scheduling_on`; kvcalc.serving.vllm.blocks counts what they hold).
 """
@@ -11,39 +11,20 @@ Facts (quoted, not copied code; see the package docstring for the versions read)
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 from kvcalc import _num
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.dtypes import MAX_SEQ_LEN, check_size, dtype, weight_dtype as _weight_dtype
 from kvcalc.serving.releases import DEFAULT_RELEASE
+from kvcalc.serving.vllm.rules import Rules, parse_release, rules_for
 from kvcalc.spec import Hardware
 
 __all__ = ["GiB", "MiB", "EngineSettings", "async_scheduling_on", "default_batch_limits",
-           "device_total_bytes", "parse_version", "settings_for"]
+           "device_total_bytes", "settings_for"]
 
 GiB = 1 << 30
 MiB = 1 << 20
-
-
-@functools.lru_cache(maxsize=64)  # a sweep asks once per length; the answer never changes
-def parse_version(v: str | tuple[int, ...]) -> tuple[int, int]:
-    """'0.6.4.post1' -> (6, 4); '0.33' -> (33, 0); (0, 11) -> (11, 0). Minor, patch of 0.x."""
-    if isinstance(v, tuple):
-        parts = [int(p) for p in v]
-    else:
-        parts = []
-        for p in str(v).strip().lstrip("v").split("."):
-            digits = "".join(ch for ch in p if ch.isdigit()) if not p.isdigit() else p
-            if not digits:
-                break
-            parts.append(int(digits))
-            if not p.isdigit():
-                break
-    if not parts or parts[0] != 0 or len(parts) < 2:
-        raise KvcalcError(f"vllm_version must look like 0.MINOR[.PATCH], got {v!r}")
-    return (parts[1], parts[2] if len(parts) > 2 else 0)
 
 
 @record
@@ -82,7 +63,7 @@ class EngineSettings:
     kv_cache_memory_bytes: int | None = None
     enforce_eager: bool = False
     # The dummy sampler's top-k/top-p path: "sort", "flashinfer" or "triton"; None: the
-    # release's default (kvcalc.serving.vllm.memory.sampler_path).
+    # release's default (kvcalc.serving.vllm.rules, `Rules.sampler_path`).
     sampler: str | None = None
     chunked_prefill: bool | None = None  # None: the engine's default
     async_scheduling: bool | None = None  # None: on for V1 0.27+ with PP = 1
@@ -124,7 +105,7 @@ class EngineSettings:
         if not 0 < num <= den:
             raise KvcalcError(f"gpu_memory_utilization must be in (0, 1], got "
                               f"{self.gpu_memory_utilization}")
-        parse_version(self.vllm_version)
+        parse_release(self.vllm_version)
         dtype(self.model_dtype)
         for name in ("kv_dtype", "mamba_ssm_dtype"):
             if getattr(self, name) != "auto":
@@ -153,8 +134,9 @@ class EngineSettings:
                        weights_bytes=self.weights_bytes)
 
     @property
-    def version(self) -> tuple[int, int]:
-        return parse_version(self.vllm_version)
+    def rules(self) -> Rules:
+        """The release's rules for the engine it runs (kvcalc.serving.vllm.rules)."""
+        return rules_for(self.vllm_version, self.engine)
 
     def replace(self, **changes) -> "EngineSettings":
         return dataclasses.replace(self, **changes)
@@ -182,44 +164,13 @@ def default_batch_limits(hw: Hardware, s: EngineSettings,
                          max_model_len: int | None = None) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) as vLLM fills them in, the user's own first,
     for requests of `max_model_len` tokens (s.max_model_len unless given: a sweep asks at
-    each of its lengths without building settings for each).
-
-    V1 0.30-0.33 (`EngineArgs.get_batch_defaults`, server / LLM class): device total
-    >= 160 GiB: 16384/16384 tokens, 1024 seqs; >= 70 GiB and not A100/GB10:
-    16384 (LLM) / 8192 (server) tokens, 1024 seqs; otherwise 8192 / 2048, 256 seqs.
-    By release (`engine/arg_utils.py`): the A100 exclusion from 0.9 (0.9.2 line 1629,
-    "a100" not in device_name; absent in 0.8.5, line 1596), the 160 GiB tier from 0.28
-    (line 2582), the GB10 exclusion in 0.33 only (line 2963).
-    V1 0.7: 8192 (LLM) / 2048 (server), 256 seqs. Then, chunked prefill off:
-    tokens = max(max_model_len, tokens); finally min(tokens, seqs x max_model_len).
-    V0 (<= 0.10): chunked prefill is on only above 32K context; then 512 tokens
-    before 0.7 and 2048 from 0.7 (the profile peaks of vllm#10517 at 35K and #13061
-    at 128K match these), otherwise one max_model_len batch (>= 2048); 256 seqs.
-    """
+    each of its lengths without building settings for each): the release's defaults
+    (`Rules.batch_defaults`), then min(tokens, seqs x max_model_len) unless the user set
+    the tokens."""
     length = s.max_model_len if max_model_len is None else max_model_len
-    minor, _ = s.version
-    total = device_total_bytes(hw)
-    chunked = _chunked_prefill(s, length)
-    if s.engine == "v0":
-        seqs = 256
-        tokens = (512 if minor < 7 else 2048) if chunked else max(length, 2048)
-    else:
-        name = hw.name.lower()
-        big = total >= 70 * GiB
-        if minor >= 9 and "a100" in name:
-            big = False
-        if minor >= 33 and ("gb10" in name or "spark" in name):
-            big = False
-        if minor >= 28 and total >= 160 * GiB:
-            tokens, seqs = 16384, 1024
-        elif minor >= 8 and big:
-            tokens, seqs = (16384 if s.usage == "llm" else 8192), 1024
-        elif minor >= 8:
-            tokens, seqs = (8192 if s.usage == "llm" else 2048), 256
-        else:
-            tokens, seqs = (8192 if s.usage == "llm" else 2048), 256
-        if not chunked:
-            tokens = max(length, tokens)
+    tokens, seqs = s.rules.batch_defaults(total=device_total_bytes(hw), device=hw.name,
+                                          usage=s.usage, chunked=_chunked_prefill(s, length),
+                                          max_model_len=length)
     if s.max_num_seqs is not None:
         seqs = s.max_num_seqs
     if s.max_num_batched_tokens is not None:
@@ -242,7 +193,7 @@ def async_scheduling_on(s: EngineSettings) -> bool:
     batched tokens are in flight per request)."""
     if s.async_scheduling is not None:
         return s.async_scheduling
-    return s.engine == "v1" and s.version >= (27, 0) and s.pp == 1
+    return s.rules.async_scheduling(s.pp)
 
 
 def device_total_bytes(hw: Hardware) -> int:

@@ -190,20 +190,20 @@ def state_cache(groups: tuple[CacheGroup, ...], hw: Hardware, s: EngineSettings,
     states = _state_groups(groups)
     if not states or s.engine != "v1":
         return NO_PREFIX_CACHING
-    minor = s.version
+    rules = s.rules
     hybrid = not is_attention_free(groups)
     if prefix_caching is None:
-        prefix_caching = hybrid and minor >= (26, 0)
+        prefix_caching = hybrid and rules.hybrid_prefix_caching()
     if not prefix_caching:
         return NO_PREFIX_CACHING
     kinds = {g.mixer.kind for g in states}
-    if minor < (28, 0) and kinds <= _ALL_MODE_KINDS:
+    if rules.mamba_all_mode() and kinds <= _ALL_MODE_KINDS:
         return StateCache("all")
-    if minor < (15, 0):
+    if not rules.prefix_caching_for_other_states():
         return NO_PREFIX_CACHING  # 0.13: prefix caching turned off for the rest
     checkpoint: set[str] = set()
     alignment = 1
-    if minor >= (33, 0):
+    if rules.prefill_checkpoints():
         if "mamba2" in kinds:
             checkpoint.add("mamba2")
         # A DeltaNet layer exports checkpoints only when every state layer can

@@ -50,7 +50,6 @@ __all__ = ["AUTO", "Fix", "Verdict", "auto_max_model_len", "engine_verdict", "fi
 AUTO = -1  # --max-model-len auto (or -1), as vLLM spells it
 MAX_UTILIZATION_PERCENT = 98  # the highest --gpu-memory-utilization a fix proposes
 WEIGHT_FIXES = ("fp8", "int4")  # quantized weight dtypes a fix tries, the gentler first
-STATE_POOL_RULE = (19, 0)  # first release refusing max_num_seqs over the state pool
 
 
 @record
@@ -151,7 +150,7 @@ def _room(cap: Capacity, length, context: int, name: str) -> Room:
                        f"one request of {length:,} tokens needs {need:,} B of KV cache; "
                        f"{d.kv_cache:,} B are available")
     over_pool = (cap.num_gpu_blocks is not None and cap.max_num_seqs > cap.num_gpu_blocks
-                 and s.engine == "v1" and s.version >= STATE_POOL_RULE and not s.enforce_eager
+                 and s.rules.state_pool_refusal() and not s.enforce_eager
                  and any(p.group.state_bytes for p in cap.groups))
     return Room(max_model_len=length, starts=starts, num_blocks=cap.num_gpu_blocks or 0,
                 blocks_per_request=per_request, max_num_seqs=cap.max_num_seqs,
