@@ -20,7 +20,8 @@ OWNER = {
     "gpu_memory_utilization": ("vllm",), "max_model_len": ("vllm",), "block_size": ("vllm",),
     "max_num_batched_tokens": ("vllm",), "max_num_seqs": ("vllm",),
     "kv_cache_memory_bytes": ("vllm",), "enforce_eager": ("vllm",),
-    "vllm_version": ("vllm",), "calibration": ("vllm",),
+    "vllm_version": ("vllm",), "calibration": ("vllm",), "dp": ("vllm",),
+    "enable_expert_parallel": ("vllm",),
     # SGLang (ServerArgs' names)
     "mem_fraction_static": ("sglang",), "context_length": ("sglang",),
     "max_running_requests": ("sglang",), "max_total_tokens": ("sglang",),

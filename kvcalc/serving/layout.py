@@ -1,11 +1,16 @@
 """How a deployment spreads one model over GPUs, as every engine means it.
 
 `tp` splits each layer's heads and matrices, `pp` its layers into stages, `dp` runs
-replicas. `dp_attention` (SGLang's --enable-dp-attention, vLLM's data parallel under
-expert parallel) keeps the `tp` GPUs of one replica but runs attention as `dp`
-data-parallel groups of tp / dp GPUs each: the attention tensor-parallel size is then
-tp / dp, which is what divides K/V heads (an MLA latent is whole on every rank either
-way). `ep` splits MoE experts.
+data-parallel ranks, each with a KV pool of its own: replicas of tp x pp GPUs (vLLM's
+--data-parallel-size, SGLang's --dp-size), or, with `dp_attention` (SGLang's
+--enable-dp-attention), `dp` attention groups within the `tp` GPUs of one replica,
+tp / dp GPUs each: the attention tensor-parallel size is then tp / dp, which is what
+divides K/V heads (an MLA latent is whole on every rank either way). `ep` is the GPUs
+a MoE model's experts are spread over whole (expert parallelism; 1: none, each expert
+sliced as the engine slices it).
+
+The figures an engine's count gives are per GPU and per KV pool (`ServingCount`); the
+deployment holds `dp` pools on `gpus` GPUs.
 """
 
 from __future__ import annotations
@@ -38,6 +43,11 @@ class Layout:
     def attention_tp(self) -> int:
         """GPUs one attention layer's heads are split over."""
         return self.tp // self.dp if self.dp_attention else self.tp
+
+    @property
+    def kv_pools(self) -> int:
+        """KV pools the deployment holds: one per data-parallel rank."""
+        return self.dp
 
     @property
     def gpus(self) -> int:

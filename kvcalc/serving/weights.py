@@ -48,8 +48,13 @@ def stage_layers(spec: ModelSpec, pp: int) -> tuple[int, ...]:
 
 
 def stage_weights(spec: ModelSpec, weights: Weights, *, tp: int, pp: int = 1,
-                  stage: int = 0) -> int:
+                  stage: int = 0, expert_split: int = 0, whole_experts: bool = False) -> int:
     """Bytes of weights one device of pipeline stage `stage` holds (tp-way sharded), exact.
+
+    `expert_split`: the GPUs a MoE model's routed experts are spread over where that is
+    not tp (vLLM with data parallelism: tp x dp; 0: tp); `whole_experts` (expert
+    parallelism): each of them holds cdiv(experts, expert_split) whole experts (the
+    busiest device) instead of a 1/expert_split slice of every expert.
 
     Parameters per device come from formulas.weight_params_per_device (K/V projections
     replicated like the cache when tp > kv_heads); the input embedding sits on the
@@ -60,8 +65,35 @@ def stage_weights(spec: ModelSpec, weights: Weights, *, tp: int, pp: int = 1,
     """
     if weights.weights_bytes is not None:
         return weights.weights_bytes
-    return (_language_model_bytes(spec, weights, tp, pp, stage)
+    split = _ExpertSplit(spec, tp, expert_split or tp, whole_experts)
+    return (_language_model_bytes(spec, weights, tp, pp, stage, split)
             + _tower_bytes(spec, weights, tp, stage))
+
+
+class _ExpertSplit:
+    """How a MoE model's routed experts (the breakdown's "moe/experts") lie over the
+    devices when not as the rest of the weights (over tp): over `over` devices, in slices
+    or whole. `moves` is False where they lie as the rest do (the plain count stands)."""
+
+    def __init__(self, spec: ModelSpec, tp: int, over: int, whole: bool):
+        self.tp, self.over, self.whole, self.experts = tp, over, False, 0
+        self.moves = False
+        if over == tp and not whole:
+            return
+        experts = {layer.mlp.experts for layer, _ in spec.groups()
+                   if isinstance(layer.mlp, MoE)}
+        self.whole, self.experts = whole and bool(experts), max(experts, default=0)
+        self.moves = bool(experts)
+
+    def on_device(self, routed: int) -> int:
+        """Of `routed` (all devices: parameters or bytes), what the busiest device holds."""
+        if self.whole:
+            return routed * -(-self.experts // self.over) // self.experts
+        return -(-routed // self.over)
+
+    def rebase(self, routed: int) -> int:
+        """What to add to a tp-way count for the experts to lie so instead."""
+        return self.on_device(routed) - -(-routed // self.tp)
 
 
 def _tower_bytes(spec: ModelSpec, w: Weights, tp: int, stage: int) -> int:
@@ -74,30 +106,31 @@ def _tower_bytes(spec: ModelSpec, w: Weights, tp: int, stage: int) -> int:
     return dtype(w.model_dtype).nbytes(-(-towers // tp))
 
 
-def _language_model_bytes(spec: ModelSpec, w: Weights, tp: int, pp: int, stage: int) -> int:
+def _language_model_bytes(spec: ModelSpec, w: Weights, tp: int, pp: int, stage: int,
+                          split: _ExpertSplit) -> int:
     """The config's count (kvcalc.quant for quantized weights); for a checkpoint read
     from a folder or the Hub (AsStored), plus what its quantized headers hold beyond that
     count, shared per device as estimate shares it and split over stages by layers."""
     q = w.weight_quantization
     if q is None and not w.weight_dtype and not (spec.extra.get("quantization")
                                                  or spec.extra.get("quantization_error")):
-        return _config_bytes(spec, w, tp, pp, stage, None)  # plain: kvcalc.quant stays out
+        return _config_bytes(spec, w, tp, pp, stage, None, split)  # plain: no kvcalc.quant
     from kvcalc.quant.checkpoint import AsStored, engine_surplus_bytes
     from kvcalc.quant.formats import adhoc, quantization_of
 
     if isinstance(q, AsStored):
         stored, q = q, q.quantization
-        total = _config_bytes(spec, w, tp, pp, stage, q)
+        total = _config_bytes(spec, w, tp, pp, stage, q, split)
         if not (stored.quantized and stored.applies(spec)):
             return total  # float tensors only: loaded in the engine's dtype
-        whole = _config_bytes(spec, w, tp, 1, 0, q) - _rope_cache_bytes(spec, w)
+        whole = _config_bytes(spec, w, tp, 1, 0, q, split) - _rope_cache_bytes(spec, w)
         surplus = engine_surplus_bytes(spec, stored, tp, whole)
         if pp > 1:
             surplus = surplus * pipeline_layers(spec.layers, pp)[stage] // spec.layers
         return total + surplus
     if q is None:
         q = adhoc(w.weight_dtype, w.group_size) if w.weight_dtype else quantization_of(spec)
-    return _config_bytes(spec, w, tp, pp, stage, q)
+    return _config_bytes(spec, w, tp, pp, stage, q, split)
 
 
 def _rope_cache_bytes(spec: ModelSpec, w: Weights) -> int:
@@ -107,9 +140,11 @@ def _rope_cache_bytes(spec: ModelSpec, w: Weights) -> int:
     return 0
 
 
-def _config_bytes(spec: ModelSpec, w: Weights, tp: int, pp: int, stage: int, q) -> int:
+def _config_bytes(spec: ModelSpec, w: Weights, tp: int, pp: int, stage: int, q,
+                  split: _ExpertSplit) -> int:
     """One stage's weights on one device from the config, quantized by `q` (None: the
-    model dtype, or w.weight_dtype for every matrix)."""
+    model dtype, or w.weight_dtype for every matrix), the routed experts as `split` lays
+    them."""
     if q is not None:
         from kvcalc.quant.weights import weight_bytes, weight_bytes_per_device
 
@@ -122,6 +157,8 @@ def _config_bytes(spec: ModelSpec, w: Weights, tp: int, pp: int, stage: int, q) 
                     // tp)
         head_dev = -(-wb.breakdown.get("lm_head", 0) // tp)
         body_dev = dev - emb_dev - head_dev
+        if split.moves:
+            body_dev += split.rebase(wb.breakdown.get("moe/experts", 0))
         sizes = pipeline_layers(spec.layers, pp)
         total = body_dev * sizes[stage] // spec.layers if pp > 1 else body_dev
         if stage == 0:
@@ -138,7 +175,12 @@ def _config_bytes(spec: ModelSpec, w: Weights, tp: int, pp: int, stage: int, q) 
     if spec.tied_embeddings and pp > 1:
         head = spec.vocab * spec.d_model
     body = counts.total - emb - b.get("lm_head", 0)
-    body_dev = weight_params_per_device(spec, body + emb, tp, counts) - (-(-emb // tp))
+    if split.moves:  # the experts apart: each split its own way
+        routed = b.get("moe/experts", 0)
+        body_dev = (weight_params_per_device(spec, body + emb - routed, tp, counts)
+                    - (-(-emb // tp)) + split.on_device(routed))
+    else:
+        body_dev = weight_params_per_device(spec, body + emb, tp, counts) - (-(-emb // tp))
     sizes = pipeline_layers(spec.layers, pp)
     body_stage = body_dev * sizes[stage] // spec.layers if pp > 1 else body_dev
     model_dt = dtype(w.model_dtype)

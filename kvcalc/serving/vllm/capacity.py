@@ -109,6 +109,16 @@ def budget_bytes(hw: Hardware, s: EngineSettings) -> int:
     return total * num // den
 
 
+def _weights(spec: ModelSpec, s: EngineSettings, stage: int) -> int:
+    """One device's weights on pipeline stage `stage`: a MoE model's routed experts over
+    tp x dp GPUs (`ParallelConfig.data_parallel_size`: "MoE layers will be sharded
+    according to the product of the tensor, prefill-context, and data parallel sizes"),
+    whole experts with expert parallelism (`FusedMoEParallelConfig.make`: ep_size = the
+    flattened tp x dp, tp_size = 1), the rest over tp."""
+    return stage_weights(spec, s.weights, tp=s.tp, pp=s.pp, stage=stage,
+                         expert_split=s.tp * s.dp, whole_experts=s.expert_parallel)
+
+
 def cannot_hold_weights(spec: ModelSpec, hw: Hardware, s: EngineSettings) -> bool:
     """True when the first stage's weights alone exceed the budget, so the engine cannot
     start whatever its lengths (no KV memory is left), told without the whole count.
@@ -116,7 +126,7 @@ def cannot_hold_weights(spec: ModelSpec, hw: Hardware, s: EngineSettings) -> boo
     without the budget, and a num_gpu_blocks override gives V0 blocks it lacks."""
     if s.kv_cache_memory_bytes is not None or s.num_gpu_blocks_override is not None:
         return False
-    return stage_weights(spec, s.weights, tp=s.tp, pp=s.pp) > budget_bytes(hw, s)
+    return _weights(spec, s, 0) > budget_bytes(hw, s)
 
 
 def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
@@ -155,6 +165,8 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
                      f"'all'); its block size, aligned to the Mamba chunk size, is not "
                      f"modelled")
 
+    if s.dp > 1 or s.expert_parallel:
+        notes += _parallel_note(spec, s)
     sizes = pipeline_layers(spec.layers, s.pp)
     total = device_total_bytes(hw)
     if total == hw.memory_bytes and not getattr(hw, "visible_memory_bytes", 0):
@@ -177,7 +189,7 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
         last = stage == len(sizes) - 1
         kinds = [True] if (s.engine == "v1" or s.tp == 1) else [True, False]
         for samples in (kinds if last else [False]):
-            weights = stage_weights(spec, s.weights, tp=s.tp, pp=s.pp, stage=stage)
+            weights = _weights(spec, s, stage)
             peak, fwd, samp = activation_peak_bytes(spec, s, tokens, seqs, samples)
             if s.activation_peak_bytes is not None:  # measured (a calibration file)
                 peak = s.activation_peak_bytes
@@ -245,3 +257,16 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
         fits=fits, max_model_len_fit=largest, refusal=refusal, notes=tuple(notes),
         in_flight=in_flight, state=state, request_bytes=need)
 
+
+def _parallel_note(spec: ModelSpec, s: EngineSettings) -> list[str]:
+    """What data and expert parallelism change, and what kvcalc leaves out of them."""
+    moe = any(getattr(layer.mlp, "experts", 0) for layer, _ in spec.groups())
+    if not moe:
+        return [f"data parallel: {s.dp} replicas of {s.tp * s.pp} GPU(s), each with this "
+                f"count and a KV pool of its own"] if s.dp > 1 else []
+    how = (f"whole experts over {s.tp * s.dp} GPUs (expert parallel)" if s.expert_parallel
+           else f"every expert sliced over {s.tp * s.dp} GPUs")
+    return [f"data parallel {s.dp}: the routed experts lie as {how}, the rest of the "
+            f"weights and the KV pool per replica of {s.tp * s.pp} GPU(s); the buffers of "
+            f"the MoE layers' exchange between ranks (all-gather or all-to-all) are not "
+            f"modelled"]

@@ -42,6 +42,13 @@ class EngineSettings:
     gpu_memory_utilization: float | str = "0.9"
     tp: int = 1
     pp: int = 1
+    # --data-parallel-size: replicas of tp x pp GPUs, each an engine with a KV pool of its
+    # own; a MoE model's expert layers are sharded over tp x dp GPUs even so
+    # (`config/parallel.py::ParallelConfig.data_parallel_size`).
+    dp: int = 1
+    # --enable-expert-parallel: those tp x dp GPUs hold whole experts, not slices of each
+    # (`model_executor/layers/fused_moe/config.py::FusedMoEParallelConfig.make`)
+    enable_expert_parallel: bool = False
     block_size: int | None = None  # None: 16 (raised for hybrid state models)
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
@@ -83,6 +90,7 @@ class EngineSettings:
         check_size("max_model_len", self.max_model_len, MAX_SEQ_LEN)
         check_size("tp", self.tp, 4096)
         check_size("pp", self.pp, 4096)
+        check_size("dp", self.dp, 4096)
         for name in ("block_size", "max_num_batched_tokens", "max_num_seqs", "weights_bytes",
                      "group_size",
                      "kv_cache_memory_bytes", "num_gpu_blocks_override", "encoder_len"):
@@ -122,6 +130,21 @@ class EngineSettings:
             return _num.exact_ratio(u)
         except (ValueError, ZeroDivisionError):
             raise KvcalcError(f"gpu_memory_utilization must be a number, got {u!r}") from None
+
+    @property
+    def layout(self):
+        """The deployment's layout (kvcalc.serving.layout.Layout): dp replicas of tp x pp
+        GPUs; attention split over tp within each (a replica's K/V heads are tp's), and,
+        with expert parallelism, ep = tp x dp GPUs holding whole experts (vLLM's use_ep:
+        dp x tp > 1 and --enable-expert-parallel)."""
+        from kvcalc.serving.layout import Layout
+
+        return Layout(tp=self.tp, pp=self.pp, dp=self.dp, ep=self.tp * self.dp
+                      if self.expert_parallel else 1)
+
+    @property
+    def expert_parallel(self) -> bool:
+        return self.enable_expert_parallel and self.tp * self.dp > 1
 
     @property
     def weights(self):
