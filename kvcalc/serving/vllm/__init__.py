@@ -54,13 +54,12 @@ experts on them (ep = tp x dp) instead of slices. Attention stays split over tp.
 
 Everything is exact integer arithmetic on bytes (utilization is read as a decimal
 fraction); functions are pure; inputs and results are frozen dataclasses. This module
-imports only the seam's records: the count's modules load when first counted.
+imports only kvcalc._record: the count's modules load when first counted.
 """
 
 from __future__ import annotations
 
 from kvcalc._record import record
-from kvcalc.serving.record import ServingCount
 
 __all__ = ["VllmFlags", "check_release", "count", "release_settings"]
 
@@ -86,7 +85,9 @@ class VllmFlags:
     kv_scale_bytes: int = 0
 
 
-def count(spec, hw, flags: VllmFlags) -> ServingCount:
+def count(spec, hw, flags: VllmFlags):
+    """vLLM's start-up count as a ServingCount (kvcalc.serving.record)."""
+    from kvcalc.serving.record import ServingCount
     from kvcalc.serving.vllm.verdict import engine_verdict
 
     s = flags.settings
