@@ -181,7 +181,7 @@ def fit(model, hardware, seq_len: int, batch: int = 1, weight_dtype=None, kv_dty
     weights as the config stores them (its quantization_config), as estimate does; the
     model as a ModelSpec or MODEL (a preset, Hub id, folder or config file), the
     hardware as a Hardware or a preset name."""
-    from kvcalc.capacity.fit import fit as _fit
+    from kvcalc.floor import fit as _fit
     from kvcalc.estimate import stored_weights, workload_for
     from kvcalc.workload import Memory
 

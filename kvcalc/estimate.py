@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from kvcalc import roofline
 from kvcalc._record import record
-from kvcalc.capacity.fit import Fit, fit as plain_fit
-from kvcalc.capacity.verdict import engine_verdict, settings_for, smallest_tp
+from kvcalc.floor import Fit, fit as plain_fit
+from kvcalc.serving.vllm.settings import settings_for
+from kvcalc.serving.vllm.verdict import engine_verdict, smallest_tp
 from kvcalc.dtypes import DType, check_size, dtype as _dtype, weight_dtype as _weight_dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.attention import ShazeerRatio, shazeer_ratio
@@ -42,7 +43,7 @@ class Estimate:
     memory: Memory | None = None  # the device and its share; None: no roofline, no fit
     roofline: roofline.Roofline | None = None
     fit: Fit | None = None  # the floor: weights + KV only, under --memory-fraction/--reserve
-    # The verdict: vLLM's start-up count (kvcalc.capacity.verdict) for `batch` requests
+    # The verdict: vLLM's start-up count (kvcalc.serving.vllm.verdict) for `batch` requests
     # of seq_len tokens, with the single changes that make it serve when it does not.
     verdict: object = None
     # The smallest valid tp the engine serves the batch at; None: none does (or no

@@ -17,7 +17,7 @@ class answering the same questions, exactly, for a sequence at context `seq_len`
 - `kv_cache_spec(specs)`: which of a serving engine's cache specs it is (`specs.full()`,
   `.sliding(window)`, `.chunked(chunk)`, `.state(mixer)` or `.cross()`; whether an engine
   pages that kind at all is the engine's table, not the layer's): the engine's rules
-  for each live in kvcalc.capacity, as vLLM keeps them on its spec classes
+  for each live in the engine's wing (vLLM's: kvcalc.serving.vllm), as vLLM keeps them on its spec classes
 - `param_key`: the first part of its keys in a parameter breakdown ("attention", ...)
 - `tensors(d_model)`: every weight by name: a `Linear` per projection matrix (its shape
   and transformers' module name), an element count for the rest (norms, convolutions)

@@ -8,7 +8,7 @@ for the whole generation; MusicGen Melody prepends its conditioning (text, chrom
 frames instead, so its self-attention holds those tokens too.
 
 No vLLM release serves MusicGen (0.32's model registry has no Musicgen architecture):
-neither kind has an engine page (vLLM's table, kvcalc.capacity.support), and the engine's counts
+neither kind has an engine page (vLLM's table, kvcalc.serving.vllm.support), and the engine's counts
 are withheld.
 """
 

@@ -9,7 +9,7 @@ global transformer over patches and the cross-attention between bytes and patche
 recomputed every step and cache nothing.
 
 No vLLM release serves BLT (0.32's model registry has no Blt architecture): no engine
-page (vLLM's table, kvcalc.capacity.support), and the engine's counts are withheld.
+page (vLLM's table, kvcalc.serving.vllm.support), and the engine's counts are withheld.
 """
 
 from __future__ import annotations

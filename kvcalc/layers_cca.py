@@ -10,7 +10,7 @@ the query and key channels, and the previous token's delayed half-value projecti
 in the model's dtype (ZayaCCAProjection: `update_conv_state`, `update_recurrent_state`).
 
 No vLLM release serves ZAYA (0.32's registry has none, and its Transformers backend takes
-no convolution state): no engine page for it (vLLM's table, kvcalc.capacity.support).
+no convolution state): no engine page for it (vLLM's table, kvcalc.serving.vllm.support).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ What the cache holds, per sequence and layer (DeepseekV4HCACache / DeepseekV4CSA
 A sliding-only layer keeps the window alone. vLLM 0.32 serves DeepSeek V4 with cache specs
 of its own (SlidingWindowMLASpec for the window, compressed MLA pages, CircularBufferSpec
 rings for the leftover) that kvcalc does not model: the compressor has no engine page
-(vLLM's table, kvcalc.capacity.support) and the engine counts are withheld.
+(vLLM's table, kvcalc.serving.vllm.support) and the engine counts are withheld.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ class Compressor:
 
     def kv_cache_spec(self, specs):
         # a cache that grows with the context, one entry per `rate` tokens: whether an
-        # engine pages it is that engine's table (vLLM: kvcalc.capacity.support)
+        # engine pages it is that engine's table (vLLM: kvcalc.serving.vllm.support)
         return specs.full()
 
     def kv_heads_per_device(self, tp: int) -> int:

@@ -48,7 +48,7 @@ class NormalizedGatedAttention(OutputGatedAttention):
 
     No vLLM release serves Dory (0.32's model registry has none, and its per-loop caches,
     one per pass over the recurrent layers, are no layout an engine pages): kvcalc gives
-    no engine page for it (vLLM's table, kvcalc.capacity.support) and serving counts are withheld."""
+    no engine page for it (vLLM's table, kvcalc.serving.vllm.support) and serving counts are withheld."""
 
     @property
     def label(self) -> str:

@@ -124,7 +124,7 @@ class QSAAttention(IndexedAttention):
 
     vLLM 0.32 serves Qwen4-Exp with cache layouts of its own (vllm/models/qwen4_exp: the
     indexer's compressed block states beside the K/V pages), which kvcalc does not model:
-    vLLM's table (kvcalc.capacity.support) leaves it unpaged and serving counts are withheld."""
+    vLLM's table (kvcalc.serving.vllm.support) leaves it unpaged and serving counts are withheld."""
 
     index_budget: int = 2048
     index_compress_ratio: int = 4

@@ -10,7 +10,7 @@ plus the four convolutions' last `conv_kernel` inputs, in fp32 whatever the mode
 (InklingShortConvolution runs in float32; transformers' LinearAttentionAndFullAttention
 cache layers keep them so). vLLM 0.32 serves Inkling with a paging of its own (its
 convolution history as an attention-like spec, models/inkling/amd/sconv_swa_attn.py)
-that kvcalc does not model: vLLM's table (kvcalc.capacity.support) leaves it unpaged.
+that kvcalc does not model: vLLM's table (kvcalc.serving.vllm.support) leaves it unpaged.
 
 The MLP side: Inkling's dense MLP and its routed experts' router each carry one learned
 global scale; the router scores the shared experts too (one row each).

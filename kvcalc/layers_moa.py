@@ -8,7 +8,7 @@ per chosen expert, after the cache).
 No vLLM release has a JetMoE model. Its Transformers backend pages `num_key_value_heads`
 heads as grouped-query attention, query head h reading K/V head h // top_k, while
 JetMoE hands its attention call the K/V already repeated (query head h reads h mod
-kv_heads): no engine page for it (vLLM's table, kvcalc.capacity.support).
+kv_heads): no engine page for it (vLLM's table, kvcalc.serving.vllm.support).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ Pure: no I/O. The search, from the outside in:
 * per shape: KV dtype (auto, fp8), --max-num-batched-tokens (the engine default and
   2048), --gpu-memory-utilization (0.9, then higher ones only while the cache, not
   --max-num-seqs, is what limits the batch): each counted by
-  kvcalc.capacity.serving_capacity; the ones vLLM would refuse are dropped;
+  kvcalc.serving.vllm.capacity.serving_capacity; the ones vLLM would refuse are dropped;
 * per counted setting: --max-num-seqs, powers of two up to the batch the cache holds
   (and --concurrency), which is the batch each replica runs; replicas
   (--data-parallel-size; tp x pp x replicas <= N): all the devices take, or with
@@ -38,11 +38,11 @@ through every stage; TTFT for the prompts one scheduler step takes), labelled
 the pp > 1 layouts are ranked only when no served (pp = 1) layout starts and meets the
 targets, and a note says so either way.
 
-Whether a setting starts and how many requests it holds is kvcalc.capacity.verdict's
+Whether a setting starts and how many requests it holds is kvcalc.serving.vllm.verdict's
 one rule (`serves`, `largest_batch`; a hybrid model's --max-num-seqs never over its
 state pool), and --max-model-len auto its one longest length (`auto_max_model_len`).
 
-A calibration file (`kvcalc check LOG -o FILE`, kvcalc.capacity.calibration) puts the
+A calibration file (`kvcalc check LOG -o FILE`, kvcalc.serving.vllm.calibration) puts the
 terms vLLM measured (weights, activation peak, non-torch memory, CUDA graphs, sampler)
 in place of kvcalc's models for the layouts of the tp and pp its log ran, and only
 those: the terms are per device of that layout. The GPU's driver-visible memory it
@@ -58,10 +58,11 @@ import re
 from dataclasses import field, replace
 
 from kvcalc._record import record
-from kvcalc.capacity.calibration import Calibration
-from kvcalc.capacity.engine import GiB, EngineSettings, default_batch_limits
-from kvcalc.capacity.serving import Capacity, serving_capacity
-from kvcalc.capacity.verdict import auto_max_model_len, room_of, serves
+from kvcalc.serving.vllm.calibration import Calibration
+from kvcalc.serving.vllm.settings import GiB, EngineSettings, default_batch_limits
+from kvcalc.serving.vllm.capacity import Capacity, serving_capacity
+from kvcalc.serving.room import serves
+from kvcalc.serving.vllm.verdict import auto_max_model_len, room_of
 from kvcalc.errors import KvcalcError
 from kvcalc.plan_search import MISSES, REFUSED, SERVED, TIMING, served_ref, timing_notes, walk
 from kvcalc.plan_search import Search as _Search
@@ -240,7 +241,7 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     a file learnt on another GPU or model is refused.
     Raises NothingFits when no layout starts or none meets the targets.
     """
-    from kvcalc.capacity.state import unpaged_kinds, why_unpaged
+    from kvcalc.serving.vllm.state import unpaged_kinds, why_unpaged
     from kvcalc.dtypes import check_size
     from kvcalc.formulas.cache import cache_groups
     from kvcalc.formulas.params import param_counts

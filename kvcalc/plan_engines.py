@@ -130,7 +130,7 @@ def engine_plan(spec, hw, ref, *, gpus: int = 1, max_model_len: int | None = Non
     from kvcalc.served import Load, bench, served_terms
     from kvcalc.serving import count
     from kvcalc.serving.flags import engine_flags
-    from kvcalc.capacity.verdict import settings_for
+    from kvcalc.serving.vllm.settings import settings_for
 
     check_size("gpus", gpus, 4096)
     length = max_model_len or (prompt_len + output_len if prompt_len and output_len

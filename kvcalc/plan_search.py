@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import field
 
 from kvcalc._record import record
-from kvcalc.capacity.calibration import Calibration
-from kvcalc.capacity.engine import EngineSettings
-from kvcalc.capacity.serving import Capacity, serving_capacity
-from kvcalc.capacity.verdict import largest_batch, room_of
+from kvcalc.serving.room import largest_batch
+from kvcalc.serving.vllm.calibration import Calibration
+from kvcalc.serving.vllm.capacity import Capacity, serving_capacity
+from kvcalc.serving.vllm.settings import EngineSettings
+from kvcalc.serving.vllm.verdict import room_of
 from kvcalc.spec import Hardware, ModelSpec
 
 __all__ = ["MISSES", "REFUSED", "SERVED", "SERVED_PROMPTS", "SINGLE_STEP", "TIMING", "Search",

@@ -1,5 +1,5 @@
 """Time bounds from bytes, FLOPs and a device's ceilings (what fits in its memory is
-kvcalc.capacity.fit).
+kvcalc.floor).
 
 Roofline (Williams, Waterman, Patterson 2009): a kernel takes at least
 max(bytes / bandwidth, FLOPs / peak). Decode steps sit far left of the ridge

@@ -392,7 +392,7 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
     terms to time with (default: the engine's fitted ones, served_terms).
     `past_saturation`: a Poisson rate over what the engine sustains runs the finite
     run anyway (its queue grows throughout; a note says so) instead of being refused."""
-    from kvcalc.capacity.verdict import settings_for
+    from kvcalc.serving.vllm.settings import settings_for
     from kvcalc.engines import load_engine
     from kvcalc.estimate import stored_weights, workload_for
     from kvcalc.serving import count, engine_ref, schedule_for

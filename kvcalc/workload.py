@@ -73,7 +73,7 @@ class Workload:
 class Memory:
     """A device and the share of its memory a run may fill: memory x `fraction` less
     `reserve_bytes` (the plain fit's budget; the serving engine's own is
-    kvcalc.capacity.engine.EngineSettings)."""
+    kvcalc.serving.vllm.settings.EngineSettings)."""
 
     hardware: Hardware
     fraction: float | str = 1  # in (0, 1], read as the decimal it is written as

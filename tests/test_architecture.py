@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kvcalc.formulas", "kvcalc.towers", "kvcalc.comm"),
     ("kvcalc.quant",),
     ("kvcalc.hfconfig", "kvcalc.presets", "kvcalc.model_source", "kvcalc.engines"),
-    ("kvcalc.roofline", "kvcalc.latency", "kvcalc.capacity", "kvcalc.serving"),
+    ("kvcalc.roofline", "kvcalc.latency", "kvcalc.floor", "kvcalc.serving"),
     ("kvcalc.estimate",),
     ("kvcalc.plan", "kvcalc.plan_search", "kvcalc.plan_engines", "kvcalc.served",
      "kvcalc.served_step",

@@ -1,4 +1,4 @@
-"""kvcalc.capacity against public vLLM start-up logs (tests/data/vllm/*.yaml).
+"""kvcalc.serving.vllm against public vLLM start-up logs (tests/data/vllm/*.yaml).
 
 Every expected figure here is a number a vLLM log printed (or the page quoting it),
 never kvcalc's own output: tokens and concurrency within 5% (the available KV memory
@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, strategies as st
 import yaml
 
-from kvcalc.capacity.blocks import blocks_per_request, kv_cache_groups
-from kvcalc.capacity.engine import GiB, EngineSettings, default_batch_limits
-from kvcalc.capacity.memory import pipeline_layers
-from kvcalc.capacity.serving import serving_capacity
+from kvcalc.serving.vllm.blocks import blocks_per_request, kv_cache_groups
+from kvcalc.serving.vllm.settings import GiB, EngineSettings, default_batch_limits
+from kvcalc.serving.layout import pipeline_layers
+from kvcalc.serving.vllm.capacity import serving_capacity
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import CacheGroup
 from kvcalc.layers import Attention, CrossAttention, Latent, Mamba

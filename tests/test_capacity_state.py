@@ -1,5 +1,5 @@
 """vLLM's own count for state layers, attention-free models and MLA's block size
-(kvcalc.capacity.state, kvcalc.capacity.block_size).
+(kvcalc.serving.vllm.state, kvcalc.serving.vllm.block_size).
 
 Every expected figure is hand arithmetic from the published config and vLLM's rules
 (the rule and the release are named in each test; the source lines are quoted in the
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from kvcalc.capacity.block_size import attention_block_size
-from kvcalc.capacity.engine import GiB, EngineSettings
-from kvcalc.capacity.serving import serving_capacity
-from kvcalc.capacity.state import engine_state_groups, is_hopper
+from kvcalc.serving.vllm.block_size import attention_block_size
+from kvcalc.serving.vllm.settings import GiB, EngineSettings
+from kvcalc.serving.vllm.capacity import serving_capacity
+from kvcalc.serving.vllm.state import engine_state_groups, is_hopper
 from kvcalc.dtypes import dtype
 from kvcalc.formulas.cache import cache_groups
 from kvcalc.presets import load_hardware, load_model

@@ -17,10 +17,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 from typer.testing import CliRunner
 
-from kvcalc.capacity.calibration import read_calibration
-from kvcalc.capacity.check import check_log, gpu_preset_for
-from kvcalc.capacity.engine import GiB
-from kvcalc.capacity.vllmlog import parse_vllm_log
+from kvcalc.serving.vllm.calibration import read_calibration
+from kvcalc.serving.vllm.check import check_log, gpu_preset_for
+from kvcalc.serving.vllm.settings import GiB
+from kvcalc.serving.vllm.log import parse_vllm_log
 from kvcalc.cli import app
 from kvcalc.errors import KvcalcError
 from kvcalc.hfconfig import spec_from_hf_config_file
@@ -395,7 +395,7 @@ def test_free_memory_with_room_left_gives_the_utilization_that_fits() -> None:
         "(31.44/47.38 GiB) on startup is less than desired GPU memory utilization (0.95, 45.01 "
         "GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.\n"
         "ERROR 06-30 13:53:19 [core.py:515] EngineCore failed to start.\n")
-    from kvcalc.capacity.check import diagnose
+    from kvcalc.serving.vllm.check import diagnose
 
     d = diagnose(log)
     assert d.kind == "free_memory" and "--gpu-memory-utilization to 0.66 or less" in d.fix
@@ -467,7 +467,7 @@ def _summary_log(case: dict):
     its pods ran with (--max-model-len, --tensor-parallel-size, --block-size 128,
     --enable-prefix-caching; the checkpoint's quantization, "compressed-tensors (FP8)" as
     the page's tp 1 run names it)."""
-    from kvcalc.capacity.vllmlog import StartupFailure, VllmLog
+    from kvcalc.serving.vllm.log import StartupFailure, VllmLog
 
     logged, s = case["logged"], case["settings"]
     terms = {"total": "visible_memory_gib", "budget": "budget_gib", "weights": "weights_gib",

@@ -348,7 +348,7 @@ def test_bad_sizes_are_named():
 
 
 def test_fit_counts_the_encoder_cache_it_is_given():
-    from kvcalc.capacity.fit import fit
+    from kvcalc.floor import fit
     from kvcalc.workload import Memory, Workload
     from kvcalc.spec import Hardware
 
@@ -395,7 +395,7 @@ def test_decode_roofline_llama3_70b_tp4_by_hand():
 
 
 def test_fit_llama3_70b_tp4_by_hand():
-    from kvcalc.capacity.fit import fit
+    from kvcalc.floor import fit
     from kvcalc.workload import Memory, Workload
 
     f = fit(LLAMA3_70B, Workload(seq_len=8192, tp=4), memory=Memory(hardware=_h100()))
@@ -408,7 +408,7 @@ def test_fit_llama3_70b_tp4_by_hand():
 
 
 def test_kv_projection_weights_replicate_with_their_heads():
-    from kvcalc.capacity.fit import fit
+    from kvcalc.floor import fit
     from kvcalc.workload import Memory, Workload
 
     kv_proj = 80 * 2 * 8192 * 8 * 128  # k and v weights, all layers
@@ -419,7 +419,7 @@ def test_kv_projection_weights_replicate_with_their_heads():
 
 
 def test_fit_with_alternating_windows_closed_form():
-    from kvcalc.capacity.fit import fit
+    from kvcalc.floor import fit
     from kvcalc.workload import Memory, Workload
     from kvcalc.spec import Hardware
 

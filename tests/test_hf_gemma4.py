@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvcalc.capacity.blocks import kv_cache_groups
+from kvcalc.serving.vllm.blocks import kv_cache_groups
 from kvcalc.dtypes import dtype
 from kvcalc.formulas.cache import cache_groups, kv_cache
 from kvcalc.formulas.params import param_counts

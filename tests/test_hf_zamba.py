@@ -4,7 +4,7 @@ it). The truth against transformers is tests/test_hf_truth.py (DEFAULT_CONFIGS).
 
 from __future__ import annotations
 
-from kvcalc.capacity.state import unpaged_kinds
+from kvcalc.serving.vllm.state import unpaged_kinds
 from kvcalc.formulas.cache import cache_groups, kv_cache
 from kvcalc.formulas.params import param_counts
 from kvcalc.hfconfig import spec_from_hf_config

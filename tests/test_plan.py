@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kvcalc.capacity.engine import EngineSettings
-from kvcalc.capacity.serving import serving_capacity
+from kvcalc.serving.vllm.settings import EngineSettings
+from kvcalc.serving.vllm.capacity import serving_capacity
 from kvcalc.cli import app
 from kvcalc.engines import load_engine
 from kvcalc.plan import NothingFits, plan, pp_sizes, tp_sizes
@@ -163,7 +163,7 @@ def test_tensor_parallel_sizes_are_the_ones_vllm_accepts():
 @pytest.mark.parametrize("preset,gpu,gpus,length", PLANS)
 def test_printed_settings_start_with_the_promised_concurrency(preset, gpu, gpus, length):
     """Each front row's `vllm serve` flags, read back from the line and counted by
-    kvcalc.capacity.serving (the engine count): it starts, and holds --max-num-seqs
+    kvcalc.serving.vllm.capacity (the engine count): it starts, and holds --max-num-seqs
     requests of --max-model-len at once; a state model's pool has a block for each
     (vLLM refuses max_num_seqs above it)."""
     from kvcalc.plan import serve_command

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kvcalc.capacity.engine import EngineSettings
-from kvcalc.capacity.serving import serving_capacity
-from kvcalc.capacity.verdict import engine_verdict
+from kvcalc.serving.vllm.settings import EngineSettings
+from kvcalc.serving.vllm.capacity import serving_capacity
+from kvcalc.serving.vllm.verdict import engine_verdict
 from kvcalc.formulas.cache import valid_tps
 from kvcalc.presets import load_hardware, load_model
 
@@ -34,7 +34,7 @@ def kvcalc(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 # The questions of issue #22 (gpt-oss-120b at 131,072 on one H100 starts since vLLM 0.33's
-# smaller sampler and non-torch terms, kvcalc.capacity.memory), and more each side.
+# smaller sampler and non-torch terms, kvcalc.serving.vllm.memory), and more each side.
 QUESTIONS = [
     (["--preset", "llama3.3-70b", "--gpu", "h100-sxm", "--tp", "2", "--seq-len", "32768"], False),
     (["--preset", "gpt-oss-120b", "--gpu", "h100-sxm", "--seq-len", "131072"], True),
@@ -78,11 +78,11 @@ def _serves(spec, hw, s: EngineSettings, batch: int = 1) -> bool:
 
 def test_weights_over_the_budget_decide_without_the_count(monkeypatch):
     """The shortcut that skips a count where the first stage's weights alone exceed the
-    budget (kvcalc.capacity.serving.cannot_hold_weights) never changes an answer: it
+    budget (kvcalc.serving.vllm.capacity.cannot_hold_weights) never changes an answer: it
     says so only where the whole count refuses too, and the fixes and smallest tp of
     every preset on a small and a large device, at tp 1 and its context (at most 32K),
     equal those made with every count."""
-    from kvcalc.capacity import serving, verdict
+    from kvcalc.serving.vllm import capacity as serving, verdict
     from kvcalc.presets import model_names
 
     devices = [load_hardware("rtx4090"), load_hardware("h100-sxm")]
@@ -258,7 +258,8 @@ def test_quantized_checkpoints_are_one_thing_everywhere(model, gpu, tp, label, s
     ("llama3.3-70b", "h100-sxm", 1, 8192, "0.9"),  # does not start
 ])
 def test_largest_batch_is_the_edge_of_serves(model, gpu, tp, length, util):
-    from kvcalc.capacity.verdict import largest_batch, room_of, serves
+    from kvcalc.serving.room import largest_batch, serves
+    from kvcalc.serving.vllm.verdict import room_of
 
     spec, hw = load_model(model), load_hardware(gpu)
     s = EngineSettings(max_model_len=length, tp=tp, gpu_memory_utilization=util)
@@ -300,7 +301,8 @@ def test_a_state_model_with_max_num_seqs_over_its_pool_does_not_start():
     # and so do the sweep's rooms (one Room of columns, the rule folded into `starts`)
     import numpy as np
 
-    from kvcalc.capacity.verdict import rooms, serves
+    from kvcalc.serving.room import serves
+    from kvcalc.serving.vllm.verdict import rooms
 
     spec, hw = load_model("mamba-2.8b"), load_hardware("rtx4060")
     r = rooms(spec, hw, EngineSettings(max_model_len=8192), [4096, 8192])

@@ -34,8 +34,8 @@ pytestmark = pytest.mark.vllm
 
 import torch  # noqa: E402  (after the skip: only the oracle's venv has both)
 
-from kvcalc.capacity.engine import GiB, EngineSettings  # noqa: E402
-from kvcalc.capacity.serving import serving_capacity  # noqa: E402
+from kvcalc.serving.vllm.settings import GiB, EngineSettings  # noqa: E402
+from kvcalc.serving.vllm.capacity import serving_capacity  # noqa: E402
 from kvcalc.presets import load_hardware, load_model  # noqa: E402
 
 VLLM_VERSION = "0.32"
@@ -149,7 +149,7 @@ def test_kda_and_lightning_pages_as_vllm_sizes_them(tp: int, ssm: str) -> None:
     from vllm.model_executor.layers.mamba.mamba_utils import (
         MambaStateDtypeCalculator as Dtypes, MambaStateShapeCalculator as Shapes)
 
-    from kvcalc.capacity.state import engine_state_groups
+    from kvcalc.serving.vllm.state import engine_state_groups
     from kvcalc.dtypes import dtype
     from kvcalc.formulas.cache import CacheGroup
     from kvcalc.layers import KimiDelta, Lightning

@@ -1,4 +1,4 @@
-"""kvcalc.capacity.vllmlog: every figure each public log in tests/data/vllm printed is read
+"""kvcalc.serving.vllm.log: every figure each public log in tests/data/vllm printed is read
 back as the YAML beside it records it (the YAML's `logged:` was written from the log by
 hand), and no text at all, however garbled, gets anything but a record or one
 KvcalcError."""
@@ -11,7 +11,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from kvcalc.capacity.vllmlog import GiB, parse_vllm_log
+from kvcalc.serving.vllm.log import GiB, parse_vllm_log
 from kvcalc.errors import KvcalcError
 
 DATA = Path(__file__).parent / "data" / "vllm"

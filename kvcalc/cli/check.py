@@ -1,4 +1,4 @@
-"""`kvcalc check LOG`: a vLLM start-up log beside kvcalc's count (kvcalc.capacity.check)."""
+"""`kvcalc check LOG`: a vLLM start-up log beside kvcalc's count (kvcalc.serving.vllm.check)."""
 
 from pathlib import Path
 from typing import Annotated, Optional
@@ -55,8 +55,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         graphs, missing model files, too little KV cache) and the fix.
         Example: `kvcalc check vllm.log Qwen/Qwen3-8B --gpu l4 --format json`.
         """
-        from kvcalc.capacity.check import check_log, gpu_preset_for
-        from kvcalc.capacity.vllmlog import parse_vllm_log
+        from kvcalc.serving.vllm.check import check_log, gpu_preset_for
+        from kvcalc.serving.vllm.log import parse_vllm_log
         from kvcalc.report.render import deliver
 
         if fmt is not None and OutputFormat(fmt.value) not in _FORMATS:
@@ -108,7 +108,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                     data=_failure_data(parsed, gpu, notes))
             return
         if output is not None:
-            from kvcalc.capacity.calibration import calibration_text
+            from kvcalc.serving.vllm.calibration import calibration_text
             from kvcalc.report.files import emit
 
             emit(calibration_text(result, "-" if str(log) == "-" else Path(log).name),
@@ -125,7 +125,7 @@ def _no_calibration(output: Optional[Path]) -> None:
 def _failure_data(parsed, gpu: Optional[str], notes: list) -> dict:
     """JSON for a failed start-up without kvcalc's count: what the log says, the cause
     and the fix."""
-    from kvcalc.capacity.check import diagnose, failure_dict
+    from kvcalc.serving.vllm.check import diagnose, failure_dict
 
     return {
         "vllm_version": parsed.vllm_version, "engine": parsed.engine,
@@ -143,7 +143,7 @@ def _failure_data(parsed, gpu: Optional[str], notes: list) -> dict:
 
 
 def _failure_items(parsed, gpu: Optional[str], notes: list) -> list:
-    from kvcalc.capacity.check import FAILURE_LABELS, diagnose
+    from kvcalc.serving.vllm.check import FAILURE_LABELS, diagnose
     from kvcalc.report.render import Tab
 
     d = diagnose(parsed)
@@ -240,7 +240,7 @@ def _items(result) -> list:
     notes = list(result.as_dict()["notes"])
     caption = ("< marks a figure off by more than 5% (and 0.05 GiB); GiB = 2^30 bytes, as vLLM "
                "prints them" + (f"; total {human_bytes(cap.deciding.total)}" if cap else ""))
-    from kvcalc.capacity.check import FAILURE_LABELS
+    from kvcalc.serving.vllm.check import FAILURE_LABELS
 
     d = result.diagnosis
     failure = [] if d is None else [

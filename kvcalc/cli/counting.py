@@ -79,7 +79,7 @@ def _engine_fit(request, ref, given, *, fmt, output, force, seq_len, kv_dtype, w
     """`kvcalc fit --engine sglang|tensorrt-llm`: that engine's own start-up count, the
     floor beside it."""
     from kvcalc import units
-    from kvcalc.capacity.verdict import settings_for
+    from kvcalc.serving.vllm.settings import settings_for
     from kvcalc.cli import engine_flags as ef
     from kvcalc.estimate import approximate_fields, weights_source
     from kvcalc.report.csv_json import flatten

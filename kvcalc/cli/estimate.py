@@ -42,7 +42,7 @@ from kvcalc.cli.options import (
 )
 from kvcalc.errors import KvcalcError
 
-AUTO = -1  # --max-model-len auto, as vLLM reads it (kvcalc.capacity.verdict.AUTO)
+AUTO = -1  # --max-model-len auto, as vLLM reads it (kvcalc.serving.vllm.verdict.AUTO)
 
 
 def _estimate_items(est, detail: bool) -> list:
@@ -328,7 +328,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         if calibration is not None:
             from dataclasses import replace
 
-            from kvcalc.capacity.calibration import read_calibration
+            from kvcalc.serving.vllm.calibration import read_calibration
 
             learnt = read_calibration(calibration)
             if learnt.visible_memory_bytes:
@@ -350,7 +350,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             serving["max_model_len"] = length
         est = _estimates(request, **args, serving=serving)[0]
         if length == AUTO:  # vLLM's auto-fit: counted at the model's context first
-            from kvcalc.capacity.verdict import auto_max_model_len
+            from kvcalc.serving.vllm.verdict import auto_max_model_len
 
             fitted = auto_max_model_len(est.spec, est.hardware, est.verdict.settings,
                                         kv_scale_bytes=est.workload.kv_scale_bytes)
@@ -420,7 +420,7 @@ PLAIN_FIT_LEAVES_OUT = (
 def _length(text: str | None) -> int | None:
     """--max-model-len: tokens (vLLM's suffixes), or AUTO for auto / -1."""
     from kvcalc import units
-    from kvcalc.capacity.verdict import check_length
+    from kvcalc.serving.vllm.verdict import check_length
 
     if text is None:
         return None

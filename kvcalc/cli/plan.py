@@ -102,7 +102,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         length = _max_model_len(max_model_len)
         learnt = None
         if calibration is not None:
-            from kvcalc.capacity.calibration import read_calibration
+            from kvcalc.serving.vllm.calibration import read_calibration
 
             learnt = read_calibration(calibration)
         refs = _engines(engine)

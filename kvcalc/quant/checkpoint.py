@@ -3,7 +3,7 @@ sum first, the config's quantization_config as the fallback and the cross-check.
 record (`AsStored`) that estimate, fit, the sweep, plan and the engine count all read,
 so that a checkpoint has one set of bytes and one name everywhere (issue #22 point 2).
 
-What the engine holds (kvcalc.capacity.memory) follows the headers for a quantized
+What the engine holds (kvcalc.serving.vllm.memory) follows the headers for a quantized
 checkpoint (values, scales and whatever else it stores, loaded as stored); a checkpoint
 of float tensors only is loaded in the engine's dtype (vLLM casts an fp32 checkpoint
 to 16 bits: `ModelConfig`'s dtype "auto"), so there the config's count in that dtype

@@ -74,6 +74,10 @@ def serving_table(est, c, slo: int | None = None) -> Tab:
     if c.max_concurrency is not None:
         rows.append([f"requests of {c.context_len:,} tokens the pool holds",
                      f"{c.max_concurrency:,.2f}"])
+    if c.layout.kv_pools > 1 and c.kv_cache_tokens is not None:
+        d = c.deployment
+        rows.append([f"deployment: {d['kv_pools']:,} pools on {d['gpus']:,} GPUs",
+                     f"{d['kv_cache_tokens']:,} tokens, {d['max_concurrency']:,.2f} requests"])
     rows.append(["verdict", "starts" if c.starts else f"does not start: {c.refusal}"])
     if slo is not None:
         rows.append(["largest batch meeting the latency targets", f"{slo:,}"])

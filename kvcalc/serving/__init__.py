@@ -4,7 +4,7 @@ Every engine answers the same question ("how many tokens of KV cache, how many r
 at once, and which memory terms decide it?") in its own way, read in its own released
 source:
 
-- vLLM (`kvcalc.capacity`, the first wing): a fraction of the device's *total* memory,
+- vLLM (`kvcalc.serving.vllm`): a fraction of the device's *total* memory,
   less the weights, the profiled activation peak, non-torch memory and CUDA graphs;
 - SGLang (`kvcalc.serving.sglang`): a fraction of the memory *free when the process
   started*, less what loading consumed;
@@ -97,6 +97,6 @@ def schedule_for(ref):
         from kvcalc.serving.trtllm.schedule import schedule
 
         return schedule(ref.release)
-    from kvcalc.serving.vllm_schedule import schedule
+    from kvcalc.serving.vllm.schedule import schedule
 
     return schedule(ref.release)

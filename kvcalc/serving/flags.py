@@ -20,7 +20,8 @@ OWNER = {
     "gpu_memory_utilization": ("vllm",), "max_model_len": ("vllm",), "block_size": ("vllm",),
     "max_num_batched_tokens": ("vllm",), "max_num_seqs": ("vllm",),
     "kv_cache_memory_bytes": ("vllm",), "enforce_eager": ("vllm",),
-    "vllm_version": ("vllm",), "calibration": ("vllm",),
+    "vllm_version": ("vllm",), "calibration": ("vllm",), "dp": ("vllm",),
+    "enable_expert_parallel": ("vllm",),
     # SGLang (ServerArgs' names)
     "mem_fraction_static": ("sglang",), "context_length": ("sglang",),
     "max_running_requests": ("sglang",), "max_total_tokens": ("sglang",),
@@ -68,11 +69,10 @@ def check_owners(engine: str, given: dict, spell=lambda name: name) -> None:
 
 
 def engine_flags(ref, settings, *, kv_scale_bytes: int = 0, **given):
-    """The record `ref`'s wing takes: `settings` (kvcalc.capacity.engine.EngineSettings,
+    """The record `ref`'s wing takes: `settings` (kvcalc.serving.vllm.settings.EngineSettings,
     what the workload says: dtypes, weights, tp, pp) and `given` (the engine's own
     flags by their parameter names; None: the engine's default)."""
     from kvcalc.serving.layout import Layout
-    from kvcalc.serving.weights import Weights
 
     given = {k: v for k, v in given.items() if v is not None}
     check_owners(ref.name, given)
@@ -81,10 +81,7 @@ def engine_flags(ref, settings, *, kv_scale_bytes: int = 0, **given):
 
         return VllmFlags(engine=ref, settings=settings.replace(**given),
                          kv_scale_bytes=kv_scale_bytes)
-    weights = Weights(model_dtype=settings.model_dtype, weight_dtype=settings.weight_dtype,
-                      group_size=settings.group_size,
-                      weight_quantization=settings.weight_quantization,
-                      weights_bytes=settings.weights_bytes)
+    weights = settings.weights
     pp = given.pop("pp", settings.pp)
     if ref.name == "sglang":
         from kvcalc.serving.sglang import SglangFlags, allow_long_context_from_env

@@ -1,7 +1,8 @@
 """What every engine's wing answers: `ServingCount`, one start-up as that engine counts it.
 
 The figures are per device of the rank that sizes the pool (the engines cut every rank
-to the smallest), in bytes and tokens, exact integers. `terms` are the memory terms in
+to the smallest), in bytes and tokens, exact integers; `deployment` multiplies the pool's
+by the layout's data-parallel ranks. `terms` are the memory terms in
 the order the engine meets them, under the names its own log gives them, so that a
 start-up log can be read back term by term (`kvcalc check`).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import field
 
 from kvcalc._record import record
+from kvcalc.serving.room import Room, serves
 
 __all__ = ["ServingCount"]
 
@@ -37,20 +39,29 @@ class ServingCount:
     def memory(self) -> dict[str, int]:
         return dict(self.terms)
 
+    @property
+    def deployment(self) -> dict:
+        """The whole deployment's figures: every data-parallel rank's pool and requests
+        (the layout's kv_pools of them), on the layout's GPUs."""
+        n = self.layout.kv_pools
+        return {"gpus": self.layout.gpus, "kv_pools": n,
+                "kv_cache_tokens": None if self.kv_cache_tokens is None
+                else n * self.kv_cache_tokens,
+                "max_running_requests": None if self.max_running_requests is None
+                else n * self.max_running_requests,
+                "max_concurrency": None if self.max_concurrency is None
+                else n * self.max_concurrency}
+
     def serves(self, batch: int) -> bool:
         """Whether `batch` requests of context_len tokens run at once: the engine
-        starts, runs that many, and its pages hold them (verdict's one rule, `serves`,
-        on this count's Room)."""
-        from kvcalc.capacity.verdict import serves
-
+        starts, runs that many, and its pages hold them (kvcalc.serving.room's one rule,
+        `serves`, on this count's Room)."""
         return bool(serves(self.room(), batch))
 
     def room(self):
-        """The count as kvcalc.capacity.verdict's Room for requests of context_len: pages
+        """The count as a Room (kvcalc.serving.room) for requests of context_len: pages
         of page_size tokens, one request taking cdiv(context_len, page_size) of them, at
         most max_running_requests at once."""
-        from kvcalc.capacity.verdict import Room
-
         page = max(self.page_size, 1)
         tokens = self.kv_cache_tokens if self.starts and self.kv_cache_tokens else 0
         per = -(-self.context_len // page)
@@ -73,6 +84,7 @@ class ServingCount:
             "starts": self.starts, "refusal": self.refusal,
             "memory": self.memory, "pools": dict(self.pools),
             "flags": dict(self.flags), "notes": list(self.notes),
+            "deployment": self.deployment,
         }
 
 

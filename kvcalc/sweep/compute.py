@@ -29,7 +29,8 @@ import numpy as np
 from kvcalc import _num
 from kvcalc._record import record
 from kvcalc.dtypes import MAX_BATCH
-from kvcalc.capacity.verdict import Room, rooms, serves
+from kvcalc.serving.room import Room, serves
+from kvcalc.serving.vllm.verdict import rooms
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import kv_cache
 from kvcalc.formulas.step import StoredWeights, decode_step
@@ -57,8 +58,8 @@ def row_columns(spec: ModelSpec, workload: Workload, *, hardware: Hardware | Non
     With hardware: the decode step's time bound on one of `tp` devices (decode_roofline's
     arithmetic), `roofline_bound` True where memory binds, and whether the batch's cache
     fits in `free_for_kv_bytes` (the floor: the fit's free memory for this model, dtype
-    and tp); `room`, a Room whose fields are arrays of each row's length's (kvcalc.capacity.
-    verdict), gives the verdict by the rule `estimate` applies; with `engine` too, the time per output token on it (latency.engine_tpot_s, the
+    and tp); `room`, a Room whose fields are arrays of each row's length's (kvcalc.serving.
+    room), gives the verdict by the rule `estimate` applies; with `engine` too, the time per output token on it (latency.engine_tpot_s, the
     formula `estimate --engine` uses).
     """
     w = workload

@@ -26,9 +26,8 @@ from kvcalc.dtypes import (
 )
 from kvcalc.errors import KvcalcError
 from kvcalc.estimate import check_encoder_len, stored_weights, weights_as
-from kvcalc.capacity.engine import EngineSettings
-from kvcalc.capacity.fit import free_for_kv_bytes
-from kvcalc.capacity.verdict import settings_for
+from kvcalc.serving.vllm.settings import EngineSettings, settings_for
+from kvcalc.floor import free_for_kv_bytes
 from kvcalc.formulas.cache import kv_cache, kv_heads_per_device
 from kvcalc.formulas.params import param_counts
 from kvcalc.formulas.step import StoredWeights
@@ -69,7 +68,7 @@ class Combo:
     engine: object = None  # kvcalc.engines.Engine, for the tpot_s column
     family: str = ""  # the weights' format family on that engine
     # The verdict's engine settings (max_model_len set per row) and the engine's counts
-    # made so far (kvcalc.capacity.verdict.rooms), filled as chunks need them
+    # made so far (kvcalc.serving.vllm.verdict.rooms), filled as chunks need them
     serving: EngineSettings | None = None
     counts: dict = field(default_factory=dict)
     # Another engine whose count decides `fits` (kvcalc.serving.EngineRef): SGLang,

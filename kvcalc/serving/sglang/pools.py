@@ -105,7 +105,7 @@ def _token_bytes(g, dt, attn_tp: int, scale: int, rules) -> int:
 def pools(spec, flags, rules, *, rest: int, attn_tp: int, stage: int, sizes, context: int,
           page: int, hw_name: str, running: int | None) -> Split:
     """The pools of one pipeline rank from `rest` bytes (may be negative: none)."""
-    from kvcalc.capacity.blocks import groups_on_stage
+    from kvcalc.serving.layout import groups_on_stage
     from kvcalc.formulas.cache import cache_groups
     from kvcalc.serving.sglang.rules import KV_DTYPES
 

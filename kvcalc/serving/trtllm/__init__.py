@@ -46,9 +46,9 @@ rules.py: 0.20.0, 1.1.0rc6, 1.3.0rc3 Python trees, the C++ kvCacheManager.cpp):
   `resource_manager.py` l. 390), each holding at least one block.
 
 What kvcalc models rather than reads: the profiling run's torch peak beyond the
-weights (kvcalc.capacity.memory's forward pass over max_num_tokens tokens, plus the
+weights (kvcalc.serving.weights' forward pass over max_num_tokens tokens, plus the
 dummy requests' logits), and the memory outside torch (a torch process's CUDA context,
-NCCL's buffers per peer and the CUDA graphs, kvcalc.capacity.memory's figures measured
+NCCL's buffers per peer and the CUDA graphs, kvcalc.serving.runtime's figures measured
 on vLLM's logs; no TensorRT-LLM log in tests/data gives these terms, so they are
 extrapolated). For a built engine the execution context, runtime buffers and decoder
 are fixed at build time and not derivable from the settings: the activations are
@@ -183,7 +183,7 @@ class _Stage:
 
 
 def _non_torch(layout: Layout, graphs: int, layers: int) -> int:
-    from kvcalc.capacity.memory import (CONTEXT_BYTES, COMM_BYTES_PER_RANK,
+    from kvcalc.serving.runtime import (CONTEXT_BYTES, COMM_BYTES_PER_RANK,
                                         CUDA_GRAPH_BYTES_PER_LAYER)
 
     comm = COMM_BYTES_PER_RANK * layout.tp if layout.tp * layout.pp > 1 else 0

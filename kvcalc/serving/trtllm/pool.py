@@ -128,7 +128,7 @@ def per_token(spec, *, kv_dtype: str, tp: int, stage: int = 0, pp: int = 1,
     every decoder layer of the rank), "all" (~0.19: every layer, no split). `spec_layers`:
     MTP / one-model Eagle layers the pool adds on the last rank. `engine_heads`: for
     built engines, the rule turning (kv_heads, tp) into local heads."""
-    from kvcalc.capacity.blocks import groups_on_stage
+    from kvcalc.serving.layout import groups_on_stage
     from kvcalc.formulas.cache import cache_groups
 
     sizes = pp_split(spec.layers, pp)

@@ -1,5 +1,5 @@
 """Why a vLLM start-up failed, read from its log's words: the kinds of failure, each
-one's record, and the reader (kvcalc.capacity.vllmlog calls it; kvcalc.capacity.check
+one's record, and the reader (kvcalc.serving.vllm.log calls it; kvcalc.serving.vllm.check
 turns it into the cause and the fix)."""
 
 from __future__ import annotations

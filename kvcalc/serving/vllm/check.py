@@ -27,9 +27,10 @@ import re
 from dataclasses import field
 
 from kvcalc._record import record
-from kvcalc.capacity.engine import GiB, EngineSettings, parse_version
-from kvcalc.capacity.serving import Capacity, serving_capacity
-from kvcalc.capacity.vllmlog import KV_REFUSALS, TERMS, UNMODELLED_FLAGS, VllmLog
+from kvcalc.serving.vllm.rules import default_engine, rules_for, same_release
+from kvcalc.serving.vllm.settings import GiB, EngineSettings
+from kvcalc.serving.vllm.capacity import Capacity, serving_capacity
+from kvcalc.serving.vllm.log import KV_REFUSALS, TERMS, UNMODELLED_FLAGS, VllmLog
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import Hardware, ModelSpec
 
@@ -77,7 +78,7 @@ FROM_LOG = "from the log"
 class Diagnosis:
     """Why a start-up failed, in vLLM's words and in a sentence, and what to change."""
 
-    kind: str  # kvcalc.capacity.vllmlog.FAILURE_KINDS
+    kind: str  # kvcalc.serving.vllm.log.FAILURE_KINDS
     cause: str
     fix: str
     words: str  # the log's own line
@@ -188,11 +189,10 @@ def settings_from_log(log: VllmLog, spec: ModelSpec, *, vllm_version: str | None
         raise KvcalcError("the log does not print vLLM's version (no 'Initializing a V1 LLM "
                           "engine (vX)' or 'version X' line): give --vllm-version")
     if vllm_version is not None and log.vllm_version is not None:
-        if parse_version(vllm_version) != parse_version(log.vllm_version):
+        if not same_release(vllm_version, log.vllm_version):
             notes.append(f"--vllm-version {vllm_version} given; the log says "
                          f"{log.vllm_version}, which is used")
-    minor = parse_version(version)
-    engine = log.engine or ("v0" if minor < (8, 0) else "v1")
+    engine = log.engine or default_engine(version)
     f = log.flags
     length = f.get("max_model_len") or spec.max_context
     if not length:
@@ -224,7 +224,7 @@ def settings_from_log(log: VllmLog, spec: ModelSpec, *, vllm_version: str | None
     if f.get("sampler") == "flashinfer":  # the log's own sampler line
         kw["sampler"] = "flashinfer"
     elif f.get("sampler") == "native":
-        kw["sampler"] = "sort" if minor < (17, 0) else "triton"
+        kw["sampler"] = rules_for(version, engine).native_sampler()
     settings = EngineSettings(**kw)
     _graphs_as_logged(log, settings, notes)
     for key in UNMODELLED_FLAGS:
@@ -285,12 +285,11 @@ def graphs_subtracted(log: VllmLog, settings: EngineSettings) -> bool:
         return False
     if log.graph_estimate_subtracted is not None:
         return log.graph_estimate_subtracted
-    return settings.engine == "v1" and parse_version(settings.vllm_version) >= (20, 0)
+    return settings.rules.graphs_subtracted()
 
 
 def _release_subtracts(settings: EngineSettings) -> bool:
-    return (not settings.enforce_eager and settings.engine == "v1"
-            and parse_version(settings.vllm_version) >= (20, 0))
+    return not settings.enforce_eager and settings.rules.graphs_subtracted()
 
 
 def _graphs_as_logged(log: VllmLog, settings: EngineSettings, notes: list[str]) -> None:
@@ -450,7 +449,7 @@ def diagnose(log: VllmLog, *, settings: EngineSettings | None = None,
         elif log.graph_estimate_subtracted is not None:
             after = not log.graph_estimate_subtracted
         elif log.engine == "v0" or version:
-            after = log.engine == "v0" or parse_version(version) < (20, 0)
+            after = log.engine == "v0" or not rules_for(version).graphs_subtracted()
         else:
             after = None
         cause = "out of memory capturing CUDA graphs: " + {

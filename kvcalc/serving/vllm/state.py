@@ -63,8 +63,8 @@ import dataclasses
 
 from kvcalc import _num
 from kvcalc._record import record
-from kvcalc.capacity.engine import EngineSettings
-from kvcalc.capacity.support import spec, why
+from kvcalc.serving.vllm.settings import EngineSettings
+from kvcalc.serving.vllm.support import spec, why
 from kvcalc.dtypes import DType, dtype
 from kvcalc.formulas.cache import CacheGroup
 from kvcalc.spec import Hardware
@@ -129,7 +129,7 @@ def unpaged_kinds(groups: tuple[CacheGroup, ...]) -> list[str]:
 
 def why_unpaged(groups: tuple[CacheGroup, ...]) -> str:
     """Why fit and plan withhold the engine's counts: an unpaged kind's own sentence
-    (kvcalc.capacity.support: a kind vLLM serves with cache specs kvcalc does not model, as
+    (kvcalc.serving.vllm.support: a kind vLLM serves with cache specs kvcalc does not model, as
     DeepSeek-V4's compressor), else that vLLM pages none of the kinds."""
     probe = _IsPaged()
     own = sorted({why(g.mixer) for g in groups
@@ -190,20 +190,20 @@ def state_cache(groups: tuple[CacheGroup, ...], hw: Hardware, s: EngineSettings,
     states = _state_groups(groups)
     if not states or s.engine != "v1":
         return NO_PREFIX_CACHING
-    minor = s.version
+    rules = s.rules
     hybrid = not is_attention_free(groups)
     if prefix_caching is None:
-        prefix_caching = hybrid and minor >= (26, 0)
+        prefix_caching = hybrid and rules.hybrid_prefix_caching()
     if not prefix_caching:
         return NO_PREFIX_CACHING
     kinds = {g.mixer.kind for g in states}
-    if minor < (28, 0) and kinds <= _ALL_MODE_KINDS:
+    if rules.mamba_all_mode() and kinds <= _ALL_MODE_KINDS:
         return StateCache("all")
-    if minor < (15, 0):
+    if not rules.prefix_caching_for_other_states():
         return NO_PREFIX_CACHING  # 0.13: prefix caching turned off for the rest
     checkpoint: set[str] = set()
     alignment = 1
-    if minor >= (33, 0):
+    if rules.prefill_checkpoints():
         if "mamba2" in kinds:
             checkpoint.add("mamba2")
         # A DeltaNet layer exports checkpoints only when every state layer can

@@ -3,47 +3,28 @@
 Facts (quoted, not copied code; see the package docstring for the versions read):
 
 * default batch limits (`EngineArgs.get_batch_defaults`, 0.33; 0.8.5 for 0.8-0.29):
-  see `default_batch_limits`.
+  the release's table (kvcalc.serving.vllm.rules, `Rules.batch_defaults`).
 * async scheduling (0.27+, V1, PP = 1) doubles the tokens in flight per request
-  (`async_scheduling_on`; kvcalc.capacity.blocks counts what they hold).
+  (`async_scheduling_on`; kvcalc.serving.vllm.blocks counts what they hold).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 from kvcalc import _num
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.dtypes import MAX_SEQ_LEN, check_size, dtype, weight_dtype as _weight_dtype
 from kvcalc.serving.releases import DEFAULT_RELEASE
+from kvcalc.serving.vllm.rules import Rules, parse_release, rules_for
 from kvcalc.spec import Hardware
 
 __all__ = ["GiB", "MiB", "EngineSettings", "async_scheduling_on", "default_batch_limits",
-           "device_total_bytes", "parse_version"]
+           "device_total_bytes", "settings_for"]
 
 GiB = 1 << 30
 MiB = 1 << 20
-
-
-@functools.lru_cache(maxsize=64)  # a sweep asks once per length; the answer never changes
-def parse_version(v: str | tuple[int, ...]) -> tuple[int, int]:
-    """'0.6.4.post1' -> (6, 4); '0.33' -> (33, 0); (0, 11) -> (11, 0). Minor, patch of 0.x."""
-    if isinstance(v, tuple):
-        parts = [int(p) for p in v]
-    else:
-        parts = []
-        for p in str(v).strip().lstrip("v").split("."):
-            digits = "".join(ch for ch in p if ch.isdigit()) if not p.isdigit() else p
-            if not digits:
-                break
-            parts.append(int(digits))
-            if not p.isdigit():
-                break
-    if not parts or parts[0] != 0 or len(parts) < 2:
-        raise KvcalcError(f"vllm_version must look like 0.MINOR[.PATCH], got {v!r}")
-    return (parts[1], parts[2] if len(parts) > 2 else 0)
 
 
 @record
@@ -51,7 +32,7 @@ class EngineSettings:
     """The engine flags that decide capacity (vLLM's names; None = the engine default).
 
     `engine`: "v1" (default) or "v0" (the pre-2025 engine: blocks of all layers,
-    driver-only sampler). `vllm_version` picks the era of each rule (see kvcalc.capacity).
+    driver-only sampler). `vllm_version` picks the era of each rule (kvcalc.serving.vllm.rules).
     `weights_bytes`: measured weights per device, overrides kvcalc's count (use it for
     quantized checkpoints). `kv_cache_memory_bytes`: vLLM's --kv-cache-memory.
     `usage`: "server" (vllm serve, the default) or "llm" (the LLM class), for defaults.
@@ -61,6 +42,13 @@ class EngineSettings:
     gpu_memory_utilization: float | str = "0.9"
     tp: int = 1
     pp: int = 1
+    # --data-parallel-size: replicas of tp x pp GPUs, each an engine with a KV pool of its
+    # own; a MoE model's expert layers are sharded over tp x dp GPUs even so
+    # (`config/parallel.py::ParallelConfig.data_parallel_size`).
+    dp: int = 1
+    # --enable-expert-parallel: those tp x dp GPUs hold whole experts, not slices of each
+    # (`model_executor/layers/fused_moe/config.py::FusedMoEParallelConfig.make`)
+    enable_expert_parallel: bool = False
     block_size: int | None = None  # None: 16 (raised for hybrid state models)
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
@@ -82,12 +70,12 @@ class EngineSettings:
     kv_cache_memory_bytes: int | None = None
     enforce_eager: bool = False
     # The dummy sampler's top-k/top-p path: "sort", "flashinfer" or "triton"; None: the
-    # release's default (kvcalc.capacity.memory.sampler_path).
+    # release's default (kvcalc.serving.vllm.rules, `Rules.sampler_path`).
     sampler: str | None = None
     chunked_prefill: bool | None = None  # None: the engine's default
-    async_scheduling: bool | None = None  # None: on for V1 0.27+ with PP = 1
+    async_scheduling: bool | None = None  # None: on for V1 0.14+ with PP = 1
     # --enable-prefix-caching; None: the release's default for the model's kind (it
-    # decides how many state pages a hybrid's request takes, kvcalc.capacity.state)
+    # decides how many state pages a hybrid's request takes, kvcalc.serving.vllm.state)
     prefix_caching: bool | None = None
     engine: str = "v1"
     vllm_version: str = DEFAULT_RELEASE["vllm"]
@@ -102,6 +90,7 @@ class EngineSettings:
         check_size("max_model_len", self.max_model_len, MAX_SEQ_LEN)
         check_size("tp", self.tp, 4096)
         check_size("pp", self.pp, 4096)
+        check_size("dp", self.dp, 4096)
         for name in ("block_size", "max_num_batched_tokens", "max_num_seqs", "weights_bytes",
                      "group_size",
                      "kv_cache_memory_bytes", "num_gpu_blocks_override", "encoder_len"):
@@ -124,7 +113,7 @@ class EngineSettings:
         if not 0 < num <= den:
             raise KvcalcError(f"gpu_memory_utilization must be in (0, 1], got "
                               f"{self.gpu_memory_utilization}")
-        parse_version(self.vllm_version)
+        parse_release(self.vllm_version)
         dtype(self.model_dtype)
         for name in ("kv_dtype", "mamba_ssm_dtype"):
             if getattr(self, name) != "auto":
@@ -143,11 +132,52 @@ class EngineSettings:
             raise KvcalcError(f"gpu_memory_utilization must be a number, got {u!r}") from None
 
     @property
-    def version(self) -> tuple[int, int]:
-        return parse_version(self.vllm_version)
+    def layout(self):
+        """The deployment's layout (kvcalc.serving.layout.Layout): dp replicas of tp x pp
+        GPUs; attention split over tp within each (a replica's K/V heads are tp's), and,
+        with expert parallelism, ep = tp x dp GPUs holding whole experts (vLLM's use_ep:
+        dp x tp > 1 and --enable-expert-parallel)."""
+        from kvcalc.serving.layout import Layout
+
+        return Layout(tp=self.tp, pp=self.pp, dp=self.dp, ep=self.tp * self.dp
+                      if self.expert_parallel else 1)
+
+    @property
+    def expert_parallel(self) -> bool:
+        return self.enable_expert_parallel and self.tp * self.dp > 1
+
+    @property
+    def weights(self):
+        """The checkpoint as every engine loads it (kvcalc.serving.weights.Weights)."""
+        from kvcalc.serving.weights import Weights
+
+        return Weights(model_dtype=self.model_dtype, weight_dtype=self.weight_dtype,
+                       group_size=self.group_size,
+                       weight_quantization=self.weight_quantization,
+                       weights_bytes=self.weights_bytes)
+
+    @property
+    def rules(self) -> Rules:
+        """The release's rules for the engine it runs (kvcalc.serving.vllm.rules)."""
+        return rules_for(self.vllm_version, self.engine)
 
     def replace(self, **changes) -> "EngineSettings":
         return dataclasses.replace(self, **changes)
+
+
+def settings_for(workload, **engine) -> EngineSettings:
+    """The engine's settings for a workload: max_model_len its seq_len, its tp and KV
+    dtype, its weights as the estimate stores them; `engine` overrides (vLLM's names)."""
+    kv = workload.kv_dtype.name
+    q = workload.quantization  # a checkpoint's AsStored whole: its headers' bytes count
+    weight = workload.weight_dtype.name
+    base = dict(max_model_len=workload.seq_len, tp=workload.tp,
+                encoder_len=workload.encoder_seq_len,
+                kv_dtype="auto" if kv == "bf16" else kv,
+                weight_dtype=None if q is not None or weight == "bf16" else weight,
+                weight_quantization=q)
+    return EngineSettings(**{**base, **engine})
+
 
 
 # --------------------------------------------------------------------------------
@@ -157,44 +187,13 @@ def default_batch_limits(hw: Hardware, s: EngineSettings,
                          max_model_len: int | None = None) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) as vLLM fills them in, the user's own first,
     for requests of `max_model_len` tokens (s.max_model_len unless given: a sweep asks at
-    each of its lengths without building settings for each).
-
-    V1 0.30-0.33 (`EngineArgs.get_batch_defaults`, server / LLM class): device total
-    >= 160 GiB: 16384/16384 tokens, 1024 seqs; >= 70 GiB and not A100/GB10:
-    16384 (LLM) / 8192 (server) tokens, 1024 seqs; otherwise 8192 / 2048, 256 seqs.
-    By release (`engine/arg_utils.py`): the A100 exclusion from 0.9 (0.9.2 line 1629,
-    "a100" not in device_name; absent in 0.8.5, line 1596), the 160 GiB tier from 0.28
-    (line 2582), the GB10 exclusion in 0.33 only (line 2963).
-    V1 0.7: 8192 (LLM) / 2048 (server), 256 seqs. Then, chunked prefill off:
-    tokens = max(max_model_len, tokens); finally min(tokens, seqs x max_model_len).
-    V0 (<= 0.10): chunked prefill is on only above 32K context; then 512 tokens
-    before 0.7 and 2048 from 0.7 (the profile peaks of vllm#10517 at 35K and #13061
-    at 128K match these), otherwise one max_model_len batch (>= 2048); 256 seqs.
-    """
+    each of its lengths without building settings for each): the release's defaults
+    (`Rules.batch_defaults`), then min(tokens, seqs x max_model_len) unless the user set
+    the tokens."""
     length = s.max_model_len if max_model_len is None else max_model_len
-    minor, _ = s.version
-    total = device_total_bytes(hw)
-    chunked = _chunked_prefill(s, length)
-    if s.engine == "v0":
-        seqs = 256
-        tokens = (512 if minor < 7 else 2048) if chunked else max(length, 2048)
-    else:
-        name = hw.name.lower()
-        big = total >= 70 * GiB
-        if minor >= 9 and "a100" in name:
-            big = False
-        if minor >= 33 and ("gb10" in name or "spark" in name):
-            big = False
-        if minor >= 28 and total >= 160 * GiB:
-            tokens, seqs = 16384, 1024
-        elif minor >= 8 and big:
-            tokens, seqs = (16384 if s.usage == "llm" else 8192), 1024
-        elif minor >= 8:
-            tokens, seqs = (8192 if s.usage == "llm" else 2048), 256
-        else:
-            tokens, seqs = (8192 if s.usage == "llm" else 2048), 256
-        if not chunked:
-            tokens = max(length, tokens)
+    tokens, seqs = s.rules.batch_defaults(total=device_total_bytes(hw), device=hw.name,
+                                          usage=s.usage, chunked=_chunked_prefill(s, length),
+                                          max_model_len=length)
     if s.max_num_seqs is not None:
         seqs = s.max_num_seqs
     if s.max_num_batched_tokens is not None:
@@ -217,7 +216,7 @@ def async_scheduling_on(s: EngineSettings) -> bool:
     batched tokens are in flight per request)."""
     if s.async_scheduling is not None:
         return s.async_scheduling
-    return s.engine == "v1" and s.version >= (27, 0) and s.pp == 1
+    return s.rules.async_scheduling(s.pp)
 
 
 def device_total_bytes(hw: Hardware) -> int:

@@ -8,7 +8,7 @@ Facts (quoted, not copied code; see the package docstring for the versions read)
   the whole computation.
 * available KV memory = budget - weights - activation peak of the profile run -
   non-torch memory [- CUDA-graph estimate, subtracted from 0.20 unless
-  enforce_eager]. V0 and V1 alike; what "non-torch" covers changed (kvcalc.capacity.memory).
+  enforce_eager]. V0 and V1 alike; what "non-torch" covers changed (kvcalc.serving.vllm.memory).
 * reported capacity (0.24+): concurrency = num_blocks / sum over groups of
   cdiv(need_g, page_g); "GPU KV cache size" = int(concurrency x max_model_len).
   Up to 0.20 (and V1 0.7-0.20): tokens = num_blocks // groups x block_size. V0:
@@ -24,34 +24,19 @@ from __future__ import annotations
 from dataclasses import field
 
 from kvcalc._record import record
-from kvcalc.capacity.block_size import engine_block_size
-from kvcalc.capacity.blocks import (
-    GroupPlan,
-    groups_on_stage,
-    kv_cache_groups,
-    largest_fitting_len,
-    pad_state_pages,
-    request_bytes,
-)
-from kvcalc.capacity.engine import (
-    GiB,
-    EngineSettings,
-    async_scheduling_on,
-    default_batch_limits,
-    device_total_bytes,
-)
-from kvcalc.capacity.memory import (
-    activation_peak_bytes,
-    cuda_graph_bytes,
-    non_torch_bytes,
-    pipeline_layers,
-    stage_weight_bytes,
-)
-from kvcalc.capacity.state import (StateCache, engine_state_groups, state_cache, unpaged_kinds,
-                                   why_unpaged)
 from kvcalc.dtypes import dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import cache_groups
+from kvcalc.serving.layout import groups_on_stage, pipeline_layers
+from kvcalc.serving.vllm.block_size import engine_block_size
+from kvcalc.serving.vllm.blocks import (GroupPlan, kv_cache_groups, largest_fitting_len,
+                                        pad_state_pages, request_bytes)
+from kvcalc.serving.vllm.memory import activation_peak_bytes, cuda_graph_bytes, non_torch_bytes
+from kvcalc.serving.vllm.settings import (GiB, EngineSettings, async_scheduling_on,
+                                          default_batch_limits, device_total_bytes)
+from kvcalc.serving.vllm.state import (StateCache, engine_state_groups, state_cache,
+                                       unpaged_kinds, why_unpaged)
+from kvcalc.serving.weights import stage_weights
 from kvcalc.spec import Hardware, ModelSpec
 
 __all__ = ["Capacity", "DeviceMemory", "budget_bytes", "cannot_hold_weights", "serving_capacity"]
@@ -103,7 +88,7 @@ class Capacity:
     max_model_len_fit: int | None  # the largest max_model_len that would fit (0: none)
     refusal: str  # vLLM's reason for refusing, "" when it starts
     notes: tuple[str, ...] = field(default_factory=tuple)
-    # What a count at another length reuses (kvcalc.capacity.verdict): tokens in flight
+    # What a count at another length reuses (kvcalc.serving.vllm.verdict): tokens in flight
     # per request, the state pages' rule, and one max_model_len request's bytes.
     in_flight: int = 0
     state: StateCache | None = None
@@ -119,9 +104,19 @@ def budget_bytes(hw: Hardware, s: EngineSettings) -> int:
     """The memory the engine may fill on one device: its total x gpu_memory_utilization,
     rounded up from 0.20 (V1), down before."""
     total, (num, den) = device_total_bytes(hw), s.utilization
-    if s.engine == "v1" and s.version >= (20, 0):
+    if s.rules.budget_rounds_up():
         return -(-total * num // den)
     return total * num // den
+
+
+def _weights(spec: ModelSpec, s: EngineSettings, stage: int) -> int:
+    """One device's weights on pipeline stage `stage`: a MoE model's routed experts over
+    tp x dp GPUs (`ParallelConfig.data_parallel_size`: "MoE layers will be sharded
+    according to the product of the tensor, prefill-context, and data parallel sizes"),
+    whole experts with expert parallelism (`FusedMoEParallelConfig.make`: ep_size = the
+    flattened tp x dp, tp_size = 1), the rest over tp."""
+    return stage_weights(spec, s.weights, tp=s.tp, pp=s.pp, stage=stage,
+                         expert_split=s.tp * s.dp, whole_experts=s.expert_parallel)
 
 
 def cannot_hold_weights(spec: ModelSpec, hw: Hardware, s: EngineSettings) -> bool:
@@ -131,7 +126,7 @@ def cannot_hold_weights(spec: ModelSpec, hw: Hardware, s: EngineSettings) -> boo
     without the budget, and a num_gpu_blocks override gives V0 blocks it lacks."""
     if s.kv_cache_memory_bytes is not None or s.num_gpu_blocks_override is not None:
         return False
-    return stage_weight_bytes(spec, s, 0) > budget_bytes(hw, s)
+    return _weights(spec, s, 0) > budget_bytes(hw, s)
 
 
 def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
@@ -158,10 +153,8 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
     block = engine_block_size(groups, spec, hw, s, state)
     groups = pad_state_pages(groups, block)
     tokens, seqs = default_batch_limits(hw, s)
-    in_flight = tokens * (2 if async_scheduling_on(s) else 1)
-    if s.engine == "v1" and s.version < (27, 0):
-        in_flight = tokens
-    minor = s.version
+    rules = s.rules
+    in_flight = rules.in_flight(tokens, async_scheduling_on(s))
     notes: list[str] = []
     unpaged = unpaged_kinds(groups)
     if unpaged:
@@ -172,6 +165,8 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
                      f"'all'); its block size, aligned to the Mamba chunk size, is not "
                      f"modelled")
 
+    if s.dp > 1 or s.expert_parallel:
+        notes += _parallel_note(spec, s)
     sizes = pipeline_layers(spec.layers, s.pp)
     total = device_total_bytes(hw)
     if total == hw.memory_bytes and not getattr(hw, "visible_memory_bytes", 0):
@@ -183,10 +178,10 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
     for stage, n_layers in enumerate(sizes):
         stage_groups = groups_on_stage(groups, spec.layers, n_layers, stage, sizes)
         plans = kv_cache_groups(stage_groups, block, s.max_model_len, in_flight, s.encoder_len,
-                                state, unify_pages=s.engine == "v1" and minor >= (8, 0),
-                                uniform_type=s.engine == "v1" and minor >= (11, 0))
+                                state, unify_pages=not rules.blocks_of_all_layers(),
+                                uniform_type=rules.uniform_type_groups())
         plans_by_stage.append(plans)
-        if s.engine == "v0" or minor < (8, 0):
+        if rules.blocks_of_all_layers():
             # One group of all layers: a block holds every layer's page.
             per_block = sum(p.page_bytes * p.slots for p in plans)
         else:
@@ -194,7 +189,7 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
         last = stage == len(sizes) - 1
         kinds = [True] if (s.engine == "v1" or s.tp == 1) else [True, False]
         for samples in (kinds if last else [False]):
-            weights = stage_weight_bytes(spec, s, stage)
+            weights = _weights(spec, s, stage)
             peak, fwd, samp = activation_peak_bytes(spec, s, tokens, seqs, samples)
             if s.activation_peak_bytes is not None:  # measured (a calibration file)
                 peak = s.activation_peak_bytes
@@ -221,15 +216,8 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
     # Reported capacity.
     n_groups = max(len(plans), 1)
     per_request = sum(p.blocks_per_request for p in plans) if plans else 1
-    if s.engine == "v0" or minor < (8, 0):
-        kv_tokens = num_blocks * block
-        concurrency = kv_tokens / s.max_model_len
-    elif minor < (24, 0):
-        kv_tokens = num_blocks // n_groups * block
-        concurrency = num_blocks / per_request
-    else:
-        concurrency = num_blocks / per_request
-        kv_tokens = int(concurrency * s.max_model_len)
+    kv_tokens, concurrency = rules.reported(num_blocks, n_groups, per_request, block,
+                                            s.max_model_len)
 
     # Refusal, and the largest max_model_len that fits.
     need = request_bytes(plans, block, s.max_model_len, in_flight, s.encoder_len, state)
@@ -268,3 +256,17 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
         num_gpu_blocks=num_blocks, kv_cache_tokens=kv_tokens, max_concurrency=concurrency,
         fits=fits, max_model_len_fit=largest, refusal=refusal, notes=tuple(notes),
         in_flight=in_flight, state=state, request_bytes=need)
+
+
+def _parallel_note(spec: ModelSpec, s: EngineSettings) -> list[str]:
+    """What data and expert parallelism change, and what kvcalc leaves out of them."""
+    moe = any(getattr(layer.mlp, "experts", 0) for layer, _ in spec.groups())
+    if not moe:
+        return [f"data parallel: {s.dp} replicas of {s.tp * s.pp} GPU(s), each with this "
+                f"count and a KV pool of its own"] if s.dp > 1 else []
+    how = (f"whole experts over {s.tp * s.dp} GPUs (expert parallel)" if s.expert_parallel
+           else f"every expert sliced over {s.tp * s.dp} GPUs")
+    return [f"data parallel {s.dp}: the routed experts lie as {how}, the rest of the "
+            f"weights and the KV pool per replica of {s.tp * s.pp} GPU(s); the buffers of "
+            f"the MoE layers' exchange between ranks (all-gather or all-to-all) are not "
+            f"modelled"]

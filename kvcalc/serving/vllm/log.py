@@ -1,5 +1,5 @@
 """A vLLM start-up log, read: the release, the model, the flags and every memory term it
-printed, from any release 0.6 to 0.33. Pure text in, a record out (kvcalc.capacity.check
+printed, from any release 0.6 to 0.33. Pure text in, a record out (kvcalc.serving.vllm.check
 sets kvcalc's own count beside it).
 
 The lines read, by release (quoted from the Python source of the wheels; GiB is 2**30
@@ -61,7 +61,7 @@ import re
 from dataclasses import field
 
 from kvcalc._record import record
-from kvcalc.capacity.vllmfail import (FAILURE_KINDS, KV_REFUSALS, NUM as _NUM,
+from kvcalc.serving.vllm.fail import (FAILURE_KINDS, KV_REFUSALS, NUM as _NUM,
                                        REFUSE_V0 as _REFUSE_V0, REFUSE_V1 as _REFUSE_V1,
                                        GiB, StartupFailure, clip as _clip,
                                        failure as _failure, gib as _gib)

@@ -17,7 +17,7 @@ Facts (quoted, not copied code; see the package docstring for the versions read)
 * per-request need (`max_memory_usage_bytes`): full/MLA: cdiv(len, block) pages;
   sliding: cdiv(min(window - 1 + in_flight, len), block) + 1; chunked local:
   cdiv(min(chunk + in_flight, len), block); state (mamba): what the release's
-  mamba_cache_mode charges (kvcalc.capacity.state; one page without prefix caching);
+  mamba_cache_mode charges (kvcalc.serving.vllm.state; one page without prefix caching);
   in_flight = max_num_batched_tokens x (2 with async scheduling, 0.27+,
   PP = 1; else 1).
 * pages of unequal size (`unify_kv_cache_spec_page_size`, V1): an attention layer whose
@@ -36,11 +36,11 @@ import dataclasses
 from kvcalc import _num
 from kvcalc._record import record
 from kvcalc.dtypes import MAX_SEQ_LEN
-from kvcalc.capacity.state import NO_PREFIX_CACHING, StateCache
-from kvcalc.capacity.support import spec
+from kvcalc.serving.vllm.state import NO_PREFIX_CACHING, StateCache
+from kvcalc.serving.vllm.support import spec
 from kvcalc.formulas.cache import CacheGroup
 
-__all__ = ["GroupPlan", "blocks_per_request", "groups_on_stage",
+__all__ = ["GroupPlan", "blocks_per_request",
            "kv_cache_groups", "largest_fitting_len", "pad_state_pages", "page_size_bytes",
            "request_bytes"]
 
@@ -204,22 +204,6 @@ def pad_state_pages(groups: tuple[CacheGroup, ...], block_size: int) -> tuple[Ca
     attn_page = block_size * max(token)
     return tuple(dataclasses.replace(g, state_bytes=max(g.state_bytes, attn_page))
                  if g.state_bytes else g for g in groups)
-
-
-def groups_on_stage(groups: tuple[CacheGroup, ...], layers: int, stage_layers: int,
-                    stage: int, sizes: tuple[int, ...]) -> tuple[CacheGroup, ...]:
-    """The groups' layers on one stage, splitting each kind in proportion (layer order
-    is not known at this level; exact for uniform models and regular interleaves)."""
-    if len(sizes) == 1:
-        return groups
-    start = sum(sizes[:stage])
-    out = []
-    for g in groups:
-        # layers of this kind among [start, start + stage_layers), spread evenly
-        lo = g.layers * start // layers
-        hi = g.layers * (start + stage_layers) // layers
-        out.append(dataclasses.replace(g, layers=hi - lo))
-    return tuple(out)
 
 
 def request_bytes(plans: tuple[GroupPlan, ...], block: int, length: int, in_flight: int,

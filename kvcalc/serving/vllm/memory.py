@@ -17,9 +17,10 @@ Profile run (the activation peak)
   `_dummy_sampler_run` on one hidden state per request; the hidden states stay alive
   while the sampler runs. V0 `worker/model_runner.py::profile_run` (0.6.4-0.10): the
   same batch as max_num_seqs sequence groups, sampled on the driver rank only.
-* forward: tokens x model dtype x (FWD_MLP_COPIES x MLP width / tp + FWD_HIDDEN_COPIES x
-  d_model): the gate_up output (2 x d_ff) and the activation's output (1 x d_ff) are
-  alive together, beside the residual, the normed input and the layer output.
+* forward (kvcalc.serving.weights, every engine's): tokens x model dtype x
+  (FWD_MLP_COPIES x MLP width / tp + FWD_HIDDEN_COPIES x d_model): the gate_up output
+  (2 x d_ff) and the activation's output (1 x d_ff) are alive together, beside the
+  residual, the normed input and the layer output.
   vllm#10517 (Llama-3.1-8B, RTX 3090, 20,000 and 29,000 tokens) logs 2.07 and 2.99 GiB
   against 2.06 and 2.99 from this rule.
 * sampler: logits [num_reqs, vocab] in the model dtype (`compute_logits`), then the
@@ -142,31 +143,23 @@ CUDA graphs
 
 from __future__ import annotations
 
-from kvcalc.capacity.engine import GiB, MiB, EngineSettings
-from kvcalc.dtypes import dtype, weight_dtype as _weight_dtype
-from kvcalc.errors import KvcalcError
-from kvcalc.formulas.params import param_counts, weight_params_per_device
-from kvcalc.layers import MoE
+from kvcalc.dtypes import dtype
+from kvcalc.serving.runtime import COMM_BYTES_PER_RANK, CONTEXT_BYTES, CUDA_GRAPH_BYTES_PER_LAYER
+from kvcalc.serving.vllm.settings import GiB, MiB, EngineSettings
+from kvcalc.serving.weights import forward_activation
 from kvcalc.spec import Hardware, ModelSpec
 
 __all__ = [
-    "CONTEXT_BYTES", "COMM_BYTES_PER_RANK", "CUDA_GRAPH_BYTES_PER_LAYER", "FWD_HIDDEN_COPIES",
-    "FWD_MLP_COPIES", "GRAPH_PROFILE_BYTES_PER_RANK", "NON_TORCH_INCREASE", "NON_TORCH_V1",
-    "NON_TORCH_V1_TP", "NVLS_BUFFER_BYTES", "NVLS_CHANNELS", "NVSWITCH_NODE_GPUS",
-    "SAMPLER_BYTES",
+    "GRAPH_PROFILE_BYTES_PER_RANK", "NON_TORCH_INCREASE", "NON_TORCH_V1", "NON_TORCH_V1_TP",
+    "NVLS_BUFFER_BYTES", "NVLS_CHANNELS", "NVSWITCH_NODE_GPUS", "SAMPLER_BYTES",
     "SAMPLER_PATHS", "activation_peak_bytes", "cuda_graph_bytes", "cuda_graph_sizes",
-    "forward_activation_bytes", "non_torch_bytes", "nvls_channels", "pipeline_layers",
-    "sampler_bytes",
-    "sampler_path", "stage_weight_bytes",
+    "non_torch_bytes", "nvls_channels", "sampler_bytes",
 ]
 
 # --- constants (see the module docstring for the source or the logs behind each) -----
-FWD_MLP_COPIES = 3  # gate_up output (2 x d_ff) + activation output (1 x d_ff)
-FWD_HIDDEN_COPIES = 3  # residual, normed hidden, attention/MLP output
 # Sampler bytes per logit at its peak, model-dtype logits included (bf16 shown).
 SAMPLER_BYTES = {"sort": 38, "flashinfer": 14, "triton": 14, "v0": 40}
 SAMPLER_PATHS = ("sort", "flashinfer", "triton")
-TRITON_MIN_BATCH = 8  # 0.17+: smaller batches still sort (topk_topp_sampler.py l. 251)
 NON_TORCH_INCREASE = GiB // 4  # V0: cuBLAS/attention workspaces since the snapshot
 NON_TORCH_V1 = 133 * MiB  # V1 0.10.1+: 0.13 GiB at tp 1 (llm-d-benchmark, H100)
 NON_TORCH_V1_TP = 430 * MiB  # ... and 0.55 GiB at tp 2: NCCL's buffers at first use
@@ -177,168 +170,15 @@ NVLS_BUFFER_BYTES = 2 * 128 * 1024 * 8  # 2 x 128 KiB chunk x NCCL_STEPS 8 = 2 M
 # NVLS heads are a node's ranks (nvls.nHeads: the local ranks); an HGX node has 8 GPUs.
 NVSWITCH_NODE_GPUS = 8
 GRAPH_PROFILE_BYTES_PER_RANK = 430 * MiB  # 0.18-0.26, tp > 2: fit on tp 4 and 8 logs
-CONTEXT_BYTES = GiB // 2  # CUDA context, when the whole process is counted
-COMM_BYTES_PER_RANK = 480 * MiB  # NCCL + custom all-reduce buffers per TP peer (one log)
-CUDA_GRAPH_BYTES_PER_LAYER = 164 * 1024  # 5.8 MiB a graph of 36-layer Qwen3-8B (LMCache#3430)
-
-
-# --------------------------------------------------------------------------------
-# Pipeline stages and weights
-# --------------------------------------------------------------------------------
-def pipeline_layers(layers: int, pp: int) -> tuple[int, ...]:
-    """Layers per stage as vLLM's get_pp_indices splits them: layers // pp each, the
-    remainder added one by one to the second-to-last stage, then the one before it..."""
-    if pp > layers:
-        raise KvcalcError(f"pp={pp} exceeds the model's {layers} layers")
-    parts = [layers // pp] * pp
-    for i in range(2, layers % pp + 2):
-        parts[-i] += 1
-    return tuple(parts)
-
-
-def stage_weight_bytes(spec: ModelSpec, s: EngineSettings, stage: int = 0) -> int:
-    """Weights one device of pipeline stage `stage` holds, in bytes (exact).
-
-    Parameters per device come from formulas.weight_params_per_device (K/V projections
-    replicated like the cache when tp > kv_heads); the input embedding sits on the
-    first stage and the lm_head (a copy even when tied, if pp > 1) on the last.
-    `weight_dtype` applies to every matrix but the embedding and lm_head. vLLM also
-    keeps a RoPE cos/sin cache of max_position x head_dim in the model dtype, counted
-    on every stage. `weights_bytes` (measured) replaces all of this.
-    """
-    if s.weights_bytes is not None:
-        return s.weights_bytes
-    return _language_model_bytes(spec, s, stage) + _tower_bytes(spec, s, stage)
-
-
-def _tower_bytes(spec: ModelSpec, s: EngineSettings, stage: int) -> int:
-    """A multimodal model's vision tower and projector: vLLM loads them with the language
-    model, on the first pipeline stage, in the model dtype, sharded by tp (as the plain fit
-    counts them, kvcalc.capacity.fit)."""
-    towers = sum(spec.extra.get("towers", {}).values())
-    if stage != 0 or not towers:
-        return 0
-    return dtype(s.model_dtype).nbytes(-(-towers // s.tp))
-
-
-def _language_model_bytes(spec: ModelSpec, s: EngineSettings, stage: int) -> int:
-    """The config's count (kvcalc.quant for quantized weights); for a checkpoint read
-    from a folder or the Hub (AsStored), plus what its quantized headers hold beyond that
-    count, shared per device as estimate shares it and split over stages by layers."""
-    q = s.weight_quantization
-    if q is None and not s.weight_dtype and not (spec.extra.get("quantization")
-                                                 or spec.extra.get("quantization_error")):
-        return _config_bytes(spec, s, stage, None)  # plain weights: kvcalc.quant stays out
-    from kvcalc.quant.checkpoint import AsStored, engine_surplus_bytes
-    from kvcalc.quant.formats import adhoc, quantization_of
-
-    if isinstance(q, AsStored):
-        stored, q = q, q.quantization
-        total = _config_bytes(spec, s, stage, q)
-        if not (stored.quantized and stored.applies(spec)):
-            return total  # float tensors only: loaded in the engine's dtype
-        whole = _config_bytes(spec, s.replace(pp=1), 0, q) - _rope_cache_bytes(spec, s)
-        surplus = engine_surplus_bytes(spec, stored, s.tp, whole)
-        if s.pp > 1:
-            surplus = surplus * pipeline_layers(spec.layers, s.pp)[stage] // spec.layers
-        return total + surplus
-    if q is None:
-        q = adhoc(s.weight_dtype, s.group_size) if s.weight_dtype else quantization_of(spec)
-    return _config_bytes(spec, s, stage, q)
-
-
-def _rope_cache_bytes(spec: ModelSpec, s: EngineSettings) -> int:
-    """vLLM's RoPE cos/sin cache: max_position x head_dim in the model dtype (not MLA)."""
-    if spec.max_context and spec.mla is None:
-        return dtype(s.model_dtype).nbytes(spec.max_context * spec.head_dim)
-    return 0
-
-
-def _config_bytes(spec: ModelSpec, s: EngineSettings, stage: int, q) -> int:
-    """One stage's weights on one device from the config, quantized by `q` (None: the
-    model dtype, or s.weight_dtype for every matrix)."""
-    if q is not None:
-        from kvcalc.quant.weights import weight_bytes, weight_bytes_per_device
-
-        # Quantized as stored (kvcalc.quant): values, scales and zeros matrix by matrix.
-        # The stage share splits the body by layers, with the embedding and lm_head (in
-        # the model dtype) on the first and last stage, as below.
-        wb = weight_bytes(spec, q, s.model_dtype)
-        dev = weight_bytes_per_device(spec, q, s.tp, s.model_dtype)
-        emb_dev = -(-(wb.breakdown.get("embedding", 0) + wb.breakdown.get("position_embedding", 0))
-                    // s.tp)
-        head_dev = -(-wb.breakdown.get("lm_head", 0) // s.tp)
-        body_dev = dev - emb_dev - head_dev
-        sizes = pipeline_layers(spec.layers, s.pp)
-        total = body_dev * sizes[stage] // spec.layers if s.pp > 1 else body_dev
-        if stage == 0:
-            total += emb_dev
-        if stage == s.pp - 1:
-            # A tied lm_head is a copy of its own on the last stage when pp > 1.
-            tied_copy = dtype(s.model_dtype).nbytes(-(-spec.vocab * spec.d_model // s.tp))
-            total += head_dev if head_dev or s.pp == 1 else tied_copy
-        return total + _rope_cache_bytes(spec, s)
-    counts = param_counts(spec)
-    b = counts.breakdown
-    tp, pp = s.tp, s.pp
-    emb = b.get("embedding", 0) + b.get("position_embedding", 0)
-    head = b.get("lm_head", 0)
-    if spec.tied_embeddings and pp > 1:
-        head = spec.vocab * spec.d_model
-    body = counts.total - emb - b.get("lm_head", 0)
-    body_dev = weight_params_per_device(spec, body + emb, tp, counts) - (-(-emb // tp))
-    sizes = pipeline_layers(spec.layers, pp)
-    body_stage = body_dev * sizes[stage] // spec.layers if pp > 1 else body_dev
-    model_dt = dtype(s.model_dtype)
-    weight_dt = _weight_dtype(s.weight_dtype) if s.weight_dtype else model_dt
-    total = weight_dt.nbytes(body_stage)
-    if stage == 0:
-        total += model_dt.nbytes(-(-emb // tp))
-    if stage == pp - 1:
-        total += model_dt.nbytes(-(-head // tp))
-    return total + _rope_cache_bytes(spec, s)
 
 
 # --------------------------------------------------------------------------------
 # Measured terms, modelled
 # --------------------------------------------------------------------------------
-def _mlp_width(spec: ModelSpec) -> int:
-    """Intermediate width one token's MLP materialises, in the widest layer: a dense MLP's
-    d_ff, a MoE layer's routed experts it visits plus its shared experts. A model whose
-    layers have no MLP (Mamba) materialises its mixer's inner width, which d_ff holds."""
-    widths = [m.active * m.expert_d_ff + m.shared_experts * m.shared.d_ff
-              if isinstance(m, MoE) else m.d_ff
-              for m in (layer.mlp for layer, _ in spec.groups()) if m is not None]
-    return max(widths, default=spec.d_ff)
-
-
-def forward_activation_bytes(spec: ModelSpec, tokens: int, s: EngineSettings) -> int:
-    """Torch peak of a forward pass over `tokens` tokens on one TP rank (modelled):
-    tokens x dtype x (FWD_MLP_COPIES x MLP width / tp + FWD_HIDDEN_COPIES x d_model)."""
-    per = FWD_MLP_COPIES * -(-_mlp_width(spec) // s.tp) + FWD_HIDDEN_COPIES * spec.d_model
-    return dtype(s.model_dtype).nbytes(tokens * per)
-
-
-def sampler_path(s: EngineSettings, num_reqs: int) -> str:
-    """The top-k/top-p path the dummy sampler run takes ("v0", "sort", "flashinfer",
-    "triton"), the release's default unless `s.sampler` names one."""
-    if s.engine == "v0":
-        return "v0" if s.version >= (6, 5) else "logits"
-    path = s.sampler
-    if path is None:
-        if s.version >= (21, 0):
-            path = "flashinfer"
-        else:
-            path = "triton" if s.version >= (17, 0) else "sort"
-    if path in ("sort", "triton") and s.version >= (17, 0):
-        path = "triton" if num_reqs >= TRITON_MIN_BATCH else "sort"
-    return path
-
-
 def sampler_bytes(spec: ModelSpec, num_reqs: int, s: EngineSettings) -> int:
     """The dummy sampler run's peak: num_reqs x vocab logits at the path's bytes per
     logit (SAMPLER_BYTES, given for 2-byte model logits; fp32 models add 2)."""
-    path = sampler_path(s, num_reqs)
+    path = s.rules.sampler_path(s.sampler, num_reqs)
     model_bytes = dtype(s.model_dtype).nbytes(1)
     if path == "logits":  # V0 before 0.6.5: the model-dtype logits only
         return num_reqs * spec.vocab * model_bytes
@@ -349,7 +189,7 @@ def activation_peak_bytes(spec: ModelSpec, s: EngineSettings, tokens: int, seqs:
                           samples: bool) -> tuple[int, int, int]:
     """(peak, forward, sampler) on one rank: the forward pass's peak, or the kept hidden
     states plus the sampler's, whichever is larger; `samples` for ranks that sample."""
-    fwd = forward_activation_bytes(spec, tokens, s)
+    fwd = forward_activation(spec, s.weights, tokens=tokens, tp=s.tp)
     if not samples:
         return fwd, fwd, 0
     reqs = min(tokens, seqs)
@@ -378,17 +218,16 @@ def non_torch_bytes(s: EngineSettings, hw: Hardware | None = None) -> int:
     (V1 0.7-0.10.0, V0 before 0.6.4): CONTEXT_BYTES + NON_TORCH_INCREASE +
     COMM_BYTES_PER_RANK x tp when tp > 1.
     """
-    v = s.version
-    if s.engine == "v0":
-        if v >= (6, 4):
-            return NON_TORCH_INCREASE
-    elif v >= (10, 1):
+    rules = s.rules
+    if rules.non_torch_counted() == "snapshot" and s.engine == "v0":
+        return NON_TORCH_INCREASE
+    if rules.non_torch_counted() == "snapshot":
         nt = NON_TORCH_V1 + (NON_TORCH_V1_TP if s.tp > 1 else 0)
         channels = nvls_channels(hw)
-        if v >= (11, 0) and s.tp > 2 and channels:
+        if rules.nvls_after_snapshot() and s.tp > 2 and channels:
             local = min(s.tp, NVSWITCH_NODE_GPUS)  # the ranks one NVSwitch node holds
             nt += channels * NVLS_BUFFER_BYTES * local
-            if (18, 0) <= v < (27, 0) and not s.enforce_eager:
+            if rules.graph_profile_in_window() and not s.enforce_eager:
                 nt += GRAPH_PROFILE_BYTES_PER_RANK * local
         return nt
     comm = COMM_BYTES_PER_RANK * s.tp if s.tp > 1 else 0
@@ -413,7 +252,7 @@ def cuda_graph_bytes(spec: ModelSpec, s: EngineSettings, max_num_seqs: int,
     first capture of the largest size (its forward's buffers) plus, for the piecewise
     graphs of every size and the full graphs of the decode sizes up to max_num_seqs,
     (graphs - 1) x CUDA_GRAPH_BYTES_PER_LAYER x layers."""
-    if s.enforce_eager or s.engine == "v0" or s.version < (20, 0):
+    if s.enforce_eager or not s.rules.graphs_subtracted():
         return 0
     sizes = cuda_graph_sizes(s, max_num_seqs, max_num_batched_tokens)
     if not sizes:
@@ -421,5 +260,5 @@ def cuda_graph_bytes(spec: ModelSpec, s: EngineSettings, max_num_seqs: int,
     piecewise = len(sizes)
     full = len([x for x in sizes if x <= max_num_seqs])
     per_graph = CUDA_GRAPH_BYTES_PER_LAYER * spec.layers
-    first = forward_activation_bytes(spec, max(sizes), s)
+    first = forward_activation(spec, s.weights, tokens=max(sizes), tp=s.tp)
     return first + (piecewise - 1 + max(full - 1, 0)) * per_graph

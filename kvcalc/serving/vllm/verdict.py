@@ -1,6 +1,6 @@
 """Does it fit? One answer for every command: whether vLLM starts with requests of one
 length and holds a number of them at once, by its own start-up count
-(kvcalc.capacity.serving); and, where it does not, the single changes that make it, each
+(kvcalc.serving.vllm.capacity); and, where it does not, the single changes that make it, each
 counted again.
 
 Facts (quoted, not copied code; vLLM 0.32.0 as installed, `vllm/v1/core/kv_cache_utils.py`):
@@ -23,9 +23,9 @@ Facts (quoted, not copied code; vLLM 0.32.0 as installed, `vllm/v1/core/kv_cache
   the earlier silent cap into this error; 0.19.0 (2026-04-03) is the first release
   after it, so kvcalc applies it from 0.19, and never with --enforce-eager (no graphs).
 
-`serves` is the one rule: estimate, fit, plan and the sweep's rows all apply it to a
-`Room` (one length's count), the sweep to whole arrays of batch sizes; `largest_batch`
-is the most it admits, and `auto_max_model_len` the one longest length.
+A count becomes a `Room` (kvcalc.serving.room) for requests of one length, to which
+every command applies the one rule, `serves`; `auto_max_model_len` is the one longest
+length.
 """
 
 from __future__ import annotations
@@ -34,65 +34,22 @@ from dataclasses import replace
 
 from kvcalc import _num
 from kvcalc._record import record
-from kvcalc.capacity.blocks import blocks_per_request, request_bytes
-from kvcalc.capacity.engine import EngineSettings, default_batch_limits
-from kvcalc.capacity.serving import Capacity, cannot_hold_weights, serving_capacity
+from kvcalc.serving.vllm.blocks import blocks_per_request, request_bytes
+from kvcalc.serving.room import Room, largest_batch, serves
+from kvcalc.serving.vllm.settings import EngineSettings, default_batch_limits
+from kvcalc.serving.vllm.capacity import Capacity, cannot_hold_weights, serving_capacity
 from kvcalc.dtypes import dtype, weight_dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import valid_tps
 from kvcalc.formulas.params import param_counts
 from kvcalc.spec import Hardware, ModelSpec
 
-__all__ = ["AUTO", "Fix", "Room", "Verdict", "auto_max_model_len", "engine_verdict",
-           "fixes", "largest_batch", "room_of", "rooms", "serves", "settings_for",
-           "smallest_tp"]
+__all__ = ["AUTO", "Fix", "Verdict", "auto_max_model_len", "engine_verdict", "fixes",
+           "room_of", "rooms", "smallest_tp"]
 
 AUTO = -1  # --max-model-len auto (or -1), as vLLM spells it
 MAX_UTILIZATION_PERCENT = 98  # the highest --gpu-memory-utilization a fix proposes
 WEIGHT_FIXES = ("fp8", "int4")  # quantized weight dtypes a fix tries, the gentler first
-STATE_POOL_RULE = (19, 0)  # first release refusing max_num_seqs over the state pool
-
-
-@record
-class Room:
-    """What the engine leaves for requests of one length (per device, the rank that sizes
-    every rank): whether it starts, its blocks, the blocks one request takes."""
-
-    max_model_len: int
-    starts: bool
-    num_blocks: int
-    blocks_per_request: int  # summed over the KV cache groups
-    max_num_seqs: int
-    request_bytes: int  # one request's KV bytes
-    block_bytes: int  # one block of every layer of a group
-    kv_cache_bytes: int  # available KV cache memory (negative: none)
-    refusal: str  # the engine's reason for not starting, "" when it starts
-    # max_num_seqs is over a state model's pool of blocks: vLLM does not start (the
-    # module docstring), though its memory would; lowering max_num_seqs mends it.
-    seqs_over_pool: bool = False
-
-
-def serves(room: Room, batch):
-    """Whether `batch` requests of the room's length run at once: the engine starts, its
-    blocks hold them all, and max_num_seqs admits them. `batch` is an int or a numpy
-    array (the sweep's rows: rooms() folds seqs_over_pool into `starts`): the one rule
-    every command applies."""
-    return (room.starts & (not room.seqs_over_pool)
-            & (batch * room.blocks_per_request <= room.num_blocks)
-            & (batch <= room.max_num_seqs))
-
-
-def largest_batch(room: Room, *, lower_max_num_seqs: bool = False) -> int:
-    """The most requests `serves` admits at once (0: none), in Python ints.
-    `lower_max_num_seqs`: with --max-num-seqs lowered to that batch, as plan writes its
-    line (a state model then starts: each request holds at least one pool block, so
-    a batch the blocks hold is never over the pool). serves(room, n) holds for every n
-    up to it and not beyond (tests/test_verdict.py checks)."""
-    if not room.starts or (room.seqs_over_pool and not lower_max_num_seqs):
-        return 0
-    if not room.blocks_per_request:  # nothing paged per request: max_num_seqs alone
-        return room.max_num_seqs
-    return min(room.num_blocks // room.blocks_per_request, room.max_num_seqs)
 
 
 @record
@@ -148,20 +105,6 @@ class Verdict:
         }
 
 
-def settings_for(workload, **engine) -> EngineSettings:
-    """The engine's settings for a workload: max_model_len its seq_len, its tp and KV
-    dtype, its weights as the estimate stores them; `engine` overrides (vLLM's names)."""
-    kv = workload.kv_dtype.name
-    q = workload.quantization  # a checkpoint's AsStored whole: its headers' bytes count
-    weight = workload.weight_dtype.name
-    base = dict(max_model_len=workload.seq_len, tp=workload.tp,
-                encoder_len=workload.encoder_seq_len,
-                kv_dtype="auto" if kv == "bf16" else kv,
-                weight_dtype=None if q is not None or weight == "bf16" else weight,
-                weight_quantization=q)
-    return EngineSettings(**{**base, **engine})
-
-
 def _room(cap: Capacity, length, context: int, name: str) -> Room:
     """The room of a count made at `length`'s batch limits, for requests of `length`: an
     int (engine_verdict) or an array of lengths that share those limits (the sweep's),
@@ -207,7 +150,7 @@ def _room(cap: Capacity, length, context: int, name: str) -> Room:
                        f"one request of {length:,} tokens needs {need:,} B of KV cache; "
                        f"{d.kv_cache:,} B are available")
     over_pool = (cap.num_gpu_blocks is not None and cap.max_num_seqs > cap.num_gpu_blocks
-                 and s.engine == "v1" and s.version >= STATE_POOL_RULE and not s.enforce_eager
+                 and s.rules.state_pool_refusal() and not s.enforce_eager
                  and any(p.group.state_bytes for p in cap.groups))
     return Room(max_model_len=length, starts=starts, num_blocks=cap.num_gpu_blocks or 0,
                 blocks_per_request=per_request, max_num_seqs=cap.max_num_seqs,

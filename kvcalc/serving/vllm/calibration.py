@@ -34,7 +34,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvcalc._record import record
-from kvcalc.capacity.engine import EngineSettings, parse_version
+from kvcalc.serving.vllm.rules import parse_release
+from kvcalc.serving.vllm.settings import EngineSettings
 from kvcalc.errors import KvcalcError
 
 __all__ = ["Calibration", "calibration_text", "read_calibration"]
@@ -118,7 +119,7 @@ class Calibration:
 
 
 def calibration_text(check, source: str) -> str:
-    """The YAML `kvcalc check -o` writes for a kvcalc.capacity.check.LogCheck read from
+    """The YAML `kvcalc check -o` writes for a kvcalc.serving.vllm.check.LogCheck read from
     `source` (the log's file name)."""
     log, s, cap = check.log, check.settings, check.capacity
     lines = [f"# What vLLM {s.vllm_version} ({s.engine}) logged on {check.hardware}, read by "
@@ -140,7 +141,7 @@ def calibration_text(check, source: str) -> str:
               f"max_num_seqs: {cap.max_num_seqs}"]
     if "total" in log.terms:
         lines.append(f"visible_memory_bytes: {log.terms['total']}")
-    from kvcalc.capacity.check import graphs_subtracted
+    from kvcalc.serving.vllm.check import graphs_subtracted
 
     for term, key in _TERM_KEYS.items():
         if term == "cuda_graphs" and term in log.terms and not graphs_subtracted(log, s):
@@ -189,7 +190,7 @@ def read_calibration(path: Path) -> Calibration:
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0
                               or v >= 1 << 60):
             raise KvcalcError(f"{where}: {key} must be a whole number >= 0, got {v!r}")
-    parse_version(data["vllm_version"])
+    parse_release(data["vllm_version"])
     if data.get("engine", "v1") not in ("v0", "v1"):
         raise KvcalcError(f"{where}: engine must be 'v0' or 'v1', got {data['engine']!r}")
     if data.get("sampler") not in (None, "sort", "flashinfer", "triton"):

