@@ -109,14 +109,7 @@ class MixedModel(DecodeModel):
             if self.keep_attention:
                 self.attention.append({k: t.detach().clone() for k, t in seen.items()})
             x = x + F.linear(o, p["w_o"])
-            h = F.rms_norm(x, (d,), p["norm2"], self.eps)
-            up = F.linear(h, p["w_up"])
-            if p["gated"]:
-                gate, up = up.chunk(2, dim=-1)
-                act = F.silu(gate) * up
-            else:
-                act = F.gelu(up)
-            x = x + F.linear(act, p["w_down"])
+            x = x + self.mlp(x, p)
         logits = F.linear(F.rms_norm(x[:b], (d,), self.final_norm, self.eps), self.lm_head)
         return logits, (x[b:] if chunk else None)
 

@@ -85,16 +85,21 @@ class DecodeModel:
             o = F.scaled_dot_product_attention(q.view(b, a.heads, 1, a.head_dim), k_cache,
                                                v_cache, enable_gqa=a.kv_heads != a.heads)
             x = x + F.linear(o.reshape(b, hd), p["w_o"])
-            h = F.rms_norm(x, (d,), p["norm2"], self.eps)
-            up = F.linear(h, p["w_up"])
-            if p["gated"]:
-                gate, up = up.chunk(2, dim=-1)
-                act = F.silu(gate) * up
-            else:
-                act = F.gelu(up)
-            x = x + F.linear(act, p["w_down"])
+            x = x + self.mlp(x, p)
         logits = F.linear(F.rms_norm(x, (d,), self.final_norm, self.eps), self.lm_head)
         return logits.argmax(dim=-1)
+
+
+    def mlp(self, x, p: dict):
+        """One layer's MLP on the residual `x` (its norm first), gated or plain."""
+        h = F.rms_norm(x, (x.shape[-1],), p["norm2"], self.eps)
+        up = F.linear(h, p["w_up"])
+        if p["gated"]:
+            gate, up = up.chunk(2, dim=-1)
+            act = F.silu(gate) * up
+        else:
+            act = F.gelu(up)
+        return F.linear(act, p["w_down"])
 
 
 def decode_call(spec: ModelSpec, batch: int, seq_len: int, device, dtype,
