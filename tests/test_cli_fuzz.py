@@ -260,8 +260,13 @@ def _check_invocation(tmp: Path, args: list[str]) -> None:
         assert len(lines) == 1 and lines[0].startswith("kvcalc: no layout"), f"{where}\n{r.stderr}"
         assert not LEAKS.search(r.stderr), f"{where}\n{r.stderr}"
         return
-    # fit exits 1 when the engine refuses: a valid question answered no, said on stdout
-    refused = args[0] == "fit" and r.exit_code == 1 and r.stdout and not r.stderr
+    # fit exits 1 when the engine refuses: a valid question answered no, said on stdout,
+    # or written to --output with the one line that says where
+    flag = next((f for f in ("--output", "-o") if f in args[:-1]), None)
+    wrote = flag is not None and r.stderr.splitlines() == [
+        f"wrote {args[args.index(flag) + 1]}"]
+    refused = args[0] == "fit" and r.exit_code == 1 and (
+        (r.stdout and not r.stderr) or (not r.stdout and wrote))
     assert r.exit_code in (0, 2) or refused, \
         f"{where}: exit {r.exit_code}\n{r.stderr}\n{r.exception!r}"
     if r.exit_code == 2:
