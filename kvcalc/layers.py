@@ -490,6 +490,12 @@ class MoE:
     zero_experts: int = 0
     router_width: int = 0  # 0: one logit an expert; Doge's product-key router: 2 x sqrt(experts)
     gated_shared: bool = False  # Doge: a SwiGLU shared expert beside plain routed ones
+    # Nemotron 3 Super/Ultra's LatentMoE (transformers' NemotronHMoE with moe_latent_size):
+    # routed experts run in a `latent`-wide space, entered through fc1_latent_proj
+    # (d -> latent) and left through fc2_latent_proj (latent -> d), each with a bias when
+    # `latent_bias` (mlp_bias); the router and shared experts stay d wide. 0: no latent.
+    latent: int = 0
+    latent_bias: bool = False
 
     kind = "moe"
 
@@ -502,6 +508,8 @@ class MoE:
             raise KvcalcError(f"moe shared_experts must be 0..{MAX_WIDTH}, got {self.shared_experts}")
         if not 0 <= self.zero_experts <= MAX_WIDTH:
             raise KvcalcError(f"moe zero_experts must be 0..{MAX_WIDTH}, got {self.zero_experts}")
+        if not 0 <= self.latent <= MAX_WIDTH:
+            raise KvcalcError(f"moe latent must be 0..{MAX_WIDTH}, got {self.latent}")
 
     @property
     def router_logits(self) -> int:
@@ -515,12 +523,29 @@ class MoE:
     def shared(self) -> Dense:
         return Dense(self.shared_d_ff or self.expert_d_ff, self.gated or self.gated_shared, False)
 
+    def expert_width(self, d_model: int) -> int:
+        """The width routed experts read and write: the latent, else d_model."""
+        return self.latent or d_model
+
+    def expert_params(self, d_model: int) -> int:
+        """One routed expert's parameters (in the latent when there is one)."""
+        return self.expert.params(self.expert_width(d_model))
+
+    def latent_tensors(self, d_model: int) -> dict[str, Linear]:
+        """fc1_latent_proj and fc2_latent_proj (none without a latent)."""
+        if not self.latent:
+            return {}
+        return {"fc1_latent_proj": Linear(d_model, self.latent, self.latent_bias),
+                "fc2_latent_proj": Linear(self.latent, d_model, self.latent_bias)}
+
     def breakdown(self, d_model: int) -> dict[str, int]:
         out = {
             "router": (_linear(d_model, self.router_logits, self.router_bias)
                        + (d_model + self.experts if self.router_scales else 0)),
-            "experts": self.experts * self.expert.params(d_model),
+            "experts": self.experts * self.expert_params(d_model),
         }
+        if self.latent:
+            out["latent_proj"] = sum(t.params for t in self.latent_tensors(d_model).values())
         if self.shared_experts:
             out["shared_experts"] = self.shared_experts * self.shared.params(d_model)
             if self.shared_gate:
@@ -534,12 +559,15 @@ class MoE:
         return {f"moe/{key}": n for key, n in self.breakdown(d_model).items()}
 
     def inactive_params(self, d_model: int) -> int:
-        return (self.experts - self.active) * self.expert.params(d_model)
+        return (self.experts - self.active) * self.expert_params(d_model)
 
     def matmuls(self, d_model: int) -> list[tuple[int, int]]:
-        """One token: the router, `active` routed experts and every shared expert."""
+        """One token: the router, `active` routed experts (in and out of the latent
+        first) and every shared expert."""
         mm = [(d_model, self.router_logits)]
-        mm += self.expert.matmuls(d_model) * self.active
+        if self.latent:
+            mm += [(d_model, self.latent), (self.latent, d_model)]
+        mm += self.expert.matmuls(self.expert_width(d_model)) * self.active
         mm += self.shared.matmuls(d_model) * self.shared_experts
         if self.shared_gate and self.shared_experts:
             mm.append((d_model, 1))

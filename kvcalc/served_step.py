@@ -114,7 +114,7 @@ class StepTimes:
         (m1, a1), (m2, a2) = flops(1024), flops(2048)
         matmul = (m2 - m1) / 1024  # per prompt token, on one device
         d = self.spec.d_model
-        routed = sum(2 * n * layer.mlp.active * layer.mlp.expert.params(d)
+        routed = sum(2 * n * layer.mlp.active * layer.mlp.expert_params(d)
                      for layer, n in self.spec.groups()
                      if layer.mlp is not None and layer.mlp.experts) / self.w.tp
         routed = min(routed, matmul)

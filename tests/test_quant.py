@@ -367,3 +367,73 @@ def test_wrapper_config_reads_top_level_quantization():
     assert w.towers == 2 * sum(spec.extra["towers"].values())
     assert w.checkpoint == w.total + w.towers
     assert w.total < weight_bytes(spec, None, "fp16").total // 2
+
+
+# --------------------------------------------------------------------------------
+# NVIDIA ModelOpt (issue #40): FP8 and NVFP4, as vLLM's ModelOpt linear methods load them
+# --------------------------------------------------------------------------------
+QUANT_DATA = Path(__file__).parent / "data" / "quant"
+NANO_NVFP4 = "nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4"
+
+
+def test_modelopt_layouts_by_hand():
+    n, k = 4096, 2688
+    fp8 = quantization_from_hf({"quantization_config": {
+        "quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}})
+    # weight e4m3 [n, k], weight_scale fp32 [1], input_scale fp32 [1]
+    assert _one_matrix(fp8, n, k) == n * k + 4 + 4
+    assert fp8.kv_cache_dtype == "fp8"
+    nv = quantization_from_hf({"quantization_config": {
+        "quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+        "ignore": ["lm_head", "model.layers.*.self_attn*"]}})
+    # weight uint8 [n, k/2], weight_scale e4m3 [n, k/16], weight_scale_2 and input_scale fp32
+    assert _one_matrix(nv, n, k) == n * k // 2 + n * k // 16 + 4 + 4
+    assert nv.kv_cache_dtype == "" and nv.dtype_label == "nvfp4"
+    with pytest.raises(KvcalcError, match="group_size=32"):
+        quantization_from_hf({"quantization_config": {
+            "quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 32}})
+    with pytest.raises(KvcalcError, match="MIXED_PRECISION"):
+        quantization_from_hf({"quantization_config": {
+            "quant_method": "modelopt", "quant_algo": "MIXED_PRECISION"}})
+
+
+def _nano_nvfp4(tmp_path):
+    folder = tmp_path / NANO_NVFP4
+    folder.mkdir()
+    (folder / "config.json").write_text((DATA / f"{NANO_NVFP4}.json").read_text())
+    (folder / "hf_quant_config.json").write_text(
+        (QUANT_DATA / f"{NANO_NVFP4}.hf_quant_config.json").read_text())
+    return spec_from_hf_config_file(folder / "config.json")
+
+
+def test_modelopt_hf_quant_config_beside_config_json(tmp_path):
+    """Nemotron 3 Nano NVFP4: its config.json names no quantization; hf_quant_config.json
+    does (NVFP4, group 16, FP8 KV cache, 60 modules kept in BF16)."""
+    spec = _nano_nvfp4(tmp_path)
+    q = quantization_of(spec)
+    assert (q.method, q.layout, q.group_size, q.kv_cache_dtype) == ("modelopt", "nvfp4", 16, "fp8")
+    assert len(q.not_converted) == 60
+    # Nemotron-H's `mixer` names match kvcalc's module names
+    assert not q.converts("layers.5.self_attn.q_proj", "linear")  # excluded attention
+    assert not q.converts("layers.4.mixer.in_proj", "linear")  # the Mamba layer before it
+    assert q.converts("layers.0.mixer.in_proj", "linear")
+    assert q.converts("layers.6.mlp.experts.0.up_proj", "expert")
+    assert q.converts("layers.1.mlp.shared_experts.up_proj", "linear")
+    assert not q.converts("lm_head", "head")
+
+
+def test_modelopt_nvfp4_one_moe_layer_by_hand(tmp_path):
+    """Nemotron 3 Nano NVFP4's 23 MoE blocks, byte for byte: 128 routed experts and the
+    shared expert in NVFP4 (values, an e4m3 scale per 16, two fp32 scalars a matrix), the
+    router in BF16; the six attention blocks excluded whole (BF16)."""
+    spec = _nano_nvfp4(tmp_path)
+    d, f, fs, e = 2688, 1856, 3712, 128
+
+    def nvfp4(rows, cols):
+        return rows * cols // 2 + rows * cols // 16 + 8
+
+    wb = weight_bytes(spec, quantization_of(spec))
+    assert wb.breakdown["moe/experts"] == 23 * e * (nvfp4(f, d) + nvfp4(d, f))
+    assert wb.breakdown["moe/shared_experts"] == 23 * (nvfp4(fs, d) + nvfp4(d, fs))
+    assert wb.breakdown["moe/router"] == 23 * 2 * e * d
+    assert wb.breakdown["attention/q"] == 6 * 2 * 4096 * d  # every attention block excluded

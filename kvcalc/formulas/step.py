@@ -147,7 +147,7 @@ def decode_step(
         if m is not None and m.experts:
             touched = _num.minimum(batch * m.active, m.experts)
             experts_touched = _num.maximum(experts_touched, touched)
-            unread_expert_params += (m.experts - touched) * m.expert.params(d) * n
+            unread_expert_params += (m.experts - touched) * m.expert_params(d) * n
             unread_expert_slots += (m.experts - touched) * n
             expert_slots += m.experts * n
             if isinstance(touched, int):

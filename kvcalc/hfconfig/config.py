@@ -186,6 +186,7 @@ CLASS_DEFAULTS = {
     ("nemotron_h", "moe_intermediate_size"): 7688, ("nemotron_h", "n_routed_experts"): 8,
     ("nemotron_h", "n_shared_experts"): 1, ("nemotron_h", "num_experts_per_tok"): 2,
     ("nemotron_h", "num_key_value_heads"): 8, ("nemotron_h", "ssm_state_size"): 128,
+    ("nemotron_h", "head_dim"): 128, ("nemotron_h", "moe_shared_expert_intermediate_size"): 7688,
     ("olmo3", "sliding_window"): 4096,
     ("olmoe", "num_experts"): 64, ("olmoe", "num_experts_per_tok"): 8,
     ("opt", "max_position_embeddings"): 2048,

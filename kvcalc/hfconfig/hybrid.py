@@ -163,7 +163,10 @@ def qwen3_next(c: Config) -> dict:
 def nemotron_h(c: Config) -> dict:
     """Nemotron-H: one block per layer, each a Mamba-2 mixer, attention, an MLP or a MoE
     after one RMSNorm (layers_block_type, or the older hybrid_override_pattern string
-    M/*/-/E). MLP and MoE blocks cache nothing."""
+    M/*/-/E). MLP and MoE blocks cache nothing. `moe_latent_size` (Nemotron 3 Super and
+    Ultra's LatentMoE): routed experts in that latent, with fc1/fc2_latent_proj in and
+    out (transformers' NemotronHMoE); the MTP layers (num_nextn_predict_layers) are not
+    built, as transformers does not build them."""
     hidden = c.req_dim("hidden_size")
     vocab = c.req_dim("vocab_size")
     types = nemotron_h_blocks(c)
@@ -189,7 +192,8 @@ def nemotron_h(c: Config) -> dict:
             experts=c.req_int("n_routed_experts"), active=c.req_int("num_experts_per_tok"),
             expert_d_ff=c.req_int("moe_intermediate_size"), shared_experts=shared,
             shared_d_ff=c.opt_int("moe_shared_expert_intermediate_size", 0) or 0,
-            gated=False), 1)
+            gated=False, latent=c.opt_int("moe_latent_size", 0) or 0,
+            latent_bias=c.opt_bool("mlp_bias", False)), 1)
     fields = flat_fields(hidden, len(types), heads, kv_heads, head_dim, d_ff, vocab,
                          qkv_bias=bias, out_bias=bias, norms_per_layer=1,
                          tied_embeddings=c.opt_bool("tie_word_embeddings", False),

@@ -171,13 +171,22 @@ def lfm2_full_attn_idxs(c: Config, layers: int) -> list[str]:
     return ["full" if i in held else "conv" for i in range(layers)]
 
 
+_LEGACY_BLOCK_NAMES = {"mamba": "linear_attention", "attention": "full_attention"}
+
+
 def nemotron_h_blocks(c: Config) -> list[str]:
     """Nemotron-H: each block's type from `layers_block_type` (or `layer_types`), else
     the older `hybrid_override_pattern` string, one character a block (M/*/-/E). The
-    list also sets the number of layers."""
+    list also sets the number of layers. Entries "mamba" and "attention" (Nemotron 3's
+    spelling) read as "linear_attention" and "full_attention", as transformers does."""
     types = c.raw("layers_block_type", "layer_types")
     if types is MISSING or types is None:
         pattern = c.raw("hybrid_override_pattern")
+        if pattern is MISSING or pattern is None:
+            # NemotronHConfig's default when neither field is given (it ignores
+            # num_hidden_layers, which is still checked to be a layer count)
+            c.opt_int("num_hidden_layers", 0)
+            return ["linear_attention", "moe", "full_attention", "mlp"]
         if not isinstance(pattern, str) or not pattern:
             raise c.missing("layers_block_type", " (or hybrid_override_pattern)")
         table = {"M": "linear_attention", "E": "moe", "*": "full_attention", "-": "mlp"}
@@ -187,6 +196,10 @@ def nemotron_h_blocks(c: Config) -> list[str]:
         types = [table[ch] for ch in pattern]
     if not isinstance(types, list) or not types:
         raise c.error("field 'layers_block_type' must be a non-empty list")
+    # Nemotron 3's released configs (Nano/Super re-saves, Ultra, 3.5 Lightning) name the
+    # mixers "mamba" and "attention": transformers' remap_legacy_layer_types
+    # (configuration_utils._LEGACY_LAYER_TYPE_REMAP) reads them as these two.
+    types = [_LEGACY_BLOCK_NAMES.get(t, t) if isinstance(t, str) else t for t in types]
     allowed = {"linear_attention", "moe", "full_attention", "mlp"}
     unknown = sorted({t for t in types if t not in allowed} if all(isinstance(t, str) for t in types)
                      else {"(not a string)"})

@@ -104,8 +104,38 @@ def _default_name(path: Path, cfg: Any) -> str:
     return path.parent.name or "config"
 
 
+def _hf_quant_config(p: Path, cfg: Any) -> dict | None:
+    """A ModelOpt checkpoint's hf_quant_config.json beside its config.json, when the
+    config holds no quantization_config (nvidia/*-NVFP4 releases written that way)."""
+    if p.name != "config.json" or not isinstance(cfg, dict) or cfg.get("quantization_config"):
+        return None
+    side = p.with_name("hf_quant_config.json")
+    if not side.is_file():
+        return None
+    try:
+        return json.loads(read_text(side, str(side)))
+    except (OSError, ValueError) as e:
+        raise KvcalcError(f"{side}: not readable JSON ({e})") from None
+
+
+def spec_with_hf_quant_config(spec: ModelSpec, hq: dict, where: str) -> ModelSpec:
+    """`spec` with the quantization a ModelOpt hf_quant_config.json describes."""
+    from kvcalc.quant.formats import quantization_from_hf_quant_config
+
+    try:
+        q = quantization_from_hf_quant_config(hq, where)
+    except KvcalcError as e:
+        spec.extra["quantization_error"] = str(e)
+        return spec
+    if q is not None:
+        spec.extra["quantization"] = q
+    return spec
+
+
 def spec_from_hf_config_file(path: str | Path, name: str | None = None) -> ModelSpec:
-    """Read a local config.json (never downloads) and map it with spec_from_hf_config."""
+    """Read a local config.json (never downloads) and map it with spec_from_hf_config;
+    a ModelOpt hf_quant_config.json beside a config.json without quantization_config
+    gives the weights' format."""
     p = Path(path)
     source = f"config.json ({p})"
     try:
@@ -126,4 +156,8 @@ def spec_from_hf_config_file(path: str | Path, name: str | None = None) -> Model
         raise KvcalcError(f"{p}: not valid JSON: nested too deeply") from None
     except ValueError as e:  # json.loads' int(): more digits than Python converts
         raise KvcalcError(f"{p}: not valid JSON: {value_problem(e)}") from None
-    return spec_from_hf_config(cfg, name or _default_name(p, cfg), source)
+    spec = spec_from_hf_config(cfg, name or _default_name(p, cfg), source)
+    hq = _hf_quant_config(p, cfg)
+    if hq is not None:
+        spec = spec_with_hf_quant_config(spec, hq, str(p.with_name("hf_quant_config.json")))
+    return spec

@@ -28,10 +28,18 @@ N = fan_out rows and K = fan_in columns; G = group size):
   `weight_zero_point` int32 [ceil(N*bits/32), ceil(K/G)] when asymmetric,
   `weight_shape` int64 [2]; float-quantized fp8: e4m3 [N, K] + `weight_scale`
   [N, 1] (channel), [1] (tensor) or [ceil(N/bn), ceil(K/bk)] (block), fp32.
+- NVIDIA ModelOpt (`quant_method: modelopt` in config.json, or hf_quant_config.json's
+  `quantization`), as vLLM's ModelOptFp8LinearMethod / ModelOptNvFp4LinearMethod load
+  it: FP8, weight e4m3 [N, K] + fp32 `weight_scale` [1] + fp32 `input_scale` [1];
+  NVFP4, weight uint8 [N, K/2] (two 4-bit values a byte) + e4m3 `weight_scale`
+  [N, K/16] + fp32 `weight_scale_2` [1] + fp32 `input_scale` [1]. `exclude_modules`
+  (config.json: `ignore`) stay in the model dtype; `kv_cache_quant_algo` is the KV
+  cache's dtype the checkpoint asks for (`kv_cache_dtype`).
 
 Sources: transformers 5.23 integrations (finegrained_fp8.FP8Linear, mxfp4,
 bitsandbytes, fbgemm_fp8); AutoAWQ and AutoGPTQ QuantLinear; compressed-tensors'
-compressors; checked against published checkpoint totals in tests/test_quant.py
+compressors; vLLM model_executor/layers/quantization/modelopt.py (ModelOptQuantConfigBase
+.from_config for the two files' fields, the FP8 and NVFP4 linear methods' parameters); checked against published checkpoint totals in tests/test_quant.py
 (tests/data/quant/README.md lists them).
 """
 
@@ -78,6 +86,9 @@ class Quantization:
     experts_only: bool = False
     routers: bool = False
     lm_head: bool = False  # GPTQ's lm_head: true quantizes the output layer too
+    # ModelOpt's kv_cache_quant_algo: the KV cache dtype the checkpoint asks for ("fp8"),
+    # "" when it names none
+    kv_cache_dtype: str = ""
     quant_type: str = ""  # bitsandbytes 4-bit: nf4 or fp4
     source: str = field(default="", compare=False)  # what it was read from, for notes
 
@@ -265,8 +276,56 @@ def quantization_from_hf(cfg: dict, where: str = "config.json") -> Quantization 
                           "nor load_in_8bit")
     if m == "compressed-tensors":
         return _compressed_tensors(qc, where)
+    if m in ("modelopt", "modelopt_fp4", "modelopt_fp8"):
+        return _modelopt(qc, where, "quantization_config", _patterns(qc, where, "ignore",
+                                                                     "exclude_modules"))
     raise KvcalcError(f"{where}: quantization_config.quant_method {method!r} is not one kvcalc "
-                      "models (fp8, fbgemm_fp8, mxfp4, awq, gptq, bitsandbytes, compressed-tensors)")
+                      "models (fp8, fbgemm_fp8, mxfp4, awq, gptq, bitsandbytes, "
+                      "compressed-tensors, modelopt)")
+
+
+def quantization_from_hf_quant_config(hq: dict, where: str = "hf_quant_config.json"
+                                      ) -> Quantization | None:
+    """ModelOpt's hf_quant_config.json (`{"producer": ..., "quantization": {...}}`), which
+    a ModelOpt checkpoint may carry instead of a quantization_config in config.json
+    (nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4 does): read as vLLM reads it."""
+    if not isinstance(hq, dict) or not isinstance(hq.get("quantization"), dict):
+        raise KvcalcError(f"{where}: expected an object with a 'quantization' object")
+    q = hq["quantization"]
+    if q.get("quant_algo") is None:
+        return None
+    return _modelopt(q, where, "quantization", _patterns(q, where, "exclude_modules"))
+
+
+_MODELOPT_KV = {"FP8": "fp8", "NVFP4": "nvfp4"}
+
+
+def _modelopt(qc: dict, where: str, part: str, skip: tuple[str, ...]) -> Quantization:
+    """quant_algo FP8 (per-tensor e4m3) or NVFP4 (4-bit, e4m3 scale per group_size 16, one
+    fp32 scale a matrix); both store an fp32 input scale a matrix (static activations)."""
+    algo = _field(qc, "quant_algo", where, (str,))
+    if algo is None:
+        raise KvcalcError(f"{where}: {part}.quant_algo is missing")
+    algo = algo.upper()
+    kv = _field(qc, "kv_cache_quant_algo", where, (str,), None)
+    kv_dtype = ""
+    if kv is not None:
+        kv_dtype = _MODELOPT_KV.get(kv.upper(), "")
+        if not kv_dtype:
+            raise KvcalcError(f"{where}: {part}.kv_cache_quant_algo={kv!r}: kvcalc reads FP8 "
+                              "and NVFP4")
+    if algo == "FP8":
+        return Quantization("modelopt", "fp8_tensor", 8, static_input_scale=True,
+                            not_converted=skip, kv_cache_dtype=kv_dtype, source=where)
+    if algo == "NVFP4":
+        g = _group(qc, "group_size", where, 16)
+        if g != 16:
+            raise KvcalcError(f"{where}: {part}.group_size={g}: NVFP4 blocks are 16 weights")
+        return Quantization("modelopt", "nvfp4", 4, group_size=16, scale_dtype="fp8",
+                            static_input_scale=True, not_converted=skip,
+                            kv_cache_dtype=kv_dtype, source=where)
+    raise KvcalcError(f"{where}: {part}.quant_algo={algo!r}: kvcalc models ModelOpt's FP8 and "
+                      "NVFP4 (MIXED_PRECISION and the others: not yet)")
 
 
 def _compressed_tensors(qc: dict, where: str) -> Quantization:
@@ -387,7 +446,16 @@ _PREFIXES = ("model.", "model.language_model.", "language_model.model.", "langua
 
 
 def _matches(name: str, patterns: tuple[str, ...]) -> bool:
-    """transformers' should_convert_module (inverted), over the usual model prefixes."""
+    """transformers' should_convert_module (inverted), over the usual model prefixes.
+    Nemotron-H names each block's one module `mixer` (backbone.layers.5.mixer.q_proj,
+    ...mixer.experts.0.up_proj) where kvcalc says self_attn or mlp: a pattern naming a
+    `mixer` is matched against the name with the block's module so renamed."""
+    if any(".mixer." in p or p.endswith(".mixer") for p in patterns):
+        parts = name.split(".")
+        if len(parts) > 3 and parts[0] == "layers" and parts[2] != "mixer":
+            renamed = ".".join(parts[:2] + ["mixer"] + parts[3:])
+            if _matches(renamed, patterns):
+                return True
     for p in patterns:
         regex = p[3:] if p.startswith("re:") else None
         for prefix in _PREFIXES:

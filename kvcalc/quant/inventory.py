@@ -74,8 +74,9 @@ def _mlp_items(mlp, d: int, prefix: str, model_type: str) -> list:
         # DeepSeek-V3's (HY V4's) e_score_correction_bias: fp32 in the checkpoint, a buffer
         # (not a parameter) in transformers, so param_counts leaves it out.
         out.append(Plain("buffers", mlp.experts, "fp32"))
-    out += _named(mlp.expert.tensors(d), "moe/experts", f"{prefix}.mlp.experts.0", mlp.experts,
-                  "expert")
+    out += _named(mlp.expert.tensors(mlp.expert_width(d)), "moe/experts",
+                  f"{prefix}.mlp.experts.0", mlp.experts, "expert")
+    out += _named(mlp.latent_tensors(d), "moe/latent_proj", f"{prefix}.mlp")
     if mlp.shared_experts:
         shared = "shared_expert" if mlp.shared_gate else "shared_experts"
         out += _named(mlp.shared.tensors(d), "moe/shared_experts", f"{prefix}.mlp.{shared}",

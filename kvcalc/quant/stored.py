@@ -75,7 +75,7 @@ def matrix_tensors(q: Quantization, rows: int, cols: int, model_dtype: str) -> l
         t = [("values", "uint8", cdiv(n * k * q.bits, 8)), ("scales", q.scale_dtype, n * groups)]
         if q.zero_points:
             t.append(("zeros", "uint8", cdiv(n * groups * q.bits, 8)))
-    if q.static_input_scale and lay.startswith("fp8"):
+    if q.static_input_scale and (lay.startswith("fp8") or lay == "nvfp4"):
         t.append(("scales", "fp32", 1))
     return t
 
