@@ -6,7 +6,7 @@ function follows that family's vision modeling file in transformers 5 (which mod
 exist, their shapes and biases): CLIP (LLaVA), SigLIP (Gemma 3, PaliGemma, DeepSeek-VL),
 Pixtral (Mistral 3), Qwen2.5-VL's window-attention ViT, Llama 4's vision encoder, Qwen3.5's
 ViT, Fuyu's patch projection, GOT-OCR 2.0's SAM-style ViT, Llama 3.2 Vision's tiled ViT,
-Inkling 2's ViT, HY V4's ViT; one audio tower, MOSS-Transcribe-Diarize's Whisper-style
+Inkling 2's ViT, HY V4's ViT, Gemma 4's vision model; one audio tower, MOSS-Transcribe-Diarize's Whisper-style
 encoder. Counts are exact: tests check them against the models transformers builds on the
 meta device.
 """
@@ -234,6 +234,22 @@ def _hy_v4_vl_vision(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
     return {"vision_tower": tower, "projector": proj}
 
 
+def _gemma4_vision(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
+    """Gemma 4's vision model (modeling_gemma4.py, Gemma4VisionModel): a bias-free patch
+    projection of 3 x patch^2 pixels, a two-axis position table (2 x position_embedding_size
+    x hidden), blocks of bias-free q, k, v, o (ClippableLinear: its clip bounds and the
+    standardize statistics are buffers, not parameters), q and k RMSNorms of head_dim, a
+    gated MLP and four RMSNorms; no final norm, a parameter-free pooler. The projector
+    (Gemma4MultimodalEmbedder): a scale-free RMSNorm and a bias-free hidden -> text_hidden."""
+    h, i = v.int("hidden_size", 768), v.int("intermediate_size", 3072)
+    layers, p = v.int("num_hidden_layers", 16), v.int("patch_size", 16)
+    heads = v.int("num_attention_heads", 12)
+    kv_heads, d = v.int("num_key_value_heads", 12), v.int("head_dim", 64)
+    block = (2 * h * heads * d + 2 * h * kv_heads * d + 2 * d + 3 * h * i + 4 * h)
+    tower = 3 * p * p * h + 2 * v.int("position_embedding_size", 10 * 1024) * h + layers * block
+    return {"vision_tower": tower, "projector": h * text_hidden}
+
+
 _TOWERS: dict[str, Callable[[_Fields, dict, int], dict[str, int]]] = {
     "llava": _clip, "llava_next": _clip, "gemma3": _siglip, "mistral3": _pixtral,
     "qwen2_5_vl": _qwen25_vl, "llama4": _llama4_vision,
@@ -242,6 +258,7 @@ _TOWERS: dict[str, Callable[[_Fields, dict, int], dict[str, int]]] = {
     "got_ocr2": _got_ocr2, "mllama": _mllama_vision, "moss_transcribe_diarize": _moss_audio,
     "inkling2": _inkling2_vision, "inkling2_loop": _inkling2_vision,
     "hy_v4_vl": _hy_v4_vl_vision, "deepseek_vl": _deepseek_vl, "paligemma": _paligemma,
+    "gemma4": _gemma4_vision,
 }
 # Wrappers whose image fields sit in the config itself, not in a vision_config.
 _FIELDS_AT_TOP = ("fuyu",)

@@ -658,3 +658,40 @@ def test_lfm2_full_attn_idxs_place_the_attention_layers():
     for absent in ({}, {"full_attn_idxs": None}):
         spec = spec_from_hf_config({**LFM2, **absent}, "lfm2", "t")
         assert {layer.mixer.kind for layer in spec.layer_list()} == {"full"}
+
+
+def _lfm2_mlp_width(cfg: dict) -> int:
+    return spec_from_hf_config(cfg, "lfm2", "t").layer_list()[0].mlp.d_ff
+
+
+@pytest.mark.parametrize("fields, width", [
+    # LiquidAI's published LFM2-1.2B: only the legacy name; int(2 x 12288 / 3) = 8192
+    ({"block_ff_dim": 12288}, 8192),
+    # block_ff_dim wins over intermediate_size (Lfm2Config pops it over the field)
+    ({"block_ff_dim": 12288, "intermediate_size": 6656}, 8192),
+    # LFM2-350M: int(2 x 6656 / 3) = 4437, x 1.0, rounded up to 256: 4608
+    ({"intermediate_size": 6656}, 4608),
+    # a null multiplier: Lfm2MLP neither multiplies nor rounds
+    ({"intermediate_size": 6656, "block_ffn_dim_multiplier": None}, 4437),
+    ({"intermediate_size": 6656, "block_ffn_dim_multiplier": 1.5, "block_multiple_of": 64},
+     6656),
+    # LFM2-2.6B: no auto-adjust, the width as stated
+    ({"block_ff_dim": 10752, "block_auto_adjust_ff_dim": False}, 10752),
+])
+def test_lfm2_mlp_width_as_lfm2mlp_builds_it(fields, width):
+    base = {k: v for k, v in LFM2.items() if k != "intermediate_size"}
+    assert _lfm2_mlp_width({**base, **fields}) == width
+
+
+def test_lfm2_without_a_width_names_both_keys():
+    base = {k: v for k, v in LFM2.items() if k != "intermediate_size"}
+    with pytest.raises(KvcalcError, match="'intermediate_size' .*legacy name 'block_ff_dim'"):
+        spec_from_hf_config(base, "lfm2", "t")
+
+
+def test_lfm2_tie_embedding_is_the_legacy_tie_word_embeddings():
+    """Lfm2Config pops `tie_embedding` over `tie_word_embeddings`."""
+    tied = spec_from_hf_config({**LFM2, "tie_embedding": True, "tie_word_embeddings": False},
+                               "lfm2", "t")
+    untied = spec_from_hf_config({**LFM2, "tie_embedding": False}, "lfm2", "t")
+    assert tied.tied_embeddings and not untied.tied_embeddings

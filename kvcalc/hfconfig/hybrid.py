@@ -6,7 +6,7 @@ Falcon-Mamba, Jamba, LFM2, LFM3, Qwen3-Next, Nemotron-H.
 from __future__ import annotations
 
 from kvcalc.hfconfig.build import flat_fields, with_runs
-from kvcalc.hfconfig.config import MISSING, Config, core_dims
+from kvcalc.hfconfig.config import MISSING, Config, core_dims, describe
 from kvcalc.hfconfig.layer_types import (every_nth_full, layer_kinds, lfm2_full_attn_idxs,
                                          nemotron_h_blocks)
 from kvcalc.hfconfig.moe import sparse_layers
@@ -65,26 +65,58 @@ def jamba(c: Config) -> dict:
     return with_runs(fields, layer_list)
 
 
+def lfm2_ff_dim(c: Config) -> int:
+    """LFM2's SwiGLU width as Lfm2MLP builds it (transformers 5.24, modeling_lfm2.py).
+
+    The base width is `block_ff_dim` when the config has it (Lfm2Config pops that legacy
+    name over `intermediate_size`: LiquidAI's published LFM2-350M ... 2.6B configs state only
+    `block_ff_dim`), else `intermediate_size`. With `block_auto_adjust_ff_dim` (default
+    true) it becomes int(2 x width / 3); a `block_ffn_dim_multiplier` that is not null
+    (default 1.0) then multiplies it and it is rounded up to `block_multiple_of` (default
+    256). A null multiplier leaves int(2 x width / 3) unrounded, as Lfm2MLP does."""
+    key = "block_ff_dim" if c.has("block_ff_dim") else "intermediate_size"
+    if not c.has("block_ff_dim") and not c.has("intermediate_size"):
+        raise c.missing("intermediate_size", " (or its legacy name 'block_ff_dim')")
+    d_ff = c.req_dim(key)
+    if not c.opt_bool("block_auto_adjust_ff_dim", True):
+        return d_ff
+    d_ff = int(2 * d_ff / 3)
+    mult = c.raw("block_ffn_dim_multiplier")
+    if mult is None:
+        return d_ff
+    if mult is MISSING:
+        mult = 1.0
+    if isinstance(mult, bool) or not isinstance(mult, (int, float)):
+        raise c.error(f"field 'block_ffn_dim_multiplier' must be a number or null, got "
+                      f"{describe(mult)}")
+    d_ff = int(mult * d_ff)
+    step = c.opt_int("block_multiple_of", 256)
+    if not step or step < 0:
+        raise c.error(f"field 'block_multiple_of' must be positive, got {step}")
+    return step * -(-d_ff // step)
+
+
 def lfm2(c: Config) -> dict:
     """LFM2: gated short-convolution layers and GQA attention layers (layer_types or
-    full_attn_idxs); SwiGLU width auto-adjusted as Lfm2MLP does; q/k LayerNorms."""
-    hidden, layers, heads, vocab, d_ff = core_dims(c)
+    full_attn_idxs); SwiGLU width auto-adjusted as Lfm2MLP does (lfm2_ff_dim, which reads
+    the legacy `block_ff_dim`); q/k LayerNorms. `tie_embedding`, Lfm2Config's legacy name,
+    wins over `tie_word_embeddings` when present, as the class pops it."""
+    hidden = c.req_dim("hidden_size")
+    layers = c.req_dim("num_hidden_layers")
+    heads = c.req_dim("num_attention_heads")
+    vocab = c.req_dim("vocab_size")
+    d_ff = lfm2_ff_dim(c)
     kv_heads = c.opt_int("num_key_value_heads", heads)
     head_dim = hidden // heads
     kinds = layer_kinds(c, layers, {"full_attention": "full", "conv": "conv"},
                         lambda: lfm2_full_attn_idxs(c, layers))
-    if c.opt_bool("block_auto_adjust_ff_dim", True):
-        d_ff = int(2 * d_ff / 3)
-        mult = c.raw("block_ffn_dim_multiplier")
-        if isinstance(mult, (int, float)) and not isinstance(mult, bool):
-            d_ff = int(mult * d_ff)
-        step = c.opt_int("block_multiple_of", 256) or 1
-        d_ff = step * -(-d_ff // step)
     conv = ShortConv(width=hidden, kernel=c.opt_int("conv_L_cache", 3) or 3,
                      bias=c.opt_bool("conv_bias", False))
     attn = Attention(heads, kv_heads, head_dim, qk_norm=2 * head_dim)
+    tied = (c.opt_bool("tie_embedding", True) if c.has("tie_embedding")
+            else c.opt_bool("tie_word_embeddings", True))
     fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
-                         tied_embeddings=c.opt_bool("tie_word_embeddings", True),
+                         tied_embeddings=tied,
                          max_context=c.opt_int("max_position_embeddings", 128000) or 0,
                          notes=["hybrid: short-convolution layers hold a constant state"])
     return with_runs(fields, [Layer(attn if k == "full" else conv, Dense(d_ff), 2)

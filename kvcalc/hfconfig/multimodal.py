@@ -55,6 +55,9 @@ _UNCOUNTED = {"musicgen": "its T5 text encoder, EnCodec audio codec and projecti
                                  "and chroma projections",
               "deepseek_vl_hybrid": "its SigLIP and SAM vision towers, SAM neck and "
                                     "aligner"}
+# What a wrapper with a tower formula may also hold, where kvcalc has none for it: the
+# sub-config that says so and what is not counted.
+_UNCOUNTED_BESIDE = {"gemma4": ("audio_config", "its audio tower and audio projector")}
 # LlamaConfig's defaults (Llama 2 7B), which LLaVA-1.5's short text_config relies on, and
 # DeepSeek-VL's absent one.
 _LLAMA_DEFAULTS = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
@@ -129,6 +132,9 @@ def with_towers(spec: ModelSpec, cfg: dict, model_type: str, where: str) -> Mode
                               f"counted, its {'audio' if 'audio_tower' in towers else 'vision'} "
                               f"tower and projector "
                               f"({sum(towers.values()):,} parameters) apart")
+        key, what = _UNCOUNTED_BESIDE.get(model_type, (None, ""))
+        if key and isinstance(cfg.get(key), dict):
+            notes += f"; {what} not counted (no formula for them)"
     elif model_type in _UNCOUNTED:
         notes = spec.notes + (f"; {model_type}: the decoder is counted; "
                               f"{_UNCOUNTED[model_type]} are not (no formula for them)")
