@@ -6,9 +6,9 @@ function follows that family's vision modeling file in transformers 5 (which mod
 exist, their shapes and biases): CLIP (LLaVA), SigLIP (Gemma 3, PaliGemma, DeepSeek-VL),
 Pixtral (Mistral 3), Qwen2.5-VL's window-attention ViT, Llama 4's vision encoder, Qwen3.5's
 ViT, Fuyu's patch projection, GOT-OCR 2.0's SAM-style ViT, Llama 3.2 Vision's tiled ViT,
-Inkling 2's ViT, HY V4's ViT, Gemma 4's vision model; one audio tower, MOSS-Transcribe-Diarize's Whisper-style
-encoder. Counts are exact: tests check them against the models transformers builds on the
-meta device.
+Inkling 2's ViT, HY V4's ViT, Gemma 4's vision model, Kimi K2.5's MoonViT; one audio tower,
+MOSS-Transcribe-Diarize's Whisper-style encoder. Counts are exact: tests check them against
+the models transformers builds on the meta device.
 """
 
 from __future__ import annotations
@@ -250,7 +250,35 @@ def _gemma4_vision(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
     return {"vision_tower": tower, "projector": h * text_hidden}
 
 
+def _kimi_k25_vision(v: _Fields, top: dict, text_hidden: int) -> dict[str, int]:
+    """Kimi K2.5's MoonViT (a biased conv patch embedding, a learned position grid, biased
+    ViT blocks, a final LayerNorm) and its patch merger (a LayerNorm of
+    projection_hidden_size, two biased linears over merge_kernel_size patches). transformers'
+    names first; the published file's own (vt_hidden_size, init_pos_emb_height, ...), which
+    transformers 5.24 does not read, when they are absent (K2.5's agree with the defaults)."""
+    def size(key: str, published: str, default: int) -> int:
+        return v.int(key if key in v.cfg else published, default)
+
+    h = size("hidden_size", "vt_hidden_size", 1152)
+    i = size("intermediate_size", "vt_intermediate_size", 4304)
+    layers = size("num_hidden_layers", "vt_num_hidden_layers", 27)
+    grid = size("pos_emb_height", "init_pos_emb_height", 64) * size(
+        "pos_emb_width", "init_pos_emb_width", 64)
+    p = v.int("patch_size", 14)
+    merge = v.cfg.get("merge_kernel_size") or (2, 2)
+    if (not isinstance(merge, (list, tuple)) or len(merge) != 2
+            or any(isinstance(m, bool) or not isinstance(m, int) or m <= 0 for m in merge)):
+        raise KvcalcError(f"{v.where}: vision_config field 'merge_kernel_size' must be two "
+                          "positive integers")
+    merged = h * merge[0] * merge[1]
+    norm = top.get("projection_hidden_size") or 1152
+    tower = 3 * p * p * h + h + grid * h + layers * _vit_layer(h, i) + 2 * h
+    proj = 2 * norm + (merged * merged + merged) + (merged * text_hidden + text_hidden)
+    return {"vision_tower": tower, "projector": proj}
+
+
 _TOWERS: dict[str, Callable[[_Fields, dict, int], dict[str, int]]] = {
+    "kimi_k25": _kimi_k25_vision,
     "llava": _clip, "llava_next": _clip, "gemma3": _siglip, "mistral3": _pixtral,
     "qwen2_5_vl": _qwen25_vl, "llama4": _llama4_vision,
     "qwen3_5": _qwen3_5_vision, "qwen3_5_moe": _qwen3_5_vision, "fuyu": _fuyu,

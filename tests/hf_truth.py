@@ -78,11 +78,30 @@ def _clean(cfg: dict) -> dict:
     return cfg
 
 
+def _declared_model_type(cfg: dict) -> str:
+    """The config's model_type; one transformers does not know (remote code: Kimi K2's
+    `kimi_k2`), the model_type of the first class in its `architectures` that transformers
+    ships (DeepseekV3ForCausalLM: deepseek_v3), as that class's config would read it."""
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    model_type = cfg["model_type"]
+    if model_type in CONFIG_MAPPING:
+        return model_type
+    for name in cfg.get("architectures") or ():
+        cls = getattr(transformers, name, None) if isinstance(name, str) else None
+        config_class = getattr(cls, "config_class", None)
+        if config_class is not None and config_class.model_type in CONFIG_MAPPING:
+            return config_class.model_type
+    return model_type
+
+
 def make_config(cfg: dict):
     """The transformers config object for a config.json dict."""
     from transformers import AutoConfig
 
     cfg = _clean(cfg)
+    cfg["model_type"] = _declared_model_type(cfg)
     model_type = cfg.pop("model_type")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -348,16 +348,21 @@ class Config:
         self.cfg = cfg
         self.model_type = model_type
         self.where = where
+        # every key a reader asked for (present or not): what a reader did not ask for,
+        # it did not read (kvcalc.hfconfig.fallback.unread_fields)
+        self.asked: set[str] = set()
 
     def error(self, message: str) -> KvcalcError:
         return KvcalcError(f"{self.where}: {message}")
 
     def has(self, key: str) -> bool:
+        self.asked.add(key)
         return key in self.cfg
 
     def raw(self, key: str, *aliases: str) -> Any:
         """The value under `key` (or the first alias present); absent, the family's
         configuration class's own value (CLASS_DEFAULTS), else MISSING."""
+        self.asked.update((key, *aliases))
         for k in (key, *aliases):
             if k in self.cfg:
                 return self.cfg[k]

@@ -33,6 +33,9 @@ WRAPPERS = {
     "qwen4_exp": "qwen4_exp_text",
     "hy_v4_vl": "hy_v4_vl_text",
     "deepseek_vl": "llama", "deepseek_vl_hybrid": "llama", "paligemma": "gemma",
+    # Kimi K2.5 (Kimi_K25Config): DeepSeek-V3's language model (its published text_config
+    # says "kimi_k2", which Kimi_K25Config reads as deepseek_v3) beside a MoonViT tower
+    "kimi_k25": "deepseek_v3",
 }
 # Each wrapper's config-class default for tie_word_embeddings.
 _WRAPPER_TIED = {"llava": False, "llava_next": False, "mistral3": True, "gemma3": True,
@@ -46,7 +49,7 @@ _WRAPPER_TIED = {"llava": False, "llava_next": False, "mistral3": True, "gemma3"
                  # the Inklings' heads are never tied (_tied_weights_keys = {}): no flag read
                  "inkling2": None, "inkling2_loop": None, "inkling_mm_model": None,
                  "qwen4_exp": False, "hy_v4_vl": False, "deepseek_vl": True,
-                 "deepseek_vl_hybrid": True, "paligemma": True}
+                 "deepseek_vl_hybrid": True, "paligemma": True, "kimi_k25": True}
 # Where a wrapper keeps its language model, when not in text_config.
 _TEXT_KEY = {"musicgen": "decoder", "musicgen_melody": "decoder"}
 # What a wrapper holds beside its language model, where kvcalc has no formula for it.
@@ -107,6 +110,8 @@ def text_config(cfg: dict, model_type: str, where: str) -> dict:
                           f"'{_TEXT_KEY.get(model_type, 'text_config')}' object")
     text = dict(text)
     text.setdefault("model_type", WRAPPERS[model_type])
+    if model_type == "kimi_k25" and text["model_type"] == "kimi_k2":
+        text["model_type"] = "deepseek_v3"  # Kimi_K25Config.__post_init__ (remote code's name)
     if text["model_type"] in (model_type, "qwen2_5_vl_text", "qwen2_vl_text"):
         text["model_type"] = WRAPPERS[model_type]  # Qwen2-VL's text model is Qwen2's
     if text["model_type"] == "llama" and model_type.startswith(("llava", "deepseek_vl")):

@@ -13,7 +13,8 @@ from typing import Any
 
 from kvcalc.errors import KvcalcError, value_problem
 from kvcalc.hfconfig.config import Config, describe, json_kind
-from kvcalc.hfconfig.fallback import has_usual_fields, uniform_decoder
+from kvcalc.hfconfig.architectures import ARCHITECTURES
+from kvcalc.hfconfig.fallback import has_usual_fields, refuse_unread, uniform_decoder
 from kvcalc.hfconfig.families import FAMILIES, SUPPORTED_MODEL_TYPES
 from kvcalc.hfconfig.multimodal import WRAPPERS, text_config, with_towers
 from kvcalc.inputfile import read_text
@@ -32,6 +33,71 @@ def _quantization_extra(cfg: dict, where: str) -> dict:
         return {"quantization": quantization_from_hf(cfg, where)}
     except KvcalcError as e:
         return {"quantization_error": str(e)}
+
+
+def _declared_class(cfg: dict) -> str | None:
+    """The first class of the config's `architectures` whose model_type kvcalc reads."""
+    names = cfg.get("architectures")
+    if not isinstance(names, list):
+        return None
+    return next((n for n in names if isinstance(n, str) and ARCHITECTURES.get(n) in FAMILIES),
+                None)
+
+
+def _fields(cfg: dict, model_type: str, where: str, foreign: bool = False) -> dict:
+    """ModelSpec's fields for one config dict: by its model_type's reader; else by the reader
+    of the class its `architectures` names (a remote-code model_type such as Kimi K2's
+    `kimi_k2`, DeepseekV3ForCausalLM); else as a uniform decoder (approximate); else, for an
+    unknown wrapper, its text_config's. Whatever reads a config kvcalc has no reader for
+    (`foreign`: the text_config of an unknown wrapper) must read every field that changes
+    the cache or the weights (kvcalc.hfconfig.fallback.REFUSED_UNREAD), or it is refused."""
+    c = Config(cfg, model_type, where)
+    if model_type in FAMILIES:
+        fields = FAMILIES[model_type](c)
+        if foreign:
+            refuse_unread(c, f"the text_config of an unknown wrapper, read as model_type "
+                             f"{model_type!r},")
+        return fields
+    cls = _declared_class(cfg)
+    if cls is not None:
+        as_type = ARCHITECTURES[cls]
+        read = Config(cfg, as_type, where)
+        how = f"model_type {model_type!r} read as its architectures' {cls} ({as_type!r})"
+        try:
+            fields = FAMILIES[as_type](read)
+        except KvcalcError as e:
+            raise KvcalcError(f"{e} ({how})") from None
+        refuse_unread(read, f"model_type {model_type!r} is not one kvcalc reads, and the reader "
+                            f"of its architectures' {cls} ({as_type!r})")
+        return {**fields, "read_as": as_type,
+                "notes": [*fields.get("notes", []), f"{how}: a model_type without a reader "
+                          "of its own, read by the class it declares"]}
+    if has_usual_fields(c):  # an unknown family with the usual sizes: approximate
+        refuse_unread(c, f"model_type {model_type!r} is not one kvcalc reads, and a uniform "
+                         "decoder")
+        return uniform_decoder(c)
+    text = cfg.get("text_config")
+    if isinstance(text, dict):  # an unknown multimodal wrapper: its language model
+        text_type = text.get("model_type")
+        if isinstance(text_type, str) and (text_type in FAMILIES or _declared_class(text)):
+            fields = _fields(text, text_type, where, foreign=True)
+            return {**fields, "notes": [*fields.get("notes", []), (
+                f"{model_type}: a multimodal config kvcalc has no reader for; its language "
+                f"model (text_config, model_type {text_type}) is counted, the other towers "
+                "are not")]}
+        if has_usual_fields(tc := Config(text, model_type, where)):
+            refuse_unread(tc, f"model_type {model_type!r} is not one kvcalc reads, and a "
+                              "uniform decoder of its text_config")
+            fields = uniform_decoder(tc)
+            fields["approximate"] += ("; the language model of its text_config, the other "
+                                      "towers not counted")
+            return fields
+    remote = (" (it names remote code in 'auto_map': a model transformers itself does "
+              "not ship)" if isinstance(cfg.get("auto_map"), dict) else "")
+    raise KvcalcError(
+        f"{where}: model_type {model_type!r} is not one kvcalc reads{remote}; "
+        f"`kvcalc presets --families` lists the {len(SUPPORTED_MODEL_TYPES)} it does"
+    )
 
 
 def spec_from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
@@ -58,26 +124,12 @@ def spec_from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
         spec = with_towers(spec_from_hf_config(text, name, source), cfg, model_type, where)
         spec.extra.update(_quantization_extra(cfg, where))  # the wrapper holds quantization_config
         return spec
-    c = Config(cfg, model_type, where)
-    if model_type in FAMILIES:
-        fields = FAMILIES[model_type](c)
-    elif has_usual_fields(c):  # an unknown family with the usual sizes: approximate
-        fields = uniform_decoder(c)
-    elif isinstance(cfg.get("text_config"), dict) and has_usual_fields(
-            text := Config(cfg["text_config"], model_type, where)):
-        fields = uniform_decoder(text)  # an unknown multimodal wrapper: its language model
-        fields["approximate"] += ("; the language model of its text_config, the other "
-                                  "towers not counted")
-    else:
-        remote = (" (it names remote code in 'auto_map': a model transformers itself does "
-                  "not ship)" if isinstance(cfg.get("auto_map"), dict) else "")
-        raise KvcalcError(
-            f"{where}: model_type {model_type!r} is not one kvcalc reads{remote}; "
-            f"`kvcalc presets --families` lists the {len(SUPPORTED_MODEL_TYPES)} it does"
-        )
+    fields = _fields(cfg, model_type, where)
     approximate = fields.pop("approximate", "")
     notes = [f"from Hugging Face config.json, model_type {model_type}", *fields.pop("notes", [])]
     extra = {"hf_model_type": model_type, **_quantization_extra(cfg, where)}
+    if "read_as" in fields:
+        extra["read_as"] = fields.pop("read_as")
     if approximate:
         notes.append(f"approximate: {approximate}")
         extra["approximate"] = approximate
