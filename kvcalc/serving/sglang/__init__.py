@@ -15,7 +15,9 @@ Facts (quoted, not copied code; paths inside `sglang/srt/` of the PyPI wheels):
 * cell_size (`profile_max_num_token`): one token in every attention layer of this
   pipeline rank on one attention-TP rank: K/V heads max(1, kv_heads / attention_tp) x
   (head_dim + v_head_dim) x dtype bytes; MLA (DeepSeek, Kimi) its latent
-  (kv_lora_rank + qk_rope_head_dim), whole on every rank.
+  (kv_lora_rank + qk_rope_head_dim), whole on every rank. DeepSeek sparse attention
+  (DeepSeek-V3.2) adds its indexer's fp8 key and scale, and SGLang forces its page, cache
+  dtype (and in 0.5.3/0.5.4 DP attention) whatever the flags say: the rules' `dsa_*`.
 * requests (`ModelRunner.init_memory_pool`, `Scheduler.__init__`): the request pool
   holds min(max(tokens / context_len x 512, 2048), 4096) requests unless
   --max-running-requests is given; the scheduler runs at most min(tokens // 2, that).
@@ -174,6 +176,8 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
         mfs = _ratio("mem_fraction_static", flags.mem_fraction_static)
     model_type = spec.extra.get("hf_model_type", "")
     page = flags.page_size or rules.page_size(hw.name, mla, model_type)
+    if type(spec.mla).__name__ == "IndexedLatent" and rules.dsa_served():
+        flags, layout, page, mfs = _dsa_settings(rules, flags, layout, page, mfs, hw, notes)
 
     total = _visible(hw)
     pre = total - CONTEXT_BYTES - (COMM_BYTES if layout.tp * layout.pp > 1 else 0)
@@ -197,6 +201,11 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
             best = (key, stage, weights, split, post, rest)
     _, stage, weights, split, post, rest = best
     notes.extend(split.notes)
+    if split.stored_bytes and split.stored_bytes != split.cell_bytes:
+        notes.append(f"SGLang {flags.engine.release} budgets {split.cell_bytes:,} B a token "
+                     f"but its DSA pool stores {split.stored_bytes:,} B (the fp8 latent's "
+                     f"scales and bf16 rope, or the indexer's key): the pool takes "
+                     f"{split.stored_bytes / split.cell_bytes:.3f} x its budget")
     tokens = split.tokens
     if flags.max_total_tokens is not None and tokens is not None:
         floor = page if rules.pages_pool() else 1
@@ -237,6 +246,34 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
         max_running_requests=running, max_concurrency=concurrency, terms=terms,
         flags=flag_values, starts=starts, refusal=refusal, pools=split.pool_figures,
         notes=tuple(notes))
+
+
+def _dsa_settings(rules, flags, layout, page, mfs, hw, notes):
+    """What SGLang sets for DeepSeek sparse attention after the default fraction is
+    fixed (`Rules.dsa_forced_settings`), each change noted."""
+    from dataclasses import replace
+
+    forced = rules.dsa_forced_settings(hw.name, flags.kv_cache_dtype)
+    said = []
+    if forced.get("page_size", page) != page:
+        said.append(f"page size {forced['page_size']}")
+        page = forced["page_size"]
+    kv = forced.get("kv_cache_dtype")
+    if kv and kv != flags.kv_cache_dtype:
+        said.append(f"KV cache {kv}")
+        flags = replace(flags, kv_cache_dtype=kv)
+    if forced.get("dp_attention") and not (layout.dp_attention and layout.dp == layout.tp):
+        said.append(f"DP attention over {layout.tp} ranks")
+        layout = replace(layout, dp=layout.tp, dp_attention=True)
+        flags = replace(flags, layout=layout)
+    if forced.get("mem_fraction_static") and mfs != _ratio("mem_fraction_static",
+                                                           forced["mem_fraction_static"]):
+        said.append(f"--mem-fraction-static {forced['mem_fraction_static']}")
+        mfs = _ratio("mem_fraction_static", forced["mem_fraction_static"])
+    if said:
+        notes.append(f"SGLang {flags.engine.release} sets for DeepSeek sparse attention: "
+                     f"{', '.join(said)}")
+    return flags, layout, page, mfs
 
 
 def _running(rules, flags, layout, tokens: int, split, context: int) -> int:

@@ -23,6 +23,10 @@ Facts (quoted, not copied code; paths inside `sglang/srt/`):
   bf16 with conv_kernel - 1 inputs, temporal in --mamba-ssm-dtype, fp32 by default,
   over every state layer); the KV pool takes the rest over the attention layers; the
   running requests are capped at slots // 3 (slots with the radix cache off).
+* DeepSeek sparse attention (DeepSeek-V3.2, GLM-5; `NSATokenToKVPool`, 0.5.3 on): the MLA
+  latent replicated on every rank plus the indexer's fp8 key and its fp32 scale a layer;
+  what the budget counts and what the pool stores differ by release
+  (`Rules.dsa_token_bytes`): the pool's bytes are the stored ones.
 """
 
 from __future__ import annotations
@@ -88,13 +92,26 @@ class Split:
     slots: int | None = None  # state slots (hybrid state models)
     slot_cap: int = 0  # running requests the slots admit
     pool_figures: tuple[tuple[str, int], ...] = ()
+    stored_bytes: int = 0  # one token as the pool stores it, where not cell_bytes (DSA)
     state_terms: tuple[tuple[str, int], ...] = ()
     notes: tuple[str, ...] = ()
 
 
-def _token_bytes(g, dt, attn_tp: int, scale: int, rules) -> int:
+def _dsa(mx) -> bool:
+    return type(mx).__name__ == "IndexedLatent"
+
+
+def _dsa_bytes(mx, dt, rules, hw_name: str) -> tuple[int, int]:
+    return rules.dsa_token_bytes(kv_lora_rank=mx.kv_lora_rank, rope_dim=mx.rope_dim,
+                                 index_head_dim=mx.index_head_dim, kv_bytes=dt.nbytes(1),
+                                 fp8=dt.nbytes(1) == 1, hw_name=hw_name)
+
+
+def _token_bytes(g, dt, attn_tp: int, scale: int, rules, hw_name: str = "") -> int:
     """One token in one layer of group `g` on one attention-TP rank, as SGLang's cell."""
     mx = g.mixer
+    if _dsa(mx):
+        return _dsa_bytes(mx, dt, rules, hw_name)[0]
     head, v_head = getattr(mx, "head_dim", 0), getattr(mx, "v_head_dim", 0)
     if not rules.v_head_dim_counted() and head and v_head and head != v_head:
         heads = mx.kv_heads_per_device(attn_tp)
@@ -115,6 +132,8 @@ def pools(spec, flags, rules, *, rest: int, attn_tp: int, stage: int, sizes, con
     groups = groups_on_stage(groups, spec.layers, sizes[stage], stage, sizes)
     kinds = [(g, _kind(g.mixer)) for g in groups]
     unknown = sorted({g.label for g, kind in kinds if kind is None})
+    if any(_dsa(g.mixer) for g, _ in kinds) and not rules.dsa_served():
+        unknown.append("DeepSeek sparse attention (served from 0.5.3)")
     if any(k == "state" for _, k in kinds) and not rules.state_models():
         unknown.append("state (Mamba, linear attention: SGLang serves them from 0.5.4)")
     if unknown:
@@ -125,7 +144,8 @@ def pools(spec, flags, rules, *, rest: int, attn_tp: int, stage: int, sizes, con
     model_type = spec.extra.get("hf_model_type", "")
     hybrid = (not flags.disable_hybrid_swa_memory) and rules.hybrid_swa(model_type, hw_name)
     floor = page if rules.pages_pool() else 1
-    per = {id(g): _token_bytes(g, kv_dt, attn_tp, flags.kv_scale_bytes, rules) for g, _ in kinds}
+    per = {id(g): _token_bytes(g, kv_dt, attn_tp, flags.kv_scale_bytes, rules, hw_name)
+           for g, _ in kinds}
     full = sum(g.layers * per[id(g)] for g, k in kinds if k == "full" or
                (k == "swa" and not hybrid))
     swa = sum(g.layers * per[id(g)] for g, k in kinds if k == "swa" and hybrid)
@@ -162,8 +182,10 @@ def pools(spec, flags, rules, *, rest: int, attn_tp: int, stage: int, sizes, con
                                    ("swa_layer_tokens", swa_tokens)))
     profiled = rest // full
     tokens = profiled // floor * floor if profiled > 0 else profiled
-    return Split(tokens=tokens, cell_bytes=full, kv_bytes=max(tokens, 0) * full,
-                 profiled=profiled)
+    stored = sum(g.layers * (_dsa_bytes(g.mixer, kv_dt, rules, hw_name)[1] if _dsa(g.mixer)
+                             else per[id(g)]) for g, k in kinds if k == "full")
+    return Split(tokens=tokens, cell_bytes=full, kv_bytes=max(tokens, 0) * stored,
+                 profiled=profiled, stored_bytes=stored if stored != full else 0)
 
 
 def _with_state(flags, rules, *, rest: int, cell: int, per_request: int, floor: int,

@@ -30,6 +30,13 @@ KV_DTYPES = {"auto": None, "bf16": "bf16", "fp16": "fp16", "bfloat16": "bf16",
 # GPUs of compute capability 10.x (SM100), on which SGLang picks TensorRT-LLM's attention
 # kernels and their 64-token pages.
 SM100 = ("b200", "gb200", "b300", "gb300")
+# GPUs whose compute capability's major is 10 or more (SM100 and SM12x), where SGLang
+# turns DeepSeek sparse attention's KV cache to fp8 (`torch.cuda.get_device_capability`).
+SM10_PLUS = SM100 + ("rtx5090", "rtx-pro-6000-blackwell", "dgx-spark")
+# AMD Instinct presets (ROCm: SGLang's `is_hip`)
+ROCM = ("mi300x", "mi325x", "mi355x")
+# DeepSeek sparse attention's fp8 layouts (`NSATokenToKVPool`): 128 elements a fp32 scale
+DSA_QUANT_BLOCK = 128
 
 
 @functools.lru_cache(maxsize=32)
@@ -194,6 +201,73 @@ class Rules:
         """The MHA cell counts V at its own head size from 0.5.8
         (`get_cell_size_per_token`); before, K's head_dim for both."""
         return self.era >= (0, 5, 8)
+
+    # -- DeepSeek sparse attention (DeepSeek-V3.2, GLM-5): SGLang's NSA/DSA pool -------
+    def dsa_served(self) -> bool:
+        """DeepSeek sparse attention is served from 0.5.3 (`models/deepseek_v2.py`
+        EntryClass gains DeepseekV32ForCausalLM; 0.5.2's has only V2 and V3)."""
+        return self.era >= (0, 5, 3)
+
+    def dsa_forced_settings(self, hw_name: str, kv_cache_dtype: str) -> dict:
+        """What SGLang sets for a DSA model (`configs/model_config.py` `is_deepseek_nsa`:
+        a DeepSeek-V3 architecture with `index_topk`) after the default fraction is fixed,
+        whatever the command line said. 0.5.3 and 0.5.4
+        (`server_args.py` `_handle_model_specific_adjustments`): DP attention with
+        dp_size = tp_size, page 64, fp8_e4m3 on compute capability 10 and up (0.5.3 also
+        --mem-fraction-static 0.8). 0.5.8 (the same function) and 0.5.14: page 64 (ROCm:
+        1), `auto` is fp8_e4m3 on compute capability 10 and up, else bfloat16; no DP
+        attention. 0.5.23 (`arg_groups/model_overrides/deepseek_v2.py`
+        `_deepseek_family_overrides`, `arg_groups/overrides.py`
+        `_dsa_kv_cache_dtype_default`): page 64 x index_kpool (ROCm without aiter's
+        preshuffle kernel: 1; kvcalc takes the kernel as present), the same dtype rule."""
+        name = hw_name.lower()
+        sm10 = any(name.startswith(n) for n in SM10_PLUS)
+        rocm = any(name.startswith(n) for n in ROCM)
+        out: dict = {}
+        if self.era < (0, 5, 8):
+            out.update(page_size=64, dp_attention=True)
+            if sm10:
+                out["kv_cache_dtype"] = "fp8_e4m3"
+            if self.era < (0, 5, 4):
+                out["mem_fraction_static"] = "0.8"
+            return out
+        out["page_size"] = 1 if rocm and self.era < (0, 5, 23) else 64
+        if kv_cache_dtype == "auto":
+            out["kv_cache_dtype"] = "fp8_e4m3" if sm10 else "bfloat16"
+        return out
+
+    def dsa_token_bytes(self, *, kv_lora_rank: int, rope_dim: int, index_head_dim: int,
+                        kv_bytes: int, fp8: bool, hw_name: str) -> tuple[int, int]:
+        """(budgeted, stored) bytes of one token in one DSA layer.
+
+        Stored (`mem_cache/memory_pool.py` `NSATokenToKVPool.__init__`, 0.5.3 on): the
+        latent (kv_lora_rank + qk_rope_head_dim) x dtype bytes, but with an fp8 cache
+        kv_lora_rank fp8 values, a fp32 scale per 128 of them and the rope part in bf16
+        (656 B for DeepSeek-V3.2: 0.5.3/0.5.4 a constant 656 in `MLATokenToKVPool`, 0.5.8
+        `override_dim`); plus the indexer's key, index_head_dim fp8 values and a fp32 scale
+        per 128 (`index_k_with_scale_buffer`, uint8, in pages of 64 tokens).
+        Budgeted (the cell the free memory is divided by): 0.5.3
+        (`model_runner.py` `profile_max_num_token`) the latent at the cache dtype alone;
+        0.5.4 (the same function), 0.5.8 (`model_runner_kv_cache_mixin.py`
+        `get_cell_size_per_token`) and 0.5.14 (`pool_configurator.py` `_compute_cell_size`)
+        the latent at the cache dtype plus the indexer's key, so with fp8 the pool holds
+        80 B a layer more than it budgets; 0.5.23 (`kv_cache_configurator.py`
+        `calculate_mla_kv_cache_dim`, `_compute_dsa_indexer_cell_size`) the stored layout,
+        except that the fp8 latent is raw (no scales, rope in fp8) under the trtllm
+        kernels (the fp8 default on compute capability 10 and up) and ROCm's triton ones,
+        and the pool stores what it budgets."""
+        name = hw_name.lower()
+        latent = (kv_lora_rank + rope_dim) * kv_bytes
+        scaled = kv_lora_rank + kv_lora_rank // DSA_QUANT_BLOCK * 4 + rope_dim * 2
+        index = index_head_dim + index_head_dim // DSA_QUANT_BLOCK * 4
+        stored = (scaled if fp8 else latent) + index
+        if self.era < (0, 5, 4):
+            return latent, stored
+        if self.era < (0, 5, 23):
+            return latent + index, stored
+        raw = any(name.startswith(n) for n in SM10_PLUS + ROCM)
+        budget = (scaled if fp8 and not raw else latent) + index
+        return budget, budget
 
     # -- which models get two pools ------------------------------------------------
     def hybrid_swa(self, model_type: str, hw_name: str) -> bool:
