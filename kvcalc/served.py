@@ -186,9 +186,8 @@ def _stats(name: str, values: list[float], weights: list[int] | None = None) -> 
 
 
 def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: int,
-              schedule, request_s: float, warm_tokens: int) -> dict:
-    """The run, step by step (module docstring). Returns the raw per-request times.
-    `warm_tokens`: of the first request's prompt, already in the prefix cache."""
+              schedule, request_s: float) -> dict:
+    """The run, step by step (module docstring). Returns the raw per-request times."""
     n = load.num_prompts
     pairs_of = load.lengths or ((load.input_len, load.output_len),) * n
     ins = [p for p, _ in pairs_of]
@@ -254,7 +253,10 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
         while arrivals and arrivals[0] + request_s <= now:
             rid = next_id
             inp = ins[rid]
-            fill = inp - (warm_tokens if rid == 0 else min(inp - 1, round(inp * load.prefix_hit)))
+            cached = min(inp - 1, round(inp * load.prefix_hit))
+            if rid == 0 and load.warmup:  # the warm-up's prompt: its whole blocks cached
+                cached = max(cached, (inp - 1) // WARM_BLOCK * WARM_BLOCK)
+            fill = inp - cached
             waiting.append([rid, arrivals.popleft(), inp, max(fill, 1), 0])  # sent at
             arrived_at[rid] = waiting[-1][1]
             next_id += 1
@@ -431,12 +433,6 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
     stored = stored_weights(spec, w.quantization, tp)
     steps = StepTimes(spec, hw, timing, w, stored, terms, schedule.overlaps_host)
     request_s = terms.request_s
-    # the client's warm-up request (vllm bench serve's initial test run, bench_serving's
-    # warmup) sent the first prompt once before the run: the engine's prefix cache
-    # (on by default in all three) keeps its full blocks, all but the last token
-    warm = ((load.input_len - 1) // WARM_BLOCK * WARM_BLOCK if load.warmup
-            else round(load.input_len * load.prefix_hit))
-    warm = min(warm, load.input_len - 1)
     notes = []
     holds = min(limit, pool // per_request)
     if load.concurrency is not None and load.concurrency > holds:
@@ -449,7 +445,7 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
                                     num_prompts=max(3 * holds, 8), concurrency=holds,
                                     prefix_hit=load.prefix_hit, warmup=False),
                         limit=limit, pool=pool, budget=budget, schedule=schedule,
-                        request_s=request_s, warm_tokens=0)
+                        request_s=request_s)
         capacity = len(top["done"]) / top["end"] if top["end"] else math.inf
         if load.request_rate > capacity and past_saturation:
             notes.append(f"past saturation: {load.request_rate:g} requests/s is over the "
@@ -462,7 +458,7 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
                               f"{capacity:.3g} requests/s of {load.input_len:,} + "
                               f"{load.output_len:,} tokens (queues then grow without bound)")
     raw = _simulate(steps, load, limit=limit, pool=pool, budget=budget, schedule=schedule,
-                    request_s=request_s, warm_tokens=warm)
+                    request_s=request_s)
     if raw["preempted"]:
         notes.append(f"{raw['preempted']:,} preemptions: the running requests outgrew the "
                      f"{pool:,}-token KV pool and the newest were computed again")
