@@ -10,6 +10,8 @@ column.
 
 from __future__ import annotations
 
+from dataclasses import field
+
 from kvcalc import roofline
 from kvcalc._record import record
 from kvcalc.floor import Fit, fit as plain_fit
@@ -54,6 +56,9 @@ class Estimate:
     # Another engine's start-up count (kvcalc.serving: SGLang, TensorRT-LLM) when the
     # memory engine is not vLLM: it answers "does it fit" in place of the verdict.
     serving: object = None
+    # Where the attention layers' heads differ (Gemma 4's full and sliding layers): each
+    # kind's own ratios, {label: (incremental, batched)}; {} when one shape serves all.
+    shazeer_by_kind: dict = field(default_factory=dict)
 
     # The workload's and the device's settings, as the report and the CLI read them.
     @property
@@ -116,16 +121,19 @@ class Estimate:
     def as_dict(self) -> dict:
         """The public JSON object (names are an interface: keep them)."""
         s, c, d = self.spec, self.cache, self.decode
+        a = s.attention_shape
         out: dict = {
             "model": {
                 "name": s.name,
                 "attention": s.attention_kind,
                 "layers": s.layers,
                 "d_model": s.d_model,
-                "heads": s.heads,
-                "kv_heads": s.kv_heads,
-                "head_dim": s.head_dim,
-                "v_head_dim": s.v_head_dim,
+                # the attention most layers have (null without attention); the layers'
+                # own under "layers"
+                "heads": a and a.heads,
+                "kv_heads": a and a.kv_heads,
+                "head_dim": a and a.head_dim,
+                "v_head_dim": a and a.v_head_dim,
                 "sliding_window": s.sliding_window,
                 "sliding_layers": s.sliding_layers,
                 "source": s.source,
@@ -140,7 +148,10 @@ class Estimate:
                 "gpu": self.hardware.name if self.hardware else None,
             },
             "kv_bytes_per_token": c.bytes_per_token,
+            # null where the attention layers differ: then per kind, beside
             "kv_bytes_per_token_per_layer": c.bytes_per_token_per_layer,
+            **({"kv_bytes_per_token_per_layer_by_kind": dict(c.bytes_per_token_per_layer_by_kind)}
+               if c.bytes_per_token_per_layer is None else {}),
             "kv_cache_bytes": c.bytes,
             "kv_cache_bytes_full": c.bytes_full,
             "kv_cache_bytes_per_device": c.bytes_per_device,
@@ -183,6 +194,10 @@ class Estimate:
         if self.shazeer is not None:
             out["shazeer"] = _shazeer_dict(self.shazeer)
             out["shazeer_batched"] = _shazeer_dict(self.shazeer_batched)
+        if self.shazeer_by_kind:
+            out["shazeer_by_kind"] = {k: {"incremental": _shazeer_dict(i),
+                                          "batched": _shazeer_dict(b)}
+                                      for k, (i, b) in self.shazeer_by_kind.items()}
         if self.roofline is not None:
             r = self.roofline
             out["roofline"] = {
@@ -228,13 +243,14 @@ class Estimate:
         from the figures this estimate holds. The sweep computes the same columns with
         row_columns() on whole arrays (tests/test_sweep.py holds them equal)."""
         s, c, d = self.spec, self.cache, self.decode
+        a = s.attention_shape
         row = {
             "model": s.name,
             "attention": s.attention_kind,
             "layers": s.layers,
-            "heads": s.heads,
-            "kv_heads": s.kv_heads,
-            "head_dim": s.head_dim,
+            "heads": a and a.heads,
+            "kv_heads": a and a.kv_heads,
+            "head_dim": a and a.head_dim,
             "seq_len": self.seq_len,
             "batch": self.batch,
             "kv_dtype": self.kv_dtype.name,
@@ -333,6 +349,38 @@ def effective_context(spec: ModelSpec, seq_len: int) -> int:
     return tokens // layers if layers else 0
 
 
+def shazeer_ratios(spec: ModelSpec, batch: int, seq_len: int) -> tuple:
+    """(incremental, batched, {label: (incremental, batched)}) Shazeer ratios from the
+    attention layers' own heads: the first two for `spec.attention` (the kind most layers
+    have) at the layer-average context; the per-kind ones, each at its own context, only
+    where the layers' heads differ. (None, None, {}) for MLA or without attention."""
+    from kvcalc.layers import head_shape
+
+    a = spec.attention
+    if spec.mla is not None or a is None:
+        return None, None, {}
+
+    def ratios(shape, n_eff):
+        return (shazeer_ratio("incremental", batch, n_eff, spec.d_model, shape.heads,
+                              shape.kv_heads, shape.head_dim, shape.v_head_dim),
+                shazeer_ratio("batched", batch, seq_len, spec.d_model, shape.heads,
+                              shape.kv_heads, shape.head_dim, shape.v_head_dim))
+
+    # n is the context each layer attends over: with sliding windows, the layer-average
+    # of min(seq_len, window), as the cache and decode bytes use.
+    incremental, batched = ratios(head_shape(a), max(1, effective_context(spec, seq_len)))
+    kinds = spec.attention_layers()
+    by_kind: dict = {}
+    if len({head_shape(mx) for mx, _ in kinds}) > 1:
+        seen = set()  # a kind that reads another's K/V (Gemma's shared layers) adds nothing
+        for mx, _ in kinds:
+            key = (head_shape(mx), max(1, mx.tokens_read(seq_len)))
+            if key not in seen:
+                seen.add(key)
+                by_kind[mx.label] = ratios(*key)
+    return incremental, batched, by_kind
+
+
 def layer_pattern(spec: ModelSpec) -> list[dict]:
     """The decoder as runs of alike layers, in order (JSON `layers`)."""
     out = []
@@ -406,18 +454,11 @@ def estimate(spec: ModelSpec, workload: Workload, *, memory: Memory | None = Non
     compute_dtype = roofline.compute_dtype_for(w.weight_dtype)
     decode = decode_step(spec, w.seq_len, w.batch, w.weight_dtype, w.kv_dtype, compute_dtype,
                          w.tp, w.kv_scale_bytes, w.encoder_seq_len, stored=stored)
-    shazeer = batched = None
-    if spec.mla is None and any(l.mixer.attends for l, _ in spec.groups()):
-        # n is the context each layer attends over: with sliding windows, the
-        # layer-average of min(seq_len, window), as the cache and decode bytes use.
-        n_eff = max(1, effective_context(spec, w.seq_len))
-        shazeer = shazeer_ratio("incremental", w.batch, n_eff, spec.d_model, spec.heads,
-                                spec.kv_heads, spec.head_dim, spec.v_head_dim)
-        batched = shazeer_ratio("batched", w.batch, w.seq_len, spec.d_model, spec.heads,
-                                spec.kv_heads, spec.head_dim, spec.v_head_dim)
+    shazeer, batched, by_kind = shazeer_ratios(spec, w.batch, w.seq_len)
     if memory is None:
         return Estimate(spec=spec, workload=w, cache=cache, params=params, decode=decode,
-                        shazeer=shazeer, shazeer_batched=batched, stored=stored)
+                        shazeer=shazeer, shazeer_batched=batched, stored=stored,
+                        shazeer_by_kind=by_kind)
     hardware = memory.hardware
     roof = roofline.decode_roofline(decode, hardware, compute_dtype)
     fit = plain_fit(spec, w, memory=memory, stored=stored)
@@ -443,7 +484,7 @@ def estimate(spec: ModelSpec, workload: Workload, *, memory: Memory | None = Non
     return Estimate(spec=spec, workload=w, cache=cache, params=params, decode=decode,
                     shazeer=shazeer, shazeer_batched=batched, stored=stored, memory=memory,
                     roofline=roof, fit=fit, verdict=verdict, min_tp_that_fits=min_tp, latency=lat,
-                    allreduce=comm, serving=counted)
+                    allreduce=comm, serving=counted, shazeer_by_kind=by_kind)
 
 
 def _engine_count(spec: ModelSpec, hardware: Hardware, settings, ref, w: Workload):
@@ -510,13 +551,13 @@ def attention_variants(spec: ModelSpec, kv_heads: int | None = None) -> list[Mod
                           "--compare needs MHA/GQA/MQA attention")
     if spec.mla is not None:
         raise KvcalcError(f"{spec.name} uses MLA; --compare needs MHA/GQA/MQA attention")
-    g = kv_heads or spec.kv_heads
-    if g in (1, spec.heads):
+    heads = spec.attention_shape.heads
+    g = kv_heads or spec.attention_shape.kv_heads
+    if g in (1, heads):
         # No grouping between 1 and heads (a prime count, like Falcon-7B's 71): MHA vs MQA.
-        g = default_gqa_kv_heads(spec.heads) if any(
-            spec.heads % k == 0 for k in range(2, spec.heads)) else 1
+        g = default_gqa_kv_heads(heads) if any(heads % k == 0 for k in range(2, heads)) else 1
     out = []
-    for kv in (spec.heads, g, 1):
-        if kv not in [v.kv_heads for v in out]:
+    for kv in (heads, g, 1):
+        if kv not in [v.attention_shape.kv_heads for v in out]:
             out.append(spec.with_kv_heads(kv))
     return out

@@ -479,3 +479,24 @@ class Run:
 
     layer: Layer
     count: int
+
+
+@record
+class HeadShape:
+    """An attention layer's heads in the words a config file uses: query heads, K/V
+    heads, and K's and V's head widths (MLA: its heads, each with its own K and V once
+    decompressed, q/k of nope + rope width)."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    v_head_dim: int
+
+
+def head_shape(mixer) -> HeadShape:
+    """The heads of one attention layer kind (kvcalc.layers)."""
+    if isinstance(mixer, Latent):
+        return HeadShape(mixer.heads, mixer.heads, mixer.nope_dim + mixer.rope_dim, mixer.v_dim)
+    head_dim = mixer.head_dim
+    return HeadShape(mixer.heads, getattr(mixer, "kv_heads", 1), head_dim,
+                     getattr(mixer, "v_head_dim", head_dim))

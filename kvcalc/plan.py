@@ -202,16 +202,11 @@ def serve_command(model: str, layout: Layout) -> str:
 
 
 def tp_sizes(spec: ModelSpec, gpus: int) -> list[int]:
-    """Tensor-parallel sizes vLLM accepts for `spec` on at most `gpus` devices."""
-    out = []
-    for tp in range(1, gpus + 1):
-        if spec.heads and spec.heads % tp:
-            continue
-        kv = spec.kv_heads if spec.mla is None else 0  # MLA's latent is replicated
-        if kv and kv % tp and tp % kv:
-            continue
-        out.append(tp)
-    return out
+    """Tensor-parallel sizes vLLM accepts for `spec` on at most `gpus` devices: those
+    every attention layer splits its heads over (kvcalc.formulas.cache.valid_tps)."""
+    from kvcalc.formulas.cache import valid_tps
+
+    return [tp for tp in valid_tps(spec, gpus) if tp <= gpus]
 
 
 def pp_sizes(spec: ModelSpec, devices: int) -> list[int]:

@@ -16,11 +16,12 @@ from kvcalc._record import record
 from kvcalc.dtypes import MAX_LAYERS, MAX_WIDTH, check_size, dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.hyper_connections import HyperConnections
-from kvcalc.layers import Attention, CrossAttention, Dense, Latent, Layer, Run
+from kvcalc.layers import Attention, HeadShape, Latent, Layer, Run, head_shape
 from kvcalc.layers import MoE as MoEMLP
+from kvcalc.uniform import check_recipe as _check_recipe, encoder_runs as _encoder_runs
+from kvcalc.uniform import uniform_runs as _uniform_runs
 
-# Mixers that attend (kvcalc.layers cache kinds), and the state mixers' names in words.
-_ATTENDING = ("full", "sliding", "chunked", "mla", "shared")
+# The state mixers' names in words.
 _MIXER_NAMES = {"mamba": "Mamba", "mamba2": "Mamba-2", "linear": "Gated DeltaNet",
                 "conv": "short convolution", "lightning": "lightning attention",
                 "kda": "Kimi Delta Attention", "rglru": "RG-LRU", "rwkv": "RWKV",
@@ -183,14 +184,39 @@ class ModelSpec:
         """Every decoder layer in order (for display and pipeline stages)."""
         return [r.layer for r in self.runs for _ in range(r.count)]
 
+    # --- the attention layers: every attention figure is read from them ----------
     @property
-    def attention_mixer(self):
-        """The model's attention as one layer kind (kvcalc.layers): its layers' latent
-        attention (`Latent`) for MLA, else a full-attention `Attention` of the flat fields'
-        shape. The encoder's layers are built from it (formulas.kv_bytes_per_token_per_layer
-        asks it too)."""
-        mla = self.mla
-        return _flat_attention(self) if mla is None else mla
+    def attends(self) -> bool:
+        """Some decoder layer attends: a mixer's own `attends` (kvcalc.layers) is the one
+        answer, whatever its cache kind."""
+        return any(mx.attends for layer, _ in self._groups for mx in layer.mixers)
+
+    def attention_layers(self) -> tuple:
+        """((mixer, layers), ...): the decoder's self-attention mixers (a layer's own and any
+        beside it; cross-attention left out), equal ones merged, first appearance first."""
+        counts: dict = {}
+        for layer, n in self._groups:
+            for mx in (layer.mixer, layer.beside):
+                if mx is not None and mx.attends:
+                    counts[mx] = counts.get(mx, 0) + n
+        return tuple(counts.items())
+
+    @property
+    def attention(self):
+        """The self-attention kind most decoder layers have (the first on a tie), or None
+        without attention: what the model's one-line shape (heads, K/V heads, head_dim)
+        describes. Figures that differ between attention layers are given per layer kind."""
+        best = None
+        for mx, n in self.attention_layers():
+            if best is None or n > best[1]:
+                best = (mx, n)
+        return None if best is None else best[0]
+
+    @property
+    def attention_shape(self) -> "HeadShape | None":
+        """heads, K/V heads, head_dim and v_head_dim of `attention`; None without attention."""
+        mx = self.attention
+        return None if mx is None else head_shape(mx)
 
     # --- views of the layers (display, JSON, CSV) -------------------------------
     @property
@@ -208,14 +234,16 @@ class ModelSpec:
     # --- derived counts (pure, cheap) -------------------------------------------
     @property
     def group_size(self) -> int:
-        """Query heads sharing one K/V head: 1 for MHA, heads for MQA."""
-        return self.heads // self.kv_heads
+        """Query heads sharing one K/V head in `attention`: 1 for MHA, heads for MQA (0
+        without attention)."""
+        a = self.attention_shape
+        return 0 if a is None else a.heads // a.kv_heads
 
     @property
     def attention_free(self) -> bool:
         """No layer attends (Mamba, Falcon-Mamba): a constant state per sequence and no
-        K/V heads; heads, kv_heads and head_dim are then placeholders."""
-        return not any(layer.mixer.cache_kind in _ATTENDING for layer, _ in self._groups)
+        K/V heads; the flat heads, kv_heads and head_dim are then placeholders."""
+        return not self.attends
 
     @property
     def attention_kind(self) -> str:
@@ -224,9 +252,10 @@ class ModelSpec:
             return "none"
         if self.mla is not None:
             return "MLA"
-        if self.kv_heads == self.heads:
+        a = self.attention_shape
+        if a.kv_heads == a.heads:
             return "MHA"
-        if self.kv_heads == 1:
+        if a.kv_heads == 1:
             return "MQA"
         return "GQA"
 
@@ -238,14 +267,14 @@ class ModelSpec:
             return f"{self.state_mixers}, no attention, constant state"
         if self.mla is not None:
             return "MLA"
-        return f"{self.attention_kind}, {self.kv_heads} K/V heads"
+        return f"{self.attention_kind}, {self.attention_shape.kv_heads} K/V heads"
 
     @property
     def state_mixers(self) -> str:
         """The state mixers' names, in layer order: 'Mamba', 'Mamba-2 + short convolution'."""
         kinds = dict.fromkeys(_MIXER_NAMES.get(mx.kind, mx.kind)
                               for layer, _ in self._groups for mx in layer.mixers
-                              if mx.cache_kind not in (*_ATTENDING, "none"))
+                              if not mx.attends and mx.cache_kind != "none")
         return " + ".join(kinds) or "no mixer"
 
     @property
@@ -264,11 +293,13 @@ class ModelSpec:
     # --- variants ------------------------------------------------------------------
     def with_kv_heads(self, kv_heads: int) -> "ModelSpec":
         """The same model with another number of K/V heads (its GQA/MQA/MHA variant):
-        every attention layer with the model's K/V head count takes the new one."""
+        every attention layer with the K/V head count of `attention` takes the new one."""
         if self.mla is not None:
             raise KvcalcError(f"{self.name} uses MLA: it has no K/V heads to change")
-        return self.replace(kv_heads=kv_heads,
-                            name=_variant_name(self.name, kv_heads, self.heads))
+        a = self.attention_shape
+        if a is None:
+            raise KvcalcError(f"{self.name} has no attention: it has no K/V heads to change")
+        return self.replace(kv_heads=kv_heads, name=_variant_name(self.name, kv_heads, a.heads))
 
     def replace(self, **changes) -> "ModelSpec":
         """A copy with fields changed. A model built by `uniform` is built again, from its
@@ -288,86 +319,28 @@ class ModelSpec:
             raise KvcalcError(
                 f"{self.name} is described layer by layer: {', '.join(sorted(shape))} "
                 "cannot be changed by a flag")
-        if changes.get("kv_heads", self.kv_heads) != self.kv_heads:
-            changes["runs"] = self._runs_with_kv_heads(changes["kv_heads"])
+        a = self.attention_shape
+        if a is not None and "kv_heads" in changes:
+            changes["heads"] = a.heads  # the flat view follows the layers it describes
+            if changes["kv_heads"] != a.kv_heads:
+                changes["runs"] = self._runs_with_kv_heads(a.kv_heads, changes["kv_heads"])
         return dataclasses.replace(self, **changes)
 
-    def _runs_with_kv_heads(self, kv_heads: int) -> tuple:
-        """The runs, every attention layer with the model's K/V head count taking `kv_heads`."""
-        def swap(layer):
-            m = layer.mixer
-            if isinstance(m, Attention) and m.kv_heads == self.kv_heads:
+    def _runs_with_kv_heads(self, old: int, kv_heads: int) -> tuple:
+        """The runs, every attention (and cross-attention) with `old` K/V heads taking
+        `kv_heads`."""
+        def swap(m):
+            if isinstance(m, Attention) and m.kv_heads == old:
                 if m.heads % kv_heads:
                     raise KvcalcError(
                         f"heads ({m.heads}) must be divisible by kv_heads ({kv_heads})")
-                return dataclasses.replace(layer, mixer=m.with_kv_heads(kv_heads))
-            return layer
+                return m.with_kv_heads(kv_heads)
+            return m
 
-        return tuple(Run(swap(r.layer), r.count) for r in self.runs)
+        def swap_layer(layer):  # its attention, and its cross-attention (T5) alike
+            return dataclasses.replace(layer, mixer=swap(layer.mixer), cross=swap(layer.cross))
 
-
-def _check_recipe(spec: ModelSpec, r: Recipe) -> None:
-    if r.global_every and not r.sliding_window:
-        raise KvcalcError("global_every needs a sliding_window")
-    if r.moe is not None and not 0 <= r.dense_layers <= spec.layers:
-        raise KvcalcError("moe.dense_layers must be between 0 and layers")
-    if r.mla is not None:
-        m = r.mla
-        for name, v in (("kv_lora_rank", m.kv_lora_rank), ("qk_rope_head_dim", m.rope_dim),
-                        ("qk_nope_head_dim", m.nope_dim), ("v_head_dim", m.v_dim),
-                        ("q_lora_rank", m.q_lora_rank)):
-            if name == "q_lora_rank" and v == 0:
-                continue  # full-rank queries
-            check_size(f"mla.{name}", v, MAX_WIDTH)
-        if m.heads != spec.heads:
-            raise KvcalcError(f"mla has {m.heads} heads, the model {spec.heads}")
-
-
-def _flat_attention(spec: ModelSpec) -> Attention:
-    """Full attention of the flat fields' shape."""
-    return Attention(heads=spec.heads, kv_heads=spec.kv_heads, head_dim=spec.head_dim,
-                     v_head_dim=spec.v_head_dim, qkv_bias=spec.qkv_bias,
-                     out_bias=spec.out_bias, qk_norm=2 * spec.head_dim if spec.qk_norm else 0)
-
-
-def _uniform_runs(spec: ModelSpec, r: Recipe) -> tuple:
-    """Runs from the flat fields and the recipe: MoE after `dense_layers` dense layers; a
-    sliding window on every layer, or on all but every `global_every`-th (layer i is
-    global when (i + 1) % global_every == 0)."""
-    full = _flat_attention(spec) if r.mla is None else r.mla
-    slides = bool(r.sliding_window) and r.mla is None
-    sliding = dataclasses.replace(full, kind="sliding", window=r.sliding_window) if slides else full
-    # An encoder-decoder's decoder layers cross-attend too, behind a norm of their own.
-    cross = _cross_attention(spec)
-    norms = spec.norms_per_layer + (cross is not None)
-    dense = Dense(spec.d_ff, spec.mlp == "gated", spec.mlp_bias)
-    mlps = [dense] * spec.layers
-    if r.moe is not None:
-        mlps = [dense] * r.dense_layers + [r.moe] * (spec.layers - r.dense_layers)
-    every = r.global_every
-    mixers = [sliding if slides and not (every and (i + 1) % every == 0) else full
-              for i in range(spec.layers)]
-    # Equal neighbours are the same objects here: group them before making Layers.
-    return tuple(Run(Layer(mx, mlp, norms, cross), sum(1 for _ in same))
-                 for (mx, mlp), same in groupby(zip(mixers, mlps)))
-
-
-def _cross_attention(spec: "ModelSpec") -> CrossAttention | None:
-    """T5's cross-attention: the flat fields' heads over the encoder's output."""
-    if not spec.encoder_layers:
-        return None
-    return CrossAttention(heads=spec.heads, kv_heads=spec.kv_heads, head_dim=spec.head_dim,
-                          v_head_dim=spec.v_head_dim, qkv_bias=spec.qkv_bias,
-                          out_bias=spec.out_bias, qk_norm=2 * spec.head_dim if spec.qk_norm else 0)
-
-
-def _encoder_runs(spec: "ModelSpec") -> tuple:
-    """T5's encoder stack, as runs of layers: the flat fields' attention (bidirectional)
-    and MLP; () for a decoder-only model."""
-    if not spec.encoder_layers:
-        return ()
-    mlp = Dense(spec.d_ff, spec.mlp == "gated", spec.mlp_bias)
-    return (Run(Layer(spec.attention_mixer, mlp, spec.norms_per_layer), spec.encoder_layers),)
+        return tuple(Run(swap_layer(r.layer), r.count) for r in self.runs)
 
 
 def compress(layers: list) -> tuple:

@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kvcalc.layers_state", "kvcalc.layers", "kvcalc.layers_indexed", "kvcalc.layers_moa",
      "kvcalc.layers_gated", "kvcalc.layers_inkling", "kvcalc.layers_latent", "kvcalc.layers_cca",
      "kvcalc.layers_shared", "kvcalc.layers_audio", "kvcalc.hyper_connections",
-     "kvcalc.layers_compressed", "kvcalc.layers_bytes", "kvcalc.layers_mlp"),
+     "kvcalc.layers_compressed", "kvcalc.layers_bytes", "kvcalc.layers_mlp", "kvcalc.uniform"),
     ("kvcalc.spec", "kvcalc.workload"),
     ("kvcalc.formulas", "kvcalc.towers", "kvcalc.comm"),
     ("kvcalc.quant",),

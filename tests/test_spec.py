@@ -106,3 +106,100 @@ def test_a_layer_run_again_needs_an_earlier_layer_that_owns_its_weights():
     again = dataclasses.replace(layer, owns_weights=False)
     with pytest.raises(KvcalcError, match="no earlier layer owns the weights"):
         ModelSpec(**{**TINY, "layers": 2}, runs=(Run(again, 1), Run(layer, 1)))
+
+
+# --- every figure from the layers (issue #40 point 2) ----------------------------------
+# Models whose layers the flat fields do not (all) describe, or describe alike: uniform,
+# GQA with windows, layer by layer with two head widths (Gemma 4), shared and compressed
+# K/V (DeepSeek V4), MLA, an encoder-decoder, a hybrid, and no attention at all.
+_TWIN_MODELS = ("gpt3", "gemma2-9b", "tests/data/hf/google__gemma-4-E2B-it-text.json",
+                "tests/data/hf/deepseek-ai__DeepSeek-V4-Flash.json", "deepseek-r1", "t5-11b",
+                "jamba-1.5-mini", "mamba-2.8b")
+
+
+def _flat_twin(spec: ModelSpec) -> ModelSpec:
+    """The same runs of layers under other flat fields (heads, K/V heads, widths, MLP)."""
+    return dataclasses.replace(
+        spec, recipe=None, runs=spec.runs, heads=6, kv_heads=3, head_dim=40, v_head_dim=24,
+        d_ff=1000, mlp="plain" if spec.mlp == "gated" else "gated", qkv_bias=not spec.qkv_bias,
+        out_bias=not spec.out_bias, mlp_bias=not spec.mlp_bias, qk_norm=not spec.qk_norm)
+
+
+def _outputs(spec: ModelSpec, monkeypatch) -> dict:
+    """What kvcalc answers for `spec`: the CLI's estimate JSON (on a device: fit, verdict,
+    latency), the library's records behind it, a small sweep's rows and the counts."""
+    import json
+
+    from typer.testing import CliRunner
+
+    import kvcalc
+    from kvcalc import presets
+    from kvcalc.cli import app
+    from kvcalc.estimate import attention_variants
+    from kvcalc.formulas.cache import kv_bytes_per_token_by_kind, kv_bytes_per_token_per_layer
+    from kvcalc.formulas.cache import valid_tps
+    from kvcalc.plan import tp_sizes
+    from kvcalc.sweep.compute import iter_rows
+    from kvcalc.sweep.plan import plan_sweep
+
+    monkeypatch.setattr(presets, "load_model", lambda name: spec)
+    out = {}
+    for argv in (["--format", "json"], ["--gpu", "h100-sxm", "--format", "json"],
+                 ["--gpu", "h100-sxm", "--detail"]):
+        r = CliRunner().invoke(app, ["estimate", "--preset", "twin", "--seq-len", "8192", *argv])
+        assert r.exit_code == 0, r.output
+        out[" ".join(argv)] = json.loads(r.stdout) if "json" in argv else r.stdout
+    h100 = presets.load_hardware("h100-sxm")
+    est = kvcalc.estimate(spec, 8192, batch=4, hardware=h100)
+    out["estimate"] = est.as_dict()
+    out["row"] = est.as_row()
+    out["cache"] = kvcalc.kv_cache(spec, 8192, 4, tp=valid_tps(spec)[-1])
+    out["params"] = kvcalc.param_counts(spec)
+    out["fit"] = kvcalc.fit(spec, h100, 8192)
+    out["per layer"] = (kv_bytes_per_token_per_layer(spec, "bf16"),
+                        kv_bytes_per_token_by_kind(spec, "bf16"))
+    out["tp"] = (valid_tps(spec), tp_sizes(spec, 8))
+    plan = plan_sweep(spec, "1024,65536", "1,16", hardware=h100)
+    out["sweep"] = list(iter_rows(plan))
+    out["shape"] = (spec.attention_kind, spec.mixing, spec.attention_shape, spec.group_size,
+                    spec.attends, spec.encoder_runs)
+    try:
+        out["variants"] = [(v.name, v.runs) for v in attention_variants(spec)]
+    except KvcalcError as e:  # MLA, no attention, or heads fixed (DeepSeek V4)
+        out["variants"] = str(e)
+    return out
+
+
+@pytest.mark.parametrize("name", _TWIN_MODELS)
+def test_no_public_figure_depends_on_a_flat_field(name, monkeypatch):
+    from kvcalc import _model
+
+    spec = _model(name)
+    twin = _flat_twin(spec)
+    assert twin.runs == spec.runs and twin != spec
+    assert _outputs(twin, monkeypatch) == _outputs(spec, monkeypatch)
+
+
+def test_one_answer_to_does_it_attend():
+    """A layer attends when its mixer says so: DeepSeek V4's compressor (a cache kind of
+    its own) attends; a model of state layers does not."""
+    v4 = load_model("mamba-2.8b")
+    assert not v4.attends and v4.attention_free and v4.attention_shape is None
+    from kvcalc import _model
+
+    ds = _model("tests/data/hf/deepseek-ai__DeepSeek-V4-Flash.json")
+    kinds = {mx.cache_kind for mx, _ in ds.attention_layers()}
+    assert "compressed" in kinds and ds.attends
+
+
+def test_gemma4_per_layer_bytes_are_per_kind():
+    """Gemma 4 E2B: the sliding layers hold 1,024 B a token each (256-wide), the full
+    layers 2,048 B (512-wide); no single per-layer figure, and the RoPE caches both."""
+    from kvcalc import _model
+    from kvcalc.formulas.cache import kv_cache
+
+    spec = _model("tests/data/hf/google__gemma-4-E2B-it-text.json")
+    c = kv_cache(spec, 4096)
+    assert c.bytes_per_token_per_layer is None
+    assert c.bytes_per_token_per_layer_by_kind == {"sliding 512": 1024, "full": 2048}
+    assert sorted({mx.head_dim for mx, _ in spec.attention_layers()}) == [256, 512]

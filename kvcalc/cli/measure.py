@@ -335,10 +335,13 @@ def _model_fields(preset, heads, kv_heads, head_dim, d_model) -> dict[str, Any]:
         spec = load_model(preset)
         if spec.mla is not None:
             raise KvcalcError(f"{spec.name} uses MLA: kvcalc measure times MHA/GQA/MQA attention only")
-        if spec.v_head_dim != spec.head_dim:
-            raise KvcalcError(f"{spec.name} has v_head_dim {spec.v_head_dim} != head_dim "
-                              f"{spec.head_dim}; kvcalc measure needs them equal")
-        fields.update(heads=spec.heads, kv_heads=spec.kv_heads, head_dim=spec.head_dim,
+        a = spec.attention_shape  # the attention most layers have
+        if a is None:
+            raise KvcalcError(f"{spec.name} has no attention: kvcalc measure times attention")
+        if a.v_head_dim != a.head_dim:
+            raise KvcalcError(f"{spec.name} has v_head_dim {a.v_head_dim} != head_dim "
+                              f"{a.head_dim}; kvcalc measure needs them equal")
+        fields.update(heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim,
                       d_model=spec.d_model, layers=spec.layers, model=spec.name)
     elif heads is None:
         raise KvcalcError("give --heads (and --kv-heads), or --preset NAME")

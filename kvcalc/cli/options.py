@@ -185,7 +185,8 @@ class ModelRequest:
                                         or {"heads", "head_dim"} & overrides.keys()):
                 raise KvcalcError(f"{spec.name} has no attention ({spec.state_mixers} layers "
                                   "only): --heads, --kv-heads and --head-dim do not apply")
-            if self.kv_heads is not None and self.kv_heads != spec.kv_heads:
+            own_kv = spec.attention_shape and spec.attention_shape.kv_heads  # the layers'
+            if self.kv_heads is not None and self.kv_heads != own_kv:
                 if spec.mla is not None:
                     raise KvcalcError(f"{spec.name} uses MLA: it has no K/V heads to change")
                 overrides["kv_heads"] = self.kv_heads
@@ -203,8 +204,8 @@ class ModelRequest:
                     overrides["v_head_dim"] = overrides["head_dim"]  # V follows K's width
                 # One replace, so heads and kv_heads are validated together.
                 changed = spec.replace(**overrides, **_modified_labels(spec, overrides))
-                if self.kv_heads is not None and self.kv_heads != spec.kv_heads:
-                    changed = changed.with_kv_heads(changed.kv_heads)  # names the variant
+                if self.kv_heads is not None and self.kv_heads != own_kv:
+                    changed = changed.with_kv_heads(self.kv_heads)  # names the variant
                 spec = changed
             if spec.extra.get("approximate"):
                 # Data stays on stdout; the person reads why the figures are approximate.

@@ -14,8 +14,9 @@ def _model_row(name: str) -> dict:
     from kvcalc import presets
 
     s = presets.load_model(name)
-    # A model without attention (Mamba) has no heads: its spec's are placeholders.
-    heads = (None, None, None) if s.attention_free else (s.heads, s.kv_heads, s.head_dim)
+    # The attention most layers have; a model without attention (Mamba) has no heads.
+    a = s.attention_shape
+    heads = (None, None, None) if a is None else (a.heads, a.kv_heads, a.head_dim)
     return {"name": name, "attention": s.attention_kind, "mixing": s.mixing, "layers": s.layers,
             "d_model": s.d_model, "heads": heads[0], "kv_heads": heads[1], "head_dim": heads[2],
             "max_context": s.max_context, "source": s.source}

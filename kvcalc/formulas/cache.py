@@ -46,10 +46,11 @@ def kv_heads_per_device(spec: ModelSpec, tp: int) -> int:
 # --------------------------------------------------------------------------------
 # KV cache
 # --------------------------------------------------------------------------------
-def kv_bytes_per_token_per_layer(
+def kv_bytes_per_token_by_kind(
     spec: ModelSpec, kv_dtype: DType | str, scale_bytes: int = 0, kv_heads: int | None = None
-) -> int:
-    """Bytes one token adds to one layer's cache.
+) -> dict[str, int]:
+    """Bytes one token adds to one layer's cache, per kind of attention layer that caches
+    the tokens it sees ({cache group label: bytes}; {} without such layers).
 
     MHA/GQA/MQA: K is kv_heads x head_dim and V kv_heads x v_head_dim elements
     (Shazeer 2019 sec. 3: MQA keeps one head, h times less; GQA keeps g heads).
@@ -57,14 +58,25 @@ def kv_bytes_per_token_per_layer(
     elements, shared by all heads (DeepSeek-V2 eq. 9-10 and Table 1).
     `scale_bytes`: a quantization scale stored per token per head for K and for V
     (per token for MLA's single latent), e.g. 2 for an fp16 scale with int8/int4.
+    `kv_heads`: as the model's variant with that many K/V heads (ModelSpec.with_kv_heads).
     """
-    dt = as_dtype(kv_dtype)
     if scale_bytes < 0:
         raise KvcalcError(f"scale_bytes must be >= 0, got {scale_bytes}")
-    mixer = spec.attention_mixer
     if kv_heads is not None and spec.mla is None:
-        mixer = mixer.with_kv_heads(kv_heads)
-    return mixer.token_bytes(dt, 1, scale_bytes)
+        spec = spec.with_kv_heads(kv_heads)
+    return {g.label: g.token_bytes for g in cache_groups(spec, kv_dtype, 1, scale_bytes)
+            if g.mixer.attends and g.mixer.tokens_written and g.token_bytes}
+
+
+def kv_bytes_per_token_per_layer(
+    spec: ModelSpec, kv_dtype: DType | str, scale_bytes: int = 0, kv_heads: int | None = None
+) -> int | None:
+    """Bytes one token adds to one attention layer's cache, when every attention layer
+    that caches its tokens adds the same (0 without such layers); None when they differ
+    (Gemma 4's 512-wide full layers beside its 256-wide sliding ones): then
+    `kv_bytes_per_token_by_kind` gives each. See it for the formulas."""
+    sizes = set(kv_bytes_per_token_by_kind(spec, kv_dtype, scale_bytes, kv_heads).values())
+    return (sizes.pop() if sizes else 0) if len(sizes) <= 1 else None
 
 
 @record
@@ -130,7 +142,8 @@ class KVCache:
     batch: int
     tp: int
     kv_dtype: str
-    bytes_per_token_per_layer: int  # one attention layer of the model's heads, all K/V heads
+    # one attention layer, all its K/V heads; None when the attention layers differ
+    bytes_per_token_per_layer: int | None
     bytes_per_token: int  # one token in every attention layer, no window applied
     bytes_per_sequence: int  # window-aware self-attention + cross-attention + states
     bytes_per_sequence_full: int  # as if no layer had a window
@@ -144,6 +157,8 @@ class KVCache:
     bytes_by_kind: dict = field(default_factory=dict)  # group label -> whole batch bytes
     layers_by_kind: dict = field(default_factory=dict)  # group label -> decoder layers
     state_dtype: str = "fp32"
+    # group label -> bytes one token adds to one layer of it (attention layers that cache)
+    bytes_per_token_per_layer_by_kind: dict = field(default_factory=dict)
 
 
 def check_axes(seq_len, batch) -> None:
@@ -192,6 +207,8 @@ def kv_cache(
     state = sum(g.layers * g.state_bytes for g in own)
     per_token = sum(g.layers * g.token_bytes * g.mixer.tokens_written for g in own)
     per_seq_full = per_token * seq_len + cross + state
+    per_layer = {g.label: g.token_bytes for g in own
+                 if g.mixer.attends and g.mixer.tokens_written and g.token_bytes}
     by_kind: dict[str, int] = {}
     layers_by_kind: dict[str, int] = {}
     for g in own:
@@ -202,7 +219,9 @@ def kv_cache(
         batch=batch,
         tp=tp,
         kv_dtype=dt.name,
-        bytes_per_token_per_layer=kv_bytes_per_token_per_layer(spec, dt, scale_bytes),
+        bytes_per_token_per_layer=None if len(set(per_layer.values())) > 1 else (
+            next(iter(per_layer.values()), 0)),
+        bytes_per_token_per_layer_by_kind=per_layer,
         bytes_per_token=per_token,
         bytes_per_sequence=per_seq,
         bytes_per_sequence_full=per_seq_full,
@@ -220,12 +239,18 @@ def kv_cache(
 
 
 def valid_tps(spec: ModelSpec, upper: int = 1024) -> list[int]:
-    """TP degrees the model can use: divisors of heads that suit the K/V heads."""
+    """TP degrees the model can use: those every attention layer (its own, beside, or
+    cross) can split its query heads and K/V heads over (Megatron: tp divides the heads;
+    K/V heads divided or replicated whole). A model without attention: [1]."""
+    mixers = {mx for layer, _ in spec.groups() for mx in layer.mixers if mx.attends}
+    if not mixers:
+        return [1]
     out = []
-    for tp in range(1, min(spec.heads, upper) + 1):
-        if spec.heads % tp:
-            continue
-        if spec.mla is None and spec.kv_heads % tp and tp % spec.kv_heads:
+    for tp in range(1, min(min(mx.heads for mx in mixers), upper) + 1):
+        try:
+            for mx in mixers:
+                mx.kv_heads_per_device(tp)
+        except KvcalcError:
             continue
         out.append(tp)
     return out

@@ -121,7 +121,8 @@ def _count_params(spec: ModelSpec) -> ParamCounts:
     add("per_layer_embedding", spec.per_layer_rows * spec.per_layer_width)
     add("position_embedding", spec.learned_pos * d)
     stacks = 2 if spec.encoder_runs else 1
-    add("relative_position_bias", spec.relative_attention_buckets * spec.heads * stacks)
+    a = spec.attention_shape  # T5: a bias per bucket per head of its attention
+    add("relative_position_bias", spec.relative_attention_buckets * (a.heads if a else 0) * stacks)
     if not spec.tied_embeddings:
         add("lm_head", spec.vocab * d)
     if spec.hyper_connections is not None:

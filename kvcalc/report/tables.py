@@ -245,9 +245,10 @@ def estimate_tables(est) -> list:
     """Every breakdown for one `Estimate` (kvcalc.estimate): the `--detail` view."""
     s, c, d, p = est.spec, est.cache, est.decode, est.params
     src = f"source: {s.source}" if s.source else ""
+    a = s.attention_shape
     shape = (f"{s.mixing}: " if s.attention_free else
-             f"{s.attention_kind}: {s.heads} query heads, "
-             f"{s.kv_heads if s.mla is None else '-'} K/V heads, head_dim {s.head_dim}, ")
+             f"{s.attention_kind}: {a.heads} query heads, "
+             f"{a.kv_heads if s.mla is None else '-'} K/V heads, head_dim {a.head_dim}, ")
     approx = "(approximate) " if s.extra.get("approximate") else ""
     head = (f"{s.name}  {approx}{shape}{s.layers} layers, d_model {s.d_model}\n"
             f"seq_len {est.seq_len:,}, batch {est.batch}, KV {est.kv_dtype.name}, "
@@ -256,7 +257,11 @@ def estimate_tables(est) -> list:
             + (f", {est.hardware.name}" if est.hardware else "") + (f"\n{src}" if src else ""))
     out: list = [head]
 
-    rows = [["per token per layer", exact_bytes(c.bytes_per_token_per_layer)],
+    per_layer = ([["per token per layer", exact_bytes(c.bytes_per_token_per_layer)]]
+                 if c.bytes_per_token_per_layer is not None else
+                 [[f"per token per layer, {kind}", exact_bytes(b)]
+                  for kind, b in c.bytes_per_token_per_layer_by_kind.items()])
+    rows = [*per_layer,
             ["per token (all layers)", exact_bytes(c.bytes_per_token)],
             ["per sequence", exact_bytes(c.bytes_per_sequence)],
             [f"batch of {est.batch} (kv_cache_bytes)", exact_bytes(c.bytes)]]
@@ -309,8 +314,8 @@ def estimate_tables(est) -> list:
         srow.append(["  exact ratio (memory / arithmetic)", f"{bz.ratio:.4g}", ""])
         out.append(Tab("Shazeer (2019) memory-to-arithmetic ratio, incremental decoding (and batched)",
                        ["term", "value", ""], srow,
-                       caption=f"b={est.batch}, n={sz.n}, d={s.d_model}, h={s.heads}, "
-                               f"g={s.kv_heads}, k={s.head_dim}; n*g/(d*h) is the K/V reload term"
+                       caption=f"b={est.batch}, n={sz.n}, d={s.d_model}, h={a.heads}, "
+                               f"g={a.kv_heads}, k={a.head_dim}; n*g/(d*h) is the K/V reload term"
                                + ("; n is the tokens a layer attends over on average "
                                   "(sliding windows), not seq_len" if sz.n != est.seq_len else "")))
     if est.roofline is not None:
@@ -354,7 +359,8 @@ def estimate_notes(est) -> list[str]:
 def compare_table(estimates: list) -> Tab:
     """MHA / GQA / MQA side by side with reduction factors against the first (MHA)."""
     base = estimates[0]
-    cols = [""] + [f"{e.spec.attention_kind} ({e.spec.kv_heads} KV)" for e in estimates]
+    cols = [""] + [f"{e.spec.attention_kind} ({e.spec.attention_shape.kv_heads} KV)"
+                   for e in estimates]
     cols += [f"{e.spec.attention_kind} vs MHA" for e in estimates[1:]]
 
     def line(label, get, fmt, reduce=True, gain=False):

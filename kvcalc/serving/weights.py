@@ -134,10 +134,13 @@ def _language_model_bytes(spec: ModelSpec, w: Weights, tp: int, pp: int, stage: 
 
 
 def _rope_cache_bytes(spec: ModelSpec, w: Weights) -> int:
-    """The RoPE cos/sin cache: max_position x head_dim in the model dtype (not MLA)."""
-    if spec.max_context and spec.mla is None:
-        return dtype(w.model_dtype).nbytes(spec.max_context * spec.head_dim)
-    return 0
+    """The RoPE cos/sin caches: max_position x head_dim in the model dtype, one per head
+    width the attention layers rotate (vLLM keeps one per shape; Gemma 4: 256 and 512);
+    none for MLA."""
+    if not spec.max_context or spec.mla is not None:
+        return 0
+    widths = {mx.head_dim for mx, _ in spec.attention_layers() if hasattr(mx, "head_dim")}
+    return sum(dtype(w.model_dtype).nbytes(spec.max_context * k) for k in widths)
 
 
 def _config_bytes(spec: ModelSpec, w: Weights, tp: int, pp: int, stage: int, q,
@@ -196,11 +199,13 @@ def _config_bytes(spec: ModelSpec, w: Weights, tp: int, pp: int, stage: int, q,
 def _mlp_width(spec: ModelSpec) -> int:
     """Intermediate width one token's MLP materialises, in the widest layer: a dense MLP's
     d_ff, a MoE layer's routed experts it visits plus its shared experts. A model whose
-    layers have no MLP (Mamba) materialises its mixer's inner width, which d_ff holds."""
+    layers have no MLP (Mamba) materialises its mixers' inner width (d_model without one)."""
     widths = [m.active * m.expert_d_ff + m.shared_experts * m.shared.d_ff
               if isinstance(m, MoE) else m.d_ff
               for m in (layer.mlp for layer, _ in spec.groups()) if m is not None]
-    return max(widths, default=spec.d_ff)
+    inner = [mx.d_inner for layer, _ in spec.groups() for mx in layer.mixers
+             if hasattr(mx, "d_inner")]
+    return max(widths, default=max(inner, default=spec.d_model))
 
 
 def forward_activation(spec: ModelSpec, weights: Weights, *, tokens: int, tp: int) -> int:

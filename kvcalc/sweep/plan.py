@@ -77,7 +77,8 @@ class Combo:
 
     @property
     def kv_heads(self) -> int:
-        return self.spec.kv_heads
+        a = self.spec.attention_shape
+        return a and a.kv_heads
 
 
 @record
@@ -125,7 +126,7 @@ def _combo(spec: ModelSpec, workload: Workload, *, memory: Memory | None,
     cache = kv_cache(spec, 1, 1, w.kv_dtype, w.tp, w.kv_scale_bytes, w.encoder_seq_len)
     constants = {
         "model": spec.name, "attention": spec.attention_kind, "layers": spec.layers,
-        "heads": spec.heads, "kv_heads": spec.kv_heads, "head_dim": spec.head_dim,
+        **_heads(spec),
         "kv_dtype": w.kv_dtype.name, "weight_dtype": w.weight_label, "tp": w.tp,
         "kv_bytes_per_token": cache.bytes_per_token,
         "params_total": params.total, "params_attention": params.attention,
@@ -162,9 +163,16 @@ def _as_tuple(value, name: str, upper: int) -> tuple[int, ...]:
     return tuple(spec.values())
 
 
+def _heads(spec: ModelSpec) -> dict:
+    """The heads columns: the attention most layers have (empty without attention)."""
+    a = spec.attention_shape
+    return {"heads": a and a.heads, "kv_heads": a and a.kv_heads, "head_dim": a and a.head_dim}
+
+
 def variant(spec: ModelSpec, kv_heads: int) -> ModelSpec:
     """The model with `kv_heads` K/V heads, as `--kv-heads` makes it (unchanged if equal)."""
-    return spec if kv_heads == spec.kv_heads else spec.with_kv_heads(kv_heads)
+    a = spec.attention_shape
+    return spec if a is None or kv_heads == a.kv_heads else spec.with_kv_heads(kv_heads)
 
 
 def plan_sweep(
@@ -206,7 +214,7 @@ def plan_sweep(
     check_size("seq_len", seq.max, MAX_SEQ_LEN)
     check_size("batch", bat.max, MAX_BATCH)
     if kv_heads is None:
-        heads = (spec.kv_heads,)
+        heads = (spec.attention_shape and spec.attention_shape.kv_heads,)
     else:
         if spec.attention_free:
             raise KvcalcError(f"{spec.name} has no attention ({spec.state_mixers} layers "
