@@ -134,13 +134,15 @@ def _language_model_bytes(spec: ModelSpec, w: Weights, tp: int, pp: int, stage: 
 
 
 def _rope_cache_bytes(spec: ModelSpec, w: Weights) -> int:
-    """The RoPE cos/sin caches: max_position x head_dim in the model dtype, one per head
-    width the attention layers rotate (vLLM keeps one per shape; Gemma 4: 256 and 512);
-    none for MLA."""
-    if not spec.max_context or spec.mla is not None:
+    """The RoPE cos/sin cache: max_position x the rotated width in the model dtype, for
+    the attention most layers have (none for MLA). vLLM keeps one cache per rotary shape
+    and base, so a model whose layers rotate differently (Gemma 4's full layers: a 512
+    head with partial_rotary_factor 0.25 and their own base) holds more; the layer model
+    does not yet record the rotated share, so those are not counted."""
+    shape = spec.attention_shape
+    if not spec.max_context or spec.mla is not None or shape is None:
         return 0
-    widths = {mx.head_dim for mx, _ in spec.attention_layers() if hasattr(mx, "head_dim")}
-    return sum(dtype(w.model_dtype).nbytes(spec.max_context * k) for k in widths)
+    return dtype(w.model_dtype).nbytes(spec.max_context * shape.head_dim)
 
 
 def _config_bytes(spec: ModelSpec, w: Weights, tp: int, pp: int, stage: int, q,
