@@ -162,3 +162,24 @@ def test_the_import_reader_sees_every_form(tmp_path, source, expected):
     known = {"kvcalc._num", "kvcalc.spec", "kvcalc.measure", "kvcalc.measure.impls",
              "kvcalc.measure.mod"}
     assert _imports("kvcalc.measure.mod", path, known) == expected
+
+
+def test_release_comparisons_live_in_each_wings_rules_table():
+    """Every comparison of an engine's release sits in that engine's rules table
+    (kvcalc/serving/{vllm,sglang,trtllm}/rules.py), nowhere else in the package (issue #38:
+    one table of release rules per engine)."""
+    import re
+
+    # a release, era or version (or what parses one) against a tuple or a named constant
+    compare = re.compile(r"(release|era|version)\w*(\([^()]*\))?\)?\s*(?:[<>]=?|[=!]=)\s*"
+                         r"(\(\s*\d+\s*,\s*\d+|[A-Z][A-Z0-9_]{2,}\b)")
+    tables = {f"kvcalc.serving.{w}.rules" for w in ("vllm", "sglang", "trtllm")}
+    found = []
+    for name, path in _modules().items():
+        if name in tables:
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if compare.search(code) and not code.lstrip().startswith(("'", '"')):
+                found.append(f"{name}:{n}: {line.strip()}")
+    assert not found, "release comparisons outside the rules tables:\n" + "\n".join(found)

@@ -170,7 +170,7 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
             gpu_mib=gpu_mib, tp=layout.tp, pp=layout.pp, chunked_prefill_size=chunked,
             cuda_graph_max_bs=graphs, dp=layout.dp, dp_attention=layout.dp_attention,
             multimodal=multimodal, mla=mla,
-            vision=spec.extra.get("vision_config") if rules.era >= (0, 4, 10) else None)
+            vision=spec.extra.get("vision_config"))
         mfs = _ratio("mem_fraction_static", repr(share))
     else:
         mfs = _ratio("mem_fraction_static", flags.mem_fraction_static)

@@ -194,7 +194,7 @@ def _with_state(flags, rules, *, rest: int, cell: int, per_request: int, floor: 
     radix = model_type not in NO_RADIX_STATE_TYPES
     if not radix:
         slots = flags.max_mamba_cache_size or running or 512
-    elif flags.max_mamba_cache_size is not None and rules.era >= (0, 5, 8):
+    elif flags.max_mamba_cache_size is not None and rules.max_mamba_cache_size_taken():
         slots = flags.max_mamba_cache_size
     else:
         rnum, rden = exact_ratio(flags.mamba_full_memory_ratio)

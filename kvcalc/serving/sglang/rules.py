@@ -179,7 +179,7 @@ class Rules:
             if gpu_mib > 60 * 1024:
                 reserved = max(reserved, 10 * 1024)
         share = round((mem - reserved) / mem, 3)
-        if vision is not None:
+        if vision is not None and self.era >= (0, 4, 10):
             return share * vlm_factor(vision)
         return share * 0.95 if multimodal else share
 
@@ -300,6 +300,11 @@ class Rules:
     def state_models(self) -> bool:
         """Hybrid Mamba / linear-attention pools exist from 0.5.4 (`handle_max_mamba_cache`)."""
         return self.era >= (0, 5, 4)
+
+    def max_mamba_cache_size_taken(self) -> bool:
+        """Whether --max-mamba-cache-size sets a radix model's state slots as given (0.5.8
+        on); before, the slots came from --mamba-full-memory-ratio whatever it said."""
+        return self.era >= (0, 5, 8)
 
     def state_slots(self, state_memory: int, per_request: int) -> int:
         """Slots from the state's share: int(share // per request) (0.5.4, 0.5.8);

@@ -90,8 +90,7 @@ def check_trtllm(text: str, spec, hw, *, release: str | None = None,
     if backend is not None:
         given["backend"] = backend
     elif "backend" not in given:
-        given["backend"] = "pytorch" if rules_for(ref.release).release >= (1, 0, 0) \
-            else "tensorrt"
+        given["backend"] = rules_for(ref.release).default_backend()
         notes.append(f"the log does not say which runtime ran: counted as "
                      f"{given['backend']} (give --backend)")
     given.update(flags)

@@ -72,6 +72,20 @@ class Rules:
             raise KvcalcError("TensorRT-LLM's PyTorch backend arrived in 0.17; before it give "
                               "--backend tensorrt (a built engine)")
 
+    def default_backend(self) -> str:
+        """The runtime trtllm-serve and the LLM API run without --backend: the PyTorch
+        flow from 1.0 (its release notes: the PyTorch backend became the default), built
+        engines before."""
+        return "pytorch" if self.release >= (1, 0, 0) else "tensorrt"
+
+    # -- the scheduler (kvcalc.served) -------------------------------------------------
+    def overlap_scheduler(self) -> bool:
+        """Whether the host prepares step n+1 while the GPU runs step n, by default:
+        0.18.2's PyTorch quickstart takes --enable_overlap_scheduler (off unless given);
+        1.0's LlmArgs has disable_overlap_scheduler=False. Dated 0.19, the first release
+        after the switch (the two docs read, not the releases between them)."""
+        return self.release >= (0, 19, 0)
+
     # -- defaults --------------------------------------------------------------------
     def default_free_gpu_memory_fraction(self) -> tuple[int, int]:
         """0.9: C++ `kDefaultGpuMemFraction` and the Python fallbacks ("if fraction is

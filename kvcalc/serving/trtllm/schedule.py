@@ -1,15 +1,10 @@
-"""TensorRT-LLM's scheduler as kvcalc.served runs it, by release."""
+"""TensorRT-LLM's scheduler as kvcalc.served runs it, at a release (its rule in
+kvcalc.serving.trtllm.rules)."""
 
 from __future__ import annotations
 
 from kvcalc.serving.record import Schedule
-from kvcalc.serving.trtllm.rules import parse_release
-
-# 0.18.2's PyTorch quickstart takes --enable_overlap_scheduler (off unless given); 1.0's
-# LlmArgs has disable_overlap_scheduler=False (on unless turned off). 0.19 is the first
-# release after the switch that kvcalc dates it to (the two docs read, not the releases
-# between them).
-OVERLAP_DEFAULT = (0, 19, 0)
+from kvcalc.serving.trtllm.rules import rules_for
 
 
 def schedule(release: str) -> Schedule:
@@ -19,6 +14,6 @@ def schedule(release: str) -> Schedule:
     prompt and max_tokens are free, so nothing is evicted; context and generation
     requests run in the same in-flight batch, up to max_num_tokens."""
     return Schedule(admission="reserve", mixed=True,
-                    overlaps_host=parse_release(release) >= OVERLAP_DEFAULT,
+                    overlaps_host=rules_for(release).overlap_scheduler(),
                     source="CapacitySchedulerPolicy.GUARANTEED_NO_EVICT (default); overlap "
                            "scheduler default from 0.19")
