@@ -378,16 +378,7 @@ def test_tp2_gloo_from_the_command_line():
 # --step mixed: a decode step with a chunk of a prompt (tests/test_measure_mixed.py
 # checks its counts and outputs; here the command's wiring)
 # --------------------------------------------------------------------------------
-TINY_MODEL = """\
-name: tiny
-layers: 2
-d_model: 32
-heads: 4
-kv_heads: 2
-head_dim: 8
-d_ff: 48
-vocab: 50
-"""
+from ptyrun import TINY_MODEL  # noqa: E402 (the tiny model the measure tests share)
 
 
 @needs_torch

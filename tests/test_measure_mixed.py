@@ -370,16 +370,6 @@ def test_run_on_this_cpu(monkeypatch):
 # The command at its real ceiling sizes (slow: ceilings of 256 MiB, torch imported)
 # --------------------------------------------------------------------------------
 TINY_WALL_S = 60  # the issue's bound for a tiny shape on this project's 2-core CPU, fp32
-TINY_MODEL = """\
-name: tiny
-layers: 2
-d_model: 32
-heads: 4
-kv_heads: 2
-head_dim: 8
-d_ff: 48
-vocab: 50
-"""
 
 
 @pytest.mark.slow
@@ -387,72 +377,22 @@ def test_tiny_mixed_step_within_a_minute_with_the_bar_at_once(tmp_path):
     """On a terminal the bar shows within a second of the command's own start-up
     (`kvcalc measure --help`, the same interpreter, typer and rich, timed here now), and
     the whole run, real ceilings included, ends within the minute with its two rows."""
-    import fcntl
     import json
     import os
-    import pty
-    import select
-    import struct
-    import subprocess
-    import sys
-    import termios
-    import time
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    from ptyrun import TINY_MODEL, run_on_a_terminal, start_up_s
+
     config = tmp_path / "tiny.yaml"
     config.write_text(TINY_MODEL)
     env = {**os.environ, "TERM": "xterm-256color"}
     env.pop("COLUMNS", None)
-    t0 = time.monotonic()
-    subprocess.run([sys.executable, "-m", "kvcalc", "measure", "--help"], capture_output=True,
-                   cwd=root, env=env, timeout=60, check=True)
-    start_up = time.monotonic() - t0
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
-    seen: dict[bytes, float] = {}
+    start_up = start_up_s(env)
     keys = (b"loading torch", b"measuring cpu ceilings", b"mixed step")
     args = ["measure", "--config", str(config), "--device", "cpu", "--batch", "2", "--seq-len",
             "64", "--prefill-tokens", "16", "--prefill-start", "32", "--format", "json"]
-    with tempfile_file() as out:
-        t0 = time.monotonic()
-        p = subprocess.Popen([sys.executable, "-m", "kvcalc", *args], stdout=out, stderr=slave,
-                             stdin=subprocess.DEVNULL, cwd=root, env=env)
-        os.close(slave)
-        screen = b""
-        try:
-            while True:
-                if time.monotonic() - t0 > TINY_WALL_S:
-                    pytest.fail(f"kvcalc {' '.join(args)} ran over {TINY_WALL_S} s")
-                ready, _, _ = select.select([master], [], [], 0.02)
-                chunk = b""
-                if ready:
-                    try:
-                        chunk = os.read(master, 65536)
-                    except OSError:  # the child closed the terminal
-                        chunk = b""
-                if chunk:
-                    screen += chunk
-                    for key in keys:
-                        if key in screen and key not in seen:
-                            seen[key] = time.monotonic() - t0
-                elif p.poll() is not None:
-                    break
-        finally:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-            os.close(master)
-        assert p.returncode == 0, screen.decode(errors="replace")[-2000:]
-        out.seek(0)
-        result = json.loads(out.read())
+    seen, stdout = run_on_a_terminal(args, keys, env, TINY_WALL_S)
+    result = json.loads(stdout)
     assert b"loading torch" in seen and seen[b"loading torch"] < start_up + 1.0, (seen, start_up)
     assert b"measuring cpu ceilings" in seen and b"mixed step" in seen
     assert [r["step"] for r in result["rows"]] == ["decode", "mixed"]
     assert result["rows"][1]["correct"]
-
-
-def tempfile_file():
-    import tempfile
-
-    return tempfile.TemporaryFile()

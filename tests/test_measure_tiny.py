@@ -345,54 +345,14 @@ def test_progress_shows_at_once_on_a_terminal():
     command's own start-up, which `kvcalc measure --help` (the same interpreter, typer
     and rich, no torch) times on this machine under its present load. The notice shows
     there too, and the whole run stays within the minute."""
-    import fcntl
-    import pty
-    import select
-    import struct
-    import termios
+    from ptyrun import run_on_a_terminal, start_up_s
 
     env = {**os.environ, "TERM": "xterm-256color"}
     env.pop("COLUMNS", None)
-    t0 = time.monotonic()
-    subprocess.run([sys.executable, "-m", "kvcalc", "measure", "--help"], capture_output=True,
-                   cwd=ROOT, env=env, timeout=60, check=True)
-    start_up = time.monotonic() - t0
-
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
-    seen: dict[bytes, float] = {}
+    start_up = start_up_s(env)
     keys = (b"loading torch", b"kvcalc: note: this cpu computes fp16", b"measuring cpu ceilings")
-    with tempfile.TemporaryFile() as out:
-        t0 = time.monotonic()
-        p = subprocess.Popen([sys.executable, "-m", "kvcalc", *FP16_TINY, "--format", "json"],
-                             stdout=out, stderr=slave, stdin=subprocess.DEVNULL, cwd=ROOT, env=env)
-        os.close(slave)
-        screen = b""
-        try:
-            while True:
-                if time.monotonic() - t0 > TINY_WALL_S:
-                    pytest.fail(f"kvcalc {' '.join(FP16_TINY)} ran over {TINY_WALL_S} s")
-                ready, _, _ = select.select([master], [], [], 0.02)
-                chunk = b""
-                if ready:
-                    try:
-                        chunk = os.read(master, 65536)
-                    except OSError:  # the child closed the terminal
-                        chunk = b""
-                if chunk:
-                    screen += chunk
-                    for key in keys:
-                        if key in screen and key not in seen:
-                            seen[key] = time.monotonic() - t0
-                elif p.poll() is not None:
-                    break
-        finally:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-            os.close(master)
-        assert p.returncode == 0, screen.decode(errors="replace")[-2000:]
-    assert b"loading torch" in seen, screen[:2000]
+    seen, _ = run_on_a_terminal([*FP16_TINY, "--format", "json"], keys, env, TINY_WALL_S)
+    assert b"loading torch" in seen, seen
     assert seen[b"loading torch"] < start_up + 1.0, (seen, start_up)
     assert b"measuring cpu ceilings" in seen
     if _emulates("fp16"):
