@@ -84,9 +84,7 @@ class MixedModel(DecodeModel):
         self.attention = []
         for p in self.layers:
             a = p["attn"]
-            hd, kvd = a.heads * a.head_dim, a.kv_heads * a.head_dim
-            h = F.rms_norm(x, (d,), p["norm1"], self.eps)
-            q, k_new, v_new = F.linear(h, p["w_qkv"]).split([hd, kvd, kvd], dim=-1)
+            q, k_new, v_new = self.qkv(x, p)
             k_cache, v_cache = p["k"], p["v"]
             pos = k_cache.shape[2] - 1  # a steady step at seq_len: the newest position
             k_cache[:, :, pos, :].copy_(k_new[:b].view(b, a.kv_heads, a.head_dim))
@@ -94,7 +92,7 @@ class MixedModel(DecodeModel):
             q_dec = q[:b].view(b, a.heads, 1, a.head_dim)
             o = F.scaled_dot_product_attention(q_dec, k_cache, v_cache,
                                                enable_gqa=a.kv_heads != a.heads)
-            o = o.reshape(b, hd)
+            o = o.reshape(b, a.heads * a.head_dim)
             seen = {"q": q_dec, "k": k_cache, "v": v_cache, "o": o}
             if chunk:
                 ck, cv = p["ck"], p["cv"]
@@ -103,7 +101,7 @@ class MixedModel(DecodeModel):
                 q_chunk = q[b:].view(n, a.heads, a.head_dim).transpose(0, 1).unsqueeze(0)
                 oc = F.scaled_dot_product_attention(q_chunk, ck, cv, attn_mask=self.chunk_bias,
                                                     enable_gqa=a.kv_heads != a.heads)
-                oc = oc[0].transpose(0, 1).reshape(n, hd)  # (chunk, heads x head_dim)
+                oc = oc[0].transpose(0, 1).reshape(n, a.heads * a.head_dim)  # (chunk, heads x head_dim)
                 seen.update(q_chunk=q_chunk, k_chunk=ck, v_chunk=cv, o_chunk=oc)
                 o = torch.cat([o, oc])
             if self.keep_attention:

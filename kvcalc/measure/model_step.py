@@ -75,20 +75,26 @@ class DecodeModel:
         b, d = x.shape
         for p in self.layers:
             a = p["attn"]
-            hd, kvd = a.heads * a.head_dim, a.kv_heads * a.head_dim
-            h = F.rms_norm(x, (d,), p["norm1"], self.eps)
-            q, k_new, v_new = F.linear(h, p["w_qkv"]).split([hd, kvd, kvd], dim=-1)
+            q, k_new, v_new = self.qkv(x, p)
             k_cache, v_cache = p["k"], p["v"]
             pos = k_cache.shape[2] - 1  # a steady step at seq_len: the newest position
             k_cache[:, :, pos, :].copy_(k_new.view(b, a.kv_heads, a.head_dim))
             v_cache[:, :, pos, :].copy_(v_new.view(b, a.kv_heads, a.head_dim))
             o = F.scaled_dot_product_attention(q.view(b, a.heads, 1, a.head_dim), k_cache,
                                                v_cache, enable_gqa=a.kv_heads != a.heads)
-            x = x + F.linear(o.reshape(b, hd), p["w_o"])
+            x = x + F.linear(o.reshape(b, a.heads * a.head_dim), p["w_o"])
             x = x + self.mlp(x, p)
         logits = F.linear(F.rms_norm(x, (d,), self.final_norm, self.eps), self.lm_head)
         return logits.argmax(dim=-1)
 
+
+    def qkv(self, x, p: dict):
+        """One layer's query, key and value projections of the residual `x` (its norm
+        first)."""
+        a = p["attn"]
+        hd, kvd = a.heads * a.head_dim, a.kv_heads * a.head_dim
+        h = F.rms_norm(x, (x.shape[-1],), p["norm1"], self.eps)
+        return F.linear(h, p["w_qkv"]).split([hd, kvd, kvd], dim=-1)
 
     def mlp(self, x, p: dict):
         """One layer's MLP on the residual `x` (its norm first), gated or plain."""
