@@ -183,6 +183,27 @@ def fit(name: str, rows: list, held: set[str]) -> tuple[Engine, list]:
     return _engine(name, layout, best), train
 
 
+def leave_one_publisher_out(rows: list) -> dict[str, float | None]:
+    """Each row's prediction (ms) on terms fitted without its publisher's rows: for every
+    engine with rows from two or more publishers (tests/published_model.publisher_of),
+    the engine's terms are fitted on all its other publishers' rows and the held-out
+    publisher's rows are predicted, for each publisher in turn. A row of an engine with
+    one publisher has none (None): nothing outside its source could fit it."""
+    out: dict[str, float | None] = {}
+    for name in sorted({r.engine for r in rows}):
+        mine = [r for r in rows if r.engine == name]
+        publishers = sorted({pm.publisher_of(r) for r in mine})
+        for p in publishers:
+            theirs = [r for r in mine if pm.publisher_of(r) == p]
+            if len(publishers) < 2:
+                out.update((r.id, None) for r in theirs)
+                continue
+            others = [r for r in mine if pm.publisher_of(r) != p]
+            engine, _ = fit(name, others, set())
+            out.update((r.id, pm.predicted_ms(r, engine)) for r in theirs)
+    return out
+
+
 def main() -> None:
     rows = pm.scored(published.load())
     held = pm.held_out(rows)

@@ -40,7 +40,7 @@ from dataclasses import field
 
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.served_step import ServedTerms, StepTimes, served_terms
+from kvcalc.served_step import ServedTerms, StepTimes, _bucket, served_terms
 
 
 __all__ = ["BenchResult", "Load", "ServedTerms", "bench", "random_lengths", "served_terms",
@@ -185,6 +185,28 @@ def _stats(name: str, values: list[float], weights: list[int] | None = None) -> 
             f"p99_{name}_ms": _percentile(values, 99) * 1e3}
 
 
+def _alike_steps(to_finish: int, to_full: int, context: float, dt: float, now: float,
+                 next_arrival: float | None) -> int:
+    """How many decode steps from now run alike (at least 1): up to the step a request
+    finishes on (`to_finish` steps), the KV pool's room (`to_full` steps of growth), the
+    last step starting before `next_arrival`, and the last at the same context bucket."""
+    k = max(1, min(to_finish, to_full))
+    if next_arrival is not None:
+        k = min(k, max(1, math.ceil((next_arrival - now) / dt)) if dt > 0 else 1)
+    if k > 1:  # the context grows a token a step: stay within its bucket
+        c = int(context)
+        bucket = _bucket(c)
+        lo, hi = 1, k  # _bucket is non-decreasing: the same bucket is a prefix
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if _bucket(c + mid - 1) == bucket:
+                lo = mid
+            else:
+                hi = mid - 1
+        k = lo
+    return k
+
+
 def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: int,
               schedule, request_s: float) -> dict:
     """The run, step by step (module docstring). Returns the raw per-request times."""
@@ -280,8 +302,8 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
         room = (budget - run_decode) if schedule.mixed else (budget if prefilling else 0)
         chunks, pairs, tokens = [], 0.0, 0
         for item in prefilling:
-            if room <= 0:
-                break
+            if room <= 0 or (not schedule.chunks_prompts and item[3] > room):
+                break  # unchunked: a prompt waits, whole, and those behind it too
             take = min(room, item[3])
             chunks.append((item, take))
             start = item[2] - item[3]
@@ -291,7 +313,17 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
         context = ((context_base + len(decoding) * decode_steps) / len(decoding)
                    if decoding else 0.0)
         dt = steps.time(run_decode, context, tokens, pairs, len(prefilling) + len(decoding))
-        now += dt
+        # Steps that nothing tells apart run as one: decode only, no request to admit
+        # or arriving, none finishing or preempted, the step time's context bucket
+        # unchanged (StepTimes keys on it), so the run is the same as step by step.
+        alike = 1
+        if run_decode and not prefilling and not (waiting and ratio_mode):
+            alike = _alike_steps(
+                finish[0][0] - decode_steps if finish else MAX_STEPS,
+                (pool - used()) // run_decode if grows else MAX_STEPS,
+                context, dt, now,
+                arrivals[0] + request_s if arrivals else None)
+        now += dt * alike
         for item, take in chunks:
             item[3] -= take
         while prefilling and prefilling[0][3] <= 0:
@@ -318,10 +350,10 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
             heapq.heappush(newest, (-order, rid, e))
             order += 1
         if run_decode:
-            decode_steps += 1
+            decode_steps += alike
             gaps.append(dt)
-            counts.append(run_decode)
-            ratio = max(schedule.reserve_floor, ratio - fall)
+            counts.append(run_decode * alike)
+            ratio = max(schedule.reserve_floor, ratio - fall * alike)
             while finish and finish[0][0] <= decode_steps:
                 _, rid, e = heapq.heappop(finish)
                 got = decoding.get(rid)
@@ -429,7 +461,12 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
                           f"{pool:,}-token KV pool {ref.title} counts: it never runs")
     timing = load_engine(ref.name)[0]
     terms = terms or served_terms(ref.name)
-    schedule = schedule_for(ref)
+    schedule = schedule_for(ref, given)
+    longest_prompt = max((p for p, _ in load.lengths), default=load.input_len)
+    if not schedule.chunks_prompts and longest_prompt > budget:
+        raise KvcalcError(f"{ref.title} refuses a {longest_prompt:,}-token prompt: without "
+                          f"chunked prefill a prompt must fit one step's {budget:,} tokens "
+                          f"(raise max_num_tokens, or enable_chunked_prefill)")
     stored = stored_weights(spec, w.quantization, tp)
     steps = StepTimes(spec, hw, timing, w, stored, terms, schedule.overlaps_host)
     request_s = terms.request_s

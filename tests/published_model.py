@@ -44,6 +44,38 @@ REQUEST_METRICS = ("request_latency_ms", "request_latency_s", "output_tokens_per
 PREDICTED_METRICS = TPOT_METRICS + TTFT_METRICS + REQUEST_METRICS
 
 
+# Hosts that are a publisher's own site under another name (publisher_of).
+SITE_PUBLISHER = {"blog.mlc.ai": "mlc-ai"}
+
+
+def publisher_of(row) -> str:
+    """Who measured and published `row`: the GitHub organisation or user of its source
+    (github.com/ORG/..., ORG.github.io), the organisation of a Buildkite pipeline, else
+    the site (SITE_PUBLISHER names a project's own blog). Leave one source out groups by
+    it, so two files of one publisher (Argonne's three CSVs) are one source."""
+    from urllib.parse import urlparse
+
+    url = urlparse(row.source)
+    host, parts = url.netloc.lower(), [p for p in url.path.split("/") if p]
+    if host == "github.com" and parts:
+        return parts[0]
+    if host.endswith(".github.io"):
+        return host.split(".")[0]
+    if host == "buildkite.com" and parts:
+        return parts[0]
+    return SITE_PUBLISHER.get(host, host)
+
+
+def regime(row) -> str:
+    """The row's regime: "batch 1" or "batched" decode, "prefill" (a first token or a
+    prompt's rate) or "request" (a whole request's time)."""
+    if row.metric in TTFT_METRICS:
+        return "prefill"
+    if row.metric in REQUEST_METRICS:
+        return "request"
+    return "batch 1" if row.batch == 1 else "batched"
+
+
 def family(row) -> str:
     if row.weights.startswith("exl2-"):
         return "exl2"

@@ -210,3 +210,48 @@ def test_published_runs_under_load_floor():
     out; a change that loses ground fails here first)."""
     within, total = _published_within("under load")
     assert total >= 120 and within / total >= 0.45, (within, total)
+
+
+def test_tensorrt_llm_takes_a_prompt_whole_unless_chunked_prefill_is_on():
+    """TensorRT-LLM's chunked prefill is off by default (llmapi/llm_args.py,
+    BaseLlmArgs.enable_chunked_prefill = False): the micro-batch scheduler takes a
+    context whole and stops at the first that the step's max_num_tokens cannot hold
+    (batch_manager/microBatchScheduler.cpp), and llmapi/llm.py refuses a prompt over
+    max_num_tokens ("should not exceed max_num_tokens"). Three 5,000-token prompts at
+    once with 8,192 tokens a step: whole, one prompt a step (first tokens after 5,000,
+    10,000 and 15,000 prompt tokens); chunked, 8,192 then 6,808 tokens, the second and
+    third prompts' first tokens both after 15,000: the median first token 1.5x later."""
+    trt = engine_ref("tensorrt-llm")
+    load = Load(input_len=5000, output_len=2, num_prompts=3, concurrency=3)
+    whole = bench(SPEC, HW, load, engine=trt, max_model_len=8192)
+    chunked = bench(SPEC, HW, load, engine=trt, max_model_len=8192,
+                    engine_flags={"enable_chunked_prefill": True})
+    assert whole.step_budget == chunked.step_budget == 8192
+    assert chunked.metrics["median_ttft_ms"] > 1.3 * whole.metrics["median_ttft_ms"]
+    with pytest.raises(KvcalcError, match="refuses a 9,000-token prompt: without chunked "
+                                          "prefill a prompt must fit one step's 8,192"):
+        bench(SPEC, HW, Load(input_len=9000, output_len=8, num_prompts=2), engine=trt,
+              max_model_len=16384)
+    bench(SPEC, HW, Load(input_len=9000, output_len=8, num_prompts=2), engine=trt,
+          max_model_len=16384, engine_flags={"enable_chunked_prefill": True})
+
+
+def test_decode_steps_alike_run_as_one_with_the_same_times():
+    """The simulation runs a stretch of identical decode steps at once (nothing admitted,
+    arriving, finishing or preempted, the same context bucket): every metric equals the
+    step-by-step run's, for each admission rule and an open loop."""
+    import kvcalc.served as served_mod
+
+    cases = [(engine_ref(e), Load(input_len=700, output_len=300, num_prompts=40,
+                                  concurrency=12)) for e in ("vllm", "sglang", "tensorrt-llm")]
+    cases.append((engine_ref("vllm"), Load(input_len=700, output_len=300, num_prompts=60,
+                                           request_rate=20.0)))
+    for ref, load in cases:
+        fast = bench(SPEC, HW, load, engine=ref, max_model_len=4096).metrics
+        original = served_mod._alike_steps
+        served_mod._alike_steps = lambda *a, **k: 1
+        try:
+            slow = bench(SPEC, HW, load, engine=ref, max_model_len=4096).metrics
+        finally:
+            served_mod._alike_steps = original
+        assert fast == pytest.approx(slow, rel=1e-9), ref.name

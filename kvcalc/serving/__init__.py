@@ -86,9 +86,10 @@ def count(spec, hw, flags):
     return _wing(flags.engine.name).count(spec, hw, flags)
 
 
-def schedule_for(ref):
+def schedule_for(ref, flags: dict | None = None):
     """How `ref`'s scheduler runs many requests at once at its release
-    (kvcalc.serving.record.Schedule, the served-load model's rules), from its wing."""
+    (kvcalc.serving.record.Schedule, the served-load model's rules), from its wing;
+    `flags`: the engine's own flags by parameter name, where they change it."""
     if ref.name == "sglang":
         from kvcalc.serving.sglang.rules import rules_for
 
@@ -96,7 +97,8 @@ def schedule_for(ref):
     if ref.name == "tensorrt-llm":
         from kvcalc.serving.trtllm.schedule import schedule
 
-        return schedule(ref.release)
+        return schedule(ref.release, enable_chunked_prefill=bool(
+            (flags or {}).get("enable_chunked_prefill")))
     from kvcalc.serving.vllm.schedule import schedule
 
     return schedule(ref.release)

@@ -35,6 +35,7 @@ OWNER = {
     "max_num_tokens": ("tensorrt-llm",), "max_seq_len": ("tensorrt-llm",),
     "tokens_per_block": ("tensorrt-llm",), "backend": ("tensorrt-llm",),
     "max_tokens_in_paged_kv_cache": ("tensorrt-llm",),
+    "enable_chunked_prefill": ("tensorrt-llm",),
     # every engine
     "pp": ("vllm", "sglang", "tensorrt-llm"),
 }

@@ -102,8 +102,11 @@ class Schedule:
     `reserve_floor` over `reserve_decay_steps` decode steps); reserve: when its whole
     prompt and output fit (TensorRT-LLM's GUARANTEED_NO_EVICT: nothing is preempted).
     `mixed`: decode tokens share a step with prompt chunks (else a prefill step runs
-    whenever a prompt waits). `overlaps_host`: the host prepares step n+1 while the GPU
-    runs step n (a step takes the longer of the two; else their sum)."""
+    whenever a prompt waits). `chunks_prompts`: a prompt longer than what is left of the
+    step's token budget is split across steps (chunked prefill); else it waits, whole,
+    for a step with room for all of it, and the steps after it wait behind it.
+    `overlaps_host`: the host prepares step n+1 while the GPU runs step n (a step takes
+    the longer of the two; else their sum)."""
 
     admission: str
     mixed: bool
@@ -112,3 +115,4 @@ class Schedule:
     reserve_ratio: float = 1.0
     reserve_floor: float = 1.0
     reserve_decay_steps: int = 0
+    chunks_prompts: bool = True

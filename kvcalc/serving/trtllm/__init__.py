@@ -106,6 +106,7 @@ class TrtllmFlags:
     cuda_graph_batch_sizes: tuple | None = None
     spec_layers: int = 0
     draft: object = None
+    enable_chunked_prefill: bool = False  # the scheduler's, not the memory count's
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

@@ -7,13 +7,20 @@ from kvcalc.serving.record import Schedule
 from kvcalc.serving.trtllm.rules import rules_for
 
 
-def schedule(release: str) -> Schedule:
+def schedule(release: str, *, enable_chunked_prefill: bool = False) -> Schedule:
     """The capacity scheduler's default policy, GUARANTEED_NO_EVICT
     (tensorrt_llm/_torch/pyexecutor/scheduler.py and the C++ batch manager's
     capacityScheduler): a request is scheduled only when the blocks for its whole
     prompt and max_tokens are free, so nothing is evicted; context and generation
-    requests run in the same in-flight batch, up to max_num_tokens."""
+    requests run in the same in-flight batch, up to max_num_tokens.
+    Chunked prefill is off unless asked (llmapi/llm_args.py, BaseLlmArgs
+    .enable_chunked_prefill, default False): the micro-batch scheduler
+    (batch_manager/microBatchScheduler.cpp, MicroBatchScheduler::operator()) then takes
+    a context whole and stops at the first one that the step's max_num_tokens cannot
+    hold, and llmapi/llm.py's _check_arguments refuses a prompt over max_num_tokens."""
     return Schedule(admission="reserve", mixed=True,
                     overlaps_host=rules_for(release).overlap_scheduler(),
+                    chunks_prompts=enable_chunked_prefill,
                     source="CapacitySchedulerPolicy.GUARANTEED_NO_EVICT (default); overlap "
-                           "scheduler default from 0.19")
+                           "scheduler default from 0.19; contexts whole unless "
+                           "enable_chunked_prefill (MicroBatchScheduler::operator())")
