@@ -26,34 +26,18 @@ MARK = 0.15  # issue #26: within +-15%
 # Why each row misses, written after reading it against its engine's other rows and
 # its source (a miss without an entry says so in the report).
 REASONS = {
-    "ooba-llama2-13b-q4_k_m-rtx3090-tg": "llama-cpp-python 0.2.11 (October 2023), before "
-    "llama.cpp PR #3776 reworked CUDA decode: the post's own update says its llama.cpp "
-    "values are obsolete; the other llama.cpp rows are later builds",
-    "ooba-llama2-13b-q4_k_m-rtx3090-ttft": "as its decode row: a 2023 llama-cpp-python "
-    "build before llama.cpp's batched-prefill rework, a 3,200-token prompt",
-    "ooba-llama2-13b-awq-g128-rtx3090-tg": "AutoAWQ 0.1.4 run through text-generation-webui "
-    "(loader and fused layers not stated); AutoAWQ's own README rows (0.1.6, fused modules, "
-    "its benchmark.py loop) are the faster setup the terms were fitted on",
-    "ooba-llama2-13b-awq-g32-rtx3090-tg": "as the group-128 row: AutoAWQ 0.1.4 through "
-    "text-generation-webui",
+    "ooba-llama2-13b-awq-g128-rtx3090-tg": "AutoAWQ 0.1.4 (the page names neither its "
+    "loader nor fused layers); AutoAWQ's own README rows (0.1.6, fused modules, its "
+    "benchmark.py loop) are the faster setup the other terms were fitted on",
+    "ooba-llama2-13b-awq-g32-rtx3090-tg": "as the group-128 row: AutoAWQ 0.1.4",
     "ooba-llama2-13b-bnb4-rtx3090-tg": "bitsandbytes 0.41.1 4-bit through transformers 4.34 "
     "after a 3,200-token prompt; the only other bnb-4bit rows (h2oGPT) state no version or "
     "lengths, so the two publishers' bnb-4bit terms conflict",
     "ooba-llama2-13b-bnb4-rtx3090-ttft": "transformers' bnb-4bit prefill has this one row: "
     "its prefill share is not fitted apart",
-    "mattc1-exl2-llama3-8b-8bpw-rtx4090-p8531-pp": "faster than predicted at 8,531 tokens: "
-    "ExLlamaV2's prefill terms come from prompts of 2,139 to 3,200 tokens, the attention's "
-    "share at longer prompts is extrapolated",
-    "torchao-llama3.1-8b-bf16-h100": "the README says \"NVIDIA-H100\" without SXM or PCIe "
-    "(SXM taken); the same script's A100-80GB rows are within 8%",
-    "torchao-llama3.1-8b-int4wo-64-h100": "as the bf16 H100 row: the H100's form factor is "
-    "not stated",
-    "llamacpp-pr4766-q8_0-rtx4090-tg128": "llama.cpp's int8 terms are now fitted mostly on "
-    "matt-c1's Q8_0 rows, run through text-generation-webui's llamacpp_HF loop (a host cost "
-    "per step llama-bench does not have); this llama-bench row is the only other Q8_0 decode",
-    "xd-llama3-8b-q4_k_m-rtx3090-pp8192": "missed since the refit added oobabooga's and "
-    "matt-c1's llama.cpp prompt rows (llama-cpp-python behind text-generation-webui, up to "
-    "16k tokens): llama.cpp's shared prefill terms now sit between those and llama-bench's",
+    "exl2-llama2-70b-2.5bpw-rtx4090": "ExLlamaV2's terms now also fit oobabooga's 13B rows "
+    "(0.0.6, after a 3,200-token prompt), which set a 4.1 ms host floor a step and a 62% "
+    "bandwidth share; turboderp's 70B at 2.5 bpw streams its 21 GB faster than that share",
     "autoawq-mistral7b-gemm-b1-2048-decode": "the 64-token rows of the same model fit; with "
     "2048 prompt and 2048 generated tokens the attention reads a cache of up to 4,096 "
     "tokens, and no AutoAWQ row reaches 4,096 tokens, so its attention kernel's share is "
