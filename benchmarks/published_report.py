@@ -26,6 +26,18 @@ MARK = 0.15  # issue #26: within +-15%
 # Why each row misses, written after reading it against its engine's other rows and
 # its source (a miss without an entry says so in the report).
 REASONS = {
+    "ooba-llama2-13b-awq-g128-rtx3090-tg": "AutoAWQ 0.1.4 (the page names neither its "
+    "loader nor fused layers); AutoAWQ's own README rows (0.1.6, fused modules, its "
+    "benchmark.py loop) are the faster setup the other terms were fitted on",
+    "ooba-llama2-13b-awq-g32-rtx3090-tg": "as the group-128 row: AutoAWQ 0.1.4",
+    "ooba-llama2-13b-bnb4-rtx3090-tg": "bitsandbytes 0.41.1 4-bit through transformers 4.34 "
+    "after a 3,200-token prompt; the only other bnb-4bit rows (h2oGPT) state no version or "
+    "lengths, so the two publishers' bnb-4bit terms conflict",
+    "ooba-llama2-13b-bnb4-rtx3090-ttft": "transformers' bnb-4bit prefill has this one row: "
+    "its prefill share is not fitted apart",
+    "exl2-llama2-70b-2.5bpw-rtx4090": "ExLlamaV2's terms now also fit oobabooga's 13B rows "
+    "(0.0.6, after a 3,200-token prompt), which set a 4.1 ms host floor a step and a 62% "
+    "bandwidth share; turboderp's 70B at 2.5 bpw streams its 21 GB faster than that share",
     "autoawq-mistral7b-gemm-b1-2048-decode": "the 64-token rows of the same model fit; with "
     "2048 prompt and 2048 generated tokens the attention reads a cache of up to 4,096 "
     "tokens, and no AutoAWQ row reaches 4,096 tokens, so its attention kernel's share is "
