@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
+from kvcalc.serving.failure import Diagnosis
 
 __all__ = ["SglangCheck", "check_sglang", "flags_from_log"]
 
@@ -23,15 +24,16 @@ class SglangCheck:
     release: str
     rows: tuple[tuple[str, object, object], ...]  # (figure, logged, kvcalc)
     tokens_from_logged_start: int | None  # the pool from the logged free memory
-    failure: str = ""
-    fix: str = ""
+    diagnosis: Diagnosis | None = None  # why it did not start, and the fix
     notes: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
         return {"engine": "sglang", "engine_release": self.release,
                 "figures": [{"figure": f, "logged": a, "kvcalc": b} for f, a, b in self.rows],
                 "tokens_from_logged_start": self.tokens_from_logged_start,
-                "failure": self.failure, "fix": self.fix, "notes": list(self.notes)}
+                "refused": self.diagnosis is not None,
+                "failure": None if self.diagnosis is None else self.diagnosis.as_dict(),
+                "notes": list(self.notes)}
 
 
 def flags_from_log(log, ref, weights, **extra):
@@ -103,6 +105,7 @@ def check_sglang(text: str, spec, hw, *, release: str | None = None) -> SglangCh
         notes.append("tokens_from_logged_start: the pool counted from the free memory and "
                      "the weights the log measured (its fraction, cell size and page "
                      "arithmetic alone)")
+    from kvcalc.serving.sglang.fail import diagnose
+
     return SglangCheck(release=release, rows=rows, tokens_from_logged_start=from_start,
-                       failure=log.failure, fix=log.fix,
-                       notes=tuple(notes) + counted.notes)
+                       diagnosis=diagnose(log), notes=tuple(notes) + counted.notes)
