@@ -78,31 +78,35 @@ _NUM = r"(\d[\d,]*(?:\.\d+)?)"
 # "CUDA out of memory. Tried to allocate 672.00 MiB. GPU 0 has a total capacity of 140.06 GiB
 # of which 200.75 MiB is free."
 _OOM = re.compile(r"(?:CUDA|HIP) out of memory|OutOfMemoryError|CUDA error: out of memory")
-_TRIED = re.compile(r"Tried to allocate " + _NUM + r"\s*(GiB|MiB|KiB|bytes)")
-_TOTAL = re.compile(r"total capacity of " + _NUM + r"\s*(GiB|MiB|KiB|bytes) of which " + _NUM
-                    + r"\s*(GiB|MiB|KiB|bytes) is free")
+_TRIED = re.compile(r"Tried\s+to\s+allocate\s+" + _NUM + r"\s*(GiB|MiB|KiB|bytes)")
+_TOTAL = re.compile(r"total\s+capacity\s+of\s+" + _NUM + r"\s*(GiB|MiB|KiB|bytes)\s+of\s+"
+                    r"which\s+" + _NUM + r"\s*(GiB|MiB|KiB|bytes)\s+is\s+free\.?")
 
 
 def _bytes(number: str, unit: str) -> int:
     return round(float(number.replace(",", "")) * _UNIT[unit])
 
 
-def torch_oom(text: str) -> tuple[int, dict] | None:
-    """Where torch's out-of-memory error starts in `text` and its figures (`tried_bytes`,
-    `total_bytes`, `free_bytes` where printed), None when there is none."""
+def torch_oom(text: str) -> tuple[int, int, dict] | None:
+    """torch's out-of-memory error in `text`: where it starts, where its figures end (the
+    "... is free." of its capacity sentence, else the end of the error's first line) and
+    the figures (`tried_bytes`, `total_bytes`, `free_bytes` where printed); None: none."""
     m = _OOM.search(text)
     if m is None:
         return None
-    tail = " ".join(text[m.start():m.start() + 600].split())
+    window = text[m.start():m.start() + 800]
     figures = {}
-    t = _TRIED.search(tail)
+    end = text.find("\n", m.start())
+    end = len(text) if end < 0 else end
+    t = _TRIED.search(window)
     if t:
         figures["tried_bytes"] = _bytes(t.group(1), t.group(2))
-    c = _TOTAL.search(tail)
+    c = _TOTAL.search(window)
     if c:
         figures["total_bytes"] = _bytes(c.group(1), c.group(2))
         figures["free_bytes"] = _bytes(c.group(3), c.group(4))
-    return m.start(), figures
+        end = m.start() + c.end()
+    return m.start(), end, figures
 
 
 def clip_words(words: str, limit: int = 300) -> str:

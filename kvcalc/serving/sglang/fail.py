@@ -50,7 +50,8 @@ _LEAVE_NONE = re.compile(r"Loaded weights leave no GPU memory for the KV cache u
                          r"--mem-fraction-static=(\d+(?:\.\d+)?)\.?(?:\s*Raise "
                          r"--mem-fraction-static above (\d+(?:\.\d+)?) \(minimum viable = "
                          r"[^)]*?(\d+(?:\.\d+)?)\))?")
-_HYBRID = re.compile(r"Not enough GPU memory for hybrid \(mamba/linear-attention\) state cache")
+_HYBRID = re.compile(r"Not enough GPU memory for hybrid (?:\(mamba/linear-attention\) )?state "
+                     r"cache")
 _CAPTURE = re.compile(r"Capture (?:piecewise )?cuda graph failed: ?", re.IGNORECASE)
 _STEPS = (
     ("oom_loading", re.compile(r"Load weight begin|\bload_model\b|Loading safetensors|"
@@ -139,14 +140,17 @@ def read_failure(text: str) -> Failure | None:
     if capture:
         rest = text[capture.end():capture.end() + 600]
         inner = torch_oom(rest)
-        words = clip_words(text[capture.start():capture.end() + 200].split("\n\n")[0])
+        if inner:
+            words = clip_words(text[capture.start():capture.end() + inner[1]], 400)
+        else:
+            words = clip_words(text[capture.start():capture.end() + 200].split("\n")[0])
         found.append((capture.start(), Failure(
-            "oom_cuda_graphs" if inner else "unknown", words, inner[1] if inner else {})))
+            "oom_cuda_graphs" if inner else "unknown", words, inner[2] if inner else {})))
     elif oom:
-        start, figures = oom
+        start, end, figures = oom
         line = text.rfind("\n", 0, start) + 1
-        words = clip_words(text[line:start + 400].split("\n")[0])
-        found.append((start, Failure(_step(text[:start]), words, figures)))
+        found.append((start, Failure(_step(text[:start]), clip_words(text[line:end], 500),
+                                     figures)))
     m = _MISSING.search(text)
     if m:
         name = next((g for g in (m.group("path"), m.group("id"), m.group("name"),

@@ -176,10 +176,9 @@ def read_failure(text: str) -> Failure | None:
     oom = torch_oom(text)
     cpp = _CPP_OOM.search(text)
     if oom and not (found and found[0][0] <= oom[0]):
-        start, figures = oom
+        start, end, figures = oom
         line = text.rfind("\n", 0, start) + 1
-        found.append((start, Failure(_step(text[:start]),
-                                     clip_words(text[line:start + 500].split("\n")[0]),
+        found.append((start, Failure(_step(text[:start]), clip_words(text[line:end], 500),
                                      figures)))
     elif cpp and not found:
         found.append((cpp.start(), Failure(_step(text[:cpp.start()]), clip_words(cpp.group(0)))))
