@@ -11,6 +11,7 @@ resource_manager.py), never against kvcalc's own output.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -160,7 +161,8 @@ def test_a_fraction_too_small_for_the_weights_names_the_smallest_that_works():
 def test_a_graph_capture_oom_lowers_the_fraction_and_the_graph_batch_it_ran_with():
     # sglang#23769: --mem-fraction-static 0.88 --cuda-graph-max-bs 8; 672 MiB asked, 200.75 free.
     d = _sglang("deepseek-v4-pro-fp8-16xh200-graph-oom-sglang23769.yaml")
-    assert "--cuda-graph-max-bs 4 (from 8)" in d.fix and "--mem-fraction-static 0.83 (from 0.88)" in d.fix
+    assert "--cuda-graph-max-bs 4 (from 8)" in d.fix
+    assert "--mem-fraction-static 0.83 (from 0.88)" in d.fix
     assert "--disable-cuda-graph" in d.fix
     assert f"lacked {672 - 200.75:.2f} MiB" in d.cause
 
@@ -180,7 +182,8 @@ def test_trtllm_fixes_name_its_own_flags_and_the_figures_that_fit():
         log = read_log(_case(path)["log"])
         return diagnose_log(log)
 
-    d = diag(DATA / "trtllm" / "check" / "deepseek-v3-w4fp8-8xh20-extra-resources-oom-trtllm5950.yaml")
+    d = diag(DATA / "trtllm" / "check"
+             / "deepseek-v3-w4fp8-8xh20-extra-resources-oom-trtllm5950.yaml")
     assert "--max_num_tokens 16384 (from 32768)" in d.fix and "--max_batch_size 64" in d.fix
     assert "16.95 GiB was free before it, of 95.00 GiB" in d.cause
     d = diag(DATA / "trtllm" / "check" / "qwen3-235b-a22b-fp8-8xh200-kv-cache-oom-trtllm5872.yaml")
@@ -297,3 +300,38 @@ def test_check_sets_the_count_beside_a_refused_log_and_adds_the_cause(tmp_path: 
     assert {row["figure"] for row in out["figures"]} >= {"kv_cache_bytes", "max_tokens"}
     assert out["failure"]["cause"] == "kv_cache_too_small"
     assert out["failure"]["counted"]["max_seq_len"] == 29184
+
+
+def test_with_the_model_the_fraction_for_one_full_context_request(tmp_path: Path):
+    # The LLaDA run's figures (32.70 GB left of 93.34 GB free before loading), counted for
+    # Llama-3.1-8B as a stand-in model whose SGLang cell a public log pins: 27.13 + 27.13 GB
+    # of K and V for 444,500 tokens (tests/data/sglang/llama31-8b-h100-tp1-docs-0.4.1.yaml),
+    # context 131,072. SGLang's rule (profile_max_num_token): pool = after - before x (1 - F);
+    # one request needs F >= 1 - (after - context x cell) / before.
+    case = _case(DATA / "sglang" / "check" / "llada2-mini-rtx-pro-6000-not-enough-memory.yaml")
+    f = tmp_path / "failed.log"
+    f.write_text(case["log"])
+    r = run("check", str(f), "llama3.1-8b", "--gpu", "rtx-pro-6000-blackwell", "--format", "json")
+    assert r.exit_code == 0, r.output
+    counted = json.loads(r.stdout)["failure"]["counted"]
+    cells = [(2 * 27.13 + s) * GiB / 444_500 for s in (-0.01, 0.01)]  # the print's rounding
+    wants = {math.ceil(100 * (1 - (32.70 - 131_072 * cell / GiB) / 93.34)) / 100
+             for cell in cells}
+    assert counted["mem_fraction_static_one_request"] in wants
+    assert counted["context_len"] == 131_072
+    assert abs(counted["kv_bytes_per_token"] - 2 * 27.13 * GiB / 444_500) <= 0.02 * GiB / 444_500
+
+
+def test_the_library_names_the_cause_for_any_engines_log():
+    from kvcalc.serving.startup import failed_startup, log_engine
+
+    for path, engine in ((SGLANG[0], "sglang"), (TRTLLM[0], "tensorrt-llm"),
+                         (DATA / "vllm" / "check" / "qwen25-72b-tp8-max-model-len-longvt.yaml",
+                          "vllm")):
+        case = _case(path)
+        assert (log_engine(case["log"]) or "vllm") == engine
+        d = failed_startup(case["log"])
+        assert d.engine == engine and d.kind == case["cause"] and d.fix
+    # a start-up that came up has no failure
+    ok = _case(DATA / "sglang" / "llama31-8b-h100-tp1-docs-0.4.1.yaml")["log"]
+    assert failed_startup(ok) is None

@@ -268,8 +268,7 @@ def _items(result) -> list:
 def _engine_of(text: str, engine: Optional[str]) -> str:
     """Whose start-up log this is: --engine says so, or its lines do."""
     from kvcalc.serving import engine_ref
-    from kvcalc.serving.sglang.log import is_sglang_log
-    from kvcalc.serving.trtllm.log import is_trtllm_log
+    from kvcalc.serving.startup import log_engine
 
     if engine is not None:
         try:
@@ -277,9 +276,7 @@ def _engine_of(text: str, engine: Optional[str]) -> str:
         except KvcalcError:
             raise KvcalcError(f"--engine {engine}: check reads vLLM, SGLang and "
                               "TensorRT-LLM start-up logs") from None
-    if is_trtllm_log(text):
-        return "tensorrt-llm"
-    return "sglang" if is_sglang_log(text) else "vllm"
+    return log_engine(text) or "vllm"
 
 
 def _check_trtllm(text: str, model, gpu, engine, fmt: str, output) -> None:
@@ -364,6 +361,22 @@ def _deliver_failure(fmt: str, engine: str, release, model, gpu, settings: dict,
     deliver(fmt, items, data=data)
 
 
+def _one_request(log, d, model, gpu, release, notes: list):
+    """kvcalc's count of MODEL under the log's settings, for the fraction one full-context
+    request needs (kvcalc.serving.sglang.check.with_one_request)."""
+    from kvcalc.serving import DEFAULT_RELEASE, count, engine_ref
+    from kvcalc.serving.sglang.check import flags_from_log, with_one_request
+    from kvcalc.serving.weights import Weights
+
+    ref = engine_ref(f"sglang@{release or DEFAULT_RELEASE['sglang']}")
+    try:
+        counted = count(_model(model, None), resolve_gpu(gpu), flags_from_log(log, ref, Weights()))
+    except KvcalcError as e:
+        notes.append(f"kvcalc could not count {model} for the one-request fraction: {e}")
+        return d
+    return with_one_request(d, counted)
+
+
 def _check_sglang(text: str, model, gpu, engine, fmt: str, output) -> None:
     """An SGLang log beside kvcalc's count: each logged figure, kvcalc's, their ratio."""
     from kvcalc.report.render import Tab, deliver
@@ -384,8 +397,11 @@ def _check_sglang(text: str, model, gpu, engine, fmt: str, output) -> None:
         if release is None:
             notes.append("SGLang logs do not print their release (give --engine "
                          "sglang@VERSION); the cause does not depend on it")
+        d = diagnose(log)
+        if d is not None and d.kind == "no_kv_memory" and gpu is not None and model is not None:
+            d = _one_request(log, d, model, gpu, release, notes)
         _deliver_failure(fmt, "sglang", release, model or settings.get("model_path"), gpu,
-                         settings, diagnose(log), notes, figures=log.figures)
+                         settings, d, notes, figures=log.figures)
         return
     if gpu is None:
         raise KvcalcError("SGLang logs do not name the GPU: give --gpu NAME (see `kvcalc "

@@ -3,7 +3,9 @@
 it (`Diagnosis`: the cause in a sentence, the fix in the engine's own flags, the figure that
 would make it start where the log's numbers give one), and torch's out-of-memory message
 read into figures. Pure text to records; each engine's wing reads its own wording
-(kvcalc.serving.sglang.fail, kvcalc.serving.trtllm.fail).
+(kvcalc.serving.sglang.fail, kvcalc.serving.trtllm.fail). kvcalc.serving.startup's
+`failed_startup(text)` is the library's `kvcalc check LOG` for a failed start-up of any of
+the three engines.
 
 The kinds are vLLM's (kvcalc.serving.vllm.fail.FAILURE_KINDS) where the meaning is the
 same, so one label table serves every engine, plus the two steps TensorRT-LLM names that
@@ -120,3 +122,4 @@ def gib_text(value: int | None) -> str:
     if value is None:
         return "?"
     return f"{value / GiB:.2f} GiB" if abs(value) >= GiB else f"{value / (1 << 20):.2f} MiB"
+

@@ -10,7 +10,7 @@ from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.serving.failure import Diagnosis
 
-__all__ = ["SglangCheck", "check_sglang", "flags_from_log"]
+__all__ = ["SglangCheck", "check_sglang", "flags_from_log", "with_one_request"]
 
 GiB = 1 << 30
 # server_args fields SglangFlags takes under the same name
@@ -107,5 +107,37 @@ def check_sglang(text: str, spec, hw, *, release: str | None = None) -> SglangCh
                      "arithmetic alone)")
     from kvcalc.serving.sglang.fail import diagnose
 
+    d = with_one_request(diagnose(log), counted)
     return SglangCheck(release=release, rows=rows, tokens_from_logged_start=from_start,
-                       diagnosis=diagnose(log), notes=tuple(notes) + counted.notes)
+                       diagnosis=d, notes=tuple(notes) + counted.notes)
+
+
+def with_one_request(d: Diagnosis | None, counted) -> Diagnosis | None:
+    """A pool of no tokens (`no_kv_memory`) with the log's free memory before and after
+    the weights, and kvcalc's count of the model (`counted`, a ServingCount: its bytes a
+    token and context length): the --mem-fraction-static that holds one request of the
+    full context, pool = after - before x (1 - F) >= context x bytes a token."""
+    import dataclasses
+    import math
+
+    if d is None or d.kind != "no_kv_memory" or not counted.bytes_per_token:
+        return d
+    before = d.counted.get("free_before_weights_gb")
+    after = d.counted.get("free_after_weights_gb")
+    if not before or after is None:
+        return d
+    need = counted.context_len * counted.bytes_per_token / GiB
+    one = 1 - (after - need) / before
+    if one >= 1:
+        return dataclasses.replace(d, fix=d.fix + (
+            f"; one request of the full {counted.context_len:,}-token context needs "
+            f"{need:.2f} GB of KV cache, more than the {after:.2f} GB the weights leave: "
+            "lower --context-length or add GPUs"))
+    frac = math.ceil(one * 100) / 100
+    return dataclasses.replace(
+        d, counted={**d.counted, "mem_fraction_static_one_request": frac,
+                    "kv_bytes_per_token": counted.bytes_per_token,
+                    "context_len": counted.context_len},
+        fix=d.fix + (f"; one request of the full {counted.context_len:,}-token context "
+                     f"({need:.2f} GB at {counted.bytes_per_token:,} B a token, kvcalc's "
+                     f"count) needs --mem-fraction-static {frac:.2f}"))

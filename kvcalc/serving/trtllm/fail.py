@@ -274,7 +274,8 @@ def diagnose(failure: Failure | None, settings: dict, *,
                "checkpoint, or free the GPU of other processes (`nvidia-smi`: each rank must "
                "see its own GPU)")
     elif f.kind == "oom_sampler":
-        cause = f"out of memory creating the sampler{where}: its buffers grow with the batch and length"
+        cause = (f"out of memory creating the sampler{where}: its buffers grow with the "
+                 "batch and the length")
         seq, c1 = _halved(settings, "max_seq_len", "--max_seq_len")
         batch, c2 = _halved(settings, "max_batch_size", "--max_batch_size")
         fix = f"{seq} or {batch}"
