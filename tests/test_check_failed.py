@@ -214,7 +214,7 @@ def test_trtllm_fixes_name_its_own_flags_and_the_figures_that_fit():
     # sglang#1467's capture failure: not memory (0.3's Possible solutions)
     ("Exception: Capture cuda graph failed: Triton Error [CUDA]: an illegal memory access was "
      "encountered\nPossible solutions:\n1. disable cuda graph by --disable-cuda-graph\n",
-     "unknown", {}),
+     "unknown", {"step": "cuda_graphs"}),
     # transformers' cached_file, for a folder without its config (hf_transformers_utils.get_config)
     ("OSError: /models/Qwen3-8B does not appear to have a file named config.json. Checkout "
      "'https://huggingface.co//models/Qwen3-8B/tree/None' for available files.",

@@ -145,7 +145,8 @@ def read_failure(text: str) -> Failure | None:
         else:
             words = clip_words(text[capture.start():capture.end() + 200].split("\n")[0])
         found.append((capture.start(), Failure(
-            "oom_cuda_graphs" if inner else "unknown", words, inner[2] if inner else {})))
+            "oom_cuda_graphs" if inner else "unknown", words,
+            inner[2] if inner else {"step": "cuda_graphs"})))
     elif oom:
         start, end, figures = oom
         line = text.rfind("\n", 0, start) + 1
@@ -300,6 +301,12 @@ def diagnose(log) -> Diagnosis | None:
         fix = ("check --model-path: a Hub id (org/name, as the model's page spells it) or a "
                "local folder with config.json and the weights; download it first (`hf "
                "download NAME`); for a gated repository accept its licence and set HF_TOKEN")
+    elif fig.get("step") == "cuda_graphs":
+        cause = ("capturing CUDA graphs failed, not for want of memory: the error is the "
+                 "one SGLang quotes after 'Capture cuda graph failed'")
+        fix = ("--disable-cuda-graph starts without them (slower decoding), or drop "
+               "--enable-torch-compile if set; the error itself is SGLang's (or a kernel's): "
+               "report it with the log")
     else:
         cause = "SGLang stopped, but the lines given do not say why"
         fix = ("paste the log from the first rank's 'Scheduler hit an exception' traceback to "
