@@ -164,7 +164,7 @@ def test_calibration_keys_are_strict(tmp_path: Path, text: str, words: str) -> N
 
 
 @pytest.mark.parametrize("text, words", [
-    ("hello\nworld\n", "does not look like a vLLM start-up log"),
+    ("hello\nworld\n", "does not look like a vLLM, SGLang or TensorRT-LLM start-up log"),
     ("INFO 03-21 [api_server.py:1043] vLLM API server version 0.8.5\n"
      "INFO non-default args: {'model': 'Qwen/Qwen3-8B'}\n", "stops before vLLM printed any memory"),
     ("INFO [gpu_worker.py:298] Available KV cache memory: 6.51 GiB\n",

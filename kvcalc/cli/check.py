@@ -1,4 +1,6 @@
-"""`kvcalc check LOG`: a vLLM start-up log beside kvcalc's count (kvcalc.serving.vllm.check)."""
+"""`kvcalc check LOG`: a vLLM, SGLang or TensorRT-LLM start-up log beside kvcalc's count
+(kvcalc.serving.vllm.check, kvcalc.serving.sglang.check, kvcalc.serving.trtllm.check), and
+for a start-up that failed, the cause the log gives and the fix (each engine's `fail`)."""
 
 from pathlib import Path
 from typing import Annotated, Optional
@@ -16,7 +18,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
     @command(app, only, name="check")
     def check(
         log: Annotated[Path, typer.Argument(
-            help="The vLLM start-up log (a file, or - for stdin), any release 0.6 to 0.33.",
+            help="The start-up log (a file, or - for stdin): vLLM 0.6 to 0.33, SGLang or "
+            "TensorRT-LLM, one that started or one that failed.",
             show_default=False)],
         model: Annotated[Optional[str], typer.Argument(
             help="The model: a preset, Hub id, model folder or config.json (default: the "
@@ -52,7 +55,12 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         term differs and by how much. For a start-up that failed it names the cause the
         log gives (a --max-model-len beyond the model's context, another process holding
         memory, out of memory loading, profiling, warming up the sampler or capturing CUDA
-        graphs, missing model files, too little KV cache) and the fix.
+        graphs, missing model files, too little KV cache) and the fix. SGLang and
+        TensorRT-LLM logs are read the same way (their figures beside kvcalc's with MODEL
+        and --gpu); a failed one gets its cause and fix from the log alone: a
+        --context-length beyond the model's, another process holding memory, a
+        --mem-fraction-static too small for the weights (and the smallest that works), out
+        of memory loading, creating the KV cache or capturing CUDA graphs, missing files.
         Example: `kvcalc check vllm.log Qwen/Qwen3-8B --gpu l4 --format json`.
         """
         from kvcalc.serving.vllm.check import check_log, gpu_preset_for
@@ -71,7 +79,15 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             _check_trtllm(text, model, gpu, engine, "table" if fmt is None else fmt.value,
                           output)
             return
-        parsed = parse_vllm_log(text)
+        try:
+            parsed = parse_vllm_log(text)
+        except KvcalcError as e:
+            if engine is None and "does not look like" in str(e):
+                raise KvcalcError(f"{log}: this does not look like a vLLM, SGLang or "
+                                  "TensorRT-LLM start-up log: no line any of them prints while "
+                                  "loading a model, sizing its KV cache or failing to start "
+                                  "was found") from None
+            raise
         failed = parsed.failure is not None
         if not parsed.sized_kv_cache and not parsed.terms and not failed:
             raise KvcalcError(f"{log}: the log stops before vLLM printed any memory term "
@@ -252,8 +268,7 @@ def _items(result) -> list:
 def _engine_of(text: str, engine: Optional[str]) -> str:
     """Whose start-up log this is: --engine says so, or its lines do."""
     from kvcalc.serving import engine_ref
-    from kvcalc.serving.sglang.log import is_sglang_log
-    from kvcalc.serving.trtllm.log import is_trtllm_log
+    from kvcalc.serving.startup import log_engine
 
     if engine is not None:
         try:
@@ -261,18 +276,30 @@ def _engine_of(text: str, engine: Optional[str]) -> str:
         except KvcalcError:
             raise KvcalcError(f"--engine {engine}: check reads vLLM, SGLang and "
                               "TensorRT-LLM start-up logs") from None
-    if is_trtllm_log(text):
-        return "tensorrt-llm"
-    return "sglang" if is_sglang_log(text) else "vllm"
+    return log_engine(text) or "vllm"
 
 
 def _check_trtllm(text: str, model, gpu, engine, fmt: str, output) -> None:
-    """A TensorRT-LLM log beside kvcalc's count: each logged figure, kvcalc's, the ratio."""
+    """A TensorRT-LLM log beside kvcalc's count: each logged figure, kvcalc's, the ratio;
+    for a start-up that failed, the cause and the fix (with or without the count)."""
     from kvcalc.report.render import Tab, deliver
-    from kvcalc.serving.trtllm.check import check_trtllm
+    from kvcalc.serving.trtllm.check import check_trtllm, clamp_note, diagnose_log
+    from kvcalc.serving.trtllm.log import read_log
 
     if output is not None:
         raise KvcalcError("-o writes a vLLM calibration file; TensorRT-LLM logs have none")
+    release = (engine.partition("@")[2].strip() or None) if engine else None
+    log = read_log(text)
+    if log.failure is not None and (gpu is None or model is None or len(log.figures) <= 1):
+        d = diagnose_log(log, release)
+        settings = {**log.command, **log.setting}
+        notes = [n for n in (clamp_note(log),) if n]
+        if gpu is None or model is None:
+            notes.append("kvcalc's count is not set beside the log: give MODEL and --gpu NAME "
+                         "(TensorRT-LLM logs name neither)")
+        _deliver_failure(fmt, "tensorrt-llm", release or log.version, model, gpu, settings,
+                         d, notes)
+        return
     if gpu is None:
         raise KvcalcError("give --gpu NAME: kvcalc reads no GPU name from TensorRT-LLM "
                           "logs (see `kvcalc presets`)")
@@ -281,7 +308,6 @@ def _check_trtllm(text: str, model, gpu, engine, fmt: str, output) -> None:
                           "TensorRT-LLM logs do not name it")
     hardware = resolve_gpu(gpu)
     spec = _model(model, None)
-    release = (engine.partition("@")[2].strip() or None) if engine else None
     result = check_trtllm(text, spec, hardware, release=release)
 
     def shown(v) -> str:
@@ -299,9 +325,56 @@ def _check_trtllm(text: str, model, gpu, engine, fmt: str, output) -> None:
     head = f"TensorRT-LLM {result.release} ({result.backend}), {spec.name} on {hardware.name}"
     items = [Tab(head, ["", "logged", "kvcalc", "kvcalc / logged"], rows,
                  caption="\n".join(f"note: {n}" for n in result.notes) or None)]
-    if result.refused:
+    d = result.diagnosis
+    if d is not None:
+        items += [f"did not start ({d.label}): {d.cause}", f"fix: {d.fix}"]
+    elif result.refused:
         items.append(f"did not start: {result.refusal}")
     deliver(fmt, items, data=result.as_dict())
+
+
+def _deliver_failure(fmt: str, engine: str, release, model, gpu, settings: dict, d,
+                     notes: list, figures: Optional[dict] = None) -> None:
+    """A failed SGLang or TensorRT-LLM start-up without kvcalc's count: what the log says,
+    the cause and the fix (JSON: the same, `failure` as for vLLM with `engine_says`)."""
+    from kvcalc.report.render import Tab, deliver
+    from kvcalc.serving.releases import TITLES
+
+    title = TITLES[engine]
+    if d is None:
+        raise KvcalcError(f"the log shows no {title} failure kvcalc reads")
+    tp = settings.get("tp_size")
+    head = (f"{title} " + (release or "(release not printed)")
+            + (f", {model}" if model else "") + (f" on {gpu}" if gpu else "")
+            + (f", tp {tp}" if isinstance(tp, int) and tp > 1 else "")
+            + f": did not start ({d.label})")
+    items: list = [head]
+    if figures:
+        items.append(Tab("Logged before it failed", ["figure", "log"],
+                         [[k.replace("_", " "), str(v)] for k, v in figures.items()]))
+    items += [f"{title} says: {d.words}", f"cause: {d.cause}", f"fix: {d.fix}", *notes]
+    data = {"engine": engine, "engine_release": release, "model": model, "gpu": gpu,
+            "settings": {k: v for k, v in settings.items()
+                         if isinstance(v, (str, int, float, bool))},
+            "figures": dict(figures or {}), "refused": True, "failure": d.as_dict(),
+            "notes": list(notes)}
+    deliver(fmt, items, data=data)
+
+
+def _one_request(log, d, model, gpu, release, notes: list):
+    """kvcalc's count of MODEL under the log's settings, for the fraction one full-context
+    request needs (kvcalc.serving.sglang.check.with_one_request)."""
+    from kvcalc.serving import DEFAULT_RELEASE, count, engine_ref
+    from kvcalc.serving.sglang.check import flags_from_log, with_one_request
+    from kvcalc.serving.weights import Weights
+
+    ref = engine_ref(f"sglang@{release or DEFAULT_RELEASE['sglang']}")
+    try:
+        counted = count(_model(model, None), resolve_gpu(gpu), flags_from_log(log, ref, Weights()))
+    except KvcalcError as e:
+        notes.append(f"kvcalc could not count {model} for the one-request fraction: {e}")
+        return d
+    return with_one_request(d, counted)
 
 
 def _check_sglang(text: str, model, gpu, engine, fmt: str, output) -> None:
@@ -312,11 +385,23 @@ def _check_sglang(text: str, model, gpu, engine, fmt: str, output) -> None:
 
     if output is not None:
         raise KvcalcError("-o writes a vLLM calibration file; SGLang logs have none")
+    from kvcalc.serving.sglang.fail import diagnose
+
     log = read_sglang_log(text)
     release = engine.partition("@")[2].strip() or None if engine else None
-    if log.failure and not log.figures.get("avail_mem_start_gb"):
-        deliver(fmt, [f"SGLang: did not start ({log.failure})", f"fix: {log.fix}"],
-                data={"engine": "sglang", "failure": log.failure, "fix": log.fix})
+    if log.failure is not None and (gpu is None or not log.figures.get("avail_mem_start_gb")):
+        settings = {**log.command, **log.server_args}
+        notes = [] if gpu is not None else [
+            "kvcalc's count is not set beside the log: give --gpu NAME (SGLang logs do not "
+            "name the GPU)"]
+        if release is None:
+            notes.append("SGLang logs do not print their release (give --engine "
+                         "sglang@VERSION); the cause does not depend on it")
+        d = diagnose(log)
+        if d is not None and d.kind == "no_kv_memory" and gpu is not None and model is not None:
+            d = _one_request(log, d, model, gpu, release, notes)
+        _deliver_failure(fmt, "sglang", release, model or settings.get("model_path"), gpu,
+                         settings, d, notes, figures=log.figures)
         return
     if gpu is None:
         raise KvcalcError("SGLang logs do not name the GPU: give --gpu NAME (see `kvcalc "
@@ -343,6 +428,7 @@ def _check_sglang(text: str, model, gpu, engine, fmt: str, output) -> None:
     head = f"SGLang {result.release}, {spec.name} on {hardware.name}"
     items = [Tab(head, ["", "logged", "kvcalc", "kvcalc / logged"], rows,
                  caption="\n".join(f"note: {n}" for n in result.notes) or None)]
-    if result.failure:
-        items += [f"did not start: {result.failure}", f"fix: {result.fix}"]
+    d = result.diagnosis
+    if d is not None:
+        items += [f"did not start ({d.label}): {d.cause}", f"fix: {d.fix}"]
     deliver(fmt, items, data=result.as_dict())

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
+from kvcalc.serving.failure import Diagnosis
 
-__all__ = ["SglangCheck", "check_sglang", "flags_from_log"]
+__all__ = ["SglangCheck", "check_sglang", "flags_from_log", "with_one_request"]
 
 GiB = 1 << 30
 # server_args fields SglangFlags takes under the same name
@@ -23,15 +24,16 @@ class SglangCheck:
     release: str
     rows: tuple[tuple[str, object, object], ...]  # (figure, logged, kvcalc)
     tokens_from_logged_start: int | None  # the pool from the logged free memory
-    failure: str = ""
-    fix: str = ""
+    diagnosis: Diagnosis | None = None  # why it did not start, and the fix
     notes: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
         return {"engine": "sglang", "engine_release": self.release,
                 "figures": [{"figure": f, "logged": a, "kvcalc": b} for f, a, b in self.rows],
                 "tokens_from_logged_start": self.tokens_from_logged_start,
-                "failure": self.failure, "fix": self.fix, "notes": list(self.notes)}
+                "refused": self.diagnosis is not None,
+                "failure": None if self.diagnosis is None else self.diagnosis.as_dict(),
+                "notes": list(self.notes)}
 
 
 def flags_from_log(log, ref, weights, **extra):
@@ -103,6 +105,39 @@ def check_sglang(text: str, spec, hw, *, release: str | None = None) -> SglangCh
         notes.append("tokens_from_logged_start: the pool counted from the free memory and "
                      "the weights the log measured (its fraction, cell size and page "
                      "arithmetic alone)")
+    from kvcalc.serving.sglang.fail import diagnose
+
+    d = with_one_request(diagnose(log), counted)
     return SglangCheck(release=release, rows=rows, tokens_from_logged_start=from_start,
-                       failure=log.failure, fix=log.fix,
-                       notes=tuple(notes) + counted.notes)
+                       diagnosis=d, notes=tuple(notes) + counted.notes)
+
+
+def with_one_request(d: Diagnosis | None, counted) -> Diagnosis | None:
+    """A pool of no tokens (`no_kv_memory`) with the log's free memory before and after
+    the weights, and kvcalc's count of the model (`counted`, a ServingCount: its bytes a
+    token and context length): the --mem-fraction-static that holds one request of the
+    full context, pool = after - before x (1 - F) >= context x bytes a token."""
+    import dataclasses
+    import math
+
+    if d is None or d.kind != "no_kv_memory" or not counted.bytes_per_token:
+        return d
+    before = d.counted.get("free_before_weights_gb")
+    after = d.counted.get("free_after_weights_gb")
+    if not before or after is None:
+        return d
+    need = counted.context_len * counted.bytes_per_token / GiB
+    one = 1 - (after - need) / before
+    if one >= 1:
+        return dataclasses.replace(d, fix=d.fix + (
+            f"; one request of the full {counted.context_len:,}-token context needs "
+            f"{need:.2f} GB of KV cache, more than the {after:.2f} GB the weights leave: "
+            "lower --context-length or add GPUs"))
+    frac = math.ceil(one * 100) / 100
+    return dataclasses.replace(
+        d, counted={**d.counted, "mem_fraction_static_one_request": frac,
+                    "kv_bytes_per_token": counted.bytes_per_token,
+                    "context_len": counted.context_len},
+        fix=d.fix + (f"; one request of the full {counted.context_len:,}-token context "
+                     f"({need:.2f} GB at {counted.bytes_per_token:,} B a token, kvcalc's "
+                     f"count) needs --mem-fraction-static {frac:.2f}"))

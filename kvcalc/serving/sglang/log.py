@@ -11,7 +11,8 @@ before 0.4.6 without "#tokens"), "Use [Ss]liding window memory pool. full_layer_
 swa_layer_tokens=S", "Mamba Cache is allocated. max_mamba_cache_size: N, conv_state size:
 X GB, ssm_state size: Y GB", "Memory pool end. avail mem=X GB", and the scheduler's
 "max_total_num_tokens=N, chunked_prefill_size=C, max_prefill_tokens=P,
-max_running_requests=R, context_len=L[, available_gpu_mem=X GB]".
+max_running_requests=R, context_len=L[, available_gpu_mem=X GB]". Why a start-up failed
+is kvcalc.serving.sglang.fail's (its messages, read in the same sources).
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ from __future__ import annotations
 import ast
 import re
 
+from dataclasses import field
+
 from kvcalc._record import record
+from kvcalc.serving.failure import Failure
+from kvcalc.serving.sglang.fail import command_flags, read_failure
 
 __all__ = ["SglangLog", "is_sglang_log", "read_sglang_log"]
 
@@ -51,36 +56,15 @@ _PATTERNS = {
 }
 _DRAFTED = ("avail_mem_start_gb", "avail_mem_after_weights_gb", "weights_mem_gb", "k_size_gb",
             "v_size_gb", "kv_size_gb", "avail_mem_after_pool_gb", "kv_tokens")
-_FAILURES = (
-    (r"Not enough memory\. Please try to increase --mem-fraction-static",
-     "not enough memory for the KV pool",
-     "raise --mem-fraction-static, or lower the weights (--tp, a quantized checkpoint)"),
-    (r"Loaded weights leave no GPU memory for the KV cache",
-     "the weights leave no memory for the KV pool under --mem-fraction-static",
-     "raise --mem-fraction-static, or spread the weights (--tp)"),
-    (r"Not enough GPU memory for hybrid \(mamba/linear-attention\) state cache",
-     "not enough memory for the state slots",
-     "raise --mem-fraction-static or lower --max-mamba-cache-size"),
-    (r"(?:torch\.)?(?:cuda\.)?OutOfMemoryError|CUDA out of memory",
-     "CUDA out of memory",
-     "lower --mem-fraction-static (more headroom for activations and CUDA graphs), "
-     "--cuda-graph-max-bs or --chunked-prefill-size"),
-    (r"The memory capacity is unbalanced",
-     "another process holds memory on some GPUs",
-     "free the GPUs, or lower --mem-fraction-static"),
-    (r"is greater than the derived context_length",
-     "--context-length is over the model's context",
-     "lower --context-length, or set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"),
-)
-
-
 @record
 class SglangLog:
     server_args: dict  # the echo's keyword values, as Python literals
     figures: dict  # each pattern's value on the first rank that prints it
     ranks: int  # ranks whose memory lines appear
-    failure: str = ""  # what stopped it, in kvcalc's words ("" when it started)
-    fix: str = ""
+    failure: Failure | None = None  # why it did not start (None: it started, or the lines
+    # stop before anything failed); kvcalc.serving.sglang.fail reads it
+    command: dict = field(default_factory=dict)  # flags of a launch command quoted with it
+    transformers_backend: bool = False  # "Using Transformers backend": no native model
 
     @property
     def tokens(self) -> int | None:
@@ -92,9 +76,17 @@ class SglangLog:
         return None if v is None else round(v * GiB)
 
 
+# Lines only SGLang prints, a failed start-up's included (its errors, its launch command).
+_MARKS = ("server_args=ServerArgs(", "max_total_num_tokens=", "KV Cache is allocated.",
+          "Load weight begin. avail mem=", "Load weight end.", "sglang.launch_server",
+          "sglang serve", "/sglang/srt/", "Capture cuda graph failed",
+          "Please try to increase --mem-fraction-static", "The memory capacity is unbalanced",
+          "Loaded weights leave no GPU memory for the KV cache",
+          "derived context_length", "scheduler is dead", "Scheduler hit an exception")
+
+
 def is_sglang_log(text: str) -> bool:
-    return any(k in text for k in ("server_args=ServerArgs(", "max_total_num_tokens=",
-                                   "KV Cache is allocated.", "Load weight begin. avail mem="))
+    return any(k in text for k in _MARKS)
 
 
 def _server_args(text: str) -> dict:
@@ -128,11 +120,7 @@ def read_sglang_log(text: str) -> SglangLog:
             figures[key] = float(value) if "." in value else int(value)
     ranks = len(set(re.findall(r"TP(\d+)\] Load weight begin", text))) or (
         1 if "Load weight begin" in text else 0)
-    failure = fix = ""
-    if not figures.get("max_total_num_tokens"):
-        for pattern, what, remedy in _FAILURES:
-            if re.search(pattern, text):
-                failure, fix = what, remedy
-                break
+    failure = None if figures.get("max_total_num_tokens") else read_failure(text)
     return SglangLog(server_args=_server_args(text), figures=figures, ranks=ranks,
-                     failure=failure, fix=fix)
+                     failure=failure, command=command_flags(text),
+                     transformers_backend="Using Transformers backend" in text)

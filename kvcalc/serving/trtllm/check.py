@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
+from kvcalc.serving.failure import Diagnosis
 
-__all__ = ["TrtllmCheck", "check_trtllm"]
+__all__ = ["TrtllmCheck", "check_trtllm", "clamp_note", "diagnose_log"]
 
 GiB = 1 << 30
 
@@ -24,6 +25,7 @@ class TrtllmCheck:
     refused: bool = False
     refusal: str = ""
     notes: tuple[str, ...] = ()
+    diagnosis: Diagnosis | None = None  # why it did not start, and the fix
 
     def as_dict(self) -> dict:
         return {"engine": "tensorrt-llm", "engine_release": self.release,
@@ -31,7 +33,33 @@ class TrtllmCheck:
                 "figures": [{"figure": r.name, "logged": r.logged, "kvcalc": r.counted,
                              "ratio": r.ratio} for r in self.rows],
                 "tokens_from_logged_memory": self.tokens_from_logged_memory,
-                "refused": self.refused, "refusal": self.refusal, "notes": list(self.notes)}
+                "refused": self.refused, "refusal": self.refusal,
+                "failure": None if self.diagnosis is None else self.diagnosis.as_dict(),
+                "notes": list(self.notes)}
+
+
+def diagnose_log(log, release: str | None = None) -> Diagnosis | None:
+    """The cause and the fix of the failure a TrtllmLog records (None: none), with the
+    settings the log and a command quoted with it state."""
+    from kvcalc.serving.trtllm.fail import diagnose
+    from kvcalc.serving.trtllm.log import stated_flags
+
+    settings = {**log.command, **{k: v for k, v in stated_flags(log).items() if k != "backend"}}
+    return diagnose(log.failure, settings, release=release or log.version)
+
+
+def clamp_note(log) -> str:
+    """What TensorRT-LLM did with a max_seq_len beyond the model's, where the log says."""
+    c = log.clamp
+    if not c:
+        return ""
+    if c["max_seq_len"] < c["max_seq_len_given"]:
+        return (f"TensorRT-LLM cut --max_seq_len {c['max_seq_len_given']:,} to the model's "
+                f"{c['max_seq_len_model']:,} (it does not refuse a longer one): requests are "
+                f"served up to {c['max_seq_len']:,} tokens")
+    return (f"TensorRT-LLM kept --max_seq_len {c['max_seq_len']:,}, beyond the model config's "
+            f"{c['max_seq_len_model']:,}: positions past it are outside what the model was "
+            "trained on")
 
 
 def _from_logged_memory(log, counted, rules, backend: str, fraction) -> int | None:
@@ -106,6 +134,9 @@ def check_trtllm(text: str, spec, hw, *, release: str | None = None,
     if from_memory is not None:
         notes.append("tokens_from_logged_memory: the pool from the memory the log printed "
                      "(its bytes per token and block rounding alone)")
+    note = clamp_note(log)
     return TrtllmCheck(release=ref.release, backend=tf.backend, rows=beside(log, counted),
                        tokens_from_logged_memory=from_memory, refused=log.refused,
-                       refusal=log.refusal, notes=tuple(notes) + counted.notes)
+                       refusal=log.refusal,
+                       notes=tuple(notes) + ((note,) if note else ()) + counted.notes,
+                       diagnosis=diagnose_log(log, ref.release))

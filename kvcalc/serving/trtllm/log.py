@@ -57,8 +57,11 @@ two decimals; "GB"/"MB" where the log says so); the fraction stays the text prin
 from __future__ import annotations
 
 import re
+from dataclasses import field
 
 from kvcalc._record import record
+from kvcalc.serving.failure import Failure
+from kvcalc.serving.trtllm.fail import clamp, command_flags, read_failure
 
 __all__ = ["Beside", "TrtllmLog", "beside", "is_trtllm_log", "read_log", "stated_flags"]
 
@@ -179,13 +182,17 @@ _REFUSED = re.compile(r"must be large enough to process at least 1 sequence|"
 
 
 _MARK = re.compile(r"\[TensorRT-LLM\]|\[TRT-LLM\]")
+# Lines only TensorRT-LLM prints, a failed start-up's included (its errors, its commands).
+_FAILED_MARK = re.compile(r"Executor creation failed due to insufficient GPU memory|"
+                          r"tensorrt_llm/|trtllm-serve|trtllm-bench|maxTokensInPagedKvCache|"
+                          r"Impossible to fit in any sequence in kvCache")
 _KEY_VALUE = re.compile(r"[\w ()/-]+:\s")
 
 
 def is_trtllm_log(text: str) -> bool:
     """Whether `text` holds a TensorRT-LLM line ("[TensorRT-LLM]" from the C++ logger,
-    "[TRT-LLM]" from the Python one)."""
-    return bool(_MARK.search(text))
+    "[TRT-LLM]" from the Python one), its failure messages or its commands."""
+    return bool(_MARK.search(text) or _FAILED_MARK.search(text))
 
 
 @record
@@ -200,6 +207,9 @@ class TrtllmLog:
     figures: tuple[tuple[str, object], ...]
     refused: bool
     refusal: str = ""
+    failure: Failure | None = None  # why it did not start (kvcalc.serving.trtllm.fail)
+    clamp: dict = field(default_factory=dict)  # max_seq_len told / the model's / kept
+    command: dict = field(default_factory=dict)  # flags of a trtllm-serve command quoted
 
     @property
     def figure(self) -> dict:
@@ -260,10 +270,14 @@ def read_log(text: str) -> TrtllmLog:
         engine = engine or bool(_ENGINE.search(line))
         if not refusal and _REFUSED.search(line):
             refusal = line.strip()
+    failure = read_failure(text)
+    if failure is not None and not refusal:
+        refusal = failure.words
     figures["refused"] = bool(refusal)
     backend = "tensorrt" if engine else "pytorch" if pytorch else None
     return TrtllmLog(version, backend, tuple(settings.items()), tuple(figures.items()),
-                     bool(refusal), refusal)
+                     bool(refusal), refusal, failure=failure, clamp=clamp(text),
+                     command=command_flags(text))
 
 
 def _fraction_text(printed: str) -> str:
