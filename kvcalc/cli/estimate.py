@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from kvcalc.cli import feature_flags as ff
 from kvcalc.cli import speed
 from kvcalc.cli.counting import _engine_fit, _estimates, _slo, slo_fields, write
 from kvcalc.cli.parsing import command
@@ -70,6 +71,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
     if only in (None, "fit"):  # fit's engine flags: their annotations name this module's `ef`
         global ef
         from kvcalc.cli import engine_flags as ef
+
     @command(app, only)
     @model_options
     def estimate(
@@ -222,6 +224,13 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         tokens_per_block: ef.TokensPerBlockOpt = None,
         backend: ef.BackendOpt = None,
         max_tokens_in_paged_kv_cache: ef.MaxTokensPagedOpt = None,
+        speculative_config: ff.SpeculativeConfigOpt = None,
+        speculative_algorithm: ff.SpecAlgorithmOpt = None,
+        speculative_draft_model_path: ff.SpecDraftPathOpt = None,
+        speculative_num_steps: ff.SpecStepsOpt = None,
+        speculative_eagle_topk: ff.SpecTopkOpt = None,
+        speculative_num_draft_tokens: ff.SpecDraftTokensOpt = None,
+        extra_llm_api_options: ff.ExtraLlmApiOptionsOpt = None,
         kv_scale_bytes: ScaleOpt = 0,
         encoder_seq_len: EncoderLenOpt = None,
         memory_fraction: MemFractionOpt = None,
@@ -275,13 +284,21 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                   "max_batch_size": max_batch_size, "max_num_tokens": max_num_tokens,
                   "max_seq_len": max_seq_len, "tokens_per_block": tokens_per_block,
                   "backend": backend,
-                  "max_tokens_in_paged_kv_cache": max_tokens_in_paged_kv_cache}
+                  "max_tokens_in_paged_kv_cache": max_tokens_in_paged_kv_cache,
+                  **ff.speculative_given(
+                      speculative_algorithm=speculative_algorithm,
+                      speculative_draft_model_path=speculative_draft_model_path,
+                      speculative_num_steps=speculative_num_steps,
+                      speculative_eagle_topk=speculative_eagle_topk,
+                      speculative_num_draft_tokens=speculative_num_draft_tokens,
+                      extra_llm_api_options=extra_llm_api_options)}
+        others = {k: v for k, v in others.items() if k != "speculative_config"}
         vllm_given = {"gpu_memory_utilization": gpu_memory_utilization,
                       "max_model_len": max_model_len, "block_size": block_size,
                       "max_num_batched_tokens": max_num_batched_tokens,
                       "max_num_seqs": max_num_seqs, "kv_cache_memory_bytes": kv_cache_memory,
                       "enforce_eager": enforce_eager or None, "vllm_version": vllm_version,
-                      "calibration": calibration}
+                      "calibration": calibration, "speculative_config": speculative_config}
         from kvcalc.serving.flags import check_owners
 
         check_owners(ref.name if ref else "vllm", {**vllm_given, **others}, ef.flag_of)
@@ -313,7 +330,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                         "--max-num-batched-tokens": max_num_batched_tokens,
                         "--max-num-seqs": max_num_seqs, "--vllm-version": vllm_version,
                         "--enforce-eager": enforce_eager or None, "--calibration": calibration,
-                        "--kv-cache-memory": kv_cache_memory}
+                        "--kv-cache-memory": kv_cache_memory,
+                        "--speculative-config": speculative_config}
         engine = {k: v for k, v in engine_flags.items() if v is not None}
         if engine and (memory_fraction is not None or reserve is not None):
             raise KvcalcError("--memory-fraction and --reserve shape the plain fit; with engine "
@@ -338,6 +356,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                            batched=max_num_batched_tokens, seqs=max_num_seqs,
                            enforce_eager=enforce_eager, vllm_version=vllm_version,
                            kv_cache_memory=kv_cache_memory, learnt=learnt)
+        if speculative_config is not None:
+            serving["speculative_config"] = speculative_config
         if seq_len is None and length is not None and length != AUTO:
             seq_len = length  # the floor beside the engine's count, at the length it asks
         args = dict(seq_len=seq_len, batch=batch or 1, kv_dtype=kv_dtype,
@@ -473,6 +493,7 @@ def _capacity_dict(est, cap) -> dict:
         "kv_cache_tokens": cap.kv_cache_tokens, "num_gpu_blocks": cap.num_gpu_blocks,
         "max_concurrency": cap.max_concurrency, "max_model_len_fit": cap.max_model_len_fit,
         "memory": cap.memory,
+        **({"speculative": cap.draft} if cap.draft else {}),
         "notes": list(cap.notes),
     }
 
