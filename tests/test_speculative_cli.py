@@ -72,3 +72,32 @@ def test_trtllm_fit_reads_the_options_file(tmp_path):
     r = _run(*args, "--extra_llm_api_options", str(f))
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["bytes_per_token"] - base["bytes_per_token"] == 576 * 2
+
+
+def test_fit_times_speculative_decoding_at_batch_1():
+    r = _run("fit", "--preset", "llama3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "8192",
+             "--speculative-config", json.dumps({"method": "eagle3", "model": str(EAGLE3),
+                                                 "num_speculative_tokens": 3}),
+             "--acceptance-rate", "0.7", "--format", "json")
+    assert r.exit_code == 0, r.output
+    t = json.loads(r.stdout)["speculative_time"]
+    assert t["expected_tokens_per_step"] == pytest.approx(1 + 0.7 + 0.49 + 0.343)
+    assert t["tpot_s"] == pytest.approx(t["round_s"] / t["expected_tokens_per_step"])
+    assert t["timed_on"] == "vllm"
+
+
+def test_acceptance_rate_needs_a_draft():
+    r = _run("fit", "--preset", "llama3.1-8b", "--gpu", "h100-sxm", "--acceptance-rate", "0.7")
+    assert r.exit_code == 2 and "--speculative-config" in r.stderr
+    r = _run("fit", "--preset", "llama3.1-8b", "--gpu", "h100-sxm", "--acceptance-rate", "1.7",
+             "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}')
+    assert r.exit_code == 2 and "[0, 1]" in r.stderr
+
+
+def test_an_mtp_draft_is_timed_with_the_published_rate():
+    r = _run("fit", "--config", str(MIMO), "--gpu", "h100-sxm", "--engine", "sglang@0.5.8",
+             "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "1",
+             "--speculative-eagle-topk", "1", "--context-length", "32768", "--format", "json")
+    assert r.exit_code == 0, r.output
+    t = json.loads(r.stdout)["speculative_time"]
+    assert t["acceptance_rate"] == 0.85 and "2412.19437" in t["acceptance_source"]

@@ -231,6 +231,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         speculative_eagle_topk: ff.SpecTopkOpt = None,
         speculative_num_draft_tokens: ff.SpecDraftTokensOpt = None,
         extra_llm_api_options: ff.ExtraLlmApiOptionsOpt = None,
+        acceptance_rate: ff.AcceptanceRateOpt = None,
         kv_scale_bytes: ScaleOpt = 0,
         encoder_seq_len: EncoderLenOpt = None,
         memory_fraction: MemFractionOpt = None,
@@ -323,7 +324,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                         kv_scale_bytes=kv_scale_bytes, encoder_seq_len=encoder_seq_len,
                         prompt_len=prompt_len, mfu=mfu,
                         bandwidth_efficiency=bandwidth_efficiency, speed_engine=speed_engine,
-                        ttft_ms=ttft_ms, tpot_ms=tpot_ms)
+                        ttft_ms=ttft_ms, tpot_ms=tpot_ms, acceptance_rate=acceptance_rate)
             return
         engine_flags = {"--max-model-len": max_model_len, "--gpu-memory-utilization":
                         gpu_memory_utilization, "--pp": pp, "--block-size": block_size,
@@ -425,8 +426,16 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             if source is not None:  # a model folder or Hub id
                 obj["weights_source"] = source
         obj.update(slo_fields(est, slo))
+        from kvcalc.serving.vllm.capacity import speculative_draft
+
+        timed, timed_tab = ff.speculative_time_parts(
+            est, speculative_draft(est.spec, v.settings), acceptance_rate,
+            speed.resolve(speed_engine, est.hardware), mfu, bandwidth_efficiency)
+        if timed is not None:
+            obj["speculative_time"] = timed
         write(fmt, output, force, lambda: obj, lambda: [flatten(obj)],
-              lambda: [capacity_table(est, slo, "--max-model-len" if engine else "--seq-len")])
+              lambda: [capacity_table(est, slo, "--max-model-len" if engine else "--seq-len"),
+                       *([timed_tab] if timed_tab is not None else [])])
         if not v.serves:
             raise typer.Exit(1)  # a valid question answered no (bad input exits 2)
 

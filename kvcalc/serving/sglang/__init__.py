@@ -179,7 +179,7 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
             f"context_length {flags.context_length:,} is over {spec.name}'s context of "
             f"{spec.max_context:,} tokens (the length its config gives); SGLang refuses it "
             f"unless the environment sets SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")
-    draft, rounds = _speculative(spec, flags, rules)
+    draft, rounds = speculative_draft(spec, flags, rules)
     if draft is not None:
         from dataclasses import replace
 
@@ -349,7 +349,7 @@ def _running(rules, flags, layout, tokens: int, split, context: int) -> int:
     return min(tokens // 2, pool)
 
 
-def _speculative(spec, flags: SglangFlags, rules):
+def speculative_draft(spec, flags: SglangFlags, rules):
     """The draft --speculative-algorithm names (kvcalc.serving.speculative.Draft) and the
     round's (steps, topk, draft tokens): the user's, else SGLang's choice for the model
     (`auto_choose_speculative_params`), draft tokens = steps + 1 with topk 1
