@@ -36,8 +36,7 @@ PUBLISHED_ACCEPTANCE = {
     # DeepSeek-V3 Technical Report (arXiv 2412.19437), section 5.4.3: "the acceptance
     # rate of the second token prediction ranges between 85% and 90%" (one MTP module);
     # the lower end.
-    "mtp": ("0.85", "DeepSeek-V3 Technical Report (arXiv 2412.19437) 5.4.3: the second "
-                    "token's acceptance 85-90%"),
+    "mtp": ("0.85", "DeepSeek-V3 report, arXiv 2412.19437, 5.4.3"),
 }
 
 
