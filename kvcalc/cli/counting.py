@@ -117,7 +117,7 @@ def _engine_fit(request, ref, given, *, fmt, output, force, seq_len, kv_dtype, w
         obj["weights_source"] = source
     obj.update(slo_fields(est, slo))
     from kvcalc.cli.feature_flags import speculative_time_parts
-    from kvcalc.serving.speculative import draft_of
+    from kvcalc.serving.drafts import draft_of
 
     timed, timed_tab = speculative_time_parts(
         est, draft_of(est.spec, flags), acceptance_rate,

@@ -232,6 +232,12 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         speculative_num_draft_tokens: ff.SpecDraftTokensOpt = None,
         extra_llm_api_options: ff.ExtraLlmApiOptionsOpt = None,
         acceptance_rate: ff.AcceptanceRateOpt = None,
+        enable_lora: ff.EnableLoraOpt = False,
+        max_loras: ff.MaxLorasOpt = None,
+        max_loras_per_batch: ff.MaxLorasPerBatchOpt = None,
+        max_lora_rank: ff.MaxLoraRankOpt = None,
+        lora_dtype: ff.LoraDtypeOpt = None,
+        lora_target_modules: ff.LoraTargetModulesOpt = None,
         kv_scale_bytes: ScaleOpt = 0,
         encoder_seq_len: EncoderLenOpt = None,
         memory_fraction: MemFractionOpt = None,
@@ -293,16 +299,27 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                       speculative_eagle_topk=speculative_eagle_topk,
                       speculative_num_draft_tokens=speculative_num_draft_tokens,
                       extra_llm_api_options=extra_llm_api_options)}
+        lora = ff.lora_given(enable_lora=enable_lora, max_loras=max_loras,
+                             max_loras_per_batch=max_loras_per_batch,
+                             max_lora_rank=max_lora_rank, lora_dtype=lora_dtype,
+                             lora_target_modules=lora_target_modules)
         others = {k: v for k, v in others.items() if k != "speculative_config"}
+        others.update({k: lora[k] for k in ("max_loras_per_batch",)})
+        shared_lora = {k: lora[k] for k in ("enable_lora", "max_lora_rank",
+                                             "lora_target_modules")}
         vllm_given = {"gpu_memory_utilization": gpu_memory_utilization,
                       "max_model_len": max_model_len, "block_size": block_size,
                       "max_num_batched_tokens": max_num_batched_tokens,
                       "max_num_seqs": max_num_seqs, "kv_cache_memory_bytes": kv_cache_memory,
                       "enforce_eager": enforce_eager or None, "vllm_version": vllm_version,
-                      "calibration": calibration, "speculative_config": speculative_config}
+                      "calibration": calibration, "speculative_config": speculative_config,
+                      "max_loras": max_loras, "lora_dtype": lora_dtype}
         from kvcalc.serving.flags import check_owners
 
-        check_owners(ref.name if ref else "vllm", {**vllm_given, **others}, ef.flag_of)
+        check_owners(ref.name if ref else "vllm", {**vllm_given, **others, **shared_lora},
+                     ef.flag_of)
+        if ref is not None and ref.name != "vllm":
+            others.update({k: v for k, v in shared_lora.items() if v is not None})
         if ref is not None and ref.name == "vllm" and ref.named:
             if vllm_version is not None and vllm_version != ref.release:
                 raise KvcalcError(f"--engine {speed_engine} and --vllm-version {vllm_version} "
@@ -332,7 +349,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                         "--max-num-seqs": max_num_seqs, "--vllm-version": vllm_version,
                         "--enforce-eager": enforce_eager or None, "--calibration": calibration,
                         "--kv-cache-memory": kv_cache_memory,
-                        "--speculative-config": speculative_config}
+                        "--speculative-config": speculative_config,
+                        "--enable-lora": enable_lora or None}
         engine = {k: v for k, v in engine_flags.items() if v is not None}
         if engine and (memory_fraction is not None or reserve is not None):
             raise KvcalcError("--memory-fraction and --reserve shape the plain fit; with engine "
@@ -359,6 +377,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                            kv_cache_memory=kv_cache_memory, learnt=learnt)
         if speculative_config is not None:
             serving["speculative_config"] = speculative_config
+        serving.update({k: v for k, v in {**shared_lora, "max_loras": max_loras,
+                                          "lora_dtype": lora_dtype}.items() if v is not None})
         if seq_len is None and length is not None and length != AUTO:
             seq_len = length  # the floor beside the engine's count, at the length it asks
         args = dict(seq_len=seq_len, batch=batch or 1, kv_dtype=kv_dtype,

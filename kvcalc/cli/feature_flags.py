@@ -43,6 +43,26 @@ ExtraLlmApiOptionsOpt = Annotated[Optional[Path], typer.Option(
     help=_T + "trtllm-serve's LLM API options file; its speculative_config (decoding_type "
     "MTP with num_nextn_predict_layers, Eagle3 with max_draft_len and "
     "speculative_model_dir) is counted, other keys are not read.")]
+EnableLoraOpt = Annotated[bool, typer.Option(
+    "--enable-lora", help="vLLM and SGLang: LoRA adapters' slots on the GPU (vLLM: in the "
+    "weights; SGLang: out of the KV pool's budget).")]
+MaxLorasOpt = Annotated[Optional[int], typer.Option(
+    "--max-loras", show_default=False,
+    help=_V + "adapters in a batch, each a slot on the GPU (default 1).")]
+MaxLorasPerBatchOpt = Annotated[Optional[int], typer.Option(
+    "--max-loras-per-batch", show_default=False,
+    help=_E + "adapters in a batch, each a slot on the GPU (default 8).")]
+MaxLoraRankOpt = Annotated[Optional[int], typer.Option(
+    "--max-lora-rank", show_default=False,
+    help="vLLM and SGLang: the largest adapter rank each slot holds (vLLM's default 16; "
+    "SGLang needs it).")]
+LoraDtypeOpt = Annotated[Optional[str], typer.Option(
+    "--lora-dtype", show_default=False, metavar="auto|float16|bfloat16",
+    help=_V + "the slots' dtype (default auto: the model's).")]
+LoraTargetModulesOpt = Annotated[Optional[str], typer.Option(
+    "--lora-target-modules", show_default=False, metavar="NAMES",
+    help="vLLM (0.19+) and SGLang: the modules adapted, e.g. q_proj,v_proj or all "
+    "(default: vLLM every linear module and the embeddings; SGLang needs it).")]
 AcceptanceRateOpt = Annotated[Optional[float], typer.Option(
     "--acceptance-rate", show_default=False, metavar="<0..1>",
     help="Speculative decoding: the chance each drafted token is accepted (default: the "
@@ -94,3 +114,11 @@ def speculative_time_parts(est, draft, acceptance_rate, speed_engine, mfu=None,
                          bandwidth_efficiency=bandwidth_efficiency)
     timed_on = speed_engine.name if speed_engine is not None else "roofline"
     return {**t.as_dict(), "timed_on": timed_on}, speculative_table(t, timed_on)
+
+
+def lora_given(*, enable_lora=False, max_loras=None, max_loras_per_batch=None,
+               max_lora_rank=None, lora_dtype=None, lora_target_modules=None) -> dict:
+    """The LoRA flags given, by their parameter names (None: not given)."""
+    return {"enable_lora": enable_lora or None, "max_loras": max_loras,
+            "max_loras_per_batch": max_loras_per_batch, "max_lora_rank": max_lora_rank,
+            "lora_dtype": lora_dtype, "lora_target_modules": lora_target_modules}

@@ -41,6 +41,10 @@ OWNER = {
     "speculative_num_steps": ("sglang",), "speculative_eagle_topk": ("sglang",),
     "speculative_num_draft_tokens": ("sglang",),
     "extra_llm_api_options": ("tensorrt-llm",),
+    # LoRA adapters (kvcalc.serving.lora)
+    "enable_lora": ("vllm", "sglang"), "max_lora_rank": ("vllm", "sglang"),
+    "lora_target_modules": ("vllm", "sglang"), "max_loras": ("vllm",),
+    "lora_dtype": ("vllm",), "max_loras_per_batch": ("sglang",),
     # every engine
     "pp": ("vllm", "sglang", "tensorrt-llm"),
 }
@@ -54,6 +58,7 @@ ALIKE = (
     ("block_size", "page_size", "tokens_per_block"),
     ("enforce_eager", "disable_cuda_graph", None),
     ("speculative_config", "speculative_algorithm", "extra_llm_api_options"),
+    ("max_loras", "max_loras_per_batch", None),
 )
 _COLUMN = {"vllm": 0, "sglang": 1, "tensorrt-llm": 2}
 

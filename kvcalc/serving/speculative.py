@@ -40,7 +40,7 @@ from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import ModelSpec
 
-__all__ = ["Draft", "METHODS", "draft_for", "draft_of", "expected_tokens", "merge_groups",
+__all__ = ["Draft", "METHODS", "draft_for", "expected_tokens", "merge_groups",
            "sglang_draft", "trtllm_draft", "vllm_draft"]
 
 METHODS = ("eagle", "eagle3", "mtp", "draft_model", "ngram")
@@ -335,25 +335,6 @@ def llm_api_speculative_config(path) -> dict | None:
         raise KvcalcError(f"{where}: speculative_config must be a mapping (decoding_type: "
                           f"MTP, ...)")
     return cfg
-
-
-def draft_of(spec: ModelSpec, flags) -> "Draft | None":
-    """The draft an engine's flags name (None: no speculative decoding): vLLM's
-    --speculative-config (its EngineSettings), SGLang's --speculative-algorithm (k: its
-    --speculative-num-steps), TensorRT-LLM's speculative_config."""
-    name = flags.engine.name if hasattr(flags, "engine") and not isinstance(
-        flags.engine, str) else "vllm"
-    if name == "vllm":
-        from kvcalc.serving.vllm.capacity import speculative_draft
-
-        return speculative_draft(spec, getattr(flags, "settings", flags))
-    if name == "sglang":
-        from kvcalc.serving.sglang import speculative_draft as sglang_speculative
-        from kvcalc.serving.sglang.rules import rules_for
-
-        return sglang_speculative(spec, flags, rules_for(flags.engine.release))[0]
-    config = getattr(flags, "speculative_config", None)
-    return None if config is None else trtllm_draft(spec, config)
 
 
 # ------------------------------------------------------------------------------------

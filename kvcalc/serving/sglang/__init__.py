@@ -95,6 +95,12 @@ class SglangFlags:
     speculative_num_steps: int | None = None
     speculative_eagle_topk: int | None = None
     speculative_num_draft_tokens: int | None = None
+    # LoRA (kvcalc.serving.lora): --enable-lora, --max-loras-per-batch (8),
+    # --max-lora-rank and --lora-target-modules (both needed without --lora-paths)
+    enable_lora: bool = False
+    max_loras_per_batch: int | None = None
+    max_lora_rank: int | None = None
+    lora_target_modules: str | None = None
 
     def __post_init__(self) -> None:
         if self.kv_cache_dtype not in KV_DTYPES:
@@ -215,6 +221,7 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
     if type(spec.mla).__name__ == "IndexedLatent" and rules.dsa_served():
         flags, layout, page, mfs = _dsa_settings(rules, flags, layout, page, mfs, hw, notes)
 
+    lora = _lora_bytes(spec, flags, rules, notes)
     total = _visible(hw)
     pre = total - CONTEXT_BYTES - (COMM_BYTES if layout.tp * layout.pp > 1 else 0)
     if flags.start_free_bytes is not None:
@@ -227,7 +234,7 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
     best = None
     for stage in range(layout.pp):
         weights = stage_weights(spec, flags.weights, tp=layout.tp, pp=layout.pp, stage=stage)
-        post = pre - weights
+        post = pre - weights - lora
         rest = post - reserved
         split = pools(spec, flags, rules, rest=rest, attn_tp=attn_tp, stage=stage,
                       sizes=sizes, context=context, page=page, hw_name=hw.name,
@@ -274,6 +281,7 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
     if tokens is not None and split.tokens and tokens != split.tokens:
         kv_bytes = kv_bytes * tokens // split.tokens  # capped by --max-total-tokens
     terms = (("total", total), ("avail_mem_at_start", pre), ("weights", weights),
+             *((("lora_buffers", lora),) if flags.enable_lora else ()),
              ("avail_mem_after_weights", post), ("headroom", reserved),
              ("kv_cache", kv_bytes), *split.state_terms,
              ("avail_mem_after_pool", post - kv_bytes - split.state_bytes))
@@ -426,3 +434,35 @@ def _draft_terms(draft, flags, rules, terms, tokens, starts, refusal, attn_tp, n
                    f"weights and {own / GiB:.2f} GiB of KV exceed the "
                    f"{dict(terms)['avail_mem_after_pool'] / GiB:.2f} GiB the target leaves")
     return terms, starts, refusal
+
+
+def _lora_bytes(spec, flags: SglangFlags, rules, notes: list) -> int:
+    """--enable-lora's buffers on one GPU (kvcalc.serving.lora): `max_loras_per_batch`
+    slots (8) of --max-lora-rank over --lora-target-modules in the model dtype, taken
+    after the weights and before the pool's profile (`Rules.lora_counted`)."""
+    given = [n for n in ("max_loras_per_batch", "max_lora_rank", "lora_target_modules")
+             if getattr(flags, n) is not None]
+    if not flags.enable_lora:
+        if given:
+            raise KvcalcError(f"--{given[0].replace('_', '-')} needs --enable-lora")
+        return 0
+    from kvcalc.serving.lora import LoraSlots, lora_bytes, lora_modules
+
+    if not rules.lora_counted():
+        raise KvcalcError(f"--enable-lora: kvcalc counts SGLang's LoRA buffers from 0.4.10; "
+                          f"SGLang {flags.engine.release} is not read")
+    if flags.max_lora_rank is None or flags.lora_target_modules is None:
+        raise KvcalcError("--enable-lora: give --max-lora-rank and --lora-target-modules "
+                          "(SGLang needs both without --lora-paths; kvcalc reads no "
+                          "adapters)")
+    if flags.layout.pp > 1:
+        raise KvcalcError("--enable-lora with --pp over 1: the buffers per pipeline rank "
+                          "are not counted; give --pp 1")
+    slots = LoraSlots(slots=flags.max_loras_per_batch or 8, rank=flags.max_lora_rank,
+                      target_modules=lora_modules(flags.lora_target_modules))
+    nbytes, more = lora_bytes(spec, slots, tp=flags.layout.attention_tp,
+                              model_dtype=flags.weights.model_dtype)
+    notes.append(f"LoRA: {slots.slots} adapter slot(s) of rank {slots.rank}, "
+                 f"{nbytes / GiB:.2f} GiB out of the KV pool's budget (no log line)")
+    notes.extend(more)
+    return nbytes

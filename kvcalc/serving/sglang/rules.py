@@ -383,6 +383,15 @@ class Rules:
         own layers after the target's, out of the (1 - mem_fraction_static) headroom."""
         return self.era >= (0, 5, 14)
 
+    # -- lora/: the adapters' buffers -----------------------------------------------------
+    def lora_counted(self) -> bool:
+        """Whether kvcalc counts --enable-lora's buffers: from 0.4.10 (read in 0.4.10.post2,
+        0.5.4, 0.5.8, 0.5.23), where `ModelRunner.initialize` builds the LoRA manager and
+        its memory pool (`LoRAMemoryPool.init_buffers`) after the weights and before
+        `init_memory_pool` profiles the free memory: the buffers come out of the KV pool's
+        budget, in no log line of their own. 0.4.0-0.4.9 are not read."""
+        return self.era >= (0, 4, 10)
+
 
 def auto_speculative_params(algorithm: str, model_type: str) -> tuple[int, int, int]:
     """(num_steps, eagle_topk, num_draft_tokens) SGLang picks when none is given

@@ -176,6 +176,8 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
         notes += _parallel_note(spec, s)
     if draft is not None:
         notes.append(_draft_note(draft, s))
+    lora_slot_bytes, lora_notes = lora_weights(spec, s)
+    notes += lora_notes
     sizes = pipeline_layers(spec.layers, s.pp)
     total = device_total_bytes(hw)
     if total == hw.memory_bytes and not getattr(hw, "visible_memory_bytes", 0):
@@ -201,6 +203,7 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
             weights = _weights(spec, s, stage)
             if draft is not None:
                 weights += draft.weight_bytes(s.weights, s.tp)
+            weights += lora_slot_bytes
             peak, fwd, samp = activation_peak_bytes(spec, s, tokens, seqs, samples)
             if s.activation_peak_bytes is not None:  # measured (a calibration file)
                 peak = s.activation_peak_bytes
@@ -301,6 +304,42 @@ def speculative_draft(spec: ModelSpec, s: EngineSettings):
         raise KvcalcError("--speculative-config with --pp over 1: where vLLM puts the draft "
                           "over pipeline stages is not counted; give --pp 1")
     return vllm_draft(spec, s.speculative_config, methods)
+
+
+def lora_weights(spec: ModelSpec, s: EngineSettings) -> tuple[int, list[str]]:
+    """--enable-lora's slots on one device (kvcalc.serving.lora), inside "Model loading
+    took" (`GPUModelRunner.load_model` wraps the model inside its DeviceMemoryProfiler),
+    and the notes that go with them; (0, []) without --enable-lora."""
+    given = [n for n in ("max_loras", "max_lora_rank", "lora_target_modules")
+             if getattr(s, n) is not None] + (["lora_dtype"] if s.lora_dtype != "auto" else [])
+    if not s.enable_lora:
+        if given:
+            raise KvcalcError(f"--{given[0].replace('_', '-')} needs --enable-lora")
+        return 0, []
+    from kvcalc.serving.lora import RANKS, LoraSlots, lora_bytes, lora_modules
+
+    rules = s.rules
+    if not rules.lora_counted():
+        raise KvcalcError(f"--enable-lora: kvcalc counts vLLM's LoRA slots in the V1 engine "
+                          f"from 0.10.1.1; vLLM {s.vllm_version} ({s.engine.upper()}) is not "
+                          f"read")
+    if s.pp > 1:
+        raise KvcalcError("--enable-lora with --pp over 1: the slots per pipeline stage are "
+                          "not counted; give --pp 1")
+    if s.lora_target_modules is not None and not rules.lora_target_modules_flag():
+        raise KvcalcError(f"--lora-target-modules is vLLM's from 0.19; vLLM {s.vllm_version} "
+                          f"adapts every linear module")
+    rank = 16 if s.max_lora_rank is None else s.max_lora_rank  # `LoRAConfig`
+    if rank not in RANKS:
+        raise KvcalcError(f"--max-lora-rank must be one of {', '.join(map(str, RANKS))} "
+                          f"(vLLM's MaxLoRARanks), got {rank}")
+    extra, pad = rules.lora_extra_vocab()
+    slots = LoraSlots(slots=1 if s.max_loras is None else s.max_loras, rank=rank,
+                      target_modules=lora_modules(s.lora_target_modules), dtype=s.lora_dtype,
+                      embeddings=True, extra_vocab=extra, vocab_padding=pad)
+    nbytes, notes = lora_bytes(spec, slots, tp=s.tp, model_dtype=s.model_dtype)
+    return nbytes, [f"LoRA: {slots.slots} adapter slot(s) of rank {rank}, {nbytes:,} B in "
+                    f"\"Model loading took\"", *notes]
 
 
 def _draft_note(draft, s: EngineSettings) -> str:

@@ -263,3 +263,24 @@ class Rules:
         if self.release >= (15, 0):
             methods += ("draft_model",)
         return methods
+
+    # -- lora/: the adapters' slots ---------------------------------------------------------
+    def lora_counted(self) -> bool:
+        """Whether kvcalc counts --enable-lora's slots: V1 from 0.10.1.1, where
+        `GPUModelRunner.load_model` wraps the model with its LoRA layers inside the
+        DeviceMemoryProfiler whose figure "Model loading took" logs (read in 0.10.1.1,
+        0.11.0, 0.12.0, 0.33.0)."""
+        return self.v1 and self.release >= (10, 0)
+
+    def lora_extra_vocab(self) -> tuple[int, int]:
+        """(extra vocabulary rows, lm_head rows' padding) of the embedding and lm_head
+        slots: 0.10.1.1-0.11.1 `lora_extra_vocab_size` 256 and
+        `get_lora_vocab_padding_size` 256 (`lora/layers.py`); from 0.11.2 neither (read
+        in 0.11.2, 0.12.0, 0.33.0)."""
+        return (256, 256) if self.release < (11, 2) else (0, 1)
+
+    def lora_target_modules_flag(self) -> bool:
+        """--lora-target-modules exists from 0.19 (absent from the 0.18.0 wheel's
+        `engine/arg_utils.py`, present in 0.19.0's); before, every linear module and the
+        model's embedding modules get slots."""
+        return self.release >= (19, 0)
