@@ -123,3 +123,23 @@ def test_vllm_lora_flags_need_enable_lora_and_a_release_that_has_them():
              "--enable-lora", "--max-loras", "8", "--max-lora-rank", "64", "--format", "json")
     assert r.exit_code == 0, r.output
     assert any("LoRA: 8 adapter slot(s) of rank 64" in n for n in json.loads(r.stdout)["notes"])
+
+
+def test_plan_counts_the_features_and_writes_them_in_the_launch_line():
+    """plan's layouts are counted with the draft and the LoRA slots (fewer KV tokens than
+    without), and its `vllm serve` line carries the flags as vLLM spells them (parsed by
+    vLLM itself in tests/test_plan_vllm.py's tier)."""
+    from kvcalc.plan import plan
+
+    spec, hw = load_model("llama3.1-8b"), load_hardware("h100-sxm")
+    features = {"enable_lora": True, "max_loras": 4, "max_lora_rank": 32,
+                "lora_target_modules": "q_proj,v_proj"}
+    plain = plan(spec, hw, max_model_len=8192)
+    with_lora = plan(spec, hw, max_model_len=8192, features=features)
+    assert with_lora.command.endswith("--enable-lora --max-loras 4 --max-lora-rank 32 "
+                                      "--lora-target-modules q_proj v_proj")
+    assert "--enable-lora" not in plain.command
+    assert with_lora.best.kv_cache_tokens < plain.best.kv_cache_tokens
+    r = _run("plan", "--preset", "llama3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "8192",
+             "--max-loras-per-batch", "4")
+    assert r.exit_code == 2 and "--max-loras" in r.stderr and r.stderr.count("\n") == 1
