@@ -122,7 +122,11 @@ def test_vllm_lora_flags_need_enable_lora_and_a_release_that_has_them():
     r = _run("fit", "--preset", "llama3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "8192",
              "--enable-lora", "--max-loras", "8", "--max-lora-rank", "64", "--format", "json")
     assert r.exit_code == 0, r.output
-    assert any("LoRA: 8 adapter slot(s) of rank 64" in n for n in json.loads(r.stdout)["notes"])
+    d = json.loads(r.stdout)
+    assert any("LoRA: 8 adapter slot(s) of rank 64" in n for n in d["notes"])
+    spec = load_model("llama3.1-8b")
+    assert d["lora"]["lora_bytes"] == lora_bytes(spec, LoraSlots(8, 64, embeddings=True), tp=1,
+                                                 model_dtype="bf16")[0]
 
 
 def test_plan_counts_the_features_and_writes_them_in_the_launch_line():

@@ -523,6 +523,9 @@ def _capacity_dict(est, cap) -> dict:
         "max_concurrency": cap.max_concurrency, "max_model_len_fit": cap.max_model_len_fit,
         "memory": cap.memory,
         **({"speculative": cap.draft} if cap.draft else {}),
+        **({"lora": {"enable_lora": True, "max_loras": s.max_loras or 1,
+                     "max_lora_rank": s.max_lora_rank or 16, "lora_bytes": cap.lora_bytes}}
+           if s.enable_lora else {}),
         "notes": list(cap.notes),
     }
 

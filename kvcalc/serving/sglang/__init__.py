@@ -281,8 +281,9 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
     if tokens is not None and split.tokens and tokens != split.tokens:
         kv_bytes = kv_bytes * tokens // split.tokens  # capped by --max-total-tokens
     terms = (("total", total), ("avail_mem_at_start", pre), ("weights", weights),
+             ("avail_mem_after_weights", post + lora),  # as "Load weight end" logs it
              *((("lora_buffers", lora),) if flags.enable_lora else ()),
-             ("avail_mem_after_weights", post), ("headroom", reserved),
+             ("headroom", reserved),
              ("kv_cache", kv_bytes), *split.state_terms,
              ("avail_mem_after_pool", post - kv_bytes - split.state_bytes))
     if draft is not None:

@@ -96,6 +96,7 @@ class Capacity:
     request_bytes: int = 0
     # --speculative-config: the draft's method, weights and KV bytes a token (empty: none)
     draft: dict = field(default_factory=dict)
+    lora_bytes: int = 0  # --enable-lora: the adapters' slots, inside the weights
 
     @property
     def memory(self) -> dict[str, int]:
@@ -270,7 +271,8 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
         num_gpu_blocks=num_blocks, kv_cache_tokens=kv_tokens, max_concurrency=concurrency,
         fits=fits, max_model_len_fit=largest, refusal=refusal, notes=tuple(notes),
         in_flight=in_flight, state=state, request_bytes=need,
-        draft=_draft_fields(draft, s, kv_dt, kv_scale_bytes, state_dt))
+        draft=_draft_fields(draft, s, kv_dt, kv_scale_bytes, state_dt),
+        lora_bytes=lora_slot_bytes)
 
 
 def _draft_fields(draft, s: EngineSettings, kv_dt, scale: int, state_dt) -> dict:
