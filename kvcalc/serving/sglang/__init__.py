@@ -22,6 +22,15 @@ Facts (quoted, not copied code; paths inside `sglang/srt/` of the PyPI wheels):
   holds min(max(tokens / context_len x 512, 2048), 4096) requests unless
   --max-running-requests is given; the scheduler runs at most min(tokens // 2, that).
 * "GB" in SGLang's logs is GiB (`get_available_gpu_memory`: free / 2^30).
+* speculative decoding (`--speculative-algorithm`; kvcalc.serving.speculative for the
+  draft): the draft worker loads after the target's pool (a second "Load weight" block),
+  out of the headroom; before 0.5.14 it keeps a pool of the target's tokens over its own
+  layers (`eagle_worker.py`, `draft_runner_cache_size`), from 0.5.14 its layers are in the
+  target's cell (`pool_configurator.py`); the reserve, running requests and the pool's
+  headroom change by release (the rules' `speculative_*`).
+* LoRA (`--enable-lora`; kvcalc.serving.lora): the adapters' buffers are built after the
+  weights and before the pool's profile (`ModelRunner.initialize`), so the pool is
+  smaller by them, in no log line of their own.
 """
 
 from __future__ import annotations
