@@ -34,6 +34,7 @@ read from its config by kvcalc's reader (kvcalc.hfconfig, kvcalc.model_source).
 
 from __future__ import annotations
 
+import functools
 import json
 
 from kvcalc._record import record
@@ -152,6 +153,7 @@ def merge_groups(target: tuple, draft: tuple) -> tuple:
 # ------------------------------------------------------------------------------------
 # Building a draft from what the user names
 # ------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=16)  # a plan counts every layout with the same draft
 def _resolve(model: str) -> ModelSpec:
     from kvcalc.model_source import resolve_model
 
