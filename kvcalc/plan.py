@@ -182,8 +182,10 @@ def hub_id(spec: ModelSpec) -> str | None:
     return m.group(1) if m else None
 
 
-def serve_command(model: str, layout: Layout) -> str:
-    """The `vllm serve` line for `layout`: only flags vLLM 0.32's parser takes."""
+def serve_command(model: str, layout: Layout, features: dict | None = None) -> str:
+    """The `vllm serve` line for `layout`: only flags vLLM 0.32's parser takes, then the
+    features it was counted with (`features`: EngineSettings' speculative_config and LoRA
+    fields, spelled as vLLM's parser takes them)."""
     import shlex
 
     parts = ["vllm", "serve", shlex.quote(model),
@@ -198,6 +200,17 @@ def serve_command(model: str, layout: Layout) -> str:
         parts += ["--max-num-batched-tokens", str(layout.max_num_batched_tokens)]
     if layout.kv_dtype != "auto":
         parts += ["--kv-cache-dtype", layout.kv_dtype]
+    f = features or {}
+    if f.get("speculative_config") is not None:
+        parts += ["--speculative-config", shlex.quote(f["speculative_config"])]
+    if f.get("enable_lora"):
+        parts.append("--enable-lora")
+        for name in ("max_loras", "max_lora_rank", "lora_dtype"):
+            if f.get(name) is not None:
+                parts += ["--" + name.replace("_", "-"), str(f[name])]
+        if f.get("lora_target_modules") is not None:  # nargs="+": one word a module
+            parts += ["--lora-target-modules",
+                      *f["lora_target_modules"].replace(",", " ").split()]
     return " ".join(parts)
 
 
@@ -222,7 +235,7 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
          vllm_version: str | None = None, allow_long_max_model_len: bool = False,
          kv_dtypes: tuple[str, ...] = KV_DTYPES,
          utilizations: tuple[str, ...] = UTILIZATIONS,
-         calibration: Calibration | None = None) -> Plan:
+         calibration: Calibration | None = None, features: dict | None = None) -> Plan:
     """The layouts of up to `gpus` devices like `hw` that start `spec` under vLLM's count
     and meet the targets, best first by output tokens/s per GPU.
 
@@ -233,7 +246,9 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     the `vllm serve` line gives (default: the preset's Hub id, else its name).
     `vllm_version`: whose count (default: the calibration's release, else 0.33).
     `calibration`: measured terms for the layouts of its tp and pp (module docstring);
-    a file learnt on another GPU or model is refused.
+    a file learnt on another GPU or model is refused. `features`: EngineSettings'
+    speculative_config and LoRA fields, counted in every layout (pp 1 only) and written
+    into the launch line.
     Raises NothingFits when no layout starts or none meets the targets.
     """
     from kvcalc.serving.vllm.state import unpaged_kinds, why_unpaged
@@ -284,7 +299,12 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     stored = stored_weights(spec, w.quantization, 1)
     base = EngineSettings(max_model_len=length, vllm_version=vllm_version,
                           allow_long_max_model_len=allow_long_max_model_len,
-                          weight_quantization=w.quantization)
+                          weight_quantization=w.quantization, **(features or {}))
+    if features:  # the flags' own errors now, not one per layout searched
+        from kvcalc.serving.vllm.capacity import lora_weights, speculative_draft
+
+        speculative_draft(spec, base)
+        lora_weights(spec, base)
     search = _Search(spec=spec, hw=hw, prompt_len=prompt_len, output_len=out_len, ttft_s=ttft_s,
                      tpot_s=tpot_s, engine=engine, base=base, calibration=calibration,
                      ref=served_ref(engine, vllm_version))
@@ -328,7 +348,8 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
                 weight_dtype=w.weight_label,
                 weight_bytes=stored.total if stored is not None else
                 w.weight_dtype.nbytes(param_counts(spec).total),
-                front=tuple(front), best=best, command=serve_command(name, best),
+                front=tuple(front), best=best,
+                command=serve_command(name, best, features),
                 notes=tuple(notes),
                 cloud=tuple(sorted({(x.tokens_per_s_per_user, x.tokens_per_s_per_gpu)
                                     for x in layouts})),

@@ -102,3 +102,24 @@ def test_vllm_parses_every_printed_line_to_the_same_values(serve_parser, preset,
                                   pipeline_parallel_size=engine.pipeline_parallel_size,
                                   data_parallel_size=engine.data_parallel_size)
         assert parallel.world_size_across_dp == x.gpus <= gpus
+
+
+def test_vllm_parses_the_feature_flags_plan_writes(serve_parser):
+    """plan's launch line with speculative decoding and LoRA (kvcalc.plan.serve_command):
+    vLLM's own parser reads back the draft's JSON and the LoRA slots it was counted with."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    spec_config = ('{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", '
+                   '"num_speculative_tokens": 3}')
+    features = {"speculative_config": spec_config, "enable_lora": True, "max_loras": 4,
+                "max_lora_rank": 32, "lora_target_modules": "q_proj,v_proj"}
+    x = plan(load_model("llama3.1-8b"), load_hardware("h100-sxm"), gpus=1,
+             max_model_len=8192, engine=load_engine("vllm")[0]).best
+    words = shlex.split(serve_command("meta-llama/Llama-3.1-8B-Instruct", x, features))
+    args = serve_parser.parse_args(words[1:])
+    args.model = args.model_tag
+    engine = AsyncEngineArgs.from_cli_args(args)
+    assert engine.speculative_config["method"] == "eagle3"
+    assert engine.speculative_config["num_speculative_tokens"] == 3
+    assert engine.enable_lora and engine.max_loras == 4 and engine.max_lora_rank == 32
+    assert list(engine.lora_target_modules) == ["q_proj", "v_proj"]

@@ -75,7 +75,8 @@ def _slo(est, *, ttft_ms, tpot_ms, mfu, bandwidth_efficiency, seq_len=None, limi
 
 def _engine_fit(request, ref, given, *, fmt, output, force, seq_len, kv_dtype, weight_dtype,
                 group_size, tp, pp, gpu, kv_scale_bytes, encoder_seq_len, prompt_len, mfu,
-                bandwidth_efficiency, speed_engine, ttft_ms, tpot_ms) -> None:
+                bandwidth_efficiency, speed_engine, ttft_ms, tpot_ms,
+                acceptance_rate=None) -> None:
     """`kvcalc fit --engine sglang|tensorrt-llm`: that engine's own start-up count, the
     floor beside it."""
     from kvcalc import units
@@ -115,8 +116,17 @@ def _engine_fit(request, ref, given, *, fmt, output, force, seq_len, kv_dtype, w
     if source is not None:
         obj["weights_source"] = source
     obj.update(slo_fields(est, slo))
+    from kvcalc.cli.feature_flags import speculative_time_parts
+    from kvcalc.serving.drafts import draft_of
+
+    timed, timed_tab = speculative_time_parts(
+        est, draft_of(est.spec, flags), acceptance_rate,
+        speed.resolve(speed_engine, est.hardware), mfu, bandwidth_efficiency)
+    if timed is not None:
+        obj["speculative_time"] = timed
     write(fmt, output, force, lambda: obj, lambda: [flatten(obj)],
-          lambda: [serving_table(est, counted, slo)])
+          lambda: [serving_table(est, counted, slo),
+                   *([timed_tab] if timed_tab is not None else [])])
     if not counted.starts:
         raise typer.Exit(1)
 

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from kvcalc.cli import feature_flags as ff
 from kvcalc.cli import speed
 from kvcalc.cli.counting import _engine_fit, _estimates, _slo, slo_fields, write
 from kvcalc.cli.parsing import command
@@ -70,6 +71,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
     if only in (None, "fit"):  # fit's engine flags: their annotations name this module's `ef`
         global ef
         from kvcalc.cli import engine_flags as ef
+
     @command(app, only)
     @model_options
     def estimate(
@@ -222,6 +224,20 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         tokens_per_block: ef.TokensPerBlockOpt = None,
         backend: ef.BackendOpt = None,
         max_tokens_in_paged_kv_cache: ef.MaxTokensPagedOpt = None,
+        speculative_config: ff.SpeculativeConfigOpt = None,
+        speculative_algorithm: ff.SpecAlgorithmOpt = None,
+        speculative_draft_model_path: ff.SpecDraftPathOpt = None,
+        speculative_num_steps: ff.SpecStepsOpt = None,
+        speculative_eagle_topk: ff.SpecTopkOpt = None,
+        speculative_num_draft_tokens: ff.SpecDraftTokensOpt = None,
+        extra_llm_api_options: ff.ExtraLlmApiOptionsOpt = None,
+        acceptance_rate: ff.AcceptanceRateOpt = None,
+        enable_lora: ff.EnableLoraOpt = False,
+        max_loras: ff.MaxLorasOpt = None,
+        max_loras_per_batch: ff.MaxLorasPerBatchOpt = None,
+        max_lora_rank: ff.MaxLoraRankOpt = None,
+        lora_dtype: ff.LoraDtypeOpt = None,
+        lora_target_modules: ff.LoraTargetModulesOpt = None,
         kv_scale_bytes: ScaleOpt = 0,
         encoder_seq_len: EncoderLenOpt = None,
         memory_fraction: MemFractionOpt = None,
@@ -275,16 +291,35 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                   "max_batch_size": max_batch_size, "max_num_tokens": max_num_tokens,
                   "max_seq_len": max_seq_len, "tokens_per_block": tokens_per_block,
                   "backend": backend,
-                  "max_tokens_in_paged_kv_cache": max_tokens_in_paged_kv_cache}
+                  "max_tokens_in_paged_kv_cache": max_tokens_in_paged_kv_cache,
+                  **ff.speculative_given(
+                      speculative_algorithm=speculative_algorithm,
+                      speculative_draft_model_path=speculative_draft_model_path,
+                      speculative_num_steps=speculative_num_steps,
+                      speculative_eagle_topk=speculative_eagle_topk,
+                      speculative_num_draft_tokens=speculative_num_draft_tokens,
+                      extra_llm_api_options=extra_llm_api_options)}
+        lora = ff.lora_given(enable_lora=enable_lora, max_loras=max_loras,
+                             max_loras_per_batch=max_loras_per_batch,
+                             max_lora_rank=max_lora_rank, lora_dtype=lora_dtype,
+                             lora_target_modules=lora_target_modules)
+        others = {k: v for k, v in others.items() if k != "speculative_config"}
+        others.update({k: lora[k] for k in ("max_loras_per_batch",)})
+        shared_lora = {k: lora[k] for k in ("enable_lora", "max_lora_rank",
+                                             "lora_target_modules")}
         vllm_given = {"gpu_memory_utilization": gpu_memory_utilization,
                       "max_model_len": max_model_len, "block_size": block_size,
                       "max_num_batched_tokens": max_num_batched_tokens,
                       "max_num_seqs": max_num_seqs, "kv_cache_memory_bytes": kv_cache_memory,
                       "enforce_eager": enforce_eager or None, "vllm_version": vllm_version,
-                      "calibration": calibration}
+                      "calibration": calibration, "speculative_config": speculative_config,
+                      "max_loras": max_loras, "lora_dtype": lora_dtype}
         from kvcalc.serving.flags import check_owners
 
-        check_owners(ref.name if ref else "vllm", {**vllm_given, **others}, ef.flag_of)
+        check_owners(ref.name if ref else "vllm", {**vllm_given, **others, **shared_lora},
+                     ef.flag_of)
+        if ref is not None and ref.name != "vllm":
+            others.update({k: v for k, v in shared_lora.items() if v is not None})
         if ref is not None and ref.name == "vllm" and ref.named:
             if vllm_version is not None and vllm_version != ref.release:
                 raise KvcalcError(f"--engine {speed_engine} and --vllm-version {vllm_version} "
@@ -306,14 +341,16 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                         kv_scale_bytes=kv_scale_bytes, encoder_seq_len=encoder_seq_len,
                         prompt_len=prompt_len, mfu=mfu,
                         bandwidth_efficiency=bandwidth_efficiency, speed_engine=speed_engine,
-                        ttft_ms=ttft_ms, tpot_ms=tpot_ms)
+                        ttft_ms=ttft_ms, tpot_ms=tpot_ms, acceptance_rate=acceptance_rate)
             return
         engine_flags = {"--max-model-len": max_model_len, "--gpu-memory-utilization":
                         gpu_memory_utilization, "--pp": pp, "--block-size": block_size,
                         "--max-num-batched-tokens": max_num_batched_tokens,
                         "--max-num-seqs": max_num_seqs, "--vllm-version": vllm_version,
                         "--enforce-eager": enforce_eager or None, "--calibration": calibration,
-                        "--kv-cache-memory": kv_cache_memory}
+                        "--kv-cache-memory": kv_cache_memory,
+                        "--speculative-config": speculative_config,
+                        "--enable-lora": enable_lora or None}
         engine = {k: v for k, v in engine_flags.items() if v is not None}
         if engine and (memory_fraction is not None or reserve is not None):
             raise KvcalcError("--memory-fraction and --reserve shape the plain fit; with engine "
@@ -338,6 +375,10 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                            batched=max_num_batched_tokens, seqs=max_num_seqs,
                            enforce_eager=enforce_eager, vllm_version=vllm_version,
                            kv_cache_memory=kv_cache_memory, learnt=learnt)
+        if speculative_config is not None:
+            serving["speculative_config"] = speculative_config
+        serving.update({k: v for k, v in {**shared_lora, "max_loras": max_loras,
+                                          "lora_dtype": lora_dtype}.items() if v is not None})
         if seq_len is None and length is not None and length != AUTO:
             seq_len = length  # the floor beside the engine's count, at the length it asks
         args = dict(seq_len=seq_len, batch=batch or 1, kv_dtype=kv_dtype,
@@ -405,8 +446,16 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             if source is not None:  # a model folder or Hub id
                 obj["weights_source"] = source
         obj.update(slo_fields(est, slo))
+        from kvcalc.serving.vllm.capacity import speculative_draft
+
+        timed, timed_tab = ff.speculative_time_parts(
+            est, speculative_draft(est.spec, v.settings), acceptance_rate,
+            speed.resolve(speed_engine, est.hardware), mfu, bandwidth_efficiency)
+        if timed is not None:
+            obj["speculative_time"] = timed
         write(fmt, output, force, lambda: obj, lambda: [flatten(obj)],
-              lambda: [capacity_table(est, slo, "--max-model-len" if engine else "--seq-len")])
+              lambda: [capacity_table(est, slo, "--max-model-len" if engine else "--seq-len"),
+                       *([timed_tab] if timed_tab is not None else [])])
         if not v.serves:
             raise typer.Exit(1)  # a valid question answered no (bad input exits 2)
 
@@ -473,6 +522,10 @@ def _capacity_dict(est, cap) -> dict:
         "kv_cache_tokens": cap.kv_cache_tokens, "num_gpu_blocks": cap.num_gpu_blocks,
         "max_concurrency": cap.max_concurrency, "max_model_len_fit": cap.max_model_len_fit,
         "memory": cap.memory,
+        **({"speculative": cap.draft} if cap.draft else {}),
+        **({"lora": {"enable_lora": True, "max_loras": s.max_loras or 1,
+                     "max_lora_rank": s.max_lora_rank or 16, "lora_bytes": cap.lora_bytes}}
+           if s.enable_lora else {}),
         "notes": list(cap.notes),
     }
 

@@ -18,6 +18,7 @@ from kvcalc.cli.options import (
     output_format,
     resolve_gpu,
 )
+from kvcalc.cli import feature_flags as ff
 from kvcalc.cli.parsing import command
 from kvcalc.errors import KvcalcError
 
@@ -68,6 +69,15 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             "weights, activation peak, non-torch memory and CUDA graphs for the layouts "
             "of the tp and pp the log ran, kvcalc's models for the others (stderr and "
             "JSON say which); its release and driver-visible memory for all.")] = None,
+        speculative_config: ff.SpeculativeConfigOpt = None,
+        speculative_algorithm: ff.SpecAlgorithmOpt = None,
+        extra_llm_api_options: ff.ExtraLlmApiOptionsOpt = None,
+        enable_lora: ff.EnableLoraOpt = False,
+        max_loras: ff.MaxLorasOpt = None,
+        max_loras_per_batch: ff.MaxLorasPerBatchOpt = None,
+        max_lora_rank: ff.MaxLoraRankOpt = None,
+        lora_dtype: ff.LoraDtypeOpt = None,
+        lora_target_modules: ff.LoraTargetModulesOpt = None,
         plot: Annotated[Optional[Path], typer.Option(
             "--plot", show_default=False,
             help="Also draw tokens/s per GPU against tokens/s per user, the front marked "
@@ -106,6 +116,14 @@ def register(app: typer.Typer, only: str | None = None) -> None:
 
             learnt = read_calibration(calibration)
         refs = _engines(engine)
+        features = _features(refs, speculative_config=speculative_config,
+                             speculative_algorithm=speculative_algorithm,
+                             extra_llm_api_options=extra_llm_api_options,
+                             lora=ff.lora_given(enable_lora=enable_lora, max_loras=max_loras,
+                                                max_loras_per_batch=max_loras_per_batch,
+                                                max_lora_rank=max_lora_rank,
+                                                lora_dtype=lora_dtype,
+                                                lora_target_modules=lora_target_modules))
         spec = request.resolve()
         if learnt is not None:
             learnt.check_for(spec, hardware, str(calibration))
@@ -123,7 +141,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                 tpot_s=None if tpot_ms is None else tpot_ms / 1000,
                 engine=_vllm_terms(engine, hardware), model=_served_name(request),
                 vllm_version=vllm_version, allow_long_max_model_len=_allows_long(),
-                calibration=learnt)
+                calibration=learnt, features=features)
         except NothingFits as e:
             sys.stderr.write(f"kvcalc: {' '.join(str(e).split())}\n")
             raise typer.Exit(1)
@@ -255,3 +273,22 @@ def _compare(refs, spec, hardware, *, fmt, output, force, gpus, max_model_len, c
 def _name(p) -> str:
     """An engine plan's engine; vLLM's Plan names its timing terms instead."""
     return p.engine.name if hasattr(p.engine, "release") else "vllm"
+
+
+def _features(refs, *, speculative_config, speculative_algorithm, extra_llm_api_options,
+              lora) -> dict:
+    """The launch features plan counts (vLLM's EngineSettings fields: the draft and the
+    LoRA slots), vLLM's spelling only: another engine's is one error naming vLLM's, and
+    they are not counted for --engine sglang or tensorrt-llm."""
+    from kvcalc.cli.engine_flags import flag_of
+    from kvcalc.serving.flags import check_owners
+
+    given = {"speculative_config": speculative_config,
+             "speculative_algorithm": speculative_algorithm,
+             "extra_llm_api_options": extra_llm_api_options, **lora}
+    check_owners("vllm", given, flag_of)
+    features = {k: v for k, v in given.items() if v is not None}
+    if features and refs is not None:
+        raise KvcalcError("plan counts --speculative-config and LoRA for vLLM's layouts only: "
+                          "drop --engine, or the feature flags")
+    return features

@@ -21,6 +21,13 @@ from kvcalc.inputfile import read_text
 from kvcalc.spec import ModelSpec
 
 
+# Config fields the engines' speculative decoding reads: MTP layers under each family's
+# name, and an EAGLE / EAGLE-3 head's architecture, vocabulary and target width.
+SPECULATIVE_KEYS = ("num_nextn_predict_layers", "num_mtp_layers", "mtp_num_hidden_layers",
+                    "num_mtp_modules", "draft_vocab_size", "target_hidden_size",
+                    "eagle_config", "architectures")
+
+
 def _quantization_extra(cfg: dict, where: str) -> dict:
     """{"quantization": Quantization} from the config's quantization_config (kvcalc.quant);
     one kvcalc cannot read keeps its message as "quantization_error" (raised by
@@ -128,6 +135,11 @@ def spec_from_hf_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
     approximate = fields.pop("approximate", "")
     notes = [f"from Hugging Face config.json, model_type {model_type}", *fields.pop("notes", [])]
     extra = {"hf_model_type": model_type, **_quantization_extra(cfg, where)}
+    # What a serving engine's speculative decoding reads (kvcalc.serving.speculative): the
+    # MTP layers a checkpoint carries, an EAGLE head's own vocabulary and inputs.
+    drafting = {k: cfg[k] for k in SPECULATIVE_KEYS if cfg.get(k) is not None}
+    if drafting:
+        extra["speculative"] = drafting
     if "read_as" in fields:
         extra["read_as"] = fields.pop("read_as")
     if approximate:

@@ -16,6 +16,11 @@ TERM_WORDS = {
     "kv_cache": "KV cache",
     "mamba_cache": "state cache (Mamba slots)",
     "avail_mem_after_pool": "free after the pools",
+    "lora_buffers": "LoRA buffers (before the pool's profile; no log line)",
+    # SGLang's speculative draft worker, its second "Load weight" / "KV Cache" block
+    "draft_weights": "draft worker's weights (loaded after the pools)",
+    "draft_kv_cache": "draft worker's KV pool",
+    "draft_avail_mem_after_pool": "free after the draft worker",
     "activation_peak": "activation peak (profiling run)",
     "activations": "activations (fixed at build time)",
     "engine": "engine (weights)",

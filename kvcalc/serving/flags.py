@@ -36,6 +36,16 @@ OWNER = {
     "tokens_per_block": ("tensorrt-llm",), "backend": ("tensorrt-llm",),
     "max_tokens_in_paged_kv_cache": ("tensorrt-llm",),
     "enable_chunked_prefill": ("tensorrt-llm",),
+    # speculative decoding (kvcalc.serving.speculative), each engine's own spelling
+    "speculative_config": ("vllm",),
+    "speculative_algorithm": ("sglang",), "speculative_draft_model_path": ("sglang",),
+    "speculative_num_steps": ("sglang",), "speculative_eagle_topk": ("sglang",),
+    "speculative_num_draft_tokens": ("sglang",),
+    "extra_llm_api_options": ("tensorrt-llm",),
+    # LoRA adapters (kvcalc.serving.lora)
+    "enable_lora": ("vllm", "sglang"), "max_lora_rank": ("vllm", "sglang"),
+    "lora_target_modules": ("vllm", "sglang"), "max_loras": ("vllm",),
+    "lora_dtype": ("vllm",), "max_loras_per_batch": ("sglang",),
     # every engine
     "pp": ("vllm", "sglang", "tensorrt-llm"),
 }
@@ -48,6 +58,8 @@ ALIKE = (
     ("max_num_batched_tokens", "chunked_prefill_size", "max_num_tokens"),
     ("block_size", "page_size", "tokens_per_block"),
     ("enforce_eager", "disable_cuda_graph", None),
+    ("speculative_config", "speculative_algorithm", "extra_llm_api_options"),
+    ("max_loras", "max_loras_per_batch", None),
 )
 _COLUMN = {"vllm": 0, "sglang": 1, "tensorrt-llm": 2}
 
@@ -95,6 +107,13 @@ def engine_flags(ref, settings, *, kv_scale_bytes: int = 0, **given):
                            allow_long_context=allow_long_context_from_env(), **given)
     from kvcalc.serving.trtllm import TrtllmFlags
 
+    options = given.pop("extra_llm_api_options", None)
+    if options is not None:
+        from kvcalc.serving.speculative import llm_api_speculative_config
+
+        spec_config = llm_api_speculative_config(options)
+        if spec_config is not None:
+            given["speculative_config"] = spec_config
     if "max_tokens_in_paged_kv_cache" in given:
         given["max_tokens"] = given.pop("max_tokens_in_paged_kv_cache")
     given.setdefault("max_seq_len", settings.max_model_len)

@@ -48,7 +48,8 @@ def stage_layers(spec: ModelSpec, pp: int) -> tuple[int, ...]:
 
 
 def stage_weights(spec: ModelSpec, weights: Weights, *, tp: int, pp: int = 1,
-                  stage: int = 0, expert_split: int = 0, whole_experts: bool = False) -> int:
+                  stage: int = 0, expert_split: int = 0, whole_experts: bool = False,
+                  ends: bool = True) -> int:
     """Bytes of weights one device of pipeline stage `stage` holds (tp-way sharded), exact.
 
     `expert_split`: the GPUs a MoE model's routed experts are spread over where that is
@@ -61,11 +62,15 @@ def stage_weights(spec: ModelSpec, weights: Weights, *, tp: int, pp: int = 1,
     first stage and the lm_head (a copy even when tied, if pp > 1) on the last.
     `weight_dtype` applies to every matrix but the embedding and lm_head. Engines also
     keep a RoPE cos/sin cache of max_position x head_dim in the model dtype, counted
-    on every stage. `weights_bytes` (measured) replaces all of this.
+    on every stage. `weights_bytes` (measured) replaces all of this. `ends=False`: the
+    decoder layers alone, without the embedding, the lm_head, the RoPE cache and towers
+    (a speculative head's layers, which use the target's: kvcalc.serving.speculative).
     """
     if weights.weights_bytes is not None:
         return weights.weights_bytes
     split = _ExpertSplit(spec, tp, expert_split or tp, whole_experts)
+    if not ends:
+        return _language_model_bytes(spec, weights, tp, pp, stage, split, ends=False)
     return (_language_model_bytes(spec, weights, tp, pp, stage, split)
             + _tower_bytes(spec, weights, tp, stage))
 
@@ -107,21 +112,21 @@ def _tower_bytes(spec: ModelSpec, w: Weights, tp: int, stage: int) -> int:
 
 
 def _language_model_bytes(spec: ModelSpec, w: Weights, tp: int, pp: int, stage: int,
-                          split: _ExpertSplit) -> int:
+                          split: _ExpertSplit, ends: bool = True) -> int:
     """The config's count (kvcalc.quant for quantized weights); for a checkpoint read
     from a folder or the Hub (AsStored), plus what its quantized headers hold beyond that
     count, shared per device as estimate shares it and split over stages by layers."""
     q = w.weight_quantization
     if q is None and not w.weight_dtype and not (spec.extra.get("quantization")
                                                  or spec.extra.get("quantization_error")):
-        return _config_bytes(spec, w, tp, pp, stage, None, split)  # plain: no kvcalc.quant
+        return _config_bytes(spec, w, tp, pp, stage, None, split, ends)  # plain: no kvcalc.quant
     from kvcalc.quant.checkpoint import AsStored, engine_surplus_bytes
     from kvcalc.quant.formats import adhoc, quantization_of
 
     if isinstance(q, AsStored):
         stored, q = q, q.quantization
-        total = _config_bytes(spec, w, tp, pp, stage, q, split)
-        if not (stored.quantized and stored.applies(spec)):
+        total = _config_bytes(spec, w, tp, pp, stage, q, split, ends)
+        if not (stored.quantized and stored.applies(spec)) or not ends:
             return total  # float tensors only: loaded in the engine's dtype
         whole = _config_bytes(spec, w, tp, 1, 0, q, split) - _rope_cache_bytes(spec, w)
         surplus = engine_surplus_bytes(spec, stored, tp, whole)
@@ -130,7 +135,7 @@ def _language_model_bytes(spec: ModelSpec, w: Weights, tp: int, pp: int, stage: 
         return total + surplus
     if q is None:
         q = adhoc(w.weight_dtype, w.group_size) if w.weight_dtype else quantization_of(spec)
-    return _config_bytes(spec, w, tp, pp, stage, q, split)
+    return _config_bytes(spec, w, tp, pp, stage, q, split, ends)
 
 
 def _rope_cache_bytes(spec: ModelSpec, w: Weights) -> int:
@@ -146,10 +151,10 @@ def _rope_cache_bytes(spec: ModelSpec, w: Weights) -> int:
 
 
 def _config_bytes(spec: ModelSpec, w: Weights, tp: int, pp: int, stage: int, q,
-                  split: _ExpertSplit) -> int:
+                  split: _ExpertSplit, ends: bool = True) -> int:
     """One stage's weights on one device from the config, quantized by `q` (None: the
     model dtype, or w.weight_dtype for every matrix), the routed experts as `split` lays
-    them."""
+    them; `ends=False`: the decoder layers alone."""
     if q is not None:
         from kvcalc.quant.weights import weight_bytes, weight_bytes_per_device
 
@@ -166,6 +171,8 @@ def _config_bytes(spec: ModelSpec, w: Weights, tp: int, pp: int, stage: int, q,
             body_dev += split.rebase(wb.breakdown.get("moe/experts", 0))
         sizes = pipeline_layers(spec.layers, pp)
         total = body_dev * sizes[stage] // spec.layers if pp > 1 else body_dev
+        if not ends:
+            return total
         if stage == 0:
             total += emb_dev
         if stage == pp - 1:
@@ -191,6 +198,8 @@ def _config_bytes(spec: ModelSpec, w: Weights, tp: int, pp: int, stage: int, q,
     model_dt = dtype(w.model_dtype)
     weight_dt = _weight_dtype(w.weight_dtype) if w.weight_dtype else model_dt
     total = weight_dt.nbytes(body_stage)
+    if not ends:
+        return total
     if stage == 0:
         total += model_dt.nbytes(-(-emb // tp))
     if stage == pp - 1:

@@ -22,6 +22,15 @@ Facts (quoted, not copied code; paths inside `sglang/srt/` of the PyPI wheels):
   holds min(max(tokens / context_len x 512, 2048), 4096) requests unless
   --max-running-requests is given; the scheduler runs at most min(tokens // 2, that).
 * "GB" in SGLang's logs is GiB (`get_available_gpu_memory`: free / 2^30).
+* speculative decoding (`--speculative-algorithm`; kvcalc.serving.speculative for the
+  draft): the draft worker loads after the target's pool (a second "Load weight" block),
+  out of the headroom; before 0.5.14 it keeps a pool of the target's tokens over its own
+  layers (`eagle_worker.py`, `draft_runner_cache_size`), from 0.5.14 its layers are in the
+  target's cell (`pool_configurator.py`); the reserve, running requests and the pool's
+  headroom change by release (the rules' `speculative_*`).
+* LoRA (`--enable-lora`; kvcalc.serving.lora): the adapters' buffers are built after the
+  weights and before the pool's profile (`ModelRunner.initialize`), so the pool is
+  smaller by them, in no log line of their own.
 """
 
 from __future__ import annotations
@@ -45,6 +54,9 @@ __all__ = ["SglangFlags", "check_release", "count"]
 CONTEXT_BYTES = 560 * MiB
 COMM_BYTES = 300 * MiB  # at tp > 1, on every rank
 MAX_PREFILL_TOKENS = 16384  # `ServerArgs.max_prefill_tokens`, every release read
+# --speculative-algorithm's choices (`server_args.py`, 0.5.3 on; NGRAM and STANDALONE
+# from 0.5.3, NEXTN an alias of EAGLE)
+SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 
 
 
@@ -84,6 +96,20 @@ class SglangFlags:
     # Measured in place of the model (`kvcalc check`): the memory free when the weights
     # began loading ("Load weight begin. avail mem"), bytes per GPU
     start_free_bytes: int | None = None
+    # Speculative decoding (kvcalc.serving.speculative): --speculative-algorithm, the
+    # draft (--speculative-draft-model-path; none: the target's MTP layers) and the
+    # round's shape (None: SGLang's own choice, `auto_speculative_params`)
+    speculative_algorithm: str | None = None
+    speculative_draft_model_path: str | None = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    # LoRA (kvcalc.serving.lora): --enable-lora, --max-loras-per-batch (8),
+    # --max-lora-rank and --lora-target-modules (both needed without --lora-paths)
+    enable_lora: bool = False
+    max_loras_per_batch: int | None = None
+    max_lora_rank: int | None = None
+    lora_target_modules: str | None = None
 
     def __post_init__(self) -> None:
         if self.kv_cache_dtype not in KV_DTYPES:
@@ -93,8 +119,24 @@ class SglangFlags:
                 self.chunked_prefill_size, bool) and isinstance(self.chunked_prefill_size, int) \
                 and self.chunked_prefill_size <= 0:
             object.__setattr__(self, "chunked_prefill_size", -1)  # SGLang: chunking off
+        if self.speculative_algorithm is not None:
+            algorithm = str(self.speculative_algorithm).upper()
+            if algorithm not in SPECULATIVE_ALGORITHMS:
+                raise KvcalcError(f"speculative_algorithm must be one of "
+                                  f"{', '.join(SPECULATIVE_ALGORITHMS)}, got "
+                                  f"{self.speculative_algorithm!r}")
+            object.__setattr__(self, "speculative_algorithm", algorithm)
+        else:
+            given = [n for n in ("speculative_draft_model_path", "speculative_num_steps",
+                                 "speculative_eagle_topk", "speculative_num_draft_tokens")
+                     if getattr(self, n) is not None]
+            if given:
+                raise KvcalcError(f"{given[0]} needs speculative_algorithm (SGLang's "
+                                  f"--speculative-algorithm)")
         for name in ("context_length", "max_running_requests", "max_total_tokens",
-                     "page_size", "cuda_graph_max_bs", "max_mamba_cache_size"):
+                     "page_size", "cuda_graph_max_bs", "max_mamba_cache_size",
+                     "speculative_num_steps", "speculative_eagle_topk",
+                     "speculative_num_draft_tokens"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
                 raise KvcalcError(f"{name} must be a positive whole number, got {v!r}")
@@ -152,6 +194,15 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
             f"context_length {flags.context_length:,} is over {spec.name}'s context of "
             f"{spec.max_context:,} tokens (the length its config gives); SGLang refuses it "
             f"unless the environment sets SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")
+    draft, rounds = speculative_draft(spec, flags, rules)
+    if draft is not None:
+        from dataclasses import replace
+
+        running_default = rules.speculative_running_default(flags.speculative_algorithm)
+        if flags.max_running_requests is None and running_default is not None:
+            flags = replace(flags, max_running_requests=running_default)
+            notes.append(f"SGLang {flags.engine.release} sets --max-running-requests "
+                         f"{running_default} for speculative decoding")
     gpu_mib = gpu_memory_mib(hw)
     if not getattr(hw, "smi_memory_bytes", 0):
         notes.append(f"{hw.name}: no nvidia-smi total in the preset; SGLang's defaults read "
@@ -170,7 +221,7 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
             gpu_mib=gpu_mib, tp=layout.tp, pp=layout.pp, chunked_prefill_size=chunked,
             cuda_graph_max_bs=graphs, dp=layout.dp, dp_attention=layout.dp_attention,
             multimodal=multimodal, mla=mla,
-            vision=spec.extra.get("vision_config"))
+            vision=spec.extra.get("vision_config"), speculative=flags.speculative_algorithm)
         mfs = _ratio("mem_fraction_static", repr(share))
     else:
         mfs = _ratio("mem_fraction_static", flags.mem_fraction_static)
@@ -179,6 +230,7 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
     if type(spec.mla).__name__ == "IndexedLatent" and rules.dsa_served():
         flags, layout, page, mfs = _dsa_settings(rules, flags, layout, page, mfs, hw, notes)
 
+    lora = _lora_bytes(spec, flags, rules, notes)
     total = _visible(hw)
     pre = total - CONTEXT_BYTES - (COMM_BYTES if layout.tp * layout.pp > 1 else 0)
     if flags.start_free_bytes is not None:
@@ -191,11 +243,13 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
     best = None
     for stage in range(layout.pp):
         weights = stage_weights(spec, flags.weights, tp=layout.tp, pp=layout.pp, stage=stage)
-        post = pre - weights
+        post = pre - weights - lora
         rest = post - reserved
         split = pools(spec, flags, rules, rest=rest, attn_tp=attn_tp, stage=stage,
                       sizes=sizes, context=context, page=page, hw_name=hw.name,
-                      running=flags.max_running_requests)
+                      running=flags.max_running_requests,
+                      draft_layers=draft.layers if draft is not None
+                      and rules.draft_in_cell() else 0)
         key = split.tokens if split.tokens is not None else 0
         if best is None or key < best[0]:
             best = (key, stage, weights, split, post, rest)
@@ -207,8 +261,16 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
                      f"scales and bf16 rope, or the indexer's key): the pool takes "
                      f"{split.stored_bytes / split.cell_bytes:.3f} x its budget")
     tokens = split.tokens
+    floor = page if rules.pages_pool() else 1
+    if draft is not None and rules.speculative_headroom() and tokens is not None \
+            and split.profiled > 0 and draft.method != "ngram":
+        # The verify and draft tokens of every request beside the pool, past its budget.
+        reqs = (flags.max_running_requests if flags.max_running_requests is not None
+                else rules.max_num_reqs(split.profiled, context))
+        steps, topk, verify = rounds
+        tokens = (split.profiled + reqs * steps * topk + reqs * verify + 100) // floor * floor
+        split = _grown(split, tokens)
     if flags.max_total_tokens is not None and tokens is not None:
-        floor = page if rules.pages_pool() else 1
         tokens = min(tokens, flags.max_total_tokens // floor * floor)
     starts = pre > weights and tokens is not None and tokens > 0 and rest > 0
     refusal = ""
@@ -225,10 +287,17 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
         running = _running(rules, flags, layout, tokens, split, context)
         concurrency = tokens / context
     kv_bytes = split.kv_bytes if tokens is not None and tokens > 0 else 0
+    if tokens is not None and split.tokens and tokens != split.tokens:
+        kv_bytes = kv_bytes * tokens // split.tokens  # capped by --max-total-tokens
     terms = (("total", total), ("avail_mem_at_start", pre), ("weights", weights),
-             ("avail_mem_after_weights", post), ("headroom", reserved),
+             ("avail_mem_after_weights", post + lora),  # as "Load weight end" logs it
+             *((("lora_buffers", lora),) if flags.enable_lora else ()),
+             ("headroom", reserved),
              ("kv_cache", kv_bytes), *split.state_terms,
              ("avail_mem_after_pool", post - kv_bytes - split.state_bytes))
+    if draft is not None:
+        terms, starts, refusal = _draft_terms(draft, flags, rules, terms, tokens, starts,
+                                              refusal, attn_tp, notes)
     flag_values = (("mem_fraction_static", f"{num / den:.4f}".rstrip("0").rstrip(".")),
                    ("mem_fraction_static_default", flags.mem_fraction_static is None),
                    ("context_length", context), ("page_size", page),
@@ -239,6 +308,11 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
                    ("gpu_memory_mib", gpu_mib))
     if layout.pp > 1:
         notes.append(f"pipeline rank {stage} holds the fewest tokens and sizes every rank")
+    if draft is not None:
+        steps, topk, verify = rounds
+        flag_values += (("speculative_algorithm", flags.speculative_algorithm),
+                        ("speculative_num_steps", steps), ("speculative_eagle_topk", topk),
+                        ("speculative_num_draft_tokens", verify))
     return ServingCount(
         engine=flags.engine, hardware=hw.name, layout=layout, context_len=context,
         page_size=page, bytes_per_token=split.cell_bytes,
@@ -291,3 +365,114 @@ def _running(rules, flags, layout, tokens: int, split, context: int) -> int:
     if flags.max_running_requests is not None:
         return min(max(1, flags.max_running_requests // dp), tokens // 2, pool)
     return min(tokens // 2, pool)
+
+
+def speculative_draft(spec, flags: SglangFlags, rules):
+    """The draft --speculative-algorithm names (kvcalc.serving.speculative.Draft) and the
+    round's (steps, topk, draft tokens): the user's, else SGLang's choice for the model
+    (`auto_choose_speculative_params`), draft tokens = steps + 1 with topk 1
+    ("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1")."""
+    if flags.speculative_algorithm is None:
+        return None, None
+    from kvcalc.serving.sglang.rules import auto_speculative_params
+    from kvcalc.serving.speculative import sglang_draft
+
+    if not rules.speculative_counted():
+        raise KvcalcError(f"--speculative-algorithm: kvcalc counts SGLang's draft worker from "
+                          f"0.4.6; SGLang {flags.engine.release} sizes it by a profile of "
+                          f"its own, not read")
+    algorithm = flags.speculative_algorithm
+    if algorithm == "NGRAM":
+        steps, topk, verify = 0, 0, flags.speculative_num_draft_tokens or 0
+    else:
+        auto = auto_speculative_params(algorithm, spec.extra.get("hf_model_type", ""))
+        given = (flags.speculative_num_steps, flags.speculative_eagle_topk,
+                 flags.speculative_num_draft_tokens)
+        if given[0] is None and not any(given[1:]):
+            steps, topk, verify = auto
+        else:
+            steps = given[0] if given[0] is not None else auto[0]
+            topk = given[1] if given[1] is not None else auto[1]
+            verify = given[2] if given[2] is not None else auto[2]
+        if topk == 1:
+            verify = steps + 1
+    if flags.layout.pp > 1:
+        raise KvcalcError("--speculative-algorithm with --pp over 1: SGLang's draft worker "
+                          "over pipeline ranks is not counted; give --pp 1")
+    draft = sglang_draft(spec, algorithm, flags.speculative_draft_model_path,
+                         max(steps, 1))
+    return draft, (steps, topk, verify)
+
+
+def _grown(split, tokens: int):
+    """The pool at `tokens` (the speculative headroom past the budget), its bytes
+    scaled from the budget's."""
+    from dataclasses import replace
+
+    if not split.tokens:
+        return split
+    per = split.kv_bytes // split.tokens
+    return replace(split, tokens=tokens, kv_bytes=tokens * per)
+
+
+def _draft_terms(draft, flags, rules, terms, tokens, starts, refusal, attn_tp, notes):
+    """The draft worker's weights and (before 0.5.14) its own KV pool of the target's
+    tokens, loaded after the target's pool, out of the (1 - mem_fraction_static)
+    headroom: "Load weight end ... mem usage" and "KV Cache is allocated" of the second
+    worker. From 0.5.14 its pool is inside the target's (`Rules.draft_in_cell`)."""
+    from kvcalc.dtypes import dtype
+
+    weights = draft.weight_bytes(flags.weights, attn_tp if flags.layout.dp_attention
+                                 else flags.layout.tp)
+    kv_dt = dtype(KV_DTYPES[flags.kv_cache_dtype] or flags.weights.model_dtype)
+    own = 0
+    if not rules.draft_in_cell() and tokens:
+        per = sum(g.layers * g.token_bytes for g in draft.cache_groups(
+            kv_dt, attn_tp, flags.kv_scale_bytes))
+        own = max(tokens, 0) * per
+    after = dict(terms)["avail_mem_after_pool"] - weights - own
+    terms = (*terms, ("draft_weights", weights), ("draft_kv_cache", own),
+             ("draft_avail_mem_after_pool", after))
+    where = ("in the target's pool" if rules.draft_in_cell()
+             else "a pool of the target's tokens of its own")
+    notes.append(f"speculative decoding ({flags.speculative_algorithm}, draft "
+                 f"{draft.method} of {draft.layers} layer(s)): the draft worker loads "
+                 f"{weights / GiB:.2f} GiB after the target's pool, its KV {where}")
+    if starts and after < 0:
+        starts = False
+        refusal = (f"CUDA out of memory in the draft worker: its {weights / GiB:.2f} GiB of "
+                   f"weights and {own / GiB:.2f} GiB of KV exceed the "
+                   f"{dict(terms)['avail_mem_after_pool'] / GiB:.2f} GiB the target leaves")
+    return terms, starts, refusal
+
+
+def _lora_bytes(spec, flags: SglangFlags, rules, notes: list) -> int:
+    """--enable-lora's buffers on one GPU (kvcalc.serving.lora): `max_loras_per_batch`
+    slots (8) of --max-lora-rank over --lora-target-modules in the model dtype, taken
+    after the weights and before the pool's profile (`Rules.lora_counted`)."""
+    given = [n for n in ("max_loras_per_batch", "max_lora_rank", "lora_target_modules")
+             if getattr(flags, n) is not None]
+    if not flags.enable_lora:
+        if given:
+            raise KvcalcError(f"--{given[0].replace('_', '-')} needs --enable-lora")
+        return 0
+    from kvcalc.serving.lora import LoraSlots, lora_bytes, lora_modules
+
+    if not rules.lora_counted():
+        raise KvcalcError(f"--enable-lora: kvcalc counts SGLang's LoRA buffers from 0.4.10; "
+                          f"SGLang {flags.engine.release} is not read")
+    if flags.max_lora_rank is None or flags.lora_target_modules is None:
+        raise KvcalcError("--enable-lora: give --max-lora-rank and --lora-target-modules "
+                          "(SGLang needs both without --lora-paths; kvcalc reads no "
+                          "adapters)")
+    if flags.layout.pp > 1:
+        raise KvcalcError("--enable-lora with --pp over 1: the buffers per pipeline rank "
+                          "are not counted; give --pp 1")
+    slots = LoraSlots(slots=flags.max_loras_per_batch or 8, rank=flags.max_lora_rank,
+                      target_modules=lora_modules(flags.lora_target_modules))
+    nbytes, more = lora_bytes(spec, slots, tp=flags.layout.attention_tp,
+                              model_dtype=flags.weights.model_dtype)
+    notes.append(f"LoRA: {slots.slots} adapter slot(s) of rank {slots.rank}, "
+                 f"{nbytes / GiB:.2f} GiB out of the KV pool's budget (no log line)")
+    notes.extend(more)
+    return nbytes

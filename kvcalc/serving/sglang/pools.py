@@ -120,8 +120,11 @@ def _token_bytes(g, dt, attn_tp: int, scale: int, rules, hw_name: str = "") -> i
 
 
 def pools(spec, flags, rules, *, rest: int, attn_tp: int, stage: int, sizes, context: int,
-          page: int, hw_name: str, running: int | None) -> Split:
-    """The pools of one pipeline rank from `rest` bytes (may be negative: none)."""
+          page: int, hw_name: str, running: int | None, draft_layers: int = 0) -> Split:
+    """The pools of one pipeline rank from `rest` bytes (may be negative: none).
+    `draft_layers`: a speculative draft's layers inside the pool (0.5.14 on): the cell
+    grows by int(cell x draft_layers / target layers), the draft taken to share the
+    target's per-layer size (`pool_configurator.py`)."""
     from kvcalc.serving.layout import groups_on_stage
     from kvcalc.formulas.cache import cache_groups
     from kvcalc.serving.sglang.rules import KV_DTYPES
@@ -151,6 +154,13 @@ def pools(spec, flags, rules, *, rest: int, attn_tp: int, stage: int, sizes, con
     swa = sum(g.layers * per[id(g)] for g, k in kinds if k == "swa" and hybrid)
     n_full = sum(g.layers for g, k in kinds if k == "full" or (k == "swa" and not hybrid))
     n_swa = sum(g.layers for g, k in kinds if k == "swa" and hybrid)
+    if draft_layers and (swa or any(k == "state" for _, k in kinds)):
+        return Split(tokens=None, cell_bytes=0, kv_bytes=0, notes=(
+            f"kvcalc does not count how SGLang {flags.engine.release} puts a speculative "
+            f"draft's layers in a sliding-window or state model's pools: its KV tokens and "
+            f"running requests are not counted",))
+    if draft_layers and n_full:
+        full += full * draft_layers // n_full
     if any(k == "state" for _, k in kinds):
         states = [(g, g.mixer) for g, k in kinds if k == "state"]
         per_request = sum(g.layers * mx.state_bytes(dtype("bf16"), dtype(flags.mamba_ssm_dtype),
@@ -184,6 +194,8 @@ def pools(spec, flags, rules, *, rest: int, attn_tp: int, stage: int, sizes, con
     tokens = profiled // floor * floor if profiled > 0 else profiled
     stored = sum(g.layers * (_dsa_bytes(g.mixer, kv_dt, rules, hw_name)[1] if _dsa(g.mixer)
                              else per[id(g)]) for g, k in kinds if k == "full")
+    if draft_layers:
+        stored = full  # the draft's share as the budget counts it
     return Split(tokens=tokens, cell_bytes=full, kv_bytes=max(tokens, 0) * stored,
                  profiled=profiled, stored_bytes=stored if stored != full else 0)
 

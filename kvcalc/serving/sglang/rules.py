@@ -13,7 +13,8 @@ import functools
 
 from kvcalc.errors import KvcalcError
 
-__all__ = ["KV_DTYPES", "MiB", "GiB", "Rules", "parse_release", "rules_for"]
+__all__ = ["KV_DTYPES", "MiB", "GiB", "Rules", "auto_speculative_params", "parse_release",
+           "rules_for"]
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -120,7 +121,8 @@ class Rules:
     def default_mem_fraction_static(self, *, gpu_mib: int, tp: int, pp: int,
                                     chunked_prefill_size: int, cuda_graph_max_bs: int | None,
                                     dp: int, dp_attention: bool, multimodal: bool,
-                                    mla: bool, vision: dict | None = None) -> float:
+                                    mla: bool, vision: dict | None = None,
+                                    speculative: str | None = None) -> float:
         """SGLang's default --mem-fraction-static, computed in floats as SGLang does.
 
         0.4.0 `ServerArgs.__post_init__`: by tp (0.88 at 1 down to 0.79 at >= 16), a
@@ -134,7 +136,8 @@ class Rules:
         max(chunked_prefill_size, 2048) + 2 x cuda_graph_max_bs + P / 8 x 1024 (+ DP
         attention's graph buffers), at least 10 GiB on cards over 60 GiB. 0.5.14 and
         0.5.23 (`memory_hook.py`): the same without the speculative term, plus the prefill CUDA
-        graphs (8 MiB a captured size; 1.5 GiB for MLA). From 0.4.10 a model with a vision_config
+        graphs (8 MiB a captured size; 1.5 GiB for MLA); `speculative` (the algorithm) adds
+        `speculative_reserve_mib`. From 0.4.10 a model with a vision_config
         is scaled by `adjust_mem_fraction_for_vlm` (`vision`: that config's
         num_hidden_layers and hidden_size as stated; absent, SGLang's 24 and 1024).
         """
@@ -178,6 +181,8 @@ class Rules:
                     chunked_prefill_size))
             if gpu_mib > 60 * 1024:
                 reserved = max(reserved, 10 * 1024)
+        if speculative:  # --speculative-algorithm: its draft and graphs
+            reserved += self.speculative_reserve_mib(speculative)
         share = round((mem - reserved) / mem, 3)
         if vision is not None and self.era >= (0, 4, 10):
             return share * vlm_factor(vision)
@@ -332,6 +337,71 @@ class Rules:
         """Running requests per state slot's third (`MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`):
         3 with the radix cache, 1 without."""
         return 3 if radix_cache else 1
+
+    # -- speculative decoding (kvcalc.serving.speculative) --------------------------------
+    def speculative_counted(self) -> bool:
+        """Whether kvcalc counts this release's draft worker: from 0.4.6 (read in
+        0.4.6.post5-0.5.23); 0.4.0-0.4.5 size the draft's pool by a profile of its own,
+        not read."""
+        return self.era >= (0, 4, 6)
+
+    def speculative_reserve_mib(self, algorithm: str) -> int:
+        """MiB --speculative-algorithm adds to the default fraction's reserve
+        (`ServerArgs.__post_init__` / `_handle_gpu_memory_settings`): 0.4.8-0.5.2 2 GiB
+        for any algorithm ("draft model and larger cuda graph buffers"); 0.5.3-0.5.8
+        6 GiB for STANDALONE, none for NGRAM, 2 GiB else, after the 10 GiB floor; none
+        before 0.4.8 (the table era) and none from 0.5.14 (`memory_hook.py`)."""
+        if not (0, 4, 8) <= self.era < (0, 5, 14):
+            return 0
+        if self.era < (0, 5, 3):
+            return 2 * 1024
+        return {"STANDALONE": 6 * 1024, "NGRAM": 0}.get(algorithm, 2 * 1024)
+
+    def speculative_running_default(self, algorithm: str) -> int | None:
+        """--max-running-requests SGLang sets when speculative decoding is on and the user
+        gave none ("Max running requests is reset to 48 for speculative decoding"):
+        0.4.6-0.5.2 EAGLE and EAGLE3 (NEXTN runs as EAGLE); 0.5.3-0.5.8 STANDALONE and
+        NGRAM too; none from 0.5.14."""
+        if not (0, 4, 6) <= self.era < (0, 5, 14):
+            return None
+        taken = ("EAGLE", "EAGLE3", "NEXTN") + (
+            ("STANDALONE", "NGRAM") if self.era >= (0, 5, 3) else ())
+        return 48 if algorithm in taken else None
+
+    def speculative_headroom(self) -> bool:
+        """The target pool grows past its budget by max_num_reqs x (steps x topk +
+        draft tokens) + 100 tokens, shared with the draft's indices
+        (`ModelRunner.init_memory_pool`, EAGLE and from 0.5.3 STANDALONE): 0.4.6-0.5.4;
+        gone in 0.5.8."""
+        return (0, 4, 6) <= self.era < (0, 5, 8)
+
+    def draft_in_cell(self) -> bool:
+        """Where the draft's KV pool is paid: from 0.5.14 inside the target's budget, the
+        cell grown by int(cell x draft_layers / target_layers)
+        (`pool_configurator.py`: "assumes the draft shares the target's per-layer KV
+        size"); before, the draft worker allocates a pool of the target's tokens with its
+        own layers after the target's, out of the (1 - mem_fraction_static) headroom."""
+        return self.era >= (0, 5, 14)
+
+    # -- lora/: the adapters' buffers -----------------------------------------------------
+    def lora_counted(self) -> bool:
+        """Whether kvcalc counts --enable-lora's buffers: from 0.4.10 (read in 0.4.10.post2,
+        0.5.4, 0.5.8, 0.5.23), where `ModelRunner.initialize` builds the LoRA manager and
+        its memory pool (`LoRAMemoryPool.init_buffers`) after the weights and before
+        `init_memory_pool` profiles the free memory: the buffers come out of the KV pool's
+        budget, in no log line of their own. 0.4.0-0.4.9 are not read."""
+        return self.era >= (0, 4, 10)
+
+
+def auto_speculative_params(algorithm: str, model_type: str) -> tuple[int, int, int]:
+    """(num_steps, eagle_topk, num_draft_tokens) SGLang picks when none is given
+    (`auto_choose_speculative_params`, 0.5.4; the same table in the releases read):
+    STANDALONE and DeepSeek V2/V3/V3.2, gpt-oss and Bailing (3, 1, 4); others (5, 4, 8)."""
+    if algorithm == "STANDALONE" or model_type in (
+            "deepseek_v2", "deepseek_v3", "deepseek_v32", "gpt_oss", "bailing_moe",
+            "bailing_moe_v2"):
+        return (3, 1, 4)
+    return (5, 4, 8)
 
 
 def vlm_factor(vision: dict) -> float:

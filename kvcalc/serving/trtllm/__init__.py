@@ -106,6 +106,11 @@ class TrtllmFlags:
     cuda_graph_batch_sizes: tuple | None = None
     spec_layers: int = 0
     draft: object = None
+    # The LLM API options' speculative_config (kvcalc.serving.speculative.trtllm_draft):
+    # MTP and one-model Eagle3 layers join the pool (`spec_layers`) and their weights the
+    # last rank's (`spec_weights`, bytes); a DraftTarget model is a `draft` of its own
+    speculative_config: dict | None = None
+    spec_weights: int = 0
     enable_chunked_prefill: bool = False  # the scheduler's, not the memory count's
 
     def __post_init__(self) -> None:
@@ -208,6 +213,8 @@ def _stage(spec, hw, flags, rules, *, stage, attn_tp, batch, num_tokens, max_seq
         est_bytes, pool_bytes = est_bytes + d.estimate, pool_bytes + d.pool
     total = hw.visible_memory_bytes or hw.memory_bytes
     weights = stage_weights(spec, flags.weights, tp=layout.tp, pp=pp, stage=stage)
+    if last:
+        weights += flags.spec_weights
     if flags.draft is not None:
         weights += stage_weights(flags.draft, flags.weights, tp=layout.tp)
     activation = forward_activation(spec, flags.weights, tokens=num_tokens, tp=layout.tp)
@@ -257,6 +264,8 @@ def count(spec, hw, flags: TrtllmFlags) -> ServingCount:
     rules.check_backend(flags.backend)
     layout = flags.layout
     notes: list[str] = []
+    if flags.speculative_config is not None:
+        flags = _with_speculation(spec, flags, notes)
     attn_tp = 1 if flags.enable_attention_dp else layout.attention_tp
     rope = spec.extra.get("rope_scaling") if isinstance(spec.extra, dict) else None
     max_seq = flags.max_seq_len or default_max_seq_len(spec.max_context or None, rope)
@@ -358,3 +367,35 @@ def count(spec, hw, flags: TrtllmFlags) -> ServingCount:
         max_running_requests=running, max_concurrency=concurrency, terms=terms,
         flags=flag_values, starts=starts, refusal=refusal, pools=pools,
         notes=tuple(notes))
+
+
+def _with_speculation(spec, flags: TrtllmFlags, notes: list) -> TrtllmFlags:
+    """The speculative_config's draft in the count (`_torch/pyexecutor/_util.py`
+    `KvCacheCreator`: the pool's layers are the rank's plus `get_num_spec_layers` on the
+    last; the MTP / one-model Eagle3 weights load with the model, before the profiling
+    run measures its peak): MTP layers are copies of the target's last layer sharing its
+    embedding and lm_head; Eagle3 (one-model, `eagle3_one_model` true by default) the
+    head's layer with its own lm_head; DraftTarget a second model with its own cache."""
+    from dataclasses import replace
+
+    from kvcalc.serving.speculative import trtllm_draft
+
+    if flags.backend != "pytorch":
+        raise KvcalcError("speculative_config: kvcalc counts it for the PyTorch backend "
+                          "(trtllm-serve, the LLM API); a built engine's draft is not read")
+    if flags.layout.pp > 1:
+        raise KvcalcError("speculative_config with --pp over 1: the draft's place over "
+                          "pipeline ranks is not counted; give --pp 1")
+    draft = trtllm_draft(spec, flags.speculative_config)
+    if draft.method == "ngram":
+        notes.append("speculative decoding (NGram): no draft weights or cache")
+        return flags
+    if draft.method == "draft_model":
+        notes.append(f"speculative decoding (DraftTarget {draft.model}): its weights and "
+                     f"cache beside the target's")
+        return replace(flags, draft=draft.spec)
+    weights = draft.weight_bytes(flags.weights, flags.layout.tp)
+    notes.append(f"speculative decoding ({draft.method}, {draft.layers} layer(s) in the "
+                 f"pool, {draft.num_speculative_tokens} draft tokens): {weights / GiB:.2f} GiB "
+                 f"of draft weights with the model's")
+    return replace(flags, spec_layers=draft.layers, spec_weights=weights)

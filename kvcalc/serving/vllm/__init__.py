@@ -25,6 +25,10 @@ One question per module:
   lines), pure text to a record;
 - `check`: a log's settings run through `serving_capacity`, figure beside figure
   (`kvcalc check`);
+- speculative decoding and LoRA (`capacity.speculative_draft`, `capacity.lora_weights`;
+  the draft and the slots themselves in kvcalc.serving.speculative and kvcalc.serving.lora):
+  both load inside the profiler whose figure "Model loading took" logs, and the draft's
+  attention layers join the KV cache groups;
 - `calibration`: the terms a log measured, with the GPU, model, tp and pp it ran,
   kept as a YAML file that `fit --calibration` (that layout only) and `plan
   --calibration` (the layouts of its tp and pp) use in place of the modelled ones.

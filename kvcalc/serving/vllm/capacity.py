@@ -36,6 +36,7 @@ from kvcalc.serving.vllm.settings import (GiB, EngineSettings, async_scheduling_
                                           default_batch_limits, device_total_bytes)
 from kvcalc.serving.vllm.state import (StateCache, engine_state_groups, state_cache,
                                        unpaged_kinds, why_unpaged)
+from kvcalc.serving.speculative import merge_groups
 from kvcalc.serving.weights import stage_weights
 from kvcalc.spec import Hardware, ModelSpec
 
@@ -93,6 +94,9 @@ class Capacity:
     in_flight: int = 0
     state: StateCache | None = None
     request_bytes: int = 0
+    # --speculative-config: the draft's method, weights and KV bytes a token (empty: none)
+    draft: dict = field(default_factory=dict)
+    lora_bytes: int = 0  # --enable-lora: the adapters' slots, inside the weights
 
     @property
     def memory(self) -> dict[str, int]:
@@ -146,6 +150,10 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
     kv_dt = s.model_dtype if s.kv_dtype == "auto" else s.kv_dtype
     state_dt = s.model_dtype if s.mamba_ssm_dtype == "auto" else s.mamba_ssm_dtype
     groups = cache_groups(spec, kv_dt, s.tp, kv_scale_bytes, state_dtype=state_dt)
+    draft = speculative_draft(spec, s)
+    if draft is not None:
+        groups = merge_groups(groups, draft.cache_groups(kv_dt, s.tp, kv_scale_bytes,
+                                                         state_dtype=state_dt))
     if s.engine == "v1":  # state pages as vLLM's allocator sizes them
         groups = engine_state_groups(groups, dtype(s.model_dtype), dtype(state_dt), s.tp,
                                      ssm_auto=s.mamba_ssm_dtype == "auto")
@@ -167,6 +175,10 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
 
     if s.dp > 1 or s.expert_parallel:
         notes += _parallel_note(spec, s)
+    if draft is not None:
+        notes.append(_draft_note(draft, s))
+    lora_slot_bytes, lora_notes = lora_weights(spec, s)
+    notes += lora_notes
     sizes = pipeline_layers(spec.layers, s.pp)
     total = device_total_bytes(hw)
     if total == hw.memory_bytes and not getattr(hw, "visible_memory_bytes", 0):
@@ -190,6 +202,9 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
         kinds = [True] if (s.engine == "v1" or s.tp == 1) else [True, False]
         for samples in (kinds if last else [False]):
             weights = _weights(spec, s, stage)
+            if draft is not None:
+                weights += draft.weight_bytes(s.weights, s.tp)
+            weights += lora_slot_bytes
             peak, fwd, samp = activation_peak_bytes(spec, s, tokens, seqs, samples)
             if s.activation_peak_bytes is not None:  # measured (a calibration file)
                 peak = s.activation_peak_bytes
@@ -255,7 +270,87 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
         max_num_seqs=seqs, groups=plans, devices=tuple(devices), deciding=deciding,
         num_gpu_blocks=num_blocks, kv_cache_tokens=kv_tokens, max_concurrency=concurrency,
         fits=fits, max_model_len_fit=largest, refusal=refusal, notes=tuple(notes),
-        in_flight=in_flight, state=state, request_bytes=need)
+        in_flight=in_flight, state=state, request_bytes=need,
+        draft=_draft_fields(draft, s, kv_dt, kv_scale_bytes, state_dt),
+        lora_bytes=lora_slot_bytes)
+
+
+def _draft_fields(draft, s: EngineSettings, kv_dt, scale: int, state_dt) -> dict:
+    """The draft in the count's JSON: its method, its weights (inside vLLM's "Model
+    loading took"), and the bytes a token takes in its layers (inside "GPU KV cache")."""
+    if draft is None:
+        return {}
+    per_token = sum(g.layers * g.token_bytes
+                    for g in draft.cache_groups(kv_dt, s.tp, scale, state_dtype=state_dt))
+    return {**draft.as_dict(), "draft_weights": draft.weight_bytes(s.weights, s.tp),
+            "draft_kv_bytes_per_token": per_token}
+
+
+def speculative_draft(spec: ModelSpec, s: EngineSettings):
+    """The draft --speculative-config names (kvcalc.serving.speculative.Draft), or None.
+    Its weights load inside `GPUModelRunner.load_model`'s DeviceMemoryProfiler, after
+    the target's (`self.drafter.load_model(self.model)`), so "Model loading took" holds
+    them; its attention layers are in the forward context `get_kv_cache_spec` reads, so
+    they join the target's KV cache groups (read in 0.10.1.1, 0.11.0, 0.12.0, 0.33.0;
+    `Rules.speculative_methods`)."""
+    if s.speculative_config is None:
+        return None
+    from kvcalc.serving.speculative import vllm_draft
+
+    methods = s.rules.speculative_methods()
+    if not methods:
+        raise KvcalcError(f"--speculative-config: kvcalc counts speculative decoding in "
+                          f"vLLM's V1 engine from 0.10.1.1; vLLM {s.vllm_version} "
+                          f"({s.engine.upper()}) is not read")
+    if s.pp > 1:
+        raise KvcalcError("--speculative-config with --pp over 1: where vLLM puts the draft "
+                          "over pipeline stages is not counted; give --pp 1")
+    return vllm_draft(spec, s.speculative_config, methods)
+
+
+def lora_weights(spec: ModelSpec, s: EngineSettings) -> tuple[int, list[str]]:
+    """--enable-lora's slots on one device (kvcalc.serving.lora), inside "Model loading
+    took" (`GPUModelRunner.load_model` wraps the model inside its DeviceMemoryProfiler),
+    and the notes that go with them; (0, []) without --enable-lora."""
+    given = [n for n in ("max_loras", "max_lora_rank", "lora_target_modules")
+             if getattr(s, n) is not None] + (["lora_dtype"] if s.lora_dtype != "auto" else [])
+    if not s.enable_lora:
+        if given:
+            raise KvcalcError(f"--{given[0].replace('_', '-')} needs --enable-lora")
+        return 0, []
+    from kvcalc.serving.lora import RANKS, LoraSlots, lora_bytes, lora_modules
+
+    rules = s.rules
+    if not rules.lora_counted():
+        raise KvcalcError(f"--enable-lora: kvcalc counts vLLM's LoRA slots in the V1 engine "
+                          f"from 0.10.1.1; vLLM {s.vllm_version} ({s.engine.upper()}) is not "
+                          f"read")
+    if s.pp > 1:
+        raise KvcalcError("--enable-lora with --pp over 1: the slots per pipeline stage are "
+                          "not counted; give --pp 1")
+    if s.lora_target_modules is not None and not rules.lora_target_modules_flag():
+        raise KvcalcError(f"--lora-target-modules is vLLM's from 0.19; vLLM {s.vllm_version} "
+                          f"adapts every linear module")
+    rank = 16 if s.max_lora_rank is None else s.max_lora_rank  # `LoRAConfig`
+    if rank not in RANKS:
+        raise KvcalcError(f"--max-lora-rank must be one of {', '.join(map(str, RANKS))} "
+                          f"(vLLM's MaxLoRARanks), got {rank}")
+    extra, pad = rules.lora_extra_vocab()
+    slots = LoraSlots(slots=1 if s.max_loras is None else s.max_loras, rank=rank,
+                      target_modules=lora_modules(s.lora_target_modules), dtype=s.lora_dtype,
+                      embeddings=True, extra_vocab=extra, vocab_padding=pad)
+    nbytes, notes = lora_bytes(spec, slots, tp=s.tp, model_dtype=s.model_dtype)
+    return nbytes, [f"LoRA: {slots.slots} adapter slot(s) of rank {rank}, {nbytes:,} B in "
+                    f"\"Model loading took\"", *notes]
+
+
+def _draft_note(draft, s: EngineSettings) -> str:
+    if draft.spec is None:
+        return (f"speculative decoding ({draft.method}, {draft.num_speculative_tokens} "
+                f"tokens): no draft weights or cache")
+    return (f"speculative decoding ({draft.method}, {draft.num_speculative_tokens} tokens): "
+            f"the draft's {draft.weight_bytes(s.weights, s.tp):,} B of weights are in "
+            f"\"Model loading took\", its {draft.layers} layer(s) in the KV cache groups")
 
 
 def _parallel_note(spec: ModelSpec, s: EngineSettings) -> list[str]:

@@ -242,3 +242,45 @@ class Rules:
         (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1): V1 0.20+; before, graphs were
         captured after sizing the cache, in the 1 - utilization headroom."""
         return self.v1 and self.release >= (20, 0)
+
+    # -- config/speculative.py, v1/worker/gpu_model_runner.py: speculative decoding ----
+    def speculative_methods(self) -> tuple[str, ...]:
+        """The --speculative-config methods the release runs whose memory kvcalc counts
+        (`SpeculativeMethod`): V1 0.10.1.1 ngram, eagle, eagle3, deepseek_mtp; 0.11
+        adds "mtp" and the MTP model types mimo_mtp, ernie_mtp, qwen3_next_mtp,
+        longcat_flash_mtp, glm4_moe_mtp (`MTP_MODEL_TYPES`); 0.15 runs draft_model in
+        V1 (`v1/spec_decode/draft_model.py`, absent from the 0.14.0 wheel). Every one
+        loads its draft inside `load_model`'s DeviceMemoryProfiler (so "Model loading
+        took" holds it) and registers the draft's attention layers in the same
+        static forward context (so they join the KV cache groups): read in 0.10.1.1,
+        0.11.0, 0.12.0 and 0.33.0. () for V0 and V1 before 0.10: not read."""
+        if not self.v1 or self.release < (10, 0):
+            return ()
+        methods = ("ngram", "eagle", "eagle3", "deepseek_mtp")
+        if self.release >= (11, 0):
+            methods += ("mtp", "mimo_mtp", "ernie_mtp", "qwen3_next_mtp",
+                        "longcat_flash_mtp", "glm4_moe_mtp")
+        if self.release >= (15, 0):
+            methods += ("draft_model",)
+        return methods
+
+    # -- lora/: the adapters' slots ---------------------------------------------------------
+    def lora_counted(self) -> bool:
+        """Whether kvcalc counts --enable-lora's slots: V1 from 0.10.1.1, where
+        `GPUModelRunner.load_model` wraps the model with its LoRA layers inside the
+        DeviceMemoryProfiler whose figure "Model loading took" logs (read in 0.10.1.1,
+        0.11.0, 0.12.0, 0.33.0)."""
+        return self.v1 and self.release >= (10, 0)
+
+    def lora_extra_vocab(self) -> tuple[int, int]:
+        """(extra vocabulary rows, lm_head rows' padding) of the embedding and lm_head
+        slots: 0.10.1.1-0.11.1 `lora_extra_vocab_size` 256 and
+        `get_lora_vocab_padding_size` 256 (`lora/layers.py`); from 0.11.2 neither (read
+        in 0.11.2, 0.12.0, 0.33.0)."""
+        return (256, 256) if self.release < (11, 2) else (0, 1)
+
+    def lora_target_modules_flag(self) -> bool:
+        """--lora-target-modules exists from 0.19 (absent from the 0.18.0 wheel's
+        `engine/arg_utils.py`, present in 0.19.0's); before, every linear module and the
+        model's embedding modules get slots."""
+        return self.release >= (19, 0)

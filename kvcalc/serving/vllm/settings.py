@@ -85,6 +85,17 @@ class EngineSettings:
     # vLLM refuses a max_model_len above the model's own context unless the environment
     # sets VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; the CLI reads that variable into this flag.
     allow_long_max_model_len: bool = False
+    # --speculative-config, the JSON text as vLLM takes it (kvcalc.serving.speculative):
+    # the draft's weights join "Model loading took", its attention layers the KV groups
+    speculative_config: str | None = None
+    # --enable-lora, --max-loras (1), --max-lora-rank (16), --lora-dtype (auto),
+    # --lora-target-modules (0.19+; None: every linear module and the embedding modules):
+    # the adapters' slots load with the weights (kvcalc.serving.lora)
+    enable_lora: bool = False
+    max_loras: int | None = None
+    max_lora_rank: int | None = None
+    lora_dtype: str = "auto"
+    lora_target_modules: str | None = None
 
     def __post_init__(self) -> None:
         check_size("max_model_len", self.max_model_len, MAX_SEQ_LEN)
