@@ -1,6 +1,7 @@
 """SGLang's and TensorRT-LLM's flags as kvcalc's commands take them, spelled as on each
-engine's own command line (TensorRT-LLM's underscore spellings too), and the parameter
-each one fills (kvcalc.serving.flags says whose each is)."""
+engine's own command line (TensorRT-LLM's underscore spellings too), vLLM's layout flags
+(--data-parallel-size, --enable-expert-parallel) that every command counting its memory
+takes, and the parameter each one fills (kvcalc.serving.flags says whose each is)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,29 @@ from typing import Annotated, Optional
 
 import typer
 
+from kvcalc.cli.options import DataParallelOpt, ExpertParallelOpt  # noqa: F401  vLLM's
+
 _E = "SGLang: "
 _T = "TensorRT-LLM: "
+
+
+def layout_flags(ref, given: dict, data_parallel_size, enable_expert_parallel) -> dict:
+    """--data-parallel-size and --enable-expert-parallel as the parameters of the engine
+    counted (`ref`, None: vLLM): vLLM's dp and enable_expert_parallel, SGLang's dp_size
+    for its own alias --data-parallel-size; added to `given` (the engine's other flags)."""
+    out = dict(given)
+    if ref is not None and ref.name == "sglang" and data_parallel_size is not None:
+        if out.get("dp_size") not in (None, data_parallel_size):
+            from kvcalc.errors import KvcalcError
+
+            raise KvcalcError(f"--data-parallel-size {data_parallel_size} and --dp-size "
+                              f"{out['dp_size']} are one SGLang flag: give one")
+        out["dp_size"] = data_parallel_size
+        data_parallel_size = None
+    out["dp"] = data_parallel_size
+    out["enable_expert_parallel"] = enable_expert_parallel or None
+    return out
+
 
 MemFractionStaticOpt = Annotated[Optional[str], typer.Option(
     "--mem-fraction-static", show_default=False,
@@ -79,5 +101,6 @@ MaxTokensPagedOpt = Annotated[Optional[int], typer.Option(
 
 def flag_of(name: str) -> str:
     """A parameter's flag as kvcalc's commands spell it."""
-    return {"kv_cache_memory_bytes": "--kv-cache-memory", "pp": "--pp"}.get(
+    return {"kv_cache_memory_bytes": "--kv-cache-memory", "pp": "--pp",
+            "dp": "--data-parallel-size"}.get(
         name, "--" + name.replace("_", "-"))
