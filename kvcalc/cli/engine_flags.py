@@ -94,9 +94,26 @@ BackendOpt = Annotated[Optional[str], typer.Option(
     "--backend", show_default=False, metavar="pytorch|tensorrt",
     help=_T + "the PyTorch runtime (trtllm-serve, the LLM API) or a built TensorRT engine "
     "(default pytorch).")]
+MaxAttentionWindowOpt = Annotated[Optional[str], typer.Option(
+    "--max-attention-window", "--max_attention_window", show_default=False,
+    metavar="W[,W...]",
+    help=_T + "kv_cache_config.max_attention_window (in --extra_llm_api_options): window sizes "
+    "in tokens, repeated over the layers; several sizes give a KV pool per window, e.g. "
+    "1024,1024,1024,1024,1024,32768 for Gemma 3 (default: max_seq_len for every layer).")]
 MaxTokensPagedOpt = Annotated[Optional[int], typer.Option(
     "--max-tokens-in-paged-kv-cache", "--max_tokens_in_paged_kv_cache", show_default=False,
     help=_T + "cap on the KV cache's tokens.")]
+
+
+def windows(text: str) -> tuple[int, ...]:
+    """--max-attention-window's list: whole numbers of tokens, comma-separated."""
+    from kvcalc.errors import KvcalcError
+
+    parts = [p.strip() for p in text.replace("[", "").replace("]", "").split(",")]
+    if not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise KvcalcError(f"--max-attention-window takes window sizes in tokens, "
+                          f"comma-separated (e.g. 1024,32768), got {text!r}")
+    return tuple(int(p) for p in parts)
 
 
 def flag_of(name: str) -> str:

@@ -245,6 +245,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         tokens_per_block: ef.TokensPerBlockOpt = None,
         backend: ef.BackendOpt = None,
         max_tokens_in_paged_kv_cache: ef.MaxTokensPagedOpt = None,
+        max_attention_window: ef.MaxAttentionWindowOpt = None,
         data_parallel_size: ef.DataParallelOpt = None,
         enable_expert_parallel: ef.ExpertParallelOpt = False,
         kv_scale_bytes: ScaleOpt = 0,
@@ -300,7 +301,9 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                   "max_batch_size": max_batch_size, "max_num_tokens": max_num_tokens,
                   "max_seq_len": max_seq_len, "tokens_per_block": tokens_per_block,
                   "backend": backend,
-                  "max_tokens_in_paged_kv_cache": max_tokens_in_paged_kv_cache}
+                  "max_tokens_in_paged_kv_cache": max_tokens_in_paged_kv_cache,
+                  "max_attention_window": None if max_attention_window is None
+                  else ef.windows(max_attention_window)}
         vllm_given = {"gpu_memory_utilization": gpu_memory_utilization,
                       "max_model_len": max_model_len, "block_size": block_size,
                       "max_num_batched_tokens": max_num_batched_tokens,

@@ -34,7 +34,7 @@ OWNER = {
     "free_gpu_memory_fraction": ("tensorrt-llm",), "max_batch_size": ("tensorrt-llm",),
     "max_num_tokens": ("tensorrt-llm",), "max_seq_len": ("tensorrt-llm",),
     "tokens_per_block": ("tensorrt-llm",), "backend": ("tensorrt-llm",),
-    "max_tokens_in_paged_kv_cache": ("tensorrt-llm",),
+    "max_tokens_in_paged_kv_cache": ("tensorrt-llm",), "max_attention_window": ("tensorrt-llm",),
     # every engine
     "pp": ("vllm", "sglang", "tensorrt-llm"),
 }
