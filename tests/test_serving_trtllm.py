@@ -760,3 +760,20 @@ def test_fit_takes_max_attention_window_for_tensorrt_llm_only():
     assert r.exit_code == 2 and "TensorRT-LLM's flag" in r.stderr
     r = _invoke(*args[:5], "--max-attention-window", "1024,x", "--engine", "trtllm")
     assert r.exit_code == 2 and "comma-separated" in r.stderr
+
+
+def test_a_public_gpt_oss_log_keeps_its_sliding_layers_at_max_seq_len():
+    """gpt-oss-120b alternates 18 sliding layers (window 128) with 18 full ones; the DGX
+    Spark log (1.1.0rc3, no max_attention_window in its YAML) prints "kv size is 73728" and
+    5.95 GiB for 86,720 tokens: 73,728 B a token is all 36 layers x 2 x 8 heads x 64 x 2 B,
+    the sliding ones sized as full, as one window of max_seq_len gives."""
+    path = (Path(__file__).parent / "data/trtllm"
+            / "gpt-oss-120b-dgx-spark-tp1-trtllm110rc3-jeansblog.yaml")
+    data = yaml.safe_load(path.read_text())
+    assert "kv size is 73728" in data["log"]
+    spec = load_model("gpt-oss-120b")
+    assert spec.sliding_layers == 18 and spec.layers == 36
+    pt = per_token(spec, kv_dtype="bf16", tp=1)
+    assert pt.pool == pt.estimate == 73728 and pt.windowed
+    logged = data["logged"]
+    assert abs(logged["max_tokens"] * pt.pool / 2**30 - logged["kv_cache_gib"]) < 0.005
