@@ -103,6 +103,7 @@ class Layout:
     output_tokens_per_s: float  # all replicas together
     timing: str = SERVED  # SERVED (kvcalc bench's run) or SINGLE_STEP (kvcalc.latency)
     calibrated: bool = False  # counted with a calibration file's measured terms
+    expert_parallel: bool = False  # --enable-expert-parallel (a MoE model's whole experts)
 
     @property
     def gpus(self) -> int:
@@ -134,7 +135,8 @@ class Layout:
                 "tokens_per_s": self.tokens_per_s,
                 "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
                 "tokens_per_s_per_user": self.tokens_per_s_per_user,
-                "calibrated": self.calibrated}
+                "calibrated": self.calibrated,
+                **({"enable_expert_parallel": True} if self.expert_parallel else {})}
 
 
 @record
@@ -193,6 +195,8 @@ def serve_command(model: str, layout: Layout, features: dict | None = None) -> s
              "--pipeline-parallel-size", str(layout.pp)]
     if layout.replicas > 1:
         parts += ["--data-parallel-size", str(layout.replicas)]
+    if layout.expert_parallel:
+        parts += ["--enable-expert-parallel"]
     parts += ["--max-model-len", str(layout.max_model_len),
               "--gpu-memory-utilization", layout.gpu_memory_utilization,
               "--max-num-seqs", str(layout.max_num_seqs)]
@@ -235,7 +239,9 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
          vllm_version: str | None = None, allow_long_max_model_len: bool = False,
          kv_dtypes: tuple[str, ...] = KV_DTYPES,
          utilizations: tuple[str, ...] = UTILIZATIONS,
-         calibration: Calibration | None = None, features: dict | None = None) -> Plan:
+         calibration: Calibration | None = None, features: dict | None = None,
+         data_parallel_size: int | None = None,
+         enable_expert_parallel: bool = False) -> Plan:
     """The layouts of up to `gpus` devices like `hw` that start `spec` under vLLM's count
     and meet the targets, best first by output tokens/s per GPU.
 
@@ -249,6 +255,10 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     a file learnt on another GPU or model is refused. `features`: EngineSettings'
     speculative_config and LoRA fields, counted in every layout (pp 1 only) and written
     into the launch line.
+    `data_parallel_size`: every layout's replicas, each counted as vLLM's data-parallel
+    ranks are (a MoE model's experts over tp x dp GPUs; None: as many replicas as the
+    GPUs take, each counted as one engine); `enable_expert_parallel`: whole experts
+    (vLLM's --enable-expert-parallel), in the count and the line.
     Raises NothingFits when no layout starts or none meets the targets.
     """
     from kvcalc.serving.vllm.state import unpaged_kinds, why_unpaged
@@ -257,6 +267,11 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     from kvcalc.formulas.params import param_counts
 
     check_size("gpus", gpus, 4096)
+    if data_parallel_size is not None:
+        check_size("--data-parallel-size", data_parallel_size, 4096)
+        if data_parallel_size > gpus:
+            raise KvcalcError(f"--data-parallel-size {data_parallel_size} replicas need at "
+                              f"least as many GPUs; --gpus is {gpus}")
     if calibration is not None:
         calibration.check_for(spec, hw, calibration.source)
         if calibration.visible_memory_bytes:  # the driver's total, the GPU's own
@@ -299,7 +314,9 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     stored = stored_weights(spec, w.quantization, 1)
     base = EngineSettings(max_model_len=length, vllm_version=vllm_version,
                           allow_long_max_model_len=allow_long_max_model_len,
-                          weight_quantization=w.quantization, **(features or {}))
+                          weight_quantization=w.quantization, dp=data_parallel_size or 1,
+                          enable_expert_parallel=enable_expert_parallel,
+                          **(features or {}))
     if features:  # the flags' own errors now, not one per layout searched
         from kvcalc.serving.vllm.capacity import lora_weights, speculative_draft
 
@@ -307,10 +324,11 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
         lora_weights(spec, base)
     search = _Search(spec=spec, hw=hw, prompt_len=prompt_len, output_len=out_len, ttft_s=ttft_s,
                      tpot_s=tpot_s, engine=engine, base=base, calibration=calibration,
-                     ref=served_ref(engine, vllm_version))
+                     ref=served_ref(engine, vllm_version), replicas=data_parallel_size)
     kv_choices = ("auto",) if spec.attention_free else kv_dtypes
 
-    counted, refused = _counted(search, gpus, concurrency, kv_choices, utilizations,
+    counted, refused = _counted(search, gpus // (data_parallel_size or 1), concurrency,
+                                kv_choices, utilizations,
                                 least=(prompt_len or 1) + out_len if auto else None)
     if not counted:
         raise NothingFits(_nothing_starts(spec, hw, gpus, length, auto, refused))
@@ -335,6 +353,11 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     if best.replicas > 1:
         notes.append(f"{best.replicas} replicas of {best.tp * best.pp} GPUs each "
                      f"(--data-parallel-size): --max-num-seqs is per replica")
+        if data_parallel_size is None and any(getattr(layer.mlp, "experts", 0)
+                                              for layer, _ in spec.groups()):
+            notes.append("each replica counted as one engine: vLLM spreads a MoE model's "
+                         "experts over tp x replicas GPUs, fewer bytes a GPU than counted "
+                         "(give --data-parallel-size to count them so)")
     notes += timing_notes(search, best, untimed)
     summary = None
     if calibration is not None:
@@ -448,10 +471,12 @@ def _layout(search: _Search, cap: Capacity, batch: int, gpus: int,
     """Setting `cap` at `batch` requests per replica, timed; MISSES when it misses the
     targets, REFUSED when bench's own count refuses its --max-num-seqs."""
     s = cap.settings
-    most = gpus // (s.tp * s.pp)
-    # All the replicas the devices take; with --concurrency, the fewest that carry it at
-    # this batch each (more would only run emptier).
-    replicas = most if concurrency is None else min(most, -(-concurrency // batch))
+    most = search.replicas or gpus // (s.tp * s.pp)
+    # All the replicas the devices take (those --data-parallel-size names); with
+    # --concurrency, the fewest that carry it at this batch each (more would only run
+    # emptier).
+    replicas = most if concurrency is None or search.replicas else min(
+        most, -(-concurrency // batch))
     requests = replicas * batch if concurrency is None else min(concurrency, replicas * batch)
     # The engine's step at this max_num_seqs (its default shrinks to seqs x length).
     step = default_batch_limits(search.hw, s.replace(max_num_seqs=batch))[0]
@@ -468,7 +493,8 @@ def _layout(search: _Search, cap: Capacity, batch: int, gpus: int,
         max_model_len=s.max_model_len, max_concurrency=cap.max_concurrency,
         kv_cache_tokens=cap.kv_cache_tokens, num_gpu_blocks=cap.num_gpu_blocks,
         ttft_s=ttft, tpot_s=tpot, output_tokens_per_s=rate * (requests / batch),
-        timing=timing, calibrated=search.calibrated(s.tp, s.pp))
+        timing=timing, calibrated=search.calibrated(s.tp, s.pp),
+        expert_parallel=s.expert_parallel)
 
 
 def recounted(search: _Search, x: Layout) -> Layout | None:

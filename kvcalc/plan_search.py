@@ -48,6 +48,7 @@ class Search:
     calibration: Calibration | None = None
     ref: object = None  # kvcalc.serving.EngineRef whose served run times pp = 1 layouts
     terms: object = None  # its kvcalc.served.ServedTerms, read once
+    replicas: int | None = None  # --data-parallel-size: every layout's (None: as many as fit)
     latencies: dict = field(default_factory=dict)
     runs: dict = field(default_factory=dict)  # served_times' cache
 

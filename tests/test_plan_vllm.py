@@ -123,3 +123,23 @@ def test_vllm_parses_the_feature_flags_plan_writes(serve_parser):
     assert engine.speculative_config["num_speculative_tokens"] == 3
     assert engine.enable_lora and engine.max_loras == 4 and engine.max_lora_rank == 32
     assert list(engine.lora_target_modules) == ["q_proj", "v_proj"]
+
+
+def test_vllm_parses_a_data_and_expert_parallel_line(serve_parser):
+    """plan -dp 2 --enable-expert-parallel: vLLM's parser reads the replicas and the
+    switch back, and its ParallelConfig takes the layout (tp x pp x dp GPUs)."""
+    from vllm.config import ParallelConfig
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    p = plan(load_model("mixtral-8x7b"), load_hardware("h100-sxm"), gpus=4, max_model_len=8192,
+             engine=load_engine("vllm")[0], data_parallel_size=2, enable_expert_parallel=True)
+    args = serve_parser.parse_args(shlex.split(p.command)[1:])
+    args.model = args.model_tag
+    engine = AsyncEngineArgs.from_cli_args(args)
+    assert engine.data_parallel_size == p.best.replicas == 2
+    assert engine.enable_expert_parallel is True
+    parallel = ParallelConfig(tensor_parallel_size=engine.tensor_parallel_size,
+                              pipeline_parallel_size=engine.pipeline_parallel_size,
+                              data_parallel_size=engine.data_parallel_size,
+                              enable_expert_parallel=engine.enable_expert_parallel)
+    assert parallel.world_size_across_dp == p.best.gpus

@@ -640,3 +640,140 @@ def test_check_cli_reproduces_the_1_2_logs(name, model, gpu, tmp_path):
     assert {k: figures[k]["logged"] for k in d["logged"]} == d["logged"]
     assert figures["max_tokens"]["ratio"] == pytest.approx(1, abs=0.05)
     assert figures["kv_cache_gib"]["ratio"] == pytest.approx(1, abs=0.05)
+
+
+# --- pools per attention window (VSWA) ------------------------------------------------------
+# NVIDIA/TensorRT-LLM cpp/tests/unit_tests/batch_manager/kvCacheManagerTest.cpp,
+# TEST_F(KVCacheManagerTest, BlockManagerTestWindowSizeToShare): the shares the weighted
+# rule (BlockManager::calculateWindowSizeToShare) must give, to 1e-6 or 1e-4 as there.
+
+def test_weighted_shares_are_the_cpp_unit_tests():
+    from kvcalc.serving.trtllm.windows import window_shares
+
+    assert window_shares("weighted", {1024: 1}) == {1024: 1.0}
+    same = window_shares("weighted", {1024: 1, 4096: 1, 8192: 1})
+    for w, want in ((1024, 0.0769), (4096, 0.3077), (8192, 0.6154)):
+        assert abs(same[w] - want) < 1e-4
+    assert [round(same[w] * 16384) for w in (1024, 4096, 8192)] == [1260, 5041, 10082]
+    differ = window_shares("weighted", {1024: 2, 4096: 12, 8192: 2})
+    total = 2048 + 49152 + 16384
+    for w, c in ((1024, 2048), (4096, 49152), (8192, 16384)):
+        assert abs(differ[w] - c / total) < 1e-6
+    even = window_shares("weighted", {1024: 8, 4096: 2, 8192: 1})
+    assert all(abs(v - 1 / 3) < 1e-6 for v in even.values())
+    # the equal rule (1.2.0rc2 calculateMaxNumBlocks): 1.0f / the number of windows
+    assert window_shares("equal", {512: 5, 32768: 1}) == {512: 0.5, 32768: 0.5}
+
+
+def _gemma3(release, **kw):
+    spec = load_model("gemma3-12b")
+    flags = TrtllmFlags(engine=engine_ref(f"tensorrt-llm@{release}"), weights=Weights(),
+                        max_seq_len=32768, **kw)
+    return spec, count(spec, load_hardware("h100-sxm"), flags)
+
+
+GEMMA3_WINDOWS = (1024,) * 5 + (32768,)  # the pattern Dynamo's gemma3 VSWA configs give
+
+
+def test_without_max_attention_window_every_layer_keeps_max_seq_len():
+    """One window, max_seq_len, for every layer (1.3.0rc3 resource_manager.py
+    KVCacheManager.__init__ l. 277-296: is_vswa only when the windows differ): the pool
+    is the all-full count; a single window that is max_seq_len changes nothing."""
+    _, plain = _gemma3("1.2")
+    _, one = _gemma3("1.2", max_attention_window=(32768,))
+    _, longer = _gemma3("1.2", max_attention_window=(65536,))  # clamped to max_seq_len
+    assert plain.kv_cache_tokens == one.kv_cache_tokens == longer.kv_cache_tokens
+    assert plain.binding is None and any("max_attention_window" in n for n in plain.notes)
+
+
+@pytest.mark.parametrize("release, rule", [("1.1", "weighted"), ("1.2", "equal"),
+                                           ("1.3.0rc3", "equal")])
+def test_a_pool_per_window_split_as_the_release_splits_it(release, rule):
+    """Gemma 3 12B (48 layers, 8 K/V heads of 256, bf16: 8,192 B a layer a token) with
+    windows 1024 x 5, 32768 cycled over the layers: 40 layers of window 1024 (327,680 B a
+    token), 8 of 32768 (65,536 B). Each window's tokens = the estimate's memory x share /
+    its bytes, in blocks of 32 rounded up (calculateMaxNumBlocks); the log's N is the
+    blocks of both x 32 (getNumPrimaryBlocks sums the windows)."""
+    from kvcalc.serving.trtllm.windows import f32
+
+    spec, plain = _gemma3(release)
+    _, c = _gemma3(release, max_attention_window=GEMMA3_WINDOWS)
+    layer = 2 * 8 * 256 * 2
+    assert spec.layers == 48
+    allotted = dict(c.terms)["available_kv_cache_memory"]
+    assert allotted == dict(plain.terms)["available_kv_cache_memory"]
+    if rule == "equal":
+        share = {1024: 0.5, 32768: 0.5}
+    else:  # bytes x window, over the sum
+        weight = {1024: 40 * layer * 1024, 32768: 8 * layer * 32768}
+        share = {w: v / sum(weight.values()) for w, v in weight.items()}
+    pools = dict(c.pools)
+    for w, n in ((1024, 40), (32768, 8)):
+        tokens = int(f32(allotted) * share[w] / (n * layer))
+        assert abs(pools[f"window_{w}_blocks"] - -(-tokens // 32)) <= 1
+    blocks = pools["window_1024_blocks"] + pools["window_32768_blocks"]
+    assert c.kv_cache_tokens == blocks * 32 == pools["blocks"] * 32
+    # requests of 32,768 tokens: 32 blocks of the small window, 1,024 of the large one
+    assert c.max_concurrency == pytest.approx(min(pools["window_1024_blocks"] / 32,
+                                                  pools["window_32768_blocks"] / 1024))
+    assert c.max_concurrency > plain.max_concurrency  # 40 layers keep 1,024 tokens only
+    assert dict(c.flags)["max_attention_window"] == list(GEMMA3_WINDOWS)
+    if rule == "weighted":  # the shares make every window hold the same requests
+        assert abs(pools["window_1024_blocks"] / 32
+                   - pools["window_32768_blocks"] / 1024) < 0.05
+    room = c.room()
+    assert room.blocks_per_request == 1024 and c.serves(int(c.max_concurrency))
+    assert not c.serves(int(c.max_concurrency) + 1)
+
+
+def test_windows_cycle_over_each_pipeline_ranks_own_layers():
+    """_get_window_size_to_layers cycles the list over the rank's local layer indices:
+    at pp 2 each rank's 24 layers are 20 x 1024 and 4 x 32768."""
+    from kvcalc.serving.trtllm.pool import window_layers
+
+    spec = load_model("gemma3-12b")
+    for stage in (0, 1):
+        wl = window_layers(spec, kv_dtype="bf16", tp=1, windows=GEMMA3_WINDOWS, stage=stage,
+                           pp=2)
+        assert {w: n for w, (n, _) in wl.items()} == {1024: 20, 32768: 4}
+
+
+def test_per_window_pools_before_1_0_are_one_line():
+    with pytest.raises(KvcalcError, match="from 1.0") as e:
+        _gemma3("0.20.0", max_attention_window=GEMMA3_WINDOWS)
+    assert "\n" not in str(e.value)
+    with pytest.raises(KvcalcError, match="max_attention_window"):
+        _gemma3("1.2", max_attention_window=(0, 1024))
+
+
+def test_fit_takes_max_attention_window_for_tensorrt_llm_only():
+    args = ["fit", "--preset", "gemma3-12b", "--gpu", "h100-sxm", "--max-seq-len", "32768",
+            "--max-attention-window", ",".join(map(str, GEMMA3_WINDOWS)), "--format", "json"]
+    r = _invoke(*args, "--engine", "tensorrt-llm@1.2")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    _, c = _gemma3("1.2", max_attention_window=GEMMA3_WINDOWS)
+    assert d["kv_cache_tokens"] == c.kv_cache_tokens
+    assert d["pools"]["window_1024_blocks"] == dict(c.pools)["window_1024_blocks"]
+    r = _invoke("fit", "--preset", "gemma3-12b", "--gpu", "h100-sxm",
+                "--max-attention-window", "1024,32768")
+    assert r.exit_code == 2 and "TensorRT-LLM's flag" in r.stderr
+    r = _invoke(*args[:5], "--max-attention-window", "1024,x", "--engine", "trtllm")
+    assert r.exit_code == 2 and "comma-separated" in r.stderr
+
+
+def test_a_public_gpt_oss_log_keeps_its_sliding_layers_at_max_seq_len():
+    """gpt-oss-120b alternates 18 sliding layers (window 128) with 18 full ones; the DGX
+    Spark log (1.1.0rc3, no max_attention_window in its YAML) prints "kv size is 73728" and
+    5.95 GiB for 86,720 tokens: 73,728 B a token is all 36 layers x 2 x 8 heads x 64 x 2 B,
+    the sliding ones sized as full, as one window of max_seq_len gives."""
+    path = (Path(__file__).parent / "data/trtllm"
+            / "gpt-oss-120b-dgx-spark-tp1-trtllm110rc3-jeansblog.yaml")
+    data = yaml.safe_load(path.read_text())
+    assert "kv size is 73728" in data["log"]
+    spec = load_model("gpt-oss-120b")
+    assert spec.sliding_layers == 18 and spec.layers == 36
+    pt = per_token(spec, kv_dtype="bf16", tp=1)
+    assert pt.pool == pt.estimate == 73728 and pt.windowed
+    logged = data["logged"]
+    assert abs(logged["max_tokens"] * pt.pool / 2**30 - logged["kv_cache_gib"]) < 0.005

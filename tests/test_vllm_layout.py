@@ -133,3 +133,132 @@ def test_vllms_data_parallel_flags_are_vllms():
         engine_flags(engine_ref("sglang"), EngineSettings(max_model_len=4096), dp=2)
     with pytest.raises(KvcalcError):
         EngineSettings(max_model_len=4096, dp=0)
+
+
+# -- the command line: vLLM's own spellings (vllm 0.33.0 `engine/arg_utils.py::
+# EngineArgs.add_cli_args`, l. 1241 "--data-parallel-size", "-dp"; l. 1305
+# "--enable-expert-parallel", a switch) on fit, estimate, plan and check --------------
+
+def _cli(*args: str):
+    import json
+
+    from typer.testing import CliRunner
+
+    from kvcalc.cli import app
+
+    r = CliRunner().invoke(app, list(args))
+    return r, (json.loads(r.stdout) if r.exit_code in (0, 1) and "--format" in args else None)
+
+
+@pytest.mark.parametrize("spelling", ["--data-parallel-size", "-dp"])
+def test_fit_counts_vllms_data_parallel_replicas_from_its_flags(spelling):
+    """Mixtral-8x7B at tp 2, dp 2, expert parallel: each replica's pool is the count of
+    EngineSettings(tp=2, dp=2, enable_expert_parallel=True) (held to vLLM's layout rules
+    above), the deployment two of them on four GPUs, ep = tp x dp."""
+    r, d = _cli("fit", "--preset", "mixtral-8x7b", "--gpu", "h100-sxm", "--tp", "2",
+                spelling, "2", "--enable-expert-parallel", "--max-model-len", "8192",
+                "--format", "json")
+    assert r.exit_code == 0, r.output
+    one = serving_capacity(load_model("mixtral-8x7b"), H100, EngineSettings(
+        max_model_len=8192, tp=2, dp=2, enable_expert_parallel=True))
+    assert d["kv_cache_tokens"] == one.kv_cache_tokens
+    assert (d["data_parallel_size"], d["enable_expert_parallel"]) == (2, True)
+    assert d["layout"] == {"tp": 2, "pp": 1, "dp": 2, "dp_attention": False, "ep": 4,
+                           "attention_tp": 2, "gpus": 4}
+    assert d["deployment"]["kv_cache_tokens"] == 2 * one.kv_cache_tokens
+    assert d["deployment"]["max_running_requests"] == 2 * one.max_num_seqs
+    r, e = _cli("estimate", "--preset", "mixtral-8x7b", "--gpu", "h100-sxm", "--tp", "2",
+                spelling, "2", "--enable-expert-parallel", "--seq-len", "8192",
+                "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert e["fit"]["engine"]["layout"] == d["layout"]
+    assert e["fit"]["engine"]["deployment"] == d["deployment"]
+
+
+def test_one_replica_without_expert_parallel_writes_json_as_before():
+    _, d = _cli("fit", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--max-model-len", "8192",
+                "--format", "json")
+    assert "layout" not in d and "deployment" not in d
+
+
+@pytest.mark.parametrize("engine, flag, words", [
+    # SGLang server_args.py: "--expert-parallel-size", "--ep-size" (0.4.6.post5-0.5.8)
+    ("sglang", "--enable-expert-parallel", "SGLang spells it --ep-size"),
+    # trtllm-serve (commands/serve.py 1.3.0rc3 l. 499-500): "--moe_expert_parallel_size",
+    # "--ep_size"; no data-parallel replicas
+    ("tensorrt-llm", "--enable-expert-parallel", "TensorRT-LLM spells it --ep_size"),
+    ("tensorrt-llm", "--data-parallel-size=2", "TensorRT-LLM has no data-parallel replicas"),
+])
+def test_vllms_layout_flags_for_another_engine_are_one_line(engine, flag, words):
+    for command in ("fit", "estimate"):
+        r, _ = _cli(command, "--preset", "mixtral-8x7b", "--gpu", "h100-sxm", "--tp", "2",
+                    flag, "--engine", engine)
+        assert r.exit_code == 2
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("kvcalc: error: ")
+        assert words in lines[0] and "vLLM's flag" in lines[0]
+
+
+def test_sglangs_dp_size_given_to_vllm_names_vllms_own():
+    r, _ = _cli("fit", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--dp-size", "2")
+    assert r.exit_code == 2
+    assert "vLLM's is --data-parallel-size" in r.stderr
+
+
+def test_sglang_takes_data_parallel_size_as_its_own_alias_of_dp_size():
+    """SGLang's server_args.py adds "--data-parallel-size", "--dp-size" as one option
+    (0.4.0 l. 508-509 ... 0.5.8 l. 3386-3387; 0.5.23 `arg_groups/fields/parallel.py`
+    dp_size, aliases ["--data-parallel-size"])."""
+    args = ("fit", "--preset", "llama3-8b", "--gpu", "h100-sxm", "--engine", "sglang@0.5.4",
+            "--context-length", "8192", "--format", "json")
+    _, alias = _cli(*args, "--data-parallel-size", "2")
+    _, own = _cli(*args, "--dp-size", "2")
+    assert alias == own and own["dp"] == 2 and own["deployment"]["kv_pools"] == 2
+    r, _ = _cli(*args, "--data-parallel-size", "2", "--dp-size", "4")
+    assert r.exit_code == 2 and "one SGLang flag" in r.stderr
+
+
+def test_plan_keeps_the_replicas_given_and_writes_expert_parallel_in_its_line():
+    """plan -dp 2 --enable-expert-parallel: every layout two replicas of tp x pp GPUs,
+    counted as vLLM's DP ranks (experts over tp x 2 GPUs), the switch in the line."""
+    import shlex
+
+    r, d = _cli("plan", "--preset", "mixtral-8x7b", "--gpu", "h100-sxm", "--gpus", "4", "-dp",
+                "2", "--enable-expert-parallel", "--max-model-len", "8192", "--format", "json")
+    assert r.exit_code == 0, r.output
+    best = d["best"]
+    assert all(x["replicas"] == 2 for x in d["layouts"])
+    words = shlex.split(best["command"])
+    assert words[words.index("--data-parallel-size") + 1] == "2"
+    assert "--enable-expert-parallel" in words
+    cap = serving_capacity(load_model("mixtral-8x7b"), H100, EngineSettings(
+        max_model_len=8192, tp=best["tp"], pp=best["pp"], dp=2, enable_expert_parallel=True,
+        kv_dtype=best["kv_cache_dtype"] if best["kv_cache_dtype"] != "auto" else "bf16",
+        gpu_memory_utilization=str(best["gpu_memory_utilization"]),
+        max_num_seqs=best["max_num_seqs"]))
+    assert best["kv_cache_tokens"] == cap.kv_cache_tokens
+    r, _ = _cli("plan", "--preset", "mixtral-8x7b", "--gpu", "h100-sxm", "--gpus", "2", "-dp",
+                "4")
+    assert r.exit_code == 2 and "--data-parallel-size 4" in r.stderr
+    r, _ = _cli("plan", "--preset", "mixtral-8x7b", "--gpus", "4", "-dp", "2", "--engine", "any")
+    assert r.exit_code == 2 and "vLLM's flag" in r.stderr
+
+
+def test_check_reads_the_layout_a_vllm_log_gives():
+    """The non-default args vLLM logs (`data_parallel_size`, `enable_expert_parallel`) and
+    a `vllm serve -dp N --enable-expert-parallel` line set the count's layout."""
+    from kvcalc.serving.vllm.check import settings_from_log
+    from kvcalc.serving.vllm.log import parse_vllm_log
+
+    spec = load_model("mixtral-8x7b")
+    logged = parse_vllm_log(
+        "INFO 08-20 10:00:00 [api_server.py:1805] vLLM API server version 0.10.1.1\n"
+        "INFO 08-20 10:00:00 [utils.py:326] non-default args: {'model': 'm', "
+        "'max_model_len': 8192, 'tensor_parallel_size': 2, 'data_parallel_size': 2, "
+        "'enable_expert_parallel': True}\n")
+    typed = parse_vllm_log("$ vllm serve m -tp 2 -dp 2 --enable-expert-parallel "
+                           "--max-model-len 8192\nINFO vLLM API server version 0.10.1.1\n")
+    for log in (logged, typed):
+        s, notes = settings_from_log(log, spec)
+        assert s.layout == Layout(tp=2, dp=2, ep=4)
+        assert not any("enable_expert_parallel" in n for n in notes)

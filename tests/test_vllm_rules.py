@@ -22,6 +22,30 @@ def test_release_text():
             parse_release(bad)
 
 
+def test_a_release_candidate_precedes_its_release():
+    """PEP 440 orders 0.10.0rc1 after every 0.9 and before 0.10.0 (vLLM's wheels are
+    versioned by it; `packaging.version.Version` sorts them so): it was read as 0.10.1
+    (the digits of '0rc1'), and took the rules that start there."""
+    order = ["0.9.2", "0.10.0.dev3", "0.10.0rc1", "0.10.0rc2", "0.10.0", "0.10.1.dev4+g1a2b3c",
+             "0.10.1rc1", "0.10.1", "0.10.1.1"]
+    assert sorted(order, key=parse_release) == order
+    version = pytest.importorskip("packaging.version").Version  # PEP 440's own order
+    assert sorted(order, key=version) == order
+    assert parse_release("0.10.0rc1") == (10, -1, 3, 1)
+    assert parse_release("0.9.2+cu126") == (9, 2)
+    assert not same_release("0.10.0rc1", "0.10.0") and not same_release("0.10.0rc1", "0.10.1")
+    # non-torch memory since the snapshot in V1 from 0.10.1 (gpu_worker.py::init_device,
+    # init_snapshot): not in its release candidates, nor in 0.10.0rc1
+    assert rules_for("0.10.1").non_torch_counted() == "snapshot"
+    for rc in ("0.10.0rc1", "0.10.1rc1"):
+        assert rules_for(rc).non_torch_counted() == "process"
+    # the GB10 exclusion of 0.33 (EngineArgs.get_batch_defaults) is not 0.33.0rc1's
+    spark = dict(total=128 * GiB, device="NVIDIA GB10", usage="server", chunked=True,
+                 max_model_len=8192)
+    assert rules_for("0.33.0rc1").batch_defaults(**spark) == (8192, 1024)
+    assert rules_for("0.33.0").batch_defaults(**spark) == (2048, 256)
+
+
 def test_v1_became_the_default_in_0_8():
     assert default_engine("0.7.3") == "v0" and default_engine("0.8.0") == "v1"
 

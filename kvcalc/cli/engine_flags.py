@@ -1,6 +1,7 @@
 """SGLang's and TensorRT-LLM's flags as kvcalc's commands take them, spelled as on each
-engine's own command line (TensorRT-LLM's underscore spellings too), and the parameter
-each one fills (kvcalc.serving.flags says whose each is)."""
+engine's own command line (TensorRT-LLM's underscore spellings too), vLLM's layout flags
+(--data-parallel-size, --enable-expert-parallel) that every command counting its memory
+takes, and the parameter each one fills (kvcalc.serving.flags says whose each is)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,29 @@ from typing import Annotated, Optional
 
 import typer
 
+from kvcalc.cli.options import DataParallelOpt, ExpertParallelOpt  # noqa: F401  vLLM's
+
 _E = "SGLang: "
 _T = "TensorRT-LLM: "
+
+
+def layout_flags(ref, given: dict, data_parallel_size, enable_expert_parallel) -> dict:
+    """--data-parallel-size and --enable-expert-parallel as the parameters of the engine
+    counted (`ref`, None: vLLM): vLLM's dp and enable_expert_parallel, SGLang's dp_size
+    for its own alias --data-parallel-size; added to `given` (the engine's other flags)."""
+    out = dict(given)
+    if ref is not None and ref.name == "sglang" and data_parallel_size is not None:
+        if out.get("dp_size") not in (None, data_parallel_size):
+            from kvcalc.errors import KvcalcError
+
+            raise KvcalcError(f"--data-parallel-size {data_parallel_size} and --dp-size "
+                              f"{out['dp_size']} are one SGLang flag: give one")
+        out["dp_size"] = data_parallel_size
+        data_parallel_size = None
+    out["dp"] = data_parallel_size
+    out["enable_expert_parallel"] = enable_expert_parallel or None
+    return out
+
 
 MemFractionStaticOpt = Annotated[Optional[str], typer.Option(
     "--mem-fraction-static", show_default=False,
@@ -72,12 +94,30 @@ BackendOpt = Annotated[Optional[str], typer.Option(
     "--backend", show_default=False, metavar="pytorch|tensorrt",
     help=_T + "the PyTorch runtime (trtllm-serve, the LLM API) or a built TensorRT engine "
     "(default pytorch).")]
+MaxAttentionWindowOpt = Annotated[Optional[str], typer.Option(
+    "--max-attention-window", "--max_attention_window", show_default=False,
+    metavar="W[,W...]",
+    help=_T + "kv_cache_config.max_attention_window (in --extra_llm_api_options): window sizes "
+    "in tokens, repeated over the layers; several sizes give a KV pool per window, e.g. "
+    "1024,1024,1024,1024,1024,32768 for Gemma 3 (default: max_seq_len for every layer).")]
 MaxTokensPagedOpt = Annotated[Optional[int], typer.Option(
     "--max-tokens-in-paged-kv-cache", "--max_tokens_in_paged_kv_cache", show_default=False,
     help=_T + "cap on the KV cache's tokens.")]
 
 
+def windows(text: str) -> tuple[int, ...]:
+    """--max-attention-window's list: whole numbers of tokens, comma-separated."""
+    from kvcalc.errors import KvcalcError
+
+    parts = [p.strip() for p in text.replace("[", "").replace("]", "").split(",")]
+    if not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise KvcalcError(f"--max-attention-window takes window sizes in tokens, "
+                          f"comma-separated (e.g. 1024,32768), got {text!r}")
+    return tuple(int(p) for p in parts)
+
+
 def flag_of(name: str) -> str:
     """A parameter's flag as kvcalc's commands spell it."""
-    return {"kv_cache_memory_bytes": "--kv-cache-memory", "pp": "--pp"}.get(
+    return {"kv_cache_memory_bytes": "--kv-cache-memory", "pp": "--pp",
+            "dp": "--data-parallel-size"}.get(
         name, "--" + name.replace("_", "-"))

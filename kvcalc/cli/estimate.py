@@ -37,6 +37,8 @@ from kvcalc.cli.options import (
     SeqLenOpt,
     TpOpt,
     WeightDtypeOpt,
+    DataParallelOpt,
+    ExpertParallelOpt,
     model_options,
     output_format,
     resolve_gpu,
@@ -44,6 +46,22 @@ from kvcalc.cli.options import (
 from kvcalc.errors import KvcalcError
 
 AUTO = -1  # --max-model-len auto, as vLLM reads it (kvcalc.serving.vllm.verdict.AUTO)
+
+
+def vllm_layout(ref, data_parallel_size, enable_expert_parallel) -> dict:
+    """--data-parallel-size and --enable-expert-parallel as EngineSettings' dp and
+    enable_expert_parallel for vLLM's count (`ref` None or vLLM); refused, in one line,
+    for another engine's."""
+    from kvcalc.cli import engine_flags as ef
+    from kvcalc.serving.flags import check_owners
+
+    given = {"dp": data_parallel_size, "enable_expert_parallel": enable_expert_parallel or None}
+    if ref is not None and ref.name != "vllm":
+        if ref.name == "sglang" and data_parallel_size is not None:
+            raise KvcalcError(f"--data-parallel-size with --engine {ref.name}: estimate counts "
+                              f"{ref.title} at its defaults; fit takes its layout (--dp-size)")
+        check_owners(ref.name, given, ef.flag_of)
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def _estimate_items(est, detail: bool) -> list:
@@ -92,6 +110,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         detail: Annotated[bool, typer.Option(
             "--detail", help="Every breakdown (cache, parameters matrix by matrix, decode bytes "
             "and FLOPs, Shazeer's terms, roofline, fit) instead of the compact table.")] = False,
+        data_parallel_size: DataParallelOpt = None,
+        enable_expert_parallel: ExpertParallelOpt = False,
         kv_scale_bytes: ScaleOpt = 0,
         encoder_seq_len: EncoderLenOpt = None,
         memory_fraction: MemFractionOpt = None,
@@ -113,12 +133,15 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         speed_engine = speed.engine_option(engine, mfu, bandwidth_efficiency, speed.DEFAULT)
         mfu, bandwidth_efficiency = speed.shares(mfu, bandwidth_efficiency)
         memory = {}
+        layout = vllm_layout(ref, data_parallel_size, enable_expert_parallel)
         if ref is not None and ref.name == "vllm":
             from kvcalc.serving.vllm import release_settings
 
-            memory["serving"] = release_settings(ref.release)
+            memory["serving"] = {**release_settings(ref.release), **layout}
         elif ref is not None:
             memory["memory_engine"] = ref
+        elif layout:
+            memory["serving"] = layout
         ests = _estimates(request, seq_len=seq_len, batch=batch, kv_dtype=kv_dtype,
                           weight_dtype=weight_dtype, tp=tp, gpu=gpu,
                           kv_scale_bytes=kv_scale_bytes, encoder_seq_len=encoder_seq_len,
@@ -238,6 +261,9 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         max_lora_rank: ff.MaxLoraRankOpt = None,
         lora_dtype: ff.LoraDtypeOpt = None,
         lora_target_modules: ff.LoraTargetModulesOpt = None,
+        max_attention_window: ef.MaxAttentionWindowOpt = None,
+        data_parallel_size: ef.DataParallelOpt = None,
+        enable_expert_parallel: ef.ExpertParallelOpt = False,
         kv_scale_bytes: ScaleOpt = 0,
         encoder_seq_len: EncoderLenOpt = None,
         memory_fraction: MemFractionOpt = None,
@@ -292,6 +318,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                   "max_seq_len": max_seq_len, "tokens_per_block": tokens_per_block,
                   "backend": backend,
                   "max_tokens_in_paged_kv_cache": max_tokens_in_paged_kv_cache,
+                  "max_attention_window": None if max_attention_window is None
+                  else ef.windows(max_attention_window),
                   **ff.speculative_given(
                       speculative_algorithm=speculative_algorithm,
                       speculative_draft_model_path=speculative_draft_model_path,
@@ -316,8 +344,10 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                       "max_loras": max_loras, "lora_dtype": lora_dtype}
         from kvcalc.serving.flags import check_owners
 
+        others = ef.layout_flags(ref, others, data_parallel_size, enable_expert_parallel)
         check_owners(ref.name if ref else "vllm", {**vllm_given, **others, **shared_lora},
                      ef.flag_of)
+        dp, expert_parallel = others.pop("dp"), others.pop("enable_expert_parallel")
         if ref is not None and ref.name != "vllm":
             others.update({k: v for k, v in shared_lora.items() if v is not None})
         if ref is not None and ref.name == "vllm" and ref.named:
@@ -350,7 +380,9 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                         "--enforce-eager": enforce_eager or None, "--calibration": calibration,
                         "--kv-cache-memory": kv_cache_memory,
                         "--speculative-config": speculative_config,
-                        "--enable-lora": enable_lora or None}
+                        "--enable-lora": enable_lora or None,
+                        "--data-parallel-size": dp,
+                        "--enable-expert-parallel": expert_parallel}
         engine = {k: v for k, v in engine_flags.items() if v is not None}
         if engine and (memory_fraction is not None or reserve is not None):
             raise KvcalcError("--memory-fraction and --reserve shape the plain fit; with engine "
@@ -374,7 +406,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         serving = _serving(pp=pp, utilization=gpu_memory_utilization, block_size=block_size,
                            batched=max_num_batched_tokens, seqs=max_num_seqs,
                            enforce_eager=enforce_eager, vllm_version=vllm_version,
-                           kv_cache_memory=kv_cache_memory, learnt=learnt)
+                           kv_cache_memory=kv_cache_memory, learnt=learnt, dp=dp,
+                           expert_parallel=expert_parallel)
         if speculative_config is not None:
             serving["speculative_config"] = speculative_config
         serving.update({k: v for k, v in {**shared_lora, "max_loras": max_loras,
@@ -480,7 +513,7 @@ def _length(text: str | None) -> int | None:
 
 
 def _serving(*, pp, utilization, block_size, batched, seqs, enforce_eager, vllm_version,
-             kv_cache_memory, learnt=None) -> dict:
+             kv_cache_memory, learnt=None, dp=None, expert_parallel=None) -> dict:
     """The engine flags given, as EngineSettings' names (the rest: the engine's defaults),
     with a calibration file's measured terms (`learnt`) in place of kvcalc's models."""
     from kvcalc.cli.options import parse_size
@@ -492,7 +525,8 @@ def _serving(*, pp, utilization, block_size, batched, seqs, enforce_eager, vllm_
     given = {"gpu_memory_utilization": utilization, "pp": pp, "block_size": block_size,
              "max_num_batched_tokens": batched, "max_num_seqs": seqs,
              "kv_cache_memory_bytes": None if kv_cache_memory is None else
-             parse_size(kv_cache_memory, "--kv-cache-memory")}
+             parse_size(kv_cache_memory, "--kv-cache-memory"), "dp": dp,
+             "enable_expert_parallel": expert_parallel}
     if learnt is not None:
         given.update({k: getattr(learnt, k) for k in
                       ("weights_bytes", "activation_peak_bytes", "non_torch_bytes",
@@ -509,11 +543,13 @@ def _vllm_allows_long_max_model_len() -> bool:
 
 def _capacity_dict(est, cap) -> dict:
     from kvcalc.estimate import approximate_fields
+    from kvcalc.serving.vllm.verdict import layout_fields
 
     s = cap.settings
     util_num, util_den = s.utilization
     return {
         "model": est.spec.name, **approximate_fields(est.spec), "gpu": cap.hardware, "tp": s.tp, "pp": s.pp,
+        **layout_fields(s, cap),
         "max_model_len": s.max_model_len, "gpu_memory_utilization": util_num / util_den,
         "block_size": cap.block_size, "max_num_batched_tokens": cap.max_num_batched_tokens,
         "max_num_seqs": cap.max_num_seqs, "kv_dtype": est.kv_dtype.name,

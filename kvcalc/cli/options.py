@@ -423,6 +423,18 @@ SweepEngineOpt = Annotated[Optional[str], typer.Option(
     "or `roofline` for the roofline columns only (default: vllm on a GPU, as estimate; "
     "the roofline columns only on a CPU or with --gpu none).")]
 TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel devices (count).")]
+# vLLM's own spellings (vllm/engine/arg_utils.py::EngineArgs.add_cli_args, ParallelConfig:
+# "--data-parallel-size", "-dp"; "--enable-expert-parallel", a switch). SGLang's
+# server_args.py takes "--data-parallel-size" too, as its --dp-size (0.4.0-0.5.23).
+DataParallelOpt = Annotated[Optional[int], typer.Option(
+    "--data-parallel-size", "-dp", show_default=False, metavar="<replicas>",
+    help="vLLM: engines side by side, each on --tp x --pp GPUs with a KV pool of its own; "
+    "a MoE model's experts are spread over tp x dp GPUs (default 1). With --engine sglang: "
+    "SGLang's own alias of --dp-size.")]
+ExpertParallelOpt = Annotated[bool, typer.Option(
+    "--enable-expert-parallel", help="vLLM: whole experts on each of the tp x dp GPUs of "
+    "a MoE model instead of a slice of every expert.")]
+
 GpuOpt = Annotated[str, typer.Option(
     "--gpu", help="Hardware preset, or a YAML file in the presets' schema, for roofline and "
     "fit (`none` to skip).")]

@@ -9,6 +9,8 @@ import typer
 from kvcalc.cli.options import (
     DEFAULT_GPU,
     SUFFIXES,
+    DataParallelOpt,
+    ExpertParallelOpt,
     ForceOpt,
     FormatOpt,
     ModelRequest,
@@ -78,6 +80,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         max_lora_rank: ff.MaxLoraRankOpt = None,
         lora_dtype: ff.LoraDtypeOpt = None,
         lora_target_modules: ff.LoraTargetModulesOpt = None,
+        data_parallel_size: DataParallelOpt = None,
+        enable_expert_parallel: ExpertParallelOpt = False,
         plot: Annotated[Optional[Path], typer.Option(
             "--plot", show_default=False,
             help="Also draw tokens/s per GPU against tokens/s per user, the front marked "
@@ -127,6 +131,11 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         spec = request.resolve()
         if learnt is not None:
             learnt.check_for(spec, hardware, str(calibration))
+        if refs is not None and (data_parallel_size is not None or enable_expert_parallel):
+            flag = ("--data-parallel-size" if data_parallel_size is not None
+                    else "--enable-expert-parallel")
+            raise KvcalcError(f"{flag} is vLLM's flag: plan vLLM's layouts with it (--engine "
+                              f"vllm), not --engine {engine}")
         if refs is not None:
             _compare(refs, spec, hardware, fmt=fmt, output=output, force=force, gpus=gpus,
                      max_model_len=length, concurrency=concurrency, prompt_len=prompt_len,
@@ -141,7 +150,9 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                 tpot_s=None if tpot_ms is None else tpot_ms / 1000,
                 engine=_vllm_terms(engine, hardware), model=_served_name(request),
                 vllm_version=vllm_version, allow_long_max_model_len=_allows_long(),
-                calibration=learnt, features=features)
+                calibration=learnt, features=features,
+                data_parallel_size=data_parallel_size,
+                enable_expert_parallel=enable_expert_parallel)
         except NothingFits as e:
             sys.stderr.write(f"kvcalc: {' '.join(str(e).split())}\n")
             raise typer.Exit(1)

@@ -424,6 +424,10 @@ def capacity_table(est, slo: int | None = None, length_flag: str = "--max-model-
             [f"max concurrency at {s.max_model_len:,} tokens",
              _or_unmodelled(cap.max_concurrency, "{:.2f}x")],
             [f"KV for {v.batch:,} x {s.max_model_len:,} tokens", exact_bytes(v.kv_needed_bytes)]]
+    if s.dp > 1:  # replicas, each with this count and a pool of its own
+        rows.insert(-1, [f"all {s.dp} replicas ({s.layout.gpus} GPUs): KV cache tokens",
+                         _or_unmodelled(None if cap.kv_cache_tokens is None
+                                        else s.dp * cap.kv_cache_tokens, "{:,}")])
     if v.shortfall_bytes:
         rows.append(["shortfall", exact_bytes(v.shortfall_bytes)])
     rows.append(["verdict", "starts" if v.serves else verdict_words(v)[len(engine_name(v)) + 1:]])
@@ -443,6 +447,10 @@ def capacity_table(est, slo: int | None = None, length_flag: str = "--max-model-
              ["floor: free for KV cache per device", exact_bytes(f.free_for_kv_bytes)],
              [f"floor: max batch at {est.seq_len:,} tokens", f"{f.max_batch:,}"]]
     where = f"{s.tp} x {cap.hardware}" + (f", pp {s.pp}" if s.pp > 1 else "")
+    if s.dp > 1:
+        where += f", dp {s.dp}"
+    if s.expert_parallel:
+        where += f", expert parallel over {s.tp * s.dp}"
     notes = list(cap.notes) + [n for n in est.notes()
                                if "replicated" in n or n.startswith("approximate:")]
     return Tab(f"{est.spec.name} on {where}, as vLLM {s.vllm_version} counts it "

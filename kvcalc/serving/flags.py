@@ -12,7 +12,7 @@ from __future__ import annotations
 from kvcalc.errors import KvcalcError
 from kvcalc.serving.releases import TITLES
 
-__all__ = ["ALIKE", "OWNER", "check_owners", "engine_flags"]
+__all__ = ["ALIKE", "ELSEWHERE", "OWNER", "check_owners", "engine_flags"]
 
 # parameter name -> the engines that take it
 OWNER = {
@@ -46,6 +46,7 @@ OWNER = {
     "enable_lora": ("vllm", "sglang"), "max_lora_rank": ("vllm", "sglang"),
     "lora_target_modules": ("vllm", "sglang"), "max_loras": ("vllm",),
     "lora_dtype": ("vllm",), "max_loras_per_batch": ("sglang",),
+    "max_attention_window": ("tensorrt-llm",),
     # every engine
     "pp": ("vllm", "sglang", "tensorrt-llm"),
 }
@@ -60,7 +61,24 @@ ALIKE = (
     ("enforce_eager", "disable_cuda_graph", None),
     ("speculative_config", "speculative_algorithm", "extra_llm_api_options"),
     ("max_loras", "max_loras_per_batch", None),
+    ("dp", "dp_size", None),
 )
+# What another engine calls a knob kvcalc takes for one engine only, where kvcalc does not
+# take that engine's own spelling: (parameter, engine) -> how that engine spells it, read
+# in its released source.
+ELSEWHERE = {
+    # SGLang server_args.py (0.4.6.post5-0.5.8; 0.5.23 arg_groups/fields/parallel.py
+    # ep_size): "--expert-parallel-size" / "--ep-size", an expert-parallel size, not a
+    # switch (0.4.6-0.5.1 also "--enable-ep-moe"); absent in 0.4.0
+    ("enable_expert_parallel", "sglang"): "--ep-size (an expert-parallel size)",
+    # TensorRT-LLM commands/serve.py::serve (1.3.0rc3 l. 499-500): "--moe_expert_parallel_size"
+    # / "--ep_size" (absent at main@0.17dev, whose serve takes --tp_size and --pp_size);
+    # no data-parallel replicas in any: attention data parallelism is enable_attention_dp
+    # in --extra_llm_api_options
+    ("enable_expert_parallel", "tensorrt-llm"): "--ep_size (an expert-parallel size)",
+    ("dp", "tensorrt-llm"): "no data-parallel replicas (attention data parallelism is "
+                            "enable_attention_dp in --extra_llm_api_options)",
+}
 _COLUMN = {"vllm": 0, "sglang": 1, "tensorrt-llm": 2}
 
 
@@ -75,8 +93,16 @@ def check_owners(engine: str, given: dict, spell=lambda name: name) -> None:
             continue
         theirs = " and ".join(TITLES[o] for o in owners)
         mine = next((row[_COLUMN[engine]] for row in ALIKE if name in row), None)
-        instead = (f"; {TITLES[engine]}'s is {spell(mine)}" if mine else
-                   f"; {TITLES[engine]} has no such flag")
+        other = ELSEWHERE.get((name, engine))
+        if mine:
+            instead = f"; {TITLES[engine]}'s is {spell(mine)}"
+        elif other and other.startswith("--"):
+            instead = (f"; {TITLES[engine]} spells it {other}, which kvcalc does not take "
+                       f"for it")
+        elif other:
+            instead = f"; {TITLES[engine]} has {other}"
+        else:
+            instead = f"; {TITLES[engine]} has no such flag"
         raise KvcalcError(f"{spell(name)} is {theirs}'s flag (count with --engine "
                           f"{owners[0]}), and the engine counted is {TITLES[engine]}{instead}")
 

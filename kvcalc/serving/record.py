@@ -34,6 +34,10 @@ class ServingCount:
     refusal: str = ""  # the engine's reason for not starting, "" when it starts
     pools: tuple[tuple[str, int], ...] = ()  # further pools: swa tokens, state slots
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # Where the engine keeps a pool per attention window (TensorRT-LLM's VSWA), the one
+    # that limits requests of context_len: (its blocks, the blocks one request takes
+    # there, the bytes of one of its blocks); None: one pool, kv_cache_tokens' pages.
+    binding: tuple[int, int, int] | None = None
 
     @property
     def memory(self) -> dict[str, int]:
@@ -65,11 +69,14 @@ class ServingCount:
         page = max(self.page_size, 1)
         tokens = self.kv_cache_tokens if self.starts and self.kv_cache_tokens else 0
         per = -(-self.context_len // page)
+        blocks, block_bytes = tokens // page, page * self.bytes_per_token
+        if self.binding is not None and tokens:
+            blocks, per, block_bytes = self.binding
         return Room(max_model_len=self.context_len, starts=self.starts and bool(tokens),
-                    num_blocks=tokens // page, blocks_per_request=per,
+                    num_blocks=blocks, blocks_per_request=per,
                     max_num_seqs=self.max_running_requests or 0,
                     request_bytes=self.context_len * self.bytes_per_token,
-                    block_bytes=page * self.bytes_per_token,
+                    block_bytes=block_bytes,
                     kv_cache_bytes=dict(self.terms).get("kv_cache", 0), refusal=self.refusal)
 
     def as_dict(self) -> dict:

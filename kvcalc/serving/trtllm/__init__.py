@@ -87,7 +87,10 @@ class TrtllmFlags:
     `enable_attention_dp`: attention data parallel (K/V heads whole on each rank).
     `cuda_graph_batch_sizes`: the PyTorch flow's captured batch sizes (None: its
     default; () none). `spec_layers`: MTP / one-model Eagle layers the pool holds on
-    the last pipeline rank. `draft`: a two-model draft's ModelSpec."""
+    the last pipeline rank. `draft`: a two-model draft's ModelSpec.
+    `max_attention_window`: kv_cache_config.max_attention_window, window sizes cycled over
+    the layers (None: one window of max_seq_len for every layer); several sizes give a
+    pool per window (kvcalc.serving.trtllm.windows)."""
 
     engine: object  # kvcalc.serving.EngineRef
     weights: Weights
@@ -112,6 +115,7 @@ class TrtllmFlags:
     speculative_config: dict | None = None
     spec_weights: int = 0
     enable_chunked_prefill: bool = False  # the scheduler's, not the memory count's
+    max_attention_window: tuple | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -129,6 +133,11 @@ class TrtllmFlags:
                 or self.spec_layers < 0:
             raise KvcalcError(f"spec_layers must be a whole number >= 0, got "
                               f"{self.spec_layers!r}")
+        if self.max_attention_window is not None and (not self.max_attention_window or any(
+                isinstance(w, bool) or not isinstance(w, int) or w <= 0
+                for w in self.max_attention_window)):
+            raise KvcalcError("max_attention_window must be a non-empty list of positive "
+                              f"whole numbers (tokens), got {self.max_attention_window!r}")
         for b in self.cuda_graph_batch_sizes or ():
             if isinstance(b, bool) or not isinstance(b, int) or b <= 0:
                 raise KvcalcError(f"cuda_graph_batch_sizes must be positive whole numbers, "
@@ -306,9 +315,16 @@ def count(spec, hw, flags: TrtllmFlags) -> ServingCount:
     tokens = blocks * block
     pt = st.per_token
     unknown = sorted({u for s in stages for u in s.per_token.unknown})
-    if pt.windowed:
-        notes.append("sliding-window layers sized as full attention (TensorRT-LLM's "
-                     "per-window pools are not modelled)")
+    windows = None if flags.max_attention_window is None else tuple(
+        min(max_seq, w) for w in flags.max_attention_window)  # clamped, l. 284-289
+    vswa = windows is not None and len(set(windows)) > 1
+    if pt.windowed and windows is None:
+        notes.append("sliding-window layers keep max_seq_len tokens, as full ones: "
+                     "TensorRT-LLM gives every layer one window, max_seq_len, unless "
+                     "kv_cache_config.max_attention_window names several")
+    elif windows is not None and not vswa and windows[0] < max_seq:
+        notes.append(f"one attention window of {windows[0]:,} tokens for every layer: "
+                     f"the pool is sized as without it")
     if unknown:
         notes.append(f"kvcalc does not model how TensorRT-LLM pages {', '.join(unknown)} "
                      f"layers: its KV tokens and requests are not counted")
@@ -329,18 +345,47 @@ def count(spec, hw, flags: TrtllmFlags) -> ServingCount:
         refusal = (f"no memory left for the KV cache after {(held + st.activation) / GiB:.2f} "
                    f"GiB of weights, activations and buffers")
         starts = False
+    binding, window_pools = None, ()
+    if vswa and not unknown and starts:
+        window_pools = _window_pools(spec, flags, rules, stages, windows=windows,
+                                     attn_tp=attn_tp, block=block, f_cpp=f_cpp,
+                                     kv_name=kv_name)
+        blocks = sum(p.blocks for p in window_pools)
+        tokens = blocks * block
+        if any(p.blocks < 1 for p in window_pools):
+            starts = False
+            refusal = "no memory left for one attention window's KV pool"
     context = max_seq
-    if starts and tokens < max_seq:
+    if starts and window_pools:
+        short = [p for p in window_pools if p.blocks * block < p.window]
+        if short:  # resource_manager.py::adjust_window_sizes_for_vswa cuts them
+            notes.append(f"the {short[-1].window:,}-token window's pool holds "
+                         f"{short[-1].blocks * block:,} tokens: TensorRT-LLM cuts the "
+                         f"windows (and max_seq_len) to what the memory holds, not modelled")
+    elif starts and tokens < max_seq:
         notes.append(f"max_seq_len {max_seq:,} is over the {tokens:,} tokens the pool holds: "
                      f"TensorRT-LLM reduces the attention window and max_seq_len to {tokens:,}")
         context = tokens
     kv_tokens = tokens if not unknown and starts else (None if unknown else 0)
     running = concurrency = None
-    if kv_tokens:
+    if kv_tokens and window_pools:
+        # a request takes ceilDiv(min(len, w), tokens_per_block) blocks of each window
+        need = {p.window: -(-min(context, p.window) // block) for p in window_pools}
+        tight = min(window_pools, key=lambda p: p.blocks / need[p.window])
+        concurrency = tight.blocks / need[tight.window]
+        running = min(batch, min(p.blocks for p in window_pools))
+        binding = (tight.blocks, need[tight.window], block * tight.bytes_per_token)
+        notes.append("a KV pool per attention window (" + ", ".join(
+            f"{p.window:,}: {p.layers} layers, {p.blocks:,} blocks" for p in window_pools)
+            + f"), the memory split {rules.window_share()} between them; the "
+            f"{tight.window:,}-token window's pool limits requests")
+    elif kv_tokens:
         per_request = -(-context // block)
         concurrency = blocks / per_request
         running = min(batch, blocks)  # a request holds at least one block
     pool_bytes = tokens * pt.pool if starts else 0
+    if window_pools and starts:
+        pool_bytes = sum(p.blocks * block * p.bytes_per_token for p in window_pools)
     names = rules.term_names(flags.backend)
     if flags.backend == "pytorch":
         outside = st.non_torch + st.tmp
@@ -360,13 +405,16 @@ def count(spec, hw, flags: TrtllmFlags) -> ServingCount:
                    ("tp_size", layout.tp), ("pp_size", layout.pp),
                    ("enable_attention_dp", flags.enable_attention_dp))
     pools = (("blocks", blocks), ("estimated_max_tokens", st.estimate_tokens),
-             ("kv_size_per_token", pt.estimate))
+             ("kv_size_per_token", pt.estimate)) + tuple(
+        (f"window_{p.window}_blocks", p.blocks) for p in window_pools)
+    if windows is not None:
+        flag_values += (("max_attention_window", list(flags.max_attention_window)),)
     return ServingCount(
         engine=flags.engine, hardware=hw.name, layout=layout, context_len=context,
         page_size=block, bytes_per_token=pt.pool, kv_cache_tokens=kv_tokens,
         max_running_requests=running, max_concurrency=concurrency, terms=terms,
         flags=flag_values, starts=starts, refusal=refusal, pools=pools,
-        notes=tuple(notes))
+        notes=tuple(notes), binding=binding)
 
 
 def _with_speculation(spec, flags: TrtllmFlags, notes: list) -> TrtllmFlags:
@@ -399,3 +447,41 @@ def _with_speculation(spec, flags: TrtllmFlags, notes: list) -> TrtllmFlags:
                  f"pool, {draft.num_speculative_tokens} draft tokens): {weights / GiB:.2f} GiB "
                  f"of draft weights with the model's")
     return replace(flags, spec_layers=draft.layers, spec_weights=weights)
+
+
+def _window_pools(spec, flags, rules, stages, *, windows, attn_tp, block, f_cpp,
+                  kv_name) -> tuple:
+    """Each window's pool (kvcalc.serving.trtllm.windows.WindowPool) on the rank that
+    sizes every rank: the memory a rank may fill (the PyTorch estimate's, which the
+    manager takes as max_gpu_total_bytes; a built engine's fraction of its free memory)
+    split between the windows by the release's rule, blocks the minimum over ranks,
+    window by window."""
+    from kvcalc.serving.trtllm.pool import window_layers
+    from kvcalc.serving.trtllm.windows import WindowPool, window_blocks, window_shares
+
+    rule = rules.window_share()
+    if rule is None:
+        raise KvcalcError(f"kvcalc counts TensorRT-LLM's pools per attention window "
+                          f"(several max_attention_window sizes) from 1.0; got "
+                          f"{flags.engine.release}")
+    per_rank, layout = [], flags.layout
+    for st in stages:
+        wl = window_layers(spec, kv_dtype=kv_name, tp=attn_tp, windows=windows,
+                           stage=st.stage, pp=layout.pp,
+                           engine_heads=rules.engine_kv_heads if flags.backend == "tensorrt"
+                           else None)
+        if flags.backend == "pytorch":
+            allotted, cap = st.available, None
+        else:
+            num, den = f_cpp
+            allotted, cap = st.available * num // den, flags.max_tokens
+        per_rank.append((wl, window_blocks(rule, allotted, {w: b for w, (_, b) in
+                                                           wl.items()}, block, cap)))
+    if len({tuple(wl) for wl, _ in per_rank}) > 1:
+        raise KvcalcError("the pipeline ranks hold different window sizes: TensorRT-LLM "
+                          "refuses it (\"Asymmetrical pipeline parallelism detected\")")
+    wl = per_rank[0][0]
+    shares = window_shares(rule, {w: b for w, (_, b) in wl.items()})
+    return tuple(WindowPool(window=w, layers=n, bytes_per_token=b, share=shares[w],
+                            blocks=min(blocks[w] for _, blocks in per_rank))
+                 for w, (n, b) in wl.items())

@@ -41,7 +41,8 @@ from __future__ import annotations
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 
-__all__ = ["PerToken", "blocks_for", "element_bytes", "per_token", "pp_split", "tokens_for"]
+__all__ = ["PerToken", "blocks_for", "element_bytes", "per_token", "pp_split", "tokens_for",
+           "window_layers"]
 
 
 def pp_split(layers: int, pp: int) -> tuple[int, ...]:
@@ -70,14 +71,15 @@ class PerToken:
     pool: int  # what the pool holds (the allocated GiB / tokens)
     layers: int  # cached layers the pool holds on this rank (speculative ones included)
     unknown: tuple[str, ...] = ()  # layer kinds whose paging is not modelled
-    windowed: bool = False  # sliding or chunked layers, sized as full ones
+    windowed: bool = False  # sliding or chunked layers (one window of max_seq_len unless
+    # kv_cache_config.max_attention_window names several: kvcalc.serving.trtllm.windows)
 
 
 class _Paged:
     """Which layer kinds TensorRT-LLM's KV cache manager pages like full attention: full
-    attention and MLA; sliding and chunked windows ("window": sized as full layers, its
-    variable-window pools are not modelled); states, cross attention and the rest: not
-    modelled (None)."""
+    attention and MLA; sliding and chunked windows ("window": the manager's window is
+    kv_cache_config.max_attention_window's, max_seq_len by default, not the model's);
+    states, cross attention and the rest: not modelled (None)."""
 
     def full(self):
         return "full"
@@ -195,3 +197,37 @@ def blocks_for(tokens: int, tokens_per_block: int, rounding: str) -> int:
     if rounding == "ceil":
         return -(-tokens // tokens_per_block)
     return tokens // tokens_per_block
+
+
+def window_layers(spec, *, kv_dtype: str, tp: int, windows: tuple[int, ...], stage: int = 0,
+                  pp: int = 1, engine_heads=None) -> dict[int, tuple[int, int]]:
+    """{window: (layers, bytes per token)} of pipeline rank `stage`'s cached layers, each
+    layer's window the `windows` list cycled over the rank's layers (1.3.0rc3
+    `resource_manager.py::KVCacheManager._get_window_size_to_layers` l. 1037-1070, "a
+    repeating pattern" over local layer indices; the C++
+    `BaseKVCacheManager::groupLayersByWindowSize` alike), the bytes those layers keep
+    per token as the C++ `calculateCacheSizePerTokenForSingleWindowSize` sums them
+    (layers x local K/V heads x 2 x head size, or one latent head for MLA, x the pool's
+    element size). Layers whose paging is not modelled are left out."""
+    sizes = pp_split(spec.layers, pp)
+    start = sum(sizes[:stage])
+    elem = element_bytes(kv_dtype, pool=True)
+    out: dict[int, list[int]] = {}
+    i = 0
+    for layer in spec.layer_list()[start:start + sizes[stage]]:
+        mixer = layer.mixer
+        if type(mixer).__name__ in NOT_MODELLED or mixer.kv_cache_spec(_Paged()) is None:
+            continue
+        geo = _geometry(mixer)
+        if geo is None:
+            continue
+        if geo[0] == "mla":
+            per = geo[1] * elem
+        else:
+            heads = engine_heads(geo[1], tp) if engine_heads is not None else -(-geo[1] // tp)
+            per = 2 * heads * geo[2] * elem
+        w = windows[i % len(windows)]
+        layers, total = out.get(w, [0, 0])
+        out[w] = [layers + 1, total + per]
+        i += 1
+    return {w: (n, b) for w, (n, b) in sorted(out.items())}

@@ -216,6 +216,30 @@ class Rules:
             return "floor"
         return "ceil"
 
+    # -- variable sliding-window attention (VSWA): one pool per window size ------------
+    def window_share(self) -> str | None:
+        """How the KV memory is split between the window sizes when
+        kv_cache_config.max_attention_window names several (clamped to max_seq_len;
+        1.3.0rc3 `resource_manager.py::KVCacheManager.__init__` l. 277-296: one window,
+        max_seq_len, when it is not given, so every layer is sized as full attention).
+        Both runtimes reach the C++ `BaseKVCacheManager::calculateMaxNumBlocks` with the
+        windows' layers (the PyTorch flow through `calculate_max_num_blocks_from_cpp`,
+        1.3.0rc3 l. 1189-1262, its memory the estimate's max_gpu_total_bytes, l. 1227;
+        a built engine with the fraction of the free memory, `calculateFreeMemBytes`):
+        "weighted": `BlockManager::calculateWindowSizeToShare`, each window's share its
+        bytes per token x window size over the sum (PR NVIDIA/TensorRT-LLM#4667,
+        2025-05-26; the index copy of kvCacheManager.cpp id 1277673704) with
+        max_tokens capping each window; "equal": 1 / the number of windows (unless
+        TRTLLM_WINDOW_SIZE_SHARES), max_tokens ignored under VSWA (PR #7923, 2025-09;
+        read at NVIDIA @ b35ac1b6, 1.2.0rc2, and a later copy with linear attention).
+        None: before 1.0 (the PyTorch flow's VSWA manager arrived with PR #5151 and
+        #5933, June-July 2025; not modelled). 1.0 and 1.1 are taken as "weighted" (no
+        snapshot between the two versions was read: UNVERIFIED; 1.1.0rc6's `_util.py`
+        still sets max_tokens to None for VSWA, which #7923 removed)."""
+        if self.release < (1, 0, 0):
+            return None
+        return "weighted" if self.release < (1, 2, 0) else "equal"
+
     # -- built engines: how a rank's K/V heads are counted ---------------------------
     def engine_kv_heads(self, kv_heads: int, tp: int) -> int:
         """`gptJsonConfig.cpp::createModelConfig`: max(num_key_value_heads / (tp x cp), 1)

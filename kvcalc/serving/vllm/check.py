@@ -206,6 +206,10 @@ def settings_from_log(log: VllmLog, spec: ModelSpec, *, vllm_version: str | None
             kw[key] = f[key]
     if isinstance(f.get("kv_cache_memory_bytes"), int):
         kw["kv_cache_memory_bytes"] = f["kv_cache_memory_bytes"]
+    if isinstance(f.get("data_parallel_size"), int) and f["data_parallel_size"] > 1:
+        kw["dp"] = f["data_parallel_size"]  # replicas: each rank's pool is counted alike
+    if f.get("enable_expert_parallel") is True:
+        kw["enable_expert_parallel"] = True
     if f.get("enforce_eager") is True:
         kw["enforce_eager"] = True
     if isinstance(f.get("enable_chunked_prefill"), bool):

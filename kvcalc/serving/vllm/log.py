@@ -235,6 +235,7 @@ _KV_MEMORY_FLAG = re.compile(r"reserved\s*" + _NUM + r"\s*GiB memory for KV Cach
 _CHUNKED = re.compile(r"max_num_batched_tokens=(\d+)")
 _CONFIG_KEYS = {"max_seq_len": "max_model_len", "tensor_parallel_size": "tensor_parallel_size",
                 "pipeline_parallel_size": "pipeline_parallel_size", "dtype": "dtype",
+                "data_parallel_size": "data_parallel_size",
                 "quantization": "quantization", "enforce_eager": "enforce_eager",
                 "kv_cache_dtype": "kv_cache_dtype", "model": "model",
                 "enable_prefix_caching": "enable_prefix_caching",
@@ -243,15 +244,15 @@ _CONFIG_KEYS = {"max_seq_len": "max_model_len", "tensor_parallel_size": "tensor_
                 "cpu_offload_gb": "cpu_offload_gb"}
 # Flags that change a device's memory but that kvcalc's count does not model: read so
 # that a check can say the log set them.
-UNMODELLED_FLAGS = ("cpu_offload_gb", "speculative_config", "enable_lora",
-                    "enable_expert_parallel", "hf_overrides", "kv_offloading_size",
-                    "max_cudagraph_capture_size", "cuda_graph_sizes", "cudagraph_capture_sizes")
+UNMODELLED_FLAGS = ("cpu_offload_gb", "speculative_config", "enable_lora", "hf_overrides",
+                    "kv_offloading_size", "max_cudagraph_capture_size", "cuda_graph_sizes", "cudagraph_capture_sizes")
 _FLAG_KEYS = ("model", "max_model_len", "gpu_memory_utilization", "tensor_parallel_size",
               "pipeline_parallel_size", "max_num_seqs", "max_num_batched_tokens",
               "kv_cache_dtype", "enforce_eager", "block_size", "quantization", "dtype",
               "enable_prefix_caching", "enable_chunked_prefill", "kv_cache_memory_bytes",
               "num_gpu_blocks_override", "sampler", "async_scheduling",
-              "mamba_ssm_cache_dtype", *UNMODELLED_FLAGS)
+              "mamba_ssm_cache_dtype", "data_parallel_size", "enable_expert_parallel",
+              *UNMODELLED_FLAGS)
 _GRAPH_PROFILING = re.compile(r"CUDA graph memory profiling "
                               r"(is enabled|is disabled|will be enabled)")
 
@@ -452,7 +453,8 @@ def _read_args(text: str, flags: dict) -> None:
 
 
 _SERVE = re.compile(r"(?:vllm serve|vllm\.entrypoints\.openai\.api_server)([^\n]*)")
-_OPTION_NAMES = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size"}
+_OPTION_NAMES = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size",
+                 "dp": "data_parallel_size"}
 
 
 def _joined(text: str) -> str:
@@ -504,7 +506,8 @@ def _read_engine_config(text: str, flags: dict) -> None:
                 value = ast.literal_eval(raw)
             except (ValueError, SyntaxError):
                 pass
-        if name in ("max_model_len", "tensor_parallel_size", "pipeline_parallel_size"):
+        if name in ("max_model_len", "tensor_parallel_size", "pipeline_parallel_size",
+                    "data_parallel_size"):
             if not raw.isdigit():
                 continue
             value = int(raw)

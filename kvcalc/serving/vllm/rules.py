@@ -14,6 +14,7 @@ where both decide it.
 from __future__ import annotations
 
 import functools
+import re
 
 from kvcalc.errors import KvcalcError
 
@@ -23,23 +24,40 @@ GiB = 1 << 30
 TRITON_MIN_BATCH = 8  # 0.17+: smaller batches still sort (topk_topp_sampler.py l. 251)
 
 
+# PEP 440's pre-release and development segments ("0.10.0rc1", "0.10.1.dev4+g1a2b3c"),
+# ordered as it orders them: dev < a < b < rc < the release.
+_PRE = {"dev": 0, "a": 1, "alpha": 1, "b": 2, "beta": 2, "c": 3, "rc": 3, "pre": 3,
+        "preview": 3}
+_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.\d+)*"
+                      r"(?:[-_.]?(alpha|beta|preview|pre|a|b|c|rc)[-_.]?(\d*))?"
+                      r"(?:[-_.]?(?:post|rev|r)[-_.]?\d*)?"
+                      r"(?:[-_.]?(dev)[-_.]?(\d*))?(?:\+[\w.]*)?", re.IGNORECASE)
+
+
 @functools.lru_cache(maxsize=64)  # a sweep asks once per length; the answer never changes
-def parse_release(v: str | tuple[int, ...]) -> tuple[int, int]:
-    """'0.6.4.post1' -> (6, 4); '0.33' -> (33, 0); (0, 11) -> (11, 0). Minor, patch of 0.x."""
+def parse_release(v: str | tuple[int, ...]) -> tuple[int, ...]:
+    """'0.6.4.post1' -> (6, 4); '0.33' -> (33, 0); (0, 11) -> (11, 0): (minor, patch) of
+    0.x. A pre-release or development release precedes its release, as PEP 440 orders
+    versions (vLLM's wheels are versioned by it): '0.10.0rc1' -> (10, -1, 3, 1), after
+    every 0.9 and before 0.10.0, so that it follows the rules of the releases before
+    0.10.0 (a rule holds from the release it names on); '0.10.1rc1' -> (10, 0, 3, 1),
+    between 0.10.0 and 0.10.1; '0.10.1.dev4+g1a2b3c' -> (10, 0, 0, 4). A post release
+    is its release's ('0.6.4.post1' -> (6, 4))."""
     if isinstance(v, tuple):
         parts = [int(p) for p in v]
-    else:
-        parts = []
-        for p in str(v).strip().lstrip("v").split("."):
-            digits = "".join(ch for ch in p if ch.isdigit()) if not p.isdigit() else p
-            if not digits:
-                break
-            parts.append(int(digits))
-            if not p.isdigit():
-                break
-    if not parts or parts[0] != 0 or len(parts) < 2:
+        if not parts or parts[0] != 0 or len(parts) < 2:
+            raise KvcalcError(f"vllm_version must look like 0.MINOR[.PATCH], got {v!r}")
+        return (parts[1], parts[2] if len(parts) > 2 else 0)
+    m = _VERSION.fullmatch(str(v).strip())
+    if m is None or int(m.group(1)) != 0:
         raise KvcalcError(f"vllm_version must look like 0.MINOR[.PATCH], got {v!r}")
-    return (parts[1], parts[2] if len(parts) > 2 else 0)
+    minor, patch = int(m.group(2)), int(m.group(3) or 0)
+    pre, pre_n, dev, dev_n = m.group(4), m.group(5), m.group(6), m.group(7)
+    if pre is None and dev is None:
+        return (minor, patch)
+    # just below (minor, patch): after (minor, patch - 1) and all its post releases
+    stage = _PRE[pre.lower()] if pre else _PRE["dev"]
+    return (minor, patch - 1, stage, int((pre_n if pre else dev_n) or 0))
 
 
 def same_release(a: str, b: str) -> bool:
@@ -59,9 +77,10 @@ def rules_for(release: str, engine: str = "v1") -> "Rules":
 
 
 class Rules:
-    """The rules of one vLLM release (`release`: (minor, patch) of 0.x) run by `engine`."""
+    """The rules of one vLLM release (`release`: parse_release's (minor, patch) of 0.x,
+    longer for a pre-release) run by `engine`."""
 
-    def __init__(self, release: tuple[int, int], engine: str = "v1"):
+    def __init__(self, release: tuple[int, ...], engine: str = "v1"):
         self.release = release
         self.engine = engine
         self.v1 = engine == "v1"
@@ -83,19 +102,19 @@ class Rules:
         tokens before 0.7 and 2048 from 0.7 (the profile peaks of vllm#10517 at 35K and
         #13061 at 128K match these), otherwise one max_model_len batch (>= 2048); 256
         seqs."""
-        minor, _ = self.release
+        r = self.release
         if not self.v1:
-            tokens = (512 if minor < 7 else 2048) if chunked else max(max_model_len, 2048)
+            tokens = (512 if r < (7, 0) else 2048) if chunked else max(max_model_len, 2048)
             return tokens, 256
         name = device.lower()
         big = total >= 70 * GiB
-        if minor >= 9 and "a100" in name:
+        if r >= (9, 0) and "a100" in name:
             big = False
-        if minor >= 33 and ("gb10" in name or "spark" in name):
+        if r >= (33, 0) and ("gb10" in name or "spark" in name):
             big = False
-        if minor >= 28 and total >= 160 * GiB:
+        if r >= (28, 0) and total >= 160 * GiB:
             tokens, seqs = 16384, 1024
-        elif minor >= 8 and big:
+        elif r >= (8, 0) and big:
             tokens, seqs = (16384 if usage == "llm" else 8192), 1024
         else:
             tokens, seqs = (8192 if usage == "llm" else 2048), 256

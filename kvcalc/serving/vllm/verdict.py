@@ -45,7 +45,7 @@ from kvcalc.formulas.params import param_counts
 from kvcalc.spec import Hardware, ModelSpec
 
 __all__ = ["AUTO", "Fix", "Verdict", "auto_max_model_len", "engine_verdict", "fixes",
-           "room_of", "rooms", "smallest_tp"]
+           "layout_fields", "room_of", "rooms", "smallest_tp"]
 
 AUTO = -1  # --max-model-len auto (or -1), as vLLM spells it
 MAX_UTILIZATION_PERCENT = 98  # the highest --gpu-memory-utilization a fix proposes
@@ -102,7 +102,27 @@ class Verdict:
             "fixes": [{"setting": f.setting, "value": f.value,
                        "max_concurrency": f.verdict.capacity.max_concurrency}
                       for f in self.fixes],
+            **layout_fields(s, cap),
         }
+
+
+def layout_fields(s, cap) -> dict:
+    """vLLM's data-parallel and expert-parallel flags, the layout (kvcalc.serving.layout)
+    and the whole deployment's figures from one pool's count (every replica's pool and
+    requests on the layout's GPUs, as ServingCount.deployment gives them); {} for one
+    replica without expert parallelism, so that JSON is as it was."""
+    if s.dp == 1 and not s.enable_expert_parallel:
+        return {}
+    n = s.layout.kv_pools
+    return {"data_parallel_size": s.dp, "enable_expert_parallel": s.enable_expert_parallel,
+            "layout": s.layout.as_dict(),
+            "deployment": {
+                "gpus": s.layout.gpus, "kv_pools": n,
+                "kv_cache_tokens": None if cap.kv_cache_tokens is None
+                else n * cap.kv_cache_tokens,
+                "max_running_requests": n * cap.max_num_seqs,
+                "max_concurrency": None if cap.max_concurrency is None
+                else n * cap.max_concurrency}}
 
 
 def _room(cap: Capacity, length, context: int, name: str) -> Room:
