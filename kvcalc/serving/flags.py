@@ -10,9 +10,10 @@ name (`--gpu-memory-utilization` with SGLang: "give --mem-fraction-static").
 from __future__ import annotations
 
 from kvcalc.errors import KvcalcError
+from kvcalc.serving.offload import OFFLOAD_FLAGS, OFFLOAD_UNITS
 from kvcalc.serving.releases import TITLES
 
-__all__ = ["ALIKE", "OWNER", "check_owners", "engine_flags"]
+__all__ = ["ALIKE", "OWNER", "SIDE", "check_owners", "engine_flags"]
 
 # parameter name -> the engines that take it
 OWNER = {
@@ -38,7 +39,13 @@ OWNER = {
     "enable_chunked_prefill": ("tensorrt-llm",),
     # every engine
     "pp": ("vllm", "sglang", "tensorrt-llm"),
+    # prefix caching, each engine's own switch (kvcalc.serving.prefix)
+    "enable_prefix_caching": ("vllm",), "disable_radix_cache": ("sglang",),
+    "enable_block_reuse": ("tensorrt-llm",),
 }
+# KV offload to CPU memory (kvcalc.serving.offload): vLLM's GiB over all ranks, SGLang's
+# GB per rank, TensorRT-LLM's bytes per rank
+OWNER.update({name: (engine,) for name, engine in OFFLOAD_FLAGS.items()})
 
 # The same knob in each engine: (vLLM, SGLang, TensorRT-LLM).
 ALIKE = (
@@ -48,22 +55,32 @@ ALIKE = (
     ("max_num_batched_tokens", "chunked_prefill_size", "max_num_tokens"),
     ("block_size", "page_size", "tokens_per_block"),
     ("enforce_eager", "disable_cuda_graph", None),
+    ("kv_offloading_size", "hicache_size", "host_cache_size"),
+    ("kv_offloading_backend", "enable_hierarchical_cache", "host_cache_size"),
+    ("enable_prefix_caching", "disable_radix_cache", "enable_block_reuse"),
 )
 _COLUMN = {"vllm": 0, "sglang": 1, "tensorrt-llm": 2}
+# On/off switches whose off (False) is given as much as their on
+TRISTATE = {"enable_prefix_caching", "enable_block_reuse"}
+# What the engine's count takes no part in: the host tier and prefix caching
+# (kvcalc.serving.offload, kvcalc.serving.prefix), dropped before a wing's flags
+SIDE = set(OFFLOAD_FLAGS) | {"enable_prefix_caching", "disable_radix_cache",
+                             "enable_block_reuse"}
 
 
 def check_owners(engine: str, given: dict, spell=lambda name: name) -> None:
     """Refuse a flag given for another engine than `engine`, naming this engine's own
     (`spell` turns a parameter name into the way the caller spells it, e.g. a flag)."""
     for name, value in given.items():
-        if value is None or value is False:
+        if value is None or (value is False and name not in TRISTATE):
             continue
         owners = OWNER.get(name)
         if owners is None or engine in owners:
             continue
         theirs = " and ".join(TITLES[o] for o in owners)
         mine = next((row[_COLUMN[engine]] for row in ALIKE if name in row), None)
-        instead = (f"; {TITLES[engine]}'s is {spell(mine)}" if mine else
+        unit = f" ({OFFLOAD_UNITS[mine]})" if mine in OFFLOAD_UNITS else ""
+        instead = (f"; {TITLES[engine]}'s is {spell(mine)}{unit}" if mine else
                    f"; {TITLES[engine]} has no such flag")
         raise KvcalcError(f"{spell(name)} is {theirs}'s flag (count with --engine "
                           f"{owners[0]}), and the engine counted is {TITLES[engine]}{instead}")
@@ -77,6 +94,7 @@ def engine_flags(ref, settings, *, kv_scale_bytes: int = 0, **given):
 
     given = {k: v for k, v in given.items() if v is not None}
     check_owners(ref.name, given)
+    given = {k: v for k, v in given.items() if k not in SIDE}
     if ref.name == "vllm":
         from kvcalc.serving.vllm import VllmFlags
 
