@@ -101,6 +101,9 @@ def _engine_fit(request, ref, given, *, fmt, output, force, seq_len, kv_dtype, w
     flags = engine_flags(ref, settings, kv_scale_bytes=est.workload.kv_scale_bytes,
                          pp=pp, **given)
     counted = count(est.spec, est.hardware, flags)
+    from kvcalc.serving.offload import host_tier
+
+    tier = host_tier(counted, given, mla=est.spec.mla is not None) if counted.starts else None
     limit = counted.max_running_requests
     if counted.max_concurrency is not None and limit is not None:
         limit = min(limit, max(int(counted.max_concurrency), 0))
@@ -115,9 +118,15 @@ def _engine_fit(request, ref, given, *, fmt, output, force, seq_len, kv_dtype, w
     if source is not None:
         obj["weights_source"] = source
     obj.update(slo_fields(est, slo))
-    write(fmt, output, force, lambda: obj, lambda: [flatten(obj)],
-          lambda: [serving_table(est, counted, slo)])
-    if not counted.starts:
+    tables = [serving_table(est, counted, slo)]
+    if tier is not None:
+        from kvcalc.report.offload import host_tier_table
+
+        obj["host_tier"] = tier.as_dict()
+        obj["fits"] = obj["fits"] and not tier.refusal
+        tables.append(host_tier_table(tier))
+    write(fmt, output, force, lambda: obj, lambda: [flatten(obj)], lambda: tables)
+    if not obj["fits"]:
         raise typer.Exit(1)
 
 

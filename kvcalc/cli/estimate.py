@@ -222,6 +222,16 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         tokens_per_block: ef.TokensPerBlockOpt = None,
         backend: ef.BackendOpt = None,
         max_tokens_in_paged_kv_cache: ef.MaxTokensPagedOpt = None,
+        kv_offloading_size: ef.KvOffloadingSizeOpt = None,
+        kv_offloading_backend: ef.KvOffloadingBackendOpt = None,
+        enable_prefix_caching: ef.PrefixCachingOpt = None,
+        enable_hierarchical_cache: ef.HicacheOpt = False,
+        hicache_ratio: ef.HicacheRatioOpt = None,
+        hicache_size: ef.HicacheSizeOpt = None,
+        hicache_write_policy: ef.HicacheWritePolicyOpt = None,
+        disable_radix_cache: ef.DisableRadixCacheOpt = False,
+        host_cache_size: ef.HostCacheSizeOpt = None,
+        enable_block_reuse: ef.BlockReuseOpt = None,
         kv_scale_bytes: ScaleOpt = 0,
         encoder_seq_len: EncoderLenOpt = None,
         memory_fraction: MemFractionOpt = None,
@@ -284,7 +294,15 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                       "calibration": calibration}
         from kvcalc.serving.flags import check_owners
 
-        check_owners(ref.name if ref else "vllm", {**vllm_given, **others}, ef.flag_of)
+        side = ef.side_flags(
+            kv_offloading_size=kv_offloading_size, kv_offloading_backend=kv_offloading_backend,
+            enable_prefix_caching=enable_prefix_caching,
+            enable_hierarchical_cache=enable_hierarchical_cache, hicache_ratio=hicache_ratio,
+            hicache_size=hicache_size, hicache_write_policy=hicache_write_policy,
+            disable_radix_cache=disable_radix_cache, host_cache_size=host_cache_size,
+            enable_block_reuse=enable_block_reuse)
+        check_owners(ref.name if ref else "vllm", {**vllm_given, **others, **side},
+                     ef.flag_of)
         if ref is not None and ref.name == "vllm" and ref.named:
             if vllm_version is not None and vllm_version != ref.release:
                 raise KvcalcError(f"--engine {speed_engine} and --vllm-version {vllm_version} "
@@ -300,7 +318,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             if batch is not None:
                 raise KvcalcError(f"--batch sizes the plain fit; {ref.title} serves up to "
                                   f"its running-request limit at once")
-            _engine_fit(request, ref, others, fmt=fmt, output=output, force=force,
+            _engine_fit(request, ref, {**others, **side}, fmt=fmt, output=output, force=force,
                         seq_len=seq_len, kv_dtype=kv_dtype, weight_dtype=weight_dtype,
                         group_size=group_size, tp=tp, pp=pp, gpu=gpu,
                         kv_scale_bytes=kv_scale_bytes, encoder_seq_len=encoder_seq_len,
@@ -405,10 +423,41 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             if source is not None:  # a model folder or Hub id
                 obj["weights_source"] = source
         obj.update(slo_fields(est, slo))
+        tier = _vllm_host_tier(est, side)
+        if tier is not None:
+            obj["host_tier"] = tier.as_dict()
+            obj["fits"] = obj["fits"] and not tier.refusal
         write(fmt, output, force, lambda: obj, lambda: [flatten(obj)],
-              lambda: [capacity_table(est, slo, "--max-model-len" if engine else "--seq-len")])
-        if not v.serves:
+              lambda: [capacity_table(est, slo, "--max-model-len" if engine else "--seq-len"),
+                       *_tier_tables(tier)])
+        if not v.serves or (tier is not None and tier.refusal):
             raise typer.Exit(1)  # a valid question answered no (bad input exits 2)
+
+
+def _vllm_host_tier(est, side: dict):
+    """vLLM's host tier from --kv-offloading-size beside the count `est` made (None: not
+    asked), sized per block as the count cut its blocks."""
+    from kvcalc.serving import engine_ref
+    from kvcalc.serving.offload import PoolFacts, host_tier, offload_given
+
+    if not offload_given(side):
+        return None
+    cap = est.verdict.capacity
+    s = est.verdict.settings
+    facts = PoolFacts(engine=engine_ref(f"vllm@{s.vllm_version}"), tp=s.tp, pp=s.pp,
+                      page_size=cap.block_size or 0,
+                      bytes_per_token=sum(p.layers * p.group.token_bytes for p in cap.groups),
+                      kv_cache_tokens=cap.kv_cache_tokens or 0,
+                      bytes_per_block=cap.deciding.bytes_per_block)
+    return host_tier(facts, side, mla=est.spec.mla is not None)
+
+
+def _tier_tables(tier) -> list:
+    if tier is None:
+        return []
+    from kvcalc.report.offload import host_tier_table
+
+    return [host_tier_table(tier)]
 
 
 PLAIN_FIT_LEAVES_OUT = (

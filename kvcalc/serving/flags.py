@@ -94,7 +94,10 @@ def engine_flags(ref, settings, *, kv_scale_bytes: int = 0, **given):
 
     given = {k: v for k, v in given.items() if v is not None}
     check_owners(ref.name, given)
+    prefix = given.get("enable_prefix_caching")  # vLLM's count sizes a hybrid's state by it
     given = {k: v for k, v in given.items() if k not in SIDE}
+    if prefix is not None:
+        given["prefix_caching"] = bool(prefix)
     if ref.name == "vllm":
         from kvcalc.serving.vllm import VllmFlags
 

@@ -25,7 +25,7 @@ from fractions import Fraction
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 
-__all__ = ["HostTier", "OFFLOAD_FLAGS", "OFFLOAD_UNITS", "host_tier", "offload_given"]
+__all__ = ["HostTier", "OFFLOAD_FLAGS", "OFFLOAD_UNITS", "PoolFacts", "host_tier", "offload_given"]
 
 GiB = 1 << 30
 GB = 10 ** 9
@@ -100,23 +100,49 @@ def _whole(value, flag: str) -> int:
     return int(text)
 
 
-def host_tier(count, given: dict, *, mla: bool = False) -> HostTier | None:
-    """The host tier `count` (a ServingCount) gets from the offload flags in `given`
-    (parameter names; kvcalc.serving.flags), or None where none is given. `mla`: the
-    model caches one latent per token (vLLM 0.33 keeps one copy over tp ranks)."""
+@record
+class PoolFacts:
+    """What a host tier is sized from: the engine (EngineRef) and the GPU pool as its
+    start-up count has it (kvcalc.serving.record.ServingCount, or vLLM's Capacity)."""
+
+    engine: object  # kvcalc.serving.EngineRef
+    tp: int
+    pp: int
+    page_size: int  # tokens per GPU block / page
+    bytes_per_token: int  # one token in every layer, on one rank
+    kv_cache_tokens: int  # the GPU pool's tokens
+    second_pool: bool = False  # a sliding-window or state pool beside it
+    backend: str = "pytorch"  # TensorRT-LLM's runtime
+    bytes_per_block: int = 0  # one GPU block on one rank (vLLM's; 0: page x per token)
+
+    @classmethod
+    def of(cls, count) -> "PoolFacts":
+        return cls(engine=count.engine, tp=count.layout.tp, pp=count.layout.pp,
+                   page_size=count.page_size, bytes_per_token=count.bytes_per_token,
+                   kv_cache_tokens=count.kv_cache_tokens or 0, second_pool=bool(count.pools),
+                   backend=str(dict(count.flags).get("backend", "pytorch")))
+
+
+def host_tier(pool, given: dict, *, mla: bool = False) -> HostTier | None:
+    """The host tier a GPU pool (a PoolFacts, or a ServingCount) gets from the offload
+    flags in `given` (parameter names; kvcalc.serving.flags), or None where none is
+    given. `mla`: the model caches one latent per token (vLLM 0.33 keeps one copy over
+    the tp ranks)."""
     own = offload_given(given)
     if not own:
         return None
-    name = count.engine.name
+    if not isinstance(pool, PoolFacts):
+        pool = PoolFacts.of(pool)
+    name = pool.engine.name
     wrong = [k for k in own if OFFLOAD_FLAGS[k] != name]
     if wrong:  # kvcalc.serving.flags.check_owners words it; kept here for the Python API
-        raise KvcalcError(f"{wrong[0]} is not a flag of {count.engine.title}")
-    ranks = count.layout.tp * count.layout.pp
+        raise KvcalcError(f"{wrong[0]} is not a flag of {pool.engine.title}")
+    ranks = pool.tp * pool.pp
     if name == "vllm":
-        return _vllm(count, own, ranks, mla)
+        return _vllm(pool, own, ranks, mla)
     if name == "sglang":
-        return _sglang(count, own, ranks)
-    return _trtllm(count, own, ranks)
+        return _sglang(pool, own, ranks)
+    return _trtllm(pool, own, ranks)
 
 
 def _vllm(count, own: dict, ranks: int, mla: bool) -> HostTier:
@@ -139,7 +165,8 @@ def _vllm(count, own: dict, ranks: int, mla: bool) -> HostTier:
     if backend not in (None, "native", "lmcache"):
         raise KvcalcError(f"--kv-offloading-backend is native or lmcache, got {backend!r}")
     block = count.page_size
-    per_rank = block * count.bytes_per_token  # one GPU block on one rank, every layer
+    # one GPU block on one rank, every layer (vLLM 0.20+: the KV tensors' bytes // blocks)
+    per_rank = count.bytes_per_block or block * count.bytes_per_token
     empty = dict(engine="vllm", flags=flags, block_tokens=block, blocks=0, tokens=0,
                  bytes_per_block=0, per="all ranks", ranks=ranks, host_bytes_per_rank=0,
                  host_bytes=0, source=rule["source"])
@@ -167,8 +194,8 @@ def _vllm(count, own: dict, ranks: int, mla: bool) -> HostTier:
         return HostTier(**empty, refusal=(
             "vLLM refuses --kv-offloading-size 0: \"cpu_bytes_to_use must be specified in "
             "kv_connector_extra_config\""))
-    copies = 1 if (rule["mla_one_copy"] and mla and count.layout.tp > 1
-                   and count.layout.pp == 1) else ranks
+    copies = 1 if (rule["mla_one_copy"] and mla and count.tp > 1
+                   and count.pp == 1) else ranks
     chunk = per_rank * copies
     if rule["align"] > 1:
         chunk = -(-chunk // rule["align"]) * rule["align"]
@@ -201,12 +228,12 @@ def _sglang(count, own: dict, ranks: int) -> HostTier:
     if rule is None:
         raise KvcalcError(f"SGLang {release}'s hierarchical cache is not read by kvcalc "
                           "(read: 0.4.6 to 0.5.4)")
-    if count.pools:
+    if count.second_pool:
         raise KvcalcError("SGLang's host pool beside a second device pool (sliding-window "
                           "or state) is not counted by kvcalc")
     per_token = count.bytes_per_token  # the device pool's size_per_token, on one rank
     page = max(count.page_size, 1)
-    device = count.kv_cache_tokens or 0
+    device = count.kv_cache_tokens
     size_gb = _whole(own.get("hicache_size", 0), "--hicache-size")
     ratio = _decimal(own.get("hicache_ratio", "2.0"), "--hicache-ratio")
     policy = own.get("hicache_write_policy") or rule["write_policy"]
@@ -238,8 +265,7 @@ def _sglang(count, own: dict, ranks: int) -> HostTier:
 def _trtllm(count, own: dict, ranks: int) -> HostTier:
     from kvcalc.serving.trtllm.rules import rules_for
 
-    backend = dict(count.flags).get("backend", "pytorch")
-    rule = rules_for(count.engine.release).host_cache(str(backend))
+    rule = rules_for(count.engine.release).host_cache(count.backend)
     size = _whole(own["host_cache_size"], "--host-cache-size")
     block = count.page_size
     per_block = block * count.bytes_per_token
