@@ -90,3 +90,14 @@ def prefix_cache(spec, count, given: dict) -> PrefixCache:
                        "computed whole (--prefix-hit counts 0)",
                        "tensorrt_llm/llmapi/llm_args.py KvCacheConfig enable_block_reuse, "
                        "enable_partial_reuse")
+
+
+def split_prefix(prompt: int, hit: float, host_hit: float, block: int) -> tuple[int, int]:
+    """(tokens found on the GPU, tokens fetched from the host tier) of a `prompt` whose
+    first `hit` share is cached on the GPU and the next `host_hit` share on the host:
+    each engine's hit is whole blocks of `block` tokens, at most the prompt less one
+    token (module docstring); the host's part ends on a block too."""
+    top = prompt - 1
+    gpu = min(int(prompt * hit), top) // block * block
+    both = min(int(prompt * (hit + host_hit)), top) // block * block
+    return gpu, max(both - gpu, 0)
