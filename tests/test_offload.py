@@ -175,3 +175,16 @@ def test_an_offload_flag_for_another_engine_is_one_line(engine, flag, value, the
     assert r.exit_code == 2
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("kvcalc: error: ") and theirs in lines[0]
+
+
+def test_sglang_log_reader_takes_the_host_pool_line():
+    """`kvcalc check` reads the host pool's line beside the pool's (kvcalc.serving.sglang.log)."""
+    from kvcalc.serving.sglang.log import read_sglang_log
+
+    d = DATA["sglang_ratio_log"]
+    text = "\n".join(["[2026-07-30 10:00:00] max_total_num_tokens=1547424, "
+                      "chunked_prefill_size=8192, max_running_requests=4096",
+                      "[2026-07-30 10:00:01] " + d["quote"][0].split('"')[0].strip()])
+    log = read_sglang_log(text)
+    assert log.figures["host_memory_gb"] == float(d["logged_gb"])
+    assert log.tokens == d["max_total_num_tokens"]
