@@ -131,6 +131,12 @@ def test_vllm_releases_before_native_offloading():
     lm33 = host_tier(_pool("vllm@0.33", **pool),
                      {"kv_offloading_size": "8", "kv_offloading_backend": "lmcache"})
     assert lm33.tokens == 0 and "not passed" in lm33.notes[0]
+    # a backend without a size: 0.11.1 refuses it (VllmConfig._post_init_kv_transfer_config
+    # raises), 0.14 on return before offloading anything
+    bare = host_tier(_pool("vllm@0.11.1", **pool), {"kv_offloading_backend": "native"})
+    assert "You must set kv_offloading_size" in bare.refusal
+    bare = host_tier(_pool("vllm@0.20", **pool), {"kv_offloading_backend": "native"})
+    assert bare.tokens == 0 and not bare.refusal
     zero = host_tier(_pool("vllm@0.33", **pool), {"kv_offloading_size": "0"})
     assert "cpu_bytes_to_use must be specified" in zero.refusal
 

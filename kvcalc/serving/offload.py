@@ -154,22 +154,24 @@ def _vllm(count, own: dict, ranks: int, mla: bool) -> HostTier:
         raise KvcalcError(f"vLLM {release} has no --kv-offloading-size (from 0.11.1: "
                           "config/cache.py CacheConfig)")
     flags = tuple(sorted(own.items()))
+    block = count.page_size
+    empty = dict(engine="vllm", flags=flags, block_tokens=block, blocks=0, tokens=0,
+                 bytes_per_block=0, per="all ranks", ranks=ranks, host_bytes_per_rank=0,
+                 host_bytes=0, source=rule["source"])
     if "kv_offloading_size" not in own:
         if rule["default_backend"] is None:
-            raise KvcalcError(f"vLLM {release}: \"You must set kv_offloading_size when "
-                              "kv_offloading_backend is set.\" (give --kv-offloading-size)")
-        raise KvcalcError("--kv-offloading-backend does nothing without --kv-offloading-size "
-                          f"in vLLM {release} (offloading is only activated when it is set)")
+            return HostTier(**empty, refusal=(
+                f"vLLM {release} refuses --kv-offloading-backend without a size: \"You must "
+                "set kv_offloading_size when kv_offloading_backend is set.\""))
+        return HostTier(**empty, notes=(
+            f"vLLM {release} offloads only when --kv-offloading-size is set: "
+            "--kv-offloading-backend alone keeps no host tier",))
     size = _decimal(own["kv_offloading_size"], "--kv-offloading-size")
     backend = own.get("kv_offloading_backend") or rule["default_backend"]
     if backend not in (None, "native", "lmcache"):
         raise KvcalcError(f"--kv-offloading-backend is native or lmcache, got {backend!r}")
-    block = count.page_size
     # one GPU block on one rank, every layer (vLLM 0.20+: the KV tensors' bytes // blocks)
     per_rank = count.bytes_per_block or block * count.bytes_per_token
-    empty = dict(engine="vllm", flags=flags, block_tokens=block, blocks=0, tokens=0,
-                 bytes_per_block=0, per="all ranks", ranks=ranks, host_bytes_per_rank=0,
-                 host_bytes=0, source=rule["source"])
     if backend is None:
         return HostTier(**empty, notes=(
             f"vLLM {release} offloads only with --kv-offloading-backend given (its "
