@@ -52,7 +52,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             "default without --concurrency).")] = None,
         prefix_hit: Annotated[float, typer.Option(
             "--prefix-hit", help="Share of each prompt already in the prefix cache, "
-            "in [0, 1).")] = 0.0,
+            "in [0, 1); with an engine's prefix-caching or offload flag, cut to its "
+            "blocks (or 0 with caching off).")] = 0.0,
         host_hit: Annotated[float, typer.Option(
             "--host-hit", help="Share of each prompt held in the engine's host KV tier "
             "beyond --prefix-hit (evicted from the GPU pool), fetched over the GPU's host "
