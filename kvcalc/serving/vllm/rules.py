@@ -254,8 +254,8 @@ class Rules:
         "native" puts `num_cpu_blocks: 0` in the connector's config, which
         `kv_offload/cpu.py CPUOffloadingSpec.__init__` refuses ("num_cpu_blocks must be
         specified in kv_connector_extra_config"); "lmcache" passes size / (tp x pp) GB
-        to LMCache per rank (0.12 and 0.13 not read: they follow 0.11.1). 0.14, 0.16 and
-        0.20 (the same function; `kv_offload/cpu.py`,
+        to LMCache per rank (0.12.0 the same; 0.13 not read: it follows 0.12). 0.14, 0.15,
+        0.16 and 0.20 (the same function; `kv_offload/cpu.py`,
         then `kv_offload/cpu/spec.py` `CPUOffloadingSpec.__init__`): backend "native" by
         default, `cpu_bytes_to_use` = size x 2^30, blocks = cpu_bytes_to_use //
         (bytes of one GPU block on a rank x world_size); lmcache as 0.11.1. 0.33
@@ -265,19 +265,22 @@ class Rules:
         mmap.PAGESIZE, 4096 on x86-64), one copy for an MLA model at tp > 1 with pp 1
         (the latent is whole on every rank), and lmcache's multi-process connector
         (`LMCacheMPConnector`) whose server holds its own capacity (the size is not
-        passed). Releases between two read ones follow the older one's rule."""
+        passed). Releases between two read ones follow the older one's rule (0.21-0.32:
+        0.20's, not read for the page rounding)."""
         if self.release < (11, 1):
             return None
         if self.release < (14, 0):
             return {"default_backend": None, "native": False, "align": 1,
                     "mla_one_copy": False, "lmcache": "per_rank",
-                    "source": "vllm 0.11.1 config/vllm.py _post_init_kv_transfer_config; "
-                              "v1/kv_offload/cpu.py CPUOffloadingSpec.__init__"}
+                    "source": "vllm 0.11.1/0.12.0 config/vllm.py "
+                              "_post_init_kv_transfer_config; v1/kv_offload/cpu.py "
+                              "CPUOffloadingSpec.__init__"}
         if self.release < (33, 0):
             return {"default_backend": "native", "native": True, "align": 1,
                     "mla_one_copy": False, "lmcache": "per_rank",
-                    "source": "vllm 0.14/0.16/0.20 config/vllm.py _post_init_kv_transfer_config; "
-                              "v1/kv_offload/cpu(/spec).py CPUOffloadingSpec.__init__"}
+                    "source": "vllm 0.14/0.15/0.16/0.20 config/vllm.py "
+                              "_post_init_kv_transfer_config; v1/kv_offload/cpu(/spec).py "
+                              "CPUOffloadingSpec.__init__"}
         return {"default_backend": "native", "native": True, "align": 4096,
                 "mla_one_copy": True, "lmcache": "server",
                 "source": "vllm 0.33 config/vllm.py _post_init_kv_transfer_config; "
