@@ -194,3 +194,29 @@ def test_sglang_log_reader_takes_the_host_pool_line():
     log = read_sglang_log(text)
     assert log.figures["host_memory_gb"] == float(d["logged_gb"])
     assert log.tokens == d["max_total_num_tokens"]
+
+
+def test_sglang_host_pool_of_a_public_tp4_start_up():
+    """sgl-project/sglang#7059: the log's own device pool, and the bytes a token takes on
+    one of four ranks as kvcalc's SGLang count has them (its cell), give the logged GB;
+    the log reader takes the line, and `check`'s row sets the two side by side."""
+    from kvcalc.serving import count
+    from kvcalc.serving.flags import engine_flags
+    from kvcalc.serving.sglang.check import _host_row
+    from kvcalc.serving.sglang.log import read_sglang_log
+    from kvcalc.estimate import workload_for
+    from kvcalc.presets import load_hardware, load_model
+    from kvcalc.serving.vllm.settings import settings_for
+
+    d = DATA["sglang_ratio_log_llama_tp4"]
+    spec = load_model(d["model_preset"])
+    ref = engine_ref(f"sglang@{d['release']}")
+    w = workload_for(spec, seq_len=8192, batch=1, kv_dtype="bf16", weight_dtype=None,
+                     tp=d["tp"], group_size=None)
+    counted = count(spec, load_hardware("h100-sxm"),
+                    engine_flags(ref, settings_for(w), context_length=8192))
+    assert counted.bytes_per_token == 32 * (8 // d["tp"]) * 128 * 2 * 2
+    log = read_sglang_log("\n".join(d["quote"]))
+    assert log.tokens == d["max_total_num_tokens"]
+    (_, logged, ours), = _host_row(log, counted)
+    assert logged == float(d["logged_gb"]) and f"{ours:.2f}" == d["logged_gb"]
