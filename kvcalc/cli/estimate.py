@@ -356,6 +356,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                            batched=max_num_batched_tokens, seqs=max_num_seqs,
                            enforce_eager=enforce_eager, vllm_version=vllm_version,
                            kv_cache_memory=kv_cache_memory, learnt=learnt)
+        if enable_prefix_caching is not None:  # a hybrid's state cache follows it
+            serving["prefix_caching"] = enable_prefix_caching
         if seq_len is None and length is not None and length != AUTO:
             seq_len = length  # the floor beside the engine's count, at the length it asks
         args = dict(seq_len=seq_len, batch=batch or 1, kv_dtype=kv_dtype,
