@@ -40,7 +40,7 @@ from dataclasses import field
 
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.served_step import ServedTerms, StepTimes, _bucket, served_terms
+from kvcalc.served_step import ServedTerms, StepTimes, _bucket, prefix_setup, served_terms
 
 
 __all__ = ["BenchResult", "Load", "ServedTerms", "bench", "random_lengths", "served_terms",
@@ -76,6 +76,13 @@ class Load:
     # each request's own (prompt, output) tokens, in the order sent (random_lengths: the
     # clients' --random-range-ratio); empty: every request input_len + output_len
     lengths: tuple = ()
+    # the engine's prefix caching (kvcalc.serving.prefix): off, no prompt is found
+    # cached (nor the warm-up's); prefix_block > 0: a hit is whole blocks of it
+    # (split_prefix), and `host_hit` more of each prompt is fetched from a host KV tier
+    # at `fetch_s` a token (0: the hit is the old rounding, the warm-up's whole blocks)
+    prefix_caching: bool = True
+    prefix_block: int = 0
+    host_hit: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len", "num_prompts"):
@@ -102,6 +109,10 @@ class Load:
             raise KvcalcError(f"warmup must be true or false, got {self.warmup!r}")
         if not 0 <= self.prefix_hit < 1:
             raise KvcalcError(f"prefix_hit must be in [0, 1), got {self.prefix_hit!r}")
+        if not 0 <= self.host_hit < 1 - self.prefix_hit or (self.host_hit
+                                                            and not self.prefix_block):
+            raise KvcalcError(f"host_hit must be in [0, 1 - prefix_hit) with a prefix_block, "
+                              f"got {self.host_hit!r}")
 
 
 @record
@@ -125,6 +136,7 @@ class BenchResult:
     kv_cache_tokens: int
     step_budget: int  # prompt (and decode) tokens per step
     notes: tuple[str, ...] = field(default_factory=tuple)
+    extra: dict = field(default_factory=dict)  # prefix cache, host tier (when asked)
 
     def as_dict(self) -> dict:
         load = self.load
@@ -141,7 +153,7 @@ class BenchResult:
                 "running_limit": self.running_limit, "peak_kv_tokens": self.peak_kv_tokens,
                 "kv_cache_tokens": self.kv_cache_tokens,
                 "step_budget": self.step_budget, "prediction": True,
-                "notes": list(self.notes)}
+                **self.extra, "notes": list(self.notes)}
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -208,8 +220,12 @@ def _alike_steps(to_finish: int, to_full: int, context: float, dt: float, now: f
 
 
 def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: int,
-              schedule, request_s: float) -> dict:
-    """The run, step by step (module docstring). Returns the raw per-request times."""
+              schedule, request_s: float, fetch_s: float = 0.0) -> dict:
+    """The run, step by step (module docstring). Returns the raw per-request times.
+    `fetch_s`: seconds a token of `load.host_hit` takes to come from the host tier, added
+    to the step that carries its request's first prompt chunk."""
+    from kvcalc.serving.prefix import split_prefix
+
     n = load.num_prompts
     pairs_of = load.lengths or ((load.input_len, load.output_len),) * n
     ins = [p for p, _ in pairs_of]
@@ -250,6 +266,7 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
     gaps: list[float] = []  # a decode step's time ...
     counts: list[int] = []  # ... and how many requests it gave a token
     preempted = peak = 0
+    fetching: dict[int, float] = {}  # request -> seconds its host-tier tokens take
     now, decode_steps, next_id, most, order = 0.0, 0, 0, 0, 0
     ratio = schedule.reserve_ratio
     fall = ((schedule.reserve_ratio - schedule.reserve_floor) / schedule.reserve_decay_steps
@@ -275,10 +292,23 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
         while arrivals and arrivals[0] + request_s <= now:
             rid = next_id
             inp = ins[rid]
-            cached = min(inp - 1, round(inp * load.prefix_hit))
-            if rid == 0 and load.warmup:  # the warm-up's prompt: its whole blocks cached
-                cached = max(cached, (inp - 1) // WARM_BLOCK * WARM_BLOCK)
-            fill = inp - cached
+            fetched = 0
+            if not load.prefix_caching:
+                cached = 0
+            elif load.prefix_block:
+                cached, fetched = split_prefix(inp, load.prefix_hit, load.host_hit,
+                                               load.prefix_block)
+                if rid == 0 and load.warmup:  # the warm-up's prompt: its whole blocks
+                    cached = max(cached + fetched, split_prefix(inp, 1.0, 0.0,
+                                                                load.prefix_block)[0])
+                    fetched = 0
+                if fetched:
+                    fetching[rid] = fetched * fetch_s
+            else:
+                cached = min(inp - 1, round(inp * load.prefix_hit))
+                if rid == 0 and load.warmup:  # the warm-up's prompt: its whole blocks cached
+                    cached = max(cached, (inp - 1) // WARM_BLOCK * WARM_BLOCK)
+            fill = inp - cached - fetched
             waiting.append([rid, arrivals.popleft(), inp, max(fill, 1), 0])  # sent at
             arrived_at[rid] = waiting[-1][1]
             next_id += 1
@@ -313,6 +343,8 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
         context = ((context_base + len(decoding) * decode_steps) / len(decoding)
                    if decoding else 0.0)
         dt = steps.time(run_decode, context, tokens, pairs, len(prefilling) + len(decoding))
+        if fetching:  # the host tier's KV, brought in before the first chunk's attention
+            dt += sum(fetching.pop(item[0], 0.0) for item, _ in chunks)
         # Steps that nothing tells apart run as one: decode only, no request to admit
         # or arriving, none finishing or preempted, the step time's context bucket
         # unchanged (StepTimes keys on it), so the run is the same as step by step.
@@ -470,7 +502,7 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
     stored = stored_weights(spec, w.quantization, tp)
     steps = StepTimes(spec, hw, timing, w, stored, terms, schedule.overlaps_host)
     request_s = terms.request_s
-    notes = []
+    load, fetch_s, extra, notes = prefix_setup(spec, hw, counted, load, given, steps)
     holds = min(limit, pool // per_request)
     if load.concurrency is not None and load.concurrency > holds:
         notes.append(f"saturated: {ref.title} runs at most {holds:,} requests of "
@@ -480,9 +512,11 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
         # what the engine sustains: a closed loop at what it holds
         top = _simulate(steps, Load(input_len=load.input_len, output_len=load.output_len,
                                     num_prompts=max(3 * holds, 8), concurrency=holds,
-                                    prefix_hit=load.prefix_hit, warmup=False),
+                                    prefix_hit=load.prefix_hit, warmup=False,
+                                    prefix_caching=load.prefix_caching,
+                                    prefix_block=load.prefix_block, host_hit=load.host_hit),
                         limit=limit, pool=pool, budget=budget, schedule=schedule,
-                        request_s=request_s)
+                        request_s=request_s, fetch_s=fetch_s)
         capacity = len(top["done"]) / top["end"] if top["end"] else math.inf
         if load.request_rate > capacity and past_saturation:
             notes.append(f"past saturation: {load.request_rate:g} requests/s is over the "
@@ -495,7 +529,7 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
                               f"{capacity:.3g} requests/s of {load.input_len:,} + "
                               f"{load.output_len:,} tokens (queues then grow without bound)")
     raw = _simulate(steps, load, limit=limit, pool=pool, budget=budget, schedule=schedule,
-                    request_s=request_s)
+                    request_s=request_s, fetch_s=fetch_s)
     if raw["preempted"]:
         notes.append(f"{raw['preempted']:,} preemptions: the running requests outgrew the "
                      f"{pool:,}-token KV pool and the newest were computed again")
@@ -526,4 +560,5 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
                        max_running=raw["most"], running_limit=holds,
                        peak_kv_tokens=raw["peak"], total_input_tokens=total_in,
                        total_output_tokens=total_out,
-                       kv_cache_tokens=pool, step_budget=budget, notes=tuple(notes))
+                       kv_cache_tokens=pool, step_budget=budget, notes=tuple(notes),
+                       extra=extra)

@@ -10,7 +10,7 @@ import functools
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 
-__all__ = ["ServedTerms", "StepTimes", "served_terms"]
+__all__ = ["ServedTerms", "StepTimes", "prefix_setup", "served_terms"]
 
 
 @record
@@ -172,3 +172,60 @@ class StepTimes:
         if self.overlaps:
             return max(gpu_s, self.host_s + per_request_s)
         return max(gpu_s, self.host_s) + per_request_s
+
+
+def prefix_setup(spec, hw, counted, load, given: dict, steps: "StepTimes"):
+    """The load as the engine's prefix caching and host tier take it, when any of their
+    flags (kvcalc.serving.flags SIDE) or a host hit is given; else the load unchanged.
+    Returns (load, seconds a host-tier token takes to fetch, the JSON's extra fields,
+    notes). A fetched token's KV (the pool's bytes per token on one rank; every rank
+    fetches its own shard over its own link at once) crosses the GPU's host link
+    (presets/hardware host_link_bandwidth_bytes_per_s) instead of being computed again:
+    the engines fetch it (vLLM's offloading connector, SGLang's hierarchical cache,
+    TensorRT-LLM's secondary pool), and the note sets the transfer beside the prefill it
+    replaces."""
+    from dataclasses import replace
+
+    from kvcalc.serving.flags import SIDE
+    from kvcalc.serving.offload import host_tier
+    from kvcalc.serving.prefix import prefix_cache, split_prefix
+
+    side = {k: v for k, v in given.items() if k in SIDE and v is not None}
+    if not side and not load.host_hit:
+        return load, 0.0, {}, []
+    prefix = prefix_cache(spec, counted, side)
+    tier = host_tier(counted, side, mla=spec.mla is not None)
+    load = replace(load, prefix_caching=prefix.on, prefix_block=prefix.block)
+    extra = {"prefix_cache": prefix.as_dict()}
+    notes = [f"prefix caching {prefix.switch}" + (f": {prefix.note}" if prefix.note else "")]
+    if tier is not None:
+        extra["host_tier"] = tier.as_dict()
+        if tier.refusal:
+            raise KvcalcError(f"{counted.engine.title} does not start: {tier.refusal}")
+    gpu, host = split_prefix(load.input_len, load.prefix_hit, load.host_hit, prefix.block)
+    if prefix.on and load.prefix_hit:
+        notes.append(f"a prefix hit of {load.prefix_hit:g} is {gpu:,} of {load.input_len:,} "
+                     f"prompt tokens: whole blocks of {prefix.block}, the last token computed")
+    if not load.host_hit:
+        return load, 0.0, extra, notes
+    if tier is None or not tier.tokens:
+        raise KvcalcError("--host-hit is the share fetched from a host KV tier: give the "
+                          "engine's (--kv-offloading-size, --enable-hierarchical-cache, "
+                          "--host-cache-size)")
+    if not prefix.on:
+        raise KvcalcError(f"--host-hit needs {counted.engine.title}'s prefix caching on")
+    if not hw.host_link_bandwidth_bytes_per_s:
+        raise KvcalcError(f"{hw.name} has no host link bandwidth in its preset "
+                          "(host_link_bandwidth_bytes_per_s): a fetch cannot be timed")
+    if host > tier.tokens:
+        raise KvcalcError(f"a request's {host:,} host-tier tokens are over the "
+                          f"{tier.tokens:,} the host tier holds")
+    fetch_s = counted.bytes_per_token / hw.host_link_bandwidth_bytes_per_s
+    redo_s = host * steps.matmul_s_per_token + steps.attention_s_per_pair * (
+        host * gpu + host * (host + 1) / 2)
+    notes.append(f"{host:,} prompt tokens a request fetched from the host tier over "
+                 f"{hw.host_link or 'the host link'}: {host * fetch_s * 1e3:.2f} ms, against "
+                 f"{redo_s * 1e3:.2f} ms computing them again (the engine fetches)")
+    extra["host_fetch"] = {"tokens": host, "fetch_ms": host * fetch_s * 1e3,
+                           "recompute_ms": redo_s * 1e3}
+    return load, fetch_s, extra, notes

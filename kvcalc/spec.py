@@ -505,6 +505,10 @@ class Hardware:
     # decode step's few-KB messages pay each time), as published; 0: unknown.
     allreduce_latency_s: float = 0.0
     allreduce_latency_source: str = ""
+    # The link between the GPU and host memory, one direction, decimal bytes/s (PCIe, or
+    # NVLink-C2C on Grace parts): what KV fetched from a host tier crosses. 0: unknown.
+    host_link_bandwidth_bytes_per_s: int = 0
+    host_link: str = ""  # its name, e.g. "PCIe Gen5 x16 (128 GB/s both directions)"
     # Dense FP4 (NVFP4/MXFP4) tensor peak, FLOP/s; 0 where the chip has no FP4 unit.
     # Kept apart from flops_per_s because kvcalc has no fp4 storage dtype.
     fp4_flops_per_s: int = 0
@@ -529,7 +533,7 @@ class Hardware:
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise KvcalcError(f"hardware {self.name}: {name} must be a positive integer")
         for name in ("visible_memory_bytes", "smi_memory_bytes", "interconnect_bandwidth_bytes_per_s",
-                     "fp4_flops_per_s", "boost_clock_hz", "fp16_accumulate_flops_per_s"):
+                     "host_link_bandwidth_bytes_per_s", "fp4_flops_per_s", "boost_clock_hz", "fp16_accumulate_flops_per_s"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise KvcalcError(f"hardware {self.name}: {name} must be an integer >= 0")

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from kvcalc.cli import engine_flags as ef
 from kvcalc.cli.options import (DEFAULT_GPU, ForceOpt, FormatOpt, GpuOpt, KvDtypeOpt,
                                 ModelRequest, OutputOpt, WeightDtypeOpt, model_options,
                                 output_format, resolve_gpu)
@@ -51,10 +52,25 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             "default without --concurrency).")] = None,
         prefix_hit: Annotated[float, typer.Option(
             "--prefix-hit", help="Share of each prompt already in the prefix cache, "
-            "in [0, 1).")] = 0.0,
+            "in [0, 1); with an engine's prefix-caching or offload flag, cut to its "
+            "blocks (or 0 with caching off).")] = 0.0,
+        host_hit: Annotated[float, typer.Option(
+            "--host-hit", help="Share of each prompt held in the engine's host KV tier "
+            "beyond --prefix-hit (evicted from the GPU pool), fetched over the GPU's host "
+            "link instead of computed; needs the tier's flag (default 0).")] = 0.0,
         max_model_len: Annotated[Optional[int], typer.Option(
             "--max-model-len", show_default=False,
             help="The engine's longest request (default: the model's context).")] = None,
+        kv_offloading_size: ef.KvOffloadingSizeOpt = None,
+        kv_offloading_backend: ef.KvOffloadingBackendOpt = None,
+        enable_prefix_caching: ef.PrefixCachingOpt = None,
+        enable_hierarchical_cache: ef.HicacheOpt = False,
+        hicache_ratio: ef.HicacheRatioOpt = None,
+        hicache_size: ef.HicacheSizeOpt = None,
+        hicache_write_policy: ef.HicacheWritePolicyOpt = None,
+        disable_radix_cache: ef.DisableRadixCacheOpt = False,
+        host_cache_size: ef.HostCacheSizeOpt = None,
+        enable_block_reuse: ef.BlockReuseOpt = None,
         kv_dtype: KvDtypeOpt = "bf16",
         weight_dtype: WeightDtypeOpt = None,
         range_ratio: Annotated[float, typer.Option(
@@ -117,6 +133,16 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                      weight_dtype=weight_dtype, max_model_len=max_model_len, fmt=fmt,
                      output=output, force=force)
             return
+        side = {k: v for k, v in ef.side_flags(
+            kv_offloading_size=kv_offloading_size, kv_offloading_backend=kv_offloading_backend,
+            enable_prefix_caching=enable_prefix_caching,
+            enable_hierarchical_cache=enable_hierarchical_cache, hicache_ratio=hicache_ratio,
+            hicache_size=hicache_size, hicache_write_policy=hicache_write_policy,
+            disable_radix_cache=disable_radix_cache, host_cache_size=host_cache_size,
+            enable_block_reuse=enable_block_reuse).items() if v is not None}
+        from kvcalc.serving.flags import check_owners
+
+        check_owners(ref.name, side, ef.flag_of)
         tp = tp or 1
         input_len = input_len or 1024
         output_len = output_len or 128
@@ -131,11 +157,12 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         for kw in loads:
             lengths = (random_lengths(input_len, output_len, kw["num_prompts"], range_ratio,
                                       "vllm", seed) if range_ratio else ())
+            hits = dict(host_hit=host_hit, prefix_block=1) if host_hit else {}
             load = Load(input_len=input_len, output_len=output_len, prefix_hit=prefix_hit,
-                        seed=seed, lengths=lengths, **kw)
+                        seed=seed, lengths=lengths, **hits, **kw)
             results.append(run(spec, hardware, load, engine=ref, tp=tp, kv_dtype=kv_dtype,
                                weight_dtype=weight_dtype, max_model_len=max_model_len,
-                               past_saturation=past_saturation))
+                               past_saturation=past_saturation, engine_flags=side or None))
         gpus = tp
 
         def row(r) -> dict:

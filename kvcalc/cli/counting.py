@@ -102,6 +102,9 @@ def _engine_fit(request, ref, given, *, fmt, output, force, seq_len, kv_dtype, w
     flags = engine_flags(ref, settings, kv_scale_bytes=est.workload.kv_scale_bytes,
                          pp=pp, **given)
     counted = count(est.spec, est.hardware, flags)
+    from kvcalc.serving.offload import host_tier
+
+    tier = host_tier(counted, given, mla=est.spec.mla is not None) if counted.starts else None
     limit = counted.max_running_requests
     if counted.max_concurrency is not None and limit is not None:
         limit = min(limit, max(int(counted.max_concurrency), 0))
@@ -122,12 +125,18 @@ def _engine_fit(request, ref, given, *, fmt, output, force, seq_len, kv_dtype, w
     timed, timed_tab = speculative_time_parts(
         est, draft_of(est.spec, flags), acceptance_rate,
         speed.resolve(speed_engine, est.hardware), mfu, bandwidth_efficiency)
+    tables = [serving_table(est, counted, slo)]
     if timed is not None:
         obj["speculative_time"] = timed
-    write(fmt, output, force, lambda: obj, lambda: [flatten(obj)],
-          lambda: [serving_table(est, counted, slo),
-                   *([timed_tab] if timed_tab is not None else [])])
-    if not counted.starts:
+        tables.append(timed_tab)
+    if tier is not None:
+        from kvcalc.report.offload import host_tier_table
+
+        obj["host_tier"] = tier.as_dict()
+        obj["fits"] = obj["fits"] and not tier.refusal
+        tables.append(host_tier_table(tier))
+    write(fmt, output, force, lambda: obj, lambda: [flatten(obj)], lambda: tables)
+    if not obj["fits"]:
         raise typer.Exit(1)
 
 

@@ -104,6 +104,59 @@ MaxTokensPagedOpt = Annotated[Optional[int], typer.Option(
     "--max-tokens-in-paged-kv-cache", "--max_tokens_in_paged_kv_cache", show_default=False,
     help=_T + "cap on the KV cache's tokens.")]
 
+# KV offload to CPU memory and prefix caching (kvcalc.serving.offload, .prefix), each in
+# its engine's spelling and unit
+_V = "vLLM: "
+KvOffloadingSizeOpt = Annotated[Optional[str], typer.Option(
+    "--kv-offloading-size", show_default=False, metavar="<GiB>",
+    help=_V + "CPU memory for offloaded KV blocks, in GiB (2^30 bytes) over ALL tp x pp "
+    "ranks (0.11.1+; default: none).")]
+KvOffloadingBackendOpt = Annotated[Optional[str], typer.Option(
+    "--kv-offloading-backend", show_default=False, metavar="native|lmcache",
+    help=_V + "the offloading backend (default native from 0.14; 0.11.1-0.13: none, "
+    "which keeps no host tier).")]
+PrefixCachingOpt = Annotated[Optional[bool], typer.Option(
+    "--enable-prefix-caching/--no-enable-prefix-caching", show_default=False,
+    help=_V + "prefix caching (default on in V1).")]
+HicacheOpt = Annotated[bool, typer.Option(
+    "--enable-hierarchical-cache", help=_E + "a host (CPU) KV pool behind the radix cache.")]
+HicacheRatioOpt = Annotated[Optional[str], typer.Option(
+    "--hicache-ratio", show_default=False,
+    help=_E + "host pool tokens over device pool tokens (default 2.0).")]
+HicacheSizeOpt = Annotated[Optional[str], typer.Option(
+    "--hicache-size", show_default=False, metavar="<GB>",
+    help=_E + "host pool in GB (10^9 bytes) PER RANK, a whole number; overrides "
+    "--hicache-ratio (default 0: the ratio).")]
+HicacheWritePolicyOpt = Annotated[Optional[str], typer.Option(
+    "--hicache-write-policy", show_default=False,
+    metavar="write_back|write_through|write_through_selective",
+    help=_E + "when the host pool is written (default write_through from 0.5.2).")]
+DisableRadixCacheOpt = Annotated[bool, typer.Option(
+    "--disable-radix-cache", help=_E + "no prefix caching.")]
+HostCacheSizeOpt = Annotated[Optional[str], typer.Option(
+    "--host-cache-size", "--host_cache_size", show_default=False, metavar="<bytes>",
+    help=_T + "kv_cache_config.host_cache_size: host memory for offloaded KV blocks, in "
+    "bytes PER RANK (default: none).")]
+BlockReuseOpt = Annotated[Optional[bool], typer.Option(
+    "--enable-block-reuse/--no-enable-block-reuse", show_default=False,
+    help=_T + "kv_cache_config.enable_block_reuse: prefix caching (default on).")]
+
+
+def side_flags(*, kv_offloading_size=None, kv_offloading_backend=None,
+               enable_prefix_caching=None, enable_hierarchical_cache=False,
+               hicache_ratio=None, hicache_size=None, hicache_write_policy=None,
+               disable_radix_cache=False, host_cache_size=None,
+               enable_block_reuse=None) -> dict:
+    """The offload and prefix-caching flags given, by parameter name (None: not given)."""
+    return {"kv_offloading_size": kv_offloading_size,
+            "kv_offloading_backend": kv_offloading_backend,
+            "enable_prefix_caching": enable_prefix_caching,
+            "enable_hierarchical_cache": enable_hierarchical_cache or None,
+            "hicache_ratio": hicache_ratio, "hicache_size": hicache_size,
+            "hicache_write_policy": hicache_write_policy,
+            "disable_radix_cache": disable_radix_cache or None,
+            "host_cache_size": host_cache_size, "enable_block_reuse": enable_block_reuse}
+
 
 def windows(text: str) -> tuple[int, ...]:
     """--max-attention-window's list: whole numbers of tokens, comma-separated."""

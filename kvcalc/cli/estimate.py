@@ -264,6 +264,16 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         max_attention_window: ef.MaxAttentionWindowOpt = None,
         data_parallel_size: ef.DataParallelOpt = None,
         enable_expert_parallel: ef.ExpertParallelOpt = False,
+        kv_offloading_size: ef.KvOffloadingSizeOpt = None,
+        kv_offloading_backend: ef.KvOffloadingBackendOpt = None,
+        enable_prefix_caching: ef.PrefixCachingOpt = None,
+        enable_hierarchical_cache: ef.HicacheOpt = False,
+        hicache_ratio: ef.HicacheRatioOpt = None,
+        hicache_size: ef.HicacheSizeOpt = None,
+        hicache_write_policy: ef.HicacheWritePolicyOpt = None,
+        disable_radix_cache: ef.DisableRadixCacheOpt = False,
+        host_cache_size: ef.HostCacheSizeOpt = None,
+        enable_block_reuse: ef.BlockReuseOpt = None,
         kv_scale_bytes: ScaleOpt = 0,
         encoder_seq_len: EncoderLenOpt = None,
         memory_fraction: MemFractionOpt = None,
@@ -344,9 +354,16 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                       "max_loras": max_loras, "lora_dtype": lora_dtype}
         from kvcalc.serving.flags import check_owners
 
+        side = ef.side_flags(
+            kv_offloading_size=kv_offloading_size, kv_offloading_backend=kv_offloading_backend,
+            enable_prefix_caching=enable_prefix_caching,
+            enable_hierarchical_cache=enable_hierarchical_cache, hicache_ratio=hicache_ratio,
+            hicache_size=hicache_size, hicache_write_policy=hicache_write_policy,
+            disable_radix_cache=disable_radix_cache, host_cache_size=host_cache_size,
+            enable_block_reuse=enable_block_reuse)
         others = ef.layout_flags(ref, others, data_parallel_size, enable_expert_parallel)
-        check_owners(ref.name if ref else "vllm", {**vllm_given, **others, **shared_lora},
-                     ef.flag_of)
+        check_owners(ref.name if ref else "vllm", {**vllm_given, **others, **shared_lora,
+                                                   **side}, ef.flag_of)
         dp, expert_parallel = others.pop("dp"), others.pop("enable_expert_parallel")
         if ref is not None and ref.name != "vllm":
             others.update({k: v for k, v in shared_lora.items() if v is not None})
@@ -365,7 +382,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             if batch is not None:
                 raise KvcalcError(f"--batch sizes the plain fit; {ref.title} serves up to "
                                   f"its running-request limit at once")
-            _engine_fit(request, ref, others, fmt=fmt, output=output, force=force,
+            _engine_fit(request, ref, {**others, **side}, fmt=fmt, output=output, force=force,
                         seq_len=seq_len, kv_dtype=kv_dtype, weight_dtype=weight_dtype,
                         group_size=group_size, tp=tp, pp=pp, gpu=gpu,
                         kv_scale_bytes=kv_scale_bytes, encoder_seq_len=encoder_seq_len,
@@ -412,6 +429,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             serving["speculative_config"] = speculative_config
         serving.update({k: v for k, v in {**shared_lora, "max_loras": max_loras,
                                           "lora_dtype": lora_dtype}.items() if v is not None})
+        if enable_prefix_caching is not None:  # a hybrid's state cache follows it
+            serving["prefix_caching"] = enable_prefix_caching
         if seq_len is None and length is not None and length != AUTO:
             seq_len = length  # the floor beside the engine's count, at the length it asks
         args = dict(seq_len=seq_len, batch=batch or 1, kv_dtype=kv_dtype,
@@ -486,11 +505,42 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             speed.resolve(speed_engine, est.hardware), mfu, bandwidth_efficiency)
         if timed is not None:
             obj["speculative_time"] = timed
+        tier = _vllm_host_tier(est, side)
+        if tier is not None:
+            obj["host_tier"] = tier.as_dict()
+            obj["fits"] = obj["fits"] and not tier.refusal
         write(fmt, output, force, lambda: obj, lambda: [flatten(obj)],
               lambda: [capacity_table(est, slo, "--max-model-len" if engine else "--seq-len"),
-                       *([timed_tab] if timed_tab is not None else [])])
-        if not v.serves:
+                       *([timed_tab] if timed_tab is not None else []),
+                       *_tier_tables(tier)])
+        if not v.serves or (tier is not None and tier.refusal):
             raise typer.Exit(1)  # a valid question answered no (bad input exits 2)
+
+
+def _vllm_host_tier(est, side: dict):
+    """vLLM's host tier from --kv-offloading-size beside the count `est` made (None: not
+    asked), sized per block as the count cut its blocks."""
+    from kvcalc.serving import engine_ref
+    from kvcalc.serving.offload import PoolFacts, host_tier, offload_given
+
+    if not offload_given(side):
+        return None
+    cap = est.verdict.capacity
+    s = est.verdict.settings
+    facts = PoolFacts(engine=engine_ref(f"vllm@{s.vllm_version}"), tp=s.tp, pp=s.pp,
+                      page_size=cap.block_size or 0,
+                      bytes_per_token=sum(p.layers * p.group.token_bytes for p in cap.groups),
+                      kv_cache_tokens=cap.kv_cache_tokens or 0,
+                      bytes_per_block=cap.deciding.bytes_per_block)
+    return host_tier(facts, side, mla=est.spec.mla is not None)
+
+
+def _tier_tables(tier) -> list:
+    if tier is None:
+        return []
+    from kvcalc.report.offload import host_tier_table
+
+    return [host_tier_table(tier)]
 
 
 PLAIN_FIT_LEAVES_OUT = (

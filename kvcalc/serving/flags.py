@@ -10,9 +10,10 @@ name (`--gpu-memory-utilization` with SGLang: "give --mem-fraction-static").
 from __future__ import annotations
 
 from kvcalc.errors import KvcalcError
+from kvcalc.serving.offload import OFFLOAD_FLAGS, OFFLOAD_UNITS
 from kvcalc.serving.releases import TITLES
 
-__all__ = ["ALIKE", "ELSEWHERE", "OWNER", "check_owners", "engine_flags"]
+__all__ = ["ALIKE", "ELSEWHERE", "OWNER", "SIDE", "check_owners", "engine_flags"]
 
 # parameter name -> the engines that take it
 OWNER = {
@@ -49,7 +50,13 @@ OWNER = {
     "max_attention_window": ("tensorrt-llm",),
     # every engine
     "pp": ("vllm", "sglang", "tensorrt-llm"),
+    # prefix caching, each engine's own switch (kvcalc.serving.prefix)
+    "enable_prefix_caching": ("vllm",), "disable_radix_cache": ("sglang",),
+    "enable_block_reuse": ("tensorrt-llm",),
 }
+# KV offload to CPU memory (kvcalc.serving.offload): vLLM's GiB over all ranks, SGLang's
+# GB per rank, TensorRT-LLM's bytes per rank
+OWNER.update({name: (engine,) for name, engine in OFFLOAD_FLAGS.items()})
 
 # The same knob in each engine: (vLLM, SGLang, TensorRT-LLM).
 ALIKE = (
@@ -62,6 +69,9 @@ ALIKE = (
     ("speculative_config", "speculative_algorithm", "extra_llm_api_options"),
     ("max_loras", "max_loras_per_batch", None),
     ("dp", "dp_size", None),
+    ("kv_offloading_size", "hicache_size", "host_cache_size"),
+    ("kv_offloading_backend", "enable_hierarchical_cache", "host_cache_size"),
+    ("enable_prefix_caching", "disable_radix_cache", "enable_block_reuse"),
 )
 # What another engine calls a knob kvcalc takes for one engine only, where kvcalc does not
 # take that engine's own spelling: (parameter, engine) -> how that engine spells it, read
@@ -80,13 +90,19 @@ ELSEWHERE = {
                             "enable_attention_dp in --extra_llm_api_options)",
 }
 _COLUMN = {"vllm": 0, "sglang": 1, "tensorrt-llm": 2}
+# On/off switches whose off (False) is given as much as their on
+TRISTATE = {"enable_prefix_caching", "enable_block_reuse"}
+# What the engine's count takes no part in: the host tier and prefix caching
+# (kvcalc.serving.offload, kvcalc.serving.prefix), dropped before a wing's flags
+SIDE = set(OFFLOAD_FLAGS) | {"enable_prefix_caching", "disable_radix_cache",
+                             "enable_block_reuse"}
 
 
 def check_owners(engine: str, given: dict, spell=lambda name: name) -> None:
     """Refuse a flag given for another engine than `engine`, naming this engine's own
     (`spell` turns a parameter name into the way the caller spells it, e.g. a flag)."""
     for name, value in given.items():
-        if value is None or value is False:
+        if value is None or (value is False and name not in TRISTATE):
             continue
         owners = OWNER.get(name)
         if owners is None or engine in owners:
@@ -95,7 +111,8 @@ def check_owners(engine: str, given: dict, spell=lambda name: name) -> None:
         mine = next((row[_COLUMN[engine]] for row in ALIKE if name in row), None)
         other = ELSEWHERE.get((name, engine))
         if mine:
-            instead = f"; {TITLES[engine]}'s is {spell(mine)}"
+            unit = f" ({OFFLOAD_UNITS[mine]})" if mine in OFFLOAD_UNITS else ""
+            instead = f"; {TITLES[engine]}'s is {spell(mine)}{unit}"
         elif other and other.startswith("--"):
             instead = (f"; {TITLES[engine]} spells it {other}, which kvcalc does not take "
                        f"for it")
@@ -115,6 +132,10 @@ def engine_flags(ref, settings, *, kv_scale_bytes: int = 0, **given):
 
     given = {k: v for k, v in given.items() if v is not None}
     check_owners(ref.name, given)
+    prefix = given.get("enable_prefix_caching")  # vLLM's count sizes a hybrid's state by it
+    given = {k: v for k, v in given.items() if k not in SIDE}
+    if prefix is not None:
+        given["prefix_caching"] = bool(prefix)
     if ref.name == "vllm":
         from kvcalc.serving.vllm import VllmFlags
 

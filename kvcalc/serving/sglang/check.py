@@ -95,7 +95,7 @@ def check_sglang(text: str, spec, hw, *, release: str | None = None) -> SglangCh
             ("max running requests", f.get("max_running_requests"),
              counted.max_running_requests),
             ("context length", f.get("context_len"), counted.context_len))
-    rows = tuple(r for r in rows if r[1] is not None)
+    rows = tuple(r for r in rows if r[1] is not None) + _host_row(log, counted)
     from_start = None
     if gib("avail_mem_start_gb") is not None:
         measured = Weights(weight_dtype=weights.weight_dtype, weights_bytes=weights_logged)
@@ -110,6 +110,28 @@ def check_sglang(text: str, spec, hw, *, release: str | None = None) -> SglangCh
     d = with_one_request(diagnose(log), counted)
     return SglangCheck(release=release, rows=rows, tokens_from_logged_start=from_start,
                        diagnosis=d, notes=tuple(notes) + counted.notes)
+
+
+def _host_row(log, counted) -> tuple:
+    """The hierarchical cache's host pool as logged beside kvcalc's from the log's own
+    device pool (kvcalc.serving.offload: its ratio or size rule alone)."""
+    from kvcalc.serving.offload import PoolFacts, host_tier
+
+    logged = log.figures.get("host_memory_gb")
+    if logged is None or not log.tokens:
+        return ()
+    a = log.server_args
+    given = {"enable_hierarchical_cache": True, "hicache_size": a.get("hicache_size") or None,
+             "hicache_ratio": a.get("hicache_ratio")}
+    pool = PoolFacts(engine=counted.engine, tp=counted.layout.tp, pp=counted.layout.pp,
+                     page_size=counted.page_size, bytes_per_token=counted.bytes_per_token,
+                     kv_cache_tokens=log.tokens)
+    try:
+        tier = host_tier(pool, {k: v for k, v in given.items() if v is not None})
+    except KvcalcError:
+        return ()
+    return (("host memory per rank, GB (from the logged pool)", logged,
+             float(dict(tier.engine_says)["host_memory_gb"])),)
 
 
 def with_one_request(d: Diagnosis | None, counted) -> Diagnosis | None:

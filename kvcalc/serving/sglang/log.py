@@ -53,6 +53,8 @@ _PATTERNS = {
     "max_running_requests": r"max_running_requests=(\d+)",
     "context_len": r"max_running_requests=\d+, context_len=(\d+)",
     "available_gpu_mem_gb": r"available_gpu_mem=([\d.]+) ?GB",
+    # the hierarchical cache's host pool, per rank (mem_cache/memory_pool_host.py)
+    "host_memory_gb": r"Allocating ([\d.]+) GB host memory for hierarchical KV cache",
 }
 _DRAFTED = ("avail_mem_start_gb", "avail_mem_after_weights_gb", "weights_mem_gb", "k_size_gb",
             "v_size_gb", "kv_size_gb", "avail_mem_after_pool_gb", "kv_tokens")

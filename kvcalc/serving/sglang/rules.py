@@ -333,6 +333,34 @@ class Rules:
         max_running_requests 2049 / 4097), none from 0.4.7."""
         return 1 if self.era < (0, 4, 7) else 0
 
+    # -- hierarchical cache (--enable-hierarchical-cache): the host pool ---------------
+    def hicache(self) -> dict | None:
+        """How the release sizes its host KV pool, or None where kvcalc has not read it.
+
+        0.4.6.post5 and 0.4.7 (`mem_cache/memory_pool.py` `HostKVCache.__init__`) to 0.5.4
+        (`mem_cache/memory_pool_host.py` `HostKVCache.__init__`, read at 0.4.8,
+        0.4.9, 0.4.10.post2, 0.5.1, 0.5.2, 0.5.3, 0.5.4): tokens = int(--hicache-size x 1e9
+        // size_per_token) when --hicache-size (GB, an int) is given, else
+        int(device pool tokens x --hicache-ratio) (default 2.0); rounded down to whole
+        pages; `assert self.size > device_pool.size` ("The host memory should be larger
+        than the device memory with the current protocol"); logs "Allocating X GB host
+        memory for hierarchical KV cache." with size x size_per_token / 1e9, per rank.
+        size_per_token is the device pool's: heads x head_dim x layers x dtype x 2 per
+        rank (MHA), (kv_lora_rank + rope) x dtype x layers (MLA). --hicache-write-policy's
+        default: "write_through_selective" to 0.5.1, "write_through" from 0.5.2
+        (server_args.py). --enable-hierarchical-cache with --disable-radix-cache is
+        refused from 0.5.2 (`_handle_cache_compatibility`, "mutually exclusive"). 0.4.0-0.4.5
+        take no --hicache-ratio/--hicache-size (0.4.3.post2's server_args.py); 0.5.14 and
+        later rebuilt the host pools (page count rounded up, per-pool classes) and are not
+        read here."""
+        if self.release < (0, 4, 6) or self.era > (0, 5, 4):
+            return None
+        return {"write_policy": "write_through_selective" if self.release < (0, 5, 2)
+                else "write_through",
+                "refuses_without_radix": self.release >= (0, 5, 2),
+                "source": "sglang %d.%d.%d mem_cache/memory_pool%s.py HostKVCache.__init__"
+                % (*self.release, "" if self.release < (0, 4, 8) else "_host")}
+
     def state_request_ratio(self, radix_cache: bool) -> int:
         """Running requests per state slot's third (`MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`):
         3 with the radix cache, 1 without."""

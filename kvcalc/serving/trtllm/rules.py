@@ -247,6 +247,26 @@ class Rules:
         lists ceil(n / (tp x cp)). Read in the stored copy (no release pinned)."""
         return max(kv_heads // tp, 1)
 
+    def host_cache(self, backend: str) -> dict:
+        """The secondary (host) pool from `kv_cache_config.host_cache_size` (bytes per
+        rank; default None: no host pool). PyTorch backend, `_torch/pyexecutor/
+        resource_manager.py` `KVCacheManager.calculate_max_num_blocks`: max_tokens_secondary
+        = host_cache_size / get_cache_bytes_per_token(), blocks = int(that /
+        tokens_per_block) (index copies of ~0.20-1.0, float division), the same with
+        integer division in 1.3.0rc3 (l. 859-862; the estimation dry run too, l. 310-313);
+        logged as "Number of blocks in KV cache secondary pool: N" (C++ KVCacheManager).
+        Block reuse (`KvCacheConfig.enable_block_reuse`) defaults to True in the LLM API's
+        KvCacheConfig of every snapshot read (the BaseModel copies of ~0.20 and
+        1.3.0rc3 l. 1681); `kv_cache_config.enable_block_reuse: false` turns it off.
+        A built engine (--backend tensorrt) sizes it in the C++ `calculateMaxNumBlocks`,
+        not read for the host pool: counted by the same rule, with a note."""
+        return {"reuse_default": True, "integer_division": True,
+                "note": "" if backend == "pytorch" else
+                "a built engine's host pool is counted by the PyTorch backend's rule "
+                "(C++ calculateMaxNumBlocks not read for it)",
+                "source": "tensorrt_llm/_torch/pyexecutor/resource_manager.py "
+                          "KVCacheManager.calculate_max_num_blocks (1.3.0rc3 l. 859-862)"}
+
     def term_names(self, backend: str) -> tuple[str, ...]:
         """Each term under the name TensorRT-LLM's log gives it (snake-cased), in the
         order the runtime meets them. PyTorch (`_util.py::configure_kv_cache_capacity`,

@@ -303,3 +303,48 @@ class Rules:
         `engine/arg_utils.py`, present in 0.19.0's); before, every linear module and the
         model's embedding modules get slots."""
         return self.release >= (19, 0)
+
+    # -- KV offload to CPU memory (--kv-offloading-size, --kv-offloading-backend) --------
+    def kv_offloading(self) -> dict | None:
+        """How the release sizes its CPU tier from `--kv-offloading-size` (GiB, float,
+        over all tp x pp ranks: `CacheConfig.kv_offloading_size`'s docstring), or None
+        where it has no such flag (0.11.0 and earlier: absent from config/cache.py).
+
+        0.11.1 (`VllmConfig._post_init_kv_transfer_config`): offloading only when
+        --kv-offloading-backend is given (default None: the size alone does nothing);
+        "native" puts `num_cpu_blocks: 0` in the connector's config, which
+        `kv_offload/cpu.py CPUOffloadingSpec.__init__` refuses ("num_cpu_blocks must be
+        specified in kv_connector_extra_config"); "lmcache" passes size / (tp x pp) GB
+        to LMCache per rank (0.12.0 the same; 0.13 not read: it follows 0.12). 0.14, 0.15,
+        0.16 and 0.20 (the same function; `kv_offload/cpu.py`,
+        then `kv_offload/cpu/spec.py` `CPUOffloadingSpec.__init__`): backend "native" by
+        default, `cpu_bytes_to_use` = size x 2^30, blocks = cpu_bytes_to_use //
+        (bytes of one GPU block on a rank x world_size); lmcache as 0.11.1. 0.33
+        (`kv_offload/cpu/spec.py`; `offloading/config.py` replicated_layout): each
+        chunk (one GPU block, blocks_per_chunk 1) over the world_size ranks' copies is
+        rounded up to the page size (`SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT` =
+        mmap.PAGESIZE, 4096 on x86-64), one copy for an MLA model at tp > 1 with pp 1
+        (the latent is whole on every rank), and lmcache's multi-process connector
+        (`LMCacheMPConnector`) whose server holds its own capacity (the size is not
+        passed). Releases between two read ones follow the older one's rule (0.21-0.32:
+        0.20's, not read for the page rounding)."""
+        if self.release < (11, 1):
+            return None
+        if self.release < (14, 0):
+            return {"default_backend": None, "native": False, "align": 1,
+                    "mla_one_copy": False, "lmcache": "per_rank",
+                    "source": "vllm 0.11.1/0.12.0 config/vllm.py "
+                              "_post_init_kv_transfer_config; v1/kv_offload/cpu.py "
+                              "CPUOffloadingSpec.__init__"}
+        if self.release < (33, 0):
+            return {"default_backend": "native", "native": True, "align": 1,
+                    "mla_one_copy": False, "lmcache": "per_rank",
+                    "source": "vllm 0.14/0.15/0.16/0.20 config/vllm.py "
+                              "_post_init_kv_transfer_config; v1/kv_offload/cpu(/spec).py "
+                              "CPUOffloadingSpec.__init__"}
+        return {"default_backend": "native", "native": True, "align": 4096,
+                "mla_one_copy": True, "lmcache": "server",
+                "source": "vllm 0.33 config/vllm.py _post_init_kv_transfer_config; "
+                          "v1/kv_offload/cpu/spec.py CPUOffloadingSpec.__init__; "
+                          "distributed/kv_transfer/kv_connector/v1/offloading/config.py"}
+
