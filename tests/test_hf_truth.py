@@ -616,3 +616,14 @@ def test_an_expert_count_alias_is_read_as_transformers_reads_it(source, alias):
     cfg[alias] = 96
     truth = hf_truth.meta_param_count(cfg)
     assert param_counts(spec_from_hf_config(cfg, source)).total == truth["text"]
+
+
+def test_glm_4_7_flash_head_dim_is_its_rope_width():
+    """Glm4MoeLiteConfig's attribute_map makes head_dim the name of qk_rope_head_dim: a
+    config that gives only head_dim sets the rotary part of each query/key head (and so
+    q_b_proj's and kv_a_proj's widths and the latent cache) as transformers reads it."""
+    cfg = {k: v for k, v in _default_cfg("glm4_moe_lite").items() if k != "qk_rope_head_dim"}
+    cfg["head_dim"] = 32
+    spec = spec_from_hf_config(cfg, "glm4_moe_lite")
+    assert param_counts(spec).total == hf_truth.meta_param_count(cfg)["text"]
+    assert spec.layer_list()[0].mixer.rope_dim == 32

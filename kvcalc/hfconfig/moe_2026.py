@@ -121,8 +121,10 @@ def glm4_moe_lite(c: Config) -> dict:
     the first layer dense unless mlp_layer_types says otherwise."""
     hidden, layers, heads, vocab, d_ff = core_dims(c)
     bias = c.opt_bool("attention_bias", False)
+    # Glm4MoeLiteConfig's attribute_map: head_dim is qk_rope_head_dim
     mla = Latent(heads=heads, kv_lora_rank=c.req_int("kv_lora_rank"),
-                 rope_dim=c.req_int("qk_rope_head_dim"), nope_dim=c.req_int("qk_nope_head_dim"),
+                 rope_dim=c.req_int("qk_rope_head_dim", "head_dim"),
+                 nope_dim=c.req_int("qk_nope_head_dim"),
                  v_dim=c.req_int("v_head_dim"), q_lora_rank=c.opt_int("q_lora_rank", 0) or 0,
                  bias=bias)
     # Glm4MoeLiteConfig's attribute_map: num_local_experts is n_routed_experts
