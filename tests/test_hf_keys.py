@@ -143,6 +143,36 @@ FAMILIES = {
         "moe_router_logit_softcapping": VALUE, "output_router_logits": RUNTIME,
         "router_aux_loss_coef": AUX,
     }),
+    "qwen2_moe": Family("Qwen2MoeConfig", "text", ("Qwen__Qwen1.5-MoE-A2.7B-Chat",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
+        "norm_topk_prob": ROUTING, "output_router_logits": RUNTIME, "router_aux_loss_coef": AUX,
+        # Qwen2MoeConfig slides only with use_sliding_window true, which kvcalc reads and
+        # refuses ("sliding layers in MoE Qwen configs are not supported"); false in every
+        # published Qwen MoE config
+        "sliding_window": "used only with use_sliding_window true, which kvcalc refuses",
+        "max_window_layers": "used only with use_sliding_window true, which kvcalc refuses",
+        "layer_types": "sliding entries only with use_sliding_window true, which kvcalc "
+                       "refuses; full attention otherwise",
+    }),
+    "stablelm": Family("StableLmConfig", "text", ("stabilityai__stablelm-2-zephyr-1_6b",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "layer_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "attention_dropout": DROPOUT, "hidden_dropout": DROPOUT,
+        "use_cache": RUNTIME,
+    }),
+    "glm4_moe_lite": Family("Glm4MoeLiteConfig", "text", ("zai-org__GLM-4.7-Flash",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "rope_interleave": ROPE, "attention_dropout": DROPOUT,
+        "use_cache": RUNTIME, "n_group": ROUTING, "topk_group": ROUTING,
+        "norm_topk_prob": ROUTING, "routed_scaling_factor": VALUE,
+        "output_router_logits": RUNTIME,
+        "pretraining_tp": "a tensor-parallel slicing of the original training code; no shape",
+        "num_key_value_heads": "MLA: keys and values come from the kv_lora_rank latent; "
+                               "no shape",
+    }),
 }
 
 # What kvcalc reads of a wrapper (multimodal.text_config, towers, with_towers): the dict
