@@ -70,6 +70,9 @@ class Family:
     # class-default configs with these switches on, read too: a key that a reader asks for
     # only when a layer kind is present (SmolLM3's window, read once a layer slides)
     variants: tuple[dict, ...] = ()
+    # the class-default config with these keys left out, read too: a legacy key the class
+    # turns into them (Qwen3.5's full_attention_interval into layer_types) is read only then
+    without: tuple[str, ...] = ()
 
 
 FAMILIES = {
@@ -173,6 +176,18 @@ FAMILIES = {
         "num_key_value_heads": "MLA: keys and values come from the kv_lora_rank latent; "
                                "no shape",
     }),
+    "qwen3_5_text": Family("Qwen3_5TextConfig", "text", ("Qwen__Qwen3.5-27B",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
+    }, without=("layer_types",)),
+    "qwen3_5_moe_text": Family("Qwen3_5MoeTextConfig", "text", (
+        "Qwen__Qwen3.5-35B-A3B", "Qwen__Qwen3.5-397B-A17B"), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
+        "output_router_logits": RUNTIME, "router_aux_loss_coef": AUX,
+    }, without=("layer_types",)),
 }
 
 # What kvcalc reads of a wrapper (multimodal.text_config, towers, with_towers): the dict
@@ -230,6 +245,9 @@ def keys_read(family: Family, monkeypatch) -> set[str]:
 
         configs.append(_default_config(_class(family.cls)))
         configs += [_default_config(_class(family.cls), **v) for v in family.variants]
+        if family.without:
+            configs.append({k: v for k, v in _default_config(_class(family.cls)).items()
+                            if k not in family.without})
         with monkeypatch.context() as m:
             m.setattr(config_mod.Config, "raw", spy_raw)
             m.setattr(config_mod.Config, "has", spy_has)
