@@ -10,9 +10,11 @@ sys.path.insert(0, str(ROOT / "tests")); warnings.filterwarnings("ignore")
 import hf_truth, test_hf_truth as T
 from kvcalc.formulas.params import param_counts
 from kvcalc.hfconfig import spec_from_hf_config
-rows = []
-cases = [(s, T._cfg(s)) for s in T.CONFIGS] + [(f"default:{m}", T._default_cfg(m)) for m in sorted(T.DEFAULT_CONFIGS)]
-for name, cfg in cases:
+
+
+def row(case):
+    """One table row: kvcalc's and transformers' parameters, towers and cache bytes."""
+    name, cfg = case
     truth = hf_truth.meta_param_count(cfg)
     spec = spec_from_hf_config(cfg, name)
     kp = param_counts(spec).total
@@ -32,10 +34,26 @@ for name, cfg in cases:
         cb.append((pred, meas, T._transformers_expansion(red)))
     mt = cfg.get("model_type")
     extra = T._transformers_extra_params(cfg)  # built by transformers, held by no checkpoint
-    rows.append((name, mt, kp, truth["text"], towers, truth["towers"], cb, kinds, extra))
     print(name, kp + extra == truth["text"], towers == truth["towers"],
           all(p * x == m for p, m, x in cb), flush=True)
     hf_truth._built.cache_clear()  # the reduced models it kept: 8 GB by row 48, an OOM kill
+    return (name, mt, kp, truth["text"], towers, truth["towers"], cb, kinds, extra)
+
+
+cases = [(s, T._cfg(s)) for s in T.CONFIGS] + [(f"default:{m}", T._default_cfg(m)) for m in sorted(T.DEFAULT_CONFIGS)]
+# --jobs N: rows in N processes (the table is the same; about an hour in one on 2 cores)
+jobs = int(sys.argv[sys.argv.index("--jobs") + 1]) if "--jobs" in sys.argv else 1
+if jobs > 1:
+    import multiprocessing
+
+    def one_thread():  # N processes, not N x the cores' threads
+        import torch
+        torch.set_num_threads(1)
+
+    with multiprocessing.get_context("fork").Pool(jobs, one_thread, maxtasksperchild=16) as pool:
+        rows = list(pool.imap(row, cases, chunksize=1))
+else:
+    rows = [row(c) for c in cases]
 out = ["| config | model_type | kvcalc params | transformers params | towers kvcalc / transformers | reduced copy's layers (window 8) | cache at L=5: kvcalc / transformers | cache at L=25: kvcalc / transformers |",
        "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
 for name, mt, kp, tp, kt, tt, cb, kinds, extra in rows:

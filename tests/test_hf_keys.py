@@ -10,7 +10,9 @@ attribute_map. The fields every PreTrainedConfig has (BOOKKEEPING) are set apart
 What kvcalc reads is watched, not listed: its reader runs on the family's published
 configs (tests/data/hf) and the class's default config, and every key it asks for
 (Config.raw, Config.has; a tower's _Fields) is recorded. To hold another family to this,
-add a FAMILIES entry: its class, how kvcalc reads it, and the keys kvcalc leaves alone.
+add a FAMILIES entry: its class, how kvcalc reads it, and the keys kvcalc leaves alone
+(and `variants`, class-default configs with a switch on, where a key is read only once a
+layer kind is present).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ RUNTIME = "a runtime switch of transformers' forward pass; no shape"
 VALUE = "a value the forward pass uses (epsilon, activation, scale, cap); no shape"
 ROPE = "rotary frequencies: computed, not stored; no parameter or cache byte"
 DROPOUT = "dropout: training only"
+ROUTING = "how the router picks or weighs experts; no shape"
+AUX = "the router's auxiliary loss: training only"
 
 # PreTrainedConfig's own fields, on every class (transformers 5.24)
 BOOKKEEPING = {
@@ -63,6 +67,12 @@ class Family:
     configs: tuple[str, ...]       # published files under tests/data/hf (stems)
     irrelevant: dict[str, str]     # key -> why kvcalc need not read it
     wrapper: str = ""              # the multimodal model_type a tower belongs to
+    # class-default configs with these switches on, read too: a key that a reader asks for
+    # only when a layer kind is present (SmolLM3's window, read once a layer slides)
+    variants: tuple[dict, ...] = ()
+    # the class-default config with these keys left out, read too: a legacy key the class
+    # turns into them (Qwen3.5's full_attention_interval into layer_types) is read only then
+    without: tuple[str, ...] = ()
 
 
 FAMILIES = {
@@ -92,6 +102,92 @@ FAMILIES = {
         "eoa_token_index": TOKEN_IDS, "eoi_token_id": TOKEN_IDS, "image_token_id": TOKEN_IDS,
         "video_token_id": TOKEN_IDS, "initializer_range": INIT,
     }),
+    # Families whose published configs came with issue #40 point 1 (tests/data/hf/SOURCES.md)
+    "qwen3_next": Family("Qwen3NextConfig", "text", ("Qwen__Qwen3-Next-80B-A3B-Thinking",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
+        "norm_topk_prob": ROUTING, "output_router_logits": RUNTIME, "router_aux_loss_coef": AUX,
+    }),
+    "smollm3": Family("SmolLM3Config", "text", ("HuggingFaceTB__SmolLM3-3B",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
+        "no_rope_layers": "which layers rotate (NoPE elsewhere): " + ROPE,
+        "no_rope_layer_interval": "which layers rotate (NoPE elsewhere): " + ROPE,
+    }, variants=({"use_sliding_window": True, "sliding_window": 64, "num_hidden_layers": 4},)),
+    "glm_moe_dsa": Family("GlmMoeDsaConfig", "text", ("zai-org__GLM-5",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
+        "n_group": ROUTING, "topk_group": ROUTING, "norm_topk_prob": ROUTING,
+        "routed_scaling_factor": VALUE, "output_router_logits": RUNTIME,
+        "head_dim": "__post_init__ sets it to qk_rope_head_dim, the rotary width: " + ROPE,
+        "num_key_value_heads": "MLA: keys and values come from the kv_lora_rank latent "
+                               "(GlmMoeDsaAttention's num_key_value_groups only); no shape",
+        "layer_types": "every layer indexed_attention, as __post_init__ fills it: it picks "
+                       "transformers' cache class, no layer of another kind (indexer_types, "
+                       "read, says which layers run an indexer)",
+    }),
+    "mimo_v2_flash": Family("MiMoV2FlashConfig", "text", ("XiaomiMiMo__MiMo-V2-Flash",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
+        "attention_value_scale": VALUE, "n_group": ROUTING, "topk_group": ROUTING,
+        "norm_topk_prob": ROUTING, "routed_scaling_factor": VALUE,
+        "output_router_logits": RUNTIME,
+    }),
+    "laguna": Family("LagunaConfig", "text", (
+        "poolside__Laguna-XS.2-FP8", "poolside__Laguna-S-2.1-FP8"), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
+        "moe_apply_router_weight_on_input": ROUTING, "moe_routed_scaling_factor": VALUE,
+        "moe_router_logit_softcapping": VALUE, "output_router_logits": RUNTIME,
+        "router_aux_loss_coef": AUX,
+    }),
+    "qwen2_moe": Family("Qwen2MoeConfig", "text", ("Qwen__Qwen1.5-MoE-A2.7B-Chat",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
+        "norm_topk_prob": ROUTING, "output_router_logits": RUNTIME, "router_aux_loss_coef": AUX,
+        # Qwen2MoeConfig slides only with use_sliding_window true, which kvcalc reads and
+        # refuses ("sliding layers in MoE Qwen configs are not supported"); false in every
+        # published Qwen MoE config
+        "sliding_window": "used only with use_sliding_window true, which kvcalc refuses",
+        "max_window_layers": "used only with use_sliding_window true, which kvcalc refuses",
+        "layer_types": "sliding entries only with use_sliding_window true, which kvcalc "
+                       "refuses; full attention otherwise",
+    }),
+    "stablelm": Family("StableLmConfig", "text", ("stabilityai__stablelm-2-zephyr-1_6b",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "layer_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "attention_dropout": DROPOUT, "hidden_dropout": DROPOUT,
+        "use_cache": RUNTIME,
+    }),
+    "glm4_moe_lite": Family("Glm4MoeLiteConfig", "text", ("zai-org__GLM-4.7-Flash",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "rope_interleave": ROPE, "attention_dropout": DROPOUT,
+        "use_cache": RUNTIME, "n_group": ROUTING, "topk_group": ROUTING,
+        "norm_topk_prob": ROUTING, "routed_scaling_factor": VALUE,
+        "output_router_logits": RUNTIME,
+        "pretraining_tp": "a tensor-parallel slicing of the original training code; no shape",
+        "num_key_value_heads": "MLA: keys and values come from the kv_lora_rank latent; "
+                               "no shape",
+    }),
+    "qwen3_5_text": Family("Qwen3_5TextConfig", "text", ("Qwen__Qwen3.5-27B",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
+    }, without=("layer_types",)),
+    "qwen3_5_moe_text": Family("Qwen3_5MoeTextConfig", "text", (
+        "Qwen__Qwen3.5-35B-A3B", "Qwen__Qwen3.5-397B-A17B"), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
+        "output_router_logits": RUNTIME, "router_aux_loss_coef": AUX,
+    }, without=("layer_types",)),
 }
 
 # What kvcalc reads of a wrapper (multimodal.text_config, towers, with_towers): the dict
@@ -126,10 +222,10 @@ def accepted_keys(cls) -> set[str]:
     return keys
 
 
-def _default_config(cls) -> dict:
+def _default_config(cls, **switches) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return json.loads(json.dumps(cls().to_dict(), default=str))
+        return json.loads(json.dumps(cls(**switches).to_dict(), default=str))
 
 
 def keys_read(family: Family, monkeypatch) -> set[str]:
@@ -148,6 +244,10 @@ def keys_read(family: Family, monkeypatch) -> set[str]:
             return has(self, key)
 
         configs.append(_default_config(_class(family.cls)))
+        configs += [_default_config(_class(family.cls), **v) for v in family.variants]
+        if family.without:
+            configs.append({k: v for k, v in _default_config(_class(family.cls)).items()
+                            if k not in family.without})
         with monkeypatch.context() as m:
             m.setattr(config_mod.Config, "raw", spy_raw)
             m.setattr(config_mod.Config, "has", spy_has)

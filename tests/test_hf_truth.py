@@ -587,3 +587,43 @@ def test_a_wrapper_without_text_config_reads_its_class_sub_config_defaults(wrapp
     cfg = {"model_type": wrapper}
     truth = hf_truth.meta_param_count(cfg)
     assert param_counts(spec_from_hf_config(cfg, "m")).total == truth["text"]
+
+
+# The expert count under the other names its configuration class accepts (an
+# attribute_map key, a legacy name __post_init__ takes): transformers reads each as
+# n_routed_experts, and so must kvcalc (96 is no class's default, so a reader that falls
+# back to its class default cannot pass by chance).
+EXPERT_COUNT_ALIASES = [
+    ("deepseek-ai__DeepSeek-V2", "num_experts"),          # DeepseekV2Config.attribute_map
+    ("deepseek-ai__DeepSeek-V3", "num_local_experts"),    # DeepseekV3Config.attribute_map
+    ("moonshotai__Kimi-K2-Instruct", "num_local_experts"),
+    ("zai-org__GLM-4.5", "num_local_experts"),            # Glm4MoeConfig.attribute_map
+    ("deepseek-ai__DeepSeek-V3.2-Exp", "num_local_experts"),
+    ("deepseek-ai__DeepSeek-V3.2-Exp", "num_experts"),    # DeepseekV32Config.__post_init__
+    ("zai-org__GLM-5", "num_local_experts"),              # GlmMoeDsaConfig.attribute_map
+    ("zai-org__GLM-5", "num_experts"),                    # GlmMoeDsaConfig.__post_init__
+    ("default:glm4_moe_lite", "num_local_experts"),       # Glm4MoeLiteConfig.attribute_map
+]
+
+
+@pytest.mark.parametrize("source,alias", EXPERT_COUNT_ALIASES)
+def test_an_expert_count_alias_is_read_as_transformers_reads_it(source, alias):
+    if source.startswith("default:"):
+        cfg = _default_cfg(source.split(":")[1])
+    else:
+        cfg = _cfg(source)
+    cfg = {k: v for k, v in cfg.items() if k != "n_routed_experts"}
+    cfg[alias] = 96
+    truth = hf_truth.meta_param_count(cfg)
+    assert param_counts(spec_from_hf_config(cfg, source)).total == truth["text"]
+
+
+def test_glm_4_7_flash_head_dim_is_its_rope_width():
+    """Glm4MoeLiteConfig's attribute_map makes head_dim the name of qk_rope_head_dim: a
+    config that gives only head_dim sets the rotary part of each query/key head (and so
+    q_b_proj's and kv_a_proj's widths and the latent cache) as transformers reads it."""
+    cfg = {k: v for k, v in _default_cfg("glm4_moe_lite").items() if k != "qk_rope_head_dim"}
+    cfg["head_dim"] = 32
+    spec = spec_from_hf_config(cfg, "glm4_moe_lite")
+    assert param_counts(spec).total == hf_truth.meta_param_count(cfg)["text"]
+    assert spec.layer_list()[0].mixer.rope_dim == 32

@@ -44,7 +44,10 @@ def deepseek(c: Config) -> dict:
         "elements per token per layer"
     ]
     moe, dense_layers = None, 0
-    routed = c.opt_int("n_routed_experts", None)
+    # the expert count's other names in the configuration class: DeepseekV2Config's
+    # attribute_map says num_experts, DeepseekV3Config's num_local_experts
+    routed = c.opt_int("n_routed_experts", None, *(
+        ("num_experts",) if c.model_type == "deepseek_v2" else ("num_local_experts",)))
     if routed:
         freq = c.opt_int("moe_layer_freq", 1)
         if freq != 1:

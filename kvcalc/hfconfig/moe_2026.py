@@ -45,7 +45,9 @@ def glm4_moe(c: Config) -> dict:
     head_dim = c.opt_int("head_dim", None) or hidden // heads
     bias = c.opt_bool("attention_bias", False)
     qk = 2 * head_dim if c.opt_bool("use_qk_norm", False) else 0
-    moe = MoE(experts=c.req_int("n_routed_experts"), active=c.req_int("num_experts_per_tok"),
+    # Glm4MoeConfig's attribute_map: num_local_experts is n_routed_experts
+    moe = MoE(experts=c.req_int("n_routed_experts", "num_local_experts"),
+              active=c.req_int("num_experts_per_tok"),
               expert_d_ff=c.req_int("moe_intermediate_size"),
               shared_experts=c.opt_int("n_shared_experts", 0) or 0)
     attn = attention("full", 0, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
@@ -75,7 +77,10 @@ def deepseek_v32(c: Config) -> dict:
     shared = Latent(heads=heads, kv_lora_rank=mla.kv_lora_rank, rope_dim=mla.rope_dim,
                     nope_dim=mla.nope_dim, v_dim=mla.v_dim, q_lora_rank=mla.q_lora_rank,
                     bias=bias)
-    moe = MoE(experts=c.req_int("n_routed_experts"), active=c.req_int("num_experts_per_tok"),
+    # DeepseekV32Config and GlmMoeDsaConfig: num_local_experts (attribute_map) and
+    # num_experts (__post_init__'s legacy name) are n_routed_experts
+    moe = MoE(experts=c.req_int("n_routed_experts", "num_local_experts", "num_experts"),
+              active=c.req_int("num_experts_per_tok"),
               expert_d_ff=c.req_int("moe_intermediate_size"),
               shared_experts=c.opt_int("n_shared_experts", 0) or 0)
     mlps = _dense_then_moe(c, layers, Dense(d_ff, bias=c.opt_bool("mlp_bias", False)), moe)
@@ -116,11 +121,15 @@ def glm4_moe_lite(c: Config) -> dict:
     the first layer dense unless mlp_layer_types says otherwise."""
     hidden, layers, heads, vocab, d_ff = core_dims(c)
     bias = c.opt_bool("attention_bias", False)
+    # Glm4MoeLiteConfig's attribute_map: head_dim is qk_rope_head_dim
     mla = Latent(heads=heads, kv_lora_rank=c.req_int("kv_lora_rank"),
-                 rope_dim=c.req_int("qk_rope_head_dim"), nope_dim=c.req_int("qk_nope_head_dim"),
+                 rope_dim=c.req_int("qk_rope_head_dim", "head_dim"),
+                 nope_dim=c.req_int("qk_nope_head_dim"),
                  v_dim=c.req_int("v_head_dim"), q_lora_rank=c.opt_int("q_lora_rank", 0) or 0,
                  bias=bias)
-    moe = MoE(experts=c.req_int("n_routed_experts"), active=c.req_int("num_experts_per_tok"),
+    # Glm4MoeLiteConfig's attribute_map: num_local_experts is n_routed_experts
+    moe = MoE(experts=c.req_int("n_routed_experts", "num_local_experts"),
+              active=c.req_int("num_experts_per_tok"),
               expert_d_ff=c.req_int("moe_intermediate_size"),
               shared_experts=c.opt_int("n_shared_experts", 0) or 0)
     mlps = _dense_then_moe(c, layers, Dense(d_ff), moe, first=1)
