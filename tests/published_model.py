@@ -55,7 +55,7 @@ def family(row) -> str:
 @lru_cache(maxsize=None)
 def _model(name: str):
     if name.startswith("tests/"):
-        from kvcalc.hfconfig.read import spec_from_hf_config_file
+        from kvcalc.hfconfig import spec_from_hf_config_file
 
         return spec_from_hf_config_file(ROOT / name)
     return load_model(name)

@@ -10,20 +10,21 @@ from __future__ import annotations
 from typing import Callable
 
 from kvcalc.hfconfig.config import Config
-from kvcalc.hfconfig.gpt_like import (bloom, falcon, gpt2_like, gpt_neo, gpt_neox, gptj, mpt,
+from kvcalc.hfconfig.gpt import (bloom, falcon, gpt2_like, gpt_neo, gpt_neox, gptj, mpt,
                                       opt, phi)
-from kvcalc.hfconfig.hybrid import jamba, lfm2, lfm3, mamba, nemotron_h, qwen3_next
-from kvcalc.hfconfig.llama_like import cohere, gemma3, llama_like, llama_variants, olmo, starcoder2
-from kvcalc.hfconfig import (gemma3n, gemma4, gpt_older, llama_2026, moe_2026, moe_more,
-                             inkling, moe_indexed, moe_swa, olmo_hybrid, vlm_text, zamba)
+from kvcalc.hfconfig.liquid import jamba, lfm2, lfm3, mamba, nemotron_h, qwen3_next
+from kvcalc.hfconfig.llama import cohere, gemma3, llama_like, llama_variants, olmo, starcoder2
+from kvcalc.hfconfig import (gemma3n, gpt_older, llama_2026, moe_2026, moe_more, inkling,
+                             moe_indexed, moe_swa, vlm_text)
+from kvcalc.hfconfig import gemma as gemma4, olmo as olmo_hybrid, zyphra as zamba
 from kvcalc.hfconfig.moe import deepseek, gpt_oss, llama4, qwen_moe, youtu
 from kvcalc.hfconfig.multimodal import WRAPPERS
 from kvcalc.hfconfig.recurrent import (bailing_hybrid, kimi_linear, minimax, recurrent_gemma,
                                         rwkv, xlstm)
-from kvcalc.hfconfig.state_families import (bamba, falcon_h1, granitemoehybrid, lara_mini,
+from kvcalc.hfconfig.mamba import (bamba, falcon_h1, granitemoehybrid, lara_mini,
                                             lfm2_moe, mamba2, qwen3_5, qwen4_exp)
-from kvcalc.hfconfig import (audio, blt, deepseek_v4, granite, llama_more, looped,
-                             modernbert, moe_later)
+from kvcalc.hfconfig import (blt, granite, llama_more, looped, modernbert, moe_later)
+from kvcalc.hfconfig import deepseek as deepseek_v4, musicgen as audio
 
 FAMILIES: dict[str, Callable[[Config], dict]] = {
     "llama": llama_like,
@@ -85,7 +86,7 @@ FAMILIES: dict[str, Callable[[Config], dict]] = {
     "qwen3_next": qwen3_next,
     "minicpm3": deepseek,
     "nemotron_h": nemotron_h,
-    # state and hybrid families (kvcalc.hfconfig.state_families)
+    # state and hybrid families (kvcalc.hfconfig.mamba)
     "mamba2": mamba2,
     "bamba": bamba,
     "granitemoehybrid": granitemoehybrid,

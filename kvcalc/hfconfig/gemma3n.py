@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from kvcalc.hfconfig.build import attention, flat_fields, with_runs
 from kvcalc.hfconfig.config import MISSING, Config
-from kvcalc.hfconfig.gemma4 import kv_sharing
+from kvcalc.hfconfig.gemma import kv_sharing
 from kvcalc.hfconfig.layer_types import ATTENTION_TYPES, layer_kinds
 from kvcalc.layers import Dense, Layer
 from kvcalc.layers_shared import SharedKV

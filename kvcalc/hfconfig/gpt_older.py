@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kvcalc.hfconfig.build import flat_fields, with_runs
 from kvcalc.hfconfig.config import Config, core_dims
-from kvcalc.hfconfig.gpt_like import gptj
+from kvcalc.hfconfig.gpt import gptj
 from kvcalc.layers import Attention, Dense, Layer
 
 

@@ -4,7 +4,7 @@ global, a learned sink logit per query head in every layer).
 
 Each reads as its configuration class (`configuration_granite*.py`) and decoder layer
 (`modeling_granite*.py`) do; Granite 3 and GraniteMoE themselves are
-kvcalc.hfconfig.llama_like.llama_variants.
+kvcalc.hfconfig.llama.llama_variants.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """More families with a constant state per sequence, alone or beside attention, read
-with the layer kinds kvcalc.hfconfig.hybrid already uses (Mamba-2, Gated DeltaNet,
+with the layer kinds kvcalc.hfconfig.liquid already uses (Mamba-2, Gated DeltaNet,
 short convolution): Mamba-2, Bamba, Granite 4 (GraniteMoeHybrid), Falcon-H1, LFM2-MoE,
 Qwen3.5 and Qwen3.5-MoE, Qwen4-Exp, Lara Mini.
 
