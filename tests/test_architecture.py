@@ -183,3 +183,37 @@ def test_release_comparisons_live_in_each_wings_rules_table():
             if compare.search(code) and not code.lstrip().startswith(("'", '"')):
                 found.append(f"{name}:{n}: {line.strip()}")
     assert not found, "release comparisons outside the rules tables:\n" + "\n".join(found)
+
+
+# The modules every hfconfig family reader may import: typed access and the shared blocks,
+# and the layer-kind reader. A family importing another family would load it too.
+HF_COMMON = {"kvcalc.hfconfig.config", "kvcalc.hfconfig.layer_types"}
+
+
+def test_hfconfig_families_import_no_other_family():
+    from kvcalc.hfconfig import READER_MODULE
+
+    families = {f"kvcalc.hfconfig.{m}" for m in READER_MODULE.values()}
+    graph = _graph()
+    crossing = sorted(f"{f} imports {d}" for f in families for d in graph[f]
+                      if d.startswith("kvcalc.hfconfig") and d not in HF_COMMON)
+    assert not crossing, "\n".join(crossing)
+
+
+def test_reading_a_qwen3_config_loads_at_most_four_hfconfig_modules():
+    """Reading one config imports its family's module (and the package, the typed access,
+    the layer-kind reader) alone, not every family's (35 modules, about 61 ms, before)."""
+    import os
+    import subprocess
+    import sys
+
+    config = Path(__file__).resolve().parent / "data" / "hf" / "Qwen__Qwen3-8B.json"
+    code = ("import sys\n"
+            "from kvcalc.hfconfig import spec_from_hf_config_file\n"
+            "spec_from_hf_config_file(sys.argv[1])\n"
+            "print(*sorted(m for m in sys.modules if m.split('.')[:2] == ['kvcalc', 'hfconfig']))")
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
+    loaded = subprocess.run([sys.executable, "-c", code, str(config)], capture_output=True,
+                            text=True, check=True, env=env).stdout.split()
+    assert "kvcalc.hfconfig.llama" in loaded
+    assert len(loaded) <= 4, loaded

@@ -114,15 +114,17 @@ def _listing(models: list[dict], hardware: list[dict]) -> list:
 
 def _family_rows() -> list[dict]:
     """Each model_type --config reads, with the first line of its adapter's description."""
-    from kvcalc.hfconfig.families import FAMILIES, SUPPORTED_MODEL_TYPES
+    from kvcalc.hfconfig import SUPPORTED_MODEL_TYPES, readers
     from kvcalc.hfconfig.multimodal import WRAPPERS
+
+    read_by = readers()
 
     rows = []
     for model_type in sorted(SUPPORTED_MODEL_TYPES):
         if model_type in WRAPPERS:
             what = f"multimodal: text_config as {WRAPPERS[model_type]}, vision tower apart"
         else:
-            doc = (FAMILIES[model_type].__doc__ or "").strip()
+            doc = (read_by[model_type].__doc__ or "").strip()
             what = doc.split(": ")[0].split(". ")[0]
             what = " ".join(what.split())
         rows.append({"model_type": model_type, "read_as": what})

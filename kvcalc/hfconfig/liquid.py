@@ -1,68 +1,14 @@
-"""State-space models and hybrids: layers that hold a constant state (Mamba, Mamba-2,
-short convolutions, Gated DeltaNet) alone or beside attention layers: Mamba and
-Falcon-Mamba, Jamba, LFM2, LFM3, Qwen3-Next, Nemotron-H.
+"""Liquid AI's LFM2, LFM2-MoE and LFM3: short convolutions beside attention layers.
 """
 
 from __future__ import annotations
 
-from kvcalc.hfconfig.build import flat_fields, with_runs
-from kvcalc.hfconfig.config import MISSING, Config, core_dims, describe
-from kvcalc.hfconfig.layer_types import (every_nth_full, layer_kinds, lfm2_full_attn_idxs,
-                                         nemotron_h_blocks)
-from kvcalc.hfconfig.moe import sparse_layers
-from kvcalc.layers import (Attention, Dense, GatedDeltaNet, Layer, Mamba, Mamba2, MoE, NoMixer,
-                           ShortConv)
+from typing import Any, Callable
+
+from kvcalc.hfconfig.config import MISSING, Config, core_dims, describe, flat_fields, with_runs
+from kvcalc.hfconfig.layer_types import layer_kinds, lfm2_full_attn_idxs
+from kvcalc.layers import Attention, Dense, Layer, MoE, ShortConv
 from kvcalc.layers_state import Lfm3ShortConv
-
-
-def _dt_rank(c: Config, key: str, hidden: int) -> int:
-    """Mamba's rank of the time-step projection: the field, or "auto" / absent / null."""
-    value = c.raw(key)
-    if value is MISSING or value is None or value == "auto":
-        return -(-hidden // 16)  # math.ceil(hidden_size / 16), as the config classes do
-    return c.check_int(key, value)
-
-
-def mamba(c: Config) -> dict:
-    """Mamba / Falcon-Mamba: every layer one Mamba mixer after one RMSNorm, no MLP."""
-    hidden = c.req_dim("hidden_size")
-    layers = c.req_dim("num_hidden_layers")
-    vocab = c.req_dim("vocab_size")
-    d_inner = c.opt_int("intermediate_size", None) or int(c.raw("expand") if c.has("expand") else 2) * hidden
-    mixer = Mamba(d_inner=d_inner, d_state=c.opt_int("state_size", 16) or 16,
-                  d_conv=c.opt_int("conv_kernel", 4) or 4, dt_rank=_dt_rank(c, "time_step_rank", hidden),
-                  conv_bias=c.opt_bool("use_conv_bias", True), proj_bias=c.opt_bool("use_bias", False))
-    fields = flat_fields(hidden, layers, 1, 1, hidden, d_inner, vocab,
-                         tied_embeddings=c.opt_bool("tie_word_embeddings", True),
-                         notes=["state-space model: a constant state per sequence, no KV cache"])
-    return with_runs(fields, [Layer(mixer, None, 1)] * layers)
-
-
-def jamba(c: Config) -> dict:
-    """Jamba: attention on layers with i % attn_layer_period == attn_layer_offset, Mamba
-    elsewhere; MoE where i % expert_layer_period == expert_layer_offset."""
-    hidden, layers, heads, vocab, d_ff = core_dims(c)
-    kv_heads = c.opt_int("num_key_value_heads", heads)
-    head_dim = hidden // heads
-    a_period, a_off = c.opt_int("attn_layer_period", 8) or 8, c.opt_int("attn_layer_offset", 4) or 0
-    e_period, e_off = c.opt_int("expert_layer_period", 2) or 2, c.opt_int("expert_layer_offset", 1) or 0
-    mixer = Mamba(d_inner=(c.opt_int("mamba_expand", 2) or 2) * hidden,
-                  d_state=c.opt_int("mamba_d_state", 16) or 16,
-                  d_conv=c.opt_int("mamba_d_conv", 4) or 4,
-                  dt_rank=_dt_rank(c, "mamba_dt_rank", hidden),
-                  conv_bias=c.opt_bool("mamba_conv_bias", True),
-                  proj_bias=c.opt_bool("mamba_proj_bias", False), inner_norms=True)
-    attn = Attention(heads, kv_heads, head_dim)
-    experts = c.opt_int("num_experts", 16) or 1
-    moe = MoE(experts=experts, active=c.opt_int("num_experts_per_tok", 2) or 1,
-              expert_d_ff=d_ff) if experts > 1 else Dense(d_ff)
-    layer_list = [Layer(attn if i % a_period == a_off else mixer,
-                        moe if i % e_period == e_off else Dense(d_ff), 2) for i in range(layers)]
-    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
-                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
-                         max_context=c.opt_int("max_position_embeddings", 262144) or 0,
-                         notes=[f"hybrid: attention on 1 of {a_period} layers, Mamba on the rest"])
-    return with_runs(fields, layer_list)
 
 
 def lfm2_ff_dim(c: Config) -> int:
@@ -159,77 +105,45 @@ def lfm3(c: Config) -> dict:
     return with_runs(fields, [Layer(mixer(k), Dense(d_ff), norms) for k in kinds])
 
 
-def qwen3_next(c: Config) -> dict:
-    """Qwen3-Next: Gated DeltaNet linear attention on 3 of 4 layers (layer_types, else
-    full_attention_interval), gated full attention with q/k norms on the rest; MoE with
-    a gated shared expert (sparse layers as Qwen MoE)."""
-    hidden, layers, heads, vocab, d_ff = core_dims(c)
-    kv_heads = c.kv_heads_required(heads)
-    head_dim = c.head_dim(hidden, heads, required=True)
-    kinds = layer_kinds(c, layers, {"full_attention": "full", "linear_attention": "linear"},
-                        lambda: every_nth_full(
-                            layers, c.opt_int("full_attention_interval", 4) or 4, "linear"))
-    linear = GatedDeltaNet(k_heads=c.req_int("linear_num_key_heads"),
-                           v_heads=c.req_int("linear_num_value_heads"),
-                           k_dim=c.req_int("linear_key_head_dim"),
-                           v_dim=c.req_int("linear_value_head_dim"),
-                           conv_kernel=c.opt_int("linear_conv_kernel_dim", 4) or 4)
-    bias = c.opt_bool("attention_bias", False)
-    attn = Attention(heads, kv_heads, head_dim, qkv_bias=bias, out_bias=bias,
-                     qk_norm=2 * head_dim, gated=True)
-    sparse = sparse_layers(c, layers)
-    shared_ff = c.opt_int("shared_expert_intermediate_size", 0) or 0
-    moe = MoE(experts=c.req_int("num_experts"), active=c.req_int("num_experts_per_tok"),
-              expert_d_ff=c.req_int("moe_intermediate_size"), shared_experts=1 if shared_ff else 0,
-              shared_d_ff=shared_ff, shared_gate=bool(shared_ff))
-    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
-                         qkv_bias=bias, out_bias=bias, qk_norm=True,
-                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
-                         max_context=c.opt_int("max_position_embeddings", 32768) or 0,
-                         notes=["hybrid: Gated DeltaNet linear attention holds a constant "
-                                "state; full attention layers cache every token"])
-    return with_runs(fields, [Layer(attn if k == "full" else linear, moe if sp else Dense(d_ff), 2)
-                              for k, sp in zip(kinds, sparse)])
-
-
-def nemotron_h(c: Config) -> dict:
-    """Nemotron-H: one block per layer, each a Mamba-2 mixer, attention, an MLP or a MoE
-    after one RMSNorm (layers_block_type, or the older hybrid_override_pattern string
-    M/*/-/E). MLP and MoE blocks cache nothing. `moe_latent_size` (Nemotron 3 Super and
-    Ultra's LatentMoE): routed experts in that latent, with fc1/fc2_latent_proj in and
-    out (transformers' NemotronHMoE); the MTP layers (num_nextn_predict_layers) are not
-    built, as transformers does not build them."""
+def lfm2_moe(c: Config) -> dict:
+    """LFM2-MoE: LFM2's short-convolution and GQA layers (layer_types, required), dense
+    gated MLPs on the first num_dense_layers, routed experts after."""
     hidden = c.req_dim("hidden_size")
+    layers = c.req_dim("num_hidden_layers")
+    heads = c.opt_int("num_attention_heads", 32) or 32
     vocab = c.req_dim("vocab_size")
-    types = nemotron_h_blocks(c)
-    heads = c.req_dim("num_attention_heads")
-    kv_heads = c.opt_int("num_key_value_heads", heads)
-    head_dim = c.head_dim(hidden, heads)
     d_ff = c.req_dim("intermediate_size")
-    bias = c.opt_bool("attention_bias", False)
-    mamba = Mamba2(heads=c.req_int("mamba_num_heads"), head_dim=c.req_int("mamba_head_dim"),
-                   d_state=c.req_int("ssm_state_size"), groups=c.opt_int("n_groups", 8) or 8,
-                   conv_kernel=c.opt_int("conv_kernel", 4) or 4,
-                   conv_bias=c.opt_bool("use_conv_bias", True),
-                   proj_bias=c.opt_bool("mamba_proj_bias", False))
-    blocks = {
-        "linear_attention": Layer(mamba, None, 1),
-        "full_attention": Layer(Attention(heads, kv_heads, head_dim, qkv_bias=bias, out_bias=bias),
-                                None, 1),
-        "mlp": Layer(NoMixer(), Dense(d_ff, gated=False, bias=c.opt_bool("mlp_bias", False)), 1),
-    }
-    if "moe" in types:
-        shared = c.opt_int("n_shared_experts", 0) or 0
-        blocks["moe"] = Layer(NoMixer(), MoE(
-            experts=c.req_int("n_routed_experts"), active=c.req_int("num_experts_per_tok"),
-            expert_d_ff=c.req_int("moe_intermediate_size"), shared_experts=shared,
-            shared_d_ff=c.opt_int("moe_shared_expert_intermediate_size", 0) or 0,
-            gated=False, latent=c.opt_int("moe_latent_size", 0) or 0,
-            latent_bias=c.opt_bool("mlp_bias", False)), 1)
-    fields = flat_fields(hidden, len(types), heads, kv_heads, head_dim, d_ff, vocab,
-                         qkv_bias=bias, out_bias=bias, norms_per_layer=1,
-                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
-                         max_context=c.opt_int("max_position_embeddings", 4096) or 0,
-                         notes=["hybrid: Mamba-2 layers hold a constant state; MLP and MoE "
-                                "blocks cache nothing"])
-    return with_runs(fields, [blocks[t] for t in types])
+    kv_heads = c.opt_int("num_key_value_heads", 8) or heads
+    head_dim = hidden // heads
+
+    def required() -> list[str]:
+        raise c.missing("layer_types", " (LFM2-MoE names each layer conv or full_attention)")
+    kinds = layer_kinds(c, layers, {"full_attention": "full", "conv": "conv"}, required)
+    conv = ShortConv(width=hidden, kernel=c.opt_int("conv_L_cache", 3) or 3,
+                     bias=c.opt_bool("conv_bias", False))
+    attn = Attention(heads, kv_heads, head_dim, qk_norm=2 * head_dim)
+    dense = c.opt_int("num_dense_layers", 2) or 0
+    moe = MoE(experts=c.opt_int("num_experts", 32) or 1,
+              active=c.opt_int("num_experts_per_tok", 4) or 1,
+              expert_d_ff=c.opt_int("moe_intermediate_size", 1792) or 1)
+    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", True),
+                         max_context=c.opt_int("max_position_embeddings", 128000) or 0,
+                         notes=["hybrid: short-convolution layers hold a constant state"])
+    return with_runs(fields, [Layer(attn if k == "full" else conv,
+                                    Dense(d_ff) if i < dense else moe, 2)
+                              for i, k in enumerate(kinds)])
+
+
+# model_type -> its reader, the first sentence of whose docstring `kvcalc presets
+# --families` shows (kvcalc.hfconfig.READER_MODULE names this module for each)
+READERS: dict[str, Callable[[Config], dict]] = {
+    "lfm2": lfm2, "lfm2_moe": lfm2_moe, "lfm3": lfm3,
+}
+
+# What each configuration class fills in for a field config.json leaves out, where
+# that differs from what an absent field means to the reader (Config.raw)
+CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "lfm2": {"num_key_value_heads": 8},
+    "lfm3": {"num_key_value_heads": 4, "head_dim": 128, "sliding_window": 256},
+}

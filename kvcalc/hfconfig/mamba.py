@@ -1,7 +1,6 @@
-"""More families with a constant state per sequence, alone or beside attention, read
-with the layer kinds kvcalc.hfconfig.liquid already uses (Mamba-2, Gated DeltaNet,
-short convolution): Mamba-2, Bamba, Granite 4 (GraniteMoeHybrid), Falcon-H1, LFM2-MoE,
-Qwen3.5 and Qwen3.5-MoE, Qwen4-Exp, Lara Mini.
+"""Mamba and the models built on its state: Mamba and Falcon-Mamba, Mamba-2, Jamba,
+Bamba, Granite 4 (GraniteMoeHybrid), Falcon-H1, Nemotron-H: layers that hold a constant
+state alone or beside attention layers.
 
 Each reader follows that family's configuration_*.py and modeling_*.py in transformers
 5.24: which modules a layer has, their shapes and biases, and the defaults the config
@@ -10,16 +9,104 @@ class fills in for a field config.json leaves out.
 
 from __future__ import annotations
 
-from kvcalc.hfconfig.build import flat_fields, with_runs
-from kvcalc.hfconfig.config import MISSING, Config, core_dims
-from kvcalc.hfconfig.layer_types import every_nth_full, layer_kinds, required_window
-from kvcalc.layers import Attention, Dense, GatedDeltaNet, Layer, Mamba2, MoE, ShortConv
-from kvcalc.layers_indexed import QSAAttention
-from kvcalc.layers_state import LaraGatedDeltaNet
+from typing import Any, Callable
 
-# Each family's config-class defaults for the fields its reader takes as optional.
-_QWEN3_5 = {"num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 32768}
-_QWEN3_5_MOE = {"num_key_value_heads": 2, "head_dim": 256, "max_position_embeddings": 32768}
+from kvcalc.hfconfig.config import MISSING, Config, core_dims, flat_fields, with_runs
+from kvcalc.hfconfig.layer_types import layer_kinds, nemotron_h_blocks
+from kvcalc.layers import Attention, Dense, Layer, Mamba, Mamba2, MoE, NoMixer
+
+
+def _dt_rank(c: Config, key: str, hidden: int) -> int:
+    """Mamba's rank of the time-step projection: the field, or "auto" / absent / null."""
+    value = c.raw(key)
+    if value is MISSING or value is None or value == "auto":
+        return -(-hidden // 16)  # math.ceil(hidden_size / 16), as the config classes do
+    return c.check_int(key, value)
+
+
+def mamba(c: Config) -> dict:
+    """Mamba / Falcon-Mamba: every layer one Mamba mixer after one RMSNorm, no MLP."""
+    hidden = c.req_dim("hidden_size")
+    layers = c.req_dim("num_hidden_layers")
+    vocab = c.req_dim("vocab_size")
+    d_inner = c.opt_int("intermediate_size", None) or int(c.raw("expand") if c.has("expand") else 2) * hidden
+    mixer = Mamba(d_inner=d_inner, d_state=c.opt_int("state_size", 16) or 16,
+                  d_conv=c.opt_int("conv_kernel", 4) or 4, dt_rank=_dt_rank(c, "time_step_rank", hidden),
+                  conv_bias=c.opt_bool("use_conv_bias", True), proj_bias=c.opt_bool("use_bias", False))
+    fields = flat_fields(hidden, layers, 1, 1, hidden, d_inner, vocab,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", True),
+                         notes=["state-space model: a constant state per sequence, no KV cache"])
+    return with_runs(fields, [Layer(mixer, None, 1)] * layers)
+
+
+def jamba(c: Config) -> dict:
+    """Jamba: attention on layers with i % attn_layer_period == attn_layer_offset, Mamba
+    elsewhere; MoE where i % expert_layer_period == expert_layer_offset."""
+    hidden, layers, heads, vocab, d_ff = core_dims(c)
+    kv_heads = c.opt_int("num_key_value_heads", heads)
+    head_dim = hidden // heads
+    a_period, a_off = c.opt_int("attn_layer_period", 8) or 8, c.opt_int("attn_layer_offset", 4) or 0
+    e_period, e_off = c.opt_int("expert_layer_period", 2) or 2, c.opt_int("expert_layer_offset", 1) or 0
+    mixer = Mamba(d_inner=(c.opt_int("mamba_expand", 2) or 2) * hidden,
+                  d_state=c.opt_int("mamba_d_state", 16) or 16,
+                  d_conv=c.opt_int("mamba_d_conv", 4) or 4,
+                  dt_rank=_dt_rank(c, "mamba_dt_rank", hidden),
+                  conv_bias=c.opt_bool("mamba_conv_bias", True),
+                  proj_bias=c.opt_bool("mamba_proj_bias", False), inner_norms=True)
+    attn = Attention(heads, kv_heads, head_dim)
+    experts = c.opt_int("num_experts", 16) or 1
+    moe = MoE(experts=experts, active=c.opt_int("num_experts_per_tok", 2) or 1,
+              expert_d_ff=d_ff) if experts > 1 else Dense(d_ff)
+    layer_list = [Layer(attn if i % a_period == a_off else mixer,
+                        moe if i % e_period == e_off else Dense(d_ff), 2) for i in range(layers)]
+    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                         max_context=c.opt_int("max_position_embeddings", 262144) or 0,
+                         notes=[f"hybrid: attention on 1 of {a_period} layers, Mamba on the rest"])
+    return with_runs(fields, layer_list)
+
+
+def nemotron_h(c: Config) -> dict:
+    """Nemotron-H: one block per layer, each a Mamba-2 mixer, attention, an MLP or a MoE
+    after one RMSNorm (layers_block_type, or the older hybrid_override_pattern string
+    M/*/-/E). MLP and MoE blocks cache nothing. `moe_latent_size` (Nemotron 3 Super and
+    Ultra's LatentMoE): routed experts in that latent, with fc1/fc2_latent_proj in and
+    out (transformers' NemotronHMoE); the MTP layers (num_nextn_predict_layers) are not
+    built, as transformers does not build them."""
+    hidden = c.req_dim("hidden_size")
+    vocab = c.req_dim("vocab_size")
+    types = nemotron_h_blocks(c)
+    heads = c.req_dim("num_attention_heads")
+    kv_heads = c.opt_int("num_key_value_heads", heads)
+    head_dim = c.head_dim(hidden, heads)
+    d_ff = c.req_dim("intermediate_size")
+    bias = c.opt_bool("attention_bias", False)
+    mamba = Mamba2(heads=c.req_int("mamba_num_heads"), head_dim=c.req_int("mamba_head_dim"),
+                   d_state=c.req_int("ssm_state_size"), groups=c.opt_int("n_groups", 8) or 8,
+                   conv_kernel=c.opt_int("conv_kernel", 4) or 4,
+                   conv_bias=c.opt_bool("use_conv_bias", True),
+                   proj_bias=c.opt_bool("mamba_proj_bias", False))
+    blocks = {
+        "linear_attention": Layer(mamba, None, 1),
+        "full_attention": Layer(Attention(heads, kv_heads, head_dim, qkv_bias=bias, out_bias=bias),
+                                None, 1),
+        "mlp": Layer(NoMixer(), Dense(d_ff, gated=False, bias=c.opt_bool("mlp_bias", False)), 1),
+    }
+    if "moe" in types:
+        shared = c.opt_int("n_shared_experts", 0) or 0
+        blocks["moe"] = Layer(NoMixer(), MoE(
+            experts=c.req_int("n_routed_experts"), active=c.req_int("num_experts_per_tok"),
+            expert_d_ff=c.req_int("moe_intermediate_size"), shared_experts=shared,
+            shared_d_ff=c.opt_int("moe_shared_expert_intermediate_size", 0) or 0,
+            gated=False, latent=c.opt_int("moe_latent_size", 0) or 0,
+            latent_bias=c.opt_bool("mlp_bias", False)), 1)
+    fields = flat_fields(hidden, len(types), heads, kv_heads, head_dim, d_ff, vocab,
+                         qkv_bias=bias, out_bias=bias, norms_per_layer=1,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                         max_context=c.opt_int("max_position_embeddings", 4096) or 0,
+                         notes=["hybrid: Mamba-2 layers hold a constant state; MLP and MoE "
+                                "blocks cache nothing"])
+    return with_runs(fields, [blocks[t] for t in types])
 
 
 def _mamba2_head_dim(c: Config, key: str, heads: int, d_inner: int) -> int:
@@ -116,184 +203,6 @@ def granitemoehybrid(c: Config) -> dict:
     return with_runs(fields, [Layer(attn if k == "full" else mixer, mlp, 2) for k in kinds])
 
 
-def lfm2_moe(c: Config) -> dict:
-    """LFM2-MoE: LFM2's short-convolution and GQA layers (layer_types, required), dense
-    gated MLPs on the first num_dense_layers, routed experts after."""
-    hidden = c.req_dim("hidden_size")
-    layers = c.req_dim("num_hidden_layers")
-    heads = c.opt_int("num_attention_heads", 32) or 32
-    vocab = c.req_dim("vocab_size")
-    d_ff = c.req_dim("intermediate_size")
-    kv_heads = c.opt_int("num_key_value_heads", 8) or heads
-    head_dim = hidden // heads
-
-    def required() -> list[str]:
-        raise c.missing("layer_types", " (LFM2-MoE names each layer conv or full_attention)")
-    kinds = layer_kinds(c, layers, {"full_attention": "full", "conv": "conv"}, required)
-    conv = ShortConv(width=hidden, kernel=c.opt_int("conv_L_cache", 3) or 3,
-                     bias=c.opt_bool("conv_bias", False))
-    attn = Attention(heads, kv_heads, head_dim, qk_norm=2 * head_dim)
-    dense = c.opt_int("num_dense_layers", 2) or 0
-    moe = MoE(experts=c.opt_int("num_experts", 32) or 1,
-              active=c.opt_int("num_experts_per_tok", 4) or 1,
-              expert_d_ff=c.opt_int("moe_intermediate_size", 1792) or 1)
-    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
-                         tied_embeddings=c.opt_bool("tie_word_embeddings", True),
-                         max_context=c.opt_int("max_position_embeddings", 128000) or 0,
-                         notes=["hybrid: short-convolution layers hold a constant state"])
-    return with_runs(fields, [Layer(attn if k == "full" else conv,
-                                    Dense(d_ff) if i < dense else moe, 2)
-                              for i, k in enumerate(kinds)])
-
-
-def _qwen_delta_net(c: Config) -> GatedDeltaNet:
-    """Qwen3.5's (and Qwen4-Exp's) Gated DeltaNet, with their class defaults."""
-    return GatedDeltaNet(k_heads=c.opt_int("linear_num_key_heads", 16) or 16,
-                         v_heads=c.opt_int("linear_num_value_heads", 32) or 32,
-                         k_dim=c.opt_int("linear_key_head_dim", 128) or 128,
-                         v_dim=c.opt_int("linear_value_head_dim", 128) or 128,
-                         conv_kernel=c.opt_int("linear_conv_kernel_dim", 4) or 4)
-
-
-def _qwen_moe(c: Config, *, experts: int, active: int) -> MoE:
-    """Qwen3.5-MoE's (and Qwen4-Exp's) routed experts beside one gated shared expert,
-    with the class's expert counts as defaults."""
-    shared_ff = c.opt_int("shared_expert_intermediate_size", 512) or 0
-    d_ff = c.opt_int("moe_intermediate_size", 512) or 1
-    return MoE(experts=c.opt_int("num_experts", experts) or 1,
-               active=c.opt_int("num_experts_per_tok", active) or 1, expert_d_ff=d_ff,
-               shared_experts=1 if shared_ff else 0, shared_d_ff=shared_ff,
-               shared_gate=bool(shared_ff))
-
-
-def _qwen_kinds(c: Config, layers: int, names: dict[str, str]) -> list[str]:
-    """layer_types by `names`, else every full_attention_interval-th layer full (4)."""
-    return layer_kinds(c, layers, names, lambda: every_nth_full(
-        layers, c.opt_int("full_attention_interval", 4) or 4, "linear"))
-
-
-def qwen3_5(c: Config) -> dict:
-    """Qwen3.5 / Qwen3.6: Gated DeltaNet linear attention on 3 of 4 layers (layer_types,
-    else full_attention_interval), gated full attention with q/k norms on the rest;
-    a dense gated MLP (qwen3_5_text) or routed experts with a gated shared expert on every
-    layer (qwen3_5_moe_text)."""
-    moe_family = c.model_type == "qwen3_5_moe_text"
-    defaults = _QWEN3_5_MOE if moe_family else _QWEN3_5
-    hidden = c.req_dim("hidden_size")
-    layers = c.req_dim("num_hidden_layers")
-    heads = c.req_dim("num_attention_heads")
-    vocab = c.req_dim("vocab_size")
-    kv_heads = c.opt_int("num_key_value_heads", defaults["num_key_value_heads"]) or heads
-    head_dim = c.opt_int("head_dim", defaults["head_dim"]) or hidden // heads
-    kinds = _qwen_kinds(c, layers, {"full_attention": "full", "linear_attention": "linear"})
-    linear = _qwen_delta_net(c)
-    bias = c.opt_bool("attention_bias", False)
-    attn = Attention(heads, kv_heads, head_dim, qkv_bias=bias, out_bias=bias,
-                     qk_norm=2 * head_dim, gated=True)
-    if moe_family:
-        mlp = _qwen_moe(c, experts=256, active=8)
-        d_ff = mlp.expert_d_ff
-    else:
-        d_ff = c.req_dim("intermediate_size")
-        mlp = Dense(d_ff)
-    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
-                         qkv_bias=bias, out_bias=bias, qk_norm=True,
-                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
-                         max_context=c.opt_int("max_position_embeddings",
-                                               defaults["max_position_embeddings"]) or 0,
-                         notes=["hybrid: Gated DeltaNet linear attention holds a constant "
-                                "state; full attention layers cache every token"])
-    return with_runs(fields, [Layer(attn if k == "full" else linear, mlp, 2) for k in kinds])
-
-
-def qwen4_exp(c: Config) -> dict:
-    """Qwen4-Exp: Qwen3.5-MoE's Gated DeltaNet and gated attention, the attention's tokens
-    picked by a QSA indexer, and hyper-connections (hc_count residual streams, a low-rank
-    mixer before each mixer and MLP) in place of the layer norms."""
-    hidden, layers, heads, vocab = (c.req_dim(k) for k in (
-        "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"))
-    if c.raw("ple_layer_ids") not in (MISSING, None, []):
-        raise c.error("kvcalc does not read Qwen4-Exp's per-layer n-gram embeddings "
-                      "(ple_layer_ids)")
-    if c.req_dim("indexer_kv_heads") != 1:
-        raise c.error("field 'indexer_kv_heads' must be 1 (Qwen4-Exp's QSA indexer)")
-    kv_heads = c.opt_int("num_key_value_heads", 2) or heads
-    head_dim = c.opt_int("head_dim", 256) or hidden // heads
-    # Qwen4ExpTextConfig: "full_attention" in a released layer_types is an indexed layer
-    kinds = _qwen_kinds(c, layers, {"full_attention": "full", "indexed_attention": "full",
-                                    "linear_attention": "linear"})
-    linear = _qwen_delta_net(c)
-    bias = c.opt_bool("attention_bias", False)
-    attn = QSAAttention(heads, kv_heads, head_dim, qkv_bias=bias, out_bias=bias,
-                        qk_norm=2 * head_dim, gated=True,
-                        index_heads=c.req_dim("indexer_n_heads"),
-                        index_head_dim=c.req_dim("indexer_head_dim"),
-                        index_budget=c.req_dim("indexer_budget"),
-                        index_compress_ratio=c.req_dim("indexer_compress_ratio"))
-    mlp = _qwen_moe(c, experts=512, active=10)
-    d_ff = mlp.expert_d_ff
-    streams, rank = c.req_dim("hc_count"), c.req_dim("hc_lowrank")
-    wide = streams * hidden
-    # Qwen4ExpTextGatedResidual: a grouped RMSNorm over the streams, the low-rank mixer
-    # (down, up) and the streams' injection weights; two a layer, and the model's last
-    # (no injection) where the final norm would be
-    mixer_params = wide + 2 * wide * rank
-    extra = layers * 2 * (mixer_params + wide * streams) + mixer_params
-    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
-                         qkv_bias=bias, out_bias=bias, qk_norm=True, norms_per_layer=0,
-                         final_norm=False, extra_params=extra,
-                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
-                         max_context=c.opt_int("max_position_embeddings", 32768) or 0,
-                         notes=["hybrid: Gated DeltaNet linear attention holds a constant "
-                                "state; QSA attention layers cache every token and its "
-                                "indexer key",
-                                f"hyper-connections ({streams} streams, rank {rank}): "
-                                f"{extra:,} parameters in extra_params, their matmuls not "
-                                "in the FLOPs"])
-    return with_runs(fields, [Layer(attn if k == "full" else linear, mlp, 0) for k in kinds])
-
-
-def lara_mini(c: Config) -> dict:
-    """Lara Mini: Qwen3.5's Gated DeltaNet on two of every five layers, Qwen3's attention
-    (q/k norms, no output gate) sliding on two and global without RoPE on one; routed
-    experts beside an ungated shared expert on every layer."""
-    hidden, layers, heads, vocab = (c.req_dim(k) for k in (
-        "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"))
-    kv_heads = c.opt_int("num_key_value_heads", heads) or heads
-    head_dim = c.head_dim(hidden, heads)
-    pattern = ("linear", "sliding", "linear", "full", "sliding")  # LaraMiniConfig's period 5
-    kinds = layer_kinds(c, layers, {"full_attention": "full", "sliding_attention": "sliding",
-                                    "linear_attention": "linear"},
-                        lambda: [pattern[i % 5] for i in range(layers)])
-    window = required_window(c) if "sliding" in kinds else 0
-    linear = LaraGatedDeltaNet(k_heads=c.req_dim("linear_num_key_heads"),
-                               v_heads=c.req_dim("linear_num_value_heads"),
-                               k_dim=c.req_dim("linear_key_head_dim"),
-                               v_dim=c.req_dim("linear_value_head_dim"),
-                               conv_kernel=c.opt_int("linear_conv_kernel_dim", 4) or 4)
-    bias = c.opt_bool("attention_bias", False)
-    shared_ff = c.opt_int("shared_expert_intermediate_size", 0) or 0
-    d_ff = c.req_dim("moe_intermediate_size")
-    moe = MoE(experts=c.req_dim("num_experts"), active=c.req_dim("num_experts_per_tok"),
-              expert_d_ff=d_ff, shared_experts=1 if shared_ff else 0, shared_d_ff=shared_ff)
-
-    def mixer(kind: str):
-        if kind == "linear":
-            return linear
-        return Attention(heads, kv_heads, head_dim, kind=kind,
-                         window=window if kind == "sliding" else 0, qkv_bias=bias,
-                         out_bias=bias, qk_norm=2 * head_dim)
-
-    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
-                         qkv_bias=bias, out_bias=bias, qk_norm=True,
-                         tied_embeddings=c.opt_bool("tie_word_embeddings", True),
-                         max_context=c.opt_int("max_position_embeddings", 131072) or 0,
-                         notes=["hybrid: Gated DeltaNet linear attention holds a constant "
-                                "state; sliding layers keep their window, global ones every "
-                                "token; vLLM serves no Lara Mini (no engine count)"])
-    return with_runs(fields, [Layer(mixer(k), moe, 2) for k in kinds])
-
-
 def _one_bias(c: Config) -> bool:
     """Falcon-H1's Mamba-2 biases: in_proj's mamba_proj_bias, out_proj's projectors_bias
     (kvcalc's Mamba-2 has one switch for both; published configs set neither)."""
@@ -336,3 +245,22 @@ def falcon_h1(c: Config) -> dict:
                          notes=["parallel hybrid: every layer caches every token in its "
                                 "attention and holds a constant Mamba-2 state beside it"])
     return with_runs(fields, [Layer(attn, mlp, 2, beside=mixer)] * layers)
+
+
+# model_type -> its reader, the first sentence of whose docstring `kvcalc presets
+# --families` shows (kvcalc.hfconfig.READER_MODULE names this module for each)
+READERS: dict[str, Callable[[Config], dict]] = {
+    "mamba": mamba, "falcon_mamba": mamba, "jamba": jamba, "nemotron_h": nemotron_h,
+    "mamba2": mamba2, "bamba": bamba, "granitemoehybrid": granitemoehybrid,
+    "falcon_h1": falcon_h1,
+}
+
+# What each configuration class fills in for a field config.json leaves out, where
+# that differs from what an absent field means to the reader (Config.raw)
+CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "jamba": {"num_key_value_heads": 8},
+    "nemotron_h": {"mamba_head_dim": 64, "mamba_num_heads": 128, "moe_intermediate_size": 7688,
+                   "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
+                   "num_key_value_heads": 8, "ssm_state_size": 128, "head_dim": 128,
+                   "moe_shared_expert_intermediate_size": 7688},
+}

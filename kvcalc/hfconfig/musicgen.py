@@ -10,8 +10,9 @@ attention and a bias-free GELU MLP (fc1, fc2), a final LayerNorm.
 
 from __future__ import annotations
 
-from kvcalc.hfconfig.build import flat_fields, with_runs
-from kvcalc.hfconfig.config import Config
+from typing import Any, Callable
+
+from kvcalc.hfconfig.config import Config, flat_fields, with_runs
 from kvcalc.layers import Dense, Layer
 from kvcalc.layers_audio import AudioAttention, AudioCrossAttention
 
@@ -63,3 +64,14 @@ def musicgen_melody_decoder(c: Config) -> dict:
     """MusicGen Melody's decoder: MusicGen's without cross-attention, its conditioning
     (text encoder and chroma) prepended to the audio frames."""
     return _codebook_decoder(c, cross=False)
+
+
+# model_type -> its reader, the first sentence of whose docstring `kvcalc presets
+# --families` shows (kvcalc.hfconfig.READER_MODULE names this module for each)
+READERS: dict[str, Callable[[Config], dict]] = {
+    "musicgen_decoder": musicgen_decoder, "musicgen_melody_decoder": musicgen_melody_decoder,
+}
+
+# What each configuration class fills in for a field config.json leaves out, where
+# that differs from what an absent field means to the reader (Config.raw)
+CLASS_DEFAULTS: dict[str, dict[str, Any]] = {}

@@ -1,4 +1,7 @@
-"""Zamba and Zamba2 (transformers 5.24 `models/zamba`, `models/zamba2`): Mamba layers,
+"""Zyphra's models: Zamba and Zamba2, and ZAYA1 (zaya: compressed convolutional
+attention, kvcalc.layers_cca).
+
+Zamba and Zamba2 (transformers 5.24 `models/zamba`, `models/zamba2`): Mamba layers,
 some of which ("hybrid" in `layers_block_type`) first run a transformer block whose
 weights are shared.
 
@@ -18,13 +21,15 @@ the attention's K/V). Zamba2 adds to each use an MLP adapter (hidden -> adapter_
 from __future__ import annotations
 
 import math
+from typing import Any, Callable
 
-from kvcalc.hfconfig.build import flat_fields, with_runs
-from kvcalc.hfconfig.config import Config
+from kvcalc.hfconfig.config import Config, flat_fields, required_window, with_runs
 from kvcalc.hfconfig.layer_types import layer_kinds
-from kvcalc.layers import Layer
+from kvcalc.layers import Layer, MoE
+from kvcalc.layers_cca import ConvolvedAttention
 from kvcalc.layers_shared import SharedBlock
 from kvcalc.layers_state import Mamba2, ZambaMamba
+
 
 _BLOCK_TYPES = {"linear_attention": "mamba", "mamba": "mamba", "hybrid": "hybrid"}
 
@@ -121,3 +126,57 @@ def zamba(c: Config) -> dict:
                                 "attention + MLP block(s): their weights counted once, "
                                 "a K/V cache per use"])
     return with_runs(fields, layer_list)
+
+
+def zaya(c: Config) -> dict:
+    """ZAYA1: compressed convolutional attention (CCA: q/k convolved over time, values half
+    delayed a token) on every layer, full or sliding (layer_types "hybrid", "hybrid_sliding");
+    num_experts SwiGLU experts, top 1 (or a skip expert), routed by an MLP that carries its
+    state from layer to layer; learned scales and biases on each residual."""
+    hidden, layers, heads, vocab = (c.req_dim(k) for k in ("hidden_size", "num_hidden_layers",
+                                                           "num_attention_heads", "vocab_size"))
+    kv_heads = c.opt_int("num_key_value_heads", heads) or heads
+    head_dim = c.req_dim("head_dim")
+    kinds = layer_kinds(c, layers, {"hybrid": "full", "hybrid_sliding": "sliding"},
+                        lambda: ["full"] * layers)
+    window = required_window(c) if "sliding" in kinds else 0
+    bias = c.opt_bool("attention_bias", False)
+    experts = c.req_dim("num_experts")
+    rank = c.req_dim("router_hidden_size")
+    # ZayaRouter: its down projection (d_model -> router_hidden_size) is MoE's router; the
+    # rest apart: that projection's bias, the carried state's scale (not on layer 0), and
+    # ZayaRouterMLP (a norm, two biased rank x rank layers, rank -> experts + skip)
+    router_rest = rank + rank + 2 * (rank * rank + rank) + rank * (experts + 1)
+    moe = MoE(experts=experts, active=c.req_dim("num_experts_per_tok"),
+              expert_d_ff=c.req_dim("moe_intermediate_size"), router_width=rank)
+    extra = (layers * (router_rest + 8 * hidden)  # and the residual scalings' 2 x 4 vectors
+             + (layers - 1) * rank  # router_states_scale
+             + 2 * hidden  # input_hidden_states_scale and _bias
+             + (vocab if c.opt_bool("lm_head_bias", False) else 0))
+    t0, t1 = (c.opt_int(k, 2) or 2 for k in ("cca_time0", "cca_time1"))
+    layer_list = [Layer(ConvolvedAttention(heads, kv_heads, head_dim, kind=k,
+                                           window=window if k == "sliding" else 0,
+                                           qkv_bias=bias, out_bias=bias, conv_time0=t0,
+                                           conv_time1=t1), moe, 2) for k in kinds]
+    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, moe.expert_d_ff, vocab,
+                         qkv_bias=bias, out_bias=bias, extra_params=extra,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", True),
+                         max_context=c.opt_int("max_position_embeddings", 131072) or 0,
+                         notes=["the router MLP past its first projection, the residual "
+                                "scalings and the input scaling (extra_params); vLLM serves "
+                                "no ZAYA (no engine count)"])
+    return with_runs(fields, layer_list)
+
+
+# model_type -> its reader, the first sentence of whose docstring `kvcalc presets
+# --families` shows (kvcalc.hfconfig.READER_MODULE names this module for each)
+READERS: dict[str, Callable[[Config], dict]] = {
+    "zamba": zamba, "zamba2": zamba, "zaya": zaya,
+}
+
+# What each configuration class fills in for a field config.json leaves out, where
+# that differs from what an absent field means to the reader (Config.raw)
+CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "zaya": {"head_dim": 128, "num_key_value_heads": 2, "num_experts": 16,
+             "num_experts_per_tok": 1, "moe_intermediate_size": 2048, "router_hidden_size": 256},
+}
