@@ -23,7 +23,7 @@ from kvcalc.serving.vllm.capacity import serving_capacity
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import CacheGroup
 from kvcalc.layers import Attention, CrossAttention, Latent, Mamba
-from kvcalc.layers_indexed import IndexedLatent
+from kvcalc.layers.indexed import IndexedLatent
 from kvcalc.hfconfig import spec_from_hf_config, spec_from_hf_config_file
 from kvcalc.presets import load_hardware, load_model, model_from_mapping
 

@@ -30,7 +30,7 @@ from kvcalc.formulas.params import param_counts  # noqa: E402
 from kvcalc.hfconfig import spec_from_hf_config, spec_from_hf_config_file  # noqa: E402
 from kvcalc.presets import presets_dir  # noqa: E402
 from kvcalc.dtypes import dtype
-from kvcalc.layers_indexed import IndexedLatent  # noqa: E402
+from kvcalc.layers.indexed import IndexedLatent  # noqa: E402
 
 # Published configs: the test data, and those behind the layered presets (shipped).
 DIRS = (Path(__file__).parent / "data" / "hf", presets_dir() / "hf")
@@ -349,7 +349,7 @@ DEFAULT_CONFIGS = {
     "hy_v3": {"num_hidden_layers": 2},  # a dense layer, then experts (4 in the reduced copy)
     "axk1": {"num_hidden_layers": 2},  # the same
     "doge": {"num_hidden_layers": 2},
-    # ZAYA1 (kvcalc/layers_cca.py): every layer CCA, its K/V beside a convolution state and
+    # ZAYA1 (kvcalc/layers/cca.py): every layer CCA, its K/V beside a convolution state and
     # the previous token's delayed values; a sliding layer too (the class has none)
     "zaya": {"num_hidden_layers": 2, "sliding_window": 64,
              "layer_types": ["hybrid", "hybrid_sliding"]},

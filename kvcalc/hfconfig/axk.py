@@ -9,7 +9,7 @@ from typing import Any, Callable
 from kvcalc.hfconfig.config import (MISSING, Config, core_dims, dense_then_moe, latent_fields,
                                     mtp_note, with_runs)
 from kvcalc.layers import Dense, Latent, Layer, MoE
-from kvcalc.layers_indexed import IndexedLatent
+from kvcalc.layers.indexed import IndexedLatent
 
 
 def axk1(c: Config) -> dict:

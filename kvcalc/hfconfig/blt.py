@@ -3,7 +3,7 @@ BltForCausalLM (`modeling_blt.py`, `configuration_blt.py`): a local encoder over
 global transformer over patches of bytes, a local decoder over bytes, and the entropy
 model (`patcher`) that draws the patch boundaries.
 
-The caches are the local stacks' (kvcalc.layers_bytes): each encoder and decoder layer
+The caches are the local stacks' (kvcalc.layers.bytes): each encoder and decoder layer
 keeps every byte's K/V, so the cache is a function of the byte count alone, whatever the
 patching; the global transformer, the byte-patch cross-attention and the patcher are run
 again at every step on what they are given and cache nothing. kvcalc's layers are the
@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from kvcalc.hfconfig.config import MISSING, Config, describe, flat_fields, with_runs
 from kvcalc.layers import Dense, Layer
-from kvcalc.layers_bytes import ByteAttention
+from kvcalc.layers.bytes import ByteAttention
 
 
 # Each sub-config class's defaults (transformers 5.24, configuration_blt.py), which an

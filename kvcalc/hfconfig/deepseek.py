@@ -8,12 +8,12 @@ Routers whose score-correction bias is a buffer (DeepSeek-V3.2) count no bias.
 DeepSeek-V4 (deepseek_v4), read as DeepseekV4Config and its decoder layer in transformers
 5.24 read them (`configuration_deepseek_v4.py`, `modeling_deepseek_v4.py`).
 
-Every layer attends over a sliding window of one shared K/V head (kvcalc.layers_compressed);
+Every layer attends over a sliding window of one shared K/V head (kvcalc.layers.compressed);
 its "heavily_compressed_attention" (HCA) and "compressed_sparse_attention" (CSA) layers add a
 compressor beside it, CSA's with a lightning indexer. Every MLP is routed experts beside one
 shared expert (the first layers route by a token-id table instead of a learned top-k: the
 same weights). The residual is `hc_mult` streams mixed by manifold-constrained
-hyper-connections (mHC: kvcalc.hyper_connections, with the stream-mixing matrix), two per
+hyper-connections (mHC: kvcalc.layers.hyper_connections, with the stream-mixing matrix), two per
 layer and one head before the final norm.
 """
 
@@ -24,10 +24,10 @@ from typing import Any, Callable
 from kvcalc.hfconfig.config import (MISSING, Config, core_dims, dense_then_moe, describe,
                                     flat_fields, latent_fields, mtp_note, with_runs)
 from kvcalc.hfconfig.layer_types import layer_kinds
-from kvcalc.hyper_connections import HyperConnections
+from kvcalc.layers.hyper_connections import HyperConnections
 from kvcalc.layers import Dense, Latent, Layer, MoE
-from kvcalc.layers_compressed import Compressor, SharedKVAttention
-from kvcalc.layers_indexed import IndexedLatent
+from kvcalc.layers.compressed import Compressor, SharedKVAttention
+from kvcalc.layers.indexed import IndexedLatent
 
 
 def deepseek(c: Config) -> dict:

@@ -11,8 +11,8 @@ from kvcalc.hfconfig.config import (MISSING, Config, core_dims, decoder, describ
                                     with_runs)
 from kvcalc.hfconfig.layer_types import ATTENTION_TYPES, layer_kinds
 from kvcalc.layers import Dense, Latent, Layer, MoE
-from kvcalc.layers_indexed import IndexedLatent
-from kvcalc.layers_latent import SlidingLatent
+from kvcalc.layers.indexed import IndexedLatent
+from kvcalc.layers.latent import SlidingLatent
 
 
 def dots1(c: Config) -> dict:

@@ -7,7 +7,7 @@ What differs from Gemma 3, each as configuration_gemma3n.py and modeling_gemma3n
 - `intermediate_size` is one width per layer (a single number is repeated);
 - four sliding layers to one global by default (layer i is global when (i + 1) % 5 == 0);
 - the last `num_kv_shared_layers` (15) layers reuse the K/V of the last earlier layer of
-  their kind and cache nothing, as Gemma 4's (kvcalc.layers_shared.SharedKV): they build
+  their kind and cache nothing, as Gemma 4's (kvcalc.layers.shared.SharedKV): they build
   no k/v projections and no k norm;
 - per-layer input embeddings (`hidden_size_per_layer_input`, 256): a second table of
   `vocab_size_per_layer_input` rows by layers x that width, a projection of the embedding
@@ -27,7 +27,7 @@ What differs from Gemma 3, each as configuration_gemma4.py and modeling_gemma4.p
   config saved by transformers 5.24 states the same as `per_layer_config` overrides
   ({"05": {"head_dim": 512}, ...});
 - the last `num_kv_shared_layers` layers reuse the K/V of the last earlier layer of their
-  kind and cache nothing (kvcalc.layers_shared.SharedKV); with `use_double_wide_mlp` their
+  kind and cache nothing (kvcalc.layers.shared.SharedKV); with `use_double_wide_mlp` their
   MLP is twice as wide;
 - per-layer input embeddings (`hidden_size_per_layer_input` > 0): a second table of
   `vocab_size_per_layer_input` rows by layers x that width, a projection of the embedding
@@ -53,7 +53,7 @@ from kvcalc.hfconfig.config import (MISSING, Config, attention, core_dims, decod
 from kvcalc.hfconfig.layer_types import (ATTENTION_TYPES, every_nth_full, layer_kinds,
                                          sliding_window_pattern)
 from kvcalc.layers import RGLRU, Attention, Dense, Layer, MoE
-from kvcalc.layers_shared import SharedKV
+from kvcalc.layers.shared import SharedKV
 
 
 def gemma3(c: Config) -> dict:

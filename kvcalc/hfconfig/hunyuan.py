@@ -9,9 +9,9 @@ from typing import Any, Callable
 
 from kvcalc.hfconfig.config import (MISSING, Config, core_dims, decoder, dense_then_moe, describe,
                                     latent_fields, with_runs)
-from kvcalc.hyper_connections import HyperConnections
+from kvcalc.layers.hyper_connections import HyperConnections
 from kvcalc.layers import Dense, Latent, Layer, MoE
-from kvcalc.layers_indexed import IndexedLatent
+from kvcalc.layers.indexed import IndexedLatent
 
 
 def hunyuan_dense(c: Config) -> dict:

@@ -3,7 +3,7 @@
 Inkling (inkling_text; InklingTextConfig, modeling_inkling.py): five sliding layers to one
 full by default (or local_layer_ids), the sliding ones with their own head geometry
 (swa_*), every layer's attention and MLP wrapped in short convolutions
-(kvcalc.layers_inkling), routed experts beside shared ones, a normed embedding and an
+(kvcalc.layers.inkling), routed experts beside shared ones, a normed embedding and an
 output head never tied to it.
 
 Inkling 2 (inkling2_text; Inkling2TextConfig, modeling_inkling2.py) keeps that layout and
@@ -23,7 +23,7 @@ from kvcalc.dtypes import MAX_LAYERS
 from kvcalc.hfconfig.config import MISSING, Config, core_dims, describe, flat_fields, with_runs
 from kvcalc.hfconfig.layer_types import every_nth_full, layer_kinds
 from kvcalc.layers import Layer, MoE
-from kvcalc.layers_inkling import ConvAttention, GatedConvAttention, ScaledDense, SharedScoredMoE
+from kvcalc.layers.inkling import ConvAttention, GatedConvAttention, ScaledDense, SharedScoredMoE
 
 
 # InklingTextConfig.attribute_map: the checkpoint's names -> the names the model reads

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from kvcalc.hfconfig.config import Config, flat_fields, with_runs
 from kvcalc.layers import Layer, MoE
-from kvcalc.layers_moa import MixtureOfAttention
+from kvcalc.layers.moa import MixtureOfAttention
 
 
 def jetmoe(c: Config) -> dict:

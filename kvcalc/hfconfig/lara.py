@@ -8,7 +8,7 @@ from typing import Any, Callable
 from kvcalc.hfconfig.config import Config, flat_fields, required_window, with_runs
 from kvcalc.hfconfig.layer_types import layer_kinds
 from kvcalc.layers import Attention, Layer, MoE
-from kvcalc.layers_state import LaraGatedDeltaNet
+from kvcalc.layers.state import LaraGatedDeltaNet
 
 
 def lara_mini(c: Config) -> dict:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 from kvcalc.hfconfig.config import MISSING, Config, core_dims, describe, flat_fields, with_runs
 from kvcalc.hfconfig.layer_types import layer_kinds, lfm2_full_attn_idxs
 from kvcalc.layers import Attention, Dense, Layer, MoE, ShortConv
-from kvcalc.layers_state import Lfm3ShortConv
+from kvcalc.layers.state import Lfm3ShortConv
 
 
 def lfm2_ff_dim(c: Config) -> int:

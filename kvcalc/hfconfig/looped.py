@@ -17,7 +17,7 @@ from kvcalc.dtypes import MAX_LAYERS
 from kvcalc.hfconfig.config import Config, describe, flat_fields, required_window, with_runs
 from kvcalc.hfconfig.layer_types import ATTENTION_TYPES, layer_kinds
 from kvcalc.layers import Dense, Layer
-from kvcalc.layers_gated import NormalizedGatedAttention, OutputGatedAttention
+from kvcalc.layers.gated import NormalizedGatedAttention, OutputGatedAttention
 
 
 def _again(layers: list[Layer]) -> list[Layer]:

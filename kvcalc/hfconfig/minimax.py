@@ -13,7 +13,7 @@ from kvcalc.hfconfig.config import (MISSING, Config, attention, core_dims, descr
                                     with_runs)
 from kvcalc.hfconfig.layer_types import layer_kinds
 from kvcalc.layers import Attention, Dense, Layer, Lightning, MoE
-from kvcalc.layers_indexed import IndexedAttention
+from kvcalc.layers.indexed import IndexedAttention
 
 
 def minimax(c: Config) -> dict:

@@ -17,7 +17,7 @@ from kvcalc.hfconfig.config import (MISSING, Config, core_dims, describe, flat_f
                                     required_window, with_runs)
 from kvcalc.hfconfig.layer_types import ATTENTION_TYPES, layer_kinds
 from kvcalc.layers import Attention, Dense, Layer, MoE
-from kvcalc.layers_gated import OutputGatedAttention
+from kvcalc.layers.gated import OutputGatedAttention
 
 
 def _mlp_kinds(c: Config, layers: int, default: Callable[[int], bool]) -> list[bool]:

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from kvcalc.hfconfig.config import Config, flat_fields, with_runs
 from kvcalc.layers import Dense, Layer
-from kvcalc.layers_audio import AudioAttention, AudioCrossAttention
+from kvcalc.layers.audio import AudioAttention, AudioCrossAttention
 
 
 def _codebook_decoder(c: Config, cross: bool) -> dict:

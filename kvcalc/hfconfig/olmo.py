@@ -8,7 +8,7 @@ attention layers between Gated DeltaNet layers, every layer with a gated MLP.
   RMSNorms; q and k RMSNorms over all heads' width);
 - `linear_attention` layers: Gated DeltaNet (q, k, v, a, b and output-gate projections,
   a bias-free causal convolution over q, k and v, A_log, dt_bias, a gated norm per value
-  head): the weights and state of kvcalc.layers_state.GatedDeltaNet; an input and a
+  head): the weights and state of kvcalc.layers.state.GatedDeltaNet; an input and a
   post-attention RMSNorm;
 - by default every 4th layer attends (the last one when none would); the linear heads
   default to the attention heads, the key head size to 0.75 x hidden / heads and the
@@ -23,7 +23,7 @@ from kvcalc.hfconfig.config import (Config, attention, core_dims, flat_fields, r
                                     with_runs)
 from kvcalc.hfconfig.layer_types import ATTENTION_TYPES, every_nth_full, layer_kinds
 from kvcalc.layers import Attention, Dense, Layer
-from kvcalc.layers_state import GatedDeltaNet
+from kvcalc.layers.state import GatedDeltaNet
 
 
 def olmo(c: Config) -> dict:

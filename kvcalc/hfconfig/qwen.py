@@ -11,7 +11,7 @@ from kvcalc.hfconfig.config import (MISSING, Config, core_dims, flat_fields, spa
                                     with_runs)
 from kvcalc.hfconfig.layer_types import every_nth_full, layer_kinds
 from kvcalc.layers import Attention, Dense, GatedDeltaNet, Layer, MoE
-from kvcalc.layers_indexed import QSAAttention
+from kvcalc.layers.indexed import QSAAttention
 
 
 _OLMO_MOE = ("olmoe", "flex_olmo")  # experts on every layer, of intermediate_size

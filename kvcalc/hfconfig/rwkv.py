@@ -1,4 +1,4 @@
-"""RWKV-4: a recurrent state per layer (kvcalc.layers_state.RWKV), no attention.
+"""RWKV-4: a recurrent state per layer (kvcalc.layers.state.RWKV), no attention.
 """
 
 from __future__ import annotations

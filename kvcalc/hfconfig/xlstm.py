@@ -1,4 +1,4 @@
-"""xLSTM: mLSTM layers (kvcalc.layers_state.MLSTM), no attention.
+"""xLSTM: mLSTM layers (kvcalc.layers.state.MLSTM), no attention.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Zyphra's models: Zamba and Zamba2, and ZAYA1 (zaya: compressed convolutional
-attention, kvcalc.layers_cca).
+attention, kvcalc.layers.cca).
 
 Zamba and Zamba2 (transformers 5.24 `models/zamba`, `models/zamba2`): Mamba layers,
 some of which ("hybrid" in `layers_block_type`) first run a transformer block whose
@@ -8,8 +8,8 @@ weights are shared.
 Each layer is a Mamba mixer after one RMSNorm (Zamba: multi-head Mamba-1, its per-head
 x_proj and dt_proj the same counts as Mamba-1's; Zamba2: Mamba-2 with a gated norm and a
 biased convolution whatever `use_conv_bias` says; vLLM 0.32 serves Zamba2 and not Zamba,
-whose state is therefore not paged: kvcalc.layers_state.ZambaMamba). A hybrid layer also runs the shared
-block (kvcalc.layers_shared.SharedBlock: attention over the hidden state concatenated with
+whose state is therefore not paged: kvcalc.layers.state.ZambaMamba). A hybrid layer also runs the shared
+block (kvcalc.layers.shared.SharedBlock: attention over the hidden state concatenated with
 the embedding, 2 x hidden wide, heads of 2 x hidden / heads, then a gated MLP) and its own
 hidden x hidden linear. The block's weights exist `num_mem_blocks` times (Zamba: once),
 cycled over the hybrid layers and tied, so the parameters count them once each; every
@@ -26,9 +26,9 @@ from typing import Any, Callable
 from kvcalc.hfconfig.config import Config, flat_fields, required_window, with_runs
 from kvcalc.hfconfig.layer_types import layer_kinds
 from kvcalc.layers import Layer, MoE
-from kvcalc.layers_cca import ConvolvedAttention
-from kvcalc.layers_shared import SharedBlock
-from kvcalc.layers_state import Mamba2, ZambaMamba
+from kvcalc.layers.cca import ConvolvedAttention
+from kvcalc.layers.shared import SharedBlock
+from kvcalc.layers.state import Mamba2, ZambaMamba
 
 
 _BLOCK_TYPES = {"linear_attention": "mamba", "mamba": "mamba", "hybrid": "hybrid"}

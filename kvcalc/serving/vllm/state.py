@@ -121,7 +121,7 @@ class _IsPaged:
 def unpaged_kinds(groups: tuple[CacheGroup, ...]) -> list[str]:
     """The kinds no vLLM release pages, in words ("rwkv state", "rg-lru state": vLLM
     0.32's model registry serves neither; "moa attention": JetMoE's mixture of attention
-    heads, kvcalc.layers_moa), sorted; [] when vLLM pages every layer."""
+    heads, kvcalc.layers.moa), sorted; [] when vLLM pages every layer."""
     probe = _IsPaged()
     return sorted({f"{g.mixer.label} {'attention' if g.mixer.attends else 'state'}"
                    for g in groups if g.layers and not spec(g.mixer, probe)})

@@ -46,7 +46,7 @@ from kvcalc._num import Linear, params_by_name
 from kvcalc._record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.dtypes import MAX_WIDTH, DType, check_size
-from kvcalc.layers_mlp import MLP, Dense, MoE  # noqa: F401 (the layer's MLP kinds)
+from kvcalc.layers.mlp import MLP, Dense, MoE  # noqa: F401 (the layer's MLP kinds)
 
 # --------------------------------------------------------------------------------
 # What an attention layer keeps: every token, a sliding window, or a chunk
@@ -420,7 +420,7 @@ class ImageCrossAttention(CrossAttention):
 
 
 # --------------------------------------------------------------------------------
-# Mixers with a constant state per sequence: kvcalc/layers_state.py, loaded on first use
+# Mixers with a constant state per sequence: kvcalc/layers/state.py, loaded on first use
 # --------------------------------------------------------------------------------
 _STATE_KINDS = ("Mamba", "Mamba2", "GatedDeltaNet", "ShortConv", "NoMixer", "Lightning", "KimiDelta",
                 "RGLRU", "RWKV", "MLSTM")
@@ -428,8 +428,7 @@ _STATE_KINDS = ("Mamba", "Mamba2", "GatedDeltaNet", "ShortConv", "NoMixer", "Lig
 
 def __getattr__(name: str):
     if name in _STATE_KINDS or name == "_Stateful":
-        from kvcalc import layers_state
-
+        from kvcalc.layers import state as layers_state
         return getattr(layers_state, name)
     raise AttributeError(f"module 'kvcalc.layers' has no attribute {name!r}")
 
