@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 from dataclasses import field
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 
 # Weight format families an engine file names (a checkpoint's layout, or --weight-dtype).

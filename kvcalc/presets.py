@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kvcalc._record import record as _record
+from kvcalc.ground.record import record as _record
 from kvcalc.errors import KvcalcError, quoted
-from kvcalc.inputfile import read_text
-from kvcalc.dtypes import MAX_WIDTH, check_size, dtype
+from kvcalc.ground.inputfile import read_text
+from kvcalc.ground.dtypes import MAX_WIDTH, check_size, dtype
 from kvcalc.layers import Latent, MoE
 from kvcalc.spec import Calibration, Hardware, ModelSpec
 
@@ -251,7 +251,7 @@ def _read_yaml(path: Path) -> Any:
         raise KvcalcError(f"{where}: is a folder; give a YAML file") from None
     data = _indexed(path, text)
     if data is _NOT_INDEXED:
-        from kvcalc.yamlread import parse
+        from kvcalc.ground.yamlread import parse
 
         data = parse(text, where)
     if data is not None and not isinstance(data, Mapping):
@@ -264,7 +264,7 @@ def _read_yaml(path: Path) -> Any:
 
 # --- the parsed index: presets without importing PyYAML --------------------------------
 # presets/_parsed.marshal holds, for each shipped YAML file, its size, CRC-32 and the data
-# kvcalc.yamlread parsed from it. A file whose text still matches is read from there
+# kvcalc.ground.yamlread parsed from it. A file whose text still matches is read from there
 # (importing and running PyYAML costs more than the rest of `kvcalc estimate`); an edited
 # file, or one whose data marshal cannot hold exactly, is parsed as YAML. The wheel's
 # build hook (hatch_build.py) makes it; a checkout has none (`python -m kvcalc.presets`
@@ -304,7 +304,7 @@ def _indexed(path: Path, text: str) -> Any:
 
 def build_index() -> bytes:
     """The bytes of presets/_parsed.marshal for the YAML files there now."""
-    from kvcalc.yamlread import parse
+    from kvcalc.ground.yamlread import parse
 
     root = presets_dir()
     entries = {}

@@ -12,8 +12,8 @@ import re
 from itertools import groupby
 from dataclasses import field
 
-from kvcalc._record import record
-from kvcalc.dtypes import MAX_LAYERS, MAX_WIDTH, check_size, dtype
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import MAX_LAYERS, MAX_WIDTH, check_size, dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.layers.hyper_connections import HyperConnections
 from kvcalc.layers import Attention, HeadShape, Latent, Layer, Run, head_shape

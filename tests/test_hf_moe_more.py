@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvcalc.cli import app
-from kvcalc.dtypes import dtype
+from kvcalc.ground.dtypes import dtype
 from kvcalc.formulas.params import param_counts
 from kvcalc.hfconfig import spec_from_hf_config
 

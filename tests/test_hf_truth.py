@@ -29,7 +29,7 @@ from kvcalc.formulas.cache import kv_cache  # noqa: E402
 from kvcalc.formulas.params import param_counts  # noqa: E402
 from kvcalc.hfconfig import spec_from_hf_config, spec_from_hf_config_file  # noqa: E402
 from kvcalc.presets import presets_dir  # noqa: E402
-from kvcalc.dtypes import dtype
+from kvcalc.ground.dtypes import dtype
 from kvcalc.layers.indexed import IndexedLatent  # noqa: E402
 
 # Published configs: the test data, and those behind the layered presets (shipped).

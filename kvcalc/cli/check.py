@@ -167,7 +167,7 @@ def _failure_items(parsed, gpu: Optional[str], notes: list) -> list:
 def _read_log(path: Path) -> str:
     import sys
 
-    from kvcalc.inputfile import MAX_INPUT_BYTES, read_text
+    from kvcalc.ground.inputfile import MAX_INPUT_BYTES, read_text
 
     if str(path) == "-":
         data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)

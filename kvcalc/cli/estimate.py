@@ -419,7 +419,7 @@ PLAIN_FIT_LEAVES_OUT = (
 
 def _length(text: str | None) -> int | None:
     """--max-model-len: tokens (vLLM's suffixes), or AUTO for auto / -1."""
-    from kvcalc import units
+    from kvcalc.ground import units
     from kvcalc.serving.vllm.verdict import check_length
 
     if text is None:

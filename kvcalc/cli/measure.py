@@ -315,8 +315,7 @@ def _sizes(text: Optional[str], flag: str, sweep: bool) -> list[int]:
         if "," in text or ":" in text:
             raise KvcalcError(f"{flag} takes one value (got {quoted(text)}); add --sweep for a "
                               "SPEC")
-        from kvcalc import units
-
+        from kvcalc.ground import units
         return [units.count(text, flag)]  # 32k = 32,000, 32K = 32,768 (vLLM's suffixes)
     from kvcalc.sweep.grammar import parse_spec
 
@@ -363,7 +362,7 @@ def _model_fields(preset, heads, kv_heads, head_dim, d_model) -> dict[str, Any]:
 def _dtype_name(name: Optional[str]) -> Optional[str]:
     if name is None:
         return None
-    from kvcalc.dtypes import dtype
+    from kvcalc.ground.dtypes import dtype
 
     return dtype(name).name  # accepts aliases (bfloat16, float32, half ...)
 

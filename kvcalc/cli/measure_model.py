@@ -30,7 +30,7 @@ def _device(name: str):
 
 def _dtype(name: Optional[str], device) -> str:
     """--dtype, canonical; the device's default (measure's DEFAULTS) when not given."""
-    from kvcalc.dtypes import dtype
+    from kvcalc.ground.dtypes import dtype
     from kvcalc.measure.config import DEFAULTS, MEASURE_DTYPES
 
     if name is None:
@@ -87,8 +87,8 @@ def model_rows(spec, device, dtype: str, seq_len: int, batch: int, hardware, war
     """One row: the measured decode step of `spec` and estimate's prediction on `hardware`."""
     import torch
 
-    from kvcalc.dtypes import dtype as _dt
-    from kvcalc.latency import latency
+    from kvcalc.ground.dtypes import dtype as _dt
+    from kvcalc.speed.latency import latency
     from kvcalc.measure import ceilings as ceil_mod
     from kvcalc.measure.model_step import check_dense, decode_call, step_bytes
     from kvcalc.measure.timing import time_calls
@@ -240,7 +240,7 @@ def mixed_command(preset: Optional[str], config: Optional[Path], device: str,
     spec = model_spec(preset, config, "--step mixed")
     check_dense(spec, "--step mixed")
     if dtype is not None:
-        from kvcalc.dtypes import dtype as _dt
+        from kvcalc.ground.dtypes import dtype as _dt
         from kvcalc.measure.config import MEASURE_DTYPES
 
         canonical = _dt(dtype).name

@@ -146,8 +146,8 @@ def _max_model_len(text: Optional[str]):
         return None
     if text.strip().lower() == "auto":
         return "auto"
-    from kvcalc.dtypes import MAX_SEQ_LEN, check_size
-    from kvcalc.units import count
+    from kvcalc.ground.dtypes import MAX_SEQ_LEN, check_size
+    from kvcalc.ground.units import count
 
     value = count(text, "--max-model-len")
     check_size("--max-model-len", value, MAX_SEQ_LEN)
@@ -213,7 +213,7 @@ def _compare(refs, spec, hardware, *, fmt, output, force, gpus, max_model_len, c
              prompt_len, output_len, ttft_ms, tpot_ms, model, vllm_version, learnt) -> None:
     """Each engine's best layout and launch line; the winner by tokens/s per GPU first."""
     from kvcalc.plan import NothingFits, plan as run_plan
-    from kvcalc.plan_engines import engine_plan
+    from kvcalc.plan.engines import engine_plan
     from kvcalc.report.plan import engines_items
     from kvcalc.report.render import deliver
 

@@ -66,7 +66,7 @@ def _raw_yaml(name: str) -> tuple[str, str, str]:
     """(kind, file stem, text) of a preset file, found as --preset and --gpu find it."""
     from kvcalc import presets
     from kvcalc.engines import engine_names
-    from kvcalc.inputfile import read_text
+    from kvcalc.ground.inputfile import read_text
 
     for kind, names in (("models", presets.model_names()), ("hardware", presets.hardware_names()),
                         ("engines", engine_names())):

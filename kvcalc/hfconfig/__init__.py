@@ -53,7 +53,7 @@ from typing import Any, Callable
 
 from kvcalc.errors import KvcalcError, value_problem
 from kvcalc.hfconfig.config import Config, describe, json_kind
-from kvcalc.inputfile import read_text
+from kvcalc.ground.inputfile import read_text
 from kvcalc.spec import ModelSpec
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "spec_from_hf_config", "spec_from_hf_config_file"]

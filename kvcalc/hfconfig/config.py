@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping
 
-from kvcalc.dtypes import MAX_LAYERS, MAX_WIDTH
+from kvcalc.ground.dtypes import MAX_LAYERS, MAX_WIDTH
 from kvcalc.errors import KvcalcError
 from kvcalc.layers import Attention, Dense, Latent, Layer, MoE
 from kvcalc.spec import compress

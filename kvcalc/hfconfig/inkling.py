@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from kvcalc.dtypes import MAX_LAYERS
+from kvcalc.ground.dtypes import MAX_LAYERS
 from kvcalc.hfconfig.config import MISSING, Config, core_dims, describe, flat_fields, with_runs
 from kvcalc.hfconfig.layer_types import every_nth_full, layer_kinds
 from kvcalc.layers import Layer, MoE

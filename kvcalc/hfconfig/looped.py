@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from kvcalc.dtypes import MAX_LAYERS
+from kvcalc.ground.dtypes import MAX_LAYERS
 from kvcalc.hfconfig.config import Config, describe, flat_fields, required_window, with_runs
 from kvcalc.hfconfig.layer_types import ATTENTION_TYPES, layer_kinds
 from kvcalc.layers import Dense, Layer

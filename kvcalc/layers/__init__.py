@@ -41,11 +41,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvcalc import _num
-from kvcalc._num import Linear, params_by_name
-from kvcalc._record import record
+from kvcalc.ground import num as _num
+from kvcalc.ground.num import Linear, params_by_name
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.dtypes import MAX_WIDTH, DType, check_size
+from kvcalc.ground.dtypes import MAX_WIDTH, DType, check_size
 from kvcalc.layers.mlp import MLP, Dense, MoE  # noqa: F401 (the layer's MLP kinds)
 
 # --------------------------------------------------------------------------------

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvcalc._num import Linear
-from kvcalc._record import record
+from kvcalc.ground.num import Linear
+from kvcalc.ground.record import record
 from kvcalc.layers import Attention, CrossAttention
 
 

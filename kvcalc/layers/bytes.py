@@ -14,7 +14,7 @@ page (vLLM's table, kvcalc.serving.vllm.support), and the engine's counts are wi
 
 from __future__ import annotations
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.layers import Attention
 
 

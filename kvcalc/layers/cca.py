@@ -15,9 +15,9 @@ no convolution state): no engine page for it (vLLM's table, kvcalc.serving.vllm.
 
 from __future__ import annotations
 
-from kvcalc._num import Linear, split as _split
-from kvcalc._record import record
-from kvcalc.dtypes import DType
+from kvcalc.ground.num import Linear, split as _split
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import DType
 from kvcalc.layers import Attention
 
 

@@ -24,10 +24,10 @@ rings for the leftover) that kvcalc does not model: the compressor has no engine
 
 from __future__ import annotations
 
-from kvcalc import _num
-from kvcalc._num import Linear, params_by_name
-from kvcalc._record import record
-from kvcalc.dtypes import MAX_WIDTH, DType, check_size
+from kvcalc.ground import num as _num
+from kvcalc.ground.num import Linear, params_by_name
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import MAX_WIDTH, DType, check_size
 from kvcalc.errors import KvcalcError
 from kvcalc.layers import Attention
 

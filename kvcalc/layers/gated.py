@@ -10,9 +10,9 @@ never cached. (Qwen3-Next's gate rides in q_proj instead: `Attention.gated`.)
 
 from __future__ import annotations
 
-from kvcalc._num import Linear
-from kvcalc._record import record
-from kvcalc.dtypes import MAX_WIDTH, check_size
+from kvcalc.ground.num import Linear
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import MAX_WIDTH, check_size
 from kvcalc.layers import Attention
 
 

@@ -23,7 +23,7 @@ blocks the hidden state is N times as wide (not modelled in the activation estim
 
 from __future__ import annotations
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 
 HYPER_CONNECTION_DTYPE = "fp32"
 

@@ -14,10 +14,10 @@ cached tokens, but every token stays.
 
 from __future__ import annotations
 
-from kvcalc import _num
-from kvcalc._num import Linear, params_by_name
-from kvcalc._record import record
-from kvcalc.dtypes import DType
+from kvcalc.ground import num as _num
+from kvcalc.ground.num import Linear, params_by_name
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import DType
 from kvcalc.layers import Attention, Latent
 
 INDEXER_SCALE_BLOCK = 128  # elements per fp32 scale in the engine's fp8 indexer cache

@@ -18,9 +18,9 @@ global scale; the router scores the shared experts too (one row each).
 
 from __future__ import annotations
 
-from kvcalc._num import Linear, linear_params
-from kvcalc._record import record
-from kvcalc.dtypes import MAX_WIDTH, DType, check_size
+from kvcalc.ground.num import Linear, linear_params
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import MAX_WIDTH, DType, check_size
 from kvcalc.layers import Attention, Dense, MoE
 
 _FP32_BYTES = 4

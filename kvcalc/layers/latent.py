@@ -6,8 +6,8 @@ SlidingWindowSpec). `SlidingLatent` adds the window to `Latent`; everything else
 
 from __future__ import annotations
 
-from kvcalc import _num
-from kvcalc._record import record
+from kvcalc.ground import num as _num
+from kvcalc.ground.record import record
 from kvcalc.layers import Latent
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Union
 
-from kvcalc._num import Linear, linear_params as _linear
-from kvcalc._record import record
-from kvcalc.dtypes import MAX_WIDTH, check_size
+from kvcalc.ground.num import Linear, linear_params as _linear
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import MAX_WIDTH, check_size
 from kvcalc.errors import KvcalcError
 
 __all__ = ["Dense", "MLP", "MoE"]

@@ -13,9 +13,9 @@ kv_heads): no engine page for it (vLLM's table, kvcalc.serving.vllm.support).
 
 from __future__ import annotations
 
-from kvcalc._num import Linear, params_by_name
-from kvcalc._record import record
-from kvcalc.dtypes import MAX_WIDTH, check_size
+from kvcalc.ground.num import Linear, params_by_name
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import MAX_WIDTH, check_size
 from kvcalc.errors import KvcalcError
 from kvcalc.layers import Attention
 

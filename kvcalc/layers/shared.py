@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvcalc._num import Linear
-from kvcalc._record import record
-from kvcalc.dtypes import DType
+from kvcalc.ground.num import Linear
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import DType
 from kvcalc.layers import Attention
 
 

@@ -8,9 +8,9 @@ here on first use. See kvcalc.layers for what every kind answers.
 
 from __future__ import annotations
 
-from kvcalc._record import record
-from kvcalc._num import Linear, params_by_name, split as _split
-from kvcalc.dtypes import DType
+from kvcalc.ground.record import record
+from kvcalc.ground.num import Linear, params_by_name, split as _split
+from kvcalc.ground.dtypes import DType
 
 # --------------------------------------------------------------------------------
 # Mixers with a constant state per sequence

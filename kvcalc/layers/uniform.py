@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from itertools import groupby
 
-from kvcalc.dtypes import MAX_WIDTH, check_size
+from kvcalc.ground.dtypes import MAX_WIDTH, check_size
 from kvcalc.errors import KvcalcError
 from kvcalc.layers import Attention, CrossAttention, Dense, Layer, Run
 

@@ -11,7 +11,7 @@ import warnings
 
 import torch
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.measure import ceilings as ceil_mod
 from kvcalc.measure import impls
@@ -21,7 +21,7 @@ from kvcalc.measure.guard import Group
 from kvcalc.measure.predict import StepPrediction, overlap_flops_per_s, time_terms
 from kvcalc.measure.timing import Timing, summarise, time_calls
 from kvcalc.report.units import human_bytes, human_seconds
-from kvcalc.roofline import Roofline, roofline
+from kvcalc.speed.roofline import Roofline, roofline
 
 
 def attention_kind(heads: int, kv_heads: int) -> str:

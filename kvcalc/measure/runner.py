@@ -21,7 +21,7 @@ from typing import Callable
 
 import torch
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.measure import ceilings as ceil_mod
 from kvcalc.measure import impls
@@ -32,7 +32,7 @@ from kvcalc.measure.guard import (PROBE_SEQ_LEN, Group, MemoryRoom, ceiling_need
 from kvcalc.measure.impl_row import GroupBench, attention_kind, measure_impl, row_stamp, sync
 from kvcalc.measure.predict import block
 from kvcalc.report.units import human_bytes, human_seconds
-from kvcalc.dtypes import MAX_WIDTH
+from kvcalc.ground.dtypes import MAX_WIDTH
 
 
 def run(config: MeasureConfig, progress: Progress | None = None,

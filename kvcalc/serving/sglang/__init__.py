@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import os
 
-from kvcalc._num import exact_ratio
-from kvcalc._record import record
+from kvcalc.ground.num import exact_ratio
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.serving.layout import Layout
 from kvcalc.serving.record import ServingCount

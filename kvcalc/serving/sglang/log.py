@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 import re
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 
 __all__ = ["SglangLog", "is_sglang_log", "read_sglang_log"]
 

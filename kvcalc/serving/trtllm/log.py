@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import re
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 
 __all__ = ["Beside", "TrtllmLog", "beside", "is_trtllm_log", "read_log", "stated_flags"]
 

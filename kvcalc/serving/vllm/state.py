@@ -61,11 +61,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from kvcalc import _num
-from kvcalc._record import record
+from kvcalc.ground import num as _num
+from kvcalc.ground.record import record
 from kvcalc.serving.vllm.settings import EngineSettings
 from kvcalc.serving.vllm.support import spec, why
-from kvcalc.dtypes import DType, dtype
+from kvcalc.ground.dtypes import DType, dtype
 from kvcalc.formulas.cache import CacheGroup
 from kvcalc.spec import Hardware
 

@@ -32,13 +32,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvcalc import _num
-from kvcalc._record import record
+from kvcalc.ground import num as _num
+from kvcalc.ground.record import record
 from kvcalc.serving.vllm.blocks import blocks_per_request, request_bytes
 from kvcalc.serving.room import Room, largest_batch, serves
 from kvcalc.serving.vllm.settings import EngineSettings, default_batch_limits
 from kvcalc.serving.vllm.capacity import Capacity, cannot_hold_weights, serving_capacity
-from kvcalc.dtypes import dtype, weight_dtype
+from kvcalc.ground.dtypes import dtype, weight_dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import valid_tps
 from kvcalc.formulas.params import param_counts

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvcalc import _num
-from kvcalc._record import record
+from kvcalc.ground import num as _num
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.roofline import compute_dtype_for
-from kvcalc.dtypes import MAX_BATCH, check_size, dtype as _dtype
+from kvcalc.speed.roofline import compute_dtype_for
+from kvcalc.ground.dtypes import MAX_BATCH, check_size, dtype as _dtype
 from kvcalc.formulas.cache import KVCache, kv_cache
 from kvcalc.formulas.params import ParamCounts, param_counts, weight_params_per_device
 from kvcalc.formulas.step import DecodeCost, StoredWeights, decode_step, token_matmuls
@@ -267,7 +267,7 @@ def _calibrated(hardware: Hardware, spec: ModelSpec, w: Workload, prefill_flops:
                 + kv_dev / cal.attention_kv_bytes_per_s + acts_dev / cal.read_bytes_per_s)
     overhead_s = cal.step_overhead_s + spec.layers * cal.layer_overhead_s
     if w.tp > 1 and hardware.allreduce_latency_s:  # the calibration's own all-reduce
-        from kvcalc.comm import decode_allreduce
+        from kvcalc.speed.comm import decode_allreduce
 
         memory_s += decode_allreduce(spec, w.batch, w.tp, cal.dtype,
                                      hardware.interconnect_bandwidth_bytes_per_s,
@@ -336,7 +336,7 @@ def _engine_latency(engine, family: str, hardware: Hardware, spec: ModelSpec, w:
         engine, family, hardware, step, layers, w.tp, compute_dtype)
     prefill_comm_s = 0.0
     if w.tp > 1 and hardware.interconnect_bandwidth_bytes_per_s:
-        from kvcalc.comm import decode_allreduce
+        from kvcalc.speed.comm import decode_allreduce
 
         prefill_comm_s = decode_allreduce(spec, w.prompt_tokens * w.batch, w.tp, compute_dtype,
                                           hardware.interconnect_bandwidth_bytes_per_s).bandwidth_s

@@ -46,7 +46,7 @@ import os
 from dataclasses import field
 from pathlib import Path
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError, quoted, value_problem
 from kvcalc.served import METRICS
 
@@ -208,7 +208,7 @@ def read_result(path: str | os.PathLike) -> list[MeasuredRun]:
     JSONL. A KvcalcError in one line for anything else."""
     import json
 
-    from kvcalc.inputfile import read_text
+    from kvcalc.ground.inputfile import read_text
 
     name = str(path)
     try:

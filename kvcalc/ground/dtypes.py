@@ -6,7 +6,7 @@ it (models, layers, formulas, capacity, the CLI) without an import circle.
 
 from __future__ import annotations
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError, quoted
 
 # Upper bounds that catch typos (an extra zero or three), not real models.

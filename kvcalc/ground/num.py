@@ -8,7 +8,7 @@ projection matrix, the unit every layer kind lists its tensors in.
 
 from __future__ import annotations
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 
 
 def _is_int(x) -> bool:

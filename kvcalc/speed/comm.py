@@ -17,9 +17,9 @@ a measured small all-reduce gives) rather than per step.
 
 from __future__ import annotations
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.dtypes import DType, dtype as _dtype
+from kvcalc.ground.dtypes import DType, dtype as _dtype
 from kvcalc.spec import ModelSpec
 
 

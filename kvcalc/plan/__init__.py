@@ -32,7 +32,7 @@ could not hold (the same batch is the same run with a larger, unused pool).
 
 bench has no pipeline model, so pp > 1 layouts (and every layout under --engine
 roofline, or terms other than vLLM's own) are timed on the single-step model instead
-(kvcalc.latency: the decode step at the full length, the batch as pp micro-batches
+(kvcalc.speed.latency: the decode step at the full length, the batch as pp micro-batches
 through every stage; TTFT for the prompts one scheduler step takes), labelled
 `timing: single-step`. The two models do not compare, so a front never mixes them:
 the pp > 1 layouts are ranked only when no served (pp = 1) layout starts and meets the
@@ -57,15 +57,15 @@ from __future__ import annotations
 import re
 from dataclasses import field, replace
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.serving.vllm.calibration import Calibration
 from kvcalc.serving.vllm.settings import GiB, EngineSettings, default_batch_limits
 from kvcalc.serving.vllm.capacity import Capacity, serving_capacity
 from kvcalc.serving.room import serves
 from kvcalc.serving.vllm.verdict import auto_max_model_len, room_of
 from kvcalc.errors import KvcalcError
-from kvcalc.plan_search import MISSES, REFUSED, SERVED, TIMING, served_ref, timing_notes, walk
-from kvcalc.plan_search import Search as _Search
+from kvcalc.plan.search import MISSES, REFUSED, SERVED, TIMING, served_ref, timing_notes, walk
+from kvcalc.plan.search import Search as _Search
 from kvcalc.spec import Hardware, ModelSpec
 
 __all__ = ["Layout", "NothingFits", "Plan", "hub_id", "plan", "serve_command"]
@@ -101,7 +101,7 @@ class Layout:
     ttft_s: float  # mean time to first token (timing: served), else single-step's
     tpot_s: float  # mean time per output token (timing: served), else single-step's
     output_tokens_per_s: float  # all replicas together
-    timing: str = SERVED  # SERVED (kvcalc bench's run) or SINGLE_STEP (kvcalc.latency)
+    timing: str = SERVED  # SERVED (kvcalc bench's run) or SINGLE_STEP (kvcalc.speed.latency)
     calibrated: bool = False  # counted with a calibration file's measured terms
 
     @property
@@ -237,7 +237,7 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     Raises NothingFits when no layout starts or none meets the targets.
     """
     from kvcalc.serving.vllm.state import unpaged_kinds, why_unpaged
-    from kvcalc.dtypes import check_size
+    from kvcalc.ground.dtypes import check_size
     from kvcalc.formulas.cache import cache_groups
     from kvcalc.formulas.params import param_counts
 
@@ -397,7 +397,7 @@ def _timed(search: _Search, counted: list[Capacity], gpus: int,
     how many meet the targets, each utilization's counted). A higher utilization of the
     same shape only adds the batches the lower ones do not hold (the same batch is the
     same run, in a larger, unused pool); which batches are timed:
-    kvcalc.plan_search.walk."""
+    kvcalc.plan.search.walk."""
     rows: dict[tuple, list[tuple[int, Capacity]]] = {}  # shape -> [(batch, its count)]
     same: dict[tuple, int] = {}  # (shape, batch) -> layouts of it (one per utilization)
     for cap in counted:

@@ -17,7 +17,7 @@ The engine's scheduler is simulated step by step over the benchmark's requests:
   engine's per-step token budget (vLLM's max_num_batched_tokens and TensorRT-LLM's
   max_num_tokens are shared with the decode tokens; SGLang runs a prefill step of up to
   chunked_prefill_size prompt tokens whenever a prompt waits, decode steps otherwise);
-* a step's time is kvcalc.served_step's: the weights the step's tokens route to, each
+* a step's time is kvcalc.served.step's: the weights the step's tokens route to, each
   device's own K/V and the activations at the engine's bandwidth shares, the FLOPs of
   decode and prompt tokens (routed experts at the MoE share), per-layer GPU time and
   all-reduces, and host time per step and per running request, which overlaps the GPU's
@@ -38,9 +38,9 @@ import random
 from collections import deque
 from dataclasses import field
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.served_step import ServedTerms, StepTimes, served_terms
+from kvcalc.served.step import ServedTerms, StepTimes, served_terms
 
 
 __all__ = ["BenchResult", "Load", "ServedTerms", "bench", "random_lengths", "served_terms",

@@ -9,9 +9,9 @@ large.
 
 from __future__ import annotations
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.dtypes import DType, dtype as _dtype
+from kvcalc.ground.dtypes import DType, dtype as _dtype
 from kvcalc.formulas.step import DecodeCost
 from kvcalc.spec import Hardware
 

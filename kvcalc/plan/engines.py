@@ -13,7 +13,7 @@ as kvcalc.plan's for vLLM): one replica's closed loop of its batch of requests
 --max_seq_len, --max_batch_size), its mean TTFT and mean TPOT; tokens/s per GPU its
 output throughput x requests / batch / GPUs, tokens/s per user 1 / mean TPOT. pp > 1
 layouts (bench has no pipeline model) are timed on the single-step model
-(kvcalc.latency with the engine's fitted terms, presets/engines) and ranked only when no
+(kvcalc.speed.latency with the engine's fitted terms, presets/engines) and ranked only when no
 pp = 1 layout serves. Ranked by output tokens/s per GPU among the layouts meeting the
 latency targets.
 
@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import shlex
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.plan import DEFAULT_OUTPUT_LEN, NothingFits, hub_id, pp_sizes, tp_sizes
-from kvcalc.plan_search import SERVED, SERVED_PROMPTS, SINGLE_STEP
+from kvcalc.plan.search import SERVED, SERVED_PROMPTS, SINGLE_STEP
 
 __all__ = ["EngineLayout", "EnginePlan", "engine_plan", "launch_line"]
 
@@ -49,7 +49,7 @@ class EngineLayout:
     ttft_s: float  # mean time to first token (timing: served), else single-step's
     tpot_s: float  # mean time per output token (timing: served), else single-step's
     tokens_per_s: float  # output tokens/s of all replicas together
-    timing: str = SERVED  # kvcalc.plan_search's SERVED or SINGLE_STEP
+    timing: str = SERVED  # kvcalc.plan.search's SERVED or SINGLE_STEP
 
     @property
     def gpus(self) -> int:
@@ -122,10 +122,10 @@ def engine_plan(spec, hw, ref, *, gpus: int = 1, max_model_len: int | None = Non
                 tpot_s: float | None = None, model: str | None = None) -> EnginePlan:
     """The best layout of up to `gpus` devices like `hw` for `spec` under engine `ref`'s
     count (SGLang or TensorRT-LLM), and its launch line. Raises NothingFits."""
-    from kvcalc.dtypes import check_size
+    from kvcalc.ground.dtypes import check_size
     from kvcalc.engines import load_engine
     from kvcalc.estimate import stored_weights, workload_for
-    from kvcalc.latency import latency
+    from kvcalc.speed.latency import latency
     from kvcalc.plan import _batches
     from kvcalc.served import Load, bench, served_terms
     from kvcalc.serving import count
@@ -154,7 +154,7 @@ def engine_plan(spec, hw, ref, *, gpus: int = 1, max_model_len: int | None = Non
     terms = served_terms(ref.name)
 
     def single_step(tp: int, kv: str, batch: int, prompts: int) -> tuple:
-        """kvcalc.latency's step of `batch` requests: (TTFT of `prompts` prompts s, TPOT at
+        """kvcalc.speed.latency's step of `batch` requests: (TTFT of `prompts` prompts s, TPOT at
         the full length s)."""
         key = (tp, kv, batch, prompts)
         if key not in times:

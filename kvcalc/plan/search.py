@@ -1,7 +1,7 @@
 """What every layout of one `kvcalc plan` shares, and how a layout is timed (kvcalc.plan's
 module docstring): vLLM's start-up count of a setting, and the times of a batch on it,
 kvcalc bench's served run (kvcalc.served.bench) for one pipeline stage on vLLM's own
-fitted terms, else the single-step model (kvcalc.latency); and the walk over a setting's
+fitted terms, else the single-step model (kvcalc.speed.latency); and the walk over a setting's
 batches.
 
 Pure: no I/O.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.serving.room import largest_batch
 from kvcalc.serving.vllm.calibration import Calibration
 from kvcalc.serving.vllm.capacity import Capacity, serving_capacity
@@ -24,11 +24,11 @@ __all__ = ["MISSES", "REFUSED", "SERVED", "SERVED_PROMPTS", "SINGLE_STEP", "TIMI
 
 SERVED_PROMPTS = 3  # a layout's closed loop sends this many requests per slot: steady state
 SERVED = "served"  # Layout.timing: kvcalc bench's closed loop (kvcalc.served)
-SINGLE_STEP = "single-step"  # Layout.timing: one decode step at the batch (kvcalc.latency)
+SINGLE_STEP = "single-step"  # Layout.timing: one decode step at the batch (kvcalc.speed.latency)
 TIMING = {SERVED: "mean TTFT and mean TPOT of kvcalc bench's closed loop of max_num_seqs "
                   "requests per replica (num_prompts 3 x max_num_seqs, no warm-up), the "
                   "layout's own engine flags, vLLM's fitted and served terms",
-          SINGLE_STEP: "kvcalc.latency's single step: TPOT the decode step at the full "
+          SINGLE_STEP: "kvcalc.speed.latency's single step: TPOT the decode step at the full "
                        "length (pp micro-batches), TTFT the prompts of one scheduler step"}
 
 
@@ -73,12 +73,12 @@ class Search:
         return self.prompt_len if self.prompt_len is not None else length - self.output_len
 
     def latency(self, tp: int, kv: str, batch: int, prompt: int):
-        """kvcalc.latency of `batch` requests of `prompt` + output tokens on tp devices
+        """kvcalc.speed.latency of `batch` requests of `prompt` + output tokens on tp devices
         (a pipeline's stages run one after another: the time of all its layers)."""
         key = (tp, kv, batch, prompt)
         if key not in self.latencies:
             from kvcalc.estimate import stored_weights, workload_for
-            from kvcalc.latency import latency
+            from kvcalc.speed.latency import latency
 
             w = workload_for(self.spec, seq_len=prompt + self.output_len, batch=batch,
                              kv_dtype=self.base.model_dtype if kv == "auto" else kv, tp=tp,

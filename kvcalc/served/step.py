@@ -1,13 +1,13 @@
 """One scheduler step's time under load (kvcalc.served's clock): the decode of the
 running requests and the prompt tokens carried with it, on the engine's single-stream
-terms (kvcalc.latency, presets/engines) and the served terms fitted on published serving
+terms (kvcalc.speed.latency, presets/engines) and the served terms fitted on published serving
 runs (presets/served/terms.yaml, benchmarks/fit_served.py)."""
 
 from __future__ import annotations
 
 import functools
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 
 __all__ = ["ServedTerms", "StepTimes", "served_terms"]
@@ -65,12 +65,12 @@ def _bucket(n: int) -> int:
 class StepTimes:
     """One scheduler step's time: the decode of `decoding` requests at their mean
     context and the prompt tokens carried with it, on the engine's terms
-    (kvcalc.latency) and the served terms (ServedTerms), cached by the decode batch and
+    (kvcalc.speed.latency) and the served terms (ServedTerms), cached by the decode batch and
     context (to 1/32 of themselves)."""
 
     def __init__(self, spec, hw, timing, w, stored, terms: ServedTerms, overlaps_host: bool):
         from kvcalc.engines import check_runs, weight_family
-        from kvcalc.roofline import compute_dtype_for
+        from kvcalc.speed.roofline import compute_dtype_for
 
         self.spec, self.hw, self.e, self.w, self.stored = spec, hw, timing, w, stored
         self.terms, self.overlaps = terms, overlaps_host
@@ -88,7 +88,7 @@ class StepTimes:
         self.matmul_s_per_token, self.attention_s_per_pair = self._prefill_rates()
         self.comm_s_per_token = 0.0
         if w.tp > 1 and hw.interconnect_bandwidth_bytes_per_s:
-            from kvcalc.comm import decode_allreduce
+            from kvcalc.speed.comm import decode_allreduce
 
             self.comm_s_per_token = decode_allreduce(
                 spec, 1024, w.tp, self.cdt, hw.interconnect_bandwidth_bytes_per_s).bandwidth_s / 1024
@@ -104,7 +104,7 @@ class StepTimes:
         from the prefill FLOPs of a 1,024- and a 2,048-token prompt."""
         from dataclasses import replace
 
-        from kvcalc.latency import step_figures
+        from kvcalc.speed.latency import step_figures
 
         def flops(n: int):
             f = step_figures(self.spec, replace(self.w, seq_len=n, batch=1, prompt_len=n),
