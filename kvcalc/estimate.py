@@ -324,7 +324,7 @@ class Estimate:
                        f"cache: scales are usually kept for int8/fp8/int4 caches only")
         a, r = self.allreduce, self.roofline
         if a is not None and a.count and r is not None:
-            from kvcalc.report.units import human_seconds as _seconds
+            from kvcalc.ground.units import human_seconds as _seconds
 
             share = a.time_s / (a.time_s + r.time_s)
             out.append(f"tp={self.tp}: {a.count} all-reduces of {a.message_bytes:,} B per step over "

@@ -200,7 +200,7 @@ def _model(given: Optional[str], logged: Optional[str]):
 
 def _items(result) -> list:
     from kvcalc.report.render import Tab
-    from kvcalc.report.units import human_bytes
+    from kvcalc.ground.units import human_bytes
 
     def shown(t, value) -> str:
         if t.unit == "bytes":

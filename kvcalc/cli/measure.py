@@ -269,7 +269,7 @@ def _emit_tp(result, fmt, output, force) -> None:
 
 def _tp_tab(result):
     from kvcalc.report.render import Tab
-    from kvcalc.report.units import human_count, human_rate
+    from kvcalc.ground.units import human_count, human_rate
 
     columns = ["tp", "rank", "q / kv heads", "KV held", "median", "predicted", "all-reduce",
                "AR predicted", "AR bytes", "step (slowest rank)", "bound"]
@@ -404,7 +404,7 @@ def _run_with_progress(run, config):
 
 
 def _fmt_s(value) -> str:
-    from kvcalc.report.units import human_seconds
+    from kvcalc.ground.units import human_seconds
 
     return "-" if value is None else human_seconds(value)
 
@@ -415,7 +415,7 @@ def _fmt_ratio(value, digits: int = 2) -> str:
 
 def _measure_tab(result):
     from kvcalc.report.render import Tab
-    from kvcalc.report.units import human_count, human_rate
+    from kvcalc.ground.units import human_count, human_rate
 
     rows = result.rows
     compare = any(r["predicted_speedup_vs_mha"] is not None for r in rows)

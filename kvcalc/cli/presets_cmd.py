@@ -82,7 +82,7 @@ def _listing(models: list[dict], hardware: list[dict]) -> list:
     """The two tables `kvcalc presets` draws: short columns that fit 80 columns (each
     preset's source is in `kvcalc presets show NAME` and in --format json/csv)."""
     from kvcalc.report.render import Tab
-    from kvcalc.report.units import human_bytes
+    from kvcalc.ground.units import human_bytes
 
     def cell(value) -> str:
         return "-" if value is None else str(value)

@@ -18,7 +18,7 @@ from kvcalc.measure import ceilings as ceil_mod
 from kvcalc.measure import terms as terms_mod
 from kvcalc.measure.config import DEFAULTS, MeasureConfig
 from kvcalc.measure.predict import Block, StepPrediction, block, predict
-from kvcalc.report.units import human_bytes
+from kvcalc.ground.units import human_bytes
 from kvcalc.ground.dtypes import dtype as _dtype
 
 MAX_SLOTS = 64  # rotation beyond this: flush instead (the streamed ceilings: terms.STREAM_MAX_COPIES)

@@ -20,7 +20,7 @@ from kvcalc.measure.config import DEFAULTS, MeasureConfig
 from kvcalc.measure.guard import Group
 from kvcalc.measure.predict import StepPrediction, overlap_flops_per_s, time_terms
 from kvcalc.measure.timing import Timing, summarise, time_calls
-from kvcalc.report.units import human_bytes, human_seconds
+from kvcalc.ground.units import human_bytes, human_seconds
 from kvcalc.speed.roofline import Roofline, roofline
 
 

@@ -31,7 +31,7 @@ from kvcalc.measure.guard import (PROBE_SEQ_LEN, Group, MemoryRoom, ceiling_need
                                   fit_sizes, limit_words, plan_groups, probe_bytes)
 from kvcalc.measure.impl_row import GroupBench, attention_kind, measure_impl, row_stamp, sync
 from kvcalc.measure.predict import block
-from kvcalc.report.units import human_bytes, human_seconds
+from kvcalc.ground.units import human_bytes, human_seconds
 from kvcalc.ground.dtypes import MAX_WIDTH
 
 

@@ -381,7 +381,7 @@ def run_tp(config, progress=None, notice=None):
     from kvcalc.measure.predict import block, predict
     from kvcalc.measure.guard import default_batch, l2_plan
     from kvcalc.measure.impl_row import attention_kind, row_stamp
-    from kvcalc.report.units import human_bytes
+    from kvcalc.ground.units import human_bytes
 
     tps = list(config.tp)
     if config.step == "both":
