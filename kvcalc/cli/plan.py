@@ -170,7 +170,7 @@ def _vllm_terms(text: str | None, hardware):
 
 def _served_name(request: ModelRequest) -> Optional[str]:
     """The name `vllm serve` takes for MODEL: a Hub id or a folder as written; None for a
-    preset or a config file (the preset's Hub id, kvcalc.plan.hub_id)."""
+    preset or a config file (the preset's Hub id, kvcalc.model_source.hub_id)."""
     from kvcalc import presets
 
     text = request.model

@@ -54,7 +54,6 @@ The count is run per (tp, pp, KV dtype, tokens, utilization) and the served run 
 
 from __future__ import annotations
 
-import re
 from dataclasses import field, replace
 
 from kvcalc.ground.record import record
@@ -64,11 +63,12 @@ from kvcalc.serving.vllm.capacity import Capacity, serving_capacity
 from kvcalc.serving.room import serves
 from kvcalc.serving.vllm.verdict import auto_max_model_len, room_of
 from kvcalc.errors import KvcalcError
+from kvcalc.model_source import hub_id
 from kvcalc.plan.search import MISSES, REFUSED, SERVED, TIMING, served_ref, timing_notes, walk
 from kvcalc.plan.search import Search as _Search
 from kvcalc.spec import Hardware, ModelSpec
 
-__all__ = ["Layout", "NothingFits", "Plan", "hub_id", "plan", "serve_command"]
+__all__ = ["Layout", "NothingFits", "Plan", "plan", "serve_command"]
 
 UTILIZATIONS = ("0.9", "0.92", "0.95")  # vLLM's default first, then a little more
 KV_DTYPES = ("auto", "fp8")  # --kv-cache-dtype: the model's dtype, or fp8 (e4m3)
@@ -174,12 +174,6 @@ class Plan:
                            if any(x.timing == k for x in self.front)},
                 "notes": list(self.notes),
                 **({"calibration": self.calibration} if self.calibration else {})}
-
-
-def hub_id(spec: ModelSpec) -> str | None:
-    """The Hugging Face id a preset was read from (its source names huggingface.co/ORG/NAME)."""
-    m = re.search(r"huggingface\.co/([A-Za-z0-9][\w.-]*/[\w.-]*[\w])", spec.source or "")
-    return m.group(1) if m else None
 
 
 def serve_command(model: str, layout: Layout) -> str:

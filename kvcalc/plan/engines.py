@@ -28,7 +28,8 @@ import shlex
 
 from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.plan import DEFAULT_OUTPUT_LEN, NothingFits, hub_id, pp_sizes, tp_sizes
+from kvcalc.model_source import hub_id
+from kvcalc.plan import DEFAULT_OUTPUT_LEN, NothingFits, pp_sizes, tp_sizes
 from kvcalc.plan.search import SERVED, SERVED_PROMPTS, SINGLE_STEP
 
 __all__ = ["EngineLayout", "EnginePlan", "engine_plan", "launch_line"]

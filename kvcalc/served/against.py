@@ -351,7 +351,7 @@ def _model_key(model_id: str) -> str:
 
 
 def _asked_names(spec) -> list[str]:
-    from kvcalc.plan import hub_id
+    from kvcalc.model_source import hub_id
 
     return [n for n in (hub_id(spec), spec.name) if n]
 
@@ -359,7 +359,7 @@ def _asked_names(spec) -> list[str]:
 def _preset_for(model_id: str) -> str | None:
     """The preset whose Hugging Face id is `model_id`'s, by _model_key (the error path)."""
     from kvcalc import presets
-    from kvcalc.plan import hub_id
+    from kvcalc.model_source import hub_id
 
     key = _model_key(model_id)
     for name in presets.model_names():
