@@ -105,15 +105,17 @@ def presets_dir() -> Path:
 
 def model_names() -> list[str]:
     """Names of the model presets (file stems of presets/models/*.yaml), sorted."""
-    return _names("models")
+    return preset_names("models")
 
 
 def hardware_names() -> list[str]:
     """Names of the hardware presets (file stems of presets/hardware/*.yaml), sorted."""
-    return _names("hardware")
+    return preset_names("hardware")
 
 
-def _names(kind: str) -> list[str]:
+def preset_names(kind: str) -> list[str]:
+    """Names of one kind's presets (file stems of presets/<kind>/*.yaml: models, hardware,
+    engines), sorted."""
     folder = presets_dir() / kind
     try:
         st = folder.stat()
@@ -206,6 +208,21 @@ def suggest(key: str, names: list[str]) -> str:
 
 
 # --- files -------------------------------------------------------------------------
+def read_preset(kind: str, stem: str) -> Any:
+    """presets/<kind>/<stem>.yaml as parsed (from the installed index when there is one):
+    for a file whose fields are no record's (presets/served/terms.yaml)."""
+    return _read_yaml(presets_dir() / kind / f"{stem}.yaml")
+
+
+def load_preset(cls: type, kind: str, stem: str) -> Any:
+    """presets/<kind>/<stem>.yaml read strictly into the record `cls` (an engine file into
+    kvcalc.engines.Engine): every key one of its fields, every value of its type, and a
+    `source:`; its name the file's stem unless it names itself."""
+    where = f"presets/{kind}/{stem}.yaml"
+    return _construct(cls, _fields_from_mapping(read_preset(kind, stem), cls, where, stem, True),
+                      where)
+
+
 def model_from_yaml_file(path: str | Path, *, require_source: bool = True) -> ModelSpec:
     """A ModelSpec from one YAML file; `name` defaults to the file stem."""
     path = Path(path)

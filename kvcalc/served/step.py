@@ -42,9 +42,9 @@ class ServedTerms:
 @functools.lru_cache(maxsize=8)  # the file never changes within a run
 def served_terms(engine: str) -> ServedTerms:
     """`engine`'s fitted terms (kvcalc.serving's canonical name)."""
-    from kvcalc.presets import _read_yaml, presets_dir
+    from kvcalc.presets import read_preset
 
-    data = _read_yaml(presets_dir() / "served" / "terms.yaml")
+    data = read_preset("served", "terms")
     shared = data["shared"]
     own = data["engines"].get(engine)
     if own is None:
