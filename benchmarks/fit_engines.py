@@ -5,7 +5,7 @@ For every engine in tests/data/published: the terms kvcalc.engines.Engine holds
 family with TTFT rows, host time per layer, GPU time per layer, one all-reduce where
 rows run tp > 1), chosen to minimise the sum of squared log(predicted / measured) over
 its rows, every fourth row by id held out (tests/published_model.held_out). The
-predictions are kvcalc's own (kvcalc.latency through tests/published_model.py), so the
+predictions are kvcalc's own (kvcalc.speed.latency through tests/published_model.py), so the
 file and the formula cannot drift apart. Nelder-Mead on a bounded transform of each
 term; a few thousand evaluations per engine.
 

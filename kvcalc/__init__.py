@@ -53,14 +53,14 @@ _LAZY = {
     "kv_bytes_per_token_per_layer": "kvcalc.formulas.cache",
     "kv_heads_per_device": "kvcalc.formulas.cache",
     "shazeer_ratio": "kvcalc.formulas.attention",
-    "decode_roofline": "kvcalc.roofline",
-    "DTYPES": "kvcalc.dtypes",
+    "decode_roofline": "kvcalc.speed.roofline",
+    "DTYPES": "kvcalc.ground.dtypes",
     "Latent": "kvcalc.layers",
-    "DType": "kvcalc.dtypes",
+    "DType": "kvcalc.ground.dtypes",
     "Hardware": "kvcalc.spec",
     "ModelSpec": "kvcalc.spec",
     "MoE": "kvcalc.layers",
-    "dtype": "kvcalc.dtypes",
+    "dtype": "kvcalc.ground.dtypes",
     "load_model": "kvcalc.presets",
     "load_hardware": "kvcalc.presets",
     "Memory": "kvcalc.workload",
@@ -76,8 +76,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from kvcalc.formulas.cache import kv_bytes_per_token_per_layer, kv_heads_per_device
     from kvcalc.formulas.step import decode_step
     from kvcalc.presets import load_hardware, load_model
-    from kvcalc.roofline import decode_roofline
-    from kvcalc.dtypes import DTYPES, DType, dtype
+    from kvcalc.speed.roofline import decode_roofline
+    from kvcalc.ground.dtypes import DTYPES, DType, dtype
     from kvcalc.layers import Latent, MoE
     from kvcalc.spec import Hardware, ModelSpec
     from kvcalc.workload import Memory, Workload

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 from dataclasses import field
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 
 # Weight format families an engine file names (a checkpoint's layout, or --weight-dtype).
@@ -202,26 +202,23 @@ def default_engine(hardware) -> Engine | None:
 
 def engine_names() -> list[str]:
     """Names of the engine files (presets/engines/*.yaml), sorted."""
-    from kvcalc.presets import _names
+    from kvcalc.presets import preset_names
 
-    return _names("engines")
+    return preset_names("engines")
 
 
 @functools.lru_cache(maxsize=32)  # a plan asks once per layout; the files never change
 def load_engine(text: str) -> tuple[Engine, str | None]:
     """The engine `NAME[@VERSION]` names, and the version asked for (None: any). A name
     or version kvcalc has no published rows for is one error naming the known ones."""
-    from kvcalc.presets import _fields_from_mapping, _construct, _read_yaml, find, presets_dir
+    from kvcalc.presets import find, load_preset
 
     name, _, version = text.strip().partition("@")
     names = engine_names()
     stem = find(name, names)
     if stem is None:
         raise KvcalcError(f"unknown engine {text!r}; known engines: {', '.join(names)}")
-    path = presets_dir() / "engines" / f"{stem}.yaml"
-    where = f"presets/engines/{stem}.yaml"
-    engine = _construct(Engine, _fields_from_mapping(_read_yaml(path), Engine, where, stem, True),
-                        where)
+    engine = load_preset(Engine, "engines", stem)
     if version:
         known = [v.strip() for v in engine.versions.split(",") if v.strip()]
         if version not in known:

@@ -12,18 +12,18 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from kvcalc import roofline
-from kvcalc._record import record
+from kvcalc.speed import roofline
+from kvcalc.ground.record import record
 from kvcalc.floor import Fit, fit as plain_fit
 from kvcalc.serving.vllm.settings import settings_for
 from kvcalc.serving.vllm.verdict import engine_verdict, smallest_tp
-from kvcalc.dtypes import DType, check_size, dtype as _dtype, weight_dtype as _weight_dtype
+from kvcalc.ground.dtypes import DType, check_size, dtype as _dtype, weight_dtype as _weight_dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.attention import ShazeerRatio, shazeer_ratio
 from kvcalc.formulas.cache import KVCache, kv_cache
 from kvcalc.formulas.params import ParamCounts, param_counts
 from kvcalc.formulas.step import DecodeCost, StoredWeights, decode_step
-from kvcalc.latency import DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_MFU, latency
+from kvcalc.speed.latency import DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_MFU, latency
 # Weights as a folder or Hub checkpoint stores them (re-exported: kvcalc.estimate's API)
 from kvcalc.quant.checkpoint import AsStored, stored_weights, weights_as
 from kvcalc.spec import Hardware, ModelSpec
@@ -324,7 +324,7 @@ class Estimate:
                        f"cache: scales are usually kept for int8/fp8/int4 caches only")
         a, r = self.allreduce, self.roofline
         if a is not None and a.count and r is not None:
-            from kvcalc.report.units import human_seconds as _seconds
+            from kvcalc.ground.units import human_seconds as _seconds
 
             share = a.time_s / (a.time_s + r.time_s)
             out.append(f"tp={self.tp}: {a.count} all-reduces of {a.message_bytes:,} B per step over "
@@ -476,7 +476,7 @@ def estimate(spec: ModelSpec, workload: Workload, *, memory: Memory | None = Non
                   cache=cache, params=params, engine=engine)
     comm = None
     if w.tp > 1 and hardware.interconnect_bandwidth_bytes_per_s:
-        from kvcalc.comm import decode_allreduce
+        from kvcalc.speed.comm import decode_allreduce
 
         comm = decode_allreduce(spec, w.batch, w.tp, compute_dtype,
                                 hardware.interconnect_bandwidth_bytes_per_s,

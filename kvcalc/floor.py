@@ -5,9 +5,9 @@ context at a batch. Sizes stay in integers (bytes); the searches are exact.
 
 from __future__ import annotations
 
-from kvcalc import _num
-from kvcalc._record import record
-from kvcalc.dtypes import MAX_SEQ_LEN
+from kvcalc.ground import num as _num
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import MAX_SEQ_LEN
 from kvcalc.formulas.cache import kv_cache
 from kvcalc.formulas.params import param_counts, weight_params_per_device
 from kvcalc.formulas.step import StoredWeights

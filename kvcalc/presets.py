@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kvcalc._record import record as _record
+from kvcalc.ground.record import record as _record
 from kvcalc.errors import KvcalcError, quoted
-from kvcalc.inputfile import read_text
-from kvcalc.dtypes import MAX_WIDTH, check_size, dtype
+from kvcalc.ground.inputfile import read_text
+from kvcalc.ground.dtypes import MAX_WIDTH, check_size, dtype
 from kvcalc.layers import Latent, MoE
 from kvcalc.spec import Calibration, Hardware, ModelSpec
 
@@ -105,15 +105,17 @@ def presets_dir() -> Path:
 
 def model_names() -> list[str]:
     """Names of the model presets (file stems of presets/models/*.yaml), sorted."""
-    return _names("models")
+    return preset_names("models")
 
 
 def hardware_names() -> list[str]:
     """Names of the hardware presets (file stems of presets/hardware/*.yaml), sorted."""
-    return _names("hardware")
+    return preset_names("hardware")
 
 
-def _names(kind: str) -> list[str]:
+def preset_names(kind: str) -> list[str]:
+    """Names of one kind's presets (file stems of presets/<kind>/*.yaml: models, hardware,
+    engines), sorted."""
     folder = presets_dir() / kind
     try:
         st = folder.stat()
@@ -206,6 +208,21 @@ def suggest(key: str, names: list[str]) -> str:
 
 
 # --- files -------------------------------------------------------------------------
+def read_preset(kind: str, stem: str) -> Any:
+    """presets/<kind>/<stem>.yaml as parsed (from the installed index when there is one):
+    for a file whose fields are no record's (presets/served/terms.yaml)."""
+    return _read_yaml(presets_dir() / kind / f"{stem}.yaml")
+
+
+def load_preset(cls: type, kind: str, stem: str) -> Any:
+    """presets/<kind>/<stem>.yaml read strictly into the record `cls` (an engine file into
+    kvcalc.engines.Engine): every key one of its fields, every value of its type, and a
+    `source:`; its name the file's stem unless it names itself."""
+    where = f"presets/{kind}/{stem}.yaml"
+    return _construct(cls, _fields_from_mapping(read_preset(kind, stem), cls, where, stem, True),
+                      where)
+
+
 def model_from_yaml_file(path: str | Path, *, require_source: bool = True) -> ModelSpec:
     """A ModelSpec from one YAML file; `name` defaults to the file stem."""
     path = Path(path)
@@ -251,7 +268,7 @@ def _read_yaml(path: Path) -> Any:
         raise KvcalcError(f"{where}: is a folder; give a YAML file") from None
     data = _indexed(path, text)
     if data is _NOT_INDEXED:
-        from kvcalc.yamlread import parse
+        from kvcalc.ground.yamlread import parse
 
         data = parse(text, where)
     if data is not None and not isinstance(data, Mapping):
@@ -264,7 +281,7 @@ def _read_yaml(path: Path) -> Any:
 
 # --- the parsed index: presets without importing PyYAML --------------------------------
 # presets/_parsed.marshal holds, for each shipped YAML file, its size, CRC-32 and the data
-# kvcalc.yamlread parsed from it. A file whose text still matches is read from there
+# kvcalc.ground.yamlread parsed from it. A file whose text still matches is read from there
 # (importing and running PyYAML costs more than the rest of `kvcalc estimate`); an edited
 # file, or one whose data marshal cannot hold exactly, is parsed as YAML. The wheel's
 # build hook (hatch_build.py) makes it; a checkout has none (`python -m kvcalc.presets`
@@ -304,7 +321,7 @@ def _indexed(path: Path, text: str) -> Any:
 
 def build_index() -> bytes:
     """The bytes of presets/_parsed.marshal for the YAML files there now."""
-    from kvcalc.yamlread import parse
+    from kvcalc.ground.yamlread import parse
 
     root = presets_dir()
     entries = {}

@@ -12,14 +12,14 @@ import re
 from itertools import groupby
 from dataclasses import field
 
-from kvcalc._record import record
-from kvcalc.dtypes import MAX_LAYERS, MAX_WIDTH, check_size, dtype
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import MAX_LAYERS, MAX_WIDTH, check_size, dtype
 from kvcalc.errors import KvcalcError
-from kvcalc.hyper_connections import HyperConnections
+from kvcalc.layers.hyper_connections import HyperConnections
 from kvcalc.layers import Attention, HeadShape, Latent, Layer, Run, head_shape
 from kvcalc.layers import MoE as MoEMLP
-from kvcalc.uniform import check_recipe as _check_recipe, encoder_runs as _encoder_runs
-from kvcalc.uniform import uniform_runs as _uniform_runs
+from kvcalc.layers.uniform import check_recipe as _check_recipe, encoder_runs as _encoder_runs
+from kvcalc.layers.uniform import uniform_runs as _uniform_runs
 
 # The state mixers' names in words.
 _MIXER_NAMES = {"mamba": "Mamba", "mamba2": "Mamba-2", "linear": "Gated DeltaNet",

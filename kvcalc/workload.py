@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from kvcalc import _num
-from kvcalc._record import record
-from kvcalc.dtypes import DTYPES, DType, dtype, weight_dtype
+from kvcalc.ground import num as _num
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import DTYPES, DType, dtype, weight_dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import Hardware
 

@@ -16,7 +16,7 @@ from kvcalc.engines import Engine, load_engine
 from kvcalc.estimate import stored_weights, workload_for
 from kvcalc.formulas.params import param_counts
 from kvcalc.formulas.step import StoredWeights
-from kvcalc.latency import Latency, latency_from_figures, step_figures
+from kvcalc.speed.latency import Latency, latency_from_figures, step_figures
 from kvcalc.presets import load_hardware, load_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,7 +87,7 @@ def family(row) -> str:
 @lru_cache(maxsize=None)
 def _model(name: str):
     if name.startswith("tests/"):
-        from kvcalc.hfconfig.read import spec_from_hf_config_file
+        from kvcalc.hfconfig import spec_from_hf_config_file
 
         return spec_from_hf_config_file(ROOT / name)
     return load_model(name)

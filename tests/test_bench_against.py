@@ -1,4 +1,4 @@
-"""`kvcalc bench --against RESULT.json` (kvcalc.served_against): real published result files
+"""`kvcalc bench --against RESULT.json` (kvcalc.served.against): real published result files
 read to the values in them, set beside kvcalc's prediction under vllm bench serve's names;
 a file that is not a result, or a run of another model, length or GPU count, is one line.
 
@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from kvcalc.cli import app
 from kvcalc.errors import KvcalcError
 from kvcalc.served import METRICS
-from kvcalc.served_against import read_result
+from kvcalc.served.against import read_result
 
 DATA = Path(__file__).parent / "data" / "bench_results"
 VLLM = DATA / "lambdalabs-vllm-1xH100-80GB-SXM-Meta-Llama-3-8B-Instruct_tp1_len2048-prompt10.json"
@@ -210,7 +210,7 @@ def test_a_missing_file_is_one_line(tmp_path):
 
 def test_the_library_call_needs_no_cli():
     from kvcalc.presets import load_hardware, load_model
-    from kvcalc.served_against import against
+    from kvcalc.served.against import against
 
     got = against(SGLANG, load_model("llama3.3-70b"), load_hardware("h200"), tp=4,
                   request_rate=[1.0])

@@ -10,11 +10,11 @@ import math
 import pytest
 
 from kvcalc.errors import KvcalcError
-from kvcalc.latency import latency
+from kvcalc.speed.latency import latency
 from kvcalc.presets import hardware_from_yaml_file
 from kvcalc.spec import Calibration, ModelSpec
 from kvcalc.workload import Workload
-from kvcalc.dtypes import dtype
+from kvcalc.ground.dtypes import dtype
 
 GOOD = """\
 name: box

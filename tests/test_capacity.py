@@ -23,7 +23,7 @@ from kvcalc.serving.vllm.capacity import serving_capacity
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import CacheGroup
 from kvcalc.layers import Attention, CrossAttention, Latent, Mamba
-from kvcalc.layers_indexed import IndexedLatent
+from kvcalc.layers.indexed import IndexedLatent
 from kvcalc.hfconfig import spec_from_hf_config, spec_from_hf_config_file
 from kvcalc.presets import load_hardware, load_model, model_from_mapping
 
@@ -328,7 +328,7 @@ def test_engine_weights_hold_the_vision_tower(tp) -> None:
 def test_the_one_binary_search_finds_the_last_length_that_holds(lo, k, width):
     # Every "largest that fits" (plain fit, vLLM's max_model_len, latency limits) is
     # _num.largest: checked here against the threshold it must find, by construction.
-    from kvcalc import _num
+    from kvcalc.ground import num as _num
     hi = lo + width
     k = lo + k % width  # the last n that holds, in [lo, hi)
     assert _num.largest(lambda n: n <= k, lo, hi) == k

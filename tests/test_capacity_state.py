@@ -15,7 +15,7 @@ from kvcalc.serving.vllm.block_size import attention_block_size
 from kvcalc.serving.vllm.settings import GiB, EngineSettings
 from kvcalc.serving.vllm.capacity import serving_capacity
 from kvcalc.serving.vllm.state import engine_state_groups, is_hopper
-from kvcalc.dtypes import dtype
+from kvcalc.ground.dtypes import dtype
 from kvcalc.formulas.cache import cache_groups
 from kvcalc.presets import load_hardware, load_model
 

@@ -615,7 +615,7 @@ def test_deeply_nested_yaml_is_refused_in_kvcalcs_words(tmp_path, flag, opening,
 
 def test_nesting_limit_counts_block_levels_and_lets_real_files_through(tmp_path):
     from kvcalc.errors import KvcalcError
-    from kvcalc.yamlread import MAX_NESTING, parse
+    from kvcalc.ground.yamlread import MAX_NESTING, parse
 
     # 101 block mappings, each on its own line
     text = "\n".join(" " * i + f"k{i}:" for i in range(MAX_NESTING + 1)) + " 1\n"
@@ -844,7 +844,7 @@ def test_the_collector_is_off_for_start_up_and_on_for_the_command():
 def test_estimate_never_reads_a_text_signature():
     """A dataclass without a docstring gets one from inspect.signature(cls), and a record
     (init=False) has only object.__init__'s text signature: reading it compiles
-    tokenize's regexes, 13 ms of a 150 ms start. kvcalc._record names each record first."""
+    tokenize's regexes, 13 ms of a 150 ms start. kvcalc.ground.record names each record first."""
     code = ("import sys, tokenize; sys.argv = ['kvcalc', 'estimate', '--preset', 'gpt3', "
             "'--format', 'json']\nfrom kvcalc.cli import app\ntry:\n    app(prog_name='kvcalc')\n"
             "except SystemExit:\n    pass\nprint(tokenize._compile.cache_info().currsize, "

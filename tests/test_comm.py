@@ -1,8 +1,8 @@
-"""kvcalc.comm: all-reduce counts, bytes and ring time, against hand arithmetic."""
+"""kvcalc.speed.comm: all-reduce counts, bytes and ring time, against hand arithmetic."""
 
 import pytest
 
-from kvcalc.comm import (allreduce_message_bytes, allreduces_per_step, decode_allreduce,
+from kvcalc.speed.comm import (allreduce_message_bytes, allreduces_per_step, decode_allreduce,
                          ring_allreduce_s)
 from kvcalc.errors import KvcalcError
 from kvcalc.presets import load_model

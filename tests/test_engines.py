@@ -186,7 +186,7 @@ def test_per_layer_gpu_cost_is_cycles_at_the_boost_clock():
 def test_engine_time_by_hand():
     """One decode step and one prefill on a toy engine, each term by hand."""
     from kvcalc.estimate import workload_for
-    from kvcalc.latency import latency
+    from kvcalc.speed.latency import latency
     from kvcalc.presets import load_hardware, load_model
 
     spec, hw = load_model("llama2-7b"), load_hardware("a100-80gb")

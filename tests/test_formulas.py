@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvcalc.errors import KvcalcError
-from kvcalc.dtypes import DType, dtype
+from kvcalc.ground.dtypes import DType, dtype
 from kvcalc.formulas.attention import attention_step, shazeer_ratio
 from kvcalc.formulas.cache import kv_bytes_per_token_per_layer, kv_cache
 from kvcalc.formulas.params import param_counts
@@ -377,7 +377,7 @@ def test_llama3_70b_total_is_published():
 
 
 def test_decode_roofline_llama3_70b_tp4_by_hand():
-    from kvcalc.roofline import decode_roofline
+    from kvcalc.speed.roofline import decode_roofline
 
     P, b, n, tp = 70_553_706_496, 16, 8192, 4
     cost = decode_step(LLAMA3_70B, n, b, tp=tp)

@@ -29,7 +29,7 @@ from kvcalc.formulas.cache import kv_cache  # noqa: E402
 from kvcalc.formulas.params import param_counts  # noqa: E402
 from kvcalc.hfconfig import config as config_mod  # noqa: E402
 from kvcalc.hfconfig.multimodal import WRAPPERS, text_config  # noqa: E402
-from kvcalc.hfconfig.read import spec_from_hf_config  # noqa: E402
+from kvcalc.hfconfig import spec_from_hf_config  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 # The published config.json files kvcalc keeps: the tests' and the presets' own (a copy

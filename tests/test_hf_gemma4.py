@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from kvcalc.serving.vllm.blocks import kv_cache_groups
-from kvcalc.dtypes import dtype
+from kvcalc.ground.dtypes import dtype
 from kvcalc.formulas.cache import cache_groups, kv_cache
 from kvcalc.formulas.params import param_counts
 from kvcalc.hfconfig import spec_from_hf_config

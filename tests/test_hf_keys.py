@@ -32,7 +32,7 @@ transformers = pytest.importorskip("transformers")
 from kvcalc import towers  # noqa: E402
 from kvcalc.hfconfig import config as config_mod  # noqa: E402
 from kvcalc.hfconfig import multimodal  # noqa: E402
-from kvcalc.hfconfig.read import spec_from_hf_config  # noqa: E402
+from kvcalc.hfconfig import spec_from_hf_config  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "hf"
 

@@ -1,4 +1,5 @@
-"""dots.llm1, JetMoE, Command A MoE, K-EXAONE and LongCat-Flash (kvcalc/hfconfig/moe_more.py)
+"""dots.llm1, JetMoE, Command A MoE, K-EXAONE and LongCat-Flash (kvcalc/hfconfig/dots.py,
+jetmoe.py, cohere.py, exaone.py, longcat.py)
 by hand: active parameters per token from each config's numbers (top-k routed experts,
 shared experts, JetMoE's attention experts, LongCat-Flash's zero-computation experts),
 the cache per token, and `estimate` / `fit --max-model-len` on each. transformers' own
@@ -19,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvcalc.cli import app
-from kvcalc.dtypes import dtype
+from kvcalc.ground.dtypes import dtype
 from kvcalc.formulas.params import param_counts
 from kvcalc.hfconfig import spec_from_hf_config
 

@@ -3,7 +3,7 @@ keeps. The truth against transformers is tests/test_hf_truth.py (DEFAULT_CONFIGS
 
 from __future__ import annotations
 
-from kvcalc.dtypes import dtype
+from kvcalc.ground.dtypes import dtype
 from kvcalc.hfconfig import spec_from_hf_config
 
 CFG = {"model_type": "olmo_hybrid", "hidden_size": 256, "num_hidden_layers": 8,

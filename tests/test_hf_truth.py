@@ -29,8 +29,8 @@ from kvcalc.formulas.cache import kv_cache  # noqa: E402
 from kvcalc.formulas.params import param_counts  # noqa: E402
 from kvcalc.hfconfig import spec_from_hf_config, spec_from_hf_config_file  # noqa: E402
 from kvcalc.presets import presets_dir  # noqa: E402
-from kvcalc.dtypes import dtype
-from kvcalc.layers_indexed import IndexedLatent  # noqa: E402
+from kvcalc.ground.dtypes import dtype
+from kvcalc.layers.indexed import IndexedLatent  # noqa: E402
 
 # Published configs: the test data, and those behind the layered presets (shipped).
 DIRS = (Path(__file__).parent / "data" / "hf", presets_dir() / "hf")
@@ -185,7 +185,7 @@ DEFAULT_CONFIGS = {
     "granite_swa": {"num_hidden_layers": 4},
     "granitemoe_swa": {"num_hidden_layers": 4, "head_dim": 128},
     "flex_olmo": {"num_hidden_layers": 2, "head_dim": 128},  # stated: hidden_size narrows
-    # Llama with one part of its own (kvcalc/hfconfig/llama_more.py); Mellum with a sliding
+    # Llama with one part of its own (kvcalc/hfconfig/llama.py); Mellum with a sliding
     # layer and a dense one beside its class's full, sparse layers
     "bitnet": {"num_hidden_layers": 2},
     "diffllama": {"num_hidden_layers": 2},
@@ -217,7 +217,7 @@ DEFAULT_CONFIGS = {
     "llama4_text": {"num_hidden_layers": 4, "interleave_moe_layer_step": 2},
     "nemotron_h": {"layers_block_type": ["linear_attention", "moe", "full_attention", "mlp",
                                          "linear_attention", "mlp"]},
-    # state and hybrid families (kvcalc/hfconfig/state_families.py)
+    # state and hybrid families (kvcalc/hfconfig/mamba.py, liquid.py, qwen.py, lara.py)
     "mamba2": {"num_hidden_layers": 3},  # 2 would cut time_step_limit, a 2-list, too
     "bamba": {"num_hidden_layers": 4, "attn_layer_indices": [1, 3]},
     "granitemoehybrid": {"num_hidden_layers": 4, "layer_types": [
@@ -231,7 +231,7 @@ DEFAULT_CONFIGS = {
     "recurrent_gemma": {"num_hidden_layers": 3},
     "rwkv": {"num_hidden_layers": 3},
     "falcon_h1": {"num_hidden_layers": 3},
-    # 2024-2026 attention and MoE families (kvcalc/hfconfig/llama_2026.py, moe_2026.py)
+    # 2024-2026 attention and MoE families (kvcalc/hfconfig/llama.py, glm.py, ...)
     "glm": {"num_hidden_layers": 2},
     "glm4": {"num_hidden_layers": 2},
     "seed_oss": {"num_hidden_layers": 2},
@@ -258,7 +258,7 @@ DEFAULT_CONFIGS = {
     "glm_moe_dsa": {"num_hidden_layers": 4, "index_topk_freq": 2},  # layer 2 shares an indexer
     "glm4_moe_lite": {"num_hidden_layers": 3},
     "hunyuan_v1_moe": {"num_hidden_layers": 2, "head_dim": 128, "num_experts": 8, "moe_topk": 2},
-    # More MoE families (kvcalc/hfconfig/moe_more.py). Dots1Config leaves the experts None,
+    # More MoE families (kvcalc/hfconfig/dots.py, jetmoe.py, ...). Dots1Config leaves the experts None,
     # which its MoE cannot build with: a small set, and a window from layer 2 on.
     "dots1": {"num_hidden_layers": 3, "n_routed_experts": 8, "num_experts_per_tok": 2,
               "n_shared_experts": 1, "first_k_dense_replace": 1, "max_window_layers": 2},
@@ -268,10 +268,10 @@ DEFAULT_CONFIGS = {
     "exaone_moe": {"num_hidden_layers": 4},
     "jetmoe": {"num_hidden_layers": 2},
     "longcat_flash": {"num_layers": 1},
-    # Gemma 4 (kvcalc/hfconfig/gemma4.py): the class's 5 sliding : 1 full, per-layer input
+    # Gemma 4 (kvcalc/hfconfig/gemma.py): the class's 5 sliding : 1 full, per-layer input
     # embeddings; the published E2B and 26B-A4B configs show K/V sharing and experts
     "gemma4_text": {"num_hidden_layers": 6},
-    # Zamba and Zamba2 (kvcalc/hfconfig/zamba.py): shared blocks tied over the hybrid layers
+    # Zamba and Zamba2 (kvcalc/hfconfig/zyphra.py): shared blocks tied over the hybrid layers
     # (Zamba: one; here Zamba2 cycles two over three uses, with q/k/v adapters). Zamba needs
     # two hybrid layers to build; both 256 wide (the classes' 3712 and 2560 made the CPU's
     # Mamba take a minute)
@@ -280,17 +280,17 @@ DEFAULT_CONFIGS = {
     "zamba2": {"num_hidden_layers": 5, "num_mem_blocks": 2, "use_shared_attention_adapter": True,
                "hidden_size": 256,
                "layers_block_type": ["mamba", "hybrid", "mamba", "hybrid", "hybrid"]},
-    # OLMo Hybrid (kvcalc/hfconfig/olmo_hybrid.py): three Gated DeltaNet layers, then OLMo 3's
+    # OLMo Hybrid (kvcalc/hfconfig/olmo.py): three Gated DeltaNet layers, then OLMo 3's
     # attention; 256 wide (the class's 3840 made the CPU's delta rule slow)
     "olmo_hybrid": {"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4},
-    # xLSTM (kvcalc/hfconfig/recurrent.py): mLSTM blocks, 256 wide (the class's 4096 is 7B)
+    # xLSTM (kvcalc/hfconfig/xlstm.py): mLSTM blocks, 256 wide (the class's 4096 is 7B)
     "xlstm": {"num_hidden_layers": 2, "hidden_size": 256, "num_heads": 4},
-    # Ling 3 (bailing_hybrid, kvcalc/hfconfig/recurrent.py): a dense and a sparse delta layer,
+    # Ling 3 (bailing_hybrid, kvcalc/hfconfig/bailing.py): a dense and a sparse delta layer,
     # then gated MLA; 8 experts (the class's 512 are not built in seconds)
     "bailing_hybrid": {"num_hidden_layers": 3, "layer_group_size": 3, "first_k_dense_replace": 1,
                        "num_local_experts": 8, "num_experts_per_tok": 2, "n_group": 1,
                        "topk_group": 1},
-    # Older GPT-shaped decoders (kvcalc/hfconfig/gpt_older.py; CodeGen on GPT-J's reader)
+    # Older GPT-shaped decoders (kvcalc/hfconfig/gpt.py; CodeGen on GPT-J's reader)
     "codegen": {"n_layer": 2},
     "ctrl": {"n_layer": 2},
     "xglm": {"num_layers": 2},
@@ -299,7 +299,7 @@ DEFAULT_CONFIGS = {
     "persimmon": {"num_hidden_layers": 2},
     # GIT: its text decoder (the CLIP image encoder inside GitModel: a tower, not counted)
     "git": {"num_hidden_layers": 2},
-    # Gemma 3n (kvcalc/hfconfig/gemma3n.py): a sliding and a global layer, then one of each
+    # Gemma 3n (kvcalc/hfconfig/gemma.py): a sliding and a global layer, then one of each
     # sharing their K/V (the class's 4 sliding : 1 global needs 10 layers to show the same)
     "gemma3n_text": {"num_hidden_layers": 4, "num_kv_shared_layers": 2, "layer_types": [
         "sliding_attention", "full_attention"] * 2},
@@ -320,16 +320,16 @@ DEFAULT_CONFIGS = {
     # Phi-4-multimodal: Phi-3's decoder, its image and audio encoders inside the text model
     # (not counted by kvcalc: no tower formula)
     "phi4_multimodal": {"num_hidden_layers": 2},
-    # Language models of multimodal families (kvcalc/hfconfig/vlm_text.py)
+    # Language models of multimodal families (kvcalc/hfconfig/aria.py, moshi.py, llama.py)
     "aria_text": {"num_hidden_layers": 2},
     "moshi": {"num_hidden_layers": 2},
     # Mllama's language model: a self-attention and a cross-attention layer (the class's
     # pattern at 40 layers: its third of four, then every fifth)
     "mllama_text_model": {"num_hidden_layers": 2, "cross_attention_layers": [1]},
-    # LFM3 (kvcalc/hfconfig/hybrid.py): the class's conv, conv, global, conv, sliding
+    # LFM3 (kvcalc/hfconfig/liquid.py): the class's conv, conv, global, conv, sliding
     "lfm3": {"num_hidden_layers": 5},
     "youtu": {"num_hidden_layers": 2},
-    # Lara Mini (kvcalc/hfconfig/state_families.py): the class's period of five (delta, sliding,
+    # Lara Mini (kvcalc/hfconfig/lara.py): the class's period of five (delta, sliding,
     # delta, global, sliding), 128 experts (4 in the reduced copy)
     "lara_mini": {"num_hidden_layers": 5},
     # MoE with sliding/full attention and gated attention; Sarvam's two
@@ -349,11 +349,11 @@ DEFAULT_CONFIGS = {
     "hy_v3": {"num_hidden_layers": 2},  # a dense layer, then experts (4 in the reduced copy)
     "axk1": {"num_hidden_layers": 2},  # the same
     "doge": {"num_hidden_layers": 2},
-    # ZAYA1 (kvcalc/layers_cca.py): every layer CCA, its K/V beside a convolution state and
+    # ZAYA1 (kvcalc/layers/cca.py): every layer CCA, its K/V beside a convolution state and
     # the previous token's delayed values; a sliding layer too (the class has none)
     "zaya": {"num_hidden_layers": 2, "sliding_window": 64,
              "layer_types": ["hybrid", "hybrid_sliding"]},
-    # MiniMax-M3 (kvcalc/hfconfig/moe_indexed.py): the class has no sparse layer and no dense
+    # MiniMax-M3 (kvcalc/hfconfig/minimax.py): the class has no sparse layer and no dense
     # MLP: a dense full layer, then a sparse (indexer) layer with experts
     "minimax_m3_vl_text": {"num_hidden_layers": 2,
                            "layer_types": ["full_attention", "minimax_m3_sparse"],
@@ -374,12 +374,12 @@ DEFAULT_CONFIGS = {
     # vision and audio towers apart (not compared: no tower formula)
     "inkling_mm_model": {"text_config": {"num_hidden_layers": 2, "local_layer_ids": [0],
                                          "dense_mlp_idx": 1}},
-    # dots.llm3 (kvcalc/hfconfig/moe_indexed.py): two DSA layers (the first dense), then a
+    # dots.llm3 (kvcalc/hfconfig/dots.py): two DSA layers (the first dense), then a
     # sliding MLA layer of its own geometry (per_layer_config)
     "dots3_note_text": {"num_hidden_layers": 3},
     # its multimodal wrapper: the language model counted, the vision and audio towers apart
     # (not compared: one dense layer each, as their 42 + 32 take seconds to build on meta)
-    # Qwen4-Exp (kvcalc/hfconfig/state_families.py): three Gated DeltaNet layers, then a QSA
+    # Qwen4-Exp (kvcalc/hfconfig/qwen.py): three Gated DeltaNet layers, then a QSA
     # layer. Its class lays out indexed layers but leaves the indexer's fields None, which
     # the indexer cannot build with (token_budget // compress_ratio), and rotates all 256
     # of a head's elements, which validate_architecture refuses beside a 128-wide index
@@ -420,7 +420,7 @@ DEFAULT_CONFIGS = {
     "dots3_note": {"text_config": {"num_hidden_layers": 3},
                    "vision_config": {"num_hidden_layers": 1, "pyramid_num_routed": [-1]},
                    "audio_config": {"num_hidden_layers": 1}},
-    # MusicGen (kvcalc/hfconfig/audio.py): the decoder of the composite config, beside its T5
+    # MusicGen (kvcalc/hfconfig/musicgen.py): the decoder of the composite config, beside its T5
     # text encoder and EnCodec codec (not counted); four codebooks' tables and heads, every
     # layer cross-attending (the harness hands it seq_len encoder states). Melody: the
     # conditioning prepended, no cross-attention
@@ -429,10 +429,10 @@ DEFAULT_CONFIGS = {
     # MOSS-Transcribe-Diarize: Qwen3 (its class's own sizes) beside a Whisper-style audio
     # encoder (the tower test below)
     "moss_transcribe_diarize": {"text_config": {"num_hidden_layers": 2}},
-    # HY V4 (kvcalc/hfconfig/moe_indexed.py): a dense layer running its own indexer, then
+    # HY V4 (kvcalc/hfconfig/hunyuan.py): a dense layer running its own indexer, then
     # experts on a layer that shares its choice (no indexer, no indexer cache)
     "hy_v4": {"num_hidden_layers": 2, "indexer_types": ["full", "shared"]},
-    # DeepSeek-V4 (kvcalc/hfconfig/deepseek_v4.py): a sliding-only layer (the class has none),
+    # DeepSeek-V4 (kvcalc/hfconfig/deepseek.py): a sliding-only layer (the class has none),
     # then HCA and CSA; the first three route by token id, the last by top-k
     "deepseek_v4": {"num_hidden_layers": 4, "layer_types": [
         "sliding_attention", "heavily_compressed_attention", "compressed_sparse_attention",
@@ -536,7 +536,7 @@ def test_every_model_type_kvcalc_reads_is_held_to_transformers():
     """Each model_type kvcalc reads has a published config here or is built from its
     configuration class's defaults above, its own or its multimodal wrapper's (DBRX's class
     defaults cannot build a model: its published config stands for it)."""
-    from kvcalc.hfconfig.families import FAMILIES
+    from kvcalc.hfconfig import READER_MODULE
     from kvcalc.hfconfig.multimodal import WRAPPERS
 
     kept = set()
@@ -547,7 +547,7 @@ def test_every_model_type_kvcalc_reads_is_held_to_transformers():
             kept.add(cfg["text_config"].get("model_type"))
     # a wrapper's class-default config holds its language model's family too (Emu3's)
     kept |= {WRAPPERS[m] for m in DEFAULT_CONFIGS if m in WRAPPERS}
-    assert not set(FAMILIES) - kept - set(DEFAULT_CONFIGS)
+    assert not set(READER_MODULE) - kept - set(DEFAULT_CONFIGS)
 
 
 WRAPPER_DEFAULTS = ("llava", "gemma3", "mistral3", "qwen2_5_vl", "llama4", "fuyu", "got_ocr2",

@@ -4,7 +4,7 @@ release pages it. The truth against transformers is tests/test_hf_truth.py."""
 from __future__ import annotations
 
 from kvcalc.serving.vllm.state import unpaged_kinds
-from kvcalc.dtypes import dtype
+from kvcalc.ground.dtypes import dtype
 from kvcalc.formulas.cache import cache_groups
 from kvcalc.formulas.params import param_counts
 from kvcalc.hfconfig import spec_from_hf_config

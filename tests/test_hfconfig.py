@@ -511,6 +511,33 @@ def test_input_dict_is_not_modified():
     assert cfg == before
 
 
+def test_the_table_of_reader_modules_is_the_modules_own_registration():
+    """kvcalc.hfconfig.READER_MODULE, written out so that reading a config imports its
+    family alone, names for each model_type the module whose READERS reads it: every
+    module's READERS are in it under that module, its CLASS_DEFAULTS only for model_types
+    it reads, and the wrappers are multimodal's."""
+    import importlib
+    import pkgutil
+
+    from kvcalc import hfconfig
+    from kvcalc.hfconfig.multimodal import WRAPPERS
+
+    registered = {}
+    for info in pkgutil.iter_modules(hfconfig.__path__):
+        module = importlib.import_module(f"kvcalc.hfconfig.{info.name}")
+        readers = getattr(module, "READERS", None)
+        if readers is None:
+            continue
+        assert set(module.CLASS_DEFAULTS) <= set(readers), info.name
+        for model_type in readers:
+            assert model_type not in registered, (model_type, registered.get(model_type))
+            registered[model_type] = info.name
+    assert registered == hfconfig.READER_MODULE
+    assert set(WRAPPERS) == hfconfig._WRAPPER_TYPES
+    assert not set(WRAPPERS) & set(registered)
+    assert sorted(hfconfig.SUPPORTED_MODEL_TYPES) == sorted([*registered, *WRAPPERS])
+
+
 def test_no_heavy_imports():
     code = ("import sys, kvcalc.hfconfig; "
             "bad = [m for m in ('torch', 'pandas', 'transformers') if m in sys.modules]; "
@@ -584,6 +611,12 @@ def test_huge_layer_counts_are_refused_before_any_list_is_built(model_type, laye
     if model_type == "blt":  # its stacks' depths are in their sub-configs
         for sub in ("encoder_config", "decoder_config", "global_config", "patcher_config"):
             cfg[sub] = {"num_hidden_layers": layers}
+    # the readers are imported on first use: import them all before the clock and the
+    # tracer start, which measure the refusal
+    from kvcalc import hfconfig
+    from kvcalc.hfconfig import architectures, fallback, multimodal  # noqa: F401
+
+    hfconfig.readers()
     tracemalloc.start()
     start = time.perf_counter()
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvcalc.errors import KvcalcError
-from kvcalc.latency import latency, max_batch_for_slo
+from kvcalc.speed.latency import latency, max_batch_for_slo
 from kvcalc.spec import Hardware, ModelSpec
 from kvcalc.workload import Workload
 

@@ -1,4 +1,4 @@
-"""kvcalc._num.exact_ratio reads a number as fractions.Fraction(str(value)) does (the
+"""kvcalc.ground.num.exact_ratio reads a number as fractions.Fraction(str(value)) does (the
 truth here), without importing fractions at start-up. Its grammar is Python 3.11's on
 every version: Fraction took underscores between digits only from 3.11 on, so on 3.10
 texts with one are held to 3.11's reading by the published examples alone."""
@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import pytest
 
-from kvcalc._num import MAX_EXPONENT, exact_ratio
+from kvcalc.ground.num import MAX_EXPONENT, exact_ratio
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import assume, given, strategies as st  # noqa: E402

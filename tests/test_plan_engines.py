@@ -17,7 +17,7 @@ import yaml
 from typer.testing import CliRunner
 
 from kvcalc.cli import app
-from kvcalc.plan_engines import engine_plan
+from kvcalc.plan.engines import engine_plan
 from kvcalc.presets import load_hardware, load_model
 from kvcalc.serving import engine_ref
 

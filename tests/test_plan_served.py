@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from kvcalc.cli import app
 from kvcalc.engines import load_engine
 from kvcalc.plan import plan, serve_command
-from kvcalc.plan_engines import engine_plan
+from kvcalc.plan.engines import engine_plan
 from kvcalc.presets import load_hardware, load_model
 from kvcalc.served import Load, bench
 from kvcalc.serving import engine_ref

@@ -518,7 +518,7 @@ def test_the_index_holds_what_the_yaml_says():
     import zlib
 
     from kvcalc import presets
-    from kvcalc.yamlread import parse
+    from kvcalc.ground.yamlread import parse
 
     index = marshal.loads(presets.build_index())
     files = sorted(presets.presets_dir().glob("*/*.yaml"))

@@ -1,4 +1,4 @@
-"""kvcalc._record.record against the standard library's dataclass it stands in for."""
+"""kvcalc.ground.record.record against the standard library's dataclass it stands in for."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 
 
 def _fields(cls):

@@ -24,10 +24,10 @@ from kvcalc.errors import KvcalcError
 from kvcalc.presets import load_hardware, load_model
 from kvcalc.quant.formats import Quantization, adhoc
 from kvcalc.quant.weights import weight_bytes
-from kvcalc.dtypes import weight_dtype
+from kvcalc.ground.dtypes import weight_dtype
 from kvcalc.spec import ModelSpec
 from kvcalc.sweep.grammar import parse_spec
-from kvcalc.units import count
+from kvcalc.ground.units import count
 
 ROOT = Path(__file__).resolve().parent.parent
 

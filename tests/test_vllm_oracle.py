@@ -150,7 +150,7 @@ def test_kda_and_lightning_pages_as_vllm_sizes_them(tp: int, ssm: str) -> None:
         MambaStateDtypeCalculator as Dtypes, MambaStateShapeCalculator as Shapes)
 
     from kvcalc.serving.vllm.state import engine_state_groups
-    from kvcalc.dtypes import dtype
+    from kvcalc.ground.dtypes import dtype
     from kvcalc.formulas.cache import CacheGroup
     from kvcalc.layers import KimiDelta, Lightning
 

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from kvcalc.dtypes import DTYPES
+from kvcalc.ground.dtypes import DTYPES
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import Hardware
 from kvcalc.workload import Memory, Workload

@@ -107,7 +107,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         --concurrency 1,8,64 --input-len 1024 --output-len 128`.
 
         With --against RESULT.json, a real run's file instead: every metric it measured
-        beside kvcalc's prediction of that run (kvcalc.served_against).
+        beside kvcalc's prediction of that run (kvcalc.served.against).
         """
         from kvcalc.report.render import Tab, deliver
         from kvcalc.cli.speed import memory_engine
@@ -196,7 +196,7 @@ def _against(path, spec, hardware, *, engine, tp, input_len, output_len, concurr
     """`bench --against`: the file's runs beside kvcalc's, rendered."""
     from kvcalc.report.render import Tab, deliver
     from kvcalc.served import METRICS
-    from kvcalc.served_against import against as compare
+    from kvcalc.served.against import against as compare
 
     if concurrency is not None and request_rate is not None:
         raise KvcalcError("--concurrency (closed loop) and --request-rate (open loop) "

@@ -183,7 +183,7 @@ def _failure_items(parsed, gpu: Optional[str], notes: list) -> list:
 def _read_log(path: Path) -> str:
     import sys
 
-    from kvcalc.inputfile import MAX_INPUT_BYTES, read_text
+    from kvcalc.ground.inputfile import MAX_INPUT_BYTES, read_text
 
     if str(path) == "-":
         data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
@@ -216,7 +216,7 @@ def _model(given: Optional[str], logged: Optional[str]):
 
 def _items(result) -> list:
     from kvcalc.report.render import Tab
-    from kvcalc.report.units import human_bytes
+    from kvcalc.ground.units import human_bytes
 
     def shown(t, value) -> str:
         if t.unit == "bytes":

@@ -62,7 +62,7 @@ def _slo(est, *, ttft_ms, tpot_ms, mfu, bandwidth_efficiency, seq_len=None, limi
             raise KvcalcError(f"{flag} must be a positive number of milliseconds, got {value}")
     from dataclasses import replace
 
-    from kvcalc.latency import max_batch_for_slo
+    from kvcalc.speed.latency import max_batch_for_slo
 
     workload = est.workload if seq_len is None else replace(est.workload, seq_len=seq_len)
     return max_batch_for_slo(
@@ -79,7 +79,7 @@ def _engine_fit(request, ref, given, *, fmt, output, force, seq_len, kv_dtype, w
                 acceptance_rate=None) -> None:
     """`kvcalc fit --engine sglang|tensorrt-llm`: that engine's own start-up count, the
     floor beside it."""
-    from kvcalc import units
+    from kvcalc.ground import units
     from kvcalc.serving.vllm.settings import settings_for
     from kvcalc.cli import engine_flags as ef
     from kvcalc.estimate import approximate_fields, weights_source

@@ -487,7 +487,9 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                    "kv_needed_bytes": v.kv_needed_bytes, "shortfall_bytes": v.shortfall_bytes,
                    "refusal": v.refusal, "fixes": v.as_dict()["fixes"]}
         if engine:
-            obj = {**_capacity_dict(est, v.capacity), **verdict}
+            from kvcalc.serving.vllm.verdict import fit_fields
+
+            obj = {**fit_fields(est, v.capacity, approximate_fields(est.spec)), **verdict}
         else:
             obj = {"model": est.spec.name, **approximate_fields(est.spec),
                    "gpu": est.hardware.name, "seq_len": est.seq_len,
@@ -505,42 +507,19 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             speed.resolve(speed_engine, est.hardware), mfu, bandwidth_efficiency)
         if timed is not None:
             obj["speculative_time"] = timed
-        tier = _vllm_host_tier(est, side)
+        from kvcalc.report.offload import host_tier_tables
+        from kvcalc.serving.offload import vllm_host_tier
+
+        tier = vllm_host_tier(est, side)
         if tier is not None:
             obj["host_tier"] = tier.as_dict()
             obj["fits"] = obj["fits"] and not tier.refusal
         write(fmt, output, force, lambda: obj, lambda: [flatten(obj)],
               lambda: [capacity_table(est, slo, "--max-model-len" if engine else "--seq-len"),
                        *([timed_tab] if timed_tab is not None else []),
-                       *_tier_tables(tier)])
+                       *host_tier_tables(tier)])
         if not v.serves or (tier is not None and tier.refusal):
             raise typer.Exit(1)  # a valid question answered no (bad input exits 2)
-
-
-def _vllm_host_tier(est, side: dict):
-    """vLLM's host tier from --kv-offloading-size beside the count `est` made (None: not
-    asked), sized per block as the count cut its blocks."""
-    from kvcalc.serving import engine_ref
-    from kvcalc.serving.offload import PoolFacts, host_tier, offload_given
-
-    if not offload_given(side):
-        return None
-    cap = est.verdict.capacity
-    s = est.verdict.settings
-    facts = PoolFacts(engine=engine_ref(f"vllm@{s.vllm_version}"), tp=s.tp, pp=s.pp,
-                      page_size=cap.block_size or 0,
-                      bytes_per_token=sum(p.layers * p.group.token_bytes for p in cap.groups),
-                      kv_cache_tokens=cap.kv_cache_tokens or 0,
-                      bytes_per_block=cap.deciding.bytes_per_block)
-    return host_tier(facts, side, mla=est.spec.mla is not None)
-
-
-def _tier_tables(tier) -> list:
-    if tier is None:
-        return []
-    from kvcalc.report.offload import host_tier_table
-
-    return [host_tier_table(tier)]
 
 
 PLAIN_FIT_LEAVES_OUT = (
@@ -551,7 +530,7 @@ PLAIN_FIT_LEAVES_OUT = (
 
 def _length(text: str | None) -> int | None:
     """--max-model-len: tokens (vLLM's suffixes), or AUTO for auto / -1."""
-    from kvcalc import units
+    from kvcalc.ground import units
     from kvcalc.serving.vllm.verdict import check_length
 
     if text is None:
@@ -589,31 +568,6 @@ def _serving(*, pp, utilization, block_size, batched, seqs, enforce_eager, vllm_
 def _vllm_allows_long_max_model_len() -> bool:
     """vLLM's switch (vllm/envs.py): "1" or "true", any case."""
     return os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0").strip().lower() in ("1", "true")
-
-
-def _capacity_dict(est, cap) -> dict:
-    from kvcalc.estimate import approximate_fields
-    from kvcalc.serving.vllm.verdict import layout_fields
-
-    s = cap.settings
-    util_num, util_den = s.utilization
-    return {
-        "model": est.spec.name, **approximate_fields(est.spec), "gpu": cap.hardware, "tp": s.tp, "pp": s.pp,
-        **layout_fields(s, cap),
-        "max_model_len": s.max_model_len, "gpu_memory_utilization": util_num / util_den,
-        "block_size": cap.block_size, "max_num_batched_tokens": cap.max_num_batched_tokens,
-        "max_num_seqs": cap.max_num_seqs, "kv_dtype": est.kv_dtype.name,
-        "weight_quantization": (est.stored.label or None) if est.stored else None,
-        "vllm_version": s.vllm_version, "engine": s.engine,
-        "kv_cache_tokens": cap.kv_cache_tokens, "num_gpu_blocks": cap.num_gpu_blocks,
-        "max_concurrency": cap.max_concurrency, "max_model_len_fit": cap.max_model_len_fit,
-        "memory": cap.memory,
-        **({"speculative": cap.draft} if cap.draft else {}),
-        **({"lora": {"enable_lora": True, "max_loras": s.max_loras or 1,
-                     "max_lora_rank": s.max_lora_rank or 16, "lora_bytes": cap.lora_bytes}}
-           if s.enable_lora else {}),
-        "notes": list(cap.notes),
-    }
 
 
 def _reductions(base, other) -> dict:

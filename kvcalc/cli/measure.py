@@ -269,7 +269,7 @@ def _emit_tp(result, fmt, output, force) -> None:
 
 def _tp_tab(result):
     from kvcalc.report.render import Tab
-    from kvcalc.report.units import human_count, human_rate
+    from kvcalc.ground.units import human_count, human_rate
 
     columns = ["tp", "rank", "q / kv heads", "KV held", "median", "predicted", "all-reduce",
                "AR predicted", "AR bytes", "step (slowest rank)", "bound"]
@@ -315,8 +315,7 @@ def _sizes(text: Optional[str], flag: str, sweep: bool) -> list[int]:
         if "," in text or ":" in text:
             raise KvcalcError(f"{flag} takes one value (got {quoted(text)}); add --sweep for a "
                               "SPEC")
-        from kvcalc import units
-
+        from kvcalc.ground import units
         return [units.count(text, flag)]  # 32k = 32,000, 32K = 32,768 (vLLM's suffixes)
     from kvcalc.sweep.grammar import parse_spec
 
@@ -363,7 +362,7 @@ def _model_fields(preset, heads, kv_heads, head_dim, d_model) -> dict[str, Any]:
 def _dtype_name(name: Optional[str]) -> Optional[str]:
     if name is None:
         return None
-    from kvcalc.dtypes import dtype
+    from kvcalc.ground.dtypes import dtype
 
     return dtype(name).name  # accepts aliases (bfloat16, float32, half ...)
 
@@ -405,7 +404,7 @@ def _run_with_progress(run, config):
 
 
 def _fmt_s(value) -> str:
-    from kvcalc.report.units import human_seconds
+    from kvcalc.ground.units import human_seconds
 
     return "-" if value is None else human_seconds(value)
 
@@ -416,7 +415,7 @@ def _fmt_ratio(value, digits: int = 2) -> str:
 
 def _measure_tab(result):
     from kvcalc.report.render import Tab
-    from kvcalc.report.units import human_count, human_rate
+    from kvcalc.ground.units import human_count, human_rate
 
     rows = result.rows
     compare = any(r["predicted_speedup_vs_mha"] is not None for r in rows)

@@ -30,7 +30,7 @@ def _device(name: str):
 
 def _dtype(name: Optional[str], device) -> str:
     """--dtype, canonical; the device's default (measure's DEFAULTS) when not given."""
-    from kvcalc.dtypes import dtype
+    from kvcalc.ground.dtypes import dtype
     from kvcalc.measure.config import DEFAULTS, MEASURE_DTYPES
 
     if name is None:
@@ -87,8 +87,8 @@ def model_rows(spec, device, dtype: str, seq_len: int, batch: int, hardware, war
     """One row: the measured decode step of `spec` and estimate's prediction on `hardware`."""
     import torch
 
-    from kvcalc.dtypes import dtype as _dt
-    from kvcalc.latency import latency
+    from kvcalc.ground.dtypes import dtype as _dt
+    from kvcalc.speed.latency import latency
     from kvcalc.measure import ceilings as ceil_mod
     from kvcalc.measure.model_step import check_dense, decode_call, step_bytes
     from kvcalc.measure.timing import time_calls
@@ -99,7 +99,7 @@ def model_rows(spec, device, dtype: str, seq_len: int, batch: int, hardware, war
     need = step_bytes(spec, batch, seq_len, torch.empty((), dtype=tdtype).element_size())
     free = ceil_mod.free_bytes(device)
     if need > 0.85 * free:
-        from kvcalc.report.units import human_count
+        from kvcalc.ground.units import human_count
 
         raise KvcalcError(f"--step model: {spec.name} at batch {batch} x {seq_len:,} tokens needs "
                           f"{human_count(need, 'B')} of weights and cache; "
@@ -195,7 +195,7 @@ def model_command(preset: Optional[str], device: str, dtype: Optional[str],
 
 def _model_tab(rows: list[dict]):
     from kvcalc.report.render import Tab
-    from kvcalc.report.units import human_count, human_seconds
+    from kvcalc.ground.units import human_count, human_seconds
 
     body = []
     for r in rows:
@@ -240,7 +240,7 @@ def mixed_command(preset: Optional[str], config: Optional[Path], device: str,
     spec = model_spec(preset, config, "--step mixed")
     check_dense(spec, "--step mixed")
     if dtype is not None:
-        from kvcalc.dtypes import dtype as _dt
+        from kvcalc.ground.dtypes import dtype as _dt
         from kvcalc.measure.config import MEASURE_DTYPES
 
         canonical = _dt(dtype).name
@@ -265,7 +265,7 @@ def mixed_command(preset: Optional[str], config: Optional[Path], device: str,
 
 def _mixed_tab(result):
     from kvcalc.report.render import Tab
-    from kvcalc.report.units import human_count, human_rate, human_seconds
+    from kvcalc.ground.units import human_count, human_rate, human_seconds
 
     def pair(decode, prefill, fmt=human_seconds):
         return f"{fmt(decode)} + {fmt(prefill)}"

@@ -17,10 +17,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvcalc._record import record
-from kvcalc import units
+from kvcalc.ground.record import record
+from kvcalc.ground import units
 from kvcalc.errors import KvcalcError, quoted
-from kvcalc.dtypes import DTYPES, MAX_LAYERS, MAX_WIDTH, check_size
+from kvcalc.ground.dtypes import DTYPES, MAX_LAYERS, MAX_WIDTH, check_size
 from kvcalc.spec import Hardware, ModelSpec
 
 DEFAULT_GPU = "h100-sxm"
@@ -95,7 +95,7 @@ def parse_size(text: str, flag: str = "--reserve") -> int:
 
     Units: B, kB, MB, GB, TB, PB, EB (powers of 1000) and KiB ... EiB (powers of
     1024), any case. A one-letter unit is read as vLLM reads --kv-cache-memory-bytes
-    (kvcalc.units): k, m, g, t are powers of 1000 and K, M, G, T powers of 1024, so
+    (kvcalc.ground.units): k, m, g, t are powers of 1000 and K, M, G, T powers of 1024, so
     2G = 2GiB and 2g = 2GB; an uppercase letter takes whole numbers only. The size is
     judged from the digits and the exponent before the number is built, so
     '1e999999999' is refused at once.

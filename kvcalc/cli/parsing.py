@@ -16,12 +16,12 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from kvcalc import units
+from kvcalc.ground import units
 from kvcalc.errors import KvcalcError, quoted
 
 # What a whole-number flag counts, for messages: "--layers expects a whole number
 # of layers". Token and sequence counts (--seq-len, --batch ...) are read by
-# kvcalc.units, which also takes vLLM's suffixes (32k, 32K).
+# kvcalc.ground.units, which also takes vLLM's suffixes (32k, 32K).
 UNITS = {
     "--tp": "devices", "--kv-scale-bytes": "bytes", "--layers": "layers",
     "--heads": "query heads", "--kv-heads": "K/V heads", "--head-dim": "elements per head",
@@ -55,7 +55,7 @@ def _read(kind: Any, flag: str, value: Any) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         text = str(value).strip()
-        if flag in units.COUNTS:  # 32k, 128K: vLLM's suffixes (kvcalc.units)
+        if flag in units.COUNTS:  # 32k, 128K: vLLM's suffixes (kvcalc.ground.units)
             return units.count(text, flag)
         unit = UNITS.get(flag)
         what = f"a whole number of {unit}" if unit else "a whole number"
@@ -108,7 +108,7 @@ class OptionProblem(Exception):
 
 def reader(kind: Any, flag: str):
     """The `parser=` plain_options gives a `kind` option: kvcalc's words, vLLM's suffixes
-    for the count flags of kvcalc.units."""
+    for the count flags of kvcalc.ground.units."""
     def parse(value: Any) -> Any:
         try:
             return _read(kind, flag, value)

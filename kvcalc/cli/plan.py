@@ -175,8 +175,8 @@ def _max_model_len(text: Optional[str]):
         return None
     if text.strip().lower() == "auto":
         return "auto"
-    from kvcalc.dtypes import MAX_SEQ_LEN, check_size
-    from kvcalc.units import count
+    from kvcalc.ground.dtypes import MAX_SEQ_LEN, check_size
+    from kvcalc.ground.units import count
 
     value = count(text, "--max-model-len")
     check_size("--max-model-len", value, MAX_SEQ_LEN)
@@ -199,7 +199,7 @@ def _vllm_terms(text: str | None, hardware):
 
 def _served_name(request: ModelRequest) -> Optional[str]:
     """The name `vllm serve` takes for MODEL: a Hub id or a folder as written; None for a
-    preset or a config file (the preset's Hub id, kvcalc.plan.hub_id)."""
+    preset or a config file (the preset's Hub id, kvcalc.model_source.hub_id)."""
     from kvcalc import presets
 
     text = request.model
@@ -242,7 +242,7 @@ def _compare(refs, spec, hardware, *, fmt, output, force, gpus, max_model_len, c
              prompt_len, output_len, ttft_ms, tpot_ms, model, vllm_version, learnt) -> None:
     """Each engine's best layout and launch line; the winner by tokens/s per GPU first."""
     from kvcalc.plan import NothingFits, plan as run_plan
-    from kvcalc.plan_engines import engine_plan
+    from kvcalc.plan.engines import engine_plan
     from kvcalc.report.plan import engines_items
     from kvcalc.report.render import deliver
 

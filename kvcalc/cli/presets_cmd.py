@@ -66,7 +66,7 @@ def _raw_yaml(name: str) -> tuple[str, str, str]:
     """(kind, file stem, text) of a preset file, found as --preset and --gpu find it."""
     from kvcalc import presets
     from kvcalc.engines import engine_names
-    from kvcalc.inputfile import read_text
+    from kvcalc.ground.inputfile import read_text
 
     for kind, names in (("models", presets.model_names()), ("hardware", presets.hardware_names()),
                         ("engines", engine_names())):
@@ -82,7 +82,7 @@ def _listing(models: list[dict], hardware: list[dict]) -> list:
     """The two tables `kvcalc presets` draws: short columns that fit 80 columns (each
     preset's source is in `kvcalc presets show NAME` and in --format json/csv)."""
     from kvcalc.report.render import Tab
-    from kvcalc.report.units import human_bytes
+    from kvcalc.ground.units import human_bytes
 
     def cell(value) -> str:
         return "-" if value is None else str(value)
@@ -114,15 +114,17 @@ def _listing(models: list[dict], hardware: list[dict]) -> list:
 
 def _family_rows() -> list[dict]:
     """Each model_type --config reads, with the first line of its adapter's description."""
-    from kvcalc.hfconfig.families import FAMILIES, SUPPORTED_MODEL_TYPES
+    from kvcalc.hfconfig import SUPPORTED_MODEL_TYPES, readers
     from kvcalc.hfconfig.multimodal import WRAPPERS
+
+    read_by = readers()
 
     rows = []
     for model_type in sorted(SUPPORTED_MODEL_TYPES):
         if model_type in WRAPPERS:
             what = f"multimodal: text_config as {WRAPPERS[model_type]}, vision tower apart"
         else:
-            doc = (FAMILIES[model_type].__doc__ or "").strip()
+            doc = (read_by[model_type].__doc__ or "").strip()
             what = doc.split(": ")[0].split(". ")[0]
             what = " ".join(what.split())
         rows.append({"model_type": model_type, "read_as": what})

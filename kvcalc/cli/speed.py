@@ -58,7 +58,7 @@ def resolve(engine, hardware):
 
 def shares(mfu, bandwidth_efficiency) -> tuple:
     """--mfu and --bandwidth-efficiency, their defaults where not given."""
-    from kvcalc.latency import DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_MFU
+    from kvcalc.speed.latency import DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_MFU
 
     return (DEFAULT_MFU if mfu is None else mfu,
             DEFAULT_BANDWIDTH_EFFICIENCY if bandwidth_efficiency is None else bandwidth_efficiency)

@@ -17,7 +17,7 @@ import typer
 from kvcalc.cli.parsing import command
 
 from kvcalc.errors import KvcalcError
-from kvcalc.units import SUFFIX_HELP
+from kvcalc.ground.units import SUFFIX_HELP
 from kvcalc.cli.options import (
     DEFAULT_GPU,
     DEFAULT_SEQ_LEN,

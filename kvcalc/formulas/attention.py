@@ -7,9 +7,9 @@ Source: Shazeer 2019, "Fast Transformer Decoding: One Write-Head is All You Need
 
 from __future__ import annotations
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.dtypes import MAX_BATCH, MAX_SEQ_LEN, MAX_WIDTH, DType, check_size
+from kvcalc.ground.dtypes import MAX_BATCH, MAX_SEQ_LEN, MAX_WIDTH, DType, check_size
 from kvcalc.formulas.cache import as_dtype
 from kvcalc.layers import Attention
 

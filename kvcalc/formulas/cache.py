@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.dtypes import MAX_BATCH, MAX_SEQ_LEN, MAX_TP, DType, check_size, dtype as _dtype
+from kvcalc.ground.dtypes import MAX_BATCH, MAX_SEQ_LEN, MAX_TP, DType, check_size, dtype as _dtype
 from kvcalc.spec import ModelSpec
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from kvcalc._record import record
-from kvcalc.dtypes import MAX_TP, check_size
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import MAX_TP, check_size
 from kvcalc.spec import ModelSpec
 
 

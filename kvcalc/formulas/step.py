@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from kvcalc import _num
-from kvcalc._record import record
-from kvcalc.dtypes import DType
+from kvcalc.ground import num as _num
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import DType
 from kvcalc.formulas.cache import as_dtype, cache_groups, check_axes, kv_cache
 from kvcalc.formulas.params import (param_counts, repeated_pass_params,
                                     weight_params_per_device)

@@ -3,7 +3,7 @@ BltForCausalLM (`modeling_blt.py`, `configuration_blt.py`): a local encoder over
 global transformer over patches of bytes, a local decoder over bytes, and the entropy
 model (`patcher`) that draws the patch boundaries.
 
-The caches are the local stacks' (kvcalc.layers_bytes): each encoder and decoder layer
+The caches are the local stacks' (kvcalc.layers.bytes): each encoder and decoder layer
 keeps every byte's K/V, so the cache is a function of the byte count alone, whatever the
 patching; the global transformer, the byte-patch cross-attention and the patcher are run
 again at every step on what they are given and cache nothing. kvcalc's layers are the
@@ -15,10 +15,12 @@ step reads its bytes' rows.
 
 from __future__ import annotations
 
-from kvcalc.hfconfig.build import flat_fields, with_runs
-from kvcalc.hfconfig.config import MISSING, Config, describe
+from typing import Any, Callable
+
+from kvcalc.hfconfig.config import MISSING, Config, describe, flat_fields, with_runs
 from kvcalc.layers import Dense, Layer
-from kvcalc.layers_bytes import ByteAttention
+from kvcalc.layers.bytes import ByteAttention
+
 
 # Each sub-config class's defaults (transformers 5.24, configuration_blt.py), which an
 # absent sub-config or field takes: hidden_size, heads, layers, intermediate_size (None:
@@ -29,6 +31,8 @@ _SUB_DEFAULTS = {
     "global_config": (2048, 16, 25, 5632),
     "patcher_config": (768, 12, 14, 2048),
 }
+
+
 _HASH_GROUPS = [3, 4, 5, 6, 7, 8]  # BltConfig: encoder_hash_byte_group_size None -> these
 
 
@@ -41,7 +45,7 @@ class _Stack:
             sub = {}  # the sub-config class's defaults
         elif not isinstance(sub, dict):
             raise c.error(f"field {key!r} must be an object, got {describe(sub)}")
-        self.c = Config(sub, c.model_type, f"{c.where} ({key})")
+        self.c = c.over(sub, f"{c.where} ({key})")
         hidden, heads, layers, d_ff = _SUB_DEFAULTS[key]
         self.hidden = self.c.opt_int("hidden_size", hidden)
         self.heads = self.c.opt_int("num_attention_heads", heads)
@@ -128,3 +132,14 @@ def blt(c: Config) -> dict:
                                 "FLOPs not counted; the hashed n-gram embeddings "
                                 f"({hash_rows:,} rows) as a lookup table"])
     return with_runs(fields, layer_list)
+
+
+# model_type -> its reader, the first sentence of whose docstring `kvcalc presets
+# --families` shows (kvcalc.hfconfig.READER_MODULE names this module for each)
+READERS: dict[str, Callable[[Config], dict]] = {
+    "blt": blt,
+}
+
+# What each configuration class fills in for a field config.json leaves out, where
+# that differs from what an absent field means to the reader (Config.raw)
+CLASS_DEFAULTS: dict[str, dict[str, Any]] = {}

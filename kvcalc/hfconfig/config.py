@@ -1,17 +1,28 @@
-"""Typed access to one config.json dict: each field read as its config class reads it,
-and every error names the field (and the model_type when one is missing).
+"""Typed access to one config.json dict, and the building blocks the family readers share.
 
-`MISSING` is what `Config.raw` returns for an absent field, so that absent and null
-(`None`) stay apart: several config classes default the two differently.
+`Config` reads each field as its config class reads it, and every error names the field
+(and the model_type when one is missing); a field config.json leaves out is the family's
+class default where the family's module lists one (its CLASS_DEFAULTS). `MISSING` is what
+`Config.raw` returns for an absent field, so that absent and null (`None`) stay apart:
+several config classes default the two differently.
+
+What a reader returns is ModelSpec's keyword fields, and for a model described layer by
+layer the runs too. A family read into flat fields alone (windows, MLA and experts as
+ModelSpec.uniform takes them) has its layers built by ModelSpec.uniform, and a flag may
+reshape it later; one whose layers differ lists them, and `with_runs` compresses them.
+`decoder`, `experts_only`, `dense_then_moe` and `sparse_layers` are the layer stacks
+several families build alike.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable, Mapping
 
-from kvcalc.dtypes import MAX_LAYERS, MAX_WIDTH
+from kvcalc.ground.dtypes import MAX_LAYERS, MAX_WIDTH
 from kvcalc.errors import KvcalcError
+from kvcalc.layers import Attention, Dense, Latent, Layer, MoE
+from kvcalc.spec import compress
 
 MISSING = object()
 
@@ -56,301 +67,43 @@ CORE_FIELDS = frozenset({
     "attention_heads", "dff"})
 
 
-# Fields a family's transformers configuration class fills in with a number of its own
-# when config.json leaves them out (transformers 5.24, `configuration_<family>.py`), where
-# that number is not what an absent field means to kvcalc's reader for the family: read
-# as if config.json stated it (Config.raw). Null keeps its meaning (no q LoRA, no experts,
-# one K/V head per query head), and a class default of None adds nothing. Not here, and
-# still refused when absent: the sizes every saved config.json carries (CORE_FIELDS),
-# whose class default is one checkpoint's shape (a Llama-7B) rather than the model's.
-# tests/test_hf_defaults.py holds every field kvcalc reads, for every model_type it reads,
-# to the class's own value.
-CLASS_DEFAULTS = {
-    ("deepseek_v2", "q_lora_rank"): 1536,
-    ("deepseek_v2", "n_routed_experts"): 64,
-    ("deepseek_v2", "n_shared_experts"): 2,
-    ("deepseek_v3", "q_lora_rank"): 1536,
-    ("deepseek_v3", "n_routed_experts"): 256,
-    ("deepseek_v3", "n_shared_experts"): 1,
-    ("deepseek_v3", "first_k_dense_replace"): 3,
-    ("starcoder2", "num_key_value_heads"): 2,
-    ("qwen2_moe", "num_experts"): 60,
-    ("qwen2_moe", "num_key_value_heads"): 16,
-    ("qwen3_moe", "num_experts"): 128,
-    ("qwen3_moe", "num_key_value_heads"): 4,
-    ("jamba", "num_key_value_heads"): 8,
-    ("olmoe", "max_position_embeddings"): 4096,
-    # Fields kvcalc would otherwise refuse when absent (issue #20 point 3, the rest), and
-    # context lengths where the class's differs from kvcalc's own default:
-    ("cohere2", "sliding_window"): 4096,
-    ("deepseek_v2", "kv_lora_rank"): 512, ("deepseek_v2", "moe_intermediate_size"): 1407,
-    ("deepseek_v2", "qk_nope_head_dim"): 128, ("deepseek_v2", "qk_rope_head_dim"): 64,
-    ("deepseek_v2", "v_head_dim"): 128,
-    ("deepseek_v3", "kv_lora_rank"): 512, ("deepseek_v3", "moe_intermediate_size"): 2048,
-    ("deepseek_v3", "num_experts_per_tok"): 8, ("deepseek_v3", "qk_nope_head_dim"): 128,
-    ("deepseek_v3", "qk_rope_head_dim"): 64, ("deepseek_v3", "v_head_dim"): 128,
-    ("deepseek_v32", "first_k_dense_replace"): 3, ("deepseek_v32", "index_head_dim"): 128,
-    ("deepseek_v32", "index_n_heads"): 64, ("deepseek_v32", "index_topk"): 2048,
-    ("deepseek_v32", "kv_lora_rank"): 512, ("deepseek_v32", "moe_intermediate_size"): 2048,
-    ("deepseek_v32", "n_routed_experts"): 256, ("deepseek_v32", "n_shared_experts"): 1,
-    ("deepseek_v32", "num_experts_per_tok"): 8, ("deepseek_v32", "q_lora_rank"): 1536,
-    ("deepseek_v32", "qk_nope_head_dim"): 128, ("deepseek_v32", "qk_rope_head_dim"): 64,
-    ("deepseek_v32", "v_head_dim"): 128,
-    ("ernie4_5", "head_dim"): 128, ("ernie4_5", "num_key_value_heads"): 2,
-    ("ernie4_5_moe", "moe_intermediate_size"): 1536, ("ernie4_5_moe", "moe_k"): 6,
-    ("ernie4_5_moe", "moe_num_experts"): 64, ("ernie4_5_moe", "moe_num_shared_experts"): 2,
-    ("ernie4_5_moe", "num_key_value_heads"): 4,
-    ("exaone4", "sliding_window"): 4096,
-    ("gemma", "head_dim"): 256, ("gemma", "num_key_value_heads"): 16,
-    ("gemma2", "head_dim"): 256, ("gemma2", "num_key_value_heads"): 4,
-    ("gemma2", "sliding_window"): 4096,
-    ("gemma3_text", "head_dim"): 256, ("gemma3_text", "num_key_value_heads"): 4,
-    ("gemma3_text", "sliding_window"): 4096,
-    ("gemma4_text", "head_dim"): 256, ("gemma4_text", "num_key_value_heads"): 4,
-    ("gemma4_text", "sliding_window"): 512,
-    ("glm", "num_key_value_heads"): 2,
-    ("glm4", "num_key_value_heads"): 2,
-    ("glm4_moe_lite", "kv_lora_rank"): 512, ("glm4_moe_lite", "moe_intermediate_size"): 1536,
-    ("glm4_moe_lite", "n_routed_experts"): 64, ("glm4_moe_lite", "n_shared_experts"): 1,
-    ("glm4_moe_lite", "num_experts_per_tok"): 4, ("glm4_moe_lite", "q_lora_rank"): 768,
-    ("glm4_moe_lite", "qk_nope_head_dim"): 192, ("glm4_moe_lite", "qk_rope_head_dim"): 64,
-    ("glm4_moe_lite", "v_head_dim"): 256,
-    ("glm_moe_dsa", "first_k_dense_replace"): 3, ("glm_moe_dsa", "index_head_dim"): 128,
-    ("glm_moe_dsa", "index_n_heads"): 32, ("glm_moe_dsa", "index_topk"): 2048,
-    ("glm_moe_dsa", "kv_lora_rank"): 512, ("glm_moe_dsa", "max_position_embeddings"): 202752,
-    ("glm_moe_dsa", "moe_intermediate_size"): 2048, ("glm_moe_dsa", "n_routed_experts"): 256,
-    ("glm_moe_dsa", "n_shared_experts"): 1, ("glm_moe_dsa", "num_experts_per_tok"): 8,
-    ("glm_moe_dsa", "q_lora_rank"): 2048, ("glm_moe_dsa", "qk_nope_head_dim"): 192,
-    ("glm_moe_dsa", "qk_rope_head_dim"): 64, ("glm_moe_dsa", "v_head_dim"): 256,
-    ("glm4_moe", "first_k_dense_replace"): 1, ("glm4_moe", "moe_intermediate_size"): 1408,
-    ("glm4_moe", "n_routed_experts"): 128, ("glm4_moe", "n_shared_experts"): 1,
-    ("glm4_moe", "num_experts_per_tok"): 8, ("glm4_moe", "num_key_value_heads"): 8,
-    ("gpt2", "n_positions"): 1024,
-    ("gpt-sw3", "n_positions"): 1024,
-    ("gpt_bigcode", "n_positions"): 1024,
-    ("gpt_neo", "max_position_embeddings"): 2048,
-    ("gpt_oss", "head_dim"): 64, ("gpt_oss", "num_key_value_heads"): 8,
-    ("gpt_oss", "num_local_experts"): 128, ("gpt_oss", "sliding_window"): 128,
-    ("granite", "max_position_embeddings"): 2048,
-    ("granitemoe", "max_position_embeddings"): 2048, ("granitemoe", "num_experts_per_tok"): 2,
-    ("granitemoe", "num_local_experts"): 8,
-    ("granitemoeshared", "num_experts_per_tok"): 2,
-    ("granitemoeshared", "num_local_experts"): 8,
-    ("granite_swa", "num_key_value_heads"): 4, ("granite_swa", "sliding_window"): 128,
-    ("granitemoe_swa", "num_experts_per_tok"): 2, ("granitemoe_swa", "num_local_experts"): 8,
-    ("granitemoe_swa", "sliding_window"): 128,
-    ("flex_olmo", "max_position_embeddings"): 4096, ("flex_olmo", "num_experts"): 7,
-    ("flex_olmo", "num_experts_per_tok"): 5,
-    ("bitnet", "num_key_value_heads"): 5,
-    ("mellum", "head_dim"): 128, ("mellum", "moe_intermediate_size"): 896,
-    ("mellum", "num_experts_per_tok"): 8, ("mellum", "num_key_value_heads"): 4,
-    ("mellum", "num_local_experts"): 64, ("mellum", "sliding_window"): 1024,
-    ("emu3_text_model", "num_key_value_heads"): 8,
-    ("solar_open", "head_dim"): 128, ("solar_open", "moe_intermediate_size"): 1280,
-    ("solar_open", "n_routed_experts"): 128, ("solar_open", "n_shared_experts"): 1,
-    ("solar_open", "num_experts_per_tok"): 8, ("solar_open", "num_key_value_heads"): 8,
-    ("kolibri1", "head_dim"): 128, ("kolibri1", "moe_intermediate_size"): 512,
-    ("kolibri1", "num_experts_per_tok"): 6, ("kolibri1", "num_key_value_heads"): 4,
-    ("kolibri1", "num_local_experts"): 384, ("kolibri1", "shared_expert_intermediate_size"): 512,
-    ("kolibri1", "sliding_window"): 513,
-    ("axk2", "index_head_dim"): 128, ("axk2", "index_n_heads"): 16,
-    ("axk2", "index_topk"): 2048, ("axk2", "kv_lora_rank"): 128,
-    ("axk2", "moe_intermediate_size"): 512, ("axk2", "n_routed_experts"): 128,
-    ("axk2", "n_shared_experts"): 1, ("axk2", "num_experts_per_tok"): 8,
-    ("axk2", "q_lora_rank"): 384, ("axk2", "qk_nope_head_dim"): 64,
-    ("axk2", "qk_rope_head_dim"): 32, ("axk2", "v_head_dim"): 64,
-    ("lfm2", "num_key_value_heads"): 8,
-    ("llama4_text", "num_experts_per_tok"): 1, ("llama4_text", "num_key_value_heads"): 8,
-    ("llama4_text", "num_local_experts"): 16,
-    ("minicpm3", "kv_lora_rank"): 256, ("minicpm3", "q_lora_rank"): 768,
-    ("minicpm3", "qk_nope_head_dim"): 64, ("minicpm3", "qk_rope_head_dim"): 32,
-    ("minicpm3", "v_head_dim"): 64,
-    ("minimax_m2", "head_dim"): 128, ("minimax_m2", "num_experts_per_tok"): 8,
-    ("minimax_m2", "num_key_value_heads"): 8, ("minimax_m2", "num_local_experts"): 256,
-    ("ministral", "num_key_value_heads"): 8, ("ministral", "sliding_window"): 4096,
-    ("ministral3", "num_key_value_heads"): 8, ("ministral3", "head_dim"): 128,
-    ("ministral3", "max_position_embeddings"): 262144,
-    ("cwm", "num_key_value_heads"): 8, ("cwm", "head_dim"): 128,
-    ("cwm", "max_position_embeddings"): 131072, ("cwm", "sliding_window"): 8192,
-    ("internlm3", "num_key_value_heads"): 2, ("internlm3", "head_dim"): 128,
-    ("internlm3", "max_position_embeddings"): 32768,
-    ("iquestcoder", "num_key_value_heads"): 8, ("iquestcoder", "head_dim"): 128,
-    ("iquestcoder", "max_position_embeddings"): 131072,
-    ("exaone", "num_key_value_heads"): 8, ("exaone", "head_dim"): 128,
-    ("vaultgemma", "num_key_value_heads"): 4, ("vaultgemma", "head_dim"): 256,
-    ("vaultgemma", "max_position_embeddings"): 8192, ("vaultgemma", "sliding_window"): 4096,
-    ("mistral", "num_key_value_heads"): 8, ("mistral", "sliding_window"): 4096,
-    ("mixtral", "num_experts_per_tok"): 2, ("mixtral", "num_key_value_heads"): 8,
-    ("mixtral", "num_local_experts"): 8,
-    ("nemotron_h", "mamba_head_dim"): 64, ("nemotron_h", "mamba_num_heads"): 128,
-    ("nemotron_h", "moe_intermediate_size"): 7688, ("nemotron_h", "n_routed_experts"): 8,
-    ("nemotron_h", "n_shared_experts"): 1, ("nemotron_h", "num_experts_per_tok"): 2,
-    ("nemotron_h", "num_key_value_heads"): 8, ("nemotron_h", "ssm_state_size"): 128,
-    ("nemotron_h", "head_dim"): 128, ("nemotron_h", "moe_shared_expert_intermediate_size"): 7688,
-    ("olmo3", "sliding_window"): 4096,
-    ("olmoe", "num_experts"): 64, ("olmoe", "num_experts_per_tok"): 8,
-    ("opt", "max_position_embeddings"): 2048,
-    ("phimoe", "max_position_embeddings"): 131072, ("phimoe", "num_experts_per_tok"): 2,
-    ("phimoe", "num_key_value_heads"): 8, ("phimoe", "num_local_experts"): 16,
-    ("qwen2", "num_key_value_heads"): 32,
-    ("qwen2_moe", "moe_intermediate_size"): 1408, ("qwen2_moe", "num_experts_per_tok"): 4,
-    ("qwen2_moe", "shared_expert_intermediate_size"): 5632,
-    ("qwen3", "head_dim"): 128, ("qwen3", "num_key_value_heads"): 32,
-    ("qwen3_moe", "moe_intermediate_size"): 768, ("qwen3_moe", "num_experts_per_tok"): 8,
-    ("qwen3_next", "head_dim"): 256, ("qwen3_next", "linear_key_head_dim"): 128,
-    ("qwen3_next", "linear_num_key_heads"): 16, ("qwen3_next", "linear_num_value_heads"): 32,
-    ("qwen3_next", "linear_value_head_dim"): 128,
-    ("qwen3_next", "moe_intermediate_size"): 512, ("qwen3_next", "num_experts"): 512,
-    ("qwen3_next", "num_experts_per_tok"): 10, ("qwen3_next", "num_key_value_heads"): 2,
-    ("qwen3_next", "shared_expert_intermediate_size"): 512,
-    ("seed_oss", "head_dim"): 128, ("seed_oss", "num_key_value_heads"): 8,
-    ("smollm3", "num_key_value_heads"): 4,
-    # More MoE families (moe_more)
-    ("cohere2_moe", "head_dim"): 128, ("cohere2_moe", "num_experts"): 8,
-    ("cohere2_moe", "num_experts_per_tok"): 2, ("cohere2_moe", "sliding_window"): 4096,
-    ("dots1", "max_window_layers"): 62, ("dots1", "moe_intermediate_size"): 1408,
-    ("dots1", "num_key_value_heads"): 32, ("dots1", "sliding_window"): 4096,
-    ("exaone_moe", "moe_intermediate_size"): 1024, ("exaone_moe", "num_experts"): 64,
-    ("exaone_moe", "num_experts_per_tok"): 8, ("exaone_moe", "num_key_value_heads"): 32,
-    ("exaone_moe", "num_shared_experts"): 1, ("exaone_moe", "sliding_window"): 4096,
-    ("longcat_flash", "expert_ffn_hidden_size"): 2048, ("longcat_flash", "kv_lora_rank"): 512,
-    ("longcat_flash", "moe_topk"): 12, ("longcat_flash", "n_routed_experts"): 512,
-    ("longcat_flash", "q_lora_rank"): 1536, ("longcat_flash", "qk_nope_head_dim"): 128,
-    ("longcat_flash", "qk_rope_head_dim"): 64, ("longcat_flash", "v_head_dim"): 128,
-    ("longcat_flash", "zero_expert_num"): 256,
-    ("jetmoe", "kv_channels"): 128, ("jetmoe", "num_experts_per_tok"): 2,
-    ("jetmoe", "num_key_value_heads"): 16, ("jetmoe", "num_local_experts"): 8,
-    # Older GPT-shaped decoders (gpt_older)
-    ("biogpt", "max_position_embeddings"): 1024,
-    ("moshi", "sliding_window"): 3000,
-    ("mllama_text_model", "num_key_value_heads"): 8,
-    # Gemma 3n and the 2026 families read after it (gemma3n, ...)
-    ("gemma3n_text", "head_dim"): 256, ("gemma3n_text", "num_key_value_heads"): 2,
-    ("gemma3n_text", "sliding_window"): 512, ("gemma3n_text", "num_kv_shared_layers"): 15,
-    ("gemma4_unified_text", "head_dim"): 256, ("gemma4_unified_text", "num_key_value_heads"): 4,
-    ("gemma4_unified_text", "sliding_window"): 1024,
-    ("gemma4_unified_text", "max_position_embeddings"): 262144,
-    ("lfm3", "num_key_value_heads"): 4, ("lfm3", "head_dim"): 128, ("lfm3", "sliding_window"): 256,
-    ("youtu", "kv_lora_rank"): 512, ("youtu", "q_lora_rank"): 1536,
-    ("youtu", "qk_rope_head_dim"): 64, ("youtu", "qk_nope_head_dim"): 128,
-    ("youtu", "v_head_dim"): 128,
-    ("lara_mini", "head_dim"): 128, ("lara_mini", "num_key_value_heads"): 4,
-    ("lara_mini", "sliding_window"): 512, ("lara_mini", "linear_key_head_dim"): 128,
-    ("lara_mini", "linear_value_head_dim"): 128, ("lara_mini", "linear_num_key_heads"): 8,
-    ("lara_mini", "linear_num_value_heads"): 16, ("lara_mini", "moe_intermediate_size"): 512,
-    ("lara_mini", "shared_expert_intermediate_size"): 512, ("lara_mini", "num_experts"): 128,
-    ("lara_mini", "num_experts_per_tok"): 4,
-    # MoE with sliding/full attention, gated attention; Sarvam's two (moe_swa)
-    ("mimo_v2_flash", "head_dim"): 192, ("mimo_v2_flash", "v_head_dim"): 128,
-    ("mimo_v2_flash", "moe_intermediate_size"): 2048, ("mimo_v2_flash", "n_routed_experts"): 256,
-    ("mimo_v2_flash", "num_experts_per_tok"): 8, ("mimo_v2_flash", "num_key_value_heads"): 4,
-    ("mimo_v2_flash", "sliding_window"): 129,
-    ("laguna", "head_dim"): 128, ("laguna", "moe_intermediate_size"): 512,
-    ("laguna", "num_experts"): 256, ("laguna", "num_experts_per_tok"): 8,
-    ("laguna", "num_key_value_heads"): 8, ("laguna", "shared_expert_intermediate_size"): 512,
-    ("laguna", "sliding_window"): 512,
-    ("afmoe", "head_dim"): 128, ("afmoe", "moe_intermediate_size"): 1408,
-    ("afmoe", "num_dense_layers"): 1, ("afmoe", "num_experts"): 64,
-    ("afmoe", "num_experts_per_tok"): 6, ("afmoe", "num_shared_experts"): 2,
-    ("afmoe", "sliding_window"): 1024,
-    ("beam", "head_dim"): 128, ("beam", "moe_intermediate_size"): 2560,
-    ("beam", "num_experts"): 256, ("beam", "num_experts_per_tok"): 8,
-    ("beam", "num_key_value_heads"): 8, ("beam", "sliding_window"): 512,
-    ("flint", "head_dim"): 128, ("flint", "moe_intermediate_size"): 512,
-    ("flint", "num_experts"): 256, ("flint", "num_experts_per_tok"): 6,
-    ("flint", "num_key_value_heads"): 4, ("flint", "shared_expert_intermediate_size"): 1024,
-    ("flint", "sliding_window"): 513,
-    ("sarvam_moe", "head_dim"): 64, ("sarvam_moe", "first_k_dense_replace"): 1,
-    ("sarvam_moe", "moe_intermediate_size"): 1024, ("sarvam_moe", "n_routed_experts"): 128,
-    ("sarvam_moe", "n_shared_experts"): 1, ("sarvam_moe", "num_experts_per_tok"): 6,
-    ("sarvam_moe", "num_key_value_heads"): 4, ("sarvam_moe", "use_qk_norm"): True,
-    ("sarvam_mla", "first_k_dense_replace"): 1, ("sarvam_mla", "kv_lora_rank"): 512,
-    ("sarvam_mla", "moe_intermediate_size"): 2048, ("sarvam_mla", "n_routed_experts"): 128,
-    ("sarvam_mla", "n_shared_experts"): 1, ("sarvam_mla", "num_experts_per_tok"): 8,
-    ("sarvam_mla", "qk_nope_head_dim"): 128, ("sarvam_mla", "qk_rope_head_dim"): 64,
-    ("sarvam_mla", "v_head_dim"): 128,
-    ("hy_v3", "head_dim"): 128, ("hy_v3", "num_key_value_heads"): 8,
-    ("hy_v3", "num_experts"): 192, ("hy_v3", "num_experts_per_tok"): 8,
-    ("hy_v3", "moe_intermediate_size"): 1536,
-    ("axk1", "kv_lora_rank"): 512, ("axk1", "q_lora_rank"): 1536, ("axk1", "qk_rope_head_dim"): 64,
-    ("axk1", "qk_nope_head_dim"): 128, ("axk1", "v_head_dim"): 128,
-    ("axk1", "n_routed_experts"): 192, ("axk1", "n_shared_experts"): 1,
-    ("axk1", "num_experts_per_tok"): 8, ("axk1", "moe_intermediate_size"): 2048,
-    ("doge", "num_experts"): 16384, ("doge", "num_experts_per_tok"): 64,
-    ("zaya", "head_dim"): 128, ("zaya", "num_key_value_heads"): 2, ("zaya", "num_experts"): 16,
-    ("zaya", "num_experts_per_tok"): 1, ("zaya", "moe_intermediate_size"): 2048,
-    ("zaya", "router_hidden_size"): 256,
-    ("qwen4_exp_text", "hc_count"): 4, ("qwen4_exp_text", "hc_lowrank"): 320,
-    # looped decoders (looped.py)
-    ("dory", "head_dim"): 256, ("dory", "num_key_value_heads"): 4,
-    ("dory", "n_input_layers"): 8, ("dory", "n_output_layers"): 8,
-    ("dory", "n_recurrent_loops"): 2, ("dory", "recurrent_kv_cache_mode"): "per_loop",
-    ("dory", "sliding_window"): 1024,
-    ("hrm_text", "head_dim"): 128, ("hrm_text", "H_cycles"): 2, ("hrm_text", "L_cycles"): 3,
-    # MiniMax-M3's language model (moe_indexed)
-    ("minimax_m3_vl_text", "dense_intermediate_size"): 12288,
-    ("minimax_m3_vl_text", "head_dim"): 128, ("minimax_m3_vl_text", "num_key_value_heads"): 4,
-    ("minimax_m3_vl_text", "index_block_size"): 128,
-    ("minimax_m3_vl_text", "index_head_dim"): 128, ("minimax_m3_vl_text", "index_n_heads"): 4,
-    ("minimax_m3_vl_text", "index_local_blocks"): 1,
-    ("minimax_m3_vl_text", "index_topk_blocks"): 16,
-    ("minimax_m3_vl_text", "num_experts_per_tok"): 4,
-    ("minimax_m3_vl_text", "num_local_experts"): 128,
-    ("minimax_m3_vl_text", "max_position_embeddings"): 524288,
-    ("minimax_m3_vl_text", "shared_intermediate_size"): 3072,
-    # Inkling's language model (inkling)
-    ("inkling_text", "conv_kernel_size"): 4, ("inkling_text", "d_rel"): 16,
-    ("inkling_text", "head_dim"): 128, ("inkling_text", "moe_intermediate_size"): 3072,
-    ("inkling_text", "n_routed_experts"): 256, ("inkling_text", "n_shared_experts"): 2,
-    ("inkling_text", "num_experts_per_tok"): 6, ("inkling_text", "num_key_value_heads"): 8,
-    ("inkling_text", "rel_extent"): 1024, ("inkling_text", "sliding_window_size"): 512,
-    ("inkling_text", "swa_head_dim"): 128, ("inkling_text", "swa_num_attention_heads"): 64,
-    ("inkling_text", "swa_num_key_value_heads"): 16,
-    # Inkling 2 and Inkling 2 Loop's language models (inkling)
-    **{(m, k): v for m in ("inkling2_text", "inkling2_loop_text") for k, v in (
-        ("conv_kernel_size", 4), ("d_rel", 16), ("head_dim", 128), ("num_experts_per_tok", 8),
-        ("num_key_value_heads", 8), ("rel_extent", 1024), ("sliding_window_size", 1024),
-        ("swa_head_dim", 128), ("swa_num_key_value_heads", 8), ("unpadded_vocab_size", 200058))},
-    ("inkling2_text", "moe_intermediate_size"): 2304, ("inkling2_text", "n_routed_experts"): 384,
-    ("inkling2_text", "swa_num_attention_heads"): 48,
-    ("inkling2_loop_text", "moe_intermediate_size"): 1152,
-    ("inkling2_loop_text", "n_routed_experts"): 128,
-    ("inkling2_loop_text", "swa_num_attention_heads"): 24,
-    # dots.llm3's language model (moe_indexed)
-    ("dots3_note_text", "index_head_dim"): 128, ("dots3_note_text", "index_n_heads"): 64,
-    ("dots3_note_text", "index_topk"): 2048, ("dots3_note_text", "kv_lora_rank"): 512,
-    ("dots3_note_text", "moe_intermediate_size"): 1536,
-    ("dots3_note_text", "n_routed_experts"): 256, ("dots3_note_text", "num_experts_per_tok"): 8,
-    ("dots3_note_text", "q_lora_rank"): 1024, ("dots3_note_text", "qk_nope_head_dim"): 128,
-    ("dots3_note_text", "qk_rope_head_dim"): 64, ("dots3_note_text", "v_head_dim"): 128,
-    ("dots3_note_text", "shared_experts_intermediate_size"): 1536,
-    # HY V4 (moe_indexed)
-    ("hy_v4", "hc_mult"): 4, ("hy_v4", "index_head_dim"): 128, ("hy_v4", "index_n_heads"): 16,
-    ("hy_v4", "index_topk"): 2048, ("hy_v4", "kv_lora_rank"): 512,
-    ("hy_v4", "moe_intermediate_size"): 768, ("hy_v4", "n_routed_experts"): 256,
-    ("hy_v4", "n_shared_experts"): 1, ("hy_v4", "num_experts_per_tok"): 8,
-    ("hy_v4", "q_lora_rank"): 1536, ("hy_v4", "qk_nope_head_dim"): 192,
-    ("hy_v4", "qk_rope_head_dim"): 64, ("hy_v4", "v_head_dim"): 256,
-    ("hy_v4_vl_text", "hc_mult"): 4, ("hy_v4_vl_text", "index_head_dim"): 128,
-    ("hy_v4_vl_text", "index_n_heads"): 32, ("hy_v4_vl_text", "index_topk"): 2048,
-    ("hy_v4_vl_text", "kv_lora_rank"): 512, ("hy_v4_vl_text", "moe_intermediate_size"): 2048,
-    ("hy_v4_vl_text", "n_routed_experts"): 256, ("hy_v4_vl_text", "n_shared_experts"): 1,
-    ("hy_v4_vl_text", "num_experts_per_tok"): 8, ("hy_v4_vl_text", "q_lora_rank"): 2048,
-    ("hy_v4_vl_text", "qk_nope_head_dim"): 192, ("hy_v4_vl_text", "qk_rope_head_dim"): 64,
-    ("hy_v4_vl_text", "v_head_dim"): 256,
-}
-
-
+# A family module's CLASS_DEFAULTS: fields its transformers configuration classes fill in
+# with a number of their own when config.json leaves them out (transformers 5.24,
+# `configuration_<family>.py`), where that number is not what an absent field means to
+# kvcalc's reader for the family: read as if config.json stated it (Config.raw). Null keeps
+# its meaning (no q LoRA, no experts, one K/V head per query head), and a class default of
+# None adds nothing. Not there, and still refused when absent: the sizes every saved
+# config.json carries (CORE_FIELDS), whose class default is one checkpoint's shape (a
+# Llama-7B) rather than the model's. tests/test_hf_defaults.py holds every field kvcalc
+# reads, for every model_type it reads, to the class's own value.
 class Config:
     """Typed access to one config dict, with errors that name the field."""
 
-    def __init__(self, cfg: dict, model_type: str, where: str) -> None:
+    def __init__(self, cfg: dict, model_type: str, where: str,
+                 defaults: Mapping[str, Any] | None = None) -> None:
         self.cfg = cfg
         self.model_type = model_type
         self.where = where
+        # what the family's configuration class fills in for an absent field (the
+        # CLASS_DEFAULTS of the module that reads model_type)
+        self.defaults = defaults or {}
         # every key a reader asked for (present or not): what a reader did not ask for,
         # it did not read (kvcalc.hfconfig.fallback.unread_fields)
         self.asked: set[str] = set()
+
+    def over(self, cfg: dict, where: str) -> Config:
+        """Another dict (a nested config, or this one with keys renamed or added) read as
+        this family reads: the same model_type and class defaults."""
+        return Config(cfg, self.model_type, where, self.defaults)
+
+    def renamed(self, names: dict[str, str]) -> Config:
+        """The config under its class's canonical field names (its attribute_map: the
+        original checkpoint's name -> the name the model reads), a canonical one winning."""
+        cfg = dict(self.cfg)
+        for old, new in names.items():
+            if old in cfg and new not in cfg:
+                cfg[new] = cfg.pop(old)
+        return self.over(cfg, self.where)
 
     def error(self, message: str) -> KvcalcError:
         return KvcalcError(f"{self.where}: {message}")
@@ -361,12 +114,12 @@ class Config:
 
     def raw(self, key: str, *aliases: str) -> Any:
         """The value under `key` (or the first alias present); absent, the family's
-        configuration class's own value (CLASS_DEFAULTS), else MISSING."""
+        configuration class's own value (its module's CLASS_DEFAULTS), else MISSING."""
         self.asked.update((key, *aliases))
         for k in (key, *aliases):
             if k in self.cfg:
                 return self.cfg[k]
-        return CLASS_DEFAULTS.get((self.model_type, key), MISSING)
+        return self.defaults.get(key, MISSING)
 
     def missing(self, key: str, why: str = "") -> KvcalcError:
         """The error for a required field that is absent (`why` adds the reason)."""
@@ -452,3 +205,136 @@ def core_dims(c: Config) -> tuple[int, int, int, int, int]:
     return tuple(c.req_dim(key) for key in ("hidden_size", "num_hidden_layers",
                                             "num_attention_heads", "vocab_size",
                                             "intermediate_size"))
+
+
+def flat_fields(hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int,
+                d_ff: int, vocab: int, **kw) -> dict:
+    """ModelSpec's flat fields under its own names, plus any others given by keyword."""
+    return dict(layers=layers, d_model=hidden, heads=heads, kv_heads=kv_heads,
+                head_dim=head_dim, d_ff=d_ff, vocab=vocab, **kw)
+
+
+def latent_fields(c, mla: Latent, hidden: int, layers: int, d_ff: int, vocab: int, bias: bool,
+                  context: int, **kw) -> dict:
+    """An MLA model's flat fields: each query head its own K/V head, q/k as wide as the
+    no-RoPE and RoPE parts, v its own width, one bias switch for q/k/v and the output,
+    untied embeddings unless the config ties them, and max_position_embeddings (`context`
+    its class default) read from the config `c`."""
+    return flat_fields(hidden, layers, mla.heads, mla.heads, mla.nope_dim + mla.rope_dim, d_ff,
+                       vocab, v_head_dim=mla.v_dim, qkv_bias=bias, out_bias=bias,
+                       tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                       max_context=c.opt_int("max_position_embeddings", context) or 0, **kw)
+
+
+def with_runs(fields: dict, layers: list[Layer]) -> dict:
+    """The flat fields plus the runs: the runs are the model; the flat fields describe its
+    attention and MLP shape for the encoder, the single-layer questions and the display."""
+    return {**fields, "runs": compress(layers)}
+
+
+def attention(kind: str, window: int, **kw) -> Attention:
+    """Attention of `kind` ("full", "sliding" or "chunked"); a full layer keeps no window."""
+    return Attention(kind=kind, window=window if kind != "full" else 0, **kw)
+
+
+def required_window(c: Config, key: str = "sliding_window") -> int:
+    """The window of a model that has windowed layers: required, and positive."""
+    value = c.raw(key)
+    if value is MISSING or value is None:
+        raise c.missing(key, " (the model has windowed layers)")
+    value = c.check_int(key, value)
+    if value <= 0:
+        raise c.error(f"field {key!r} must be positive, got {value}")
+    return value
+
+
+def decoder(c: Config, *, qkv_bias: bool = False, out_bias: bool = False,
+            mlp_bias: bool = False, gated: bool = True, qk_norm: bool = False,
+            norms: int = 2, kinds: list[str] | None = None, tied: bool = False,
+            context: int = 4096, extra_params: int = 0, notes: tuple[str, ...] = (),
+            experts: Callable[[int], list] | None = None,
+            head_dim_required: bool = False, layernorm: bool = False,
+            sinks: bool = False) -> dict:
+    """A Llama-shaped decoder: `kinds` per layer (default all full), q/k RMSNorms over
+    one head's width when `qk_norm`, `norms` d_model-wide norms per layer (LayerNorms with
+    a bias when `layernorm`, else RMSNorms); `experts`, given the dense MLP, returns each
+    layer's MLP (a MoE family's sparse layers); `sinks`, one learned sink logit per query
+    head in every layer."""
+    hidden, layers, heads, vocab, d_ff = core_dims(c)
+    kv_heads = c.opt_int("num_key_value_heads", heads) or heads  # null: one per query head
+    # A class whose head_dim defaults to None and whose attention reads it as it is
+    # (Hunyuan, Ministral) cannot build a model without it: required there.
+    head_dim = c.head_dim(hidden, heads, required=head_dim_required)
+    kinds = kinds or ["full"] * layers
+    window = required_window(c) if "sliding" in kinds else 0
+    qk = 2 * head_dim if qk_norm else 0
+    mlp = Dense(d_ff, gated=gated, bias=mlp_bias)
+    mlps = experts(mlp) if experts else [mlp] * layers
+    layer_list = [Layer(attention(k, window, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                                  qkv_bias=qkv_bias, out_bias=out_bias, qk_norm=qk,
+                                  sinks=sinks), m, norms)
+                  for k, m in zip(kinds, mlps)]
+    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, d_ff, vocab,
+                         mlp="gated" if gated else "plain", mlp_bias=mlp_bias,
+                         qkv_bias=qkv_bias, out_bias=out_bias, qk_norm=qk_norm,
+                         norms_per_layer=norms, extra_params=extra_params,
+                         norm="layernorm" if layernorm else "rmsnorm", norm_bias=layernorm,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", tied),
+                         max_context=c.opt_int("max_position_embeddings", context) or 0,
+                         notes=list(notes))
+    return with_runs(fields, layer_list)
+
+
+def mtp_note(c: Config, key: str = "num_nextn_predict_layers") -> list[str]:
+    """The note for multi-token-prediction layers a checkpoint holds beside the model."""
+    mtp = c.opt_int(key, 0) or 0
+    return [f"{mtp} multi-token-prediction layer(s) in the checkpoint are not counted "
+            "(transformers does not build them)"] if mtp else []
+
+
+def dense_then_moe(c: Config, layers: int, dense: Dense, moe: MoE, first: int = 0) -> list:
+    """Each layer's MLP: `mlp_layer_types` ("dense"/"sparse") when listed, else dense
+    for the first `first_k_dense_replace` layers (absent: `first`) and experts after."""
+    types = c.raw("mlp_layer_types")
+    if types is MISSING or types is None:
+        first = c.opt_int("first_k_dense_replace", first) or 0
+        return [dense if i < first else moe for i in range(layers)]
+    if (not isinstance(types, list) or len(types) != layers
+            or any(t not in ("dense", "sparse") for t in types)):
+        raise c.error(f"field 'mlp_layer_types' must list {layers} entries, each \"dense\" or "
+                      f"\"sparse\", got {describe(types)}")
+    return [moe if t == "sparse" else dense for t in types]
+
+
+def sparse_layers(c: Config, layers: int) -> list[bool]:
+    """Qwen2/3-MoE, OLMoE-style: layer i is sparse unless listed in mlp_only_layers, when
+    num_experts > 0 and (i + 1) % decoder_sparse_step == 0 (Qwen*MoeDecoderLayer)."""
+    only = c.raw("mlp_only_layers")
+    only = [] if only is MISSING or only is None else only
+    if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only):
+        raise c.error("field 'mlp_only_layers' must be a list of layer indices")
+    step = c.opt_int("decoder_sparse_step", 1) or 1
+    experts = c.opt_int("num_experts", 0) or 0
+    return [i not in only and experts > 0 and (i + 1) % step == 0 for i in range(layers)]
+
+
+def experts_only(c: Config, moe: MoE, *, kinds: list[str] | None = None,
+                 qkv_bias: bool = False, qk_norm: bool = False, norms: int = 2,
+                 context: int) -> dict:
+    """A decoder whose every layer is GQA (`kinds` per layer, default all full; per-head
+    q/k RMSNorms when `qk_norm`) and `moe`, with `norms` hidden-wide norms a layer."""
+    hidden, layers, heads, vocab = (c.req_dim(key) for key in (
+        "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"))
+    kv_heads = c.opt_int("num_key_value_heads", heads) or heads
+    head_dim = c.head_dim(hidden, heads)
+    kinds = kinds or ["full"] * layers
+    window = required_window(c) if "sliding" in kinds else 0
+    layer_list = [Layer(attention(k, window, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                                  qkv_bias=qkv_bias, qk_norm=2 * head_dim if qk_norm else 0),
+                        moe, norms) for k in kinds]
+    fields = flat_fields(hidden, layers, heads, kv_heads, head_dim, moe.expert_d_ff, vocab,
+                         qkv_bias=qkv_bias, qk_norm=qk_norm, norms_per_layer=norms,
+                         tied_embeddings=c.opt_bool("tie_word_embeddings", False),
+                         max_context=c.opt_int("max_position_embeddings", context) or 0,
+                         notes=[])
+    return with_runs(fields, layer_list)

@@ -12,8 +12,7 @@ projections or norms) is why it is approximate; the reasons travel with the spec
 
 from __future__ import annotations
 
-from kvcalc.hfconfig.build import flat_fields
-from kvcalc.hfconfig.config import MISSING, Config
+from kvcalc.hfconfig.config import MISSING, Config, flat_fields
 from kvcalc.layers import MoE
 
 # The fields without which no decoder can be sized: refused (as an unknown model_type)

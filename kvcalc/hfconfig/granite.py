@@ -4,17 +4,21 @@ global, a learned sink logit per query head in every layer).
 
 Each reads as its configuration class (`configuration_granite*.py`) and decoder layer
 (`modeling_granite*.py`) do; Granite 3 and GraniteMoE themselves are
-kvcalc.hfconfig.llama_like.llama_variants.
+kvcalc.hfconfig.llama.llama_variants.
 """
 
 from __future__ import annotations
 
-from kvcalc.hfconfig.config import Config
+from typing import Any, Callable
+
+from kvcalc.hfconfig.config import Config, decoder
 from kvcalc.hfconfig.layer_types import ATTENTION_TYPES, layer_kinds
-from kvcalc.hfconfig.llama_2026 import decoder
 from kvcalc.layers import MoE
 
+
 _SWA = ("granite_swa", "granitemoe_swa")
+
+
 _EXPERTS = ("granitemoeshared", "granitemoe_swa")
 
 
@@ -45,3 +49,19 @@ def granite_later(c: Config) -> dict:
     return decoder(c, qkv_bias=bias, out_bias=bias, mlp_bias=mlp_bias, kinds=kinds,
                    experts=experts, sinks=family in _SWA, tied=family == "granite_swa",
                    context=8192 if family == "granite_swa" else 2048)
+
+
+# model_type -> its reader, the first sentence of whose docstring `kvcalc presets
+# --families` shows (kvcalc.hfconfig.READER_MODULE names this module for each)
+READERS: dict[str, Callable[[Config], dict]] = {
+    "granitemoeshared": granite_later, "granite_swa": granite_later,
+    "granitemoe_swa": granite_later,
+}
+
+# What each configuration class fills in for a field config.json leaves out, where
+# that differs from what an absent field means to the reader (Config.raw)
+CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "granitemoeshared": {"num_experts_per_tok": 2, "num_local_experts": 8},
+    "granite_swa": {"num_key_value_heads": 4, "sliding_window": 128},
+    "granitemoe_swa": {"num_experts_per_tok": 2, "num_local_experts": 8, "sliding_window": 128},
+}

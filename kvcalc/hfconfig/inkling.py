@@ -3,7 +3,7 @@
 Inkling (inkling_text; InklingTextConfig, modeling_inkling.py): five sliding layers to one
 full by default (or local_layer_ids), the sliding ones with their own head geometry
 (swa_*), every layer's attention and MLP wrapped in short convolutions
-(kvcalc.layers_inkling), routed experts beside shared ones, a normed embedding and an
+(kvcalc.layers.inkling), routed experts beside shared ones, a normed embedding and an
 output head never tied to it.
 
 Inkling 2 (inkling2_text; Inkling2TextConfig, modeling_inkling2.py) keeps that layout and
@@ -13,23 +13,29 @@ residuals, experts only (softcapped SwiGLU, no shared expert, a plain router) an
 head of unpadded_vocab_size rows. Inkling 2 Loop (inkling2_loop_text) runs layers
 loop_layer_index_start..end-1 loop_num_passes times with the same weights.
 """
+
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Callable
 
-from kvcalc.dtypes import MAX_LAYERS
-from kvcalc.hfconfig.build import flat_fields, with_runs
-from kvcalc.hfconfig.config import MISSING, Config, core_dims, describe
+from kvcalc.ground.dtypes import MAX_LAYERS
+from kvcalc.hfconfig.config import MISSING, Config, core_dims, describe, flat_fields, with_runs
 from kvcalc.hfconfig.layer_types import every_nth_full, layer_kinds
 from kvcalc.layers import Layer, MoE
-from kvcalc.layers_inkling import ConvAttention, GatedConvAttention, ScaledDense, SharedScoredMoE
+from kvcalc.layers.inkling import ConvAttention, GatedConvAttention, ScaledDense, SharedScoredMoE
+
 
 # InklingTextConfig.attribute_map: the checkpoint's names -> the names the model reads
 _ALIASES = {"sconv_kernel_size": "conv_kernel_size", "model_max_length": "max_position_embeddings",
             "num_local_experts": "n_routed_experts", "sliding_window": "sliding_window_size"}
+
+
 # Inkling2TextConfig's adds the experts' width under the name the first Inkling gives its
 # dense MLP
 _ALIASES_2 = {**_ALIASES, "intermediate_size": "moe_intermediate_size"}
+
+
 # layer_types as both Inklings name them
 _KINDS = {"hybrid": "full", "hybrid_sliding": "sliding"}
 
@@ -39,7 +45,7 @@ def _canonical(c: Config, aliases: dict[str, str] = _ALIASES) -> Config:
     for old, new in aliases.items():
         if old in cfg and new not in cfg:
             cfg[new] = cfg.pop(old)
-    return Config(cfg, c.model_type, c.where)
+    return c.over(cfg, c.where)
 
 
 def _heads(c: Config, kind: str, heads: int) -> tuple[int, int, int]:
@@ -206,3 +212,33 @@ def _inkling2(c: Config, looped: bool) -> dict:
                          max_context=c.opt_int("max_position_embeddings", 1048576) or 0,
                          notes=notes)
     return with_runs(fields, layer_list)
+
+
+# model_type -> its reader, the first sentence of whose docstring `kvcalc presets
+# --families` shows (kvcalc.hfconfig.READER_MODULE names this module for each)
+READERS: dict[str, Callable[[Config], dict]] = {
+    "inkling_text": inkling_text, "inkling2_text": inkling2_text,
+    "inkling2_loop_text": inkling2_loop_text,
+}
+
+# What each configuration class fills in for a field config.json leaves out, where
+# that differs from what an absent field means to the reader (Config.raw)
+CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "inkling_text": {"conv_kernel_size": 4, "d_rel": 16, "head_dim": 128,
+                     "moe_intermediate_size": 3072, "n_routed_experts": 256,
+                     "n_shared_experts": 2, "num_experts_per_tok": 6, "num_key_value_heads": 8,
+                     "rel_extent": 1024, "sliding_window_size": 512, "swa_head_dim": 128,
+                     "swa_num_attention_heads": 64, "swa_num_key_value_heads": 16},
+    "inkling2_text": {"conv_kernel_size": 4, "d_rel": 16, "head_dim": 128,
+                      "num_experts_per_tok": 8, "num_key_value_heads": 8, "rel_extent": 1024,
+                      "sliding_window_size": 1024, "swa_head_dim": 128,
+                      "swa_num_key_value_heads": 8, "unpadded_vocab_size": 200058,
+                      "moe_intermediate_size": 2304, "n_routed_experts": 384,
+                      "swa_num_attention_heads": 48},
+    "inkling2_loop_text": {"conv_kernel_size": 4, "d_rel": 16, "head_dim": 128,
+                           "num_experts_per_tok": 8, "num_key_value_heads": 8, "rel_extent": 1024,
+                           "sliding_window_size": 1024, "swa_head_dim": 128,
+                           "swa_num_key_value_heads": 8, "unpadded_vocab_size": 200058,
+                           "moe_intermediate_size": 1152, "n_routed_experts": 128,
+                           "swa_num_attention_heads": 24},
+}

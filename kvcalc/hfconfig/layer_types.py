@@ -67,17 +67,6 @@ def sliding_window_pattern(c: Config, layers: int, default: int) -> list[str]:
     return every_nth_full(layers, c.opt_int("sliding_window_pattern", default) or default)
 
 
-def required_window(c: Config, key: str = "sliding_window") -> int:
-    """The window of a model that has windowed layers: required, and positive."""
-    value = c.raw(key)
-    if value is MISSING or value is None:
-        raise c.missing(key, " (the model has windowed layers)")
-    value = c.check_int(key, value)
-    if value <= 0:
-        raise c.error(f"field {key!r} must be positive, got {value}")
-    return value
-
-
 # ------------------------------------------------------------------------------------
 # Flat families: the (sliding_window, global_every) pair ModelSpec.uniform takes
 # ------------------------------------------------------------------------------------

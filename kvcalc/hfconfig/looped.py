@@ -11,13 +11,13 @@ Dory: the recurrent section's later loops appended after the model's layers).
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Callable
 
-from kvcalc.dtypes import MAX_LAYERS
-from kvcalc.hfconfig.build import flat_fields, with_runs
-from kvcalc.hfconfig.config import Config, describe
-from kvcalc.hfconfig.layer_types import ATTENTION_TYPES, layer_kinds, required_window
+from kvcalc.ground.dtypes import MAX_LAYERS
+from kvcalc.hfconfig.config import Config, describe, flat_fields, required_window, with_runs
+from kvcalc.hfconfig.layer_types import ATTENTION_TYPES, layer_kinds
 from kvcalc.layers import Dense, Layer
-from kvcalc.layers_gated import NormalizedGatedAttention, OutputGatedAttention
+from kvcalc.layers.gated import NormalizedGatedAttention, OutputGatedAttention
 
 
 def _again(layers: list[Layer]) -> list[Layer]:
@@ -44,7 +44,7 @@ def dory(c: Config) -> dict:
     if isinstance(types, list) and "mlp" in types:
         # DoryConfig.__post_init__: released configs list each layer as an attention
         # block and an mlp block, every count doubled
-        c = Config({**c.cfg, "layer_types": types[::2]}, c.model_type, c.where)
+        c = c.over({**c.cfg, "layer_types": types[::2]}, c.where)
         counts = {k: n // 2 for k, n in counts.items()}
         recurrent = None if recurrent is None else recurrent // 2
     layers, first, last = counts.values()
@@ -129,3 +129,19 @@ def hrm_text(c: Config) -> dict:
                                 f"its own cache ({len(layer_list)} layer passes)",
                                 "extra_params: z_L_init, the low-level stack's initial state"])
     return with_runs(fields, layer_list)
+
+
+# model_type -> its reader, the first sentence of whose docstring `kvcalc presets
+# --families` shows (kvcalc.hfconfig.READER_MODULE names this module for each)
+READERS: dict[str, Callable[[Config], dict]] = {
+    "dory": dory, "hrm_text": hrm_text,
+}
+
+# What each configuration class fills in for a field config.json leaves out, where
+# that differs from what an absent field means to the reader (Config.raw)
+CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "dory": {"head_dim": 256, "num_key_value_heads": 4, "n_input_layers": 8, "n_output_layers": 8,
+             "n_recurrent_loops": 2, "recurrent_kv_cache_mode": 'per_loop',
+             "sliding_window": 1024},
+    "hrm_text": {"head_dim": 128, "H_cycles": 2, "L_cycles": 3},
+}

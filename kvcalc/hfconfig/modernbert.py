@@ -5,8 +5,9 @@ transformers 5.24 build it.
 
 from __future__ import annotations
 
-from kvcalc.hfconfig.build import attention, flat_fields, with_runs
-from kvcalc.hfconfig.config import Config, core_dims
+from typing import Any, Callable
+
+from kvcalc.hfconfig.config import Config, attention, core_dims, flat_fields, with_runs
 from kvcalc.hfconfig.layer_types import ATTENTION_TYPES, layer_kinds
 from kvcalc.layers import Dense, Layer
 
@@ -51,3 +52,14 @@ def modernbert_decoder(c: Config) -> dict:
                          notes=["the prediction head's dense layer and LayerNorm, and the "
                                 "output projection's bias (extra_params)"])
     return with_runs(fields, layer_list)
+
+
+# model_type -> its reader, the first sentence of whose docstring `kvcalc presets
+# --families` shows (kvcalc.hfconfig.READER_MODULE names this module for each)
+READERS: dict[str, Callable[[Config], dict]] = {
+    "modernbert-decoder": modernbert_decoder,
+}
+
+# What each configuration class fills in for a field config.json leaves out, where
+# that differs from what an absent field means to the reader (Config.raw)
+CLASS_DEFAULTS: dict[str, dict[str, Any]] = {}

@@ -1,7 +1,7 @@
 """Mixture-of-experts decoders of 2025-2026 that mix sliding and full attention layers,
 several with an output gate on attention: MiMo-V2-Flash, Laguna, AFMoE (Arcee Trinity),
-Beam, Flint; and Sarvam's two, which transformers 5.24 builds as GLM-4.5 (sarvam_moe)
-and DeepSeek-V3 (sarvam_mla) under field names of their own.
+Beam, Flint (Sarvam's two are read as GLM-4.5 and DeepSeek-V3: kvcalc.hfconfig.glm,
+kvcalc.hfconfig.deepseek).
 
 Read as each family's configuration class and decoder layer in transformers 5.24 read
 them (`configuration_<family>.py`, `modeling_<family>.py`). A router's score-correction
@@ -11,15 +11,13 @@ buffer (MiMo-V2-Flash, Beam).
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
-from kvcalc.hfconfig.build import flat_fields, with_runs
-from kvcalc.hfconfig.config import MISSING, Config, core_dims, describe
-from kvcalc.hfconfig.layer_types import ATTENTION_TYPES, layer_kinds, required_window
-from kvcalc.hfconfig.moe import deepseek
-from kvcalc.hfconfig.moe_2026 import glm4_moe
+from kvcalc.hfconfig.config import (MISSING, Config, core_dims, describe, flat_fields,
+                                    required_window, with_runs)
+from kvcalc.hfconfig.layer_types import ATTENTION_TYPES, layer_kinds
 from kvcalc.layers import Attention, Dense, Layer, MoE
-from kvcalc.layers_gated import OutputGatedAttention
+from kvcalc.layers.gated import OutputGatedAttention
 
 
 def _mlp_kinds(c: Config, layers: int, default: Callable[[int], bool]) -> list[bool]:
@@ -204,30 +202,28 @@ def flint(c: Config) -> dict:
     return _model(c, layer_list, head_dim, kv_heads, context=262144, qk_norm=True, bias=bias)
 
 
-def _renamed(c: Config, names: dict[str, str]) -> Config:
-    """The config under its class's canonical field names (its attribute_map: the
-    original checkpoint's name -> the name the model reads), a canonical one winning."""
-    cfg = dict(c.cfg)
-    for old, new in names.items():
-        if old in cfg and new not in cfg:
-            cfg[new] = cfg.pop(old)
-    return Config(cfg, c.model_type, c.where)
+# model_type -> its reader, the first sentence of whose docstring `kvcalc presets
+# --families` shows (kvcalc.hfconfig.READER_MODULE names this module for each)
+READERS: dict[str, Callable[[Config], dict]] = {
+    "mimo_v2_flash": mimo_v2_flash, "laguna": laguna, "afmoe": afmoe, "beam": beam,
+    "flint": flint,
+}
 
-
-def sarvam_moe(c: Config) -> dict:
-    """Sarvam-30B (SarvamMoEConfig, built as GLM-4.5): GQA with per-head q/k RMSNorms,
-    a dense first layer, then routed experts beside one shared; the original config's
-    num_experts, num_shared_experts and use_qkv_bias read as GLM-4.5's names."""
-    return glm4_moe(_renamed(c, {"num_experts": "n_routed_experts",
-                                 "num_shared_experts": "n_shared_experts",
-                                 "use_qkv_bias": "attention_bias",
-                                 "num_mtp_layers": "num_nextn_predict_layers"}))
-
-
-def sarvam_mla(c: Config) -> dict:
-    """Sarvam-105B (SarvamMLAConfig, built as DeepSeek-V3): MLA with a full-rank query
-    projection by default, a dense first layer, then routed experts beside one shared;
-    the original config's num_experts and num_shared_experts read as DeepSeek's names."""
-    return deepseek(_renamed(c, {"num_experts": "n_routed_experts",
-                                 "num_shared_experts": "n_shared_experts",
-                                 "num_mtp_layers": "num_nextn_predict_layers"}))
+# What each configuration class fills in for a field config.json leaves out, where
+# that differs from what an absent field means to the reader (Config.raw)
+CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "mimo_v2_flash": {"head_dim": 192, "v_head_dim": 128, "moe_intermediate_size": 2048,
+                      "n_routed_experts": 256, "num_experts_per_tok": 8, "num_key_value_heads": 4,
+                      "sliding_window": 129},
+    "laguna": {"head_dim": 128, "moe_intermediate_size": 512, "num_experts": 256,
+               "num_experts_per_tok": 8, "num_key_value_heads": 8,
+               "shared_expert_intermediate_size": 512, "sliding_window": 512},
+    "afmoe": {"head_dim": 128, "moe_intermediate_size": 1408, "num_dense_layers": 1,
+              "num_experts": 64, "num_experts_per_tok": 6, "num_shared_experts": 2,
+              "sliding_window": 1024},
+    "beam": {"head_dim": 128, "moe_intermediate_size": 2560, "num_experts": 256,
+             "num_experts_per_tok": 8, "num_key_value_heads": 8, "sliding_window": 512},
+    "flint": {"head_dim": 128, "moe_intermediate_size": 512, "num_experts": 256,
+              "num_experts_per_tok": 6, "num_key_value_heads": 4,
+              "shared_expert_intermediate_size": 1024, "sliding_window": 513},
+}

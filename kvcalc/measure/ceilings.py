@@ -315,7 +315,7 @@ def _cpu_total_bytes() -> int:
 # --------------------------------------------------------------------------------
 def ceiling_workspace_bytes(device_type: str, dtype: str) -> int:
     """Bytes the ceiling measurements allocate at once (for the memory guard)."""
-    from kvcalc.dtypes import dtype as _dt
+    from kvcalc.ground.dtypes import dtype as _dt
 
     n = MATMUL_N[(device_type, dtype)]
     return max(2 * CEILING_BYTES[device_type], 3 * _dt(dtype).nbytes(n * n))

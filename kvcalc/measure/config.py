@@ -10,9 +10,9 @@ from dataclasses import field
 from pathlib import Path
 from typing import Any, Callable
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.dtypes import MAX_BATCH, MAX_SEQ_LEN, MAX_WIDTH, check_size
+from kvcalc.ground.dtypes import MAX_BATCH, MAX_SEQ_LEN, MAX_WIDTH, check_size
 
 DEVICES = ("auto", "cuda", "cpu")
 STEP_CHOICES = ("attention", "layer", "both")

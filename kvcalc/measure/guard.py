@@ -12,14 +12,14 @@ from __future__ import annotations
 import math
 from dataclasses import field
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.measure import ceilings as ceil_mod
 from kvcalc.measure import terms as terms_mod
 from kvcalc.measure.config import DEFAULTS, MeasureConfig
 from kvcalc.measure.predict import Block, StepPrediction, block, predict
-from kvcalc.report.units import human_bytes
-from kvcalc.dtypes import dtype as _dtype
+from kvcalc.ground.units import human_bytes
+from kvcalc.ground.dtypes import dtype as _dtype
 
 MAX_SLOTS = 64  # rotation beyond this: flush instead (the streamed ceilings: terms.STREAM_MAX_COPIES)
 # Rotate over at least 8x the last-level cache: at 4x a CPU's victim-style LLC still served

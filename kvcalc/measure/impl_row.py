@@ -11,7 +11,7 @@ import warnings
 
 import torch
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.measure import ceilings as ceil_mod
 from kvcalc.measure import impls
@@ -20,8 +20,8 @@ from kvcalc.measure.config import DEFAULTS, MeasureConfig
 from kvcalc.measure.guard import Group
 from kvcalc.measure.predict import StepPrediction, overlap_flops_per_s, time_terms
 from kvcalc.measure.timing import Timing, summarise, time_calls
-from kvcalc.report.units import human_bytes, human_seconds
-from kvcalc.roofline import Roofline, roofline
+from kvcalc.ground.units import human_bytes, human_seconds
+from kvcalc.speed.roofline import Roofline, roofline
 
 
 def attention_kind(heads: int, kv_heads: int) -> str:

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
 
@@ -254,7 +254,7 @@ def allocation_failure(e: BaseException) -> str:
     """The allocator's own words, short ("you tried to allocate 268435456 bytes")."""
     import re
 
-    from kvcalc.report.units import human_bytes
+    from kvcalc.ground.units import human_bytes
 
     text = " ".join(str(e).split())
     m = re.search(r"tried to allocate (\d+) bytes", text)

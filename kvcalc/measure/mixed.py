@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import field, replace
 
-from kvcalc._record import record
-from kvcalc.dtypes import MAX_BATCH, MAX_SEQ_LEN
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import MAX_BATCH, MAX_SEQ_LEN
 from kvcalc.errors import KvcalcError
 
 STEP = "mixed"
@@ -151,7 +151,7 @@ def mixed_prediction(spec, batch: int, seq_len: int, prefill_tokens: int,
     tensor in `dtype` (weights, K/V and activations, as measure runs them)."""
     from kvcalc.formulas.cache import kv_cache
     from kvcalc.formulas.step import decode_step
-    from kvcalc.latency import step_figures
+    from kvcalc.speed.latency import step_figures
     from kvcalc.workload import Workload
 
     dec = decode_step(spec, seq_len, batch, dtype, dtype, dtype, prefill=False)

@@ -36,7 +36,7 @@ from kvcalc.measure.impl_row import row_stamp, sync
 from kvcalc.measure.mixed import SEQ_LEN, MixedConfig, MixedResult, MixedRow, mixed_prediction
 from kvcalc.measure.model_step import DecodeModel, check_dense, step_bytes
 from kvcalc.measure.timing import time_calls
-from kvcalc.report.units import human_bytes
+from kvcalc.ground.units import human_bytes
 
 STEP_FLAG = "--step mixed"
 # The model step's repetitions (kvcalc.cli.measure_model): a whole step is long enough.

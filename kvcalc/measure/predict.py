@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.dtypes import DType, dtype as _dtype
+from kvcalc.ground.dtypes import DType, dtype as _dtype
 from kvcalc.formulas.attention import attention_layer, attention_step
 from kvcalc.layers import Attention
 

@@ -21,7 +21,7 @@ from typing import Callable
 
 import torch
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.measure import ceilings as ceil_mod
 from kvcalc.measure import impls
@@ -31,8 +31,8 @@ from kvcalc.measure.guard import (PROBE_SEQ_LEN, Group, MemoryRoom, ceiling_need
                                   fit_sizes, limit_words, plan_groups, probe_bytes)
 from kvcalc.measure.impl_row import GroupBench, attention_kind, measure_impl, row_stamp, sync
 from kvcalc.measure.predict import block
-from kvcalc.report.units import human_bytes, human_seconds
-from kvcalc.dtypes import MAX_WIDTH
+from kvcalc.ground.units import human_bytes, human_seconds
+from kvcalc.ground.dtypes import MAX_WIDTH
 
 
 def run(config: MeasureConfig, progress: Progress | None = None,

@@ -17,7 +17,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.measure.timing import time_calls, time_calls_within
 
 SHAPE_FRACTION = 4  # operands of a shape ceiling: at most LLC / 4, so they stay resident

@@ -12,7 +12,7 @@ import statistics
 import time
 from typing import Callable, Sequence
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 
 QUEUE_FILL_MIN_CYCLES = 2_000_000  # about 1 ms at 2 GHz
 QUEUE_FILL_MAX_S = 2.0  # never spin the GPU longer than this before a timed loop

@@ -61,7 +61,7 @@ def rank_heads(heads: int, kv_heads: int, tp: int, rank: int) -> tuple[range, ra
 def allreduce_model_s(message_bytes: int, tp: int, latency_s: float,
                       bus_bytes_per_s: float) -> float:
     """Ring all-reduce: latency + 2(N-1)/N x message bytes / bus bandwidth; 0 for one rank."""
-    from kvcalc.comm import ring_allreduce_s
+    from kvcalc.speed.comm import ring_allreduce_s
 
     return ring_allreduce_s(message_bytes, tp, bus_bytes_per_s, latency_s)
 
@@ -381,7 +381,7 @@ def run_tp(config, progress=None, notice=None):
     from kvcalc.measure.predict import block, predict
     from kvcalc.measure.guard import default_batch, l2_plan
     from kvcalc.measure.impl_row import attention_kind, row_stamp
-    from kvcalc.report.units import human_bytes
+    from kvcalc.ground.units import human_bytes
 
     tps = list(config.tp)
     if config.step == "both":

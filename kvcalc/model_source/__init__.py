@@ -20,12 +20,19 @@ safetensors headers (kvcalc.model_source.safetensors) when it has them.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from kvcalc.errors import KvcalcError, quoted
 from kvcalc.spec import ModelSpec
 
-__all__ = ["resolve_model"]
+__all__ = ["hub_id", "resolve_model"]
+
+
+def hub_id(spec: ModelSpec) -> str | None:
+    """The Hugging Face id a preset was read from (its source names huggingface.co/ORG/NAME)."""
+    m = re.search(r"huggingface\.co/([A-Za-z0-9][\w.-]*/[\w.-]*[\w])", spec.source or "")
+    return m.group(1) if m else None
 
 
 def resolve_model(text: str | os.PathLike) -> ModelSpec:

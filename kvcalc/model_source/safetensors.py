@@ -22,9 +22,9 @@ import stat
 from dataclasses import field
 from pathlib import Path
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError, os_problem
-from kvcalc.inputfile import read_text
+from kvcalc.ground.inputfile import read_text
 
 # safetensors' own cap (MAX_HEADER_SIZE in its Rust crate): a header beyond it is refused
 # before it is read.

@@ -12,7 +12,7 @@ stands, as the headers' bytes do for the checkpoint's own size.
 
 from __future__ import annotations
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.step import StoredWeights
 from kvcalc.spec import ModelSpec, architecture

@@ -48,8 +48,8 @@ from __future__ import annotations
 import re
 from dataclasses import field
 
-from kvcalc._record import record
-from kvcalc.dtypes import weight_dtype as spec_weight_dtype
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import weight_dtype as spec_weight_dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import ModelSpec
 

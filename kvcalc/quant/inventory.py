@@ -10,10 +10,10 @@ position tables).
 
 from __future__ import annotations
 
-from kvcalc._num import Linear
-from kvcalc._record import record
+from kvcalc.ground.num import Linear
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.hyper_connections import HYPER_CONNECTION_DTYPE
+from kvcalc.layers.hyper_connections import HYPER_CONNECTION_DTYPE
 from kvcalc.spec import ModelSpec
 
 # param_counts keys whose tensors a checkpoint and the engine keep in a dtype of their own

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from kvcalc._num import cdiv
+from kvcalc.ground.num import cdiv
 from kvcalc.quant.formats import Quantization
 
 # Stored element types and their bytes (checkpoint tensor dtypes).

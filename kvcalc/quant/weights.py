@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import functools
 
-from kvcalc._record import record
-from kvcalc.dtypes import DType, dtype
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import DType, dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.quant.formats import Quantization
 from kvcalc.quant.inventory import Plain, model_tensors

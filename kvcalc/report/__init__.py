@@ -1,12 +1,11 @@
-"""Rows to text for people and for programs: the only place numbers are formatted.
+"""Rows to text for people and for programs, with every figure written by
+kvcalc.ground.units (bytes in GB and GiB, both named; counts, seconds, rates).
 
-    units.py     bytes (GB and GiB, both named), counts, seconds, rates: pure text
     csv_json.py  rows as CSV (floats to twelve digits) and JSON
     files.py     report files written atomically, never over a file without --force
     consoles.py  the rich consoles (stdout for data, stderr for diagnostics)
     tables.py    the analytical commands' tables (Tab) and headline
     render.py    a Tab drawn as rich, markdown or plain text
 
-Nothing is imported here: `kvcalc.report.units` sits below every module that formats
-a number, and rich is imported only when a table or a console is drawn.
+Nothing is imported here: rich is imported only when a table or a console is drawn.
 """

@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from kvcalc.report.render import Tab
-from kvcalc.report.units import exact_bytes
+from kvcalc.ground.units import exact_bytes
 
-__all__ = ["host_tier_table"]
+__all__ = ["host_tier_table", "host_tier_tables"]
 
 
 def host_tier_table(tier) -> Tab:
@@ -27,3 +27,8 @@ def host_tier_table(tier) -> Tab:
              *(f"note: {n}" for n in tier.notes), f"rule: {tier.source}"]
     return Tab(f"KV offload to CPU memory ({flags})", ["", ""], rows,
                caption="\n".join(notes), header=False)
+
+
+def host_tier_tables(tier) -> list:
+    """The host tier's table, or none where no tier was asked (`tier` None)."""
+    return [] if tier is None else [host_tier_table(tier)]

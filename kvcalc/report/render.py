@@ -12,7 +12,7 @@ import io
 import sys
 from dataclasses import field
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.report.consoles import console, terminal_width
 
 

@@ -4,7 +4,7 @@ memory term in the words of that engine's log, then the pool, the requests it ru
 from __future__ import annotations
 
 from kvcalc.report.render import Tab
-from kvcalc.report.units import exact_bytes, human_bytes
+from kvcalc.ground.units import exact_bytes, human_bytes
 
 # Each term, in the words a reader of that engine's log knows it by.
 TERM_WORDS = {

@@ -1,5 +1,5 @@
 """The analytical commands' tables: an Estimate (and a capacity) as `Tab`s and
-sentences, with every figure formatted by kvcalc.report.units.
+sentences, with every figure formatted by kvcalc.ground.units.
 
 Plain data only: drawing them is kvcalc.report.render's job.
 """
@@ -7,7 +7,7 @@ Plain data only: drawing them is kvcalc.report.render's job.
 from __future__ import annotations
 
 from kvcalc.report.render import Tab
-from kvcalc.report.units import (count_words, exact_bytes, human_bytes, human_count,
+from kvcalc.ground.units import (count_words, exact_bytes, human_bytes, human_count,
                                  human_rate, human_seconds)
 from kvcalc.estimate import weights_source
 from kvcalc.spec import base_name

@@ -20,7 +20,7 @@ each wing's own rules table, never here.
 
 from __future__ import annotations
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 
 __all__ = ["DEFAULT_RELEASE", "MEMORY_ENGINES", "EngineRef", "engine_ref", "count",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import field
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 
 __all__ = ["KINDS", "Diagnosis", "Failure", "GiB", "clip_words", "gib_text", "torch_oom"]
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from kvcalc._record import record
-from kvcalc.dtypes import check_size
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import check_size
 from kvcalc.errors import KvcalcError
 
 __all__ = ["Layout", "groups_on_stage", "pipeline_layers"]

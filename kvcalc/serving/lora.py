@@ -27,8 +27,8 @@ extra-vocabulary table of extra x hidden in the model dtype on each
 
 from __future__ import annotations
 
-from kvcalc._num import Linear
-from kvcalc._record import record
+from kvcalc.ground.num import Linear
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 
 __all__ = ["LoraSlots", "lora_bytes", "lora_modules"]
@@ -102,7 +102,7 @@ def _module_elements(t: Linear, name: str, rank: int, tp: int, kv_heads: int) ->
 
 def lora_bytes(spec, lora: LoraSlots, *, tp: int, model_dtype: str) -> tuple[int, list[str]]:
     """Bytes of `lora`'s slots on one rank of `tp`, and notes on what is not counted."""
-    from kvcalc.dtypes import dtype
+    from kvcalc.ground.dtypes import dtype
     from kvcalc.layers import MoE
 
     dt = dtype(model_dtype if lora.dtype == "auto" else lora.dtype)

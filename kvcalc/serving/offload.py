@@ -22,10 +22,11 @@ from __future__ import annotations
 from dataclasses import field
 from fractions import Fraction
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 
-__all__ = ["HostTier", "OFFLOAD_FLAGS", "OFFLOAD_UNITS", "PoolFacts", "host_tier", "offload_given"]
+__all__ = ["HostTier", "OFFLOAD_FLAGS", "OFFLOAD_UNITS", "PoolFacts", "host_tier", "offload_given",
+           "vllm_host_tier"]
 
 GiB = 1 << 30
 GB = 10 ** 9
@@ -279,3 +280,20 @@ def _trtllm(count, own: dict, ranks: int) -> HostTier:
                     host_bytes_per_rank=host, host_bytes=host * ranks,
                     engine_says=(("secondary_blocks", blocks),),
                     notes=(rule["note"],) if rule["note"] else (), source=rule["source"])
+
+
+def vllm_host_tier(est, side: dict):
+    """vLLM's host tier from --kv-offloading-size beside the count the estimate `est`
+    made (None: not asked), sized per block as the count cut its blocks."""
+    from kvcalc.serving import engine_ref
+
+    if not offload_given(side):
+        return None
+    cap = est.verdict.capacity
+    s = est.verdict.settings
+    facts = PoolFacts(engine=engine_ref(f"vllm@{s.vllm_version}"), tp=s.tp, pp=s.pp,
+                      page_size=cap.block_size or 0,
+                      bytes_per_token=sum(p.layers * p.group.token_bytes for p in cap.groups),
+                      kv_cache_tokens=cap.kv_cache_tokens or 0,
+                      bytes_per_block=cap.deciding.bytes_per_block)
+    return host_tier(facts, side, mla=est.spec.mla is not None)

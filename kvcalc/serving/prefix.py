@@ -22,7 +22,7 @@ default) and the unit a cached prefix comes in, for the served-load model
 
 from __future__ import annotations
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 
 __all__ = ["PrefixCache", "prefix_cache"]
 

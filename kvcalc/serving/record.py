@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.serving.room import Room, serves
 
 __all__ = ["ServingCount"]

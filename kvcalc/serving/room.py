@@ -10,7 +10,7 @@ sizes; `largest_batch` is the most it admits.
 
 from __future__ import annotations
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 
 __all__ = ["Room", "largest_batch", "serves"]
 

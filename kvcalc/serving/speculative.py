@@ -37,7 +37,7 @@ from __future__ import annotations
 import functools
 import json
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.spec import ModelSpec
 
@@ -112,7 +112,7 @@ class Draft:
         weight dtype, and its integer buffers."""
         if self.spec is None:
             return 0
-        from kvcalc.dtypes import dtype, weight_dtype
+        from kvcalc.ground.dtypes import dtype, weight_dtype
         from kvcalc.serving.weights import stage_weights
 
         if self.method == "draft_model":
@@ -319,8 +319,8 @@ def trtllm_draft(target: ModelSpec, config: dict) -> Draft:
 def llm_api_speculative_config(path) -> dict | None:
     """The `speculative_config` of trtllm-serve's --extra_llm_api_options YAML file (None:
     the file has none); its other keys are not read here."""
-    from kvcalc.inputfile import read_text
-    from kvcalc.yamlread import parse
+    from kvcalc.ground.inputfile import read_text
+    from kvcalc.ground.yamlread import parse
 
     from pathlib import Path
 

@@ -1,5 +1,5 @@
 """Speculative decoding's time per output token at batch 1, on kvcalc's latency model
-(kvcalc.latency: the roofline at stated efficiencies, a device's calibration, or an
+(kvcalc.speed.latency: the roofline at stated efficiencies, a device's calibration, or an
 engine's fitted terms) and its decode step (kvcalc.formulas.step).
 
 A round drafts `k` tokens, one draft forward pass each, then the target verifies them in
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 
 __all__ = ["SpeculativeTime", "acceptance_for_length", "draft_step_spec",
@@ -124,8 +124,8 @@ def speculative_time(spec, workload, draft, *, hardware, acceptance_rate=None,
     method's published figure (PUBLISHED_ACCEPTANCE), else an error naming the flag."""
     from kvcalc.formulas.cache import kv_cache
     from kvcalc.formulas.step import decode_step
-    from kvcalc.latency import DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_MFU, latency
-    from kvcalc.roofline import compute_dtype_for
+    from kvcalc.speed.latency import DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_MFU, latency
+    from kvcalc.speed.roofline import compute_dtype_for
     from kvcalc.serving.speculative import expected_tokens
 
     if workload.batch != 1:

@@ -15,8 +15,8 @@ the normed input and the layer output.
 
 from __future__ import annotations
 
-from kvcalc._record import record
-from kvcalc.dtypes import dtype, weight_dtype as _weight_dtype
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import dtype, weight_dtype as _weight_dtype
 from kvcalc.formulas.params import param_counts, weight_params_per_device
 from kvcalc.layers import MoE
 from kvcalc.serving.layout import pipeline_layers

@@ -26,16 +26,16 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from kvcalc import _num
-from kvcalc._record import record
-from kvcalc.dtypes import MAX_BATCH
+from kvcalc.ground import num as _num
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import MAX_BATCH
 from kvcalc.serving.room import Room, serves
 from kvcalc.serving.vllm.verdict import rooms
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import kv_cache
 from kvcalc.formulas.step import StoredWeights, decode_step
-from kvcalc.latency import engine_decode_terms, engine_tpot_s
-from kvcalc.roofline import compute_dtype_for
+from kvcalc.speed.latency import engine_decode_terms, engine_tpot_s
+from kvcalc.speed.roofline import compute_dtype_for
 from kvcalc.spec import Hardware, ModelSpec
 from kvcalc.sweep.grammar import INT64_MAX
 from kvcalc.sweep.plan import FLOAT_COLUMNS, Combo, SweepPlan, plan_sweep

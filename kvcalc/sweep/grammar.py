@@ -12,9 +12,9 @@ from functools import cached_property
 from numbers import Integral
 from typing import Sequence
 
-from kvcalc import units
-from kvcalc._record import record
-from kvcalc.dtypes import dtype as _dtype
+from kvcalc.ground import units
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import dtype as _dtype
 from kvcalc.errors import KvcalcError, quoted
 
 INT64_MAX = (1 << 63) - 1
@@ -83,7 +83,7 @@ def _spec_error(name: str, text: str, why: str) -> KvcalcError:
 def _int(name: str, text: str, part: str, what: str) -> int:
     part = part.strip()
     suffixed = units.SUFFIXED.fullmatch(part) if name in units.COUNTS and what != "factor" \
-        else None  # 32k = 32,000, 32K = 32,768: vLLM's suffixes (kvcalc.units)
+        else None  # 32k = 32,000, 32K = 32,768: vLLM's suffixes (kvcalc.ground.units)
     if suffixed is None and not _INT.fullmatch(part):
         got = f"{quoted(part)} is not a whole number" if part else f"the {what} is missing"
         raise _spec_error(name, text, got)

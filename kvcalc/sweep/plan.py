@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Callable, Sequence
 
-from kvcalc._record import record
-from kvcalc.dtypes import (
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import (
     MAX_BATCH,
     MAX_SEQ_LEN,
     MAX_TP,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.spec import base_name
 from kvcalc.sweep.compute import Chunk
 from kvcalc.sweep.plan import Combo, SweepPlan

@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import os
 
-from kvcalc._num import exact_ratio
-from kvcalc._record import record
+from kvcalc.ground.num import exact_ratio
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.serving.layout import Layout
 from kvcalc.serving.record import ServingCount
@@ -420,7 +420,7 @@ def _draft_terms(draft, flags, rules, terms, tokens, starts, refusal, attn_tp, n
     tokens, loaded after the target's pool, out of the (1 - mem_fraction_static)
     headroom: "Load weight end ... mem usage" and "KV Cache is allocated" of the second
     worker. From 0.5.14 its pool is inside the target's (`Rules.draft_in_cell`)."""
-    from kvcalc.dtypes import dtype
+    from kvcalc.ground.dtypes import dtype
 
     weights = draft.weight_bytes(flags.weights, attn_tp if flags.layout.dp_attention
                                  else flags.layout.tp)

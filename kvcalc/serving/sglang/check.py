@@ -6,7 +6,7 @@ the weights, the cell size and the fraction's arithmetic from the CUDA context).
 
 from __future__ import annotations
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.serving.failure import Diagnosis
 

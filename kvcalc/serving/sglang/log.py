@@ -22,7 +22,7 @@ import re
 
 from dataclasses import field
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.serving.failure import Failure
 from kvcalc.serving.sglang.fail import command_flags, read_failure
 

@@ -31,9 +31,9 @@ Facts (quoted, not copied code; paths inside `sglang/srt/`):
 
 from __future__ import annotations
 
-from kvcalc._num import exact_ratio
-from kvcalc._record import record
-from kvcalc.dtypes import dtype
+from kvcalc.ground.num import exact_ratio
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import dtype
 
 __all__ = ["Split", "pools"]
 

@@ -57,8 +57,8 @@ modelled as the same forward pass, the buffers not at all (a note says so).
 
 from __future__ import annotations
 
-from kvcalc._num import exact_ratio
-from kvcalc._record import record
+from kvcalc.ground.num import exact_ratio
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.serving.layout import Layout
 from kvcalc.serving.record import ServingCount
@@ -229,7 +229,7 @@ def _stage(spec, hw, flags, rules, *, stage, attn_tp, batch, num_tokens, max_seq
     activation = forward_activation(spec, flags.weights, tokens=num_tokens, tp=layout.tp)
     if last:  # the dummy requests' logits: one row per request, in the model dtype
         prompt = max(min(num_tokens, max_seq - 1), 1)
-        from kvcalc.dtypes import dtype
+        from kvcalc.ground.dtypes import dtype
 
         reqs = min(-(-num_tokens // prompt), batch)
         activation += dtype(flags.weights.model_dtype).nbytes(reqs * spec.vocab)

@@ -7,7 +7,7 @@ the bytes per token and the block rounding from the terms kvcalc models)."""
 
 from __future__ import annotations
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.serving.failure import Diagnosis
 

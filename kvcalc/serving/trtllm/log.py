@@ -59,7 +59,7 @@ from __future__ import annotations
 import re
 from dataclasses import field
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.serving.failure import Failure
 from kvcalc.serving.trtllm.fail import clamp, command_flags, read_failure
 

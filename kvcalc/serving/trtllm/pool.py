@@ -38,7 +38,7 @@ kvcalc.serving.trtllm.rules):
 
 from __future__ import annotations
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 
 __all__ = ["PerToken", "blocks_for", "element_bytes", "per_token", "pp_split", "tokens_for",

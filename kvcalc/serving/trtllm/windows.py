@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import struct
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 
 __all__ = ["WindowPool", "f32", "window_blocks", "window_shares"]

@@ -58,12 +58,12 @@ experts on them (ep = tp x dp) instead of slices. Attention stays split over tp.
 
 Everything is exact integer arithmetic on bytes (utilization is read as a decimal
 fraction); functions are pure; inputs and results are frozen dataclasses. This module
-imports only kvcalc._record: the count's modules load when first counted.
+imports only kvcalc.ground.record: the count's modules load when first counted.
 """
 
 from __future__ import annotations
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 
 __all__ = ["VllmFlags", "check_release", "count", "release_settings"]
 

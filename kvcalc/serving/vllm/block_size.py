@@ -34,7 +34,7 @@ import math
 
 from kvcalc.serving.vllm.settings import EngineSettings
 from kvcalc.serving.vllm.state import StateCache, is_attention_free, is_hopper
-from kvcalc.dtypes import dtype
+from kvcalc.ground.dtypes import dtype
 from kvcalc.formulas.cache import CacheGroup
 from kvcalc.spec import Hardware, ModelSpec
 

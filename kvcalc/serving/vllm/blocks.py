@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from kvcalc import _num
-from kvcalc._record import record
-from kvcalc.dtypes import MAX_SEQ_LEN
+from kvcalc.ground import num as _num
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import MAX_SEQ_LEN
 from kvcalc.serving.vllm.state import NO_PREFIX_CACHING, StateCache
 from kvcalc.serving.vllm.support import spec
 from kvcalc.formulas.cache import CacheGroup

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.serving.vllm.rules import parse_release
 from kvcalc.serving.vllm.settings import EngineSettings
 from kvcalc.errors import KvcalcError
@@ -163,8 +163,8 @@ def _scalar(text: str) -> str:
 
 def read_calibration(path: Path) -> Calibration:
     """A calibration file, strictly: unknown keys and wrong types are refused by name."""
-    from kvcalc.inputfile import read_text
-    from kvcalc.yamlread import parse
+    from kvcalc.ground.inputfile import read_text
+    from kvcalc.ground.yamlread import parse
 
     where = str(path)
     try:

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import field
 
-from kvcalc._record import record
-from kvcalc.dtypes import dtype
+from kvcalc.ground.record import record
+from kvcalc.ground.dtypes import dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import cache_groups
 from kvcalc.serving.layout import groups_on_stage, pipeline_layers

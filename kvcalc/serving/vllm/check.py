@@ -26,7 +26,7 @@ import dataclasses
 import re
 from dataclasses import field
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.serving.vllm.rules import default_engine, rules_for, same_release
 from kvcalc.serving.vllm.settings import GiB, EngineSettings
 from kvcalc.serving.vllm.capacity import Capacity, serving_capacity

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import field
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 
 __all__ = ["FAILURE_KINDS", "GiB", "KV_REFUSALS", "NUM", "REFUSE_V0", "REFUSE_V1",
            "StartupFailure", "clip", "failure", "gib"]

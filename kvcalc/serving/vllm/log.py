@@ -60,7 +60,7 @@ import ast
 import re
 from dataclasses import field
 
-from kvcalc._record import record
+from kvcalc.ground.record import record
 from kvcalc.serving.vllm.fail import (FAILURE_KINDS, KV_REFUSALS, NUM as _NUM,
                                        REFUSE_V0 as _REFUSE_V0, REFUSE_V1 as _REFUSE_V1,
                                        GiB, StartupFailure, clip as _clip,

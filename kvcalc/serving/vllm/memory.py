@@ -143,7 +143,7 @@ CUDA graphs
 
 from __future__ import annotations
 
-from kvcalc.dtypes import dtype
+from kvcalc.ground.dtypes import dtype
 from kvcalc.serving.runtime import COMM_BYTES_PER_RANK, CONTEXT_BYTES, CUDA_GRAPH_BYTES_PER_LAYER
 from kvcalc.serving.vllm.settings import GiB, MiB, EngineSettings
 from kvcalc.serving.weights import forward_activation

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from kvcalc import _num
-from kvcalc._record import record
+from kvcalc.ground import num as _num
+from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
-from kvcalc.dtypes import MAX_SEQ_LEN, check_size, dtype, weight_dtype as _weight_dtype
+from kvcalc.ground.dtypes import MAX_SEQ_LEN, check_size, dtype, weight_dtype as _weight_dtype
 from kvcalc.serving.releases import DEFAULT_RELEASE
 from kvcalc.serving.vllm.rules import Rules, parse_release, rules_for
 from kvcalc.spec import Hardware

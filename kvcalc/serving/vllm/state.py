@@ -61,11 +61,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from kvcalc import _num
-from kvcalc._record import record
+from kvcalc.ground import num as _num
+from kvcalc.ground.record import record
 from kvcalc.serving.vllm.settings import EngineSettings
 from kvcalc.serving.vllm.support import spec, why
-from kvcalc.dtypes import DType, dtype
+from kvcalc.ground.dtypes import DType, dtype
 from kvcalc.formulas.cache import CacheGroup
 from kvcalc.spec import Hardware
 
@@ -121,7 +121,7 @@ class _IsPaged:
 def unpaged_kinds(groups: tuple[CacheGroup, ...]) -> list[str]:
     """The kinds no vLLM release pages, in words ("rwkv state", "rg-lru state": vLLM
     0.32's model registry serves neither; "moa attention": JetMoE's mixture of attention
-    heads, kvcalc.layers_moa), sorted; [] when vLLM pages every layer."""
+    heads, kvcalc.layers.moa), sorted; [] when vLLM pages every layer."""
     probe = _IsPaged()
     return sorted({f"{g.mixer.label} {'attention' if g.mixer.attends else 'state'}"
                    for g in groups if g.layers and not spec(g.mixer, probe)})

@@ -32,20 +32,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvcalc import _num
-from kvcalc._record import record
+from kvcalc.ground import num as _num
+from kvcalc.ground.record import record
 from kvcalc.serving.vllm.blocks import blocks_per_request, request_bytes
 from kvcalc.serving.room import Room, largest_batch, serves
 from kvcalc.serving.vllm.settings import EngineSettings, default_batch_limits
 from kvcalc.serving.vllm.capacity import Capacity, cannot_hold_weights, serving_capacity
-from kvcalc.dtypes import dtype, weight_dtype
+from kvcalc.ground.dtypes import dtype, weight_dtype
 from kvcalc.errors import KvcalcError
 from kvcalc.formulas.cache import valid_tps
 from kvcalc.formulas.params import param_counts
 from kvcalc.spec import Hardware, ModelSpec
 
 __all__ = ["AUTO", "Fix", "Verdict", "auto_max_model_len", "engine_verdict", "fixes",
-           "layout_fields", "room_of", "rooms", "smallest_tp"]
+           "fit_fields", "layout_fields", "room_of", "rooms", "smallest_tp"]
 
 AUTO = -1  # --max-model-len auto (or -1), as vLLM spells it
 MAX_UTILIZATION_PERCENT = 98  # the highest --gpu-memory-utilization a fix proposes
@@ -389,3 +389,30 @@ def check_length(value: int) -> None:
     """--max-model-len: a positive length, or AUTO."""
     if value != AUTO and value <= 0:
         raise KvcalcError(f"max_model_len must be positive, got {value}")
+
+
+def fit_fields(est, cap, approximate: dict) -> dict:
+    """fit's JSON of vLLM's count (`cap`, kvcalc.serving.vllm.capacity.Capacity) for the
+    estimate `est`: the settings it was counted at, its tokens, blocks, concurrency and
+    memory terms, the draft's and the LoRA slots' where they were counted
+    (`approximate`: the estimate's fields saying what of the model is approximate)."""
+
+    s = cap.settings
+    util_num, util_den = s.utilization
+    return {
+        "model": est.spec.name, **approximate, "gpu": cap.hardware, "tp": s.tp, "pp": s.pp,
+        **layout_fields(s, cap),
+        "max_model_len": s.max_model_len, "gpu_memory_utilization": util_num / util_den,
+        "block_size": cap.block_size, "max_num_batched_tokens": cap.max_num_batched_tokens,
+        "max_num_seqs": cap.max_num_seqs, "kv_dtype": est.kv_dtype.name,
+        "weight_quantization": (est.stored.label or None) if est.stored else None,
+        "vllm_version": s.vllm_version, "engine": s.engine,
+        "kv_cache_tokens": cap.kv_cache_tokens, "num_gpu_blocks": cap.num_gpu_blocks,
+        "max_concurrency": cap.max_concurrency, "max_model_len_fit": cap.max_model_len_fit,
+        "memory": cap.memory,
+        **({"speculative": cap.draft} if cap.draft else {}),
+        **({"lora": {"enable_lora": True, "max_loras": s.max_loras or 1,
+                     "max_lora_rank": s.max_lora_rank or 16, "lora_bytes": cap.lora_bytes}}
+           if s.enable_lora else {}),
+        "notes": list(cap.notes),
+    }

@@ -1,0 +1,231 @@
+"""One scheduler step's time under load (kvcalc.served's clock): the decode of the
+running requests and the prompt tokens carried with it, on the engine's single-stream
+terms (kvcalc.speed.latency, presets/engines) and the served terms fitted on published serving
+runs (presets/served/terms.yaml, benchmarks/fit_served.py)."""
+
+from __future__ import annotations
+
+import functools
+
+from kvcalc.ground.record import record
+from kvcalc.errors import KvcalcError
+
+__all__ = ["ServedTerms", "StepTimes", "prefix_setup", "served_terms"]
+
+
+@record
+class ServedTerms:
+    """What a step under load costs beyond the engine's single-stream terms
+    (presets/engines): fitted on published serving runs by benchmarks/fit_served.py,
+    leave one publisher out (presets/served/terms.yaml). `request_s`: host time a
+    request pays before its first token (HTTP, tokenizing, admitting, returning the
+    token); `running_s`: host time per running request per step (preparing its inputs,
+    sampling, streaming its token), overlapping the GPU's work where the engine's
+    scheduler overlaps it (kvcalc.serving.schedule); `moe_share`: the MoE grouped
+    GEMMs' share of the dense prefill rate (few tokens per expert, a skinny matrix per
+    expert under tp); `kv_share`: the share of bandwidth the decode attention kernel
+    reads K/V at with many requests at once. `extrapolated`: fitted on fewer than three
+    publishers (or not at all)."""
+
+    request_s: float
+    running_s: float
+    moe_share: float
+    kv_share: float
+    publishers: int = 0
+    source: str = ""
+
+    @property
+    def extrapolated(self) -> bool:
+        return self.publishers < 3
+
+
+@functools.lru_cache(maxsize=8)  # the file never changes within a run
+def served_terms(engine: str) -> ServedTerms:
+    """`engine`'s fitted terms (kvcalc.serving's canonical name)."""
+    from kvcalc.presets import read_preset
+
+    data = read_preset("served", "terms")
+    shared = data["shared"]
+    own = data["engines"].get(engine)
+    if own is None:
+        raise KvcalcError(f"presets/served/terms.yaml has no terms for {engine}")
+    return ServedTerms(request_s=float(own["request_s"]), running_s=float(own["running_s"]),
+                       moe_share=float(shared["moe_share"]), kv_share=float(shared["kv_share"]),
+                       publishers=int(own.get("publishers", 0)),
+                       source=str(data.get("source", "")))
+
+
+def _bucket(n: int) -> int:
+    """`n` rounded down to 1/32 of itself (the step-time caches' key)."""
+    n = max(int(n), 1)
+    b = max(n // 32, 1)
+    return n // b * b
+
+
+class StepTimes:
+    """One scheduler step's time: the decode of `decoding` requests at their mean
+    context and the prompt tokens carried with it, on the engine's terms
+    (kvcalc.speed.latency) and the served terms (ServedTerms), cached by the decode batch and
+    context (to 1/32 of themselves)."""
+
+    def __init__(self, spec, hw, timing, w, stored, terms: ServedTerms, overlaps_host: bool):
+        from kvcalc.engines import check_runs, weight_family
+        from kvcalc.speed.roofline import compute_dtype_for
+
+        self.spec, self.hw, self.e, self.w, self.stored = spec, hw, timing, w, stored
+        self.terms, self.overlaps = terms, overlaps_host
+        self.family = weight_family(w.weight_dtype.name, w.quantization)
+        check_runs(timing, self.family)
+        self.cdt = compute_dtype_for(w.weight_dtype)
+        self.cache: dict = {}
+        self.weights_cache: dict = {}
+        self.peak = timing.peak_flops(hw, self.cdt)
+        self.mfu = timing.mfu(self.family)[0]
+        self.bw = hw.memory_bandwidth_bytes_per_s
+        self.e_w = timing.efficiency(self.family)[0]
+        self.e_float = float(timing.bandwidth_efficiency.get("float", self.e_w))
+        self.moe = any(layer.mlp is not None and layer.mlp.experts for layer, _ in spec.groups())
+        self.matmul_s_per_token, self.attention_s_per_pair = self._prefill_rates()
+        self.comm_s_per_token = 0.0
+        if w.tp > 1 and hw.interconnect_bandwidth_bytes_per_s:
+            from kvcalc.speed.comm import decode_allreduce
+
+            self.comm_s_per_token = decode_allreduce(
+                spec, 1024, w.tp, self.cdt, hw.interconnect_bandwidth_bytes_per_s).bandwidth_s / 1024
+        layers = spec.layers
+        self.serial_s = (layers * timing.layer_s(hw, self.family)
+                         + (2 * layers * timing.allreduce_s if w.tp > 1 else 0.0))
+        self.host_s = (timing.host_step_s + layers * timing.host_layer_s
+                       + (w.tp - 1) * timing.host_rank_s)
+
+    def _prefill_rates(self) -> tuple[float, float]:
+        """Seconds of prompt matmuls per token (its routed experts' share at the MoE
+        share of the rate) and of causal attention per (query, key) pair on one device,
+        from the prefill FLOPs of a 1,024- and a 2,048-token prompt."""
+        from dataclasses import replace
+
+        from kvcalc.speed.latency import step_figures
+
+        def flops(n: int):
+            f = step_figures(self.spec, replace(self.w, seq_len=n, batch=1, prompt_len=n),
+                             stored=self.stored)
+            return f.prefill_flops - f.prefill_attention_flops, f.prefill_attention_flops
+
+        (m1, a1), (m2, a2) = flops(1024), flops(2048)
+        matmul = (m2 - m1) / 1024  # per prompt token, on one device
+        d = self.spec.d_model
+        routed = sum(2 * n * layer.mlp.active * layer.mlp.expert_params(d)
+                     for layer, n in self.spec.groups()
+                     if layer.mlp is not None and layer.mlp.experts) / self.w.tp
+        routed = min(routed, matmul)
+        pairs = (2048 * 2049 - 1024 * 1025) / 2
+        attention = (a2 - a1) / pairs if pairs else 0.0
+        attention_share = self.e.attention_mfu or self.mfu
+        rate = self.peak * self.mfu
+        return ((matmul - routed) / rate + routed / (rate * self.terms.moe_share),
+                attention / (self.peak * attention_share))
+
+    def _decode(self, b: int, c: int) -> tuple:
+        key = (b, c)
+        terms = self.cache.get(key)
+        if terms is None:
+            from kvcalc.formulas.step import decode_step
+
+            w = self.w
+            step = decode_step(self.spec, c, b, w.weight_dtype, w.kv_dtype, self.cdt, w.tp,
+                               w.kv_scale_bytes, w.encoder_seq_len, prefill=False,
+                               stored=self.stored)
+            dev = step.per_device_breakdown
+            kv_s = dev["kv"] / (self.bw * (self.terms.kv_share or self.e.kv_share(self.e_float)))
+            terms = (dev["weights"] / (self.bw * self.e_w), kv_s,
+                     dev["activations"] / (self.bw * self.e_float) / b,
+                     step.per_device_flops / (self.peak * self.mfu))
+            self.cache[key] = terms
+        return terms
+
+    def _weights_s(self, tokens: int) -> float:
+        """The weights a step of `tokens` tokens reads (an MoE step: the experts they
+        route to), in seconds."""
+        t = _bucket(tokens)
+        got = self.weights_cache.get(t)
+        if got is None:
+            got = self._decode(t, 1)[0]
+            self.weights_cache[t] = got
+        return got
+
+    def time(self, decoding: int, context: float, prompt_tokens: int, pairs: float,
+             running: int) -> float:
+        """Seconds of one step: `decoding` requests at mean `context`, and `prompt_tokens`
+        prompt tokens whose causal attention covers `pairs` (query, key) pairs, with
+        `running` requests in the engine (its host work per request)."""
+        b = max(decoding, 1)
+        weights_s, kv_s, act_s, compute_s = self._decode(_bucket(b), _bucket(context))
+        if decoding == 0:
+            kv_s, compute_s = 0.0, 0.0
+        if prompt_tokens and self.moe:
+            weights_s = self._weights_s(decoding + prompt_tokens)
+        memory_s = weights_s + kv_s + act_s * (decoding + prompt_tokens)
+        compute_s += prompt_tokens * self.matmul_s_per_token + pairs * self.attention_s_per_pair
+        gpu_s = (max(memory_s, compute_s) + self.serial_s
+                 + prompt_tokens * self.comm_s_per_token)
+        per_request_s = running * self.terms.running_s
+        if self.overlaps:
+            return max(gpu_s, self.host_s + per_request_s)
+        return max(gpu_s, self.host_s) + per_request_s
+
+
+def prefix_setup(spec, hw, counted, load, given: dict, steps: "StepTimes"):
+    """The load as the engine's prefix caching and host tier take it, when any of their
+    flags (kvcalc.serving.flags SIDE) or a host hit is given; else the load unchanged.
+    Returns (load, seconds a host-tier token takes to fetch, the JSON's extra fields,
+    notes). A fetched token's KV (the pool's bytes per token on one rank; every rank
+    fetches its own shard over its own link at once) crosses the GPU's host link
+    (presets/hardware host_link_bandwidth_bytes_per_s) instead of being computed again:
+    the engines fetch it (vLLM's offloading connector, SGLang's hierarchical cache,
+    TensorRT-LLM's secondary pool), and the note sets the transfer beside the prefill it
+    replaces."""
+    from dataclasses import replace
+
+    from kvcalc.serving.flags import SIDE
+    from kvcalc.serving.offload import host_tier
+    from kvcalc.serving.prefix import prefix_cache, split_prefix
+
+    side = {k: v for k, v in given.items() if k in SIDE and v is not None}
+    if not side and not load.host_hit:
+        return load, 0.0, {}, []
+    prefix = prefix_cache(spec, counted, side)
+    tier = host_tier(counted, side, mla=spec.mla is not None)
+    load = replace(load, prefix_caching=prefix.on, prefix_block=prefix.block)
+    extra = {"prefix_cache": prefix.as_dict()}
+    notes = [f"prefix caching {prefix.switch}" + (f": {prefix.note}" if prefix.note else "")]
+    if tier is not None:
+        extra["host_tier"] = tier.as_dict()
+        if tier.refusal:
+            raise KvcalcError(f"{counted.engine.title} does not start: {tier.refusal}")
+    gpu, host = split_prefix(load.input_len, load.prefix_hit, load.host_hit, prefix.block)
+    if prefix.on and load.prefix_hit:
+        notes.append(f"a prefix hit of {load.prefix_hit:g} is {gpu:,} of {load.input_len:,} "
+                     f"prompt tokens: whole blocks of {prefix.block}, the last token computed")
+    if not load.host_hit:
+        return load, 0.0, extra, notes
+    if tier is None or not tier.tokens:
+        raise KvcalcError("--host-hit is the share fetched from a host KV tier: give the "
+                          "engine's (--kv-offloading-size, --enable-hierarchical-cache, "
+                          "--host-cache-size)")
+    if not prefix.on:
+        raise KvcalcError(f"--host-hit needs {counted.engine.title}'s prefix caching on")
+    if not hw.host_link_bandwidth_bytes_per_s:
+        raise KvcalcError(f"{hw.name} has no host link bandwidth in its preset "
+                          "(host_link_bandwidth_bytes_per_s): a fetch cannot be timed")
+    if host > tier.tokens:
+        raise KvcalcError(f"a request's {host:,} host-tier tokens are over the "
+                          f"{tier.tokens:,} the host tier holds")
+    fetch_s = counted.bytes_per_token / hw.host_link_bandwidth_bytes_per_s
+    redo_s = host * steps.matmul_s_per_token + steps.attention_s_per_pair * (
+        host * gpu + host * (host + 1) / 2)
+    notes.append(f"{host:,} prompt tokens a request fetched from the host tier over "
+                 f"{hw.host_link or 'the host link'}: {host * fetch_s * 1e3:.2f} ms, against "
+                 f"{redo_s * 1e3:.2f} ms computing them again (the engine fetches)")
+    extra["host_fetch"] = {"tokens": host, "fetch_ms": host * fetch_s * 1e3,
+                           "recompute_ms": redo_s * 1e3}
+    return load, fetch_s, extra, notes
