@@ -19,7 +19,8 @@ from dataclasses import field
 
 from kvcalc.ground.record import record
 
-__all__ = ["KINDS", "Diagnosis", "Failure", "GiB", "clip_words", "gib_text", "torch_oom"]
+__all__ = ["KINDS", "Diagnosis", "Failure", "GiB", "clip_words", "gib_text", "last_step",
+           "missing_model", "torch_oom"]
 
 GiB = 1 << 30
 KINDS = {
@@ -123,3 +124,24 @@ def gib_text(value: int | None) -> str:
         return "?"
     return f"{value / GiB:.2f} GiB" if abs(value) >= GiB else f"{value / (1 << 20):.2f} MiB"
 
+
+def last_step(before: str, steps) -> str:
+    """The failure kind of an out-of-memory error after `before`: the step named last in it
+    (`steps`: (kind, compiled pattern) pairs, an engine's start-up steps in its words);
+    "oom" where none is named."""
+    best, kind = -1, "oom"
+    for name, rx in steps:
+        for m in rx.finditer(before):
+            if m.start() >= best:
+                best, kind = m.start(), name
+    return kind
+
+
+def missing_model(m, names: tuple[str, ...]) -> Failure:
+    """A missing-model failure from an engine's match `m`: the model its first named group
+    of `names` holds, the file where the pattern has a "file" group."""
+    name = next((g for g in (m.group(n) for n in names) if g), "")
+    figures = {"model": name.strip("'\".,")} if name else {}
+    if m.group("file"):
+        figures["file"] = m.group("file").rstrip(".")
+    return Failure("missing_model", clip_words(m.group(0)), figures)

@@ -34,7 +34,8 @@ from __future__ import annotations
 import math
 import re
 
-from kvcalc.serving.failure import Diagnosis, Failure, clip_words, gib_text, torch_oom
+from kvcalc.serving.failure import (Diagnosis, Failure, clip_words, gib_text, last_step,
+                                    missing_model, torch_oom)
 
 __all__ = ["command_flags", "diagnose", "read_failure"]
 
@@ -99,15 +100,6 @@ def command_flags(text: str) -> dict:
     return out
 
 
-def _step(before: str) -> str:
-    best, kind = -1, "oom"
-    for name, rx in _STEPS:
-        for m in rx.finditer(before):
-            if m.start() >= best:
-                best, kind = m.start(), name
-    return kind
-
-
 def read_failure(text: str) -> Failure | None:
     """The first failure the log shows before the server came up (None: none shown)."""
     m = _STARTED.search(text)
@@ -150,16 +142,12 @@ def read_failure(text: str) -> Failure | None:
     elif oom:
         start, end, figures = oom
         line = text.rfind("\n", 0, start) + 1
-        found.append((start, Failure(_step(text[:start]), clip_words(text[line:end], 500),
+        found.append((start, Failure(last_step(text[:start], _STEPS),
+                                     clip_words(text[line:end], 500),
                                      figures)))
     m = _MISSING.search(text)
     if m:
-        name = next((g for g in (m.group("path"), m.group("id"), m.group("name"),
-                                 m.group("url"), m.group("conf")) if g), "")
-        figures = {"model": name.strip("'\".,")} if name else {}
-        if m.group("file"):
-            figures["file"] = m.group("file").rstrip(".")
-        found.append((m.start(), Failure("missing_model", clip_words(m.group(0)), figures)))
+        found.append((m.start(), missing_model(m, ("path", "id", "name", "url", "conf"))))
     if found:
         return min(found, key=lambda f: f[0])[1]
     m = _DEAD.search(text)

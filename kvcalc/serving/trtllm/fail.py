@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import re
 
-from kvcalc.serving.failure import Diagnosis, Failure, GiB, clip_words, gib_text, torch_oom
+from kvcalc.serving.failure import (Diagnosis, Failure, GiB, clip_words, gib_text, last_step,
+                                    missing_model, torch_oom)
 
 __all__ = ["clamp", "command_flags", "diagnose", "read_failure"]
 
@@ -127,15 +128,6 @@ def clamp(text: str) -> dict:
     return {}
 
 
-def _step(before: str) -> str:
-    best, kind = -1, "oom"
-    for name, rx in _STEPS:
-        for m in rx.finditer(before):
-            if m.start() >= best:
-                best, kind = m.start(), name
-    return kind
-
-
 def _executor(text: str, m: re.Match) -> Failure:
     tail = text[m.start():m.start() + 4000]
     figures: dict = {}
@@ -178,18 +170,15 @@ def read_failure(text: str) -> Failure | None:
     if oom and not (found and found[0][0] <= oom[0]):
         start, end, figures = oom
         line = text.rfind("\n", 0, start) + 1
-        found.append((start, Failure(_step(text[:start]), clip_words(text[line:end], 500),
+        found.append((start, Failure(last_step(text[:start], _STEPS),
+                                     clip_words(text[line:end], 500),
                                      figures)))
     elif cpp and not found:
-        found.append((cpp.start(), Failure(_step(text[:cpp.start()]), clip_words(cpp.group(0)))))
+        found.append((cpp.start(), Failure(last_step(text[:cpp.start()], _STEPS),
+                                           clip_words(cpp.group(0)))))
     m = _MISSING.search(text)
     if m:
-        name = next((g for g in (m.group("path"), m.group("id"), m.group("name"),
-                                 m.group("url")) if g), "")
-        figures = {"model": name.strip("'\".,")} if name else {}
-        if m.group("file"):
-            figures["file"] = m.group("file").rstrip(".")
-        found.append((m.start(), Failure("missing_model", clip_words(m.group(0)), figures)))
+        found.append((m.start(), missing_model(m, ("path", "id", "name", "url"))))
     if found:
         return min(found, key=lambda f: f[0])[1]
     m = _STOPPED.search(text)

@@ -8,6 +8,7 @@ import re
 from dataclasses import field
 
 from kvcalc.ground.record import record
+from kvcalc.serving.failure import last_step
 
 __all__ = ["FAILURE_KINDS", "GiB", "KV_REFUSALS", "NUM", "REFUSE_V0", "REFUSE_V1",
            "StartupFailure", "clip", "failure", "gib"]
@@ -110,16 +111,6 @@ def clip(words: str) -> str:
     return words if len(words) <= 300 else words[:297] + "..."
 
 
-def _step(before: str) -> str:
-    """The failure kind of an out-of-memory error after `before`: the last step named."""
-    best, kind = -1, "oom"
-    for name, rx in _STEPS:
-        for m in rx.finditer(before):
-            if m.start() >= best:
-                best, kind = m.start(), name
-    return kind
-
-
 def failure(flat: str) -> StartupFailure | None:
     """The first failure the log shows before the server came up (None: none)."""
     m = _STARTED.search(flat)
@@ -142,7 +133,7 @@ def failure(flat: str) -> StartupFailure | None:
             "dummy_requests": int(sampler.group(1))})))
     m = _OOM.search(flat)
     if m and not sampler:
-        kind = _step(flat[:m.start()])
+        kind = last_step(flat[:m.start()], _STEPS)
         tail = flat[m.start():m.start() + 400]
         sizes = _OOM_SIZES.search(tail)
         figures = {}
