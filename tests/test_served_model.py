@@ -255,3 +255,26 @@ def test_decode_steps_alike_run_as_one_with_the_same_times():
         finally:
             served_mod._alike_steps = original
         assert fast == pytest.approx(slow, rel=1e-9), ref.name
+
+
+def test_cli_bench_takes_each_engines_own_scheduler_flags():
+    """`kvcalc bench` takes the engine's own pool and scheduler flags as fit does, in the
+    engine's spelling: vLLM's --max-num-seqs caps the running batch (its count's
+    max_num_seqs); TensorRT-LLM's --enable-chunked-prefill lets a prompt over
+    --max-num-tokens run; another engine's flag is one line naming this engine's."""
+    runner = CliRunner()
+    base = ["bench", "--preset", "llama3.1-8b", "--gpu", "h100-sxm", "--format", "json"]
+    r = runner.invoke(app, [*base, "--max-num-seqs", "8", "--concurrency", "32",
+                            "--input-len", "512", "--output-len", "64"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["running_limit"] == d["max_running"] == 8
+    long = [*base, "--engine", "tensorrt-llm", "--concurrency", "2", "--input-len", "9000",
+            "--output-len", "16", "--max-model-len", "16384"]
+    r = runner.invoke(app, long)
+    assert r.exit_code == 2 and "without chunked prefill" in r.output
+    r = runner.invoke(app, [*long, "--enable-chunked-prefill"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, [*base, "--engine", "sglang", "--gpu-memory-utilization", "0.8"])
+    assert r.exit_code == 2
+    assert "SGLang's is --mem-fraction-static" in r.output

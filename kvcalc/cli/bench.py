@@ -61,6 +61,16 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         max_model_len: Annotated[Optional[int], typer.Option(
             "--max-model-len", show_default=False,
             help="The engine's longest request (default: the model's context).")] = None,
+        gpu_memory_utilization: ef.GpuMemoryUtilizationOpt = None,
+        max_num_seqs: ef.MaxNumSeqsOpt = None,
+        max_num_batched_tokens: ef.MaxNumBatchedTokensOpt = None,
+        mem_fraction_static: ef.MemFractionStaticOpt = None,
+        max_running_requests: ef.MaxRunningRequestsOpt = None,
+        chunked_prefill_size: ef.ChunkedPrefillOpt = None,
+        free_gpu_memory_fraction: ef.FreeFractionOpt = None,
+        max_batch_size: ef.MaxBatchSizeOpt = None,
+        max_num_tokens: ef.MaxNumTokensOpt = None,
+        enable_chunked_prefill: ef.EnableChunkedPrefillOpt = False,
         kv_offloading_size: ef.KvOffloadingSizeOpt = None,
         kv_offloading_backend: ef.KvOffloadingBackendOpt = None,
         enable_prefix_caching: ef.PrefixCachingOpt = None,
@@ -140,9 +150,22 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             hicache_size=hicache_size, hicache_write_policy=hicache_write_policy,
             disable_radix_cache=disable_radix_cache, host_cache_size=host_cache_size,
             enable_block_reuse=enable_block_reuse).items() if v is not None}
+        # the engine's own scheduler and memory flags: its pool, running limit and step
+        # budget as its count gives them (kvcalc.serving.flags says whose each is)
+        own = {k: v for k, v in {
+            "gpu_memory_utilization": gpu_memory_utilization, "max_num_seqs": max_num_seqs,
+            "max_num_batched_tokens": max_num_batched_tokens,
+            "mem_fraction_static": mem_fraction_static,
+            "max_running_requests": max_running_requests,
+            "chunked_prefill_size": chunked_prefill_size,
+            "free_gpu_memory_fraction": free_gpu_memory_fraction,
+            "max_batch_size": max_batch_size, "max_num_tokens": max_num_tokens,
+            "enable_chunked_prefill": enable_chunked_prefill or None}.items()
+            if v is not None}
         from kvcalc.serving.flags import check_owners
 
-        check_owners(ref.name, side, ef.flag_of)
+        check_owners(ref.name, {**own, **side}, ef.flag_of)
+        side = {**own, **side}
         tp = tp or 1
         input_len = input_len or 1024
         output_len = output_len or 128

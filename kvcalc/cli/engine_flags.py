@@ -74,6 +74,24 @@ SwaRatioOpt = Annotated[Optional[str], typer.Option(
 DisableHybridSwaOpt = Annotated[bool, typer.Option(
     "--disable-hybrid-swa-memory", help=_E + "size sliding-window layers as full ones.")]
 
+GpuMemoryUtilizationOpt = Annotated[Optional[str], typer.Option(
+    "--gpu-memory-utilization", show_default=False,
+    help="Engine: share of driver-visible memory vLLM may use, in (0, 1] "
+    "(default 0.9).")]
+MaxNumBatchedTokensOpt = Annotated[Optional[int], typer.Option(
+    "--max-num-batched-tokens", show_default=False,
+    metavar="<tokens>",
+    help="Engine: tokens per scheduler step, which sizes the profiling pass; "
+    "suffixes as --max-model-len (default: the engine's for this GPU).")]
+MaxNumSeqsOpt = Annotated[Optional[int], typer.Option(
+    "--max-num-seqs", show_default=False,
+    help="Engine: concurrent sequences, which size the sampler's profile "
+    "(default: the engine's for this GPU).")]
+EnableChunkedPrefillOpt = Annotated[bool, typer.Option(
+    "--enable-chunked-prefill", "--enable_chunked_prefill",
+    help=_T + "split a prompt over steps (default off: a prompt runs whole, in one step "
+    "of at most --max-num-tokens).")]
+
 FreeFractionOpt = Annotated[Optional[str], typer.Option(
     "--free-gpu-memory-fraction", "--kv_cache_free_gpu_memory_fraction", show_default=False,
     help=_T + "share of the memory free after the weights, activations and graphs for the KV "

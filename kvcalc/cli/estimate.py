@@ -189,22 +189,12 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             "--kv-cache-memory-bytes does: 8GiB (2^30 each), 500MB (10^6 each), 8G = 8GiB "
             "(default: the budget less weights, activations, non-torch memory and CUDA "
             "graphs).")] = None,
-        gpu_memory_utilization: Annotated[Optional[str], typer.Option(
-            "--gpu-memory-utilization", show_default=False,
-            help="Engine: share of driver-visible memory vLLM may use, in (0, 1] "
-            "(default 0.9).")] = None,
+        gpu_memory_utilization: ef.GpuMemoryUtilizationOpt = None,
         block_size: Annotated[Optional[int], typer.Option(
             "--block-size", show_default=False, help="Engine: tokens per KV block "
             "(default 16, raised for hybrid models as vLLM does).")] = None,
-        max_num_batched_tokens: Annotated[Optional[int], typer.Option(
-            "--max-num-batched-tokens", show_default=False,
-            metavar="<tokens>",
-            help="Engine: tokens per scheduler step, which sizes the profiling pass; "
-            "suffixes as --max-model-len (default: the engine's for this GPU).")] = None,
-        max_num_seqs: Annotated[Optional[int], typer.Option(
-            "--max-num-seqs", show_default=False,
-            help="Engine: concurrent sequences, which size the sampler's profile "
-            "(default: the engine's for this GPU).")] = None,
+        max_num_batched_tokens: ef.MaxNumBatchedTokensOpt = None,
+        max_num_seqs: ef.MaxNumSeqsOpt = None,
         enforce_eager: Annotated[bool, typer.Option(
             "--enforce-eager", help="Engine: no CUDA graphs (their memory is not reserved).")
         ] = False,
