@@ -72,7 +72,10 @@ def test_a_class_kvcalc_does_not_read_falls_back_as_before():
     ("moe_latent_size", 1024), ("routed_expert_hidden_size", 3584),
     ("layer_types", ["linear_attention", "full_attention"]),
     ("hybrid_override_pattern", "M*M*"), ("attn_res_block_size", 12),
-    ("linear_attn_config", {"full_attn_layers": [2]})])
+    ("linear_attn_config", {"full_attn_layers": [2]}),
+    # Nemotron-NAS (Llama-3.3-Nemotron-Super-49B, DeciLMForCausalLM, remote code): read as
+    # a uniform decoder it came out at 88.0B parameters against about 49.9B
+    ("block_configs", [{"attention": {"no_op": True}, "ffn": {"ffn_mult": 1.3}}] * 2)])
 def test_the_fallback_refuses_each_field_it_cannot_read(field, value):
     cfg = {"model_type": "acme_lm", "hidden_size": 1024, "num_hidden_layers": 2,
            "num_attention_heads": 8, "vocab_size": 1000, field: value}

@@ -53,6 +53,9 @@ REFUSED_UNREAD = {
                                    "projections",
     "index_topk": "a sparse-attention indexer with a key cache of its own",
     "compress_ratios": "compressed attention: layers that cache one entry per group of tokens",
+    # per-layer blocks searched one by one (Nemotron-NAS / DeciLM, Llama-3.3-Nemotron-Super)
+    "block_configs": "blocks of their own per layer: attention skipped, shared or with fewer "
+                     "K/V heads, MLP widths that vary by layer",
 }
 # layer_types entries a uniform decoder bounds (an overestimate of a sliding layer): any
 # other kind (linear attention, state-space, ...) is a layer pattern it cannot read.
