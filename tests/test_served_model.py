@@ -246,12 +246,16 @@ def test_decode_steps_alike_run_as_one_with_the_same_times():
                                   concurrency=12)) for e in ("vllm", "sglang", "tensorrt-llm")]
     cases.append((engine_ref("vllm"), Load(input_len=700, output_len=300, num_prompts=60,
                                            request_rate=20.0)))
+    # TensorRT-LLM's whole prompts: one near the step's budget waits, decode steps only,
+    # until a request finishes and leaves it room
+    cases.append((engine_ref("tensorrt-llm"), Load(input_len=8000, output_len=300,
+                                                   num_prompts=24, concurrency=8)))
     for ref, load in cases:
-        fast = bench(SPEC, HW, load, engine=ref, max_model_len=4096).metrics
+        fast = bench(SPEC, HW, load, engine=ref, max_model_len=16384).metrics
         original = served_mod._alike_steps
         served_mod._alike_steps = lambda *a, **k: 1
         try:
-            slow = bench(SPEC, HW, load, engine=ref, max_model_len=4096).metrics
+            slow = bench(SPEC, HW, load, engine=ref, max_model_len=16384).metrics
         finally:
             served_mod._alike_steps = original
         assert fast == pytest.approx(slow, rel=1e-9), ref.name

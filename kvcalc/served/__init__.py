@@ -345,11 +345,13 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
         dt = steps.time(run_decode, context, tokens, pairs, len(prefilling) + len(decoding))
         if fetching:  # the host tier's KV, brought in before the first chunk's attention
             dt += sum(fetching.pop(item[0], 0.0) for item, _ in chunks)
-        # Steps that nothing tells apart run as one: decode only, no request to admit
-        # or arriving, none finishing or preempted, the step time's context bucket
-        # unchanged (StepTimes keys on it), so the run is the same as step by step.
+        # Steps that nothing tells apart run as one: decode only (no prompt tokens: none
+        # waits, or an unchunked prompt waits for room it will not have before a request
+        # finishes), no request to admit or arriving, none finishing or preempted, the
+        # step time's context bucket unchanged (StepTimes keys on it), so the run is the
+        # same as step by step.
         alike = 1
-        if run_decode and not prefilling and not (waiting and ratio_mode):
+        if run_decode and not tokens and not (waiting and ratio_mode):
             alike = _alike_steps(
                 finish[0][0] - decode_steps if finish else MAX_STEPS,
                 (pool - used()) // run_decode if grows else MAX_STEPS,
