@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime
 import math
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -50,7 +50,7 @@ ROW_KEYS = {"id", "run", "quote", "engine", "engine_version", "model", "weights"
             "concurrency", "metric", "value"}
 ROW_OPTIONAL = {"hf_id", "pp", "dp", "ep", "kv_dtype", "range_ratio", "prefix_caching", "per",
                 "server", "completed", "total_input_tokens", "total_output_tokens", "where",
-                "note", "excluded"}
+                "note", "excluded", "engine_options"}
 # What a run (one result block's configuration) may set; the rows add id, quote, metric, value.
 RUN_FIELDS = (ROW_KEYS | ROW_OPTIONAL) - {"id", "run", "quote", "metric", "value"}
 
@@ -108,6 +108,9 @@ class ServedRow:
     where: str | None    # where in the source the block is
     note: str | None     # an assumption the source leaves open
     excluded: str | None  # why the row is kept out of the scored set (still loaded)
+    # the engine's settings the source states outside its command line (a config file
+    # such as trtllm-bench's llm_options, or a backend), by kvcalc's parameter names
+    engine_options: Any = field(default=None, compare=False)
 
 
 def load(folder: Path = SERVED_DIR) -> list[ServedRow]:
@@ -294,6 +297,15 @@ def _check_config(row: ServedRow, where: str, models: set, gpus: set) -> None:
         value = getattr(row, key)
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise ServedDataError(f"{where}: {key} must be a non-empty string or absent")
+    if row.engine_options is not None:
+        from kvcalc.serving.flags import OWNER
+
+        if not isinstance(row.engine_options, dict):
+            raise ServedDataError(f"{where}: engine_options must be a mapping")
+        for key in row.engine_options:
+            if row.engine not in OWNER.get(key, ()):
+                raise ServedDataError(f"{where}: engine_options: {key!r} is not a "
+                                      f"{row.engine} setting kvcalc takes")
 
 
 def _count(x: Any, minimum: int) -> bool:

@@ -268,6 +268,8 @@ def _broken(edit):
     (lambda d, c, r: r.update(per="gpu", metric="median_tpot_ms"), "per must be"),
     (lambda d, c, r: d["rows"].append(dict(r, id="two")), "two median_tpot_ms rows"),
     (lambda d, c, r: d["rows"].append(dict(r)), "duplicate id"),
+    (lambda d, c, r: c.update(engine_options=["--enforce-eager"]), "must be a mapping"),
+    (lambda d, c, r: c.update(engine_options={"cuda_graph_max_bs": 8}), "not a vllm setting"),
 ])
 def test_validate_rejects(edit, message):
     with pytest.raises(ServedDataError, match=message):
@@ -282,3 +284,5 @@ def test_validate_accepts_the_good_document_an_hf_id_and_a_per_gpu_throughput():
                                               value=6798, per="gpu"))
     row = validate({"good.yaml": per_gpu})[0]
     assert (row.per, row.unit, row.request_rate) == ("gpu", "tok/s", math.inf)
+    eager = _broken(lambda d, c, r: c.update(engine_options={"enforce_eager": True}))
+    assert validate({"good.yaml": eager})[0].engine_options == {"enforce_eager": True}

@@ -168,6 +168,81 @@ def test_each_engines_scheduler_at_its_release():
     assert schedule_for(engine_ref("tensorrt-llm")).admission == "reserve"
 
 
+def test_each_engines_cuda_graphs_at_its_release():
+    """Which steps replay a CUDA graph, as each engine's source captures them. vLLM V1:
+    capture sizes up to min(2 x max_num_seqs, 512), padded, piecewise graphs for steps of
+    prompts too (0.10.1.1 SchedulerConfig.cuda_graph_sizes; 0.14.1-0.27.1
+    VllmConfig._set_cudagraph_sizes); --enforce-eager none. SGLang
+    (cuda_graph_runner.get_batch_sizes_to_capture, server_args): 0.5.1 up to 160 on an
+    80 GB card, 256 on H200's 141 GB, 512 on B200's; 0.5.4's table 256 at tp < 4 and
+    512 at tp >= 4 on an H100; prefills eager. TensorRT-LLM's PyTorch flow
+    (CudaGraphConfig._generate_cuda_graph_batch_sizes): 1-32, 64 and 128 exactly,
+    decode-only; trtllm-bench's llm_options (enable_padding, batch_sizes up to 8192):
+    any decode batch up to 8192; a built engine launches nothing from Python."""
+    from kvcalc.serving import schedule_for
+
+    h100, h200, b200 = 81_559, 143_771, 183_359  # MiB, as torch reports them
+    v = schedule_for(engine_ref("vllm@0.11.0"), {"max_num_seqs": 1024})
+    assert v.graphed(512, 0) and not v.graphed(513, 0)
+    assert v.graphed(100, 412) and not v.graphed(100, 413)
+    assert schedule_for(engine_ref("vllm@0.11.0"), {"max_num_seqs": 128}).graphed(256, 0)
+    assert not schedule_for(engine_ref("vllm@0.11.0"), {"max_num_seqs": 128}).graphed(257, 0)
+    assert not schedule_for(engine_ref("vllm"), {"enforce_eager": True}).graphed(1, 0)
+    for mib, top in ((h100, 160), (h200, 256), (b200, 512)):
+        s = schedule_for(engine_ref("sglang@0.5.1"), {"gpu_memory_mib": mib, "tp_size": 8})
+        assert s.graphed(top, 0) and not s.graphed(top + 1, 0)
+        assert not s.graphed(0, 100)
+    for tp, top in ((1, 256), (8, 512)):
+        s = schedule_for(engine_ref("sglang@0.5.4"), {"gpu_memory_mib": h100, "tp_size": tp})
+        assert s.graphed(top, 0) and not s.graphed(top + 1, 0)
+    assert not schedule_for(engine_ref("sglang@0.5.4"), {"disable_cuda_graph": True}).graphed(1, 0)
+    t = schedule_for(engine_ref("tensorrt-llm@1.0"))
+    assert [b for b in range(1, 300) if t.graphed(b, 0)] == [*range(1, 33), 64, 128]
+    assert not t.graphed(1, 1)
+    bench_options = {"cuda_graph_config": {"enable_padding": True, "batch_sizes": [
+        1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192]},
+        "max_batch_size": 8192}
+    t = schedule_for(engine_ref("tensorrt-llm@1.0"), bench_options)
+    assert t.graphed(3000, 0) and not t.graphed(8193, 0)
+    assert schedule_for(engine_ref("tensorrt-llm@1.0"), {"backend": "tensorrt"}).graphed(5000, 9)
+
+
+def test_a_step_without_a_graph_waits_on_its_launches():
+    """A step that replays no CUDA graph takes at least its layers' Python launches
+    (ServedTerms.eager_layer_s): vLLM with --enforce-eager at batch 1 is launch-bound,
+    and the same engine with its graphs is not."""
+    from kvcalc.served import Load, bench
+    from kvcalc.served.step import ServedTerms
+
+    spec, hw = load_model("llama3-8b"), load_hardware("h100-sxm")
+    terms = ServedTerms(request_s=0.0, running_s=0.0, moe_share=0.2, kv_share=0.0,
+                        eager_layer_s=1e-3)
+    load = Load(input_len=128, output_len=64, num_prompts=2, concurrency=1)
+    eager = bench(spec, hw, load, terms=terms, engine_flags={"enforce_eager": True})
+    graphed = bench(spec, hw, load, terms=terms)
+    assert eager.metrics["mean_tpot_ms"] >= spec.layers * 1e-3 * 1e3
+    assert graphed.metrics["mean_tpot_ms"] < 0.5 * eager.metrics["mean_tpot_ms"]
+
+
+def test_sharegpt_lengths_as_vllm_bench_serve_keeps_them():
+    """ShareGPT's lengths: exponential at the given means, kept as vllm bench serve's
+    is_valid_sequence keeps a conversation (prompt and output at least 4 tokens, the
+    prompt at most 1,024, the two at most 2,048); most replies short."""
+    from kvcalc.served import sharegpt_lengths
+
+    pairs = sharegpt_lengths(220, 200, 5000, seed=1)
+    assert len(pairs) == 5000
+    assert all(4 <= p <= 1024 and o >= 4 and p + o <= 2048 for p, o in pairs)
+    outs = sorted(o for _, o in pairs)
+    assert 180 < sum(outs) / len(outs) < 205  # the mean, a little under: the long ones cut
+    assert outs[len(outs) // 2] < 160  # a long tail: the median well under the mean
+    with pytest.raises(KvcalcError, match="4 tokens or more"):
+        sharegpt_lengths(2, 200, 10)
+    bad = CliRunner().invoke(app, ["bench", "--preset", "llama3.1-8b", "--gpu", "h100-sxm",
+                                   "--dataset-name", "sharegpt", "--random-range-ratio", "0.5"])
+    assert bad.exit_code == 2 and "ShareGPT's spread is its own" in bad.output
+
+
 def test_random_lengths_as_each_client_draws_them():
     """vllm bench serve's random dataset: uniform whole numbers between floor(len x
     (1 - r)) and ceil(len x (1 + r)); SGLang's bench_serving: between max(int(len x r), 1)

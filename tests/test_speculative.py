@@ -233,10 +233,12 @@ def test_trtllm_mtp_layers_in_the_pool(vanilla, layers):
 
 def test_trtllm_reads_speculative_config_from_the_options_file(tmp_path):
     from kvcalc.serving.speculative import llm_api_speculative_config
+    from kvcalc.serving.trtllm.options import read_llm_api_options
 
     f = tmp_path / "extra.yaml"
     f.write_text("speculative_config:\n  decoding_type: Eagle3\n  max_draft_len: 3\n"
                  "kv_cache_config:\n  free_gpu_memory_fraction: 0.8\n")
-    assert llm_api_speculative_config(f) == {"decoding_type": "Eagle3", "max_draft_len": 3}
+    assert llm_api_speculative_config(read_llm_api_options(f), str(f)) == {
+        "decoding_type": "Eagle3", "max_draft_len": 3}
     f.write_text("kv_cache_config:\n  free_gpu_memory_fraction: 0.8\n")
-    assert llm_api_speculative_config(f) is None
+    assert llm_api_speculative_config(read_llm_api_options(f), str(f)) is None

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from kvcalc.cli import engine_flags as ef
+from kvcalc.cli import feature_flags as ff
 from kvcalc.cli.options import (DEFAULT_GPU, ForceOpt, FormatOpt, GpuOpt, KvDtypeOpt,
                                 ModelRequest, OutputOpt, WeightDtypeOpt, model_options,
                                 output_format, resolve_gpu)
@@ -71,6 +72,10 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         max_batch_size: ef.MaxBatchSizeOpt = None,
         max_num_tokens: ef.MaxNumTokensOpt = None,
         enable_chunked_prefill: ef.EnableChunkedPrefillOpt = False,
+        enforce_eager: ef.EnforceEagerOpt = False,
+        cuda_graph_max_bs: ef.CudaGraphMaxBsOpt = None,
+        disable_cuda_graph: ef.DisableCudaGraphOpt = False,
+        extra_llm_api_options: ff.ExtraLlmApiOptionsOpt = None,
         kv_offloading_size: ef.KvOffloadingSizeOpt = None,
         kv_offloading_backend: ef.KvOffloadingBackendOpt = None,
         enable_prefix_caching: ef.PrefixCachingOpt = None,
@@ -87,6 +92,11 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             "--random-range-ratio", help="Each request's lengths drawn as vllm bench serve's "
             "random dataset draws them: uniform between len x (1 - R) and len x (1 + R) "
             "(0: every request the same).")] = 0.0,
+        dataset: Annotated[str, typer.Option(
+            "--dataset-name", "--dataset", help="random (the lengths given, spread by "
+            "--random-range-ratio) or sharegpt (lengths spread as ShareGPT's are, at the "
+            "given lengths as means: exponential, kept as vllm bench serve keeps ShareGPT "
+            "requests; a model of the spread, not the dataset).")] = "random",
         past_saturation: Annotated[bool, typer.Option(
             "--past-saturation", help="Run a --request-rate over what the engine sustains "
             "anyway: the finite run's times, its queue growing throughout (else refused "
@@ -121,7 +131,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         """
         from kvcalc.report.render import Tab, deliver
         from kvcalc.cli.speed import memory_engine
-        from kvcalc.served import Load, bench as run, random_lengths
+        from kvcalc.served import Load, bench as run, random_lengths, sharegpt_lengths
 
         fmt = output_format(fmt, output)
         hardware = resolve_gpu(gpu)
@@ -160,7 +170,10 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             "chunked_prefill_size": chunked_prefill_size,
             "free_gpu_memory_fraction": free_gpu_memory_fraction,
             "max_batch_size": max_batch_size, "max_num_tokens": max_num_tokens,
-            "enable_chunked_prefill": enable_chunked_prefill or None}.items()
+            "enable_chunked_prefill": enable_chunked_prefill or None,
+            "enforce_eager": enforce_eager or None, "cuda_graph_max_bs": cuda_graph_max_bs,
+            "disable_cuda_graph": disable_cuda_graph or None,
+            "extra_llm_api_options": extra_llm_api_options}.items()
             if v is not None}
         from kvcalc.serving.flags import check_owners
 
@@ -177,9 +190,16 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             for r in _values(request_rate or "inf", "--request-rate", float):
                 loads.append(dict(request_rate=r, num_prompts=num_prompts or 1000))
         results = []
+        if dataset not in ("random", "sharegpt"):
+            raise KvcalcError(f"--dataset-name must be random or sharegpt, got {dataset!r}")
+        if dataset == "sharegpt" and range_ratio:
+            raise KvcalcError("--random-range-ratio spreads the random dataset's lengths; "
+                              "ShareGPT's spread is its own")
         for kw in loads:
             lengths = (random_lengths(input_len, output_len, kw["num_prompts"], range_ratio,
                                       "vllm", seed) if range_ratio else ())
+            if dataset == "sharegpt":
+                lengths = sharegpt_lengths(input_len, output_len, kw["num_prompts"], seed)
             hits = dict(host_hit=host_hit, prefix_block=1) if host_hit else {}
             load = Load(input_len=input_len, output_len=output_len, prefix_hit=prefix_hit,
                         seed=seed, lengths=lengths, **hits, **kw)
@@ -197,7 +217,10 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         rows = [row(r) for r in results]
         r0 = results[0]
         head = (f"predicted for {ref.title} serving {spec.name} on {gpus} x {hardware.name}: "
-                f"{input_len:,} prompt + {output_len:,} output tokens a request")
+                + (f"{input_len:,} prompt + {output_len:,} output tokens a request"
+                   if dataset == "random" else
+                   f"ShareGPT's spread of lengths, {input_len:,} prompt + {output_len:,} "
+                   "output tokens a request on average"))
         shown = ("request_throughput", "output_throughput", "output_throughput_per_gpu",
                  "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
                  "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms")

@@ -56,6 +56,9 @@ CudaGraphMaxBsOpt = Annotated[Optional[int], typer.Option(
     help=_E + "largest batch captured in a CUDA graph (default: SGLang's for the GPU).")]
 DisableCudaGraphOpt = Annotated[bool, typer.Option(
     "--disable-cuda-graph", help=_E + "no CUDA graphs.")]
+EnforceEagerOpt = Annotated[bool, typer.Option(
+    "--enforce-eager", help="vLLM: no CUDA graphs (every step launches its kernels from "
+    "Python; their memory is not reserved).")]
 DpSizeOpt = Annotated[Optional[int], typer.Option(
     "--dp-size", show_default=False,
     help=_E + "data-parallel size; with --enable-dp-attention, attention groups within --tp.")]

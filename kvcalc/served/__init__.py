@@ -44,7 +44,7 @@ from kvcalc.served.step import ServedTerms, StepTimes, _bucket, prefix_setup, se
 
 
 __all__ = ["BenchResult", "Load", "ServedTerms", "bench", "random_lengths", "served_terms",
-           "METRICS"]
+           "sharegpt_lengths", "METRICS"]
 
 # vllm bench serve's JSON names, in its order
 METRICS = ("request_throughput", "output_throughput", "total_token_throughput",
@@ -449,6 +449,25 @@ def random_lengths(input_len: int, output_len: int, n: int, range_ratio: float,
     return tuple((rng.randint(i_lo, i_hi), rng.randint(o_lo, o_hi)) for _ in range(n))
 
 
+def sharegpt_lengths(input_mean: float, output_mean: float, n: int, seed: int = 0) -> tuple:
+    """Each request's (prompt, output) tokens spread as ShareGPT conversations are, at
+    the given means: exponential (the replies are mostly short, "many answers are <20
+    tokens, and very few are longer than 200", CentML flexible-inference-bench #103),
+    kept as vllm bench serve's ShareGPT sampling keeps them (datasets.py
+    is_valid_sequence: prompt and output at least 4 tokens, a prompt at most 1,024, the
+    two at most 2,048). A model of the spread, not the dataset: kvcalc has no copy of it."""
+    if not (input_mean >= 4 and output_mean >= 4):
+        raise KvcalcError("ShareGPT's mean prompt and output lengths must be 4 tokens or more")
+    rng = random.Random(seed)
+    out = []
+    while len(out) < n:
+        p = round(rng.expovariate(1 / input_mean))
+        o = round(rng.expovariate(1 / output_mean))
+        if 4 <= p <= 1024 and o >= 4 and p + o <= 2048:
+            out.append((p, o))
+    return tuple(out)
+
+
 def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf16",
           weight_dtype=None, group_size: int | None = None,
           max_model_len: int | None = None, engine_flags: dict | None = None,
@@ -495,14 +514,14 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
                           f"{pool:,}-token KV pool {ref.title} counts: it never runs")
     timing = load_engine(ref.name)[0]
     terms = terms or served_terms(ref.name)
-    schedule = schedule_for(ref, given)
+    schedule = schedule_for(ref, {**flags, **given})
     longest_prompt = max((p for p, _ in load.lengths), default=load.input_len)
     if not schedule.chunks_prompts and longest_prompt > budget:
         raise KvcalcError(f"{ref.title} refuses a {longest_prompt:,}-token prompt: without "
                           f"chunked prefill a prompt must fit one step's {budget:,} tokens "
                           f"(raise max_num_tokens, or enable_chunked_prefill)")
     stored = stored_weights(spec, w.quantization, tp)
-    steps = StepTimes(spec, hw, timing, w, stored, terms, schedule.overlaps_host)
+    steps = StepTimes(spec, hw, timing, w, stored, terms, schedule)
     request_s = terms.request_s
     load, fetch_s, extra, notes = prefix_setup(spec, hw, counted, load, given, steps)
     holds = min(limit, pool // per_request)

@@ -22,8 +22,13 @@ class ServedTerms:
     token); `running_s`: host time per running request per step (preparing its inputs,
     sampling, streaming its token), overlapping the GPU's work where the engine's
     scheduler overlaps it (kvcalc.serving.schedule); `moe_share`: the MoE grouped
-    GEMMs' share of the dense prefill rate (few tokens per expert, a skinny matrix per
-    expert under tp); `kv_share`: the share of bandwidth the decode attention kernel
+    GEMMs' share of the dense 16-bit prefill rate (few tokens per expert, a skinny matrix
+    per expert under tp), for 8-bit experts too: block-scaled fp8 grouped GEMMs are
+    timed at the 16-bit tensor-core rate, not twice it (StepTimes._prefill_rates);
+    `eager_layer_s`: the host time a layer's kernels take to launch from Python in a
+    step that replays no CUDA graph (kvcalc.serving.record.Schedule.graphed: a batch
+    over the engine's captured sizes, a prefill where the engine has no prefill
+    graphs), which such a step takes at least; `kv_share`: the share of bandwidth the decode attention kernel
     reads K/V at with many requests at once. `extrapolated`: fitted on fewer than three
     publishers (or not at all)."""
 
@@ -31,6 +36,7 @@ class ServedTerms:
     running_s: float
     moe_share: float
     kv_share: float
+    eager_layer_s: float = 0.0
     publishers: int = 0
     source: str = ""
 
@@ -51,6 +57,7 @@ def served_terms(engine: str) -> ServedTerms:
         raise KvcalcError(f"presets/served/terms.yaml has no terms for {engine}")
     return ServedTerms(request_s=float(own["request_s"]), running_s=float(own["running_s"]),
                        moe_share=float(shared["moe_share"]), kv_share=float(shared["kv_share"]),
+                       eager_layer_s=float(shared.get("eager_layer_s", 0.0)),
                        publishers=int(own.get("publishers", 0)),
                        source=str(data.get("source", "")))
 
@@ -68,12 +75,12 @@ class StepTimes:
     (kvcalc.speed.latency) and the served terms (ServedTerms), cached by the decode batch and
     context (to 1/32 of themselves)."""
 
-    def __init__(self, spec, hw, timing, w, stored, terms: ServedTerms, overlaps_host: bool):
+    def __init__(self, spec, hw, timing, w, stored, terms: ServedTerms, schedule):
         from kvcalc.engines import check_runs, weight_family
         from kvcalc.speed.roofline import compute_dtype_for
 
         self.spec, self.hw, self.e, self.w, self.stored = spec, hw, timing, w, stored
-        self.terms, self.overlaps = terms, overlaps_host
+        self.terms, self.schedule, self.overlaps = terms, schedule, schedule.overlaps_host
         self.family = weight_family(w.weight_dtype.name, w.quantization)
         check_runs(timing, self.family)
         self.cdt = compute_dtype_for(w.weight_dtype)
@@ -95,6 +102,7 @@ class StepTimes:
         layers = spec.layers
         self.serial_s = (layers * timing.layer_s(hw, self.family)
                          + (2 * layers * timing.allreduce_s if w.tp > 1 else 0.0))
+        self.eager_s = layers * terms.eager_layer_s  # a step's launches without a graph
         self.host_s = (timing.host_step_s + layers * timing.host_layer_s
                        + (w.tp - 1) * timing.host_rank_s)
 
@@ -122,7 +130,15 @@ class StepTimes:
         attention = (a2 - a1) / pairs if pairs else 0.0
         attention_share = self.e.attention_mfu or self.mfu
         rate = self.peak * self.mfu
-        return ((matmul - routed) / rate + routed / (rate * self.terms.moe_share),
+        # Routed experts at the 16-bit rate whatever their dtype: fitted on the published
+        # serving runs, DeepSeek-R1's fp8 experts (128x128 block scales) want half the
+        # share of Qwen3-235B's bf16 ones when timed at the fp8 peak, and the same share
+        # at the 16-bit peak (benchmarks/fit_served.py: 115 against 95 of 238 MoE rows
+        # within 15%, one share for both). FlashInfer's DeepSeek MoE bench on B200 has
+        # its MXFP8 experts 1.7x its BF16 ones at 512 tokens, not 2x
+        # (flashinfer-ai/flashinfer#5301).
+        routed_rate = min(self.peak, self.e.peak_flops(self.hw, "bf16")) * self.mfu
+        return ((matmul - routed) / rate + routed / (routed_rate * self.terms.moe_share),
                 attention / (self.peak * attention_share))
 
     def _decode(self, b: int, c: int) -> tuple:
@@ -168,6 +184,8 @@ class StepTimes:
         compute_s += prompt_tokens * self.matmul_s_per_token + pairs * self.attention_s_per_pair
         gpu_s = (max(memory_s, compute_s) + self.serial_s
                  + prompt_tokens * self.comm_s_per_token)
+        if self.eager_s and not self.schedule.graphed(decoding, prompt_tokens):
+            gpu_s = max(gpu_s, self.eager_s)  # the GPU waits on Python's launches
         per_request_s = running * self.terms.running_s
         if self.overlaps:
             return max(gpu_s, self.host_s + per_request_s)

@@ -89,16 +89,31 @@ def count(spec, hw, flags):
 def schedule_for(ref, flags: dict | None = None):
     """How `ref`'s scheduler runs many requests at once at its release
     (kvcalc.serving.record.Schedule, the served-load model's rules), from its wing;
-    `flags`: the engine's own flags by parameter name, where they change it."""
+    `flags`: the engine's own flags by parameter name, as its count resolved them
+    (Counted.flags) and as given, where they change it."""
+    f = flags or {}
     if ref.name == "sglang":
         from kvcalc.serving.sglang.rules import rules_for
 
-        return rules_for(ref.release).schedule()
+        return rules_for(ref.release).schedule(
+            gpu_mib=int(f.get("gpu_memory_mib") or 0), tp=int(f.get("tp_size") or 1),
+            cuda_graph_max_bs=f.get("cuda_graph_max_bs"),
+            disable_cuda_graph=bool(f.get("disable_cuda_graph")),
+            chunked_prefill_size=int(f.get("chunked_prefill_size") or 8192))
     if ref.name == "tensorrt-llm":
         from kvcalc.serving.trtllm.schedule import schedule
 
-        return schedule(ref.release, enable_chunked_prefill=bool(
-            (flags or {}).get("enable_chunked_prefill")))
+        path = f.get("extra_llm_api_options")
+        if path is not None and "cuda_graph_config" not in f and "cuda_graphs" not in f:
+            from kvcalc.serving.trtllm.options import cuda_graph_flags, read_llm_api_options
+
+            f = {**f, **cuda_graph_flags(read_llm_api_options(path), str(path))}
+        return schedule(ref.release, enable_chunked_prefill=bool(f.get("enable_chunked_prefill")),
+                        backend=f.get("backend"),
+                        max_batch_size=int(f.get("max_batch_size") or 2048),
+                        cuda_graphs=f.get("cuda_graphs", True) is not False,
+                        cuda_graph_config=f.get("cuda_graph_config"))
     from kvcalc.serving.vllm.schedule import schedule
 
-    return schedule(ref.release)
+    return schedule(ref.release, max_num_seqs=int(f.get("max_num_seqs") or 256),
+                    enforce_eager=bool(f.get("enforce_eager")))

@@ -42,7 +42,7 @@ OWNER = {
     "speculative_algorithm": ("sglang",), "speculative_draft_model_path": ("sglang",),
     "speculative_num_steps": ("sglang",), "speculative_eagle_topk": ("sglang",),
     "speculative_num_draft_tokens": ("sglang",),
-    "extra_llm_api_options": ("tensorrt-llm",),
+    "extra_llm_api_options": ("tensorrt-llm",), "cuda_graph_config": ("tensorrt-llm",),
     # LoRA adapters (kvcalc.serving.lora)
     "enable_lora": ("vllm", "sglang"), "max_lora_rank": ("vllm", "sglang"),
     "lora_target_modules": ("vllm", "sglang"), "max_loras": ("vllm",),
@@ -154,13 +154,16 @@ def engine_flags(ref, settings, *, kv_scale_bytes: int = 0, **given):
                            allow_long_context=allow_long_context_from_env(), **given)
     from kvcalc.serving.trtllm import TrtllmFlags
 
-    options = given.pop("extra_llm_api_options", None)
-    if options is not None:
+    path = given.pop("extra_llm_api_options", None)
+    if path is not None:
         from kvcalc.serving.speculative import llm_api_speculative_config
+        from kvcalc.serving.trtllm.options import cuda_graph_flags, read_llm_api_options
 
-        spec_config = llm_api_speculative_config(options)
+        options = read_llm_api_options(path)
+        spec_config = llm_api_speculative_config(options, str(path))
         if spec_config is not None:
             given["speculative_config"] = spec_config
+        given.update(cuda_graph_flags(options, str(path)))
     if "max_tokens_in_paged_kv_cache" in given:
         given["max_tokens"] = given.pop("max_tokens_in_paged_kv_cache")
     given.setdefault("max_seq_len", settings.max_model_len)

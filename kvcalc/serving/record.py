@@ -113,7 +113,13 @@ class Schedule:
     step's token budget is split across steps (chunked prefill); else it waits, whole,
     for a step with room for all of it, and the steps after it wait behind it.
     `overlaps_host`: the host prepares step n+1 while the GPU runs step n (a step takes
-    the longer of the two; else their sum)."""
+    the longer of the two; else their sum).
+    CUDA graphs: a decode-only step whose batch is in `graph_batches` (with
+    `graph_pads`, any batch up to the largest, padded to the next) replays a captured
+    graph, and a step carrying prompt tokens does when its tokens are at most
+    `graph_tokens` (vLLM's piecewise graphs, SGLang's prefill graphs); any other step
+    launches its kernels one by one from Python (eager; `graphed`). None: a built
+    TensorRT engine, whose steps launch no Python kernels at all."""
 
     admission: str
     mixed: bool
@@ -123,3 +129,19 @@ class Schedule:
     reserve_floor: float = 1.0
     reserve_decay_steps: int = 0
     chunks_prompts: bool = True
+    graph_batches: tuple[int, ...] | None = None
+    graph_pads: bool = True
+    graph_tokens: int = 0
+
+    def graphed(self, decoding: int, prompt_tokens: int) -> bool:
+        """Whether a step of `decoding` requests and `prompt_tokens` prompt tokens runs
+        without Python launching its kernels (a CUDA graph, or a built engine)."""
+        if self.graph_batches is None:
+            return True
+        if prompt_tokens:
+            return decoding + prompt_tokens <= self.graph_tokens
+        if not self.graph_batches:
+            return False
+        if self.graph_pads:
+            return decoding <= self.graph_batches[-1]
+        return decoding in self.graph_batches

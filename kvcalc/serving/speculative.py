@@ -316,23 +316,10 @@ def trtllm_draft(target: ModelSpec, config: dict) -> Draft:
     return draft_for(target, kind, int(k), model)
 
 
-def llm_api_speculative_config(path) -> dict | None:
-    """The `speculative_config` of trtllm-serve's --extra_llm_api_options YAML file (None:
-    the file has none); its other keys are not read here."""
-    from kvcalc.ground.inputfile import read_text
-    from kvcalc.ground.yamlread import parse
-
-    from pathlib import Path
-
-    where = str(path)
-    try:
-        text = read_text(Path(path), where)
-    except (FileNotFoundError, IsADirectoryError):
-        raise KvcalcError(f"--extra-llm-api-options {where}: no such file") from None
-    data = parse(text, where)
-    if not isinstance(data, dict):
-        raise KvcalcError(f"{where}: the LLM API options must be a mapping (key: value)")
-    cfg = data.get("speculative_config")
+def llm_api_speculative_config(options: dict, where: str) -> dict | None:
+    """The `speculative_config` of trtllm-serve's LLM API options (None: they have
+    none)."""
+    cfg = options.get("speculative_config")
     if cfg is not None and not isinstance(cfg, dict):
         raise KvcalcError(f"{where}: speculative_config must be a mapping (decoding_type: "
                           f"MTP, ...)")

@@ -60,7 +60,8 @@ class Rules:
 
     # -- server_args.py: the defaults filled in at start-up ---------------------------
     # -- the scheduler, as kvcalc.served runs it ---------------------------------------
-    def schedule(self):
+    def schedule(self, *, gpu_mib: int = 0, tp: int = 1, cuda_graph_max_bs: int | None = None,
+                 disable_cuda_graph: bool = False, chunked_prefill_size: int = 8192):
         """managers/schedule_policy.py `PrefillAdder`: a waiting request joins when its
         prompt and its max_new_tokens (clipped at 4096) fit beside new_token_ratio of
         every running request's remaining output; the ratio starts at 0.7
@@ -69,13 +70,42 @@ class Rules:
         (ScheduleBatch.retract_decode). Prefill and decode run as separate steps unless
         --enable-mixed-chunk (off by default); the overlap scheduler (the host prepares
         the next batch while the GPU runs this one) is on by default from 0.4.0
-        (--disable-overlap-schedule turns it off)."""
+        (--disable-overlap-schedule turns it off). CUDA graphs as cuda_graphs captures
+        them."""
         from kvcalc.serving.record import Schedule
 
+        batches, tokens = self.cuda_graphs(gpu_mib, tp, cuda_graph_max_bs, disable_cuda_graph,
+                                           chunked_prefill_size)
         return Schedule(admission="ratio", mixed=False, overlaps_host=True,
                         source="sglang/srt/managers/schedule_policy.py PrefillAdder; "
                                "scheduler.py overlap schedule (default from 0.4.0)",
-                        reserve_ratio=0.7, reserve_floor=0.1, reserve_decay_steps=600)
+                        reserve_ratio=0.7, reserve_floor=0.1, reserve_decay_steps=600,
+                        graph_batches=batches, graph_tokens=tokens)
+
+    def cuda_graphs(self, gpu_mib: int, tp: int, cuda_graph_max_bs: int | None,
+                    disable_cuda_graph: bool, chunked_prefill_size: int
+                    ) -> tuple[tuple[int, ...], int]:
+        """(The largest decode batch captured, padded up to; the most prompt tokens a
+        prefill step replays a graph at.) Decode: `cuda_graph_max_bs`, else
+        default_cuda_graph_max_bs, else the capture list's own top
+        (`model_executor/cuda_graph_runner.py` get_batch_sizes_to_capture: 160; 0.4.6
+        256 over 96 GiB; 0.4.10-0.5.3 256 over 90 GiB and 512 over 160,000 MiB), batches
+        padded to the next size captured. Prefill: eager until 0.5.14 turned its CUDA
+        graphs on by default (prefill_graph_sizes, up to chunked_prefill_size).
+        --disable-cuda-graph: none."""
+        if disable_cuda_graph:
+            return (), 0
+        top = cuda_graph_max_bs or self.default_cuda_graph_max_bs(gpu_mib, tp)
+        if top is None:
+            top = 160
+            if self.era >= (0, 4, 10):
+                top = 512 if gpu_mib > 160 * 1000 else 256 if gpu_mib > 90 * 1024 else 160
+            elif self.era >= (0, 4, 6) and gpu_mib > 96 * 1024:
+                top = 256
+        tokens = 0
+        if self.era >= (0, 5, 14):
+            tokens = max(prefill_graph_sizes(chunked_prefill_size), default=0)
+        return (top,), tokens
 
     def default_chunked_prefill_size(self, gpu_mib: int, tp: int) -> int:
         """0.4.0/0.4.6 `ServerArgs.__post_init__`: 2048 under 25,000 MiB, else 8192;

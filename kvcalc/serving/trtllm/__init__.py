@@ -86,7 +86,7 @@ class TrtllmFlags:
     engine). `free_gpu_memory_fraction`: a decimal text or number, read exactly.
     `enable_attention_dp`: attention data parallel (K/V heads whole on each rank).
     `cuda_graph_batch_sizes`: the PyTorch flow's captured batch sizes (None: its
-    default; () none). `spec_layers`: MTP / one-model Eagle layers the pool holds on
+    default, or what `cuda_graph_config` captures, the LLM API options' mapping; () none). `spec_layers`: MTP / one-model Eagle layers the pool holds on
     the last pipeline rank. `draft`: a two-model draft's ModelSpec.
     `max_attention_window`: kv_cache_config.max_attention_window, window sizes cycled over
     the layers (None: one window of max_seq_len for every layer); several sizes give a
@@ -107,6 +107,7 @@ class TrtllmFlags:
     kv_scale_bytes: int = 0
     enable_attention_dp: bool = False
     cuda_graph_batch_sizes: tuple | None = None
+    cuda_graph_config: dict | None = None
     spec_layers: int = 0
     draft: object = None
     # The LLM API options' speculative_config (kvcalc.serving.speculative.trtllm_draft):
@@ -205,6 +206,13 @@ def _non_torch(layout: Layout, graphs: int, layers: int) -> int:
     return CONTEXT_BYTES + comm + graphs * CUDA_GRAPH_BYTES_PER_LAYER * layers
 
 
+def graph_sizes(flags: TrtllmFlags, rules, max_batch_size: int) -> tuple[int, ...]:
+    """The batch sizes the PyTorch flow captures CUDA graphs for: as given, else as the
+    options' cuda_graph_config generates them, else the release's default."""
+    if flags.cuda_graph_batch_sizes is not None:
+        return tuple(flags.cuda_graph_batch_sizes)
+    return rules.cuda_graph_batch_sizes(max_batch_size, flags.cuda_graph_config)
+
 def _stage(spec, hw, flags, rules, *, stage, attn_tp, batch, num_tokens, max_seq, block,
            f_est, f_cpp, kv_name) -> _Stage:
     layout = flags.layout
@@ -239,8 +247,7 @@ def _stage(spec, hw, flags, rules, *, stage, attn_tp, batch, num_tokens, max_seq
         tokens = tokens_for(available, f_cpp, pool_bytes) if pool_bytes else 0
         return _Stage(stage, total, weights, activation, non_torch, 0, available, tokens,
                       tokens, pt)
-    sizes = rules.default_cuda_graph_batch_sizes(batch) if flags.cuda_graph_batch_sizes \
-        is None else tuple(flags.cuda_graph_batch_sizes)
+    sizes = graph_sizes(flags, rules, batch)
     graphs = len(sizes) if flags.cuda_graphs else 0
     non_torch = _non_torch(layout, graphs, pp_split(spec.layers, pp)[stage])
     if rules.estimate_shape() == "warmup":

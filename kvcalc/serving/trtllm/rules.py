@@ -29,6 +29,7 @@ rule (unless a public log of that release shows otherwise, named at the rule).
 from __future__ import annotations
 
 import functools
+import math
 import struct
 
 from kvcalc.errors import KvcalcError
@@ -144,10 +145,29 @@ class Rules:
         i.e. `CudaGraphConfig._generate_cuda_graph_batch_sizes` (l. 135-164): 1-31, 32,
         64, 128. Before 1.0 the PyTorch config's `use_cuda_graph` was off by default;
         when the default turned on is UNVERIFIED (taken at 1.0)."""
-        if self.release < (1, 0, 0):
+        return self.cuda_graph_batch_sizes(max_batch_size, None)
+
+    def cuda_graph_batch_sizes(self, max_batch_size: int, config: dict | None) -> tuple[int, ...]:
+        """The batch sizes a `cuda_graph_config` (the LLM API options' mapping; None: the
+        release's default, none before 1.0) captures, none over the engine's
+        `max_batch_size`: its `batch_sizes`, else
+        `CudaGraphConfig._generate_cuda_graph_batch_sizes` (1.3.0rc3 l. 135-164, the same
+        in the 1.x copies read) at its max_batch_size (default 128): with enable_padding
+        1, 2, 4 and 8 to 128 by 8, else 1-31, 32, 64 and 128; then the powers of two
+        from 256 below it, and the maximum itself."""
+        if config is None and self.release < (1, 0, 0):
             return ()
-        sizes = [*range(1, 32), 32, 64, 128]
-        return tuple(b for b in sizes if b <= max_batch_size)
+        config = config or {}
+        sizes = config.get("batch_sizes")
+        if not sizes:
+            top = int(config.get("max_batch_size") or 128)
+            sizes = ([1, 2, 4, *range(8, 129, 8)] if config.get("enable_padding")
+                     else [*range(1, 32), 32, 64, 128])
+            sizes += [2 ** i for i in range(8, math.ceil(math.log2(top)))] if top > 256 else []
+            sizes = sorted(b for b in sizes if b <= top)
+            if sizes[-1] != top:
+                sizes.append(top)
+        return tuple(sorted(int(b) for b in sizes if int(b) <= max_batch_size))
 
     # -- the PyTorch flow's estimate -------------------------------------------------
     def estimate_shape(self) -> str:

@@ -262,6 +262,22 @@ class Rules:
         captured after sizing the cache, in the 1 - utilization headroom."""
         return self.v1 and self.release >= (20, 0)
 
+    def cuda_graphs(self, max_num_seqs: int, enforce_eager: bool) -> tuple[tuple[int, ...], int]:
+        """The CUDA graphs a step replays: (the largest decode batch captured, padded up
+        to; the most tokens a step carrying prompts replays them at). V1: capture sizes
+        up to min(2 x max_num_seqs, 512) (0.10.1.1/0.11.0 `SchedulerConfig
+        .cuda_graph_sizes`, 0.14.1-0.27.1 `VllmConfig._set_cudagraph_sizes`), and the
+        piecewise graphs (everything but attention) serve any step of up to that many
+        tokens, prompts included. V0 (`worker/model_runner.py` _BATCH_SIZES_TO_CAPTURE):
+        decode batches up to 256 (and max_num_seqs), prefills eager. --enforce-eager:
+        none."""
+        if enforce_eager:
+            return (), 0
+        if self.v1:
+            top = min(2 * max_num_seqs, 512)
+            return (top,), top
+        return (min(256, max_num_seqs),), 0
+
     # -- config/speculative.py, v1/worker/gpu_model_runner.py: speculative decoding ----
     def speculative_methods(self) -> tuple[str, ...]:
         """The --speculative-config methods the release runs whose memory kvcalc counts
