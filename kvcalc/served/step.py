@@ -97,6 +97,18 @@ class StepTimes:
                          + (2 * layers * timing.allreduce_s if w.tp > 1 else 0.0))
         self.host_s = (timing.host_step_s + layers * timing.host_layer_s
                        + (w.tp - 1) * timing.host_rank_s)
+        # Speculative decoding (speculate): k drafted tokens a request a step, each step
+        # verifying k + 1 positions a request (`width`) and emitting `emitted` tokens on
+        # average; 0, 1, 1 without it.
+        self.k, self.width, self.emitted, self.draft = 0, 1, 1, None
+
+    def speculate(self, k: int, emitted: float, draft: "StepTimes | None") -> None:
+        """Time every decode step as a speculative round: the target's verification of
+        k + 1 positions a request (kvcalc.serving.speculative_time.verify_step) and `k`
+        forward passes of `draft` (the draft's own StepTimes; None: drafted on the host,
+        ngram), emitting `emitted` tokens a request on average."""
+        self.k, self.width, self.emitted, self.draft = k, k + 1, emitted, draft
+        self.cache.clear()
 
     def _prefill_rates(self) -> tuple[float, float]:
         """Seconds of prompt matmuls per token (its routed experts' share at the MoE
@@ -125,20 +137,19 @@ class StepTimes:
         return ((matmul - routed) / rate + routed / (rate * self.terms.moe_share),
                 attention / (self.peak * attention_share))
 
-    def _decode(self, b: int, c: int) -> tuple:
-        key = (b, c)
+    def _decode(self, b: int, c: int, k: int = 0) -> tuple:
+        """(weights s, K/V s, activations s a token, FLOPs s) of `b` requests at context
+        `c`, each verifying k + 1 positions (k = 0: a plain decode step)."""
+        key = (b, c, k)
         terms = self.cache.get(key)
         if terms is None:
-            from kvcalc.formulas.step import decode_step
+            from kvcalc.serving.speculative_time import verify_step
 
-            w = self.w
-            step = decode_step(self.spec, c, b, w.weight_dtype, w.kv_dtype, self.cdt, w.tp,
-                               w.kv_scale_bytes, w.encoder_seq_len, prefill=False,
-                               stored=self.stored)
+            step = verify_step(self.spec, self.w, k, b, c, stored=self.stored, prefill=False)
             dev = step.per_device_breakdown
             kv_s = dev["kv"] / (self.bw * (self.terms.kv_share or self.e.kv_share(self.e_float)))
             terms = (dev["weights"] / (self.bw * self.e_w), kv_s,
-                     dev["activations"] / (self.bw * self.e_float) / b,
+                     dev["activations"] / (self.bw * self.e_float) / (b * (k + 1)),
                      step.per_device_flops / (self.peak * self.mfu))
             self.cache[key] = terms
         return terms
@@ -153,21 +164,33 @@ class StepTimes:
             self.weights_cache[t] = got
         return got
 
+    def gpu_s(self, decoding: int, context: float, prompt_tokens: int, pairs: float) -> float:
+        """The GPU's seconds of one step (`time` without the host): the target's pass,
+        and with speculation the draft's passes."""
+        b = max(decoding, 1)
+        weights_s, kv_s, act_s, compute_s = self._decode(_bucket(b), _bucket(context),
+                                                         self.k)
+        if decoding == 0:
+            kv_s, compute_s = 0.0, 0.0
+        tokens = decoding * self.width  # each request's k + 1 verified positions
+        if prompt_tokens and self.moe:
+            weights_s = self._weights_s(tokens + prompt_tokens)
+        memory_s = weights_s + kv_s + act_s * (tokens + prompt_tokens)
+        compute_s += prompt_tokens * self.matmul_s_per_token + pairs * self.attention_s_per_pair
+        out = (max(memory_s, compute_s) + self.serial_s
+               + prompt_tokens * self.comm_s_per_token)
+        if self.draft is not None:  # its first pass covers the prompt tokens too
+            out += self.draft.gpu_s(decoding, context, prompt_tokens, pairs)
+            if decoding:
+                out += (self.k - 1) * self.draft.gpu_s(decoding, context, 0, 0.0)
+        return out
+
     def time(self, decoding: int, context: float, prompt_tokens: int, pairs: float,
              running: int) -> float:
         """Seconds of one step: `decoding` requests at mean `context`, and `prompt_tokens`
         prompt tokens whose causal attention covers `pairs` (query, key) pairs, with
         `running` requests in the engine (its host work per request)."""
-        b = max(decoding, 1)
-        weights_s, kv_s, act_s, compute_s = self._decode(_bucket(b), _bucket(context))
-        if decoding == 0:
-            kv_s, compute_s = 0.0, 0.0
-        if prompt_tokens and self.moe:
-            weights_s = self._weights_s(decoding + prompt_tokens)
-        memory_s = weights_s + kv_s + act_s * (decoding + prompt_tokens)
-        compute_s += prompt_tokens * self.matmul_s_per_token + pairs * self.attention_s_per_pair
-        gpu_s = (max(memory_s, compute_s) + self.serial_s
-                 + prompt_tokens * self.comm_s_per_token)
+        gpu_s = self.gpu_s(decoding, context, prompt_tokens, pairs)
         per_request_s = running * self.terms.running_s
         if self.overlaps:
             return max(gpu_s, self.host_s + per_request_s)
