@@ -74,6 +74,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         speculative_config: ff.SpeculativeConfigOpt = None,
         speculative_algorithm: ff.SpecAlgorithmOpt = None,
         extra_llm_api_options: ff.ExtraLlmApiOptionsOpt = None,
+        acceptance_rate: ff.AcceptanceRateOpt = None,
         enable_lora: ff.EnableLoraOpt = False,
         max_loras: ff.MaxLorasOpt = None,
         max_loras_per_batch: ff.MaxLorasPerBatchOpt = None,
@@ -152,7 +153,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                 vllm_version=vllm_version, allow_long_max_model_len=_allows_long(),
                 calibration=learnt, features=features,
                 data_parallel_size=data_parallel_size,
-                enable_expert_parallel=enable_expert_parallel)
+                enable_expert_parallel=enable_expert_parallel, acceptance_rate=acceptance_rate)
         except NothingFits as e:
             sys.stderr.write(f"kvcalc: {' '.join(str(e).split())}\n")
             raise typer.Exit(1)

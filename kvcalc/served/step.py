@@ -55,6 +55,22 @@ def served_terms(engine: str) -> ServedTerms:
                        source=str(data.get("source", "")))
 
 
+# (spec, workload, unstored) -> the figures of its steps, shared by every run of one
+# model and workload (a plan times hundreds of runs): {(k, batch, context): DecodeCost,
+# "prefill": its prompt FLOPs}. `stored` is spec and w's own checkpoint bytes (or None).
+_SHARED: dict = {}
+
+
+def _shared(spec, w, unstored: bool) -> dict:
+    key = (spec, w, unstored)
+    got = _SHARED.get(key)
+    if got is None:
+        if len(_SHARED) > 64:  # bounded: a long session's sweeps
+            _SHARED.clear()
+        got = _SHARED[key] = {}
+    return got
+
+
 def _bucket(n: int) -> int:
     """`n` rounded down to 1/32 of itself (the step-time caches' key)."""
     n = max(int(n), 1)
@@ -79,6 +95,7 @@ class StepTimes:
         self.cdt = compute_dtype_for(w.weight_dtype)
         self.cache: dict = {}
         self.weights_cache: dict = {}
+        self.shared = _shared(spec, w, stored is None)
         self.peak = timing.peak_flops(hw, self.cdt)
         self.mfu = timing.mfu(self.family)[0]
         self.bw = hw.memory_bandwidth_bytes_per_s
@@ -109,6 +126,7 @@ class StepTimes:
         ngram), emitting `emitted` tokens a request on average."""
         self.k, self.width, self.emitted, self.draft = k, k + 1, emitted, draft
         self.cache.clear()
+        self.draft_cache: dict = {}
 
     def _prefill_rates(self) -> tuple[float, float]:
         """Seconds of prompt matmuls per token (its routed experts' share at the MoE
@@ -123,7 +141,9 @@ class StepTimes:
                              stored=self.stored)
             return f.prefill_flops - f.prefill_attention_flops, f.prefill_attention_flops
 
-        (m1, a1), (m2, a2) = flops(1024), flops(2048)
+        if "prefill" not in self.shared:
+            self.shared["prefill"] = (flops(1024), flops(2048))
+        (m1, a1), (m2, a2) = self.shared["prefill"]
         matmul = (m2 - m1) / 1024  # per prompt token, on one device
         d = self.spec.d_model
         routed = sum(2 * n * layer.mlp.active * layer.mlp.expert_params(d)
@@ -143,9 +163,12 @@ class StepTimes:
         key = (b, c, k)
         terms = self.cache.get(key)
         if terms is None:
-            from kvcalc.serving.speculative_time import verify_step
+            step = self.shared.get(key)
+            if step is None:
+                from kvcalc.serving.speculative_time import verify_step
 
-            step = verify_step(self.spec, self.w, k, b, c, stored=self.stored, prefill=False)
+                step = self.shared[key] = verify_step(self.spec, self.w, k, b, c,
+                                                      stored=self.stored, prefill=False)
             dev = step.per_device_breakdown
             kv_s = dev["kv"] / (self.bw * (self.terms.kv_share or self.e.kv_share(self.e_float)))
             terms = (dev["weights"] / (self.bw * self.e_w), kv_s,
@@ -180,9 +203,14 @@ class StepTimes:
         out = (max(memory_s, compute_s) + self.serial_s
                + prompt_tokens * self.comm_s_per_token)
         if self.draft is not None:  # its first pass covers the prompt tokens too
-            out += self.draft.gpu_s(decoding, context, prompt_tokens, pairs)
-            if decoding:
-                out += (self.k - 1) * self.draft.gpu_s(decoding, context, 0, 0.0)
+            again = 0.0
+            if decoding:  # the draft's pass over the decodes: exact by (batch, bucket)
+                key = (decoding, _bucket(context))
+                again = self.draft_cache.get(key)
+                if again is None:
+                    again = self.draft_cache[key] = self.draft.gpu_s(decoding, context, 0, 0.0)
+            out += ((self.draft.gpu_s(decoding, context, prompt_tokens, pairs)
+                     if prompt_tokens else again) + (self.k - 1) * again)
         return out
 
     def time(self, decoding: int, context: float, prompt_tokens: int, pairs: float,
