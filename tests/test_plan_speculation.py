@@ -125,3 +125,73 @@ def test_cli_json_and_errors():
         r = CliRunner().invoke(app, [*args, *bad])
         assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.output
         assert r.stderr.startswith("kvcalc: error: ")
+
+
+# ---- the other engines: their own speculative flags, their own launch lines --------------
+EAGLE3 = "tests/data/speculative/eagle3-llama3.1-8b.json"
+
+
+@pytest.fixture(scope="module")
+def trtllm_options(tmp_path_factory):
+    """A trtllm-serve --extra_llm_api_options file with an Eagle3 head of 3 drafts."""
+    from pathlib import Path
+
+    head = Path(__file__).parent / "data" / "speculative" / "eagle3-llama3.1-8b.json"
+    f = tmp_path_factory.mktemp("trt") / "eagle3.yaml"
+    f.write_text(f"speculative_config:\n  decoding_type: Eagle3\n  max_draft_len: 3\n"
+                 f"  speculative_model_dir: {head}\n")
+    return f
+
+
+def _engine(name, features, **kw):
+    from kvcalc.plan.engines import engine_plan
+
+    return engine_plan(load_model("llama3.1-8b"), load_hardware("h100-sxm"), engine_ref(name),
+                       prompt_len=128, output_len=512, features=features,
+                       acceptance_rate=0.62, **kw)
+
+
+def test_trtllm_speculation_stops_paying_as_the_batch_grows(trtllm_options):
+    """TensorRT-LLM (no host time a running request on its fitted terms): the gain falls
+    with the batch until the verify step of 4 positions a request is compute-bound and
+    the baseline wins; its launch line then has no options file."""
+    p = _engine("tensorrt-llm", {"extra_llm_api_options": str(trtllm_options)})
+    s = p.speculation
+    gains = [r["tokens_per_s_gain"] for r in s["by_batch"]]
+    assert gains[0] > 1.5 and gains[-1] < 1 and s["stops_paying_from_batch"] > 1
+    assert s["winner"] == "off" and "--extra_llm_api_options" not in p.command
+    assert f"off from batch {s['stops_paying_from_batch']}" in s["why"]
+    assert "compute-bound" in s["why"]
+    assert p.as_dict()["speculation"]["winner"] == "off"
+
+
+def test_trtllm_speculation_wins_at_a_tight_tpot(trtllm_options):
+    p = _engine("tensorrt-llm", {"extra_llm_api_options": str(trtllm_options)}, tpot_s=0.006)
+    assert p.speculation["winner"] == "on" and p.best.tpot_s <= 0.006
+    assert p.command.endswith(f"--extra_llm_api_options {trtllm_options}")
+
+
+def test_sglang_line_carries_its_own_flags_when_on_wins():
+    flags = {"speculative_algorithm": "EAGLE3", "speculative_draft_model_path": EAGLE3,
+             "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+             "speculative_num_draft_tokens": 4}
+    p = _engine("sglang", flags)
+    assert p.speculation["winner"] == "on"
+    assert p.command.endswith("--speculative-algorithm EAGLE3 --speculative-draft-model-path "
+                              f"{EAGLE3} --speculative-num-steps 3 --speculative-eagle-topk 1 "
+                              "--speculative-num-draft-tokens 4")
+
+
+def test_cli_engine_flags_are_each_engines_own():
+    args = ["plan", "--preset", MODEL, "--gpu", GPU, "--max-model-len", str(LENGTH),
+            "--acceptance-rate", "0.8"]
+    for bad, says in ((["--engine", "sglang", "--speculative-config", NGRAM],
+                       "--speculative-algorithm"),
+                      (["--engine", "any", "--speculative-config", NGRAM], "one --engine")):
+        r = CliRunner().invoke(app, [*args, *bad])
+        assert r.exit_code == 2 and r.stderr.count("\n") == 1 and says in r.stderr, r.output
+    r = CliRunner().invoke(app, [*args, "--engine", "sglang", "--speculative-algorithm", "NGRAM",
+                                 "--speculative-num-steps", "3", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    e = json.loads(r.stdout)["engines"][0]
+    assert e["speculation"]["method"] == "ngram" and e["speculation"]["winner"] in ("on", "off")

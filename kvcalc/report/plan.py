@@ -89,6 +89,10 @@ def engines_items(plans: list) -> list:
     items = [table]
     for p in plans:
         items += [f"{_engine_title(p)}:", Verbatim(p.command)]
+        s = getattr(p, "speculation", None)
+        if s and s.get("by_batch"):
+            items.append(speculation_table(s))
+        items += [f"note: {n}" for n in getattr(p, "notes", ()) if s and n == s["why"]]
     return items
 
 
