@@ -102,7 +102,10 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         --max-num-batched-tokens, --gpu-memory-utilization and --max-num-seqs; keeps
         the layouts vLLM would start and that meet --ttft-ms and --tpot-ms; prints the
         front of tokens/s per GPU against tokens/s per user, then the command. No layout
-        serves: exit 1 and one line on stderr saying why and what came closest.
+        serves: exit 1 and one line on stderr saying why and what came closest. With a
+        speculative flag (each engine's own) and --acceptance-rate, every layout is searched
+        with speculation on and off; the winner at the targets is printed, its line has the
+        flag only when speculation wins, and a table and a note say why.
 
         Examples: `kvcalc plan --preset llama3.1-8b --gpu h100-sxm --max-model-len 32768`;
         `kvcalc plan --preset llama3.3-70b --gpus 8 --max-model-len 32k --tpot-ms 40`;

@@ -48,6 +48,9 @@ in place of kvcalc's models for the layouts of the tp and pp its log ran, and on
 those: the terms are per device of that layout. The GPU's driver-visible memory it
 read holds for every layout; its release is the default --vllm-version.
 
+With --speculative-config the whole search runs with speculation on and off and the
+winner at the targets is kept (kvcalc.plan.speculation).
+
 The count is run per (tp, pp, KV dtype, tokens, utilization) and the served run per
 (layout, batch): thousands of layouts (replicas of each) share a few hundred runs.
 """
