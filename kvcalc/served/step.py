@@ -167,8 +167,14 @@ class StepTimes:
             if step is None:
                 from kvcalc.serving.speculative_time import verify_step
 
+                # the decode step of its b x (k + 1) tokens, shared with plain steps
+                n = b * (k + 1)
+                plain = self.shared.get((n, c, 0))
+                if plain is None:
+                    plain = self.shared[(n, c, 0)] = verify_step(
+                        self.spec, self.w, 0, n, c, stored=self.stored, prefill=False)
                 step = self.shared[key] = verify_step(self.spec, self.w, k, b, c,
-                                                      stored=self.stored, prefill=False)
+                                                      plain=plain)
             dev = step.per_device_breakdown
             kv_s = dev["kv"] / (self.bw * (self.terms.kv_share or self.e.kv_share(self.e_float)))
             terms = (dev["weights"] / (self.bw * self.e_w), kv_s,

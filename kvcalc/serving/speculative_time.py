@@ -23,6 +23,7 @@ whole. ngram drafts on the host: no GPU step.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 from kvcalc.ground.record import record
@@ -132,27 +133,37 @@ def acceptance_of(draft, acceptance_rate=None) -> tuple[float, str]:
 
 
 def verify_step(spec, w, k: int, batch: int, context: int, *, stored=None,
-                prefill: bool = True):
+                prefill: bool = True, plain=None):
     """The target's verification pass (kvcalc.formulas.step.DecodeCost): `batch`
     requests of k + 1 positions each at `context` tokens (workload `w`'s dtypes and
     tp). Weights once, FLOPs and activations for batch x (k + 1) tokens, each request's
-    cache read once, not k + 1 times (its k + 1 positions attend in one kernel)."""
-    from kvcalc.formulas.cache import kv_cache
+    cache read once, not k + 1 times (its k + 1 positions attend in one kernel).
+    `plain`: the decode step of batch x (k + 1) tokens at `context`, when the caller
+    has it (a served run keeps them)."""
     from kvcalc.formulas.step import decode_step
     from kvcalc.speed.roofline import compute_dtype_for
 
-    step = decode_step(spec, context, batch * (k + 1), w.weight_dtype, w.kv_dtype,
-                       compute_dtype_for(w.weight_dtype), w.tp, w.kv_scale_bytes,
-                       w.encoder_seq_len, prefill=prefill, stored=stored)
+    step = plain or decode_step(spec, context, batch * (k + 1), w.weight_dtype, w.kv_dtype,
+                                compute_dtype_for(w.weight_dtype), w.tp, w.kv_scale_bytes,
+                                w.encoder_seq_len, prefill=prefill, stored=stored)
     if not k:
         return step
-    once = kv_cache(spec, context, 1, w.kv_dtype, w.tp, w.kv_scale_bytes,
-                    w.encoder_seq_len).bytes_per_device
-    unread = k * batch * once
+    unread = k * batch * _kv_once(spec, context, w.kv_dtype, w.tp, w.kv_scale_bytes,
+                                  w.encoder_seq_len)
     by = dict(step.per_device_breakdown)
     by["kv"] -= unread
     return replace(step, per_device_bytes=step.per_device_bytes - unread,
                    per_device_breakdown=by)
+
+
+@functools.lru_cache(maxsize=4096)
+def _kv_once(spec, context: int, kv_dtype, tp: int, scale_bytes: int, encoder_seq_len) -> int:
+    """One sequence's cache at `context` tokens on one device: what each further
+    position of the same request does not read again."""
+    from kvcalc.formulas.cache import kv_cache
+
+    return kv_cache(spec, context, 1, kv_dtype, tp, scale_bytes,
+                    encoder_seq_len).bytes_per_device
 
 
 def speculative_time(spec, workload, draft, *, hardware, acceptance_rate=None,
