@@ -190,13 +190,15 @@ def engine_plan(spec, hw, ref, *, gpus: int = 1, max_model_len: int | None = Non
     runs: dict = {}
     terms = served_terms(ref.name)
     own = dict(features or {})  # the engine's speculative flags
+    draft = None
     if own:  # the draft and its rate now, not one refusal per layout
         from kvcalc.serving.drafts import draft_of
         from kvcalc.serving.speculative_time import acceptance_of
 
-        acceptance_of(draft_of(spec, engine_flags(ref, base, **{length_flag: length}, **own)),
-                      acceptance_rate)
-    elif acceptance_rate is not None:
+        draft = draft_of(spec, engine_flags(ref, base, **{length_flag: length}, **own))
+        if draft is not None:
+            acceptance_of(draft, acceptance_rate)
+    if draft is None and acceptance_rate is not None:
         raise KvcalcError("--acceptance-rate times speculative decoding: give the engine's "
                           "speculative flag")
 

@@ -57,14 +57,18 @@ def engine_on_and_off(plan_fn, args: dict):
     from kvcalc.serving.vllm.settings import settings_for
 
     ref, spec, features = args["ref"], args["spec"], dict(args["features"])
+    length = args.get("max_model_len") or (
+        args["prompt_len"] + args["output_len"] if args.get("prompt_len")
+        and args.get("output_len") else spec.max_context)
+    length_flag = "context_length" if ref.name == "sglang" else "max_seq_len"
+    draft = draft_of(spec, engine_flags(ref, settings_for(workload_for(spec, seq_len=length)),
+                                        **{length_flag: length}, **features))
+    if draft is None:  # the flags name no speculation (an options file without it)
+        return plan_fn(**{**args, "speculation_both": False})
     on, off, why_on, why_off = _both(
         lambda: plan_fn(**{**args, "speculation_both": False}),
         lambda: plan_fn(**{**args, "features": None, "acceptance_rate": None,
                            "speculation_both": False}))
-    length = (on or off).best.context_len
-    length_flag = "context_length" if ref.name == "sglang" else "max_seq_len"
-    draft = draft_of(spec, engine_flags(ref, settings_for(workload_for(spec, seq_len=length)),
-                                        **{length_flag: length}, **features))
     record = {"method": draft.method, "num_speculative_tokens": draft.num_speculative_tokens,
               "flags": {k: str(v) for k, v in features.items()}}
     sides = None
