@@ -273,8 +273,9 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
     # verifies `width` positions of each out of the step's token budget (1 and 1 without)
     g, width = steps.emitted, steps.width
 
-    def rounds(tokens: int) -> int:
+    def rounds(tokens: int) -> int:  # the steps `tokens` outputs take
         return tokens if g == 1 else math.ceil(tokens / g)
+
     ratio = schedule.reserve_ratio
     fall = ((schedule.reserve_ratio - schedule.reserve_floor) / schedule.reserve_decay_steps
             if schedule.reserve_decay_steps else 0.0)
@@ -584,7 +585,7 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
     return BenchResult(engine=ref, model=spec.name, gpu=hw.name, tp=tp, load=load,
                        metrics=metrics, completed=completed, duration_s=duration,
                        max_running=raw["most"], running_limit=holds,
-                       peak_kv_tokens=raw["peak"], total_input_tokens=total_in,
+                       peak_kv_tokens=math.ceil(raw["peak"]), total_input_tokens=total_in,
                        total_output_tokens=total_out,
                        kv_cache_tokens=pool, step_budget=budget, notes=tuple(notes),
                        extra=extra)

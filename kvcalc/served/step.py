@@ -56,8 +56,9 @@ def served_terms(engine: str) -> ServedTerms:
 
 
 # (spec, workload, unstored) -> the figures of its steps, shared by every run of one
-# model and workload (a plan times hundreds of runs): {(k, batch, context): DecodeCost,
-# "prefill": its prompt FLOPs}. `stored` is spec and w's own checkpoint bytes (or None).
+# model and workload (a plan times hundreds of runs): {(batch, context, k): DecodeCost,
+# "prefill": its prompt FLOPs}. `stored` is spec and w's own checkpoint bytes (or None),
+# so it is not part of the key.
 _SHARED: dict = {}
 
 
