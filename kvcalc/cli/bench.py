@@ -75,7 +75,6 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         enforce_eager: ef.EnforceEagerOpt = False,
         cuda_graph_max_bs: ef.CudaGraphMaxBsOpt = None,
         disable_cuda_graph: ef.DisableCudaGraphOpt = False,
-        extra_llm_api_options: ff.ExtraLlmApiOptionsOpt = None,
         kv_offloading_size: ef.KvOffloadingSizeOpt = None,
         kv_offloading_backend: ef.KvOffloadingBackendOpt = None,
         enable_prefix_caching: ef.PrefixCachingOpt = None,
@@ -86,6 +85,14 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         disable_radix_cache: ef.DisableRadixCacheOpt = False,
         host_cache_size: ef.HostCacheSizeOpt = None,
         enable_block_reuse: ef.BlockReuseOpt = None,
+        speculative_config: ff.SpeculativeConfigOpt = None,
+        speculative_algorithm: ff.SpecAlgorithmOpt = None,
+        speculative_draft_model_path: ff.SpecDraftPathOpt = None,
+        speculative_num_steps: ff.SpecStepsOpt = None,
+        speculative_eagle_topk: ff.SpecTopkOpt = None,
+        speculative_num_draft_tokens: ff.SpecDraftTokensOpt = None,
+        extra_llm_api_options: ff.ExtraLlmApiOptionsOpt = None,
+        acceptance_rate: ff.AcceptanceRateOpt = None,
         kv_dtype: KvDtypeOpt = "bf16",
         weight_dtype: WeightDtypeOpt = None,
         range_ratio: Annotated[float, typer.Option(
@@ -145,6 +152,10 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             raise KvcalcError("--concurrency (closed loop) and --request-rate (open loop) "
                               "are two kinds of run: give one")
         spec = request.resolve()
+        if against is not None and (acceptance_rate is not None or any(v is not None for v in (
+                speculative_config, speculative_algorithm, extra_llm_api_options))):
+            raise KvcalcError("--against predicts the file's runs as measured; bench a "
+                              "speculative run without --against")
         if against is not None:
             _against(against, spec, hardware, engine=ref if engine else None, tp=tp,
                      input_len=input_len, output_len=output_len, concurrency=concurrency,
@@ -173,7 +184,14 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             "enable_chunked_prefill": enable_chunked_prefill or None,
             "enforce_eager": enforce_eager or None, "cuda_graph_max_bs": cuda_graph_max_bs,
             "disable_cuda_graph": disable_cuda_graph or None,
-            "extra_llm_api_options": extra_llm_api_options}.items()
+            **ff.speculative_given(
+                speculative_config=speculative_config,
+                speculative_algorithm=speculative_algorithm,
+                speculative_draft_model_path=speculative_draft_model_path,
+                speculative_num_steps=speculative_num_steps,
+                speculative_eagle_topk=speculative_eagle_topk,
+                speculative_num_draft_tokens=speculative_num_draft_tokens,
+                extra_llm_api_options=extra_llm_api_options)}.items()
             if v is not None}
         from kvcalc.serving.flags import check_owners
 
@@ -189,12 +207,14 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         else:
             for r in _values(request_rate or "inf", "--request-rate", float):
                 loads.append(dict(request_rate=r, num_prompts=num_prompts or 1000))
-        results = []
         if dataset not in ("random", "sharegpt"):
             raise KvcalcError(f"--dataset-name must be random or sharegpt, got {dataset!r}")
         if dataset == "sharegpt" and range_ratio:
             raise KvcalcError("--random-range-ratio spreads the random dataset's lengths; "
                               "ShareGPT's spread is its own")
+        from kvcalc.served.speculative import gain, without_speculation
+
+        results, gains = [], []
         for kw in loads:
             lengths = (random_lengths(input_len, output_len, kw["num_prompts"], range_ratio,
                                       "vllm", seed) if range_ratio else ())
@@ -203,18 +223,23 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             hits = dict(host_hit=host_hit, prefix_block=1) if host_hit else {}
             load = Load(input_len=input_len, output_len=output_len, prefix_hit=prefix_hit,
                         seed=seed, lengths=lengths, **hits, **kw)
-            results.append(run(spec, hardware, load, engine=ref, tp=tp, kv_dtype=kv_dtype,
-                               weight_dtype=weight_dtype, max_model_len=max_model_len,
-                               past_saturation=past_saturation, engine_flags=side or None))
+            common = dict(engine=ref, tp=tp, kv_dtype=kv_dtype, weight_dtype=weight_dtype,
+                          max_model_len=max_model_len, past_saturation=past_saturation)
+            results.append(run(spec, hardware, load, engine_flags=side or None,
+                               acceptance_rate=acceptance_rate, **common))
+            if "speculative" in results[-1].extra:  # its baseline: speculation off
+                gains.append(gain(results[-1], run(
+                    spec, hardware, load, engine_flags=without_speculation(side) or None,
+                    **common)))
         gpus = tp
 
-        def row(r) -> dict:
-            d = r.as_dict()
+        def row(r, i) -> dict:
+            d = {**r.as_dict(), **(gains[i] if gains else {})}
             d["output_throughput_per_gpu"] = d["output_throughput"] / gpus
             d["total_token_throughput_per_gpu"] = d["total_token_throughput"] / gpus
             return d
 
-        rows = [row(r) for r in results]
+        rows = [row(r, i) for i, r in enumerate(results)]
         r0 = results[0]
         head = (f"predicted for {ref.title} serving {spec.name} on {gpus} x {hardware.name}: "
                 + (f"{input_len:,} prompt + {output_len:,} output tokens a request"
@@ -228,6 +253,11 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         cols = [label, *(str(d["max_concurrency"] if concurrency is not None
                              else d["request_rate"]) for d in rows)]
         table = [[k, *(f"{d[k]:,.2f}" for d in rows)] for k in shown]
+        if gains:  # where speculation stops paying: the same load without it
+            table += [["mean_tpot_ms without speculation",
+                       *(f"{d['without_speculation']['mean_tpot_ms']:,.2f}" for d in rows)],
+                      ["output_throughput with / without speculation",
+                       *(f"{d['speculation_gain']:,.2f}" for d in rows)]]
         notes = sorted({n for r in results for n in r.notes})
         caption = "\n".join([f"KV pool {r0.kv_cache_tokens:,} tokens; step budget "
                              f"{r0.step_budget:,} tokens; times on {ref.name}'s fitted terms "

@@ -73,7 +73,12 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             "JSON say which); its release and driver-visible memory for all.")] = None,
         speculative_config: ff.SpeculativeConfigOpt = None,
         speculative_algorithm: ff.SpecAlgorithmOpt = None,
+        speculative_draft_model_path: ff.SpecDraftPathOpt = None,
+        speculative_num_steps: ff.SpecStepsOpt = None,
+        speculative_eagle_topk: ff.SpecTopkOpt = None,
+        speculative_num_draft_tokens: ff.SpecDraftTokensOpt = None,
         extra_llm_api_options: ff.ExtraLlmApiOptionsOpt = None,
+        acceptance_rate: ff.AcceptanceRateOpt = None,
         enable_lora: ff.EnableLoraOpt = False,
         max_loras: ff.MaxLorasOpt = None,
         max_loras_per_batch: ff.MaxLorasPerBatchOpt = None,
@@ -97,7 +102,10 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         --max-num-batched-tokens, --gpu-memory-utilization and --max-num-seqs; keeps
         the layouts vLLM would start and that meet --ttft-ms and --tpot-ms; prints the
         front of tokens/s per GPU against tokens/s per user, then the command. No layout
-        serves: exit 1 and one line on stderr saying why and what came closest.
+        serves: exit 1 and one line on stderr saying why and what came closest. With a
+        speculative flag (each engine's own) and --acceptance-rate, every layout is searched
+        with speculation on and off; the winner at the targets is printed, its line has the
+        flag only when speculation wins, and a table and a note say why.
 
         Examples: `kvcalc plan --preset llama3.1-8b --gpu h100-sxm --max-model-len 32768`;
         `kvcalc plan --preset llama3.3-70b --gpus 8 --max-model-len 32k --tpot-ms 40`;
@@ -120,9 +128,14 @@ def register(app: typer.Typer, only: str | None = None) -> None:
 
             learnt = read_calibration(calibration)
         refs = _engines(engine)
-        features = _features(refs, speculative_config=speculative_config,
-                             speculative_algorithm=speculative_algorithm,
-                             extra_llm_api_options=extra_llm_api_options,
+        features = _features(refs, speculative=ff.speculative_given(
+                                 speculative_config=speculative_config,
+                                 speculative_algorithm=speculative_algorithm,
+                                 speculative_draft_model_path=speculative_draft_model_path,
+                                 speculative_num_steps=speculative_num_steps,
+                                 speculative_eagle_topk=speculative_eagle_topk,
+                                 speculative_num_draft_tokens=speculative_num_draft_tokens,
+                                 extra_llm_api_options=extra_llm_api_options),
                              lora=ff.lora_given(enable_lora=enable_lora, max_loras=max_loras,
                                                 max_loras_per_batch=max_loras_per_batch,
                                                 max_lora_rank=max_lora_rank,
@@ -140,7 +153,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             _compare(refs, spec, hardware, fmt=fmt, output=output, force=force, gpus=gpus,
                      max_model_len=length, concurrency=concurrency, prompt_len=prompt_len,
                      output_len=output_len, ttft_ms=ttft_ms, tpot_ms=tpot_ms,
-                     model=_served_name(request), vllm_version=vllm_version, learnt=learnt)
+                     model=_served_name(request), vllm_version=vllm_version, learnt=learnt,
+                     features=features, acceptance_rate=acceptance_rate)
             return
         try:
             result = run_plan(
@@ -152,7 +166,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                 vllm_version=vllm_version, allow_long_max_model_len=_allows_long(),
                 calibration=learnt, features=features,
                 data_parallel_size=data_parallel_size,
-                enable_expert_parallel=enable_expert_parallel)
+                enable_expert_parallel=enable_expert_parallel, acceptance_rate=acceptance_rate)
         except NothingFits as e:
             sys.stderr.write(f"kvcalc: {' '.join(str(e).split())}\n")
             raise typer.Exit(1)
@@ -239,7 +253,8 @@ def _engines(text: str | None):
 
 
 def _compare(refs, spec, hardware, *, fmt, output, force, gpus, max_model_len, concurrency,
-             prompt_len, output_len, ttft_ms, tpot_ms, model, vllm_version, learnt) -> None:
+             prompt_len, output_len, ttft_ms, tpot_ms, model, vllm_version, learnt,
+             features=None, acceptance_rate=None) -> None:
     """Each engine's best layout and launch line; the winner by tokens/s per GPU first."""
     from kvcalc.plan import NothingFits, plan as run_plan
     from kvcalc.plan.engines import engine_plan
@@ -267,7 +282,8 @@ def _compare(refs, spec, hardware, *, fmt, output, force, gpus, max_model_len, c
                 plans.append(engine_plan(
                     spec, hardware, ref, gpus=gpus, max_model_len=max_model_len,
                     concurrency=concurrency, prompt_len=prompt_len, output_len=output_len,
-                    model=model, **targets))
+                    model=model, features=features or None,
+                    acceptance_rate=acceptance_rate, **targets))
         except NothingFits as e:
             failures.append(" ".join(str(e).split()))
     for text in failures:
@@ -286,20 +302,22 @@ def _name(p) -> str:
     return p.engine.name if hasattr(p.engine, "release") else "vllm"
 
 
-def _features(refs, *, speculative_config, speculative_algorithm, extra_llm_api_options,
-              lora) -> dict:
-    """The launch features plan counts (vLLM's EngineSettings fields: the draft and the
-    LoRA slots), vLLM's spelling only: another engine's is one error naming vLLM's, and
-    they are not counted for --engine sglang or tensorrt-llm."""
+def _features(refs, *, speculative, lora) -> dict:
+    """The launch features plan counts, by parameter name: vLLM's (EngineSettings' draft
+    and LoRA fields) for vLLM's plan; with one --engine sglang or tensorrt-llm, that
+    engine's own speculative flags (LoRA is counted for vLLM only). A flag of another
+    engine than the one planned is one error naming its own."""
     from kvcalc.cli.engine_flags import flag_of
     from kvcalc.serving.flags import check_owners
 
-    given = {"speculative_config": speculative_config,
-             "speculative_algorithm": speculative_algorithm,
-             "extra_llm_api_options": extra_llm_api_options, **lora}
-    check_owners("vllm", given, flag_of)
+    given = {**speculative, **lora}
+    engine = refs[0].name if refs is not None and len(refs) == 1 else "vllm"
     features = {k: v for k, v in given.items() if v is not None}
-    if features and refs is not None:
-        raise KvcalcError("plan counts --speculative-config and LoRA for vLLM's layouts only: "
-                          "drop --engine, or the feature flags")
+    if refs is not None and len(refs) > 1 and features:
+        raise KvcalcError("plan counts speculative decoding and LoRA for one engine at a "
+                          "time: give one --engine with its own flags")
+    check_owners(engine, given, flag_of)
+    if engine != "vllm" and any(lora.get(k) is not None for k in lora):
+        raise KvcalcError(f"plan counts LoRA for vLLM's layouts only: drop --engine "
+                          f"{engine}, or the LoRA flags")
     return features

@@ -11,6 +11,8 @@ Sources, cited per function:
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import field
 
 from kvcalc.ground.record import record
@@ -111,7 +113,8 @@ class CacheGroup:
 
 def cache_groups(spec: ModelSpec, kv_dtype: DType | str = "bf16", tp: int = 1,
                  scale_bytes: int = 0, state_dtype: DType | str = "fp32") -> tuple[CacheGroup, ...]:
-    """The model's decoder layers grouped by how they cache, with per-device bytes.
+    """The model's decoder layers grouped by how they cache, with per-device bytes
+    (remembered: a served run asks for the same model's groups at every step's shape).
 
     Layers that differ only in their MLP (or in what their cache does not hold) cache
     alike and share a group. Recurrent states are held in `state_dtype` (transformers
@@ -121,6 +124,12 @@ def cache_groups(spec: ModelSpec, kv_dtype: DType | str = "bf16", tp: int = 1,
     """
     dt, sdt = as_dtype(kv_dtype), as_dtype(state_dtype)
     check_size("tp", tp, MAX_TP)
+    return _cache_groups(spec, dt, tp, scale_bytes, sdt)
+
+
+@functools.lru_cache(maxsize=256)
+def _cache_groups(spec: ModelSpec, dt: DType, tp: int, scale_bytes: int,
+                  sdt: DType) -> tuple[CacheGroup, ...]:
     merged: dict[tuple, list] = {}
     for layer, n in spec.groups():
         for mx in layer.mixers:

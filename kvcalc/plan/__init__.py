@@ -48,6 +48,9 @@ in place of kvcalc's models for the layouts of the tp and pp its log ran, and on
 those: the terms are per device of that layout. The GPU's driver-visible memory it
 read holds for every layout; its release is the default --vllm-version.
 
+With --speculative-config the whole search runs with speculation on and off and the
+winner at the targets is kept (kvcalc.plan.speculation).
+
 The count is run per (tp, pp, KV dtype, tokens, utilization) and the served run per
 (layout, batch): thousands of layouts (replicas of each) share a few hundred runs.
 """
@@ -65,7 +68,8 @@ from kvcalc.serving.vllm.verdict import auto_max_model_len, room_of
 from kvcalc.errors import KvcalcError
 from kvcalc.model_source import hub_id
 from kvcalc.plan.search import MISSES, REFUSED, SERVED, TIMING, served_ref, timing_notes, walk
-from kvcalc.plan.refusals import nothing_meets, nothing_starts
+from kvcalc.plan.search import batches as _batches
+from kvcalc.plan.refusals import NothingFits, nothing_meets, nothing_starts
 from kvcalc.plan.search import Search as _Search
 from kvcalc.spec import Hardware, ModelSpec
 
@@ -76,10 +80,6 @@ KV_DTYPES = ("auto", "fp8")  # --kv-cache-dtype: the model's dtype, or fp8 (e4m3
 SMALL_BATCHED_TOKENS = 2048  # a smaller profiling pass: more cache, smaller prefills
 DEFAULT_OUTPUT_LEN = 128  # output tokens per request when not given (vllm bench's)
 MAX_FRONT = 12  # rows of the printed front
-
-
-class NothingFits(KvcalcError):
-    """No layout starts (or none meets the latency targets): the reason and the closest."""
 
 
 @record
@@ -164,6 +164,9 @@ class Plan:
     cloud: tuple[tuple[float, float], ...] = field(default_factory=tuple)
     # With a calibration file: what it was and which kept layouts it priced (JSON)
     calibration: dict | None = None
+    # With --speculative-config: on or off, and why (kvcalc.plan.speculation; JSON)
+    speculation: dict | None = None
+    search: object = field(default=None, repr=False, compare=False)  # its runs, not JSON
 
     def as_dict(self) -> dict:
         return {"model": self.model, "gpu": self.gpu, "gpus": self.gpus,
@@ -176,7 +179,8 @@ class Plan:
                 "timing": {k: v for k, v in TIMING.items()
                            if any(x.timing == k for x in self.front)},
                 "notes": list(self.notes),
-                **({"calibration": self.calibration} if self.calibration else {})}
+                **({"calibration": self.calibration} if self.calibration else {}),
+                **({"speculation": self.speculation} if self.speculation else {})}
 
 
 def serve_command(model: str, layout: Layout, features: dict | None = None) -> str:
@@ -236,7 +240,8 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
          utilizations: tuple[str, ...] = UTILIZATIONS,
          calibration: Calibration | None = None, features: dict | None = None,
          data_parallel_size: int | None = None,
-         enable_expert_parallel: bool = False) -> Plan:
+         enable_expert_parallel: bool = False, acceptance_rate: float | None = None,
+         speculation_both: bool = True) -> Plan:
     """The layouts of up to `gpus` devices like `hw` that start `spec` under vLLM's count
     and meet the targets, best first by output tokens/s per GPU.
 
@@ -254,8 +259,16 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     ranks are (a MoE model's experts over tp x dp GPUs; None: as many replicas as the
     GPUs take, each counted as one engine); `enable_expert_parallel`: whole experts
     (vLLM's --enable-expert-parallel), in the count and the line.
+    With --speculative-config in `features`, every layout is searched with speculation
+    on (each drafted token accepted at `acceptance_rate`) and off, and the plan is the one
+    that wins at the targets, its `speculation` saying why (kvcalc.plan.speculation;
+    `speculation_both` False: the one search with `features` as given).
     Raises NothingFits when no layout starts or none meets the targets.
     """
+    if speculation_both and (features or {}).get("speculative_config") is not None:
+        args = dict(locals())  # the arguments alone, before any other name is bound
+        from kvcalc.plan.speculation import on_and_off
+        return on_and_off(plan, args)
     from kvcalc.serving.vllm.state import unpaged_kinds, why_unpaged
     from kvcalc.ground.dtypes import check_size
     from kvcalc.formulas.cache import cache_groups
@@ -315,11 +328,19 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     if features:  # the flags' own errors now, not one per layout searched
         from kvcalc.serving.vllm.capacity import lora_weights, speculative_draft
 
-        speculative_draft(spec, base)
+        draft = speculative_draft(spec, base)
         lora_weights(spec, base)
+        if draft is not None:  # its rate now, not one refusal per layout timed
+            from kvcalc.serving.speculative_time import acceptance_of
+
+            acceptance_of(draft, acceptance_rate)
+    if acceptance_rate is not None and base.speculative_config is None:
+        raise KvcalcError("--acceptance-rate times speculative decoding: give "
+                          "--speculative-config")
     search = _Search(spec=spec, hw=hw, prompt_len=prompt_len, output_len=out_len, ttft_s=ttft_s,
                      tpot_s=tpot_s, engine=engine, base=base, calibration=calibration,
-                     ref=served_ref(engine, vllm_version), replicas=data_parallel_size)
+                     ref=served_ref(engine, vllm_version), replicas=data_parallel_size,
+                     acceptance_rate=acceptance_rate)
     kv_choices = ("auto",) if spec.attention_free else kv_dtypes
 
     counted, refused = _counted(search, gpus // (data_parallel_size or 1), concurrency,
@@ -371,7 +392,7 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
                 notes=tuple(notes),
                 cloud=tuple(sorted({(x.tokens_per_s_per_user, x.tokens_per_s_per_gpu)
                                     for x in layouts})),
-                calibration=summary)
+                calibration=summary, search=search)
 
 
 def _counted(search: _Search, gpus: int, concurrency: int | None,
@@ -547,12 +568,6 @@ def _longest(search: _Search, cap: Capacity, least: int) -> Capacity:
     if longest < least or longest >= cap.settings.max_model_len:
         return cap  # refused: nothing long enough starts
     return serving_capacity(search.spec, search.hw, cap.settings.replace(max_model_len=longest))
-
-
-def _batches(top: int) -> list[int]:
-    """Powers of two below `top`, then `top`: the front from one user to the most."""
-    out = [1 << i for i in range(max(top, 1).bit_length()) if (1 << i) < top]
-    return out + [top] if top >= 1 else []
 
 
 def _rank(x: Layout):

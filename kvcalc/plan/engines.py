@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import shlex
 
+from dataclasses import field
+
 from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 from kvcalc.model_source import hub_id
@@ -84,16 +86,41 @@ class EnginePlan:
     command: str
     searched: int
     kept: int
+    # With a speculative flag: on or off, and why (kvcalc.plan.speculation; JSON)
+    speculation: dict | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    # Not JSON: the served run of (tp, kv, batch) and the batch each (tp, pp, kv) holds
+    timer: object = field(default=None, repr=False, compare=False)
+    holds: dict = field(default_factory=dict, repr=False, compare=False)
 
     def as_dict(self) -> dict:
         return {"engine": self.engine.name, "engine_release": self.engine.release,
                 "model": self.model, "gpu": self.gpu, "gpus": self.gpus,
                 "searched": self.searched, "kept": self.kept,
-                "best": {**self.best.as_dict(), "command": self.command}}
+                "best": {**self.best.as_dict(), "command": self.command},
+                **({"speculation": self.speculation} if self.speculation else {}),
+                "notes": list(self.notes)}
 
 
-def launch_line(engine: str, model: str, x: EngineLayout) -> str:
-    """The engine's own command for layout `x`."""
+# The speculative flags each launch line spells (kvcalc.serving.flags' names), in order
+SPECULATIVE = {"sglang": ("speculative_algorithm", "speculative_draft_model_path",
+                          "speculative_num_steps", "speculative_eagle_topk",
+                          "speculative_num_draft_tokens"),
+               "tensorrt-llm": ("extra_llm_api_options",)}
+
+
+def launch_line(engine: str, model: str, x: EngineLayout, features: dict | None = None) -> str:
+    """The engine's own command for layout `x`, with the speculative flags in `features`
+    (by parameter name) spelled as its parser takes them."""
+    extra = []
+    for name in SPECULATIVE.get(engine, ()):
+        if (features or {}).get(name) is not None:
+            flag = "--" + (name if engine == "tensorrt-llm" else name.replace("_", "-"))
+            extra += [flag, shlex.quote(str(features[name]))]
+    return " ".join([_line(engine, model, x), *extra])
+
+
+def _line(engine: str, model: str, x: EngineLayout) -> str:
     q = shlex.quote(model)
     if engine == "sglang":
         parts = ["python", "-m", "sglang.launch_server", "--model-path", q,
@@ -120,9 +147,18 @@ def launch_line(engine: str, model: str, x: EngineLayout) -> str:
 def engine_plan(spec, hw, ref, *, gpus: int = 1, max_model_len: int | None = None,
                 concurrency: int | None = None, prompt_len: int | None = None,
                 output_len: int | None = None, ttft_s: float | None = None,
-                tpot_s: float | None = None, model: str | None = None) -> EnginePlan:
+                tpot_s: float | None = None, model: str | None = None,
+                features: dict | None = None, acceptance_rate: float | None = None,
+                speculation_both: bool = True) -> EnginePlan:
     """The best layout of up to `gpus` devices like `hw` for `spec` under engine `ref`'s
-    count (SGLang or TensorRT-LLM), and its launch line. Raises NothingFits."""
+    count (SGLang or TensorRT-LLM), and its launch line. `features`: the engine's own
+    speculative flags by parameter name (SPECULATIVE), each drafted token accepted at
+    `acceptance_rate`: searched with speculation on and off, the winner kept
+    (kvcalc.plan.speculation). Raises NothingFits."""
+    if speculation_both and features:
+        args = dict(locals())  # the arguments alone
+        from kvcalc.plan.speculation import engine_on_and_off
+        return engine_on_and_off(engine_plan, args)
     from kvcalc.ground.dtypes import check_size
     from kvcalc.engines import load_engine
     from kvcalc.estimate import stored_weights, workload_for
@@ -153,6 +189,18 @@ def engine_plan(spec, hw, ref, *, gpus: int = 1, max_model_len: int | None = Non
     times: dict = {}
     runs: dict = {}
     terms = served_terms(ref.name)
+    own = dict(features or {})  # the engine's speculative flags
+    draft = None
+    if own:  # the draft and its rate now, not one refusal per layout
+        from kvcalc.serving.drafts import draft_of
+        from kvcalc.serving.speculative_time import acceptance_of
+
+        draft = draft_of(spec, engine_flags(ref, base, **{length_flag: length}, **own))
+        if draft is not None:
+            acceptance_of(draft, acceptance_rate)
+    if draft is None and acceptance_rate is not None:
+        raise KvcalcError("--acceptance-rate times speculative decoding: give the engine's "
+                          "speculative flag")
 
     def single_step(tp: int, kv: str, batch: int, prompts: int) -> tuple:
         """kvcalc.speed.latency's step of `batch` requests: (TTFT of `prompts` prompts s, TPOT at
@@ -180,7 +228,8 @@ def engine_plan(spec, hw, ref, *, gpus: int = 1, max_model_len: int | None = Non
                         concurrency=batch, warmup=False)
             r = bench(spec, hw, load, engine=ref, tp=tp,
                       kv_dtype=base.model_dtype if kv == "auto" else "fp8",
-                      max_model_len=length, engine_flags={batch_flag: batch}, terms=terms)
+                      max_model_len=length, engine_flags={batch_flag: batch, **own},
+                      terms=terms, acceptance_rate=acceptance_rate)
             m = r.metrics
             tpot_ms = m["mean_tpot_ms"] if out_len > 1 else m["mean_e2el_ms"]
             runs[key] = (m["mean_ttft_ms"] / 1000, tpot_ms / 1000, m["output_throughput"],
@@ -194,7 +243,7 @@ def engine_plan(spec, hw, ref, *, gpus: int = 1, max_model_len: int | None = Non
                 settings = base.replace(tp=tp, pp=pp,
                                         kv_dtype="auto" if kv == "auto" else "fp8")
                 try:
-                    flags = engine_flags(ref, settings, **{length_flag: length})
+                    flags = engine_flags(ref, settings, **{length_flag: length}, **own)
                     c = count(spec, hw, flags)
                 except KvcalcError as e:
                     refusals.append(str(e))
@@ -253,5 +302,6 @@ def engine_plan(spec, hw, ref, *, gpus: int = 1, max_model_len: int | None = Non
                                     x.kv_dtype != "auto", x.tp * x.pp))
     name = model or hub_id(spec) or spec.name
     return EnginePlan(engine=ref, model=spec.name, gpu=hw.name, gpus=gpus, best=best,
-                      command=launch_line(ref.name, name, best), searched=searched,
-                      kept=len(kept))
+                      command=launch_line(ref.name, name, best, own), searched=searched,
+                      kept=len(kept), timer=served,
+                      holds={(tp, pp, kv): held for tp, pp, kv, _, held, _ in shapes})

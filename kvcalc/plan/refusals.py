@@ -3,7 +3,12 @@ what it lacks), or none meets the time targets even with one request (the closes
 
 from __future__ import annotations
 
+from kvcalc.errors import KvcalcError
 from kvcalc.serving.vllm.settings import GiB
+
+
+class NothingFits(KvcalcError):
+    """No layout starts (or none meets the latency targets): the reason and the closest."""
 
 
 def nothing_starts(spec, hw, gpus, length, auto, refused) -> str:

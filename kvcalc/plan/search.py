@@ -20,7 +20,7 @@ from kvcalc.serving.vllm.verdict import room_of
 from kvcalc.spec import Hardware, ModelSpec
 
 __all__ = ["MISSES", "REFUSED", "SERVED", "SERVED_PROMPTS", "SINGLE_STEP", "TIMING", "Search",
-           "served_ref", "timing_notes", "walk"]
+           "batches", "served_ref", "timing_notes", "walk"]
 
 SERVED_PROMPTS = 3  # a layout's closed loop sends this many requests per slot: steady state
 SERVED = "served"  # Layout.timing: kvcalc bench's closed loop (kvcalc.served)
@@ -49,6 +49,7 @@ class Search:
     ref: object = None  # kvcalc.serving.EngineRef whose served run times pp = 1 layouts
     terms: object = None  # its kvcalc.served.ServedTerms, read once
     replicas: int | None = None  # --data-parallel-size: every layout's (None: as many as fit)
+    acceptance_rate: float | None = None  # speculative decoding's, per drafted token
     latencies: dict = field(default_factory=dict)
     runs: dict = field(default_factory=dict)  # served_times' cache
 
@@ -115,6 +116,8 @@ class Search:
                  "max_num_seqs": batch, "max_num_batched_tokens": s.max_num_batched_tokens,
                  "vllm_version": self.base.vllm_version,
                  "allow_long_max_model_len": self.base.allow_long_max_model_len}
+        if self.base.speculative_config is not None:  # the draft's pool, its rounds' times
+            flags["speculative_config"] = self.base.speculative_config
         if self.calibrated(s.tp, s.pp):
             learnt = self.calibration.apply(self.base)
             flags.update({k: getattr(learnt, k) for k in (
@@ -138,7 +141,7 @@ class Search:
             r = bench(self.spec, self.hw, load, engine=self.ref, tp=s.tp,
                       kv_dtype=self.base.model_dtype if s.kv_dtype == "auto" else s.kv_dtype,
                       max_model_len=s.max_model_len, engine_flags=self.bench_flags(s, batch),
-                      terms=self.terms)
+                      terms=self.terms, acceptance_rate=self.acceptance_rate)
             m = r.metrics
             tpot_ms = m["mean_tpot_ms"] if self.output_len > 1 else m["mean_e2el_ms"]
             self.runs[key] = (m["mean_ttft_ms"] / 1000, tpot_ms / 1000,
@@ -191,3 +194,9 @@ def walk(rows: dict, at) -> None:
         for i in range(len(batches)):
             if at(shape, i) is MISSES:
                 break
+
+
+def batches(top: int) -> list[int]:
+    """Powers of two below `top`, then `top`: the front from one user to the most."""
+    out = [1 << i for i in range(max(top, 1).bit_length()) if (1 << i) < top]
+    return out + [top] if top >= 1 else []

@@ -45,8 +45,27 @@ def plan_items(p) -> list:
             f"{b.tokens_per_s_per_gpu:,.0f} output tokens/s per GPU at {b.max_num_seqs:,} "
             f"requests per replica ({b.tokens_per_s_per_user:,.1f} tokens/s each)")
     items = [head, plan_table(p), Verbatim(p.command)]
+    if p.speculation and p.speculation.get("by_batch"):
+        items.append(speculation_table(p.speculation))
     items += [f"note: {n}" for n in p.notes]
     return items
+
+
+def speculation_table(s: dict):
+    """`plan --speculative-config`: the best speculative layout's shape at each batch,
+    with and without speculation."""
+    shape = s["shape"]
+    rows = [[f"{r['batch']:,}", f"{r['tpot_s_on'] * 1000:,.2f}", f"{r['tpot_s_off'] * 1000:,.2f}",
+             f"{r['tokens_per_s_per_user_gain']:.2f}", f"{r['tokens_per_s_on']:,.0f}",
+             f"{r['tokens_per_s_off']:,.0f}", f"{r['tokens_per_s_gain']:.2f}"]
+            for r in s["by_batch"]]
+    return Tab(f"speculative decoding ({s['method']}, {s['num_speculative_tokens']} draft "
+               f"tokens) on and off, tp={shape['tp']} {shape['kv_cache_dtype']} KV, one "
+               f"replica: {s['winner']} wins", ["batch", "TPOT ms on", "TPOT ms off",
+                                                "tok/s/user x", "tok/s on", "tok/s off",
+                                                "tok/s x"], rows,
+               caption="kvcalc bench's closed loop of each batch (as plan times layouts); "
+               "x: on over off")
 
 
 def engines_items(plans: list) -> list:
@@ -70,6 +89,10 @@ def engines_items(plans: list) -> list:
     items = [table]
     for p in plans:
         items += [f"{_engine_title(p)}:", Verbatim(p.command)]
+        s = getattr(p, "speculation", None)
+        if s and s.get("by_batch"):
+            items.append(speculation_table(s))
+        items += [f"note: {n}" for n in getattr(p, "notes", ()) if s and n == s["why"]]
     return items
 
 

@@ -40,8 +40,8 @@ from dataclasses import field
 
 from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
+from kvcalc.served.lengths import random_lengths, sharegpt_lengths
 from kvcalc.served.step import ServedTerms, StepTimes, _bucket, prefix_setup, served_terms
-
 
 __all__ = ["BenchResult", "Load", "ServedTerms", "bench", "random_lengths", "served_terms",
            "sharegpt_lengths", "METRICS"]
@@ -198,10 +198,11 @@ def _stats(name: str, values: list[float], weights: list[int] | None = None) -> 
 
 
 def _alike_steps(to_finish: int, to_full: int, context: float, dt: float, now: float,
-                 next_arrival: float | None) -> int:
+                 next_arrival: float | None, grow: float = 1) -> int:
     """How many decode steps from now run alike (at least 1): up to the step a request
     finishes on (`to_finish` steps), the KV pool's room (`to_full` steps of growth), the
-    last step starting before `next_arrival`, and the last at the same context bucket."""
+    last step starting before `next_arrival`, and the last at the same context bucket
+    (the context grows `grow` tokens a step)."""
     k = max(1, min(to_finish, to_full))
     if next_arrival is not None:
         k = min(k, max(1, math.ceil((next_arrival - now) / dt)) if dt > 0 else 1)
@@ -211,7 +212,7 @@ def _alike_steps(to_finish: int, to_full: int, context: float, dt: float, now: f
         lo, hi = 1, k  # _bucket is non-decreasing: the same bucket is a prefix
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if _bucket(c + mid - 1) == bucket:
+            if _bucket(c + (mid - 1) * grow) == bucket:
                 lo = mid
             else:
                 hi = mid - 1
@@ -268,19 +269,26 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
     preempted = peak = 0
     fetching: dict[int, float] = {}  # request -> seconds its host-tier tokens take
     now, decode_steps, next_id, most, order = 0.0, 0, 0, 0, 0
+    # Speculative decoding: a decode step emits g tokens a request on average and
+    # verifies `width` positions of each out of the step's token budget (1 and 1 without)
+    g, width = steps.emitted, steps.width
+
+    def rounds(tokens: int) -> int:  # the steps `tokens` outputs take
+        return tokens if g == 1 else math.ceil(tokens / g)
+
     ratio = schedule.reserve_ratio
     fall = ((schedule.reserve_ratio - schedule.reserve_floor) / schedule.reserve_decay_steps
             if schedule.reserve_decay_steps else 0.0)
 
     def used() -> int:
-        return prefill_held + held_base + (len(decoding) * decode_steps if grows else 0)
+        return prefill_held + held_base + (len(decoding) * decode_steps * g if grows else 0)
 
     def fits(item) -> bool:
         rest = outs[item[0]] - item[4]  # outputs still to come
         if greedy:
             return used() + item[2] <= pool
         if ratio_mode:
-            left = prefill_left + left_base - len(decoding) * decode_steps
+            left = prefill_left + left_base - len(decoding) * decode_steps * g
             return used() + item[2] + min(rest, 4096) + ratio * left <= pool
         return used() + item[2] + rest <= pool  # reserve: every request's whole length
 
@@ -329,7 +337,8 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
             continue
         # what this step carries
         run_decode = len(decoding) if (schedule.mixed or not prefilling) else 0
-        room = (budget - run_decode) if schedule.mixed else (budget if prefilling else 0)
+        room = ((budget - run_decode * width) if schedule.mixed
+                else (budget if prefilling else 0))
         chunks, pairs, tokens = [], 0.0, 0
         for item in prefilling:
             if room <= 0 or (not schedule.chunks_prompts and item[3] > room):
@@ -340,7 +349,7 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
             pairs += take * start + take * (take + 1) / 2
             tokens += take
             room -= take
-        context = ((context_base + len(decoding) * decode_steps) / len(decoding)
+        context = ((context_base + len(decoding) * decode_steps * g) / len(decoding)
                    if decoding else 0.0)
         dt = steps.time(run_decode, context, tokens, pairs, len(prefilling) + len(decoding))
         if fetching:  # the host tier's KV, brought in before the first chunk's attention
@@ -354,9 +363,9 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
         if run_decode and not tokens and not (waiting and ratio_mode):
             alike = _alike_steps(
                 finish[0][0] - decode_steps if finish else MAX_STEPS,
-                (pool - used()) // run_decode if grows else MAX_STEPS,
+                int((pool - used()) // (run_decode * g)) if grows else MAX_STEPS,
                 context, dt, now,
-                arrivals[0] + request_s if arrivals else None)
+                arrivals[0] + request_s if arrivals else None, g)
         now += dt * alike
         for item, take in chunks:
             item[3] -= take
@@ -377,10 +386,10 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
             e = epoch.get(rid, 0)
             held_now = held + 1 if grows else held + 1 + (out - generated)
             decoding[rid] = (decode_steps, generated, held_now, e, held + 1)
-            held_base += held_now - (decode_steps if grows else 0)
-            left_base += (out - generated) + decode_steps
-            context_base += held + 1 - decode_steps
-            heapq.heappush(finish, (decode_steps + (out - generated), rid, e))
+            held_base += held_now - (decode_steps * g if grows else 0)
+            left_base += (out - generated) + decode_steps * g
+            context_base += held + 1 - decode_steps * g
+            heapq.heappush(finish, (decode_steps + rounds(out - generated), rid, e))
             heapq.heappush(newest, (-order, rid, e))
             order += 1
         if run_decode:
@@ -394,9 +403,9 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
                 if got is None or got[3] != e:
                     continue  # preempted since: its later entry counts
                 joined, generated, held, _, context = decoding.pop(rid)
-                held_base -= held - (joined if grows else 0)
-                left_base -= (outs[rid] - generated) + joined
-                context_base -= context - joined
+                held_base -= held - (joined * g if grows else 0)
+                left_base -= (outs[rid] - generated) + joined * g
+                context_base -= context - joined * g
                 done_at[rid] = now
                 if load.concurrency is not None and sent < n:
                     arrivals.append(now)
@@ -409,10 +418,10 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
                     heapq.heappop(newest)
                 _, rid, e = heapq.heappop(newest)
                 joined, generated, held, _, context = decoding.pop(rid)
-                held_base -= held - joined
-                left_base -= (outs[rid] - generated) + joined
-                context_base -= context - joined
-                generated += decode_steps - joined
+                held_base -= held - joined * g
+                left_base -= (outs[rid] - generated) + joined * g
+                context_base -= context - joined * g
+                generated = min(outs[rid] - 1, generated + int((decode_steps - joined) * g))
                 epoch[rid] = e + 1
                 # computed again from its first token: prompt and output so far
                 waiting.appendleft([rid, arrived_at[rid], ins[rid] + generated,
@@ -430,55 +439,20 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
             "most": most, "preempted": preempted, "peak": peak}
 
 
-def random_lengths(input_len: int, output_len: int, n: int, range_ratio: float,
-                   client: str = "vllm", seed: int = 0) -> tuple:
-    """Each request's (prompt, output) tokens as the client's random dataset draws them
-    at --random-range-ratio `range_ratio` (uniform whole numbers, seeded): vllm bench
-    serve's RandomDataset between floor(len x (1 - r)) and ceil(len x (1 + r)); SGLang's
-    bench_serving (`client` "sglang") between max(int(len x r), 1) and len."""
-    if not 0 <= range_ratio <= 1:
-        raise KvcalcError(f"--random-range-ratio must be in [0, 1], got {range_ratio!r}")
-    rng = random.Random(seed)
-
-    def bounds(length: int) -> tuple[int, int]:
-        if client == "sglang":
-            return max(int(length * range_ratio), 1), length
-        return max(math.floor(length * (1 - range_ratio)), 1), math.ceil(length * (1 + range_ratio))
-
-    (i_lo, i_hi), (o_lo, o_hi) = bounds(input_len), bounds(output_len)
-    return tuple((rng.randint(i_lo, i_hi), rng.randint(o_lo, o_hi)) for _ in range(n))
-
-
-def sharegpt_lengths(input_mean: float, output_mean: float, n: int, seed: int = 0) -> tuple:
-    """Each request's (prompt, output) tokens spread as ShareGPT conversations are, at
-    the given means: exponential (the replies are mostly short, "many answers are <20
-    tokens, and very few are longer than 200", CentML flexible-inference-bench #103),
-    kept as vllm bench serve's ShareGPT sampling keeps them (datasets.py
-    is_valid_sequence: prompt and output at least 4 tokens, a prompt at most 1,024, the
-    two at most 2,048). A model of the spread, not the dataset: kvcalc has no copy of it."""
-    if not (input_mean >= 4 and output_mean >= 4):
-        raise KvcalcError("ShareGPT's mean prompt and output lengths must be 4 tokens or more")
-    rng = random.Random(seed)
-    out = []
-    while len(out) < n:
-        p = round(rng.expovariate(1 / input_mean))
-        o = round(rng.expovariate(1 / output_mean))
-        if 4 <= p <= 1024 and o >= 4 and p + o <= 2048:
-            out.append((p, o))
-    return tuple(out)
-
-
 def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf16",
           weight_dtype=None, group_size: int | None = None,
           max_model_len: int | None = None, engine_flags: dict | None = None,
-          terms: ServedTerms | None = None, past_saturation: bool = False) -> BenchResult:
+          terms: ServedTerms | None = None, past_saturation: bool = False,
+          acceptance_rate: float | None = None) -> BenchResult:
     """A benchmark run of `load` against `spec` served on `tp` devices like `hw` by
     `engine` (kvcalc.serving.EngineRef; default vLLM's release), predicted.
     `engine_flags`: the engine's own flags by their parameter names (kvcalc.serving.flags:
     gpu_memory_utilization, max_num_seqs, mem_fraction_static, ...). `terms`: the served
     terms to time with (default: the engine's fitted ones, served_terms).
     `past_saturation`: a Poisson rate over what the engine sustains runs the finite
-    run anyway (its queue grows throughout; a note says so) instead of being refused."""
+    run anyway (its queue grows throughout; a note says so) instead of being refused.
+    With the engine's speculative flag in `engine_flags` every decode step is a
+    speculative round at `acceptance_rate` per drafted token (kvcalc.served.speculative)."""
     from kvcalc.serving.vllm.settings import settings_for
     from kvcalc.engines import load_engine
     from kvcalc.estimate import stored_weights, workload_for
@@ -497,7 +471,8 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
     length_flag = {"vllm": "max_model_len", "sglang": "context_length",
                    "tensorrt-llm": "max_seq_len"}[ref.name]
     given = {length_flag: length, **(engine_flags or {})}
-    counted = count(spec, hw, flags_for(ref, settings_for(w), **given))
+    engine_flags_ = flags_for(ref, settings_for(w), **given)
+    counted = count(spec, hw, engine_flags_)
     if not counted.starts or not counted.kv_cache_tokens:
         raise KvcalcError(f"{ref.title} does not start {spec.name} on {tp} x {hw.name}: "
                           f"{counted.refusal or '; '.join(counted.notes)}")
@@ -524,6 +499,18 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
     steps = StepTimes(spec, hw, timing, w, stored, terms, schedule)
     request_s = terms.request_s
     load, fetch_s, extra, notes = prefix_setup(spec, hw, counted, load, given, steps)
+    from kvcalc.serving.drafts import draft_of
+
+    draft = draft_of(spec, engine_flags_)
+    if draft is not None:
+        from kvcalc.served.speculative import speculate
+
+        extra["speculative"], note = speculate(spec, steps, draft, acceptance_rate, ref.name)
+        notes.append(note)
+    elif acceptance_rate is not None:
+        raise KvcalcError("--acceptance-rate times speculative decoding: give the engine's "
+                          "speculative flag (--speculative-config, --speculative-algorithm, "
+                          "--extra-llm-api-options)")
     holds = min(limit, pool // per_request)
     if load.concurrency is not None and load.concurrency > holds:
         notes.append(f"saturated: {ref.title} runs at most {holds:,} requests of "
@@ -579,7 +566,7 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
     return BenchResult(engine=ref, model=spec.name, gpu=hw.name, tp=tp, load=load,
                        metrics=metrics, completed=completed, duration_s=duration,
                        max_running=raw["most"], running_limit=holds,
-                       peak_kv_tokens=raw["peak"], total_input_tokens=total_in,
+                       peak_kv_tokens=math.ceil(raw["peak"]), total_input_tokens=total_in,
                        total_output_tokens=total_out,
                        kv_cache_tokens=pool, step_budget=budget, notes=tuple(notes),
                        extra=extra)

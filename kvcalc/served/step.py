@@ -62,6 +62,23 @@ def served_terms(engine: str) -> ServedTerms:
                        source=str(data.get("source", "")))
 
 
+# (spec, workload, unstored) -> the figures of its steps, shared by every run of one
+# model and workload (a plan times hundreds of runs): {(batch, context, k): DecodeCost,
+# "prefill": its prompt FLOPs}. `stored` is spec and w's own checkpoint bytes (or None),
+# so it is not part of the key.
+_SHARED: dict = {}
+
+
+def _shared(spec, w, unstored: bool) -> dict:
+    key = (spec, w, unstored)
+    got = _SHARED.get(key)
+    if got is None:
+        if len(_SHARED) > 64:  # bounded: a long session's sweeps
+            _SHARED.clear()
+        got = _SHARED[key] = {}
+    return got
+
+
 def _bucket(n: int) -> int:
     """`n` rounded down to 1/32 of itself (the step-time caches' key)."""
     n = max(int(n), 1)
@@ -86,6 +103,7 @@ class StepTimes:
         self.cdt = compute_dtype_for(w.weight_dtype)
         self.cache: dict = {}
         self.weights_cache: dict = {}
+        self.shared = _shared(spec, w, stored is None)
         self.peak = timing.peak_flops(hw, self.cdt)
         self.mfu = timing.mfu(self.family)[0]
         self.bw = hw.memory_bandwidth_bytes_per_s
@@ -105,6 +123,19 @@ class StepTimes:
         self.eager_s = layers * terms.eager_layer_s  # a step's launches without a graph
         self.host_s = (timing.host_step_s + layers * timing.host_layer_s
                        + (w.tp - 1) * timing.host_rank_s)
+        # Speculative decoding (speculate): k drafted tokens a request a step, each step
+        # verifying k + 1 positions a request (`width`) and emitting `emitted` tokens on
+        # average; 0, 1, 1 without it.
+        self.k, self.width, self.emitted, self.draft = 0, 1, 1, None
+
+    def speculate(self, k: int, emitted: float, draft: "StepTimes | None") -> None:
+        """Time every decode step as a speculative round: the target's verification of
+        k + 1 positions a request (kvcalc.serving.speculative_time.verify_step) and `k`
+        forward passes of `draft` (the draft's own StepTimes; None: drafted on the host,
+        ngram), emitting `emitted` tokens a request on average."""
+        self.k, self.width, self.emitted, self.draft = k, k + 1, emitted, draft
+        self.cache.clear()
+        self.draft_cache: dict = {}
 
     def _prefill_rates(self) -> tuple[float, float]:
         """Seconds of prompt matmuls per token (its routed experts' share at the MoE
@@ -119,7 +150,9 @@ class StepTimes:
                              stored=self.stored)
             return f.prefill_flops - f.prefill_attention_flops, f.prefill_attention_flops
 
-        (m1, a1), (m2, a2) = flops(1024), flops(2048)
+        if "prefill" not in self.shared:
+            self.shared["prefill"] = (flops(1024), flops(2048))
+        (m1, a1), (m2, a2) = self.shared["prefill"]
         matmul = (m2 - m1) / 1024  # per prompt token, on one device
         d = self.spec.d_model
         routed = sum(2 * n * layer.mlp.active * layer.mlp.expert_params(d)
@@ -141,20 +174,28 @@ class StepTimes:
         return ((matmul - routed) / rate + routed / (routed_rate * self.terms.moe_share),
                 attention / (self.peak * attention_share))
 
-    def _decode(self, b: int, c: int) -> tuple:
-        key = (b, c)
+    def _decode(self, b: int, c: int, k: int = 0) -> tuple:
+        """(weights s, K/V s, activations s a token, FLOPs s) of `b` requests at context
+        `c`, each verifying k + 1 positions (k = 0: a plain decode step)."""
+        key = (b, c, k)
         terms = self.cache.get(key)
         if terms is None:
-            from kvcalc.formulas.step import decode_step
+            step = self.shared.get(key)
+            if step is None:
+                from kvcalc.serving.speculative_time import verify_step
 
-            w = self.w
-            step = decode_step(self.spec, c, b, w.weight_dtype, w.kv_dtype, self.cdt, w.tp,
-                               w.kv_scale_bytes, w.encoder_seq_len, prefill=False,
-                               stored=self.stored)
+                # the decode step of its b x (k + 1) tokens, shared with plain steps
+                n = b * (k + 1)
+                plain = self.shared.get((n, c, 0))
+                if plain is None:
+                    plain = self.shared[(n, c, 0)] = verify_step(
+                        self.spec, self.w, 0, n, c, stored=self.stored, prefill=False)
+                step = self.shared[key] = verify_step(self.spec, self.w, k, b, c,
+                                                      plain=plain)
             dev = step.per_device_breakdown
             kv_s = dev["kv"] / (self.bw * (self.terms.kv_share or self.e.kv_share(self.e_float)))
             terms = (dev["weights"] / (self.bw * self.e_w), kv_s,
-                     dev["activations"] / (self.bw * self.e_float) / b,
+                     dev["activations"] / (self.bw * self.e_float) / (b * (k + 1)),
                      step.per_device_flops / (self.peak * self.mfu))
             self.cache[key] = terms
         return terms
@@ -169,21 +210,38 @@ class StepTimes:
             self.weights_cache[t] = got
         return got
 
+    def gpu_s(self, decoding: int, context: float, prompt_tokens: int, pairs: float) -> float:
+        """The GPU's seconds of one step (`time` without the host): the target's pass,
+        and with speculation the draft's passes."""
+        b = max(decoding, 1)
+        weights_s, kv_s, act_s, compute_s = self._decode(_bucket(b), _bucket(context),
+                                                         self.k)
+        if decoding == 0:
+            kv_s, compute_s = 0.0, 0.0
+        tokens = decoding * self.width  # each request's k + 1 verified positions
+        if prompt_tokens and self.moe:
+            weights_s = self._weights_s(tokens + prompt_tokens)
+        memory_s = weights_s + kv_s + act_s * (tokens + prompt_tokens)
+        compute_s += prompt_tokens * self.matmul_s_per_token + pairs * self.attention_s_per_pair
+        out = (max(memory_s, compute_s) + self.serial_s
+               + prompt_tokens * self.comm_s_per_token)
+        if self.draft is not None:  # its first pass covers the prompt tokens too
+            again = 0.0
+            if decoding:  # the draft's pass over the decodes: exact by (batch, bucket)
+                key = (decoding, _bucket(context))
+                again = self.draft_cache.get(key)
+                if again is None:
+                    again = self.draft_cache[key] = self.draft.gpu_s(decoding, context, 0, 0.0)
+            out += ((self.draft.gpu_s(decoding, context, prompt_tokens, pairs)
+                     if prompt_tokens else again) + (self.k - 1) * again)
+        return out
+
     def time(self, decoding: int, context: float, prompt_tokens: int, pairs: float,
              running: int) -> float:
         """Seconds of one step: `decoding` requests at mean `context`, and `prompt_tokens`
         prompt tokens whose causal attention covers `pairs` (query, key) pairs, with
         `running` requests in the engine (its host work per request)."""
-        b = max(decoding, 1)
-        weights_s, kv_s, act_s, compute_s = self._decode(_bucket(b), _bucket(context))
-        if decoding == 0:
-            kv_s, compute_s = 0.0, 0.0
-        if prompt_tokens and self.moe:
-            weights_s = self._weights_s(decoding + prompt_tokens)
-        memory_s = weights_s + kv_s + act_s * (decoding + prompt_tokens)
-        compute_s += prompt_tokens * self.matmul_s_per_token + pairs * self.attention_s_per_pair
-        gpu_s = (max(memory_s, compute_s) + self.serial_s
-                 + prompt_tokens * self.comm_s_per_token)
+        gpu_s = self.gpu_s(decoding, context, prompt_tokens, pairs)
         if self.eager_s and not self.schedule.graphed(decoding, prompt_tokens):
             gpu_s = max(gpu_s, self.eager_s)  # the GPU waits on Python's launches
         per_request_s = running * self.terms.running_s

@@ -23,13 +23,14 @@ whole. ngram drafts on the host: no GPU step.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError
 
-__all__ = ["SpeculativeTime", "acceptance_for_length", "draft_step_spec",
-           "speculative_time"]
+__all__ = ["SpeculativeTime", "acceptance_for_length", "acceptance_of", "draft_step_spec",
+           "speculative_time", "verify_step"]
 
 # Per-token acceptance rates kvcalc assumes when none is given, each with its source.
 PUBLISHED_ACCEPTANCE = {
@@ -116,28 +117,67 @@ def draft_step_spec(draft, target):
                               extra_params=draft.extra_split + draft.extra_replicated)
 
 
+def acceptance_of(draft, acceptance_rate=None) -> tuple[float, str]:
+    """(per-token acceptance rate, where it comes from): the one given, else the
+    method's published figure (PUBLISHED_ACCEPTANCE), else an error naming the flag."""
+    if acceptance_rate is not None:
+        a = float(acceptance_rate)
+        if not 0 <= a <= 1:
+            raise KvcalcError(f"--acceptance-rate must be in [0, 1], got {acceptance_rate}")
+        return a, "given"
+    if draft.method not in PUBLISHED_ACCEPTANCE:
+        raise KvcalcError(f"give --acceptance-rate: kvcalc has no published acceptance "
+                          f"rate for {draft.method} drafts")
+    text, source = PUBLISHED_ACCEPTANCE[draft.method]
+    return float(text), source
+
+
+def verify_step(spec, w, k: int, batch: int, context: int, *, stored=None,
+                prefill: bool = True, plain=None):
+    """The target's verification pass (kvcalc.formulas.step.DecodeCost): `batch`
+    requests of k + 1 positions each at `context` tokens (workload `w`'s dtypes and
+    tp). Weights once, FLOPs and activations for batch x (k + 1) tokens, each request's
+    cache read once, not k + 1 times (its k + 1 positions attend in one kernel).
+    `plain`: the decode step of batch x (k + 1) tokens at `context`, when the caller
+    has it (a served run keeps them)."""
+    from kvcalc.formulas.step import decode_step
+    from kvcalc.speed.roofline import compute_dtype_for
+
+    step = plain or decode_step(spec, context, batch * (k + 1), w.weight_dtype, w.kv_dtype,
+                                compute_dtype_for(w.weight_dtype), w.tp, w.kv_scale_bytes,
+                                w.encoder_seq_len, prefill=prefill, stored=stored)
+    if not k:
+        return step
+    unread = k * batch * _kv_once(spec, context, w.kv_dtype, w.tp, w.kv_scale_bytes,
+                                  w.encoder_seq_len)
+    by = dict(step.per_device_breakdown)
+    by["kv"] -= unread
+    return replace(step, per_device_bytes=step.per_device_bytes - unread,
+                   per_device_breakdown=by)
+
+
+@functools.lru_cache(maxsize=4096)
+def _kv_once(spec, context: int, kv_dtype, tp: int, scale_bytes: int, encoder_seq_len) -> int:
+    """One sequence's cache at `context` tokens on one device: what each further
+    position of the same request does not read again."""
+    from kvcalc.formulas.cache import kv_cache
+
+    return kv_cache(spec, context, 1, kv_dtype, tp, scale_bytes,
+                    encoder_seq_len).bytes_per_device
+
+
 def speculative_time(spec, workload, draft, *, hardware, acceptance_rate=None,
                      mfu=None, bandwidth_efficiency=None, stored=None, engine=None,
                      draft_weight_dtype=None) -> SpeculativeTime:
     """TPOT at batch 1 with `draft` (kvcalc.serving.speculative.Draft) against the target
     alone, at `workload`'s context (its seq_len) and dtypes; `acceptance_rate` None: the
     method's published figure (PUBLISHED_ACCEPTANCE), else an error naming the flag."""
-    from kvcalc.formulas.cache import kv_cache
-    from kvcalc.formulas.step import decode_step
     from kvcalc.speed.latency import DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_MFU, latency
-    from kvcalc.speed.roofline import compute_dtype_for
     from kvcalc.serving.speculative import expected_tokens
 
     if workload.batch != 1:
         raise KvcalcError("speculative decoding's time is counted at batch 1")
-    if acceptance_rate is None:
-        if draft.method not in PUBLISHED_ACCEPTANCE:
-            raise KvcalcError(f"give --acceptance-rate: kvcalc has no published acceptance "
-                              f"rate for {draft.method} drafts")
-        text, source = PUBLISHED_ACCEPTANCE[draft.method]
-        a = float(text)
-    else:
-        a, source = float(acceptance_rate), "given"
+    a, source = acceptance_of(draft, acceptance_rate)
     k = draft.num_speculative_tokens
     e = expected_tokens(a, k)
     shares = dict(hardware=hardware, mfu=mfu or DEFAULT_MFU,
@@ -148,15 +188,7 @@ def speculative_time(spec, workload, draft, *, hardware, acceptance_rate=None,
     # The verification pass: k + 1 positions of one sequence, its cache read once.
     w = workload
     wide = replace(w, batch=k + 1, prompt_len=None)
-    step = decode_step(spec, w.seq_len, k + 1, w.weight_dtype, w.kv_dtype,
-                       compute_dtype_for(w.weight_dtype), w.tp, w.kv_scale_bytes,
-                       w.encoder_seq_len, stored=stored)
-    once = kv_cache(spec, w.seq_len, 1, w.kv_dtype, w.tp, w.kv_scale_bytes,
-                    w.encoder_seq_len).bytes_per_device
-    by = dict(step.per_device_breakdown)
-    by["kv"] -= k * once
-    step = replace(step, per_device_bytes=step.per_device_bytes - k * once,
-                   per_device_breakdown=by)
+    step = verify_step(spec, w, k, 1, w.seq_len, stored=stored)
     verify = latency(spec, wide, stored=stored, step=step, **shares)
 
     drafting = draft_step_spec(draft, spec)
