@@ -188,6 +188,27 @@ FAMILIES = {
         "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
         "output_router_logits": RUNTIME, "router_aux_loss_coef": AUX,
     }, without=("layer_types",)),
+    "ernie4_5_moe": Family("Ernie4_5_MoeConfig", "text", ("baidu__ERNIE-4.5-21B-A3B-Thinking",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "use_cache": RUNTIME,
+        "moe_norm_min": "the floor of the router's weight normalisation: " + ROUTING,
+        "output_router_logits": RUNTIME, "router_aux_loss_coef": AUX,
+    }),
+    "bloom": Family("BloomConfig", "text", ("bigscience__bloomz-560m",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "layer_norm_epsilon": VALUE, "use_cache": RUNTIME,
+        "attention_dropout": DROPOUT, "hidden_dropout": DROPOUT,
+        "apply_residual_connection_post_layernorm": "which tensor the residual adds "
+                                                    "(normed or not); no shape",
+        "pretraining_tp": "a tensor-parallel slicing of the original training code; no shape",
+        "slow_but_exact": "a slower, exact merge of tensor-parallel slices; no shape",
+    }),
+    "ministral3": Family("Ministral3Config", "text", (), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
+    }),
 }
 
 # What kvcalc reads of a wrapper (multimodal.text_config, towers, with_towers): the dict
