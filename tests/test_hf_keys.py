@@ -209,6 +209,17 @@ FAMILIES = {
         "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
         "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
     }),
+    "mamba2": Family("Mamba2Config", "text", ("mistralai__Mamba-Codestral-7B-v0.1",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "layer_norm_epsilon": VALUE, "hidden_act": VALUE,
+        "use_cache": RUNTIME, "residual_in_fp32": VALUE, "time_step_limit": VALUE,
+        "rescale_prenorm_residual": INIT, "time_step_floor": INIT, "time_step_max": INIT,
+        "time_step_min": INIT,
+        "chunk_size": "the SSD scan's chunk length: compute only, no shape or state",
+        "expand": "Mamba2Config requires hidden_size * expand == num_heads * head_dim, "
+                  "the inner width kvcalc reads from those two",
+        "time_step_rank": "set on Mamba2Mixer but sizes no module (dt_bias is num_heads wide)",
+    }),
 }
 
 # What kvcalc reads of a wrapper (multimodal.text_config, towers, with_towers): the dict
