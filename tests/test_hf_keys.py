@@ -220,6 +220,16 @@ FAMILIES = {
                   "the inner width kvcalc reads from those two",
         "time_step_rank": "set on Mamba2Mixer but sizes no module (dt_bias is num_heads wide)",
     }),
+    "exaone4": Family("Exaone4Config", "text", ("LGAI-EXAONE__EXAONE-4.0-32B",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
+    }, without=("layer_types",)),
+    "olmo3": Family("Olmo3Config", "text", ("allenai__Olmo-3.1-32B-Instruct",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
+    }),
 }
 
 # What kvcalc reads of a wrapper (multimodal.text_config, towers, with_towers): the dict
