@@ -230,6 +230,13 @@ FAMILIES = {
         "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
         "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
     }),
+    "granite": Family("GraniteConfig", "text", ("ibm-granite__granite-3.3-8b-instruct",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
+        "attention_multiplier": VALUE, "embedding_multiplier": VALUE,
+        "residual_multiplier": VALUE, "logits_scaling": VALUE,
+    }),
 }
 
 # What kvcalc reads of a wrapper (multimodal.text_config, towers, with_towers): the dict
