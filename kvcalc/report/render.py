@@ -119,17 +119,20 @@ def _plain_text(items: list, width: int) -> str | None:
         if len(item.columns) != 2:
             return None
         # Values right-aligned at one column; a row too long for it puts its value on a
-        # line of its own, so the view never needs rich to wrap inside a cell.
+        # line of its own, and a value longer than the width (words: where the weights
+        # came from) is wrapped under its label, so the view never needs rich.
         longest = max(len(r[0]) + 2 + len(r[1]) for r in item.rows)
         edge = min(width, longest)
-        if max(max(len(r[0]), len(r[1])) for r in item.rows) > edge:
+        if max(len(r[0]) for r in item.rows) > edge:
             return None
         out.append(item.title)
         for label, value in item.rows:
             if len(label) + 2 + len(value) <= edge:
                 out.append(f"{label}{' ' * (edge - len(label) - len(value))}{value}")
-            else:
+            elif len(value) <= edge:
                 out += [label, f"{value:>{edge}}"]
+            else:
+                out += [label, fill("    " + value.lstrip(), "    ")]
         if item.caption:
             out.append(fill(item.caption))
     return "\n".join(out) + "\n"
