@@ -1,6 +1,6 @@
 """What `estimate` and `fit` share below their parsing: the estimate for a request, one
-result written in the chosen format, the largest batch meeting latency targets, and fit's
-count for an engine other than vLLM (kvcalc.serving)."""
+result written in the chosen format, and fit's count for an engine other than vLLM
+(kvcalc.serving; vLLM's is the library's kvcalc.fit)."""
 
 from __future__ import annotations
 
@@ -50,35 +50,13 @@ def write(fmt: OutputFormat, output, force: bool, obj, rows, items) -> None:
             output=output, force=force)
 
 
-def _slo(est, *, ttft_ms, tpot_ms, mfu, bandwidth_efficiency, seq_len=None, limit=None,
-         speed_engine=None):
-    """The largest batch meeting the latency targets: requests of `seq_len` tokens (the
-    estimate's by default; prompts of --prompt-len, else the whole length), at most
-    `limit` of them (what memory holds at that length by default)."""
-    if ttft_ms is None and tpot_ms is None:
-        return None
-    for flag, value in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
-        if value is not None and not value > 0:
-            raise KvcalcError(f"{flag} must be a positive number of milliseconds, got {value}")
-    from dataclasses import replace
-
-    from kvcalc.speed.latency import max_batch_for_slo
-
-    workload = est.workload if seq_len is None else replace(est.workload, seq_len=seq_len)
-    return max_batch_for_slo(
-        est.spec, workload, hardware=est.hardware,
-        ttft_s=None if ttft_ms is None else ttft_ms / 1000,
-        tpot_s=None if tpot_ms is None else tpot_ms / 1000,
-        limit=est.fit.max_batch if limit is None else limit, mfu=mfu,
-        bandwidth_efficiency=bandwidth_efficiency, stored=est.stored, engine=speed_engine)
-
-
 def _engine_fit(request, ref, given, *, fmt, output, force, seq_len, kv_dtype, weight_dtype,
                 group_size, tp, pp, gpu, kv_scale_bytes, encoder_seq_len, prompt_len, mfu,
                 bandwidth_efficiency, speed_engine, ttft_ms, tpot_ms,
                 acceptance_rate=None) -> None:
     """`kvcalc fit --engine sglang|tensorrt-llm`: that engine's own start-up count, the
     floor beside it."""
+    from kvcalc.answers.fit import max_batch_for_slo, slo_fields
     from kvcalc.ground import units
     from kvcalc.serving.vllm.settings import settings_for
     from kvcalc.cli import engine_flags as ef
@@ -108,17 +86,17 @@ def _engine_fit(request, ref, given, *, fmt, output, force, seq_len, kv_dtype, w
     limit = counted.max_running_requests
     if counted.max_concurrency is not None and limit is not None:
         limit = min(limit, max(int(counted.max_concurrency), 0))
-    slo = _slo(est, ttft_ms=ttft_ms, tpot_ms=tpot_ms, mfu=mfu,
-               bandwidth_efficiency=bandwidth_efficiency,
-               speed_engine=speed.resolve(speed_engine, est.hardware),
-               seq_len=counted.context_len, limit=limit or 0) if counted.starts else None
+    slo = max_batch_for_slo(est, ttft_ms=ttft_ms, tpot_ms=tpot_ms, mfu=mfu,
+                            bandwidth_efficiency=bandwidth_efficiency,
+                            speed_engine=speed.resolve(speed_engine, est.hardware),
+                            seq_len=counted.context_len,
+                            limit=limit or 0) if counted.starts else None
+    source = weights_source(est)
     obj = {"model": est.spec.name, **approximate_fields(est.spec), **counted.as_dict(),
            "kv_dtype": est.kv_dtype.name, "weight_dtype": est.weight_label,
-           "fits": counted.starts, "floor_fits": est.fit.fits}
-    source = weights_source(est)
-    if source is not None:
-        obj["weights_source"] = source
-    obj.update(slo_fields(est, slo))
+           "fits": counted.starts, "floor_fits": est.fit.fits,
+           **({"weights_source": source} if source is not None else {}),
+           **slo_fields(est, slo)}
     from kvcalc.cli.feature_flags import speculative_time_parts
     from kvcalc.serving.drafts import draft_of
 
@@ -138,14 +116,3 @@ def _engine_fit(request, ref, given, *, fmt, output, force, seq_len, kv_dtype, w
     write(fmt, output, force, lambda: obj, lambda: [flatten(obj)], lambda: tables)
     if not obj["fits"]:
         raise typer.Exit(1)
-
-
-def slo_fields(est, slo) -> dict:
-    """fit's JSON for --ttft-ms / --tpot-ms: the largest batch, and whose times decided it
-    (the engine's fitted terms, vLLM's by default, or the datasheet roofline)."""
-    if slo is None:
-        return {}
-    lat = est.latency
-    return {"max_batch_for_slo": slo,
-            "slo_timed_on": lat.engine_name if lat is not None and lat.engine_name
-            else "roofline"}

@@ -39,7 +39,7 @@ from kvcalc.serving.room import Room, largest_batch, serves
 from kvcalc.serving.vllm.settings import EngineSettings, default_batch_limits
 from kvcalc.serving.vllm.capacity import Capacity, cannot_hold_weights, serving_capacity
 from kvcalc.ground.dtypes import dtype, weight_dtype
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError
 from kvcalc.formulas.cache import valid_tps
 from kvcalc.formulas.params import param_counts
 from kvcalc.spec import Hardware, ModelSpec
@@ -408,7 +408,7 @@ def fixes(spec: ModelSpec, hw: Hardware, s: EngineSettings, *, batch: int = 1,
 def check_length(value: int) -> None:
     """--max-model-len: a positive length, or AUTO."""
     if value != AUTO and value <= 0:
-        raise KvcalcError(f"max_model_len must be positive, got {value}")
+        raise ParameterError(f"{{max_model_len}} must be positive, got {value}", "max_model_len")
 
 
 def fit_fields(est, cap, approximate: dict) -> dict:
