@@ -205,8 +205,10 @@ def floor(model, hardware, seq_len: int, batch: int = 1, weight_dtype=None, kv_d
 def fit(**parameters):
     """`kvcalc fit` from Python: keyword arguments only, named as the command's flags are
     (max_model_len=32768, gpu_memory_utilization=0.95, ttft_ms=500, ...; units in the
-    names: kv_cache_memory_bytes, reserve_bytes), returning a FitAnswer whose `.as_dict()`
-    is `kvcalc fit --format json` exactly and `.fits` the verdict. Every parameter:
+    names: kv_cache_memory_bytes, reserve_bytes; engine="sglang" or "tensorrt-llm" with
+    that engine's own flags, mem_fraction_static="0.8", max_batch_size=64), returning a
+    FitAnswer whose `.as_dict()` is `kvcalc fit --format json` exactly and `.fits` the
+    verdict. Every parameter:
     kvcalc.answers.fit.fit. A value it cannot take raises ParameterError naming the
     parameter.
 

@@ -96,8 +96,32 @@ def test_the_function_is_keyword_only_and_names_its_parameters():
         kvcalc.fit(model="llama3-8b", ttft_ms=-1)
     with pytest.raises(ParameterError, match=r"^fit needs a device: gpu NAME"):
         kvcalc.fit(model="llama3-8b", gpu="none")
-    with pytest.raises(ParameterError, match=r"^engine sglang: kvcalc.fit counts vLLM"):
-        kvcalc.fit(model="llama3-8b", engine="sglang")
+    with pytest.raises(ParameterError, match=r"^batch sizes the plain fit; SGLang"):
+        kvcalc.fit(model="llama3-8b", engine="sglang", batch=2)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'max_model_length'"):
+        kvcalc.fit(model="llama3-8b", max_model_length=8192)
+
+
+OTHER_ENGINES = {  # another engine's count: its own flags, by name
+    "sglang": (["--preset", "llama3.1-8b", "--gpu", "h100-sxm", "--engine", "sglang",
+                "--mem-fraction-static", "0.8", "--context-length", "32768"],
+               {"mem_fraction_static": "0.8", "context_length": 32768}),
+    "sglang-slo": (["--preset", "qwen2-7b", "--gpu", "h100-sxm", "--engine", "sglang@0.5.4",
+                    "--tpot-ms", "30"], {}),
+    "tensorrt-llm": (["--preset", "llama3.1-8b", "--gpu", "h100-sxm", "--engine",
+                      "tensorrt-llm", "--max-batch-size", "64", "--max-seq-len", "16384"],
+                     {"max_batch_size": 64, "max_seq_len": 16384}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_ENGINES))
+def test_fit_json_is_the_functions_as_dict_for_the_other_engines(name):
+    argv, own = OTHER_ENGINES[name]
+    common = _parameters([a for pair in zip(argv[::2], argv[1::2]) for a in pair
+                          if pair[0].replace("-", "_")[2:] not in own])
+    answer = kvcalc.fit(**common, **own)
+    assert answer.count is not None
+    assert answer.as_dict() == _cli_json(argv)
 
 
 @pytest.mark.parametrize("argv, line", [

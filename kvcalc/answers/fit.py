@@ -6,9 +6,8 @@ vLLM's own start-up count decides (kvcalc.serving.vllm): driver-visible memory x
 gpu_memory_utilization, less weights, the profiling pass's activation peak, non-torch
 memory and CUDA graphs; then KV blocks, "KV cache tokens" and the concurrency at
 max_model_len. Without engine parameters it is the plain fit: `batch` requests of
-`seq_len` tokens, with the floor (weights + KV only) beside the count. Another memory
-engine's count (engine="sglang", "tensorrt-llm") is `kvcalc fit --engine` on the command
-line, not yet this function.
+`seq_len` tokens, with the floor (weights + KV only) beside the count. engine="sglang" or
+"tensorrt-llm" counts that engine's start-up instead, with its own flags by name.
 """
 
 from __future__ import annotations
@@ -40,6 +39,7 @@ class FitAnswer:
     host_tier: object | None  # kvcalc.serving.offload's host tier (kv_offloading_size)
     engine_parameters: bool  # engine parameters given: the count is per max_model_len
     data: dict = field(hash=False, repr=False)
+    count: object | None = None  # another engine's count (kvcalc.serving), None for vLLM's
 
     @property
     def fits(self) -> bool:
@@ -69,7 +69,7 @@ def fit(*, model, gpu="h100-sxm", seq_len: int | None = None, batch: int | None 
         lora_target_modules: str | None = None, data_parallel_size: int | None = None,
         enable_expert_parallel: bool = False, enable_prefix_caching: bool | None = None,
         kv_offloading_size: str | float | None = None,
-        kv_offloading_backend: str | None = None) -> FitAnswer:
+        kv_offloading_backend: str | None = None, **engine_flags) -> FitAnswer:
     """Does it fit? vLLM's start-up count decides, the floor (weights + KV) beside it.
 
     `model`: a ModelSpec or MODEL (a preset, Hub id, folder or config file); `gpu`: a
@@ -85,10 +85,20 @@ def fit(*, model, gpu="h100-sxm", seq_len: int | None = None, batch: int | None 
     are counted on (vllm@0.21.0, llama.cpp, roofline; default vLLM on a GPU); vLLM's
     release counted is `vllm_version` (or engine's). `calibration`: a file `kvcalc check
     LOG -o FILE` wrote, its measured terms in place of kvcalc's models.
+
+    engine="sglang[@release]" or "tensorrt-llm[@release]" counts that engine's start-up
+    instead (`engine_flags`: its own flags by their parameter names, as
+    kvcalc.serving.flags lists them: mem_fraction_static, context_length and max_seq_len
+    in tokens, max_running_requests, max_batch_size, hicache_size in GB, ...).
     """
+    parameters = dict(locals())  # each parameter by its name, for another engine's count
     from kvcalc.answers import speed
 
     hardware = _hardware(gpu)
+    other = speed.memory_engine(engine)
+    _check_flags(other.name if other is not None else "vllm", engine_flags)
+    if other is not None and other.name != "vllm":
+        return _other_engine(other, {**parameters, "gpu": hardware})
     vllm_version, speed_engine = _whose(engine, vllm_version, mfu, bandwidth_efficiency)
     mfu, bandwidth_efficiency = speed.shares(mfu, bandwidth_efficiency)
     given = {"max_model_len": max_model_len, "gpu_memory_utilization": gpu_memory_utilization,
@@ -126,14 +136,8 @@ def fit(*, model, gpu="h100-sxm", seq_len: int | None = None, batch: int | None 
                    prompt_len=prompt_len, group_size=group_size, mfu=mfu,
                    bandwidth_efficiency=bandwidth_efficiency,
                    engine=speed.resolve(speed_engine, hardware))
-    if engine is not None and engine.strip() != "roofline" and speed.memory_engine(engine) is None \
-            and ttft_ms is None and tpot_ms is None:
-        from kvcalc.serving import MEMORY_ENGINES
-
-        raise ParameterError(
-            "kvcalc counts the memory of " + literal(", ".join(MEMORY_ENGINES)) + "; {engine} "
-            + literal(est.latency.engine_name or engine) + " only times the batch {ttft_ms} "
-            "and {tpot_ms} allow: give one of them", "engine", "ttft_ms", "tpot_ms")
+    if ttft_ms is None and tpot_ms is None:
+        _check_counted(engine, est)
     if learnt is not None:
         est = _calibrated(est, learnt, calibration)
     return _answer(est, engine_parameters, ttft_ms=ttft_ms, tpot_ms=tpot_ms, mfu=mfu,
@@ -145,15 +149,26 @@ def fit(*, model, gpu="h100-sxm", seq_len: int | None = None, batch: int | None 
                          "enable_prefix_caching": enable_prefix_caching})
 
 
+def _check_counted(engine, est) -> None:
+    """An engine kvcalc only times (llama.cpp, ...) has no memory count: without latency
+    targets it answers nothing here."""
+    from kvcalc.answers import speed
+
+    if engine is not None and engine.strip() != "roofline" and speed.memory_engine(engine) is None:
+        from kvcalc.serving import MEMORY_ENGINES
+
+        raise ParameterError(
+            "kvcalc counts the memory of " + literal(", ".join(MEMORY_ENGINES)) + "; {engine} "
+            + literal(est.latency.engine_name or engine) + " only times the batch {ttft_ms} "
+            "and {tpot_ms} allow: give one of them", "engine", "ttft_ms", "tpot_ms")
+
+
 def _whose(engine, vllm_version, mfu, bandwidth_efficiency) -> tuple:
     """(the vLLM release counted, the engine that times the tokens): engine vllm@0.21.0
     names the release; another memory engine is the command line's `fit --engine`."""
     from kvcalc.answers import speed
 
     ref = speed.memory_engine(engine)
-    if ref is not None and ref.name != "vllm":
-        raise ParameterError("{engine} " + literal(engine) + ": kvcalc.fit counts vLLM; "
-                             "another engine's count is `kvcalc fit --engine`", "engine")
     if ref is not None and ref.named:
         if vllm_version is not None and vllm_version != ref.release:
             raise ParameterError("{engine} " + literal(engine) + " and {vllm_version} "
@@ -181,6 +196,80 @@ def _counted(length, serving: dict, *, seq_len, **args):
             est = _estimate(**args, seq_len=seq_len or fitted,
                             serving={**serving, "max_model_len": fitted})
     return est
+
+
+def _check_flags(engine: str, engine_flags: dict) -> None:
+    """Each engine flag is a known one (kvcalc.serving.flags) and the counted engine's."""
+    from kvcalc.serving.flags import OWNER, check_owners
+
+    unknown = sorted(set(engine_flags) - set(OWNER))
+    if unknown:
+        raise TypeError(f"fit() got an unexpected keyword argument {unknown[0]!r}")
+    check_owners(engine, engine_flags)
+
+
+def _other_engine(ref, p: dict) -> FitAnswer:
+    """engine sglang or tensorrt-llm: that engine's own start-up count (kvcalc.serving),
+    the floor beside it."""
+    from kvcalc.answers import speed
+    from kvcalc.estimate import approximate_fields, weights_source
+    from kvcalc.serving import count
+    from kvcalc.serving.drafts import draft_of
+    from kvcalc.serving.flags import engine_flags
+    from kvcalc.serving.offload import host_tier
+    from kvcalc.serving.vllm.settings import settings_for
+
+    if p["memory_fraction"] is not None or p["reserve_bytes"] is not None:
+        raise ParameterError("{memory_fraction} and {reserve_bytes} shape the plain fit; "
+                             + literal(ref.title) + " counts its own terms",
+                             "memory_fraction", "reserve_bytes")
+    if p["batch"] is not None:
+        raise ParameterError("{batch} sizes the plain fit; " + literal(ref.title) + " serves "
+                             "up to its running-request limit at once", "batch")
+    shared = {"enable_lora": p["enable_lora"] or None,
+              **{k: p[k] for k in ("max_lora_rank", "lora_target_modules",
+                                   "enable_prefix_caching", "kv_offloading_size",
+                                   "kv_offloading_backend")}}
+    given = {**p["engine_flags"], **{k: v for k, v in shared.items() if v is not None}}
+    speed_engine = speed.engine_option(p["engine"], p["mfu"], p["bandwidth_efficiency"],
+                                       speed.DEFAULT)
+    mfu, bandwidth_efficiency = speed.shares(p["mfu"], p["bandwidth_efficiency"])
+    length = given.get("context_length") or given.get("max_seq_len")
+    est = _estimate(**{k: p[k] for k in ("model", "kv_dtype", "weight_dtype", "tp",
+                                         "kv_scale_bytes", "encoder_seq_len", "prompt_len",
+                                         "group_size")},
+                    seq_len=p["seq_len"] if p["seq_len"] is not None else length, batch=1,
+                    hardware=p["gpu"], memory_fraction=None, reserve_bytes=None, mfu=mfu,
+                    bandwidth_efficiency=bandwidth_efficiency,
+                    engine=speed.resolve(speed_engine, p["gpu"]), serving=None)
+    flags = engine_flags(ref, settings_for(est.workload),
+                         kv_scale_bytes=est.workload.kv_scale_bytes, pp=p["pp"], **given)
+    counted = count(est.spec, est.hardware, flags)
+    tier = host_tier(counted, given, mla=est.spec.mla is not None) if counted.starts else None
+    limit = counted.max_running_requests
+    if counted.max_concurrency is not None and limit is not None:
+        limit = min(limit, max(int(counted.max_concurrency), 0))
+    timing = speed.resolve(speed_engine, est.hardware)
+    slo = max_batch_for_slo(est, ttft_ms=p["ttft_ms"], tpot_ms=p["tpot_ms"], mfu=mfu,
+                            bandwidth_efficiency=bandwidth_efficiency, speed_engine=timing,
+                            seq_len=counted.context_len,
+                            limit=limit or 0) if counted.starts else None
+    source = weights_source(est)
+    data = {"model": est.spec.name, **approximate_fields(est.spec), **counted.as_dict(),
+            "kv_dtype": est.kv_dtype.name, "weight_dtype": est.weight_label,
+            "fits": counted.starts, "floor_fits": est.fit.fits,
+            **({"weights_source": source} if source is not None else {}),
+            **slo_fields(est, slo)}
+    timed = speculative_time(est, draft_of(est.spec, flags), p["acceptance_rate"], timing, mfu,
+                             bandwidth_efficiency)
+    if timed is not None:
+        data["speculative_time"] = {**timed[0].as_dict(), "timed_on": timed[1]}
+    if tier is not None:
+        data["host_tier"] = tier.as_dict()
+        data["fits"] = data["fits"] and not tier.refusal
+    return FitAnswer(estimate=est, max_batch_for_slo=slo, speculative=timed and timed[0],
+                     speculative_timed_on=timed and timed[1], host_tier=tier,
+                     engine_parameters=True, data=data, count=counted)
 
 
 def _check_plain(engine_parameters: bool, batch, memory_fraction, reserve_bytes) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations  # the commands not run never evaluate their options
 
-import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,7 +9,7 @@ import typer
 
 from kvcalc.cli import feature_flags as ff
 from kvcalc.cli import speed
-from kvcalc.cli.counting import _engine_fit, _estimates, write
+from kvcalc.cli.counting import _estimates, write
 from kvcalc.cli.parsing import command
 
 from kvcalc.cli.options import (
@@ -41,7 +40,6 @@ from kvcalc.cli.options import (
     ExpertParallelOpt,
     model_options,
     output_format,
-    resolve_gpu,
 )
 from kvcalc.errors import KvcalcError
 
@@ -291,34 +289,24 @@ def register(app: typer.Typer, only: str | None = None) -> None:
 
 
 def _fit_command(p: dict) -> None:
-    """fit: the other engines' counts (`--engine sglang|tensorrt-llm`, kvcalc.serving),
-    else kvcalc.fit (vLLM's count): parse, call, write; exit 1 when it does not fit."""
-    fmt = output_format(p["fmt"], p["output"])
-    ref = speed.memory_engine(p["speed_engine"])  # whose memory count (None: vLLM's)
-    others, side, shared_lora, dp, expert_parallel = _engine_flags_given(p, ref)
-    if ref is not None and ref.name != "vllm":
-        if p["memory_fraction"] is not None or p["reserve"] is not None:
-            raise KvcalcError("--memory-fraction and --reserve shape the plain fit; "
-                              f"{ref.title} counts its own terms")
-        if p["batch"] is not None:
-            raise KvcalcError(f"--batch sizes the plain fit; {ref.title} serves up to "
-                              f"its running-request limit at once")
-        others.update({k: v for k, v in shared_lora.items() if v is not None})
-        speed_engine = speed.engine_option(p["speed_engine"], p["mfu"],
-                                           p["bandwidth_efficiency"], speed.DEFAULT)
-        mfu, bandwidth_efficiency = speed.shares(p["mfu"], p["bandwidth_efficiency"])
-        _engine_fit(p["request"], ref, {**others, **side}, fmt=fmt, output=p["output"],
-                    force=p["force"], speed_engine=speed_engine, mfu=mfu,
-                    bandwidth_efficiency=bandwidth_efficiency,
-                    **{k: p[k] for k in ("seq_len", "kv_dtype", "weight_dtype", "group_size",
-                                         "tp", "pp", "gpu", "kv_scale_bytes",
-                                         "encoder_seq_len", "prompt_len", "ttft_ms", "tpot_ms",
-                                         "acceptance_rate")})
-        return
+    """fit: parse, call kvcalc.fit (vLLM's count, or --engine sglang|tensorrt-llm's),
+    write; exit 1 when it does not fit."""
     from kvcalc.answers.fit import fit
     from kvcalc.report.csv_json import flatten
 
-    answer = fit(**_fit_parameters(p, dp, expert_parallel))
+    fmt = output_format(p["fmt"], p["output"])
+    ref = speed.memory_engine(p["speed_engine"])  # whose memory count (None: vLLM's)
+    others, side, dp, expert_parallel = _engine_flags_given(p, ref)
+    parameters = _fit_parameters(p, dp, expert_parallel)
+    if ref is not None and ref.name != "vllm":  # that engine's own flags, by name
+        from kvcalc.ground import units
+
+        for name in ("context_length", "max_seq_len"):
+            if others.get(name) is not None:
+                others[name] = units.count(others[name], "--" + name.replace("_", "-"))
+        parameters.update({k: v for k, v in {**others, **side}.items()
+                           if v is not None and k not in parameters})
+    answer = fit(**parameters)
     write(fmt, p["output"], p["force"], answer.as_dict, lambda: [flatten(answer.as_dict())],
           lambda: _fit_tables(answer))
     if not answer.fits:
@@ -328,7 +316,7 @@ def _fit_command(p: dict) -> None:
 def _engine_flags_given(p: dict, ref) -> tuple:
     """The engine flags given, by parameter name, each checked against the engine it
     belongs to (kvcalc.serving.flags): (the memory engine's own, the offload and prefix
-    flags, the LoRA flags vLLM and SGLang share, vLLM's dp, its expert parallelism)."""
+    flags, vLLM's dp, its expert parallelism)."""
     from kvcalc.cli import engine_flags as ef
     from kvcalc.serving.flags import check_owners
 
@@ -363,7 +351,7 @@ def _engine_flags_given(p: dict, ref) -> tuple:
     others = ef.layout_flags(ref, others, p["data_parallel_size"], p["enable_expert_parallel"])
     check_owners(ref.name if ref else "vllm", {**vllm_given, **others, **shared_lora, **side},
                  ef.flag_of)
-    return others, side, shared_lora, others.pop("dp"), others.pop("enable_expert_parallel")
+    return others, side, others.pop("dp"), others.pop("enable_expert_parallel")
 
 
 def _fit_parameters(p: dict, dp, expert_parallel) -> dict:
@@ -399,8 +387,13 @@ def _fit_tables(answer) -> list:
     from kvcalc.report.tables import capacity_table
 
     est = answer.estimate
-    out = [capacity_table(est, answer.max_batch_for_slo,
-                          "--max-model-len" if answer.engine_parameters else "--seq-len")]
+    if answer.count is not None:  # another engine's count
+        from kvcalc.report.serving import serving_table
+
+        out = [serving_table(est, answer.count, answer.max_batch_for_slo)]
+    else:
+        out = [capacity_table(est, answer.max_batch_for_slo,
+                              "--max-model-len" if answer.engine_parameters else "--seq-len")]
     if answer.speculative is not None:
         out.append(speculative_table(answer.speculative, answer.speculative_timed_on))
     return [*out, *host_tier_tables(answer.host_tier)]

@@ -83,22 +83,6 @@ def speculative_given(*, speculative_config=None, speculative_algorithm=None,
             "extra_llm_api_options": extra_llm_api_options}
 
 
-def speculative_time_parts(est, draft, acceptance_rate, speed_engine, mfu=None,
-                           bandwidth_efficiency=None):
-    """fit's speculative decoding at batch 1 (kvcalc.answers.fit.speculative_time): (its
-    JSON, its table), or (None, None) where it is not timed."""
-    from kvcalc.answers.fit import speculative_time
-
-    timed = speculative_time(est, draft, acceptance_rate, speed_engine, mfu,
-                             bandwidth_efficiency)
-    if timed is None:
-        return None, None
-    from kvcalc.report.speculative import speculative_table
-
-    t, timed_on = timed
-    return {**t.as_dict(), "timed_on": timed_on}, speculative_table(t, timed_on)
-
-
 def lora_given(*, enable_lora=False, max_loras=None, max_loras_per_batch=None,
                max_lora_rank=None, lora_dtype=None, lora_target_modules=None) -> dict:
     """The LoRA flags given, by their parameter names (None: not given)."""
