@@ -142,3 +142,18 @@ def test_the_command_line_says_the_parameter_as_its_flag(argv, line):
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.splitlines() == [line]
+
+
+ESTIMATES = {name: case for name, case in golden.cases().items() if case[0][0] == "estimate"}
+
+
+def test_estimate_json_is_the_functions_as_dict_on_the_golden_cases(monkeypatch):
+    """`kvcalc estimate MODEL --format json` is kvcalc.estimate(MODEL, ...).as_dict() at
+    the command's defaults (an H100 SXM, timed as vLLM runs it), for every golden
+    estimate case: every model preset and every kept config.json."""
+    assert len(ESTIMATES) >= 100
+    for name, (argv, _, where) in sorted(ESTIMATES.items()):
+        want = json.loads((golden.GOLDEN / f"{name}.json").read_text())
+        monkeypatch.chdir(where)  # config paths are relative to it
+        est = kvcalc.estimate(argv[2], hardware="h100-sxm", engine="vllm")
+        assert json.loads(json.dumps(est.as_dict())) == want, name
