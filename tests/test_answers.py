@@ -84,6 +84,18 @@ def test_the_json_has_numbers_and_named_shortfalls():
     assert util and all(isinstance(u, float) for u in util)
 
 
+@pytest.mark.parametrize("engine", ["sglang", "tensorrt-llm"])
+def test_another_engines_count_has_no_negative_bytes(engine):
+    """GPT-3's weights exceed an H100 under SGLang's and TensorRT-LLM's counts too: the
+    memory terms are sizes, and the shortfall is named."""
+    d = kvcalc.fit(model="gpt3", engine=engine).as_dict()
+    assert d["fits"] is False
+    assert all(v >= 0 for v in d["memory"].values())
+    if engine == "sglang":  # its free memory after the weights went negative
+        assert d["kv_cache_shortfall_bytes"] == d["memory"]["weights"] - d["memory"][
+            "avail_mem_at_start"] > 0
+
+
 def test_the_function_is_keyword_only_and_names_its_parameters():
     with pytest.raises(TypeError):
         kvcalc.fit("llama3-8b")
