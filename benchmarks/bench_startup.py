@@ -6,9 +6,9 @@ Runs each command `--repeat` times, interleaved (so a busy machine slows them al
 and prints the median wall time of each and its ratio to the floor. The goal is
 <= 1.5x for `kvcalc estimate --preset gpt3` (table and JSON) and for a Hub id in the
 local Hugging Face cache (one built here by tests/hubcache.py, in a temporary HF_HOME).
-Each command is also set against a bare typer app that runs one command with one int option (and `--help` against
-a bare typer app's `--help`), and against the floor run with Python's cyclic collector off
-as kvcalc starts (kvcalc/cli/__init__.py): a bare program could do that too, and the
+Each command is also set against a bare typer app that runs one command with one int
+option (and `--help` against a bare typer app's `--help`), and against the floor run with
+Python's cyclic collector off as kvcalc starts (kvcalc/cli/__init__.py): a bare program could do that too, and the
 ratio to it is kvcalc's own work alone.
 stdout goes to /dev/null; the kvcalc under test is the checkout this file lives in, with
 the presets index an installed wheel carries (written to presets/_parsed.marshal, which git
