@@ -4,10 +4,11 @@
 
 Runs each command `--repeat` times, interleaved (so a busy machine slows them alike),
 and prints the median wall time of each and its ratio to the floor. The goal is
-<= 1.5x for `kvcalc estimate --preset gpt3` (table and JSON). Each command is also set
-against a bare typer app that runs one command with one int option (and `--help` against
-a bare typer app's `--help`), and against the floor run with Python's cyclic collector off
-as kvcalc starts (kvcalc/cli/__init__.py): a bare program could do that too, and the
+<= 1.5x for `kvcalc estimate --preset gpt3` (table and JSON) and for a Hub id in the
+local Hugging Face cache (one built here by tests/hubcache.py, in a temporary HF_HOME).
+Each command is also set against a bare typer app that runs one command with one int
+option (and `--help` against a bare typer app's `--help`), and against the floor run with
+Python's cyclic collector off as kvcalc starts (kvcalc/cli/__init__.py): a bare program could do that too, and the
 ratio to it is kvcalc's own work alone.
 stdout goes to /dev/null; the kvcalc under test is the checkout this file lives in, with
 the presets index an installed wheel carries (written to presets/_parsed.marshal, which git
@@ -45,9 +46,31 @@ COMMAND_FLOOR = [sys.executable, "-c", "import typer, rich\napp = typer.Typer()\
 COMMANDS = {
     "estimate (table)": ["estimate", "--preset", "gpt3"],
     "estimate --format json": ["estimate", "--preset", "gpt3", "--format", "json"],
+    "estimate Qwen/Qwen3-0.6B (cached Hub id)": ["estimate", "Qwen/Qwen3-0.6B"],
     "presets": ["presets"],
     "--help": ["--help"],
 }
+
+
+def _hub_cache() -> str:
+    """A Hugging Face cache (HF_HOME) holding Qwen/Qwen3-0.6B as the Hub does: its
+    published config.json and its tensors in two sparse safetensors shards
+    (tests/hubcache.py; the headers are real, the data a hole). A cached Hub id is read
+    without huggingface_hub (issue #42)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import json
+
+    import hubcache
+
+    home = Path(tempfile.mkdtemp(prefix="kvcalc-bench-hf-"))
+    cfg = json.loads((ROOT / "presets" / "hf" / "Qwen__Qwen3-0.6B.json").read_text())
+    tensors = hubcache.qwen3_tensors(cfg)
+    half = len(tensors) // 2
+    folder = hubcache.model_folder(home / "download", cfg, {
+        "model-00001-of-00002.safetensors": tensors[:half],
+        "model-00002-of-00002.safetensors": tensors[half:]})
+    hubcache.hf_cache(home / "hf", "Qwen/Qwen3-0.6B", folder)
+    return str(home / "hf")
 
 
 def _time(cmd: list[str], env: dict) -> float:
@@ -67,7 +90,7 @@ def main() -> None:
                        env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL)
         print(f"wrote {index.relative_to(ROOT)} (git ignores it), as an installed wheel has it")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env.update(PYTHONPATH=str(ROOT), COLUMNS="80",
+    env.update(PYTHONPATH=str(ROOT), COLUMNS="80", HF_HOME=_hub_cache(),
                PYTHONPYCACHEPREFIX=tempfile.mkdtemp(prefix="kvcalc-bench-pyc-"))
     runs = {"floor: python -c 'import typer, rich'": FLOOR,
             "the floor, collector off as kvcalc runs": GC_FLOOR,

@@ -29,14 +29,15 @@ from kvcalc.errors import KvcalcError
 
 
 class _Package(types.ModuleType):
-    """kvcalc itself. Importing a submodule binds it on its package, and the submodule
-    kvcalc.estimate would so replace the function `estimate` below on its first import:
-    the package keeps the function (the module is sys.modules["kvcalc.estimate"]). So
+    """kvcalc itself. Importing a submodule binds it on its package, and the submodules
+    kvcalc.estimate and kvcalc.floor would so replace the functions `estimate` and `floor`
+    below on their first import: the package keeps the functions (the modules are
+    sys.modules["kvcalc.estimate"], ["kvcalc.floor"]). So
     `import kvcalc` imports nothing heavy, and the CLI starts its work before any model
     code loads (kvcalc/cli/__init__.py)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "estimate" and isinstance(value, types.ModuleType):
+        if name in ("estimate", "floor") and isinstance(value, types.ModuleType):
             return
         super().__setattr__(name, value)
 
@@ -65,10 +66,12 @@ _LAZY = {
     "load_hardware": "kvcalc.presets",
     "Memory": "kvcalc.workload",
     "Workload": "kvcalc.workload",
+    "FitAnswer": "kvcalc.answers.fit",
+    "ParameterError": "kvcalc.errors",
 }
 
 __all__ = sorted([*_LAZY, "KvcalcError", "__version__", "attention_variants", "estimate", "fit",
-                  "kv_cache", "param_counts"])
+                  "floor", "kv_cache", "param_counts"])
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from kvcalc.estimate import Estimate
@@ -81,6 +84,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from kvcalc.layers import Latent, MoE
     from kvcalc.spec import Hardware, ModelSpec
     from kvcalc.workload import Memory, Workload
+    from kvcalc.answers.fit import FitAnswer
+    from kvcalc.errors import ParameterError
 
 
 def __getattr__(name: str) -> Any:
@@ -173,13 +178,13 @@ def param_counts(model):
     return _param_counts(_model(model))
 
 
-def fit(model, hardware, seq_len: int, batch: int = 1, weight_dtype=None, kv_dtype="bf16",
-        tp: int = 1, scale_bytes: int = 0, memory_fraction: float | str = 1,
-        reserve_bytes: int = 0, encoder_seq_len: int | None = None):
+def floor(model, hardware, seq_len: int, batch: int = 1, weight_dtype=None, kv_dtype="bf16",
+          tp: int = 1, scale_bytes: int = 0, memory_fraction: float | str = 1,
+          reserve_bytes: int = 0, encoder_seq_len: int | None = None):
     """The floor: what fits on `tp` devices after the weights (weights + KV only; the
-    verdict, vLLM's count, is `estimate(...).verdict`). `weight_dtype` None reads the
-    weights as the config stores them (its quantization_config), as estimate does; the
-    model as a ModelSpec or MODEL (a preset, Hub id, folder or config file), the
+    verdict, vLLM's count, is `fit(...)` or `estimate(...).verdict`). `weight_dtype` None
+    reads the weights as the config stores them (its quantization_config), as estimate
+    does; the model as a ModelSpec or MODEL (a preset, Hub id, folder or config file), the
     hardware as a Hardware or a preset name."""
     from kvcalc.floor import fit as _fit
     from kvcalc.estimate import stored_weights, workload_for
@@ -187,7 +192,7 @@ def fit(model, hardware, seq_len: int, batch: int = 1, weight_dtype=None, kv_dty
 
     hw = _hardware(hardware)
     if hw is None:
-        raise KvcalcError("fit needs a device: a Hardware or a hardware preset name")
+        raise KvcalcError("floor needs a device: a Hardware or a hardware preset name")
     spec = _model(model)
     workload = workload_for(spec, seq_len=seq_len, batch=batch, kv_dtype=kv_dtype,
                             weight_dtype=weight_dtype, tp=tp, scale_bytes=scale_bytes,
@@ -195,6 +200,25 @@ def fit(model, hardware, seq_len: int, batch: int = 1, weight_dtype=None, kv_dty
     return _fit(spec, workload,
                 memory=Memory(hardware=hw, fraction=memory_fraction, reserve_bytes=reserve_bytes),
                 stored=stored_weights(spec, workload.quantization, tp))
+
+
+def fit(**parameters):
+    """`kvcalc fit` from Python: keyword arguments only, named as the command's flags are
+    (max_model_len=32768, gpu_memory_utilization=0.95, ttft_ms=500, ...; units in the
+    names: kv_cache_memory_bytes, reserve_bytes; engine="sglang" or "tensorrt-llm" with
+    that engine's own flags, mem_fraction_static="0.8", max_batch_size=64), returning a
+    FitAnswer whose `.as_dict()` is `kvcalc fit --format json` exactly and `.fits` the
+    verdict. Every parameter:
+    kvcalc.answers.fit.fit. A value it cannot take raises ParameterError naming the
+    parameter.
+
+        >>> import kvcalc
+        >>> kvcalc.fit(model="llama3.1-8b", gpu="rtx3090", max_model_len=20000).fits
+        True
+    """
+    from kvcalc.answers.fit import fit as _fit
+
+    return _fit(**parameters)
 
 
 def attention_variants(model, kv_heads: int | None = None):

@@ -47,3 +47,23 @@ def os_problem(e: OSError) -> str:
     words = _ERRNO_WORDS.get(e.errno) or (e.strerror or "the system refused").lower()
     where = f"{e.filename}: " if e.filename else ""
     return f"{where}{words}"
+
+
+class ParameterError(KvcalcError):
+    """A value a library function cannot take. The message names the function's own
+    parameters (`max_model_len must be positive, got 0`); `worded(name_of)` says it with
+    other names for them: the command line's flags (`--max-model-len must be ...`).
+
+    `template` holds `{name}` for each parameter named (other braces doubled)."""
+
+    def __init__(self, template: str, *parameters: str):
+        self.template, self.parameters = template, parameters
+        super().__init__(template.format(**{p: p for p in parameters}))
+
+    def worded(self, name_of) -> str:
+        return self.template.format(**{p: name_of(p) for p in self.parameters})
+
+
+def literal(text: object) -> str:
+    """`text` safe inside a ParameterError template (its braces doubled)."""
+    return str(text).replace("{", "{{").replace("}", "}}")

@@ -219,7 +219,9 @@ class Estimate:
                 "floor_fits": f.fits,
                 "usable_bytes_per_device": f.usable_bytes,
                 "weight_bytes_per_device": f.weight_bytes,
-                "free_for_kv_bytes_per_device": f.free_for_kv_bytes,
+                # none negative: weights over the memory are a named shortfall
+                "free_for_kv_bytes_per_device": max(0, f.free_for_kv_bytes),
+                "kv_cache_shortfall_bytes_per_device": max(0, -f.free_for_kv_bytes),
                 "max_batch": f.max_batch,
                 "max_seq_len": f.max_seq_len,
                 "max_seq_len_unbounded": f.max_seq_len_unbounded,

@@ -230,6 +230,14 @@ def model_from_yaml_file(path: str | Path, *, require_source: bool = True) -> Mo
                               require_source=require_source)
 
 
+def hardware_named(name: str) -> Hardware:
+    """A hardware preset by name, or a hardware YAML file (the presets' schema, strict
+    keys): a name ending in .yaml or .yml, or holding a '/', is a file."""
+    if name.lower().endswith((".yaml", ".yml")) or "/" in name:
+        return hardware_from_yaml_file(Path(name), require_source=False)
+    return load_hardware(name)
+
+
 def hardware_from_yaml_file(path: str | Path, *, require_source: bool = True) -> Hardware:
     """A Hardware from one YAML file; `name` defaults to the file stem."""
     path = Path(path)

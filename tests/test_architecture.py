@@ -33,7 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kvcalc.hfconfig", "kvcalc.presets", "kvcalc.model_source", "kvcalc.engines"),
     ("kvcalc.speed", "kvcalc.floor", "kvcalc.serving"),
     ("kvcalc.estimate",),
-    ("kvcalc.plan", "kvcalc.served"),
+    ("kvcalc.plan", "kvcalc.served", "kvcalc.answers"),
     ("kvcalc.report", "kvcalc.plot"),
     ("kvcalc.sweep", "kvcalc.measure"),
     ("kvcalc.cli", "kvcalc.__main__"),

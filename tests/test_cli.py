@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from kvcalc.cli import app
 from kvcalc.cli.options import TextFormat
+from kvcalc.errors import KvcalcError
 from kvcalc.cli.parsing import OptionProblem, reader
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -432,16 +433,51 @@ def test_estimate_opens_with_a_headline_and_fits_80_columns():
                        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "COLUMNS": "80"})
     lines = r.stdout.splitlines()
     assert r.returncode == 0 and len(lines) <= 24 and max(map(len, lines)) <= 80
-    assert lines[0].startswith("llama3-8b, 8,192 tokens x 1 sequence: KV cache 1.07 GB / 1 GiB")
-    assert "fits: vLLM 0.33 starts" in " ".join(r.stdout.split())
+    # The answer in two lines (issue #42 point B), the table's title on the third.
+    assert lines[:2] == [
+        "llama3-8b, 8,192 tokens x 1: KV cache 1.07 GB / 1 GiB; 8.03B parameters; on",
+        "h100-sxm it fits 53.88 requests at once, with vllm 7.654 ms/token, 131 tokens/s."]
+    assert lines[2].startswith("llama3-8b (GQA, 8 K/V heads, 32 layers)")
 
 
-def test_a_model_that_does_not_fit_says_so_beside_its_time():
-    r = kvcalc("estimate", "--preset", "gpt3")
-    words = " ".join(r.stdout.split())
+def test_a_model_that_does_not_fit_says_so_and_what_would_fit():
+    r = subprocess.run([sys.executable, "-m", "kvcalc", "estimate", "--preset", "gpt3"],
+                       capture_output=True, text=True, cwd=ROOT, env={**os.environ, "COLUMNS": "80"})
+    lines = r.stdout.splitlines()
     assert r.returncode == 0  # the answer is no; estimate still answers
-    assert "it does not fit: vLLM 0.33 does not start" in words
-    assert "smallest tp that starts: 6" in words and "if it ran:" in words
+    assert lines[:2] == [
+        "gpt3, 2,048 tokens x 1 sequence: KV cache 9.66 GB / 9 GiB; 175B parameters; on",
+        "h100-sxm it does not fit (KV short by 287 GB / 268 GiB); fits at tp 6."]
+    # The rest is in the table: the engine's count, the fix, the time if it ran.
+    words = " ".join(r.stdout.split())
+    assert "vLLM 0.33 at 2,048 tokens does not start (KV short by 287 GB / 268 GiB)" in words
+    assert "would start with --tp 6: 9.23 requests" in words
+    assert "per output token if it ran 130.5 ms" in words
+
+
+def test_every_presets_answer_fits_two_lines_of_80_columns():
+    """Each model preset on one device, on eight with a long batch, and with no device:
+    the headline wraps to at most two lines at 80 columns, its clauses kept in order
+    (what goes first: bytes per token, the engine's name, per-device bytes)."""
+    import kvcalc as api
+    from kvcalc.presets import model_names
+    from kvcalc.report.render import wrap
+    from kvcalc.report.tables import headline
+
+    for name in model_names():
+        for kw in ({"hardware": "h100-sxm"}, {"hardware": "none"},
+                   {"hardware": "h100-sxm", "tp": 8, "batch": 64, "seq_len": 131072}):
+            try:
+                est = api.estimate(name, **kw)
+            except KvcalcError:  # tp 8 does not divide falcon-7b's 71 heads
+                continue
+            text = headline(est)
+            lines = wrap(text, 80)
+            assert len(lines) <= 2 and max(map(len, lines)) <= 80, (name, kw, lines)
+            assert text.startswith(f"{name}, ") and text.endswith(".")
+            assert ("parameters" in text) and ("KV cache" in text or "state" in text)
+            if kw["hardware"] != "none":
+                assert " it fits" in text or " it does not fit" in text
 
 
 @pytest.mark.parametrize("suffix, check", [

@@ -53,3 +53,22 @@ def test_the_wrote_line_shows_the_path_not_markup(tmp_path: Path, capsys) -> Non
         assert capsys.readouterr().err == f"wrote {tmp_path / name}\n"
         assert (tmp_path / name).read_text() == "{}\n"
 
+
+
+def test_a_value_wider_than_the_terminal_is_wrapped_under_its_label_without_rich():
+    """The compact table's "weights from" sentence (a Hub id's headers against its
+    config) is longer than 80 columns: it wraps under its label, in plain text, so the
+    default view still needs no rich (issue #42)."""
+    from kvcalc.report.render import Tab, _plain_text
+
+    long = ("safetensors headers (2 files), 1,503,264,768 B; the config in bf16 gives "
+            "1,192,099,840 B, 311,164,928 B less")
+    tab = Tab("title", ["", ""], [["weights (bf16)", "1,503,264,768 B"],
+                                  ["  weights from", long]], header=False)
+    text = _plain_text([tab], 80)
+    assert text is not None
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 80
+    assert lines[2] == "  weights from"
+    assert all(line.startswith("    ") for line in lines[3:])
+    assert " ".join(line.strip() for line in lines[3:]) == long

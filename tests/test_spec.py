@@ -155,7 +155,7 @@ def _outputs(spec: ModelSpec, monkeypatch) -> dict:
     out["row"] = est.as_row()
     out["cache"] = kvcalc.kv_cache(spec, 8192, 4, tp=valid_tps(spec)[-1])
     out["params"] = kvcalc.param_counts(spec)
-    out["fit"] = kvcalc.fit(spec, h100, 8192)
+    out["fit"] = kvcalc.floor(spec, h100, 8192)
     out["per layer"] = (kv_bytes_per_token_per_layer(spec, "bf16"),
                         kv_bytes_per_token_by_kind(spec, "bf16"))
     out["tp"] = (valid_tps(spec), tp_sizes(spec, 8))

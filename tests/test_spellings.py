@@ -266,5 +266,8 @@ def test_mamba_is_shown_as_mamba():
     assert ("attn none = Mamba, no attention, constant state (falcon-mamba-7b, mamba-2.8b)"
             in r.stdout)
     r = kvcalc("estimate", "--preset", "mamba-2.8b")
-    assert "no attention, no KV cache" in r.stdout and "slides" not in r.stdout
+    # The headline says "state", not "KV cache" (two lines: issue #42); the table and
+    # its note say why.
+    assert ": state 23.6 MB / 22.5 MiB;" in r.stdout and "slides" not in r.stdout
+    assert "note: no attention, only a constant state" in r.stdout
     assert "(Mamba, no attention, constant state, 64 layers)" in r.stdout

@@ -243,7 +243,7 @@ def test_quantized_checkpoints_are_one_thing_everywhere(model, gpu, tp, label, s
     spec = load_model(model)
     rope = 0 if spec.mla is not None else 2 * spec.max_context * spec.head_dim
     assert fit["engine"]["memory"]["weights"] == fit["weight_bytes_per_device"] + rope
-    assert api.fit(model, gpu, 4096, tp=tp).weight_bytes == fit["weight_bytes_per_device"]
+    assert api.floor(model, gpu, 4096, tp=tp).weight_bytes == fit["weight_bytes_per_device"]
     if tp == 1:
         assert fit["weight_bytes_per_device"] == stored
 
@@ -422,7 +422,7 @@ def test_a_quantized_folder_is_one_thing_in_every_command(tmp_path, name, tensor
     py = api.estimate(str(folder), 1024, hardware="l4")
     assert py.weight_bytes == stored and py.weight_label == label
     assert py.verdict.capacity.memory["weights"] == stored + ROPE_BYTES
-    assert api.fit(str(folder), "l4", 1024).weight_bytes == stored
+    assert api.floor(str(folder), "l4", 1024).weight_bytes == stored
 
 
 @pytest.mark.skipif(importlib.util.find_spec("huggingface_hub") is None,

@@ -67,11 +67,11 @@ def test_memory_is_checked_on_first_use(kwargs, message):
                                          (-2, "tp must be positive, got -2"),
                                          (2.5, "tp must be an integer, got 2.5")])
 def test_python_fit_refuses_a_bad_tp_in_kvcalcs_words(tp, message):
-    """kvcalc.fit(..., tp=0) divided by zero (ZeroDivisionError) before any check."""
+    """kvcalc.floor(..., tp=0) divided by zero (ZeroDivisionError) before any check."""
     import kvcalc
 
     with pytest.raises(KvcalcError) as e:
-        kvcalc.fit("llama3-8b", "h100-sxm", 8192, tp=tp)
+        kvcalc.floor("llama3-8b", "h100-sxm", 8192, tp=tp)
     assert str(e.value) == message
     with pytest.raises(KvcalcError) as e:
         kvcalc.estimate("llama3-8b", 8192, hardware="h100-sxm", tp=tp)

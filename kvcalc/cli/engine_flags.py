@@ -191,7 +191,7 @@ def windows(text: str) -> tuple[int, ...]:
 
 
 def flag_of(name: str) -> str:
-    """A parameter's flag as kvcalc's commands spell it."""
-    return {"kv_cache_memory_bytes": "--kv-cache-memory", "pp": "--pp",
-            "dp": "--data-parallel-size"}.get(
-        name, "--" + name.replace("_", "-"))
+    """A parameter's flag as kvcalc's commands spell it (kvcalc.cli.flag_of)."""
+    from kvcalc.cli import flag_of as cli_flag_of
+
+    return cli_flag_of(name)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations  # the commands not run never evaluate their options
 
-import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,7 +9,7 @@ import typer
 
 from kvcalc.cli import feature_flags as ff
 from kvcalc.cli import speed
-from kvcalc.cli.counting import _engine_fit, _estimates, _slo, slo_fields, write
+from kvcalc.cli.counting import _estimates, write
 from kvcalc.cli.parsing import command
 
 from kvcalc.cli.options import (
@@ -41,12 +40,8 @@ from kvcalc.cli.options import (
     ExpertParallelOpt,
     model_options,
     output_format,
-    resolve_gpu,
 )
 from kvcalc.errors import KvcalcError
-
-AUTO = -1  # --max-model-len auto, as vLLM reads it (kvcalc.serving.vllm.verdict.AUTO)
-
 
 def vllm_layout(ref, data_parallel_size, enable_expert_parallel) -> dict:
     """--data-parallel-size and --enable-expert-parallel as EngineSettings' dp and
@@ -290,274 +285,118 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         `kvcalc fit --config config.json --gpu h100-sxm --tp 4 --max-model-len 32768
         --gpu-memory-utilization 0.95 --format json`.
         """
-        from kvcalc.estimate import approximate_fields, weights_source
-        from kvcalc.report.csv_json import flatten
-        from kvcalc.report.tables import capacity_table
-
-        fmt = output_format(fmt, output)
-        if gpu.strip().lower() == "none":
-            raise KvcalcError("fit needs a device: --gpu NAME (see `kvcalc presets`)")
-        # --ttft-ms / --tpot-ms are timed as estimate times: vLLM on a GPU unless --engine,
-        # --mfu or --bandwidth-efficiency says otherwise.
-        named_engine = speed_engine is not None and speed_engine.strip() != "roofline"
-        ref = speed.memory_engine(speed_engine)  # whose memory count (None: vLLM's)
-        others = {"mem_fraction_static": mem_fraction_static,
-                  "context_length": context_length,
-                  "max_running_requests": max_running_requests,
-                  "max_total_tokens": max_total_tokens, "page_size": page_size,
-                  "chunked_prefill_size": chunked_prefill_size,
-                  "cuda_graph_max_bs": cuda_graph_max_bs,
-                  "disable_cuda_graph": disable_cuda_graph or None, "dp_size": dp_size,
-                  "enable_dp_attention": enable_dp_attention or None,
-                  "mamba_full_memory_ratio": mamba_full_memory_ratio,
-                  "max_mamba_cache_size": max_mamba_cache_size,
-                  "swa_full_tokens_ratio": swa_full_tokens_ratio,
-                  "disable_hybrid_swa_memory": disable_hybrid_swa_memory or None,
-                  "free_gpu_memory_fraction": free_gpu_memory_fraction,
-                  "max_batch_size": max_batch_size, "max_num_tokens": max_num_tokens,
-                  "max_seq_len": max_seq_len, "tokens_per_block": tokens_per_block,
-                  "backend": backend,
-                  "max_tokens_in_paged_kv_cache": max_tokens_in_paged_kv_cache,
-                  "max_attention_window": None if max_attention_window is None
-                  else ef.windows(max_attention_window),
-                  **ff.speculative_given(
-                      speculative_algorithm=speculative_algorithm,
-                      speculative_draft_model_path=speculative_draft_model_path,
-                      speculative_num_steps=speculative_num_steps,
-                      speculative_eagle_topk=speculative_eagle_topk,
-                      speculative_num_draft_tokens=speculative_num_draft_tokens,
-                      extra_llm_api_options=extra_llm_api_options)}
-        lora = ff.lora_given(enable_lora=enable_lora, max_loras=max_loras,
-                             max_loras_per_batch=max_loras_per_batch,
-                             max_lora_rank=max_lora_rank, lora_dtype=lora_dtype,
-                             lora_target_modules=lora_target_modules)
-        others = {k: v for k, v in others.items() if k != "speculative_config"}
-        others.update({k: lora[k] for k in ("max_loras_per_batch",)})
-        shared_lora = {k: lora[k] for k in ("enable_lora", "max_lora_rank",
-                                             "lora_target_modules")}
-        vllm_given = {"gpu_memory_utilization": gpu_memory_utilization,
-                      "max_model_len": max_model_len, "block_size": block_size,
-                      "max_num_batched_tokens": max_num_batched_tokens,
-                      "max_num_seqs": max_num_seqs, "kv_cache_memory_bytes": kv_cache_memory,
-                      "enforce_eager": enforce_eager or None, "vllm_version": vllm_version,
-                      "calibration": calibration, "speculative_config": speculative_config,
-                      "max_loras": max_loras, "lora_dtype": lora_dtype}
-        from kvcalc.serving.flags import check_owners
-
-        side = ef.side_flags(
-            kv_offloading_size=kv_offloading_size, kv_offloading_backend=kv_offloading_backend,
-            enable_prefix_caching=enable_prefix_caching,
-            enable_hierarchical_cache=enable_hierarchical_cache, hicache_ratio=hicache_ratio,
-            hicache_size=hicache_size, hicache_write_policy=hicache_write_policy,
-            disable_radix_cache=disable_radix_cache, host_cache_size=host_cache_size,
-            enable_block_reuse=enable_block_reuse)
-        others = ef.layout_flags(ref, others, data_parallel_size, enable_expert_parallel)
-        check_owners(ref.name if ref else "vllm", {**vllm_given, **others, **shared_lora,
-                                                   **side}, ef.flag_of)
-        dp, expert_parallel = others.pop("dp"), others.pop("enable_expert_parallel")
-        if ref is not None and ref.name != "vllm":
-            others.update({k: v for k, v in shared_lora.items() if v is not None})
-        if ref is not None and ref.name == "vllm" and ref.named:
-            if vllm_version is not None and vllm_version != ref.release:
-                raise KvcalcError(f"--engine {speed_engine} and --vllm-version {vllm_version} "
-                                  f"name two releases: give one")
-            vllm_version = ref.release
-        speed_engine = speed.engine_option(speed_engine, mfu, bandwidth_efficiency,
-                                           speed.DEFAULT)
-        mfu, bandwidth_efficiency = speed.shares(mfu, bandwidth_efficiency)
-        if ref is not None and ref.name != "vllm":
-            if memory_fraction is not None or reserve is not None:
-                raise KvcalcError("--memory-fraction and --reserve shape the plain fit; "
-                                  f"{ref.title} counts its own terms")
-            if batch is not None:
-                raise KvcalcError(f"--batch sizes the plain fit; {ref.title} serves up to "
-                                  f"its running-request limit at once")
-            _engine_fit(request, ref, {**others, **side}, fmt=fmt, output=output, force=force,
-                        seq_len=seq_len, kv_dtype=kv_dtype, weight_dtype=weight_dtype,
-                        group_size=group_size, tp=tp, pp=pp, gpu=gpu,
-                        kv_scale_bytes=kv_scale_bytes, encoder_seq_len=encoder_seq_len,
-                        prompt_len=prompt_len, mfu=mfu,
-                        bandwidth_efficiency=bandwidth_efficiency, speed_engine=speed_engine,
-                        ttft_ms=ttft_ms, tpot_ms=tpot_ms, acceptance_rate=acceptance_rate)
-            return
-        engine_flags = {"--max-model-len": max_model_len, "--gpu-memory-utilization":
-                        gpu_memory_utilization, "--pp": pp, "--block-size": block_size,
-                        "--max-num-batched-tokens": max_num_batched_tokens,
-                        "--max-num-seqs": max_num_seqs, "--vllm-version": vllm_version,
-                        "--enforce-eager": enforce_eager or None, "--calibration": calibration,
-                        "--kv-cache-memory": kv_cache_memory,
-                        "--speculative-config": speculative_config,
-                        "--enable-lora": enable_lora or None,
-                        "--data-parallel-size": dp,
-                        "--enable-expert-parallel": expert_parallel}
-        engine = {k: v for k, v in engine_flags.items() if v is not None}
-        if engine and (memory_fraction is not None or reserve is not None):
-            raise KvcalcError("--memory-fraction and --reserve shape the plain fit; with engine "
-                              "flags use --gpu-memory-utilization (the engine subtracts "
-                              "activations, non-torch memory and CUDA graphs itself)")
-        if engine and batch is not None:
-            raise KvcalcError("--batch sizes the plain fit; the engine count is per "
-                              "--max-model-len request and serves up to --max-num-seqs at "
-                              "once: give --max-num-seqs, or drop the engine flags")
-        length = _length(max_model_len)
-        learnt = hardware = None
-        if calibration is not None:
-            from dataclasses import replace
-
-            from kvcalc.serving.vllm.calibration import read_calibration
-
-            learnt = read_calibration(calibration)
-            if learnt.visible_memory_bytes:
-                hardware = replace(resolve_gpu(gpu),
-                                   visible_memory_bytes=learnt.visible_memory_bytes)
-        serving = _serving(pp=pp, utilization=gpu_memory_utilization, block_size=block_size,
-                           batched=max_num_batched_tokens, seqs=max_num_seqs,
-                           enforce_eager=enforce_eager, vllm_version=vllm_version,
-                           kv_cache_memory=kv_cache_memory, learnt=learnt, dp=dp,
-                           expert_parallel=expert_parallel)
-        if speculative_config is not None:
-            serving["speculative_config"] = speculative_config
-        serving.update({k: v for k, v in {**shared_lora, "max_loras": max_loras,
-                                          "lora_dtype": lora_dtype}.items() if v is not None})
-        if enable_prefix_caching is not None:  # a hybrid's state cache follows it
-            serving["prefix_caching"] = enable_prefix_caching
-        if seq_len is None and length is not None and length != AUTO:
-            seq_len = length  # the floor beside the engine's count, at the length it asks
-        args = dict(seq_len=seq_len, batch=batch or 1, kv_dtype=kv_dtype,
-                    weight_dtype=weight_dtype, tp=tp, gpu=gpu, kv_scale_bytes=kv_scale_bytes,
-                    encoder_seq_len=encoder_seq_len, memory_fraction=memory_fraction,
-                    reserve=reserve, prompt_len=prompt_len, group_size=group_size, mfu=mfu,
-                    bandwidth_efficiency=bandwidth_efficiency, engine=speed_engine,
-                    hardware=hardware)
-        if length is not None and length != AUTO:
-            serving["max_model_len"] = length
-        est = _estimates(request, **args, serving=serving)[0]
-        if length == AUTO:  # vLLM's auto-fit: counted at the model's context first
-            from kvcalc.serving.vllm.verdict import auto_max_model_len
-
-            fitted = auto_max_model_len(est.spec, est.hardware, est.verdict.settings,
-                                        kv_scale_bytes=est.workload.kv_scale_bytes)
-            if fitted:
-                if seq_len is None:
-                    args["seq_len"] = fitted
-                est = _estimates(request, **args, serving={**serving, "max_model_len": fitted})[0]
-        if named_engine and ref is None and ttft_ms is None and tpot_ms is None:
-            from kvcalc.serving import MEMORY_ENGINES
-
-            raise KvcalcError(f"kvcalc counts the memory of {', '.join(MEMORY_ENGINES)}; "
-                              f"--engine {est.latency.engine_name or 'NAME'} only times the "
-                              f"batch --ttft-ms and --tpot-ms allow: give one of them")
-        if learnt is not None:  # the terms are one GPU's, model's and layout's
-            s = est.verdict.settings
-            learnt.check_for(est.spec, est.hardware, str(calibration))
-            if not learnt.matches(s.tp, s.pp):
-                raise KvcalcError(
-                    f"--calibration {calibration}: learnt at {learnt.layout_words()}, not "
-                    f"tp={s.tp} pp={s.pp}: its terms are per device of the layout its log "
-                    f"ran (plan --calibration prices other layouts by kvcalc's models)")
-        if learnt is not None:  # the table says whose terms these are
-            from dataclasses import replace
-
-            note = (f"measured terms from {calibration} (vLLM {learnt.vllm_version} on "
-                    f"{learnt.gpu or 'its GPU'}) in place of kvcalc's models")
-            v = est.verdict
-            est = replace(est, verdict=replace(v, capacity=replace(
-                v.capacity, notes=(*v.capacity.notes, note))))
-        v = est.verdict
-        cap = v.capacity
-        room = cap.max_num_seqs if cap.max_concurrency is None else int(cap.max_concurrency)
-        # Requests as the engine takes them: up to max_model_len tokens each, at most as
-        # many at once as its blocks and max_num_seqs allow.
-        slo = _slo(est, ttft_ms=ttft_ms, tpot_ms=tpot_ms, mfu=mfu,
-                   bandwidth_efficiency=bandwidth_efficiency,
-                   speed_engine=speed.resolve(speed_engine, est.hardware),
-                   seq_len=v.settings.max_model_len,
-                   limit=min(v.capacity.max_num_seqs, room))
-        verdict = {"fits": v.serves, "floor_fits": est.fit.fits,
-                   "kv_needed_bytes": v.kv_needed_bytes, "shortfall_bytes": v.shortfall_bytes,
-                   "refusal": v.refusal, "fixes": v.as_dict()["fixes"]}
-        if engine:
-            from kvcalc.serving.vllm.verdict import fit_fields
-
-            obj = {**fit_fields(est, v.capacity, approximate_fields(est.spec)), **verdict}
-        else:
-            obj = {"model": est.spec.name, **approximate_fields(est.spec),
-                   "gpu": est.hardware.name, "seq_len": est.seq_len,
-                   "batch": est.batch, "tp": est.tp, "kv_dtype": est.kv_dtype.name,
-                   "weight_dtype": est.weight_label, **est.as_dict()["fit"], **verdict,
-                   "leaves_out": PLAIN_FIT_LEAVES_OUT}
-            source = weights_source(est)
-            if source is not None:  # a model folder or Hub id
-                obj["weights_source"] = source
-        obj.update(slo_fields(est, slo))
-        from kvcalc.serving.vllm.capacity import speculative_draft
-
-        timed, timed_tab = ff.speculative_time_parts(
-            est, speculative_draft(est.spec, v.settings), acceptance_rate,
-            speed.resolve(speed_engine, est.hardware), mfu, bandwidth_efficiency)
-        if timed is not None:
-            obj["speculative_time"] = timed
-        from kvcalc.report.offload import host_tier_tables
-        from kvcalc.serving.offload import vllm_host_tier
-
-        tier = vllm_host_tier(est, side)
-        if tier is not None:
-            obj["host_tier"] = tier.as_dict()
-            obj["fits"] = obj["fits"] and not tier.refusal
-        write(fmt, output, force, lambda: obj, lambda: [flatten(obj)],
-              lambda: [capacity_table(est, slo, "--max-model-len" if engine else "--seq-len"),
-                       *([timed_tab] if timed_tab is not None else []),
-                       *host_tier_tables(tier)])
-        if not v.serves or (tier is not None and tier.refusal):
-            raise typer.Exit(1)  # a valid question answered no (bad input exits 2)
+        _fit_command(dict(locals()))  # every option, by its parameter name
 
 
-PLAIN_FIT_LEAVES_OUT = (
-    "floor_fits (weights + KV only) leaves out the serving engine's activation peak, "
-    "non-torch memory (CUDA context, NCCL), CUDA graphs, driver-visible rather than nominal "
-    "memory and block rounding; fits is the engine's own count")
+def _fit_command(p: dict) -> None:
+    """fit: parse, call kvcalc.fit (vLLM's count, or --engine sglang|tensorrt-llm's),
+    write; exit 1 when it does not fit."""
+    from kvcalc.answers.fit import fit
+    from kvcalc.report.csv_json import flatten
+
+    fmt = output_format(p["fmt"], p["output"])
+    ref = speed.memory_engine(p["speed_engine"])  # whose memory count (None: vLLM's)
+    others, side, dp, expert_parallel = _engine_flags_given(p, ref)
+    parameters = _fit_parameters(p, dp, expert_parallel)
+    if ref is not None and ref.name != "vllm":  # that engine's own flags, by name
+        from kvcalc.ground import units
+
+        for name in ("context_length", "max_seq_len"):
+            if others.get(name) is not None:
+                others[name] = units.count(others[name], "--" + name.replace("_", "-"))
+        parameters.update({k: v for k, v in {**others, **side}.items()
+                           if v is not None and k not in parameters})
+    answer = fit(**parameters)
+    write(fmt, p["output"], p["force"], answer.as_dict, lambda: [flatten(answer.as_dict())],
+          lambda: _fit_tables(answer))
+    if not answer.fits:
+        raise typer.Exit(1)  # a valid question answered no (bad input exits 2)
 
 
-def _length(text: str | None) -> int | None:
-    """--max-model-len: tokens (vLLM's suffixes), or AUTO for auto / -1."""
-    from kvcalc.ground import units
-    from kvcalc.serving.vllm.verdict import check_length
+def _engine_flags_given(p: dict, ref) -> tuple:
+    """The engine flags given, by parameter name, each checked against the engine it
+    belongs to (kvcalc.serving.flags): (the memory engine's own, the offload and prefix
+    flags, vLLM's dp, its expert parallelism)."""
+    from kvcalc.cli import engine_flags as ef
+    from kvcalc.serving.flags import check_owners
 
-    if text is None:
-        return None
-    t = text.strip()
-    value = AUTO if t.lower() == "auto" else units.count(t, "--max-model-len")
-    check_length(value)
-    return value
+    names = ("mem_fraction_static", "context_length", "max_running_requests",
+             "max_total_tokens", "page_size", "chunked_prefill_size", "cuda_graph_max_bs",
+             "disable_cuda_graph", "dp_size", "enable_dp_attention", "mamba_full_memory_ratio",
+             "max_mamba_cache_size", "swa_full_tokens_ratio", "disable_hybrid_swa_memory",
+             "free_gpu_memory_fraction", "max_batch_size", "max_num_tokens", "max_seq_len",
+             "tokens_per_block", "backend", "max_tokens_in_paged_kv_cache")
+    others = {k: p[k] or None if isinstance(p[k], bool) else p[k] for k in names}
+    window = p["max_attention_window"]
+    others["max_attention_window"] = None if window is None else ef.windows(window)
+    others.update(ff.speculative_given(**{k: p[k] for k in (
+        "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
+        "speculative_eagle_topk", "speculative_num_draft_tokens", "extra_llm_api_options")}))
+    others.pop("speculative_config")
+    lora = ff.lora_given(**{k: p[k] for k in ("enable_lora", "max_loras", "max_loras_per_batch",
+                                             "max_lora_rank", "lora_dtype",
+                                             "lora_target_modules")})
+    others["max_loras_per_batch"] = lora["max_loras_per_batch"]
+    shared_lora = {k: lora[k] for k in ("enable_lora", "max_lora_rank", "lora_target_modules")}
+    vllm_given = {k: p[k] for k in ("gpu_memory_utilization", "max_model_len", "block_size",
+                                    "max_num_batched_tokens", "max_num_seqs", "vllm_version",
+                                    "calibration", "speculative_config", "max_loras",
+                                    "lora_dtype")}
+    vllm_given.update(kv_cache_memory_bytes=p["kv_cache_memory"],
+                      enforce_eager=p["enforce_eager"] or None)
+    side = ef.side_flags(**{k: p[k] for k in (
+        "kv_offloading_size", "kv_offloading_backend", "enable_prefix_caching",
+        "enable_hierarchical_cache", "hicache_ratio", "hicache_size", "hicache_write_policy",
+        "disable_radix_cache", "host_cache_size", "enable_block_reuse")})
+    others = ef.layout_flags(ref, others, p["data_parallel_size"], p["enable_expert_parallel"])
+    check_owners(ref.name if ref else "vllm", {**vllm_given, **others, **shared_lora, **side},
+                 ef.flag_of)
+    return others, side, others.pop("dp"), others.pop("enable_expert_parallel")
 
 
-def _serving(*, pp, utilization, block_size, batched, seqs, enforce_eager, vllm_version,
-             kv_cache_memory, learnt=None, dp=None, expert_parallel=None) -> dict:
-    """The engine flags given, as EngineSettings' names (the rest: the engine's defaults),
-    with a calibration file's measured terms (`learnt`) in place of kvcalc's models."""
+def _fit_parameters(p: dict, dp, expert_parallel) -> dict:
+    """kvcalc.fit's parameters from fit's options: sizes and lengths read from their
+    text, the model resolved from MODEL, --preset or --config and the architecture flags."""
     from kvcalc.cli.options import parse_size
-    from kvcalc.serving.vllm import release_settings
+    from kvcalc.ground import units
 
-    from kvcalc.serving.releases import DEFAULT_RELEASE
+    length = p["max_model_len"]
+    if length is not None:
+        t = length.strip()
+        length = "auto" if t.lower() == "auto" else units.count(t, "--max-model-len")
+    same = ("seq_len", "batch", "kv_dtype", "weight_dtype", "group_size", "tp", "pp", "gpu",
+            "gpu_memory_utilization", "block_size", "max_num_batched_tokens", "max_num_seqs",
+            "enforce_eager", "vllm_version", "calibration", "ttft_ms", "tpot_ms", "prompt_len",
+            "mfu", "bandwidth_efficiency", "kv_scale_bytes", "encoder_seq_len",
+            "memory_fraction", "speculative_config", "acceptance_rate", "enable_lora",
+            "max_loras", "max_lora_rank", "lora_dtype", "lora_target_modules",
+            "enable_prefix_caching", "kv_offloading_size", "kv_offloading_backend")
+    memory, reserve = p["kv_cache_memory"], p["reserve"]
+    return {**{k: p[k] for k in same}, "model": p["request"].resolve(),
+            "max_model_len": length, "engine": p["speed_engine"],
+            "kv_cache_memory_bytes": None if memory is None else
+            parse_size(memory, "--kv-cache-memory"),
+            "reserve_bytes": None if reserve is None else parse_size(reserve),
+            "data_parallel_size": dp, "enable_expert_parallel": bool(expert_parallel)}
 
-    version = vllm_version or (learnt.vllm_version if learnt else DEFAULT_RELEASE["vllm"])
-    given = {"gpu_memory_utilization": utilization, "pp": pp, "block_size": block_size,
-             "max_num_batched_tokens": batched, "max_num_seqs": seqs,
-             "kv_cache_memory_bytes": None if kv_cache_memory is None else
-             parse_size(kv_cache_memory, "--kv-cache-memory"), "dp": dp,
-             "enable_expert_parallel": expert_parallel}
-    if learnt is not None:
-        given.update({k: getattr(learnt, k) for k in
-                      ("weights_bytes", "activation_peak_bytes", "non_torch_bytes",
-                       "cuda_graph_bytes", "sampler")})
-    out = {k: v for k, v in given.items() if v is not None}
-    return {**out, "enforce_eager": enforce_eager, **release_settings(version),
-            "allow_long_max_model_len": _vllm_allows_long_max_model_len()}
 
+def _fit_tables(answer) -> list:
+    """fit's tables: vLLM's count beside the floor, the speculative time, the host tier."""
+    from kvcalc.report.offload import host_tier_tables
+    from kvcalc.report.speculative import speculative_table
+    from kvcalc.report.tables import capacity_table
 
-def _vllm_allows_long_max_model_len() -> bool:
-    """vLLM's switch (vllm/envs.py): "1" or "true", any case."""
-    return os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0").strip().lower() in ("1", "true")
+    est = answer.estimate
+    if answer.count is not None:  # another engine's count
+        from kvcalc.report.serving import serving_table
+
+        out = [serving_table(est, answer.count, answer.max_batch_for_slo)]
+    else:
+        out = [capacity_table(est, answer.max_batch_for_slo,
+                              "--max-model-len" if answer.engine_parameters else "--seq-len")]
+    if answer.speculative is not None:
+        out.append(speculative_table(answer.speculative, answer.speculative_timed_on))
+    return [*out, *host_tier_tables(answer.host_tier)]
 
 
 def _reductions(base, other) -> dict:

@@ -83,39 +83,6 @@ def speculative_given(*, speculative_config=None, speculative_algorithm=None,
             "extra_llm_api_options": extra_llm_api_options}
 
 
-def speculative_time_parts(est, draft, acceptance_rate, speed_engine, mfu=None,
-                           bandwidth_efficiency=None):
-    """fit's speculative decoding at batch 1 (kvcalc.serving.speculative_time) for the
-    estimate's model, dtypes, tp and length: (its JSON, its table), or (None, None)
-    without a draft or without an acceptance rate (given, or the method's published
-    one); --acceptance-rate without a draft is an error."""
-    from kvcalc.errors import KvcalcError
-
-    if acceptance_rate is not None and not 0 <= acceptance_rate <= 1:
-        raise KvcalcError(f"--acceptance-rate must be in [0, 1], got {acceptance_rate}")
-    if draft is None:
-        if acceptance_rate is not None:
-            raise KvcalcError("--acceptance-rate times speculative decoding: give the engine's "
-                              "speculative flag (--speculative-config, "
-                              "--speculative-algorithm, --extra-llm-api-options)")
-        return None, None
-    from dataclasses import replace
-
-    from kvcalc.report.speculative import speculative_table
-    from kvcalc.serving.speculative_time import PUBLISHED_ACCEPTANCE, speculative_time
-
-    if acceptance_rate is None and draft.method not in PUBLISHED_ACCEPTANCE:
-        return None, None  # the memory alone: no published rate to time it with
-
-    w = replace(est.workload, batch=1)
-    t = speculative_time(est.spec, w, draft, hardware=est.hardware,
-                         acceptance_rate=acceptance_rate, stored=est.stored,
-                         engine=speed_engine, mfu=mfu,
-                         bandwidth_efficiency=bandwidth_efficiency)
-    timed_on = speed_engine.name if speed_engine is not None else "roofline"
-    return {**t.as_dict(), "timed_on": timed_on}, speculative_table(t, timed_on)
-
-
 def lora_given(*, enable_lora=False, max_loras=None, max_loras_per_batch=None,
                max_lora_rank=None, lora_dtype=None, lora_target_modules=None) -> dict:
     """The LoRA flags given, by their parameter names (None: not given)."""

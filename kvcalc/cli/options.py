@@ -360,9 +360,7 @@ def resolve_gpu(name: Optional[str]) -> Optional[Hardware]:
 
     if name is None or name.lower() == "none":
         return None
-    if name.lower().endswith((".yaml", ".yml")) or "/" in name:
-        return presets.hardware_from_yaml_file(Path(name), require_source=False)
-    return presets.load_hardware(name)
+    return presets.hardware_named(name)
 
 
 SUFFIXES = units.SUFFIX_HELP  # the rule, for --help

@@ -226,9 +226,9 @@ def _served_name(request: ModelRequest) -> Optional[str]:
 
 
 def _allows_long() -> bool:
-    from kvcalc.cli.estimate import _vllm_allows_long_max_model_len
+    from kvcalc.answers.fit import allows_long_max_model_len
 
-    return _vllm_allows_long_max_model_len()
+    return allows_long_max_model_len()
 
 
 def _engines(text: str | None):

@@ -1,64 +1,7 @@
-"""--engine, --mfu and --bandwidth-efficiency as the commands read them: which engine times
-the tokens (kvcalc.engines), or the datasheet roofline at which shares."""
+"""--engine, --mfu and --bandwidth-efficiency as the commands read them: the library's
+reading (kvcalc.answers.speed), whose errors name the parameters (engine, mfu) and reach
+the user as the flags (kvcalc.cli)."""
 
-from __future__ import annotations
+from kvcalc.answers.speed import DEFAULT, engine_option, memory_engine, resolve, shares
 
-from kvcalc.errors import KvcalcError
-
-# No --engine and no share given: the device's default engine, chosen once the device is
-# known (kvcalc.engines.default_engine: vLLM on a GPU).
-DEFAULT = object()
-
-
-def engine_option(text, mfu=None, bandwidth_efficiency=None, default=None):
-    """--engine NAME[@VERSION]: the engine file; `roofline`, --mfu or
-    --bandwidth-efficiency: None (the datasheet roofline); none of them: `default`."""
-    from kvcalc.engines import ROOFLINE, load_engine
-
-    if text is None:
-        return None if mfu is not None or bandwidth_efficiency is not None else default
-    if text.strip() == ROOFLINE:
-        return None
-    if mfu is not None or bandwidth_efficiency is not None:
-        raise KvcalcError(f"--mfu and --bandwidth-efficiency set the datasheet roofline; "
-                          f"--engine {text} times with its own fitted terms: give one")
-    ref = memory_engine(text)
-    if ref is not None:
-        # The release decides the memory count (checked by the engine's wing); the times
-        # are the engine's terms fitted on its published rows, whatever their release.
-        return load_engine(ref.name)[0]
-    return load_engine(text)[0]
-
-
-def memory_engine(text):
-    """The engine whose memory --engine NAME[@VERSION] counts (kvcalc.serving), or None
-    for an engine kvcalc only times (llama.cpp, ...) or the roofline."""
-    if text is None:
-        return None
-    from kvcalc.engines import ROOFLINE
-    from kvcalc.serving import _SPELLINGS, engine_ref
-
-    name = text.strip().partition("@")[0].strip().lower()
-    if text.strip() == ROOFLINE or name not in _SPELLINGS:
-        return None
-    try:
-        return engine_ref(text)
-    except KvcalcError as e:
-        raise KvcalcError(f"--engine {text.strip()}: {e}") from None
-
-
-def resolve(engine, hardware):
-    """`engine` once the device is known: DEFAULT becomes the device's default engine."""
-    if engine is not DEFAULT:
-        return engine
-    from kvcalc.engines import default_engine
-
-    return default_engine(hardware)
-
-
-def shares(mfu, bandwidth_efficiency) -> tuple:
-    """--mfu and --bandwidth-efficiency, their defaults where not given."""
-    from kvcalc.speed.latency import DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_MFU
-
-    return (DEFAULT_MFU if mfu is None else mfu,
-            DEFAULT_BANDWIDTH_EFFICIENCY if bandwidth_efficiency is None else bandwidth_efficiency)
+__all__ = ["DEFAULT", "engine_option", "memory_engine", "resolve", "shares"]

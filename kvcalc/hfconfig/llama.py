@@ -21,7 +21,7 @@ from kvcalc.hfconfig.config import (MISSING, Config, attention, core_dims, decod
                                     flat_fields, with_runs)
 from kvcalc.hfconfig.layer_types import (ATTENTION_TYPES, gemma2_window, layer_kinds,
                                          llama4_no_rope, qwen_window)
-from kvcalc.layers import Attention, Dense, ImageCrossAttention, Layer, MoE, NoMixer
+from kvcalc.layers import Attention, Dense, ImageCrossAttention, Layer, MoE
 
 
 def llama_like(c: Config) -> dict:
@@ -212,6 +212,8 @@ def mllama_text(c: Config) -> dict:
     if not isinstance(cross_at, list | tuple):
         raise c.error("field 'cross_attention_layers' must be a list of layer indices")
     cross_at = {c.check_int("cross_attention_layers", i) for i in cross_at}
+    from kvcalc.layers import NoMixer  # a state kind, loaded on first use (not for Llama)
+
     mlp = Dense(d_ff)
     self_layer = Layer(Attention(heads, kv_heads, head_dim), mlp, 2)
     # no self-attention in a cross layer: its mixer caches nothing, its cross-attention

@@ -9,8 +9,9 @@ and a string given to the Python API) in this order, the first that applies winn
    over a folder of the same name in the current folder (write `./llama3-8b` for that).
 3. Anything else that exists on disk: a folder or a config file (`models/qwen3`
    is the folder when there is one, as transformers' from_pretrained reads it).
-4. A Hub id, `org/name` or `org/name@revision`, read through huggingface_hub
-   (kvcalc.model_source.hub): the cache first, offline with HF_HUB_OFFLINE=1.
+4. A Hub id, `org/name` or `org/name@revision`: from the Hugging Face cache when it
+   holds it (read without huggingface_hub), else through huggingface_hub
+   (kvcalc.model_source.hub); the cache only with HF_HUB_OFFLINE=1.
 
 A config file is read as `--config` reads it: `.json` as a Hugging Face config.json,
 anything else as a preset-format YAML. A folder or a Hub id is weighed by its
@@ -89,19 +90,19 @@ def _from_path(path: Path) -> ModelSpec:
 def _from_hub(repo_id: str, revision: str | None) -> ModelSpec:
     """The id's config.json from the cache or the Hub; its headers from the cached files
     when the snapshot holds them all, else (online) by HTTP range requests."""
-    from kvcalc.model_source import hub
+    from kvcalc.model_source import hfcache, hub
     from kvcalc.model_source.folder import Incomplete, folder_checkpoint, folder_model
 
     snapshot, shown = hub.hub_files(repo_id, revision)
     try:
         checkpoint = folder_checkpoint(snapshot, shown)
     except Incomplete as e:
-        if hub.offline():
+        if hfcache.offline():
             raise KvcalcError(f"{e}: HF_HUB_OFFLINE is set, so the cache is all there is; "
                               "download the missing files or unset it") from None
         checkpoint = hub.remote_checkpoint(repo_id, revision, shown)
     else:
-        if checkpoint is None and not hub.offline():
+        if checkpoint is None and not hfcache.offline():
             checkpoint = hub.remote_checkpoint(repo_id, revision, shown)
     return folder_model(snapshot, name=repo_id, label=f"Hugging Face Hub {shown}",
                         checkpoint=checkpoint)

@@ -1,25 +1,31 @@
 """A Hugging Face Hub id (`org/name`, `org/name@revision`): its config.json and its
-safetensors headers, through huggingface_hub, never the weights.
+safetensors headers, never the weights.
 
-huggingface_hub does what users expect of it: the local cache (HF_HOME, HF_HUB_CACHE),
-offline mode (HF_HUB_OFFLINE=1: the cache only), and a token from the usual places
-(HF_TOKEN, `hf auth login`) for gated and private repos. It is imported only here,
-and only when a Hub id is given: the other commands never load it.
+A cached id is read from the cache alone, without huggingface_hub
+(kvcalc.model_source.hfcache: HF_HOME, HF_HUB_CACHE, refs and snapshots as it lays
+them out): the snapshot `main` (or the revision given) points at, as HF_HUB_OFFLINE=1
+reads it, whether or not the Hub has a newer commit (`hf download ORG/NAME config.json`
+brings the cache up to date). Only what the cache lacks is asked of the Hub, through
+huggingface_hub (imported then, and only then), which does what users expect of it: the
+cache it fills, and a token from the usual places (HF_TOKEN, `hf auth login`) for gated
+and private repos. Before it is asked, the Hub's host (or the proxy before it) must
+accept a connection within 1.5 s, and the first request is made once: without a network
+the answer is one line at once, not after huggingface_hub's 23 s of retries; with
+HF_HUB_OFFLINE set the Hub is never asked.
 
-config.json comes from hf_hub_download (the cache's copy when there is one). The
-headers are read from the cached files when the snapshot holds them all (the folder
-reader, kvcalc.model_source.folder); online, when it does not, by HTTP range requests
+config.json comes from hf_hub_download when the cache lacks it. The headers are read
+from the cached files when the snapshot holds them all (the folder reader,
+kvcalc.model_source.folder); online, when it does not, by HTTP range requests
 (huggingface_hub's get_safetensors_metadata), and each is checked as a local one is.
 """
 
 from __future__ import annotations
 
-import errno
-import os
 import re
 from pathlib import Path
 
 from kvcalc.errors import KvcalcError, quoted
+from kvcalc.model_source import hfcache
 from kvcalc.model_source.safetensors import CheckpointBytes, checkpoint_bytes, tensor_bytes
 
 # A repo id as the Hub spells one (huggingface_hub's validate_repo_id): owner/name, of
@@ -52,39 +58,42 @@ def _hub():
 
 def hub_files(repo_id: str, revision: str | None) -> tuple[Path, str]:
     """(the snapshot folder holding config.json, its commit or revision as shown) for
-    the id; a KvcalcError of one line naming the id otherwise."""
-    hub = _hub()
+    the id: the cache's, else (online) hf_hub_download's; a KvcalcError of one line naming
+    the id otherwise."""
     shown = repo_id + (f"@{revision}" if revision else "")
+    snapshot = hfcache.cached_snapshot(repo_id, revision, shown)
+    if snapshot is not None:
+        return snapshot, shown
+    cache = hfcache.hub_cache()
+    if hfcache.offline():
+        raise KvcalcError(f"{shown}: not in the Hugging Face cache ({cache}) and "
+                          "HF_HUB_OFFLINE is set: download its config.json first, or unset "
+                          "HF_HUB_OFFLINE")
+    problem = hfcache.unreachable()
+    if problem is not None:
+        raise KvcalcError(f"{shown}: cannot reach the Hugging Face Hub ({problem}), and its "
+                          f"config.json is not in the cache ({cache})")
+    hub = _hub()
     try:
+        # One HEAD request first, without hf_hub_download's retries (23 s of back-off when
+        # the Hub does not answer and the cache has no copy), within huggingface_hub's
+        # own HF_HUB_ETAG_TIMEOUT (10 s unless set).
+        hub.get_hf_file_metadata(hub.hf_hub_url(repo_id, "config.json", revision=revision),
+                                 timeout=hub.constants.HF_HUB_ETAG_TIMEOUT)
         config = Path(hub.hf_hub_download(repo_id, "config.json", revision=revision))
     except Exception as e:  # noqa: BLE001 - each kind is put in words below
-        raise KvcalcError(_loop_in_cache(hub, repo_id, revision, shown)
-                          or _problem(hub, e, shown)) from None
+        raise KvcalcError(_problem(hub, e, shown)) from None
     return config.parent, shown
-
-
-def _loop_in_cache(hub, repo_id: str, revision: str | None, shown: str) -> str | None:
-    """huggingface_hub takes a cached config.json that is a loop of symbolic links for a
-    missing one; said as what it is."""
-    repo = Path(hub.constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
-    rev = revision or "main"
-    try:
-        commit = (repo / "refs" / rev).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError, ValueError):
-        commit = rev  # a commit hash names its snapshot itself
-    try:
-        os.stat(repo / "snapshots" / commit / "config.json")
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            return f"{shown}: its config.json in the cache ({repo}) is a loop of symbolic links"
-    except ValueError:
-        pass
-    return None
 
 
 def remote_checkpoint(repo_id: str, revision: str | None, shown: str) -> CheckpointBytes | None:
     """The headers of the id's safetensors files, fetched by HTTP range requests (a few
     kB to a few MB each); None when the repo has no safetensors files. Never offline."""
+    problem = hfcache.unreachable()
+    if problem is not None:
+        raise KvcalcError(f"{shown}: cannot reach the Hugging Face Hub ({problem}) for its "
+                          "safetensors headers; with HF_HUB_OFFLINE=1 kvcalc counts the "
+                          "weights from config.json")
     hub = _hub()
     try:
         meta = hub.HfApi().get_safetensors_metadata(repo_id, revision=revision)
@@ -99,11 +108,6 @@ def remote_checkpoint(repo_id: str, revision: str | None, shown: str) -> Checkpo
                   for t, info in file_meta.tensors.items()}
         headers.append(tensor_bytes(header, f"{shown}: {name}"))
     return checkpoint_bytes(headers)
-
-
-def offline() -> bool:
-    """huggingface_hub's own reading of HF_HUB_OFFLINE."""
-    return bool(_hub().constants.HF_HUB_OFFLINE)
 
 
 def _problem(hub, e: Exception, shown: str) -> str:

@@ -82,22 +82,28 @@ def to_markdown(items: list) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def wrap(text: str, width: int, indent: str = "") -> list[str]:
+    """`text` as plain text draws it in `width` columns: each line its own paragraph,
+    words never split, a number kept with its unit ("1.07 GB", "4.8 ms", "8,192 tokens"),
+    a "note: ..." line's continuation indented."""
+    import re
+    import textwrap
+
+    out: list[str] = []
+    for line in text.split("\n"):
+        out += [w.replace("\0", " ") for w in textwrap.wrap(
+            re.sub(r"(?<=\d) (?=[A-Za-zµ%(])", "\0", line), width, break_long_words=False,
+            break_on_hyphens=False,
+            subsequent_indent="  " if line.startswith("note:") else indent)] or [""]
+    return out
+
+
 def _plain_text(items: list, width: int) -> str | None:
     """Paragraphs and header-less two-column tables as plain text, or None when a table
     has a header or does not fit `width` (rich draws those). Plain text needs no rich
     import: `kvcalc estimate`'s default view starts faster. Words are never split."""
-    import re
-    import textwrap
-
     def fill(text: str, indent: str = "") -> str:
-        # A number keeps its unit on its line: "1.07 GB", "4.8 ms", "8,192 tokens".
-        # Each line of a caption is its own paragraph ("note: ..." lines stay apart).
-        return "\n".join(
-            textwrap.fill(re.sub(r"(?<=\d) (?=[A-Za-zµ%(])", "\0", line), width,
-                          break_long_words=False, break_on_hyphens=False,
-                          subsequent_indent="  " if line.startswith("note:") else indent
-                          ).replace("\0", " ")
-            for line in text.split("\n"))
+        return "\n".join(wrap(text, width, indent))
 
     out: list[str] = []
     for item in items:
@@ -119,17 +125,20 @@ def _plain_text(items: list, width: int) -> str | None:
         if len(item.columns) != 2:
             return None
         # Values right-aligned at one column; a row too long for it puts its value on a
-        # line of its own, so the view never needs rich to wrap inside a cell.
+        # line of its own, and a value longer than the width (words: where the weights
+        # came from) is wrapped under its label, so the view never needs rich.
         longest = max(len(r[0]) + 2 + len(r[1]) for r in item.rows)
         edge = min(width, longest)
-        if max(max(len(r[0]), len(r[1])) for r in item.rows) > edge:
+        if max(len(r[0]) for r in item.rows) > edge:
             return None
         out.append(item.title)
         for label, value in item.rows:
             if len(label) + 2 + len(value) <= edge:
                 out.append(f"{label}{' ' * (edge - len(label) - len(value))}{value}")
-            else:
+            elif len(value) <= edge:
                 out += [label, f"{value:>{edge}}"]
+            else:
+                out += [label, fill("    " + value.lstrip(), "    ")]
         if item.caption:
             out.append(fill(item.caption))
     return "\n".join(out) + "\n"

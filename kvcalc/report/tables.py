@@ -6,7 +6,7 @@ Plain data only: drawing them is kvcalc.report.render's job.
 
 from __future__ import annotations
 
-from kvcalc.report.render import Tab
+from kvcalc.report.render import Tab, wrap
 from kvcalc.ground.units import (count_words, exact_bytes, human_bytes, human_count,
                                  human_rate, human_seconds)
 from kvcalc.estimate import weights_source
@@ -15,15 +15,6 @@ from kvcalc.spec import base_name
 
 def _ratio(a: float, b: float) -> str:
     return f"{a / b:.3g}x" if b else "-"
-
-
-def tokens_left(est) -> int | None:
-    """Tokens the batch's cache can still grow by on the device (all sequences growing
-    alike), None when every layer slides (the cache stops growing) or without a device."""
-    f = est.fit
-    if f is None or f.max_seq_len_unbounded or not f.fits:
-        return None
-    return est.batch * max(0, f.max_seq_len - est.seq_len)
 
 
 def _on_device(est) -> str:
@@ -69,42 +60,86 @@ def fixes_words(v, length_flag: str = "--max-model-len") -> list[str]:
     return out
 
 
-def headline(est) -> str:
-    """The answer in one sentence: model, context x batch, KV cache, parameters, decode
-    time and tokens/s on the device, whether it fits and the cache room left."""
+HEADLINE_WIDTH, HEADLINE_LINES = 80, 2  # the answer fits two lines of 80 columns
+
+
+def headline(est, width: int = HEADLINE_WIDTH, lines: int = HEADLINE_LINES) -> str:
+    """The answer in one sentence that wraps to at most `lines` lines of `width` columns:
+    what the model needs (context x batch, KV cache, parameters), then what the device
+    says (whether it fits, how many requests at once, time per token). Too long, it loses
+    its least needed clauses, in a fixed order, till it fits; each is in the table below
+    (a model name longer than a line still wraps)."""
+    clauses = _need_clauses(est)
+    if est.roofline is not None:
+        clauses += _device_clauses(est)
+    clauses.append((".", 0))
+
+    def fits(kept: set[int]) -> bool:
+        text = "".join(t for i, (t, _) in enumerate(clauses) if i in kept)
+        return len(wrap(text, width)) <= lines
+
+    kept = set(range(len(clauses)))
+    for rank in sorted({r for _, r in clauses if r > 0}, reverse=True):
+        if fits(kept):
+            break
+        kept -= {i for i, (_, r) in enumerate(clauses) if r == rank}
+    # A clause dropped with its rank may fit again beside what went after it.
+    for i in sorted(set(range(len(clauses))) - kept, key=lambda i: clauses[i][1]):
+        if fits(kept | {i}):
+            kept.add(i)
+    return "".join(t for i, (t, _) in enumerate(clauses) if i in kept)
+
+
+# Each clause is (text, rank): rank 0 is always said; the higher the rank, the sooner
+# the clause goes when the sentence is too long (the figures are in the table below).
+def _need_clauses(est) -> list[tuple[str, float]]:
     s, c, p = est.spec, est.cache, est.params
     seqs = "sequence" if est.batch == 1 else "sequences"
-    cache = f"KV cache {human_bytes(c.bytes)} ({c.bytes_per_token:,} B/token)"
+    out = [(f"{s.name}, {est.seq_len:,} tokens x {est.batch}", 0), (f" {seqs}", 2), (": ", 0)]
     if s.attention_free:  # Mamba: no K/V at all
-        cache = f"state {human_bytes(c.bytes)} (constant per sequence; no attention, no KV cache)"
+        out += [(f"state {human_bytes(c.bytes)}", 0), (" (constant per sequence)", 6)]
+    else:
+        out += [(f"KV cache {human_bytes(c.bytes)}", 0), (f" ({c.bytes_per_token:,} B/token)", 6)]
     if est.tp > 1:
-        cache += f", {human_bytes(c.bytes_per_device)} per device"
-    params = f"{count_words(p.total)} parameters"
+        out.append((f", {human_bytes(c.bytes_per_device)} per device", 4))
+    out.append((f"; {count_words(p.total)} parameters", 0))
     if p.active != p.total:
-        params += f" ({count_words(p.active)} active)"
-    text = f"{s.name}, {est.seq_len:,} tokens x {est.batch} {seqs}: {cache}; {params}"
-    if est.roofline is None:
-        return text + "."
-    r, lat = est.roofline, est.latency
-    speed = (f"{human_seconds(r.time_s)}/token, {r.tokens_per_s:,.{0 if r.tokens_per_s >= 100 else 1}f} "
-             f"tokens/s ({r.bound}-bound)")
-    if lat is not None and (lat.engine_name or lat.calibration):
-        # The headline names whose time it is: the engine's, or the device's own terms.
-        who = f"with {lat.engine_name}" if lat.engine_name else "from its calibration"
-        speed = (f"{who} {human_seconds(lat.tpot_s)}/token, "
-                 f"{lat.tokens_per_s:,.{0 if lat.tokens_per_s >= 100 else 1}f} tokens/s")
-    floor = "floor (weights + KV only): " + ("fits" if est.fit.fits else "does not fit")
-    left = tokens_left(est)
-    if left is not None:
-        floor += f", room for {left:,} more tokens"
-    v = est.verdict
-    words = verdict_words(v) if est.serving is None else _serving_words(est.serving)
+        out.append((f" ({count_words(p.active)} active)", 1))
+    return out
+
+
+def _device_clauses(est) -> list[tuple[str, float]]:
+    r, lat, v = est.roofline, est.latency, est.verdict
+    rate = lat.tokens_per_s if lat is not None else r.tokens_per_s
+    speed = [(f"{human_seconds(lat.tpot_s if lat is not None else r.time_s)}/token", 0),
+             (f", {rate:,.{0 if rate >= 100 else 1}f} tokens/s", 3)]
+    if lat is not None and lat.engine_name:
+        speed.insert(0, (f"with {lat.engine_name} ", 0))  # whose time it is
+    elif lat is not None and lat.calibration:
+        speed.insert(0, ("from its calibration ", 0))
+    else:
+        speed.append((f" ({r.bound}-bound)", 5))
+    out = [(f"; on {_on_device(est)}", 0)]
     if est.fits:
-        return f"{text}; on {_on_device(est)} {speed}; fits: {words}; {floor}."
+        c = est.serving if est.serving is not None else v.capacity
+        title = c.engine.title if est.serving is not None else engine_name(v)
+        held = ("" if c.max_concurrency is None else
+                f" {c.max_concurrency:,.2f} requests at once")
+        return out + [(" it fits", 0), (held, 1.5), (f" ({title})", 5), (", ", 0), *speed]
+    why = (_serving_words(est.serving) if est.serving is not None else _short_verdict(v))
     m = est.min_tp_that_fits
-    smallest = "at no tp" if m is None else f"smallest tp that starts: {m}"
-    return (f"{text}; on {_on_device(est)} it does not fit: {words}; {smallest}; "
-            f"{floor}; if it ran: {speed}.")
+    return out + [(" it does not fit", 0), (f" ({why})", 3.5),
+                  ("; fits at no tp" if m is None else f"; fits at tp {m}", 1.5),
+                  ("; if it ran: " + "".join(t for t, q in speed if q == 0), 7)]
+
+
+def _short_verdict(v) -> str:
+    """Why vLLM does not serve, in a clause: 'KV short by 287 GB / 268 GiB' (the table
+    below names the engine and its count)."""
+    short = f"KV short by {human_bytes(v.shortfall_bytes)}" if v.shortfall_bytes else v.refusal
+    if v.starts and v.capacity.max_concurrency is not None:
+        short = f"{v.capacity.max_concurrency:,.2f} requests at once, not {v.batch:,}; {short}"
+    return short
 
 
 def summary_table(est) -> Tab:

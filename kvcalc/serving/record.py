@@ -89,7 +89,10 @@ class ServingCount:
             "max_running_requests": self.max_running_requests,
             "max_concurrency": self.max_concurrency,
             "starts": self.starts, "refusal": self.refusal,
-            "memory": self.memory, "pools": dict(self.pools),
+            # sizes, never negative: what the terms lack is the named shortfall
+            "memory": {k: max(0, v) for k, v in self.memory.items()},
+            "kv_cache_shortfall_bytes": max([0, *(-v for v in self.memory.values())]),
+            "pools": dict(self.pools),
             "flags": dict(self.flags), "notes": list(self.notes),
             "deployment": self.deployment,
         }

@@ -39,13 +39,14 @@ from kvcalc.serving.room import Room, largest_batch, serves
 from kvcalc.serving.vllm.settings import EngineSettings, default_batch_limits
 from kvcalc.serving.vllm.capacity import Capacity, cannot_hold_weights, serving_capacity
 from kvcalc.ground.dtypes import dtype, weight_dtype
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError
 from kvcalc.formulas.cache import valid_tps
 from kvcalc.formulas.params import param_counts
 from kvcalc.spec import Hardware, ModelSpec
 
 __all__ = ["AUTO", "Fix", "Verdict", "auto_max_model_len", "engine_verdict", "fixes",
-           "fit_fields", "layout_fields", "room_of", "rooms", "smallest_tp"]
+           "fit_fields", "layout_fields", "memory_fields", "room_of", "rooms", "smallest_tp",
+           "utilization"]
 
 AUTO = -1  # --max-model-len auto (or -1), as vLLM spells it
 MAX_UTILIZATION_PERCENT = 98  # the highest --gpu-memory-utilization a fix proposes
@@ -94,16 +95,35 @@ class Verdict:
         return {
             "serves": self.serves, "starts": self.starts, "batch": self.batch,
             "vllm_version": s.vllm_version, "max_model_len": s.max_model_len,
-            "gpu_memory_utilization": str(s.gpu_memory_utilization),
+            "gpu_memory_utilization": utilization(s),
             "kv_cache_tokens": cap.kv_cache_tokens, "num_gpu_blocks": cap.num_gpu_blocks,
             "max_concurrency": cap.max_concurrency, "max_num_seqs": cap.max_num_seqs,
-            "memory": cap.memory, "kv_needed_bytes": self.kv_needed_bytes,
+            **memory_fields(cap), "kv_needed_bytes": self.kv_needed_bytes,
             "shortfall_bytes": self.shortfall_bytes, "refusal": self.refusal,
-            "fixes": [{"setting": f.setting, "value": f.value,
+            "fixes": [{"setting": f.setting,
+                       "value": (float(f.value) if f.setting == "gpu_memory_utilization"
+                                 else f.value),
                        "max_concurrency": f.verdict.capacity.max_concurrency}
                       for f in self.fixes],
             **layout_fields(s, cap),
         }
+
+
+def utilization(s) -> float:
+    """gpu_memory_utilization as a JSON number (exact as a fraction inside the count)."""
+    num, den = s.utilization
+    return num / den
+
+
+def memory_fields(cap) -> dict:
+    """The count's memory terms as JSON, bytes per device, none negative: where the terms
+    before it exceed the budget, the KV cache has 0 and kv_cache_shortfall_bytes says by how
+    much they exceed it (0 when the cache has room)."""
+    memory = dict(cap.memory)
+    short = max(0, -memory.get("kv_cache", 0))
+    if "kv_cache" in memory:
+        memory["kv_cache"] = max(0, memory["kv_cache"])
+    return {"memory": memory, "kv_cache_shortfall_bytes": short}
 
 
 def layout_fields(s, cap) -> dict:
@@ -388,7 +408,7 @@ def fixes(spec: ModelSpec, hw: Hardware, s: EngineSettings, *, batch: int = 1,
 def check_length(value: int) -> None:
     """--max-model-len: a positive length, or AUTO."""
     if value != AUTO and value <= 0:
-        raise KvcalcError(f"max_model_len must be positive, got {value}")
+        raise ParameterError(f"{{max_model_len}} must be positive, got {value}", "max_model_len")
 
 
 def fit_fields(est, cap, approximate: dict) -> dict:
@@ -398,18 +418,17 @@ def fit_fields(est, cap, approximate: dict) -> dict:
     (`approximate`: the estimate's fields saying what of the model is approximate)."""
 
     s = cap.settings
-    util_num, util_den = s.utilization
     return {
         "model": est.spec.name, **approximate, "gpu": cap.hardware, "tp": s.tp, "pp": s.pp,
         **layout_fields(s, cap),
-        "max_model_len": s.max_model_len, "gpu_memory_utilization": util_num / util_den,
+        "max_model_len": s.max_model_len, "gpu_memory_utilization": utilization(s),
         "block_size": cap.block_size, "max_num_batched_tokens": cap.max_num_batched_tokens,
         "max_num_seqs": cap.max_num_seqs, "kv_dtype": est.kv_dtype.name,
         "weight_quantization": (est.stored.label or None) if est.stored else None,
         "vllm_version": s.vllm_version, "engine": s.engine,
         "kv_cache_tokens": cap.kv_cache_tokens, "num_gpu_blocks": cap.num_gpu_blocks,
         "max_concurrency": cap.max_concurrency, "max_model_len_fit": cap.max_model_len_fit,
-        "memory": cap.memory,
+        **memory_fields(cap),
         **({"speculative": cap.draft} if cap.draft else {}),
         **({"lora": {"enable_lora": True, "max_loras": s.max_loras or 1,
                      "max_lora_rank": s.max_lora_rank or 16, "lora_bytes": cap.lora_bytes}}

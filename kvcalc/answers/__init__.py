@@ -1,0 +1,10 @@
+"""The commands as library functions: each takes what its command takes, by keyword, in
+the library's units (bytes, tokens, milliseconds: named in the parameter), and returns a
+record whose `as_dict()` is the command's `--format json`, exactly. The CLI only parses
+its flags into these parameters, calls, and prints (its tables read the same record).
+
+- `kvcalc.fit(...)` (fit.py): `kvcalc fit`, vLLM's start-up count and the floor beside it.
+
+A value a function cannot take raises kvcalc.errors.ParameterError, naming the
+parameter (`max_model_len`); the command line says it as the flag (`--max-model-len`).
+"""
