@@ -108,8 +108,13 @@ def test_an_omitted_field_gets_the_configuration_class_value(cfg, monkeypatch):
     model_type = hf_truth._declared_model_type(cfg)
     logging.disable(logging.WARNING)  # transformers' notes on unused keys
     checked = 0
+    optional = _fields_read(cfg, monkeypatch) - config_mod.CORE_FIELDS
+    if not optional & set(cfg):
+        # the config states only the sizes that say which model it is (bigscience/bloomz-560m:
+        # kvcalc's BLOOM reader asks for nothing else but tie_word_embeddings, absent there)
+        return
     try:
-        for key in sorted(_fields_read(cfg, monkeypatch) - config_mod.CORE_FIELDS):
+        for key in sorted(optional):
             if key not in cfg:
                 continue  # read as absent already: the reader's own default
             without = {k: v for k, v in cfg.items() if k != key}

@@ -188,6 +188,55 @@ FAMILIES = {
         "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
         "output_router_logits": RUNTIME, "router_aux_loss_coef": AUX,
     }, without=("layer_types",)),
+    "ernie4_5_moe": Family("Ernie4_5_MoeConfig", "text", ("baidu__ERNIE-4.5-21B-A3B-Thinking",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "use_cache": RUNTIME,
+        "moe_norm_min": "the floor of the router's weight normalisation: " + ROUTING,
+        "output_router_logits": RUNTIME, "router_aux_loss_coef": AUX,
+    }),
+    "bloom": Family("BloomConfig", "text", ("bigscience__bloomz-560m",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "layer_norm_epsilon": VALUE, "use_cache": RUNTIME,
+        "attention_dropout": DROPOUT, "hidden_dropout": DROPOUT,
+        "apply_residual_connection_post_layernorm": "which tensor the residual adds "
+                                                    "(normed or not); no shape",
+        "pretraining_tp": "a tensor-parallel slicing of the original training code; no shape",
+        "slow_but_exact": "a slower, exact merge of tensor-parallel slices; no shape",
+    }),
+    "ministral3": Family("Ministral3Config", "text", (), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
+    }),
+    "mamba2": Family("Mamba2Config", "text", ("mistralai__Mamba-Codestral-7B-v0.1",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "layer_norm_epsilon": VALUE, "hidden_act": VALUE,
+        "use_cache": RUNTIME, "residual_in_fp32": VALUE, "time_step_limit": VALUE,
+        "rescale_prenorm_residual": INIT, "time_step_floor": INIT, "time_step_max": INIT,
+        "time_step_min": INIT,
+        "chunk_size": "the SSD scan's chunk length: compute only, no shape or state",
+        "expand": "Mamba2Config requires hidden_size * expand == num_heads * head_dim, "
+                  "the inner width kvcalc reads from those two",
+        "time_step_rank": "set on Mamba2Mixer but sizes no module (dt_bias is num_heads wide)",
+    }),
+    "exaone4": Family("Exaone4Config", "text", ("LGAI-EXAONE__EXAONE-4.0-32B",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
+    }, without=("layer_types",)),
+    "olmo3": Family("Olmo3Config", "text", ("allenai__Olmo-3.1-32B-Instruct",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
+    }),
+    "granite": Family("GraniteConfig", "text", ("ibm-granite__granite-3.3-8b-instruct",), {
+        "bos_token_id": TOKEN_IDS, "eos_token_id": TOKEN_IDS, "pad_token_id": TOKEN_IDS,
+        "initializer_range": INIT, "rms_norm_eps": VALUE, "hidden_act": VALUE,
+        "rope_parameters": ROPE, "attention_dropout": DROPOUT, "use_cache": RUNTIME,
+        "attention_multiplier": VALUE, "embedding_multiplier": VALUE,
+        "residual_multiplier": VALUE, "logits_scaling": VALUE,
+    }),
 }
 
 # What kvcalc reads of a wrapper (multimodal.text_config, towers, with_towers): the dict

@@ -603,6 +603,7 @@ EXPERT_COUNT_ALIASES = [
     ("zai-org__GLM-5", "num_local_experts"),              # GlmMoeDsaConfig.attribute_map
     ("zai-org__GLM-5", "num_experts"),                    # GlmMoeDsaConfig.__post_init__
     ("default:glm4_moe_lite", "num_local_experts"),       # Glm4MoeLiteConfig.attribute_map
+    ("baidu__ERNIE-4.5-21B-A3B-Thinking", "num_experts"),  # Ernie4_5_MoeConfig.attribute_map
 ]
 
 
@@ -612,7 +613,7 @@ def test_an_expert_count_alias_is_read_as_transformers_reads_it(source, alias):
         cfg = _default_cfg(source.split(":")[1])
     else:
         cfg = _cfg(source)
-    cfg = {k: v for k, v in cfg.items() if k != "n_routed_experts"}
+    cfg = {k: v for k, v in cfg.items() if k not in ("n_routed_experts", "moe_num_experts")}
     cfg[alias] = 96
     truth = hf_truth.meta_param_count(cfg)
     assert param_counts(spec_from_hf_config(cfg, source)).total == truth["text"]

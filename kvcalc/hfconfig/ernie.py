@@ -19,10 +19,11 @@ def ernie4_5(c: Config) -> dict:
 def ernie4_5_moe(c: Config) -> dict:
     """ERNIE 4.5 MoE: use_bias on attention and dense MLPs, experts on every
     moe_layer_interval-th layer from moe_layer_start_index to moe_layer_end_index (-1:
-    the last), shared experts, a learned per-expert score correction."""
+    the last), shared experts, a learned per-expert score correction. The expert count and
+    top-k also go by Ernie4_5_MoeConfig.attribute_map's num_experts / num_experts_per_tok."""
     layers = c.req_dim("num_hidden_layers")
     bias = c.opt_bool("use_bias", False)
-    experts = c.opt_int("moe_num_experts", 0) or 0
+    experts = c.opt_int("moe_num_experts", 0, "num_experts") or 0
     start = c.opt_int("moe_layer_start_index", 1) or 0
     end = c.opt_int("moe_layer_end_index", -1)
     end = layers - 1 if end is None or end == -1 else end
@@ -32,7 +33,7 @@ def ernie4_5_moe(c: Config) -> dict:
     def mlps(dense: Dense) -> list:
         if not any(sparse):
             return [dense] * layers
-        moe = MoE(experts=experts, active=c.req_int("moe_k"),
+        moe = MoE(experts=experts, active=c.req_int("moe_k", "num_experts_per_tok"),
                   expert_d_ff=c.req_int("moe_intermediate_size"),
                   shared_experts=c.opt_int("moe_num_shared_experts", 0) or 0,
                   router_bias=True)  # gate.weight and moe_statics.e_score_correction_bias

@@ -55,7 +55,7 @@ READERS: dict[str, Callable[[Config], dict]] = {
 # What each configuration class fills in for a field config.json leaves out, where
 # that differs from what an absent field means to the reader (Config.raw)
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
-    "exaone4": {"sliding_window": 4096},
+    "exaone4": {"num_key_value_heads": 32, "sliding_window": 4096},
     "exaone_moe": {"moe_intermediate_size": 1024, "num_experts": 64, "num_experts_per_tok": 8,
                    "num_key_value_heads": 32, "num_shared_experts": 1, "sliding_window": 4096},
 }
