@@ -112,6 +112,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             "and FLOPs, Shazeer's terms, roofline, fit) instead of the compact table.")] = False,
         data_parallel_size: DataParallelOpt = None,
         enable_expert_parallel: ExpertParallelOpt = False,
+        limit_mm_per_prompt: ff.LimitMmPerPromptOpt = None,
         kv_scale_bytes: ScaleOpt = 0,
         encoder_seq_len: EncoderLenOpt = None,
         memory_fraction: MemFractionOpt = None,
@@ -134,6 +135,13 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         mfu, bandwidth_efficiency = speed.shares(mfu, bandwidth_efficiency)
         memory = {}
         layout = vllm_layout(ref, data_parallel_size, enable_expert_parallel)
+        if limit_mm_per_prompt is not None:
+            from kvcalc.cli import engine_flags as ef
+            from kvcalc.serving.flags import check_owners
+
+            check_owners(ref.name if ref else "vllm",
+                         {"limit_mm_per_prompt": limit_mm_per_prompt}, ef.flag_of)
+            layout = {**layout, "limit_mm_per_prompt": limit_mm_per_prompt}
         if ref is not None and ref.name == "vllm":
             from kvcalc.serving.vllm import release_settings
 
@@ -251,6 +259,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         max_lora_rank: ff.MaxLoraRankOpt = None,
         lora_dtype: ff.LoraDtypeOpt = None,
         lora_target_modules: ff.LoraTargetModulesOpt = None,
+        limit_mm_per_prompt: ff.LimitMmPerPromptOpt = None,
         max_attention_window: ef.MaxAttentionWindowOpt = None,
         data_parallel_size: ef.DataParallelOpt = None,
         enable_expert_parallel: ef.ExpertParallelOpt = False,
@@ -341,7 +350,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                       "max_num_seqs": max_num_seqs, "kv_cache_memory_bytes": kv_cache_memory,
                       "enforce_eager": enforce_eager or None, "vllm_version": vllm_version,
                       "calibration": calibration, "speculative_config": speculative_config,
-                      "max_loras": max_loras, "lora_dtype": lora_dtype}
+                      "max_loras": max_loras, "lora_dtype": lora_dtype,
+                      "limit_mm_per_prompt": limit_mm_per_prompt}
         from kvcalc.serving.flags import check_owners
 
         side = ef.side_flags(
@@ -388,6 +398,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                         "--kv-cache-memory": kv_cache_memory,
                         "--speculative-config": speculative_config,
                         "--enable-lora": enable_lora or None,
+                        "--limit-mm-per-prompt": limit_mm_per_prompt,
                         "--data-parallel-size": dp,
                         "--enable-expert-parallel": expert_parallel}
         engine = {k: v for k, v in engine_flags.items() if v is not None}
@@ -417,6 +428,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                            expert_parallel=expert_parallel)
         if speculative_config is not None:
             serving["speculative_config"] = speculative_config
+        if limit_mm_per_prompt is not None:
+            serving["limit_mm_per_prompt"] = limit_mm_per_prompt
         serving.update({k: v for k, v in {**shared_lora, "max_loras": max_loras,
                                           "lora_dtype": lora_dtype}.items() if v is not None})
         if enable_prefix_caching is not None:  # a hybrid's state cache follows it

@@ -64,7 +64,7 @@ def image_geometry(cfg: dict, wrapper: str) -> dict | None:
         qwen3 = wrapper.startswith("qwen3")
         lo, hi = _QWEN_PIXELS[wrapper]
         g.update(patch=num(v, "patch_size", 16 if qwen3 else 14),
-                 merge=num(v, "spatial_merge_size", 2), min_pixels=lo, max_pixels=hi,
+                 temporal=num(v, "temporal_patch_size", 2), merge=num(v, "spatial_merge_size", 2), min_pixels=lo, max_pixels=hi,
                  hidden=num(v, "hidden_size", 1152 if qwen3 else 1280),
                  intermediate=num(v, "intermediate_size", 4304 if qwen3 else 3420),
                  layers=num(v, "depth", 27 if qwen3 else 32))
@@ -72,11 +72,13 @@ def image_geometry(cfg: dict, wrapper: str) -> dict | None:
         full = cfg.get("vision_feature_select_strategy", "default") == "full"
         side = num(v, "image_size", 336) // num(v, "patch_size", 14)
         g.update(fixed=side * side + (1 if full else 0), patches=side * side + 1,
+                 patch=num(v, "patch_size", 14),
                  hidden=num(v, "hidden_size", 1024), intermediate=num(v, "intermediate_size", 4096),
                  layers=num(v, "num_hidden_layers", 24))
     elif wrapper == "gemma3":
         side = num(v, "image_size", 896) // num(v, "patch_size", 14)
         g.update(fixed=num(cfg, "mm_tokens_per_image", 256), patches=side * side,
+                 patch=num(v, "patch_size", 14),
                  hidden=num(v, "hidden_size", 1152), intermediate=num(v, "intermediate_size", 4304),
                  layers=num(v, "num_hidden_layers", 27))
     else:  # mistral3

@@ -283,6 +283,27 @@ class Rules:
             methods += ("draft_model",)
         return methods
 
+    # -- v1/worker/gpu_model_runner.py::profile_run: the multimodal encoder profile ------
+    def encoder_profiled(self) -> bool:
+        """V1 runs the vision encoder on dummy images of the largest size before the text
+        model's dummy run and keeps their embeddings through it (read in 0.10.1.1-0.33,
+        `profile_run`; kvcalc.serving.vllm.encoder); V0's multimodal profile (dummy
+        sequences carrying images) is not modelled."""
+        return self.v1
+
+    def encoder_outputs_expanded(self) -> bool:
+        """0.11.0-0.12: `profile_run` copies each dummy image's embeddings into zeros of
+        (encoder budget, width) when it has fewer rows (0.11.0 l. 3369-3384, for
+        embeddings scattered onto their placeholders, PR vllm#25810); 0.10 and 0.13+
+        keep the outputs as they are (0.13.0, 0.14.1, 0.33.0: no such copy)."""
+        return (11, 0) <= self.release[:2] < (13, 0)
+
+    def limit_mm_nested(self) -> bool:
+        """--limit-mm-per-prompt's '{"image": {"count": N, ...}}' form:
+        `config/multimodal.py::ImageDummyOptions` from 0.11.2 (absent in 0.11.0, whose
+        field is dict[str, int])."""
+        return self.release >= (11, 2)
+
     # -- lora/: the adapters' slots ---------------------------------------------------------
     def lora_counted(self) -> bool:
         """Whether kvcalc counts --enable-lora's slots: V1 from 0.10.1.1, where
