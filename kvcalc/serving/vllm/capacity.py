@@ -181,7 +181,7 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
         notes.append(_draft_note(draft, s))
     lora_slot_bytes, lora_notes = lora_weights(spec, s)
     notes += lora_notes
-    from kvcalc.serving.vllm.encoder import encoder_profile
+    from kvcalc.serving.vllm.encoder import ENCODER_FAMILIES, encoder_profile
 
     encoder = encoder_profile(spec, s, tokens, seqs)
     if encoder is not None:
@@ -190,8 +190,11 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
                      f"{encoder.encoder_peak:,} B, and its kept outputs, "
                      f"{encoder.outputs:,} B, are in the activation peak (modelled)")
     elif spec.extra.get("image") is not None and rules.encoder_profiled():
-        notes.append(f"{spec.extra['image']['family']}: vLLM's multimodal profile (encoder "
-                     f"budget, vision activations) is not modelled")
+        family = spec.extra["image"]["family"]
+        notes.append("--limit-mm-per-prompt allows no images: no encoder cache nor profile"
+                     if family in ENCODER_FAMILIES else
+                     f"{family}: vLLM's multimodal profile (encoder budget, vision "
+                     f"activations) is not modelled")
     sizes = pipeline_layers(spec.layers, s.pp)
     total = device_total_bytes(hw)
     if total == hw.memory_bytes and not getattr(hw, "visible_memory_bytes", 0):
