@@ -121,3 +121,39 @@ def test_fit_takes_the_flag_in_vllms_spelling():
                                  '{"image": 3}', "--format", "json"])
     assert r.exit_code == 0, r.stderr
     assert "a budget of 40000 tokens, and profiled with 2 image items" in r.stdout
+
+
+def test_plan_counts_the_flag_and_writes_it_in_the_serve_line():
+    r = CliRunner().invoke(app, ["plan", QWEN, "--gpu", "h100-sxm", "--gpus", "1",
+                                 "--max-model-len", "32768", "--limit-mm-per-prompt",
+                                 '{"image": 2}'])
+    assert r.exit_code == 0, r.stderr
+    assert "--limit-mm-per-prompt '{\"image\": 2}'" in r.stdout
+    r = CliRunner().invoke(app, ["plan", QWEN, "--gpu", "h100-sxm", "--gpus", "1",
+                                 "--engine", "sglang", "--limit-mm-per-prompt", "image=2"])
+    assert r.exit_code == 2 and "--limit-mm-data-per-request" in r.stderr
+
+
+def test_mm_encoder_tp_mode_data_keeps_the_tower_whole_and_splits_the_images():
+    vl, hw = spec(QWEN), load_hardware("h100-sxm")
+    base = dict(max_model_len=32768, tp=2, max_num_batched_tokens=65536)
+    split = serving_capacity(vl, hw, EngineSettings(**base))
+    data = serving_capacity(vl, hw, EngineSettings(**base, mm_encoder_tp_mode="data"))
+    towers = sum(vl.extra["towers"].values())
+    assert data.memory["weights"] - split.memory["weights"] == 2 * towers - 2 * -(-towers // 2)
+    # four images of 65,536 patches: all four a rank, MLP halved; or two a rank, MLP whole
+    assert (split.encoder.items, split.encoder.patches) == (4, 4 * 65536)
+    assert data.encoder.patches == 2 * 65536
+    # one device: nothing to split; LLaVA's class has no data mode (vLLM falls back)
+    one = dict(max_model_len=4096)
+    assert (serving_capacity(vl, hw, EngineSettings(**one, mm_encoder_tp_mode="data")).memory
+            == serving_capacity(vl, hw, EngineSettings(**one)).memory)
+    llava = spec(LLAVA)
+    assert (serving_capacity(llava, hw, EngineSettings(**one, tp=2, mm_encoder_tp_mode="data"))
+            .memory == serving_capacity(llava, hw, EngineSettings(**one, tp=2)).memory)
+    with pytest.raises(KvcalcError, match="0.10.2"):
+        serving_capacity(vl, hw, EngineSettings(**base, mm_encoder_tp_mode="data",
+                                                vllm_version="0.10.1.1"))
+    r = CliRunner().invoke(app, ["fit", QWEN, "--gpu", "h100-sxm", "--engine", "sglang",
+                                 "--mm-encoder-tp-mode", "data"])
+    assert r.exit_code == 2 and "--mm-enable-dp-encoder" in r.stderr

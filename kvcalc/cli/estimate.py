@@ -260,6 +260,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         lora_dtype: ff.LoraDtypeOpt = None,
         lora_target_modules: ff.LoraTargetModulesOpt = None,
         limit_mm_per_prompt: ff.LimitMmPerPromptOpt = None,
+        mm_encoder_tp_mode: ff.MmEncoderTpModeOpt = None,
         max_attention_window: ef.MaxAttentionWindowOpt = None,
         data_parallel_size: ef.DataParallelOpt = None,
         enable_expert_parallel: ef.ExpertParallelOpt = False,
@@ -351,7 +352,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                       "enforce_eager": enforce_eager or None, "vllm_version": vllm_version,
                       "calibration": calibration, "speculative_config": speculative_config,
                       "max_loras": max_loras, "lora_dtype": lora_dtype,
-                      "limit_mm_per_prompt": limit_mm_per_prompt}
+                      "limit_mm_per_prompt": limit_mm_per_prompt,
+                      "mm_encoder_tp_mode": mm_encoder_tp_mode}
         from kvcalc.serving.flags import check_owners
 
         side = ef.side_flags(
@@ -399,6 +401,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                         "--speculative-config": speculative_config,
                         "--enable-lora": enable_lora or None,
                         "--limit-mm-per-prompt": limit_mm_per_prompt,
+                        "--mm-encoder-tp-mode": mm_encoder_tp_mode,
                         "--data-parallel-size": dp,
                         "--enable-expert-parallel": expert_parallel}
         engine = {k: v for k, v in engine_flags.items() if v is not None}
@@ -428,8 +431,10 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                            expert_parallel=expert_parallel)
         if speculative_config is not None:
             serving["speculative_config"] = speculative_config
-        if limit_mm_per_prompt is not None:
-            serving["limit_mm_per_prompt"] = limit_mm_per_prompt
+        for name, value in (("limit_mm_per_prompt", limit_mm_per_prompt),
+                            ("mm_encoder_tp_mode", mm_encoder_tp_mode)):
+            if value is not None:
+                serving[name] = value
         serving.update({k: v for k, v in {**shared_lora, "max_loras": max_loras,
                                           "lora_dtype": lora_dtype}.items() if v is not None})
         if enable_prefix_caching is not None:  # a hybrid's state cache follows it

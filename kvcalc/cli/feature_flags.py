@@ -70,6 +70,11 @@ LimitMmPerPromptOpt = Annotated[Optional[str], typer.Option(
     "encoder budget and the images vLLM profiles its vision encoder with, which are in the "
     "activation peak (default: 999 images; Qwen2-VL, Qwen2.5-VL, Qwen3.5 and LLaVA 1.5 "
     "counted).")]
+MmEncoderTpModeOpt = Annotated[Optional[str], typer.Option(
+    "--mm-encoder-tp-mode", show_default=False, metavar="weights|data",
+    help=_V + "the vision encoder over tp (0.10.2+): weights splits it like the text model "
+    "(default); data keeps it whole on every rank and splits the images (Qwen2-VL from 0.11, "
+    "Qwen2.5-VL, Qwen3.5; others fall back to weights).")]
 AcceptanceRateOpt = Annotated[Optional[float], typer.Option(
     "--acceptance-rate", show_default=False, metavar="<0..1>",
     help="Speculative decoding: the chance each drafted token is accepted (default: the "

@@ -181,7 +181,8 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
         notes.append(_draft_note(draft, s))
     lora_slot_bytes, lora_notes = lora_weights(spec, s)
     notes += lora_notes
-    from kvcalc.serving.vllm.encoder import ENCODER_FAMILIES, encoder_profile
+    from kvcalc.serving.vllm.encoder import (ENCODER_FAMILIES, encoder_profile,
+                                             tower_data_bytes)
 
     encoder = encoder_profile(spec, s, tokens, seqs)
     if encoder is not None:
@@ -221,6 +222,8 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
             if draft is not None:
                 weights += draft.weight_bytes(s.weights, s.tp)
             weights += lora_slot_bytes
+            if stage == 0:  # --mm-encoder-tp-mode data: the tower whole on every rank
+                weights += tower_data_bytes(spec, s)
             peak, fwd, samp = activation_peak_bytes(spec, s, tokens, seqs, samples)
             if encoder is not None and stage == 0:  # the tower lives on the first stage
                 peak = max(peak + encoder.outputs, encoder.encoder_peak)

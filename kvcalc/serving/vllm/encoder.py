@@ -28,6 +28,8 @@ Facts (quoted, not copied code), the same in every V1 release read (0.10.1.1, 0.
 Modelled, not read off a log (no public start-up log of a vision model with both the
 budget line and its memory terms was found; the terms are kvcalc's):
 
+* --mm-encoder-tp-mode data (kvcalc.serving.vllm.rules, `encoder_tp_data`): the tower
+  whole on every rank (its weights) and ceil(K / tp) images a rank, MLP unsharded;
 * the encoder's peak: the dummy images' pixel values as the processor hands them (fp32,
   3 x temporal patch x patch^2 a patch) and their model-dtype copy, plus one ViT block's
   activations over all patches by the text model's rule (kvcalc.serving.weights,
@@ -54,8 +56,8 @@ from kvcalc.ground.record import record
 from kvcalc.ground.dtypes import dtype
 from kvcalc.serving.weights import FWD_HIDDEN_COPIES, FWD_MLP_COPIES
 
-__all__ = ["DEFAULT_LIMIT", "ENCODER_FAMILIES", "EncoderProfile", "encoder_profile",
-           "parse_limit_mm_per_prompt"]
+__all__ = ["DEFAULT_LIMIT", "ENCODER_FAMILIES", "EncoderProfile", "encoder_data_parallel",
+           "encoder_profile", "parse_limit_mm_per_prompt", "tower_data_bytes"]
 
 DEFAULT_LIMIT = 999  # items per prompt of a modality --limit-mm-per-prompt does not name
 ENCODER_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_5", "qwen3_5_moe", "llava")
@@ -70,7 +72,7 @@ class EncoderProfile:
     items: int  # "profiled with K image items"
     items_per_prompt: int
     tokens_per_item: int  # the image with the most features
-    patches: int  # the vision tower's patches over all K items
+    patches: int  # the vision tower's patches on one rank (all K items, or its share)
     outputs: int  # bytes of the K items' embeddings kept in the encoder cache
     encoder_peak: int  # bytes at the encoder's own peak (its outputs, as made, included)
 
@@ -153,11 +155,39 @@ def encoder_profile(spec, s, tokens: int, seqs: int) -> EncoderProfile | None:
     md = dtype(s.model_dtype)
     rows = budget if s.rules.encoder_outputs_expanded() and m < budget else m
     outputs = md.nbytes(items * rows * spec.d_model)
-    patches = items * max_image_patches(g)
+    data = encoder_data_parallel(spec, s)
+    patches = (-(-items // s.tp) if data else items) * max_image_patches(g)  # on one rank
     pixel = 3 * g.get("temporal", 1) * g["patch"] ** 2
     inputs = patches * pixel * 4 + md.nbytes(patches * pixel)  # fp32, then the tower's dtype
-    mlp = -(-g["intermediate"] // s.tp)
+    mlp = g["intermediate"] if data else -(-g["intermediate"] // s.tp)
     block = md.nbytes(patches * (FWD_MLP_COPIES * mlp + FWD_HIDDEN_COPIES * g["hidden"]))
     return EncoderProfile(budget=budget, items=items, items_per_prompt=per_prompt,
                           tokens_per_item=m, patches=patches, outputs=outputs,
                           encoder_peak=inputs + block + md.nbytes(items * m * spec.d_model))
+
+
+def encoder_data_parallel(spec, s) -> bool:
+    """Whether --mm-encoder-tp-mode data takes effect: given, at tp > 1, for a model whose
+    vLLM class supports it at this release (`Rules.encoder_tp_data`); "data" where vLLM
+    falls back to "weights" counts as "weights", as vLLM runs it."""
+    if s.mm_encoder_tp_mode not in ("weights", "data"):
+        raise KvcalcError(f"--mm-encoder-tp-mode is weights or data, got "
+                          f"{s.mm_encoder_tp_mode!r}")
+    if s.mm_encoder_tp_mode == "weights":
+        return False
+    g = spec.extra.get("image")
+    supported = s.rules.encoder_tp_data(g["family"] if g else "")
+    if supported is None:
+        raise KvcalcError(f"--mm-encoder-tp-mode is vLLM's from 0.10.2; vLLM "
+                          f"{s.vllm_version} does not take it")
+    return bool(supported) and s.tp > 1
+
+
+def tower_data_bytes(spec, s) -> int:
+    """What --mm-encoder-tp-mode data adds to a rank's weights: the vision tower and
+    projector whole instead of a 1/tp share (kvcalc.serving.weights counts the share)."""
+    if not encoder_data_parallel(spec, s) or s.weights_bytes is not None:
+        return 0
+    towers = sum(spec.extra.get("towers", {}).values())
+    md = dtype(s.model_dtype)
+    return md.nbytes(towers) - md.nbytes(-(-towers // s.tp))
