@@ -157,3 +157,30 @@ def test_mm_encoder_tp_mode_data_keeps_the_tower_whole_and_splits_the_images():
     r = CliRunner().invoke(app, ["fit", QWEN, "--gpu", "h100-sxm", "--engine", "sglang",
                                  "--mm-encoder-tp-mode", "data"])
     assert r.exit_code == 2 and "--mm-enable-dp-encoder" in r.stderr
+
+
+# The multimodal lines of a V1 start-up log in the engine's own words (the format of
+# vLLM 0.20's `gpu_model_runner.py::profile_run` and `api_utils` non-default args line),
+# with the settings of the Qwen2.5-VL-7B count above; the memory figures are not from a
+# run (no public log of a model kvcalc reads has both the budget line and its memory
+# terms, see README): the test reads the lines and sets kvcalc's count beside them.
+LOG = """\
+(APIServer pid=1) INFO 05-01 21:11:07 [utils.py:233] non-default args: {'model': 'Qwen/Qwen2.5-VL-7B-Instruct', 'max_model_len': 32768, 'max_num_batched_tokens': 40000, 'limit_mm_per_prompt': {'image': 3}}
+(EngineCore pid=187) INFO 05-01 21:11:40 [core.py:109] Initializing a V1 LLM engine (v0.20.0) with config: model='Qwen/Qwen2.5-VL-7B-Instruct'
+(EngineCore pid=187) INFO 05-01 21:12:23 [gpu_model_runner.py:4879] Model loading took 15.48 GiB memory and 26.342570 seconds
+(EngineCore pid=187) INFO 05-01 21:12:23 [gpu_model_runner.py:5820] Encoder cache will be initialized with a budget of 40000 tokens, and profiled with 2 image items of the maximum feature size.
+"""
+
+
+def test_check_reads_the_encoder_line_and_sets_kvcalcs_beside_it():
+    from kvcalc.serving.vllm.check import check_log
+    from kvcalc.serving.vllm.log import parse_vllm_log
+
+    log = parse_vllm_log(LOG)
+    assert (log.encoder_budget, log.encoder_items) == (40000, 2)
+    assert log.flags["limit_mm_per_prompt"] == '{"image": 3}'
+    got = check_log(log, spec(QWEN), load_hardware("h200"))
+    assert got.settings.limit_mm_per_prompt == '{"image": 3}'
+    counts = {t.name: (t.logged, t.kvcalc) for t in got.counts}
+    assert counts["encoder_budget"] == (40000, 40000)
+    assert counts["encoder_items"] == (2, 2)
