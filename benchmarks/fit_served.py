@@ -211,8 +211,9 @@ def main(argv: list[str]) -> int:
         "shared:",
         f"  moe_share: {moe}",
         f"  kv_share: {kv}",
-        f"  eager_layer_s: {eager}  # not fitted: between two published eager "
-        "measurements (fit_served.EAGER), extrapolated",
+        "  # set, not fitted: between two published eager measurements",
+        "  # (benchmarks/fit_served.py, EAGER), extrapolated",
+        f"  eager_layer_s: {eager}",
         "engines:",
     ]
     for e in ("vllm", "sglang", "tensorrt-llm"):

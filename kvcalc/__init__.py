@@ -54,6 +54,8 @@ _LAZY = {
     "kv_bytes_per_token_per_layer": "kvcalc.formulas.cache",
     "kv_heads_per_device": "kvcalc.formulas.cache",
     "shazeer_ratio": "kvcalc.formulas.attention",
+    "image_tokens": "kvcalc.formulas.images",
+    "max_image_tokens": "kvcalc.formulas.images",
     "decode_roofline": "kvcalc.speed.roofline",
     "DTYPES": "kvcalc.ground.dtypes",
     "Latent": "kvcalc.layers",

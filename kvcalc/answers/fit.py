@@ -69,7 +69,8 @@ def fit(*, model, gpu="h100-sxm", seq_len: int | None = None, batch: int | None 
         lora_target_modules: str | None = None, data_parallel_size: int | None = None,
         enable_expert_parallel: bool = False, enable_prefix_caching: bool | None = None,
         kv_offloading_size: str | float | None = None,
-        kv_offloading_backend: str | None = None, **engine_flags) -> FitAnswer:
+        kv_offloading_backend: str | None = None, limit_mm_per_prompt: str | None = None,
+        mm_encoder_tp_mode: str | None = None, **engine_flags) -> FitAnswer:
     """Does it fit? vLLM's start-up count decides, the floor (weights + KV) beside it.
 
     `model`: a ModelSpec or MODEL (a preset, Hub id, folder or config file); `gpu`: a
@@ -96,7 +97,9 @@ def fit(*, model, gpu="h100-sxm", seq_len: int | None = None, batch: int | None 
 
     hardware = _hardware(gpu)
     other = speed.memory_engine(engine)
-    _check_flags(other.name if other is not None else "vllm", engine_flags)
+    multimodal = {k: v for k, v in (("limit_mm_per_prompt", limit_mm_per_prompt),
+                                    ("mm_encoder_tp_mode", mm_encoder_tp_mode)) if v is not None}
+    _check_flags(other.name if other is not None else "vllm", {**engine_flags, **multimodal})
     if other is not None and other.name != "vllm":
         return _other_engine(other, {**parameters, "gpu": hardware})
     vllm_version, speed_engine = _whose(engine, vllm_version, mfu, bandwidth_efficiency)
@@ -108,7 +111,9 @@ def fit(*, model, gpu="h100-sxm", seq_len: int | None = None, batch: int | None 
              "kv_cache_memory_bytes": kv_cache_memory_bytes,
              "speculative_config": speculative_config, "enable_lora": enable_lora or None,
              "data_parallel_size": data_parallel_size,
-             "enable_expert_parallel": enable_expert_parallel or None}
+             "enable_expert_parallel": enable_expert_parallel or None,
+             "limit_mm_per_prompt": limit_mm_per_prompt,
+             "mm_encoder_tp_mode": mm_encoder_tp_mode}
     engine_parameters = any(v is not None for v in given.values())
     _check_plain(engine_parameters, batch, memory_fraction, reserve_bytes)
     length = _length(max_model_len)
@@ -127,7 +132,9 @@ def fit(*, model, gpu="h100-sxm", seq_len: int | None = None, batch: int | None 
     extra = {"speculative_config": speculative_config, "enable_lora": enable_lora or None,
              "max_lora_rank": max_lora_rank, "lora_target_modules": lora_target_modules,
              "max_loras": max_loras, "lora_dtype": lora_dtype,
-             "prefix_caching": enable_prefix_caching}  # a hybrid's state cache follows it
+             "prefix_caching": enable_prefix_caching,  # a hybrid's state cache follows it
+             "limit_mm_per_prompt": limit_mm_per_prompt,
+             "mm_encoder_tp_mode": mm_encoder_tp_mode}
     serving.update({k: v for k, v in extra.items() if v is not None})
     est = _counted(length, serving, model=model, seq_len=seq_len, batch=batch or 1,
                    kv_dtype=kv_dtype, weight_dtype=weight_dtype, tp=tp, hardware=hardware,

@@ -117,6 +117,16 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             "load (its lengths, rate or concurrency and request count; the flags given "
             "must match the file's), metric by metric with the ratio kvcalc / "
             "measured.")] = None,
+        images_per_request: Annotated[int, typer.Option(
+            "--images-per-request", "--random-mm-base-items-per-request",
+            help="Images each request carries (vllm bench serve's random-mm dataset): their "
+            "tokens join the prompt (KV and prefill), the vision encoder runs in the step "
+            "of the first prompt chunk (kvcalc.served.images; default 0).")] = 0,
+        image_size: Annotated[Optional[str], typer.Option(
+            "--image-size", show_default=False, metavar="WxH",
+            help="Each image's width x height in pixels (needed where the tokens depend on "
+            "it: Qwen-VL, Mistral 3).")] = None,
+        limit_mm_per_prompt: ff.LimitMmPerPromptOpt = None,
         fmt: FormatOpt = None,
         output: OutputOpt = None,
         force: ForceOpt = False,
@@ -184,6 +194,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             "enable_chunked_prefill": enable_chunked_prefill or None,
             "enforce_eager": enforce_eager or None, "cuda_graph_max_bs": cuda_graph_max_bs,
             "disable_cuda_graph": disable_cuda_graph or None,
+            "limit_mm_per_prompt": limit_mm_per_prompt,
             **ff.speculative_given(
                 speculative_config=speculative_config,
                 speculative_algorithm=speculative_algorithm,
@@ -200,6 +211,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         tp = tp or 1
         input_len = input_len or 1024
         output_len = output_len or 128
+        image_tokens, encode_flops = _images(spec, images_per_request, image_size)
         loads = []
         if concurrency is not None:
             for c in _values(concurrency, "--concurrency", int):
@@ -221,8 +233,10 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             if dataset == "sharegpt":
                 lengths = sharegpt_lengths(input_len, output_len, kw["num_prompts"], seed)
             hits = dict(host_hit=host_hit, prefix_block=1) if host_hit else {}
-            load = Load(input_len=input_len, output_len=output_len, prefix_hit=prefix_hit,
-                        seed=seed, lengths=lengths, **hits, **kw)
+            lengths = tuple((p + image_tokens, o) for p, o in lengths)  # images in each prompt
+            load = Load(input_len=input_len + image_tokens, output_len=output_len,
+                        prefix_hit=prefix_hit, seed=seed, lengths=lengths,
+                        encode_flops=encode_flops, **hits, **kw)
             common = dict(engine=ref, tp=tp, kv_dtype=kv_dtype, weight_dtype=weight_dtype,
                           max_model_len=max_model_len, past_saturation=past_saturation)
             results.append(run(spec, hardware, load, engine_flags=side or None,
@@ -245,7 +259,9 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                 + (f"{input_len:,} prompt + {output_len:,} output tokens a request"
                    if dataset == "random" else
                    f"ShareGPT's spread of lengths, {input_len:,} prompt + {output_len:,} "
-                   "output tokens a request on average"))
+                   "output tokens a request on average")
+                + (f", {images_per_request} image(s) of {image_tokens // images_per_request:,} "
+                   f"tokens in the prompt" if images_per_request else ""))
         shown = ("request_throughput", "output_throughput", "output_throughput_per_gpu",
                  "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
                  "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms")
@@ -265,6 +281,22 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         deliver(fmt.value, [head, Tab("", cols, table, caption=caption)],
                 data=rows[0] if len(rows) == 1 else {"runs": rows}, rows=rows,
                 output=output, force=force)
+
+
+def _images(spec, images: int, size: str | None) -> tuple[int, int]:
+    """(tokens, vision FLOPs) --images-per-request images of --image-size add to a request."""
+    if not images:
+        if size is not None:
+            raise KvcalcError("--image-size sizes the images of --images-per-request: give both")
+        return 0, 0
+    from kvcalc.formulas.images import parse_image_size
+    from kvcalc.served.images import image_load
+
+    if size is None and "fixed" not in (spec.extra.get("image") or {"fixed": 0}):
+        raise KvcalcError(f"--images-per-request: {spec.name}'s image tokens depend on the "
+                          f"image's size; give --image-size WxH")
+    width, height = parse_image_size(size) if size is not None else (1, 1)
+    return image_load(spec, images, width, height)
 
 
 def _against(path, spec, hardware, *, engine, tp, input_len, output_len, concurrency,

@@ -107,6 +107,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             "and FLOPs, Shazeer's terms, roofline, fit) instead of the compact table.")] = False,
         data_parallel_size: DataParallelOpt = None,
         enable_expert_parallel: ExpertParallelOpt = False,
+        limit_mm_per_prompt: ff.LimitMmPerPromptOpt = None,
         kv_scale_bytes: ScaleOpt = 0,
         encoder_seq_len: EncoderLenOpt = None,
         memory_fraction: MemFractionOpt = None,
@@ -129,6 +130,13 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         mfu, bandwidth_efficiency = speed.shares(mfu, bandwidth_efficiency)
         memory = {}
         layout = vllm_layout(ref, data_parallel_size, enable_expert_parallel)
+        if limit_mm_per_prompt is not None:
+            from kvcalc.cli import engine_flags as ef
+            from kvcalc.serving.flags import check_owners
+
+            check_owners(ref.name if ref else "vllm",
+                         {"limit_mm_per_prompt": limit_mm_per_prompt}, ef.flag_of)
+            layout = {**layout, "limit_mm_per_prompt": limit_mm_per_prompt}
         if ref is not None and ref.name == "vllm":
             from kvcalc.serving.vllm import release_settings
 
@@ -246,6 +254,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         max_lora_rank: ff.MaxLoraRankOpt = None,
         lora_dtype: ff.LoraDtypeOpt = None,
         lora_target_modules: ff.LoraTargetModulesOpt = None,
+        limit_mm_per_prompt: ff.LimitMmPerPromptOpt = None,
+        mm_encoder_tp_mode: ff.MmEncoderTpModeOpt = None,
         max_attention_window: ef.MaxAttentionWindowOpt = None,
         data_parallel_size: ef.DataParallelOpt = None,
         enable_expert_parallel: ef.ExpertParallelOpt = False,
@@ -341,7 +351,7 @@ def _engine_flags_given(p: dict, ref) -> tuple:
     vllm_given = {k: p[k] for k in ("gpu_memory_utilization", "max_model_len", "block_size",
                                     "max_num_batched_tokens", "max_num_seqs", "vllm_version",
                                     "calibration", "speculative_config", "max_loras",
-                                    "lora_dtype")}
+                                    "lora_dtype", "limit_mm_per_prompt", "mm_encoder_tp_mode")}
     vllm_given.update(kv_cache_memory_bytes=p["kv_cache_memory"],
                       enforce_eager=p["enforce_eager"] or None)
     side = ef.side_flags(**{k: p[k] for k in (
@@ -370,7 +380,8 @@ def _fit_parameters(p: dict, dp, expert_parallel) -> dict:
             "mfu", "bandwidth_efficiency", "kv_scale_bytes", "encoder_seq_len",
             "memory_fraction", "speculative_config", "acceptance_rate", "enable_lora",
             "max_loras", "max_lora_rank", "lora_dtype", "lora_target_modules",
-            "enable_prefix_caching", "kv_offloading_size", "kv_offloading_backend")
+            "enable_prefix_caching", "kv_offloading_size", "kv_offloading_backend",
+            "limit_mm_per_prompt", "mm_encoder_tp_mode")
     memory, reserve = p["kv_cache_memory"], p["reserve"]
     return {**{k: p[k] for k in same}, "model": p["request"].resolve(),
             "max_model_len": length, "engine": p["speed_engine"],

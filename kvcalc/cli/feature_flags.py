@@ -63,6 +63,18 @@ LoraTargetModulesOpt = Annotated[Optional[str], typer.Option(
     "--lora-target-modules", show_default=False, metavar="NAMES",
     help="vLLM (0.19+) and SGLang: the modules adapted, e.g. q_proj,v_proj or all "
     "(default: vLLM every linear module and the embeddings; SGLang needs it).")]
+LimitMmPerPromptOpt = Annotated[Optional[str], typer.Option(
+    "--limit-mm-per-prompt", show_default=False, metavar="<json>|image=N",
+    help=_V + "items a prompt may carry per modality, as vLLM takes it: '{\"image\": 2}' "
+    "(0.11.2+ also '{\"image\": {\"count\": 2}}'; older spelling image=2); sizes the "
+    "encoder budget and the images vLLM profiles its vision encoder with, which are in the "
+    "activation peak (default: 999 images; Qwen2-VL, Qwen2.5-VL, Qwen3.5 and LLaVA 1.5 "
+    "counted).")]
+MmEncoderTpModeOpt = Annotated[Optional[str], typer.Option(
+    "--mm-encoder-tp-mode", show_default=False, metavar="weights|data",
+    help=_V + "the vision encoder over tp (0.10.2+): weights splits it like the text model "
+    "(default); data keeps it whole on every rank and splits the images (Qwen2-VL from 0.11, "
+    "Qwen2.5-VL, Qwen3.5; others fall back to weights).")]
 AcceptanceRateOpt = Annotated[Optional[float], typer.Option(
     "--acceptance-rate", show_default=False, metavar="<0..1>",
     help="Speculative decoding: the chance each drafted token is accepted (default: the "

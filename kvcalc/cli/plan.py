@@ -85,6 +85,8 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         max_lora_rank: ff.MaxLoraRankOpt = None,
         lora_dtype: ff.LoraDtypeOpt = None,
         lora_target_modules: ff.LoraTargetModulesOpt = None,
+        limit_mm_per_prompt: ff.LimitMmPerPromptOpt = None,
+        mm_encoder_tp_mode: ff.MmEncoderTpModeOpt = None,
         data_parallel_size: DataParallelOpt = None,
         enable_expert_parallel: ExpertParallelOpt = False,
         plot: Annotated[Optional[Path], typer.Option(
@@ -140,7 +142,9 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                                                 max_loras_per_batch=max_loras_per_batch,
                                                 max_lora_rank=max_lora_rank,
                                                 lora_dtype=lora_dtype,
-                                                lora_target_modules=lora_target_modules))
+                                                lora_target_modules=lora_target_modules),
+                             mm={"limit_mm_per_prompt": limit_mm_per_prompt,
+                                 "mm_encoder_tp_mode": mm_encoder_tp_mode})
         spec = request.resolve()
         if learnt is not None:
             learnt.check_for(spec, hardware, str(calibration))
@@ -302,7 +306,7 @@ def _name(p) -> str:
     return p.engine.name if hasattr(p.engine, "release") else "vllm"
 
 
-def _features(refs, *, speculative, lora) -> dict:
+def _features(refs, *, speculative, lora, mm=None) -> dict:
     """The launch features plan counts, by parameter name: vLLM's (EngineSettings' draft
     and LoRA fields) for vLLM's plan; with one --engine sglang or tensorrt-llm, that
     engine's own speculative flags (LoRA is counted for vLLM only). A flag of another
@@ -310,7 +314,7 @@ def _features(refs, *, speculative, lora) -> dict:
     from kvcalc.cli.engine_flags import flag_of
     from kvcalc.serving.flags import check_owners
 
-    given = {**speculative, **lora}
+    given = {**speculative, **lora, **(mm or {})}  # mm: --limit-mm-per-prompt (vLLM's)
     engine = refs[0].name if refs is not None and len(refs) == 1 else "vllm"
     features = {k: v for k, v in given.items() if v is not None}
     if refs is not None and len(refs) > 1 and features:

@@ -147,6 +147,11 @@ def with_towers(spec: ModelSpec, cfg: dict, model_type: str, where: str) -> Mode
         notes = spec.notes + (f"; {model_type}: the language model of a multimodal config "
                               "(no vision tower formula for it: not counted)")
     extra = {**spec.extra, "hf_wrapper": model_type, "towers": towers}
+    from kvcalc.formulas.images import image_geometry
+
+    image = image_geometry(cfg, model_type)
+    if image is not None:  # what an image becomes in tokens (kvcalc.formulas.images)
+        extra["image"] = image
     vision = cfg.get("vision_config")
     if isinstance(vision, dict):  # as the config states them (engines size by them)
         extra["vision_config"] = {k: vision[k] for k in ("num_hidden_layers", "hidden_size")

@@ -214,6 +214,9 @@ def serve_command(model: str, layout: Layout, features: dict | None = None) -> s
         if f.get("lora_target_modules") is not None:  # nargs="+": one word a module
             parts += ["--lora-target-modules",
                       *f["lora_target_modules"].replace(",", " ").split()]
+    for name in ("limit_mm_per_prompt", "mm_encoder_tp_mode"):
+        if f.get(name) is not None:
+            parts += ["--" + name.replace("_", "-"), shlex.quote(f[name])]
     return " ".join(parts)
 
 

@@ -83,6 +83,9 @@ class Load:
     prefix_caching: bool = True
     prefix_block: int = 0
     host_hit: float = 0.0
+    # the vision encoder's FLOPs for one request's images (kvcalc.served.images), run in
+    # the step that carries its first prompt chunk; the image tokens are in input_len
+    encode_flops: int = 0
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len", "num_prompts"):
@@ -221,10 +224,11 @@ def _alike_steps(to_finish: int, to_full: int, context: float, dt: float, now: f
 
 
 def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: int,
-              schedule, request_s: float, fetch_s: float = 0.0) -> dict:
+              schedule, request_s: float, fetch_s: float = 0.0, encode_s: float = 0.0) -> dict:
     """The run, step by step (module docstring). Returns the raw per-request times.
-    `fetch_s`: seconds a token of `load.host_hit` takes to come from the host tier, added
-    to the step that carries its request's first prompt chunk."""
+    `fetch_s`: seconds a token of `load.host_hit` takes to come from the host tier, and
+    `encode_s` the seconds a request's images take in the vision encoder, added to the
+    step that carries its request's first prompt chunk."""
     from kvcalc.serving.prefix import split_prefix
 
     n = load.num_prompts
@@ -316,6 +320,8 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
                 cached = min(inp - 1, round(inp * load.prefix_hit))
                 if rid == 0 and load.warmup:  # the warm-up's prompt: its whole blocks cached
                     cached = max(cached, (inp - 1) // WARM_BLOCK * WARM_BLOCK)
+            if encode_s:
+                fetching[rid] = fetching.get(rid, 0.0) + encode_s
             fill = inp - cached - fetched
             waiting.append([rid, arrivals.popleft(), inp, max(fill, 1), 0])  # sent at
             arrived_at[rid] = waiting[-1][1]
@@ -352,7 +358,7 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
         context = ((context_base + len(decoding) * decode_steps * g) / len(decoding)
                    if decoding else 0.0)
         dt = steps.time(run_decode, context, tokens, pairs, len(prefilling) + len(decoding))
-        if fetching:  # the host tier's KV, brought in before the first chunk's attention
+        if fetching:  # host-tier KV and images' encoding, before the first chunk's forward
             dt += sum(fetching.pop(item[0], 0.0) for item, _ in chunks)
         # Steps that nothing tells apart run as one: decode only (no prompt tokens: none
         # waits, or an unchunked prompt waits for room it will not have before a request
@@ -511,6 +517,7 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
         raise KvcalcError("--acceptance-rate times speculative decoding: give the engine's "
                           "speculative flag (--speculative-config, --speculative-algorithm, "
                           "--extra-llm-api-options)")
+    encode_s = load.encode_flops / (tp * steps.peak * steps.mfu) if load.encode_flops else 0.0
     holds = min(limit, pool // per_request)
     if load.concurrency is not None and load.concurrency > holds:
         notes.append(f"saturated: {ref.title} runs at most {holds:,} requests of "
@@ -524,7 +531,7 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
                                     prefix_caching=load.prefix_caching,
                                     prefix_block=load.prefix_block, host_hit=load.host_hit),
                         limit=limit, pool=pool, budget=budget, schedule=schedule,
-                        request_s=request_s, fetch_s=fetch_s)
+                        request_s=request_s, fetch_s=fetch_s, encode_s=encode_s)
         capacity = len(top["done"]) / top["end"] if top["end"] else math.inf
         if load.request_rate > capacity and past_saturation:
             notes.append(f"past saturation: {load.request_rate:g} requests/s is over the "
@@ -537,7 +544,7 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
                               f"{capacity:.3g} requests/s of {load.input_len:,} + "
                               f"{load.output_len:,} tokens (queues then grow without bound)")
     raw = _simulate(steps, load, limit=limit, pool=pool, budget=budget, schedule=schedule,
-                    request_s=request_s, fetch_s=fetch_s)
+                    request_s=request_s, fetch_s=fetch_s, encode_s=encode_s)
     if raw["preempted"]:
         notes.append(f"{raw['preempted']:,} preemptions: the running requests outgrew the "
                      f"{pool:,}-token KV pool and the newest were computed again")

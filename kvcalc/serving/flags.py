@@ -22,7 +22,8 @@ OWNER = {
     "max_num_batched_tokens": ("vllm",), "max_num_seqs": ("vllm",),
     "kv_cache_memory_bytes": ("vllm",), "enforce_eager": ("vllm",),
     "vllm_version": ("vllm",), "calibration": ("vllm",), "dp": ("vllm",),
-    "enable_expert_parallel": ("vllm",),
+    "enable_expert_parallel": ("vllm",), "limit_mm_per_prompt": ("vllm",),
+    "mm_encoder_tp_mode": ("vllm",),
     # SGLang (ServerArgs' names)
     "mem_fraction_static": ("sglang",), "context_length": ("sglang",),
     "max_running_requests": ("sglang",), "max_total_tokens": ("sglang",),
@@ -86,6 +87,12 @@ ELSEWHERE = {
     # no data-parallel replicas in any: attention data parallelism is enable_attention_dp
     # in --extra_llm_api_options
     ("enable_expert_parallel", "tensorrt-llm"): "--ep_size (an expert-parallel size)",
+    # SGLang 0.5.8 server_args.py l. 4708 "--limit-mm-data-per-request": a check on each
+    # request (`managers/tokenizer_manager.py` l. 833-836), which sizes no memory
+    ("limit_mm_per_prompt", "sglang"): "--limit-mm-data-per-request (0.5.8+: a check on "
+                                       "each request, which sizes no memory)",
+    # SGLang 0.5.8 server_args.py l. 4702 "--mm-enable-dp-encoder", a switch
+    ("mm_encoder_tp_mode", "sglang"): "--mm-enable-dp-encoder (a switch)",
     ("dp", "tensorrt-llm"): "no data-parallel replicas (attention data parallelism is "
                             "enable_attention_dp in --extra_llm_api_options)",
 }

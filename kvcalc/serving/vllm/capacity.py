@@ -97,6 +97,8 @@ class Capacity:
     # --speculative-config: the draft's method, weights and KV bytes a token (empty: none)
     draft: dict = field(default_factory=dict)
     lora_bytes: int = 0  # --enable-lora: the adapters' slots, inside the weights
+    # a vision model's multimodal profile (kvcalc.serving.vllm.encoder), None: none run
+    encoder: object = None
 
     @property
     def memory(self) -> dict[str, int]:
@@ -179,6 +181,21 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
         notes.append(_draft_note(draft, s))
     lora_slot_bytes, lora_notes = lora_weights(spec, s)
     notes += lora_notes
+    from kvcalc.serving.vllm.encoder import (ENCODER_FAMILIES, encoder_profile,
+                                             tower_data_bytes)
+
+    encoder = encoder_profile(spec, s, tokens, seqs)
+    if encoder is not None:
+        notes.append(f"multimodal profile: \"{encoder.log_line()}\" ({encoder.tokens_per_item:,} "
+                     f"tokens an image at most); the encoder's peak, "
+                     f"{encoder.encoder_peak:,} B, and its kept outputs, "
+                     f"{encoder.outputs:,} B, are in the activation peak (modelled)")
+    elif spec.extra.get("image") is not None and rules.encoder_profiled():
+        family = spec.extra["image"]["family"]
+        notes.append("--limit-mm-per-prompt allows no images: no encoder cache nor profile"
+                     if family in ENCODER_FAMILIES else
+                     f"{family}: vLLM's multimodal profile (encoder budget, vision "
+                     f"activations) is not modelled")
     sizes = pipeline_layers(spec.layers, s.pp)
     total = device_total_bytes(hw)
     if total == hw.memory_bytes and not getattr(hw, "visible_memory_bytes", 0):
@@ -205,7 +222,11 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
             if draft is not None:
                 weights += draft.weight_bytes(s.weights, s.tp)
             weights += lora_slot_bytes
+            if stage == 0:  # --mm-encoder-tp-mode data: the tower whole on every rank
+                weights += tower_data_bytes(spec, s)
             peak, fwd, samp = activation_peak_bytes(spec, s, tokens, seqs, samples)
+            if encoder is not None and stage == 0:  # the tower lives on the first stage
+                peak = max(peak + encoder.outputs, encoder.encoder_peak)
             if s.activation_peak_bytes is not None:  # measured (a calibration file)
                 peak = s.activation_peak_bytes
             nt = non_torch_bytes(s, hw) if s.non_torch_bytes is None else s.non_torch_bytes
@@ -272,7 +293,7 @@ def serving_capacity(spec: ModelSpec, hw: Hardware, s: EngineSettings, *,
         fits=fits, max_model_len_fit=largest, refusal=refusal, notes=tuple(notes),
         in_flight=in_flight, state=state, request_bytes=need,
         draft=_draft_fields(draft, s, kv_dt, kv_scale_bytes, state_dt),
-        lora_bytes=lora_slot_bytes)
+        lora_bytes=lora_slot_bytes, encoder=encoder)
 
 
 def _draft_fields(draft, s: EngineSettings, kv_dt, scale: int, state_dt) -> dict:

@@ -23,6 +23,7 @@ missing model files, and the KV-cache refusals.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from dataclasses import field
 
@@ -218,6 +219,11 @@ def settings_from_log(log: VllmLog, spec: ModelSpec, *, vllm_version: str | None
         kw["prefix_caching"] = f["enable_prefix_caching"]
     if isinstance(f.get("async_scheduling"), bool):
         kw["async_scheduling"] = f["async_scheduling"]
+    if isinstance(f.get("limit_mm_per_prompt"), (dict, str)) and f["limit_mm_per_prompt"]:
+        limit = f["limit_mm_per_prompt"]
+        kw["limit_mm_per_prompt"] = limit if isinstance(limit, str) else json.dumps(limit)
+    if f.get("mm_encoder_tp_mode") in ("weights", "data"):
+        kw["mm_encoder_tp_mode"] = f["mm_encoder_tp_mode"]
     if "kv_cache_dtype" in f:
         kw["kv_dtype"] = _dtype(f["kv_cache_dtype"], "--kv-cache-dtype")
     if "mamba_ssm_cache_dtype" in f:
@@ -364,6 +370,13 @@ def check_log(log: VllmLog, spec: ModelSpec, hw: Hardware, *,
     if log.max_concurrency is not None:
         counts.append(TermCheck("max_concurrency", log.max_concurrency,
                                 round(cap.max_concurrency, 2), "x"))
+    enc = cap.encoder
+    if log.encoder_budget is not None:
+        counts.append(TermCheck("encoder_budget", log.encoder_budget,
+                                enc.budget if enc else 0, "tokens"))
+    if log.encoder_items is not None:
+        counts.append(TermCheck("encoder_items", log.encoder_items,
+                                enc.items if enc else 0, "images"))
     if log.max_model_len_fit is not None:
         counts.append(TermCheck("max_model_len_fit", log.max_model_len_fit,
                                 cap.max_model_len_fit, "tokens"))

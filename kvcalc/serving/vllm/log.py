@@ -57,6 +57,7 @@ and a note says when ranks printed different values.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from dataclasses import field
 
@@ -100,6 +101,10 @@ class VllmLog:
     # Whether the release subtracted its CUDA-graph estimate, in the log's words (None:
     # the log does not say; the release's rule holds)
     graph_estimate_subtracted: bool | None = None
+    # "Encoder cache will be initialized with a budget of N tokens, and profiled with K
+    # image items" (V1, a vision model): N and K
+    encoder_budget: int | None = None
+    encoder_items: int | None = None
 
     @property
     def sized_kv_cache(self) -> bool:
@@ -190,6 +195,10 @@ _PATTERNS: tuple[tuple[str, re.Pattern, object], ...] = (
                                         + _NUM + r"\s*GiB"), _gib),
     ("num_gpu_blocks", re.compile(r"(?<![\w#])#?\s*(?:GPU|cuda|CUDA) blocks:\s*" + _NUM), _int),
     ("kv_cache_tokens", re.compile(r"GPU KV cache size:\s*" + _NUM + r"\s*tokens"), _int),
+    # V1's multimodal profile (kvcalc.serving.vllm.encoder)
+    ("encoder_budget", re.compile(r"Encoder cache will be initialized with a\s+budget of\s*"
+                                  + _NUM + r"\s*tokens"), _int),
+    ("encoder_items", re.compile(r"and profiled with\s*" + _NUM + r"\s*image items"), _int),
     ("utilization", re.compile(r"gpu_memory_utilization(?:=|\s+\(|\s+)(\d?\.\d+)"), str),
     ("utilization", re.compile(r"The current --gpu-memory-utilization=(\d?\.\d+)"), str),
     # 0.18-0.19: "... increase --gpu-memory-utilization from 0.7000 to 0.7051 to maintain ..."
@@ -252,7 +261,7 @@ _FLAG_KEYS = ("model", "max_model_len", "gpu_memory_utilization", "tensor_parall
               "enable_prefix_caching", "enable_chunked_prefill", "kv_cache_memory_bytes",
               "num_gpu_blocks_override", "sampler", "async_scheduling",
               "mamba_ssm_cache_dtype", "data_parallel_size", "enable_expert_parallel",
-              *UNMODELLED_FLAGS)
+              "limit_mm_per_prompt", "mm_encoder_tp_mode", *UNMODELLED_FLAGS)
 _GRAPH_PROFILING = re.compile(r"CUDA graph memory profiling "
                               r"(is enabled|is disabled|will be enabled)")
 
@@ -411,7 +420,8 @@ def parse_vllm_log(text: str) -> VllmLog:
         concurrency_len=concurrency[0] if concurrency else None,
         refused=refused, refusal=refusal, max_model_len_fit=fit, ranks=tuple(ranks),
         notes=tuple(notes), failure=failure, graphs_captured=values.get("cuda_graphs_captured"),
-        graph_estimate_subtracted=graph_estimate_subtracted)
+        graph_estimate_subtracted=graph_estimate_subtracted,
+        encoder_budget=values.get("encoder_budget"), encoder_items=values.get("encoder_items"))
 
 
 def _shown(name: str, value) -> str:
@@ -446,6 +456,8 @@ def _read_args(text: str, flags: dict) -> None:
     for key, value in args.items():
         if key == "model_tag" and "model" not in args:
             key = "model"
+        if key == "limit_mm_per_prompt" and isinstance(value, dict):
+            value = json.dumps(value)  # as --limit-mm-per-prompt takes it
         if key in UNMODELLED_FLAGS and not isinstance(value, (str, int, float, bool)):
             value = _clip(str(value))[:80]  # a dict or list: what it says, in a few words
         if key in _FLAG_KEYS and isinstance(value, (str, int, float, bool)):

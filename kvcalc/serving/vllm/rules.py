@@ -299,6 +299,42 @@ class Rules:
             methods += ("draft_model",)
         return methods
 
+    # -- v1/worker/gpu_model_runner.py::profile_run: the multimodal encoder profile ------
+    def encoder_profiled(self) -> bool:
+        """V1 runs the vision encoder on dummy images of the largest size before the text
+        model's dummy run and keeps their embeddings through it (read in 0.10.1.1-0.33,
+        `profile_run`; kvcalc.serving.vllm.encoder); V0's multimodal profile (dummy
+        sequences carrying images) is not modelled."""
+        return self.v1
+
+    def encoder_outputs_expanded(self) -> bool:
+        """0.11.0-0.12: `profile_run` copies each dummy image's embeddings into zeros of
+        (encoder budget, width) when it has fewer rows (0.11.0 l. 3369-3384, for
+        embeddings scattered onto their placeholders, PR vllm#25810); 0.10 and 0.13+
+        keep the outputs as they are (0.13.0, 0.14.1, 0.33.0: no such copy)."""
+        return (11, 0) <= self.release[:2] < (13, 0)
+
+    def encoder_tp_data(self, family: str) -> bool | None:
+        """--mm-encoder-tp-mode data (0.10.2+; `config/multimodal.py`, 0.33 l. 385): the
+        vision encoder's whole weights on every tp rank and the images split over the
+        ranks, for the models whose class says `supports_encoder_tp_data = True`
+        (`model_executor/models/`: Qwen2.5-VL from 0.10.2, Qwen2-VL from 0.11.0, Qwen3.5
+        through Qwen3-VL's class in 0.11.0 and 0.33.0; LLaVA in none read), else vLLM
+        falls back to "weights". None: the release has no such flag (0.10.1.1 spelled it
+        --enable-multimodal-encoder-data-parallel, not read)."""
+        r = self.release[:2]
+        if r < (10, 2):
+            return None
+        if family == "qwen2_5_vl":
+            return True
+        return r >= (11, 0) and family in ("qwen2_vl", "qwen3_5", "qwen3_5_moe")
+
+    def limit_mm_nested(self) -> bool:
+        """--limit-mm-per-prompt's '{"image": {"count": N, ...}}' form:
+        `config/multimodal.py::ImageDummyOptions` from 0.11.2 (absent in 0.11.0, whose
+        field is dict[str, int])."""
+        return self.release >= (11, 2)
+
     # -- lora/: the adapters' slots ---------------------------------------------------------
     def lora_counted(self) -> bool:
         """Whether kvcalc counts --enable-lora's slots: V1 from 0.10.1.1, where

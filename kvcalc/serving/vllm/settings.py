@@ -96,6 +96,12 @@ class EngineSettings:
     max_lora_rank: int | None = None
     lora_dtype: str = "auto"
     lora_target_modules: str | None = None
+    # --limit-mm-per-prompt, the text as vLLM takes it ('{"image": 2}', or 'image=2'): the
+    # images a prompt may carry, which size the multimodal profile (kvcalc.serving.vllm.encoder)
+    limit_mm_per_prompt: str | None = None
+    # --mm-encoder-tp-mode: "weights" (default: the vision encoder split over tp like the
+    # text model) or "data" (its whole weights on every rank, the images split over them)
+    mm_encoder_tp_mode: str = "weights"
 
     def __post_init__(self) -> None:
         check_size("max_model_len", self.max_model_len, MAX_SEQ_LEN)
