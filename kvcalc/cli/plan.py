@@ -89,6 +89,15 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         mm_encoder_tp_mode: ff.MmEncoderTpModeOpt = None,
         data_parallel_size: DataParallelOpt = None,
         enable_expert_parallel: ExpertParallelOpt = False,
+        disaggregated: Annotated[bool, typer.Option(
+            "--disaggregated", help="Also plan prefill and decode on separate instances "
+            "(xPyD) on the same GPUs: each request's KV moved between them, and whether "
+            "it beats the best co-located layout at --ttft-ms and --tpot-ms.")] = False,
+        transfer_bandwidth: Annotated[Optional[float], typer.Option(
+            "--transfer-bandwidth", show_default=False, metavar="<GB/s>",
+            help="With --disaggregated: the KV transfer's bandwidth per GPU, GB/s (1e9 "
+            "bytes), one direction, e.g. 50 for 400 Gb/s RDMA between nodes (default: the "
+            "GPU preset's interconnect, NVLink within a node).")] = None,
         plot: Annotated[Optional[Path], typer.Option(
             "--plot", show_default=False,
             help="Also draw tokens/s per GPU against tokens/s per user, the front marked "
@@ -153,6 +162,11 @@ def register(app: typer.Typer, only: str | None = None) -> None:
                     else "--enable-expert-parallel")
             raise KvcalcError(f"{flag} is vLLM's flag: plan vLLM's layouts with it (--engine "
                               f"vllm), not --engine {engine}")
+        if disaggregated and (refs is not None or features):
+            raise KvcalcError("--disaggregated plans vLLM's layouts without speculative, "
+                              "LoRA or multimodal flags: drop --engine or those flags")
+        if transfer_bandwidth is not None and not (disaggregated and transfer_bandwidth > 0):
+            raise KvcalcError("--transfer-bandwidth is a positive GB/s for --disaggregated")
         if refs is not None:
             _compare(refs, spec, hardware, fmt=fmt, output=output, force=force, gpus=gpus,
                      max_model_len=length, concurrency=concurrency, prompt_len=prompt_len,
@@ -174,6 +188,14 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         except NothingFits as e:
             sys.stderr.write(f"kvcalc: {' '.join(str(e).split())}\n")
             raise typer.Exit(1)
+        if disaggregated:
+            from kvcalc.plan.disagg import with_disaggregated
+
+            result = with_disaggregated(
+                result, ttft_s=None if ttft_ms is None else ttft_ms / 1000,
+                tpot_s=None if tpot_ms is None else tpot_ms / 1000,
+                transfer_bandwidth_bytes_per_s=None if transfer_bandwidth is None
+                else transfer_bandwidth * 1e9)
         if result.calibration is not None:  # which layouts the measured terms priced
             sys.stderr.write(f"kvcalc: note: --calibration {calibration}: "
                              f"{result.calibration['note']}\n")

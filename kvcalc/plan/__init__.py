@@ -166,6 +166,7 @@ class Plan:
     calibration: dict | None = None
     # With --speculative-config: on or off, and why (kvcalc.plan.speculation; JSON)
     speculation: dict | None = None
+    disaggregated: dict | None = None  # --disaggregated: xPyD against this (plan.disagg)
     search: object = field(default=None, repr=False, compare=False)  # its runs, not JSON
 
     def as_dict(self) -> dict:
@@ -180,7 +181,8 @@ class Plan:
                            if any(x.timing == k for x in self.front)},
                 "notes": list(self.notes),
                 **({"calibration": self.calibration} if self.calibration else {}),
-                **({"speculation": self.speculation} if self.speculation else {})}
+                **({"speculation": self.speculation} if self.speculation else {}),
+                **({"disaggregated": self.disaggregated} if self.disaggregated else {})}
 
 
 def serve_command(model: str, layout: Layout, features: dict | None = None) -> str:

@@ -47,8 +47,33 @@ def plan_items(p) -> list:
     items = [head, plan_table(p), Verbatim(p.command)]
     if p.speculation and p.speculation.get("by_batch"):
         items.append(speculation_table(p.speculation))
+    if getattr(p, "disaggregated", None) and p.disaggregated.get("xpyd"):
+        items.append(disaggregated_table(p.disaggregated))
     items += [f"note: {n}" for n in p.notes]
     return items
+
+
+def disaggregated_table(d: dict) -> Tab:
+    """`plan --disaggregated`: the best xPyD beside the best co-located layout."""
+    x, c = d["xpyd"], d["co_located"]
+    pre, dec, t = x["prefill"], x["decode"], x["transfer"]
+    rows = [[f"{x['name']}: {pre['instances']} x prefill tp {pre['tp']} + "
+             f"{dec['instances']} x decode tp {dec['tp']}", f"{x['gpus']}",
+             x["kv_cache_dtype"], f"{dec['batch']:,}", f"{x['ttft_s'] * 1000:,.0f}",
+             f"{x['tpot_s'] * 1000:,.1f}", f"{t['seconds'] * 1000:,.2f}",
+             f"{x['tokens_per_s_per_gpu']:,.0f}"],
+            [f"co-located: tp {c['tp']} x {c['replicas']} replicas", f"{c['gpus']}", "",
+             f"{c['batch']:,}", f"{c['ttft_s'] * 1000:,.0f}", f"{c['tpot_s'] * 1000:,.1f}",
+             "", f"{c['tokens_per_s_per_gpu']:,.0f}"]]
+    return Tab(f"disaggregated prefill and decode against co-located: {d['winner']} wins",
+               ["layout", "GPUs", "KV", "decode batch", "TTFT ms", "TPOT ms",
+                "KV transfer ms", "tok/s/GPU"], rows,
+               bold={0 if d["winner"] == "disaggregated" else 1},
+               caption=f"xPyD: StepTimes' prefill-only steps (M/D/1 queue at "
+               f"{x['requests_per_s']:,.1f} requests/s) and decode-only steps at the mean "
+               f"context; KV {t['bytes_per_request_per_rank'] / 2**20:,.1f} MiB a request "
+               f"a rank over {t['link']}; balanced at {x['prefill_per_decode']:.2f} prefill "
+               f"instances per decode instance. Co-located: kvcalc bench's closed loop.")
 
 
 def speculation_table(s: dict):
