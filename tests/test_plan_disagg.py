@@ -126,3 +126,30 @@ def test_cli_json_and_table():
     assert r.exit_code == 0 and "disaggregated prefill and decode" in r.stdout
     r = CliRunner().invoke(app, args[:-1] + ["--transfer-bandwidth", "50"])
     assert r.exit_code != 0
+
+
+def test_against_published_qwen3_32b_h200():
+    """tests/data/disagg/qwen3-32b-h200-xpyd.yaml: AIConfigurator predicts disaggregated
+    1.08x aggregated for Qwen3-32B-FP8 on 8 H200 (4,000 + 500 tokens, 60 tokens/s per
+    user), with half the GPUs prefilling; Dynamo's tuning guide reports 2.02-2.48x measured.
+    kvcalc plans the bf16 checkpoint on vLLM's terms at TTFT 600 ms (the gist states no
+    TTFT target; 600 ms is a round one above both of AIConfigurator's chosen points), so
+    only this is claimed: the same winner,
+    a ratio inside the published span 1.08-2.48x (kvcalc gives 2.35x, near the guide's
+    measurements, not the planner's), and the same half of the GPUs prefilling."""
+    from pathlib import Path
+
+    import yaml
+
+    pub = yaml.safe_load((Path(__file__).parent / "data/disagg/qwen3-32b-h200-xpyd.yaml")
+                         .read_text(encoding="utf-8"))
+    p = plan(load_model("qwen3-32b"), load_hardware(pub["gpu"].split()[0]), gpus=pub["gpus"],
+             prompt_len=pub["prompt_len"], output_len=pub["output_len"], ttft_s=0.6,
+             tpot_s=pub["tpot_ms"] / 1000, engine=VLLM)
+    d = with_disaggregated(p, ttft_s=0.6, tpot_s=pub["tpot_ms"] / 1000).disaggregated
+    low, high = pub["aiconfigurator"]["ratio"], pub["guide_measured_ratio"][1]
+    assert d["winner"] == "disaggregated"
+    assert low <= d["ratio"] <= high
+    x = d["xpyd"]
+    share = x["prefill"]["instances"] * x["prefill"]["tp"] / x["gpus"]
+    assert share == pub["aiconfigurator"]["prefill_gpu_share"]
