@@ -284,7 +284,7 @@ def _main(
 # completion and anything else import them all).
 _MODULES = {"estimate": "estimate", "fit": "estimate", "presets": "presets_cmd",
             "measure": "measure", "sweep": "sweep", "check": "check", "plan": "plan",
-            "bench": "bench"}
+            "bench": "bench", "mcp": "mcp"}
 
 
 def _register() -> None:
