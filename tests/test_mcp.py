@@ -125,5 +125,5 @@ def test_without_the_sdk_the_command_says_how_to_install_it(tmp_path):
                        cwd=ROOT, env=env, timeout=60, stdin=subprocess.DEVNULL)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.splitlines() == [
-        "kvcalc: error: kvcalc mcp needs the MCP SDK (mcp is not installed): "
+        "kvcalc: error: kvcalc mcp needs the MCP SDK, which is not installed: "
         "pip install 'kvcalc[mcp]'"]

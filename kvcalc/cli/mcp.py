@@ -25,13 +25,13 @@ INSTALL = "pip install 'kvcalc[mcp]'"
 def _sdk():
     """The SDK's modules, or one line saying how to install them."""
     try:
-        import anyio
-        import mcp_types
         from mcp.server.lowlevel import Server
         from mcp.server.stdio import stdio_server
-    except ImportError as e:
-        raise KvcalcError(f"kvcalc mcp needs the MCP SDK ({e.name or 'mcp'} is not installed): "
-                          f"{INSTALL}") from None
+        import anyio
+        import mcp_types
+    except ImportError:
+        raise KvcalcError("kvcalc mcp needs the MCP SDK, which is not installed: "
+                          + INSTALL) from None
     return anyio, mcp_types, Server, stdio_server
 
 
