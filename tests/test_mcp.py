@@ -23,6 +23,11 @@ ESTIMATE = {"model": "llama3-8b", "seq_len": 8192, "batch": 4}
 ESTIMATE_ARGV = ["estimate", "--preset", "llama3-8b", "--seq-len", "8192", "--batch", "4"]
 FIT = {"model": "llama3.1-8b", "gpu": "rtx3090", "max_model_len": 20000}
 FIT_ARGV = ["fit", "--preset", "llama3.1-8b", "--gpu", "rtx3090", "--max-model-len", "20000"]
+# SGLang's count, its own flags by name (the tool's schema leaves room for them)
+SGLANG = {"model": "llama3.1-8b", "gpu": "h100-sxm", "engine": "sglang",
+          "mem_fraction_static": "0.8", "context_length": 32768}
+SGLANG_ARGV = ["fit", "--preset", "llama3.1-8b", "--gpu", "h100-sxm", "--engine", "sglang",
+               "--mem-fraction-static", "0.8", "--context-length", "32768"]
 
 
 def _cli_json(argv: list[str]) -> dict:
@@ -45,6 +50,7 @@ def test_the_schemas_come_from_the_signatures():
     assert props["enforce_eager"] == {"type": "boolean", "default": False,
                                       "description": "Default: false."}
     assert fit["additionalProperties"] is True  # another engine's own flags, by name
+    assert "sglang: mem_fraction_static, context_length," in tools()["fit"].description()
     est = tools()["estimate"].input_schema()
     assert est["additionalProperties"] is False
     # the command's defaults: an H100 SXM, timed as vLLM runs it
@@ -56,10 +62,17 @@ def test_a_bad_argument_is_said_in_kvcalcs_words():
     est = tools()["estimate"]
     with pytest.raises(KvcalcError, match=r"^seq_len must be a whole number or null, got 'x'$"):
         est.call({"model": "llama3-8b", "seq_len": "x"})
-    with pytest.raises(KvcalcError, match=r"^estimate takes no argument 'seqlen'; it takes model, "):
+    with pytest.raises(KvcalcError, match=r"^estimate takes no argument 'seqlen' \(did you mean "
+                                          r"seq_len\?\); it takes model, seq_len, "):
         est.call({"model": "llama3-8b", "seqlen": 8192})
     with pytest.raises(KvcalcError, match=r"^estimate needs model$"):
         est.call({})
+    fit = tools()["fit"]
+    with pytest.raises(KvcalcError, match=r"^fit takes no argument 'max_model_length' \(did "
+                                          r"you mean max_model_len\?\); it takes model, gpu, "):
+        fit.call({"model": "llama3-8b", "max_model_length": 8192})
+    with pytest.raises(KvcalcError, match=r"^fit takes no argument 'dp'; "):  # data_parallel_size
+        fit.call({"model": "llama3-8b", "dp": 2})
 
 
 def test_the_server_end_to_end_with_the_sdks_client():
@@ -84,6 +97,7 @@ def test_the_server_end_to_end_with_the_sdks_client():
                 results["list"] = await client.list_tools()
                 results["estimate"] = await client.call_tool("estimate", ESTIMATE)
                 results["fit"] = await client.call_tool("fit", FIT)
+                results["sglang"] = await client.call_tool("fit", SGLANG)
                 results["unknown"] = await client.call_tool("estimate", {"model": "nosuch-7b"})
                 results["negative"] = await client.call_tool("fit", {**FIT, "max_model_len": -5})
                 results["typed"] = await client.call_tool("fit", {**FIT, "tp": "two"})
@@ -97,7 +111,7 @@ def test_the_server_end_to_end_with_the_sdks_client():
         assert {"model", "seq_len", "kv_dtype", "tp"} <= set(tool.input_schema["properties"])
         assert f"kvcalc {name} --format json" in tool.description
 
-    for name, argv in (("estimate", ESTIMATE_ARGV), ("fit", FIT_ARGV)):
+    for name, argv in (("estimate", ESTIMATE_ARGV), ("fit", FIT_ARGV), ("sglang", SGLANG_ARGV)):
         result = results[name]
         assert not result.is_error, result.content
         want = _cli_json(argv)

@@ -36,7 +36,9 @@ class Tool:
     name: str
     function: Callable[..., Any]
     summary: str  # what the tool answers, first in its description
-    open_ended: bool = False  # takes more keyword arguments than it names (**engine_flags)
+    # More keyword arguments it takes than it names (fit's **engine_flags): name -> the
+    # engines whose flag it is (kvcalc.serving.flags.OWNER)
+    extra: dict | None = None
 
     @property
     def signature(self) -> inspect.Signature:
@@ -48,7 +50,17 @@ class Tool:
 
     def description(self) -> str:
         doc = inspect.cleandoc(self.function.__doc__ or "")
-        return f"{self.summary}\n\n{doc}".strip()
+        text = f"{self.summary}\n\n{doc}".strip()
+        named = self.parameters()
+        by_engine: dict[str, list[str]] = {}
+        for name, engines in (self.extra or {}).items():
+            if name not in named:
+                for engine in engines:
+                    by_engine.setdefault(engine, []).append(name)
+        if by_engine:
+            text += "\n\nThe engines' own flags, by name, beside those in the schema: " + "; ".join(
+                f"{engine}: {', '.join(names)}" for engine, names in by_engine.items()) + "."
+        return text
 
     def input_schema(self) -> dict:
         hints = typing.get_type_hints(self.function)
@@ -63,7 +75,7 @@ class Tool:
                 prop["default"] = default
             properties[name] = prop
         schema = {"type": "object", "properties": properties, "required": required,
-                  "additionalProperties": self.open_ended}
+                  "additionalProperties": self.extra is not None}
         return schema
 
     def call(self, arguments: dict | None) -> dict:
@@ -72,11 +84,15 @@ class Tool:
         arguments = dict(arguments or {})
         schema = self.input_schema()
         known = schema["properties"]
-        if not self.open_ended:
-            unknown = sorted(set(arguments) - set(known))
-            if unknown:
-                raise KvcalcError(f"{self.name} takes no argument {quoted(unknown[0])}; it takes "
-                                  + ", ".join(known))
+        unknown = sorted(set(arguments) - set(known) - set(self.extra or ()))
+        if unknown:
+            import difflib
+
+            names = [*known, *(n for n in self.extra or () if n not in known)]
+            near = difflib.get_close_matches(unknown[0], names, n=1)
+            raise KvcalcError(f"{self.name} takes no argument {quoted(unknown[0])}"
+                              + (f" (did you mean {near[0]}?)" if near else "")
+                              + "; it takes " + ", ".join(names))
         missing = [n for n in schema["required"] if arguments.get(n) is None]
         if missing:
             raise KvcalcError(f"{self.name} needs {missing[0]}")
@@ -192,6 +208,7 @@ def tools() -> dict[str, Tool]:
     """The tools, by name."""
     import kvcalc
     from kvcalc.answers.fit import fit
+    from kvcalc.serving.flags import OWNER
 
     # kvcalc.estimate's own docstring, with the command's defaults (an H100 SXM, timed
     # as vLLM runs it) so that the tool answers what `kvcalc estimate --format json` does.
@@ -205,5 +222,7 @@ def tools() -> dict[str, Tool]:
             "`kvcalc fit --format json`: does the model fit on the GPU at this length, "
             "as the serving engine counts its start-up (vLLM by default, or engine "
             "\"sglang\" / \"tensorrt-llm\" with their own flags by name), the floor "
-            "(weights + KV) beside it, and the fixes when it does not."), open_ended=True),
+            "(weights + KV) beside it, and the fixes when it does not."), extra={
+                # vLLM's own are fit's named parameters (dp is data_parallel_size there)
+                name: engines for name, engines in OWNER.items() if engines != ("vllm",)}),
     }
