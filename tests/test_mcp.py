@@ -58,6 +58,19 @@ def test_the_schemas_come_from_the_signatures():
     assert est["properties"]["engine"]["default"] == "vllm"
 
 
+def test_the_estimate_tool_is_kvcalc_estimate_at_the_commands_defaults():
+    import inspect
+
+    import kvcalc
+    from kvcalc.cli import tools as module
+
+    mine = inspect.signature(module._estimate).parameters
+    lib = inspect.signature(kvcalc.estimate).parameters
+    assert list(mine) == list(lib)
+    assert {n for n in lib if mine[n].default != lib[n].default} == {"hardware", "engine"}
+    assert tools()["estimate"].description().endswith(inspect.cleandoc(kvcalc.estimate.__doc__))
+
+
 def test_a_bad_argument_is_said_in_kvcalcs_words():
     est = tools()["estimate"]
     with pytest.raises(KvcalcError, match=r"^seq_len must be a whole number or null, got 'x'$"):

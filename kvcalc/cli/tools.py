@@ -39,6 +39,11 @@ class Tool:
     # More keyword arguments it takes than it names (fit's **engine_flags): name -> the
     # engines whose flag it is (kvcalc.serving.flags.OWNER)
     extra: dict | None = None
+    doc: str | None = None  # the docstring that describes it, where not the function's own
+
+    @property
+    def docstring(self) -> str:
+        return self.doc or self.function.__doc__ or ""
 
     @property
     def signature(self) -> inspect.Signature:
@@ -49,7 +54,7 @@ class Tool:
                 if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
 
     def description(self) -> str:
-        doc = inspect.cleandoc(self.function.__doc__ or "")
+        doc = inspect.cleandoc(self.docstring)
         text = f"{self.summary}\n\n{doc}".strip()
         named = self.parameters()
         by_engine: dict[str, list[str]] = {}
@@ -68,7 +73,7 @@ class Tool:
         for name, p in self.parameters().items():
             default = p.default
             prop = _json_type(hints.get(name), default)
-            prop["description"] = _describe(name, self.function.__doc__ or "", default)
+            prop["description"] = _describe(name, self.docstring, default)
             if default is p.empty:
                 required.append(name)
             elif _plain(default):
@@ -189,6 +194,9 @@ _WORDS = {"null": "null", "boolean": "true or false", "string": "a string",
           "integer": "a whole number", "number": "a number"}
 
 
+# kvcalc.estimate at the command's defaults (an H100 SXM, timed as vLLM runs it), so that
+# the tool answers what `kvcalc estimate --format json` does (tests/test_mcp.py holds the
+# two signatures alike).
 def _estimate(model, seq_len: int | None = None, batch: int = 1, kv_dtype="bf16",
               weight_dtype=None, tp: int = 1, hardware="h100-sxm", scale_bytes: int = 0,
               encoder_seq_len: int | None = None, memory_fraction: float | str = 1,
@@ -210,14 +218,12 @@ def tools() -> dict[str, Tool]:
     from kvcalc.answers.fit import fit
     from kvcalc.serving.flags import OWNER
 
-    # kvcalc.estimate's own docstring, with the command's defaults (an H100 SXM, timed
-    # as vLLM runs it) so that the tool answers what `kvcalc estimate --format json` does.
-    _estimate.__doc__ = kvcalc.estimate.__doc__
     return {
         "estimate": Tool("estimate", _estimate, (
             "`kvcalc estimate --format json`: a model's KV cache, parameters, weights, "
             "decode roofline and vLLM's memory verdict on a device (bytes as exact "
-            "integers). `hardware` \"none\" leaves the device out.")),
+            "integers). `hardware` \"none\" leaves the device out."),
+            doc=kvcalc.estimate.__doc__),
         "fit": Tool("fit", fit, (
             "`kvcalc fit --format json`: does the model fit on the GPU at this length, "
             "as the serving engine counts its start-up (vLLM by default, or engine "
