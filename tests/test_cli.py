@@ -840,7 +840,8 @@ def test_typer_hands_a_parser_problem_through_untouched():
 
 def test_analytical_commands_load_neither_pydantic_nor_the_heavy_libraries():
     """The start-up budget (README "Start-up"): typer 0.28 runs options without pydantic,
-    and estimate needs no numpy, pandas, torch or matplotlib (`python -X importtime`)."""
+    and estimate needs no numpy, pandas, torch, matplotlib or the MCP SDK (`python -X
+    importtime`)."""
     r = subprocess.run([sys.executable, "-X", "importtime", "-m", "kvcalc", "estimate",
                         "--preset", "gpt3", "--format", "json"], capture_output=True,
                        text=True, timeout=60, cwd=ROOT)
@@ -848,8 +849,8 @@ def test_analytical_commands_load_neither_pydantic_nor_the_heavy_libraries():
     imported = {line.rsplit("|", 1)[-1].strip().split(".")[0]
                 for line in r.stderr.splitlines() if line.startswith("import time:")}
     assert "typer" in imported and "kvcalc" in imported
-    assert not imported & {"pydantic", "numpy", "pandas", "torch", "matplotlib"}, \
-        sorted(imported & {"pydantic", "numpy", "pandas", "torch", "matplotlib"})
+    heavy = {"pydantic", "numpy", "pandas", "torch", "matplotlib", "mcp", "mcp_types"}
+    assert not imported & heavy, sorted(imported & heavy)
 
 
 def test_the_collector_is_off_for_start_up_and_on_for_the_command():

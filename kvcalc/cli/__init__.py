@@ -49,6 +49,7 @@ Try:
   kvcalc measure --heads 32 --kv-heads 8        time real decode steps (torch)
   kvcalc measure --calibrate -o mine.yaml       this device's terms, for --gpu
   kvcalc check vllm.log                         a vLLM start-up log vs kvcalc
+  kvcalc mcp                                    its tools for an agent (MCP)
 
 Every command takes -h/--help; `kvcalc --version` prints the version.
 """
@@ -284,7 +285,7 @@ def _main(
 # completion and anything else import them all).
 _MODULES = {"estimate": "estimate", "fit": "estimate", "presets": "presets_cmd",
             "measure": "measure", "sweep": "sweep", "check": "check", "plan": "plan",
-            "bench": "bench"}
+            "bench": "bench", "mcp": "mcp"}
 
 
 def _register() -> None:

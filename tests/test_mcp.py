@@ -1,0 +1,156 @@
+"""`kvcalc mcp` (issue #42 point 2), end to end with the MCP SDK's own client: the server
+runs as `python -m kvcalc mcp` in a subprocess; its tools list with schemas made from the
+functions' signatures, a call answers what the command's `--format json` prints, and a
+bad argument is a tool error in kvcalc's words. The schemas and calls themselves
+(kvcalc/cli/tools.py) are checked without the SDK."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvcalc.cli.tools import tools
+from kvcalc.errors import KvcalcError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+ESTIMATE = {"model": "llama3-8b", "seq_len": 8192, "batch": 4}
+ESTIMATE_ARGV = ["estimate", "--preset", "llama3-8b", "--seq-len", "8192", "--batch", "4"]
+FIT = {"model": "llama3.1-8b", "gpu": "rtx3090", "max_model_len": 20000}
+FIT_ARGV = ["fit", "--preset", "llama3.1-8b", "--gpu", "rtx3090", "--max-model-len", "20000"]
+# SGLang's count, its own flags by name (the tool's schema leaves room for them)
+SGLANG = {"model": "llama3.1-8b", "gpu": "h100-sxm", "engine": "sglang",
+          "mem_fraction_static": "0.8", "context_length": 32768}
+SGLANG_ARGV = ["fit", "--preset", "llama3.1-8b", "--gpu", "h100-sxm", "--engine", "sglang",
+               "--mem-fraction-static", "0.8", "--context-length", "32768"]
+
+
+def _cli_json(argv: list[str]) -> dict:
+    r = subprocess.run([sys.executable, "-m", "kvcalc", *argv, "--format", "json"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode in (0, 1), r.stderr  # fit: 1 is a valid question answered no
+    return json.loads(r.stdout)
+
+
+def test_the_schemas_come_from_the_signatures():
+    fit = tools()["fit"].input_schema()
+    assert fit["required"] == ["model"]
+    props = fit["properties"]
+    assert props["max_model_len"]["type"] == ["integer", "string", "null"]
+    assert props["max_model_len"]["description"].startswith("In tokens")
+    assert props["ttft_ms"]["type"] == ["number", "null"]
+    assert "milliseconds" in props["ttft_ms"]["description"]
+    assert "bytes" in props["kv_cache_memory_bytes"]["description"].lower()
+    assert props["gpu"]["default"] == "h100-sxm"
+    assert props["enforce_eager"] == {"type": "boolean", "default": False,
+                                      "description": "Default: false."}
+    assert fit["additionalProperties"] is True  # another engine's own flags, by name
+    assert "sglang: mem_fraction_static, context_length," in tools()["fit"].description()
+    est = tools()["estimate"].input_schema()
+    assert est["additionalProperties"] is False
+    # the command's defaults: an H100 SXM, timed as vLLM runs it
+    assert est["properties"]["hardware"]["default"] == "h100-sxm"
+    assert est["properties"]["engine"]["default"] == "vllm"
+
+
+def test_the_estimate_tool_is_kvcalc_estimate_at_the_commands_defaults():
+    import inspect
+
+    import kvcalc
+    from kvcalc.cli import tools as module
+
+    mine = inspect.signature(module._estimate).parameters
+    lib = inspect.signature(kvcalc.estimate).parameters
+    assert list(mine) == list(lib)
+    assert {n for n in lib if mine[n].default != lib[n].default} == {"hardware", "engine"}
+    assert tools()["estimate"].description().endswith(inspect.cleandoc(kvcalc.estimate.__doc__))
+
+
+def test_a_bad_argument_is_said_in_kvcalcs_words():
+    est = tools()["estimate"]
+    with pytest.raises(KvcalcError, match=r"^seq_len must be a whole number or null, got 'x'$"):
+        est.call({"model": "llama3-8b", "seq_len": "x"})
+    with pytest.raises(KvcalcError, match=r"^estimate takes no argument 'seqlen' \(did you mean "
+                                          r"seq_len\?\); it takes model, seq_len, "):
+        est.call({"model": "llama3-8b", "seqlen": 8192})
+    with pytest.raises(KvcalcError, match=r"^estimate needs model$"):
+        est.call({})
+    fit = tools()["fit"]
+    with pytest.raises(KvcalcError, match=r"^fit takes no argument 'max_model_length' \(did "
+                                          r"you mean max_model_len\?\); it takes model, gpu, "):
+        fit.call({"model": "llama3-8b", "max_model_length": 8192})
+    with pytest.raises(KvcalcError, match=r"^fit takes no argument 'dp'; "):  # data_parallel_size
+        fit.call({"model": "llama3-8b", "dp": 2})
+
+
+def test_the_server_end_to_end_with_the_sdks_client():
+    pytest.importorskip("mcp", reason="the MCP SDK is the `mcp` extra: pip install 'kvcalc[mcp]'")
+    import anyio
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "kvcalc", "mcp"],
+                                   env=env, cwd=str(ROOT))
+    results = {}
+
+    async def session():
+        with anyio.fail_after(60):
+            await _session()
+
+    async def _session():
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as client:
+                await client.initialize()
+                results["list"] = await client.list_tools()
+                results["estimate"] = await client.call_tool("estimate", ESTIMATE)
+                results["fit"] = await client.call_tool("fit", FIT)
+                results["sglang"] = await client.call_tool("fit", SGLANG)
+                results["unknown"] = await client.call_tool("estimate", {"model": "nosuch-7b"})
+                results["negative"] = await client.call_tool("fit", {**FIT, "max_model_len": -5})
+                results["typed"] = await client.call_tool("fit", {**FIT, "tp": "two"})
+
+    anyio.run(session)
+
+    listed = {t.name: t for t in results["list"].tools}
+    assert sorted(listed) == ["estimate", "fit"]
+    for name, tool in listed.items():
+        assert tool.input_schema == tools()[name].input_schema()
+        assert {"model", "seq_len", "kv_dtype", "tp"} <= set(tool.input_schema["properties"])
+        assert f"kvcalc {name} --format json" in tool.description
+
+    for name, argv in (("estimate", ESTIMATE_ARGV), ("fit", FIT_ARGV), ("sglang", SGLANG_ARGV)):
+        result = results[name]
+        assert not result.is_error, result.content
+        want = _cli_json(argv)
+        assert json.loads(result.content[0].text) == want
+        assert result.structured_content == want
+    assert results["fit"].structured_content["fits"] is True
+
+    for name, line in (("unknown", "unknown model 'nosuch-7b': not a preset"),
+                       ("negative", "max_model_len must be positive, got -5"),
+                       ("typed", "tp must be a whole number, got 'two'")):
+        result = results[name]
+        assert result.is_error, name
+        text = result.content[0].text
+        assert text.startswith(line), text
+        assert "Traceback" not in text and "\n" not in text
+
+
+def test_without_the_sdk_the_command_says_how_to_install_it(tmp_path):
+    """A `mcp` that cannot be imported (a module named so that raises ImportError, first
+    on the path) is one line and exit code 2."""
+    (tmp_path / "mcp").mkdir()
+    (tmp_path / "mcp" / "__init__.py").write_text("raise ImportError('no', name='mcp')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    r = subprocess.run([sys.executable, "-m", "kvcalc", "mcp"], capture_output=True, text=True,
+                       cwd=ROOT, env=env, timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.splitlines() == [
+        "kvcalc: error: kvcalc mcp needs the MCP SDK, which is not installed: "
+        "pip install 'kvcalc[mcp]'"]
