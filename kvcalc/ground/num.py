@@ -97,9 +97,9 @@ def exact_ratio(value) -> tuple[int, int]:
     if dec_text:
         scale = 10 ** len(dec_text.replace("_", ""))
         num, den = num * scale + int(dec_text), scale
-    if exp_text is not None:
+    if exp_text is not None and num:  # zero is zero at any exponent: 10 ** exp not made
         exp = int(exp_text)
-        if abs(exp) > MAX_EXPONENT and num:
+        if abs(exp) > MAX_EXPONENT:
             raise ValueError(f"exponent out of range: {text!r}")
         num, den = (num * 10 ** exp, den) if exp >= 0 else (num, den * 10 ** -exp)
     g = math.gcd(num, den)
