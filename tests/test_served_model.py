@@ -207,6 +207,25 @@ def test_each_engines_cuda_graphs_at_its_release():
     assert schedule_for(engine_ref("tensorrt-llm@1.0"), {"backend": "tensorrt"}).graphed(5000, 9)
 
 
+def test_the_options_files_cuda_graphs_reach_the_scheduler_through_the_count(tmp_path):
+    """trtllm-serve's --extra_llm_api_options cuda_graph_config, read once by the count:
+    padded graphs up to 1,024 take a decode batch of 33, which the default exact sizes
+    (1-32, 64, 128) launch eagerly."""
+    from kvcalc.served.step import ServedTerms
+
+    f = tmp_path / "extra.yaml"
+    f.write_text("cuda_graph_config:\n  enable_padding: true\n  max_batch_size: 1024\n")
+    terms = ServedTerms(request_s=0.0, running_s=0.0, moe_share=0.2, kv_share=0.0,
+                        eager_layer_s=1e-3)
+    load = Load(input_len=128, output_len=64, num_prompts=66, concurrency=33)
+    ref = engine_ref("tensorrt-llm")
+    eager = bench(SPEC, HW, load, engine=ref, terms=terms)
+    padded = bench(SPEC, HW, load, engine=ref, terms=terms,
+                   engine_flags={"extra_llm_api_options": str(f)})
+    assert eager.metrics["median_tpot_ms"] >= SPEC.layers * 1e-3 * 1e3
+    assert padded.metrics["median_tpot_ms"] < 0.8 * eager.metrics["median_tpot_ms"]
+
+
 def test_a_step_without_a_graph_waits_on_its_launches():
     """A step that replays no CUDA graph takes at least its layers' Python launches
     (ServedTerms.eager_layer_s): vLLM with --enforce-eager at batch 1 is launch-bound,

@@ -103,11 +103,6 @@ def schedule_for(ref, flags: dict | None = None):
     if ref.name == "tensorrt-llm":
         from kvcalc.serving.trtllm.schedule import schedule
 
-        path = f.get("extra_llm_api_options")
-        if path is not None and "cuda_graph_config" not in f and "cuda_graphs" not in f:
-            from kvcalc.serving.trtllm.options import cuda_graph_flags, read_llm_api_options
-
-            f = {**f, **cuda_graph_flags(read_llm_api_options(path), str(path))}
         return schedule(ref.release, enable_chunked_prefill=bool(f.get("enable_chunked_prefill")),
                         backend=f.get("backend"),
                         max_batch_size=int(f.get("max_batch_size") or 2048),

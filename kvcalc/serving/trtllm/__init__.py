@@ -416,6 +416,11 @@ def count(spec, hw, flags: TrtllmFlags) -> ServingCount:
         (f"window_{p.window}_blocks", p.blocks) for p in window_pools)
     if windows is not None:
         flag_values += (("max_attention_window", list(flags.max_attention_window)),)
+    # the CUDA graphs an options file set, for the scheduler (kvcalc.serving.schedule_for)
+    if flags.cuda_graph_config is not None:
+        flag_values += (("cuda_graph_config", dict(flags.cuda_graph_config)),)
+    if not flags.cuda_graphs:
+        flag_values += (("cuda_graphs", False),)
     return ServingCount(
         engine=flags.engine, hardware=hw.name, layout=layout, context_len=context,
         page_size=block, bytes_per_token=pt.pool, kv_cache_tokens=kv_tokens,
