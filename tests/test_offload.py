@@ -220,3 +220,76 @@ def test_sglang_host_pool_of_a_public_tp4_start_up():
     assert log.tokens == d["max_total_num_tokens"]
     (_, logged, ours), = _host_row(log, counted)
     assert logged == float(d["logged_gb"]) and f"{ours:.2f}" == d["logged_gb"]
+
+
+# -- Time: a published single-request TTFT, loaded from the CPU tier or computed -------------
+TIMED = yaml.safe_load((Path(__file__).parent / "data" / "offload" / "published-ttft.yaml")
+                       .read_text())["vllm-blog-offloading-connector-h100"]
+TTFT_TOL = 0.15  # the band kvcalc's served terms are fitted to (presets/served/terms.yaml)
+
+
+def _blog_ttft(prompt: int, *, from_cpu: bool, hw=None) -> float:
+    """kvcalc's TTFT (ms) for the post's one request: its whole prompt but the last block
+    loaded from the host tier (vLLM's offloading connector), or computed on the GPU. The
+    post's script runs with de/tokenization disabled, so kvcalc's per-request host time
+    (HTTP and tokenizing, ServedTerms.request_s) is left out; no warm-up prompt is
+    cached (GPU prefix caching is off in the post; kvcalc's --host-hit needs it on, and
+    with one request and no warm-up nothing else is found in it)."""
+    from dataclasses import replace
+
+    from kvcalc.presets import load_hardware, load_model
+    from kvcalc.served import Load, bench, served_terms
+
+    load = Load(input_len=prompt, output_len=TIMED["output_len"], num_prompts=1,
+                concurrency=TIMED["batch"], warmup=False,
+                **({"host_hit": 0.9999, "prefix_block": 16} if from_cpu else {}))
+    got = bench(load_model(TIMED["model_preset"]), hw or load_hardware(TIMED["gpu"]), load,
+                engine=engine_ref(TIMED["engine"]), max_model_len=131072,
+                engine_flags={"kv_offloading_size": 64},
+                terms=replace(served_terms("vllm"), request_s=0.0))
+    return got.as_dict()["mean_ttft_ms"]
+
+
+@pytest.mark.parametrize("prompt", sorted(TIMED["ttft_ms"]))
+def test_ttft_computed_on_the_gpu_within_the_fit_band_of_the_published_figure(prompt):
+    computed, _ = TIMED["ttft_ms"][prompt]
+    assert _blog_ttft(prompt, from_cpu=False) == pytest.approx(computed, rel=TTFT_TOL)
+
+
+@pytest.mark.parametrize("prompt", sorted(TIMED["ttft_ms"]))
+@pytest.mark.xfail(strict=True, reason=(
+    "kvcalc times the fetch at the host link's datasheet rate (H100 SXM: PCIe Gen5 x16, 64 "
+    "GB/s each way) and charges nothing else; the post's own Figure 4 moves a 2 MB block "
+    "(Llama-3.1-8B's 16 tokens) by DMA at about 47.7 GB/s, and its Figure 1 line meets "
+    "the axis near 17 ms (2.97 ms per 1K tokens: 44 GB/s), so kvcalc's load-from-CPU TTFT "
+    "is 0.59-0.69 of the published one (10K-100K tokens) and its speedup 28.8x at 100K "
+    "where the post states X22"))
+def test_ttft_loaded_from_the_cpu_tier_within_the_fit_band_of_the_published_figure(prompt):
+    _, loaded = TIMED["ttft_ms"][prompt]
+    assert _blog_ttft(prompt, from_cpu=True) == pytest.approx(loaded, rel=TTFT_TOL)
+
+
+@pytest.mark.parametrize("prompt", [50000, 100000])
+def test_long_prompts_loaded_at_the_posts_own_transfer_rate_come_within_the_band(prompt):
+    """The cause of the miss above: with the host link at the DMA rate the post measures
+    for a 2 MB block, the long prompts (where the fixed cost no longer counts) land
+    within 15% of Figure 1."""
+    import dataclasses
+
+    from kvcalc.presets import load_hardware
+
+    hw = dataclasses.replace(load_hardware(TIMED["gpu"]), host_link_bandwidth_bytes_per_s=round(
+        TIMED["dma_h2d_2mb_gb_per_s"] * 1e9))
+    _, loaded = TIMED["ttft_ms"][prompt]
+    assert _blog_ttft(prompt, from_cpu=True, hw=hw) == pytest.approx(loaded, rel=TTFT_TOL)
+
+
+def test_the_published_speedup_range_brackets_kvcalcs_at_the_shorter_prompts():
+    """The post's text: X2-X22 over 1K-100K tokens. kvcalc's ratio of computing to
+    loading rises with the prompt as the post's does, and stays inside the stated range
+    up to 50K tokens (its 100K ratio is over it: the fetch above)."""
+    low, high = TIMED["speedup_stated"]
+    ratios = [_blog_ttft(p, from_cpu=False) / _blog_ttft(p, from_cpu=True)
+              for p in (1000, 10000, 50000)]
+    assert ratios == sorted(ratios)
+    assert all(low <= r <= high for r in ratios), ratios
