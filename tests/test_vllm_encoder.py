@@ -162,8 +162,8 @@ def test_mm_encoder_tp_mode_data_keeps_the_tower_whole_and_splits_the_images():
 # The multimodal lines of a V1 start-up log in the engine's own words (the format of
 # vLLM 0.20's `gpu_model_runner.py::profile_run` and `api_utils` non-default args line),
 # with the settings of the Qwen2.5-VL-7B count above; the memory figures are not from a
-# run (no public log of a model kvcalc reads has both the budget line and its memory
-# terms, see README): the test reads the lines and sets kvcalc's count beside them.
+# run (the public log at the end of this file prints no activation peak): the test reads
+# the lines and sets kvcalc's count beside them.
 LOG = """\
 (APIServer pid=1) INFO 05-01 21:11:07 [utils.py:233] non-default args: {'model': 'Qwen/Qwen2.5-VL-7B-Instruct', 'max_model_len': 32768, 'max_num_batched_tokens': 40000, 'limit_mm_per_prompt': {'image': 3}}
 (EngineCore pid=187) INFO 05-01 21:11:40 [core.py:109] Initializing a V1 LLM engine (v0.20.0) with config: model='Qwen/Qwen2.5-VL-7B-Instruct'
@@ -184,3 +184,31 @@ def test_check_reads_the_encoder_line_and_sets_kvcalcs_beside_it():
     counts = {t.name: (t.logged, t.kvcalc) for t in got.counts}
     assert counts["encoder_budget"] == (40000, 40000)
     assert counts["encoder_items"] == (2, 2)
+
+
+def test_a_public_multimodal_start_up_log_budget_items_and_tokens():
+    """QwenLM/Qwen3-VL#1057 (tests/data/vllm/qwen25-vl-7b-h100-0.8.2-qwenvl1057.yaml):
+    Qwen2.5-VL-7B on one H100 SXM, vLLM 0.8.2, the README's LLM(...): the budget and the
+    images profiled as logged, exactly; the KV cache tokens and the weights within the
+    capacity tests' bands (5%, 0.5 GiB), and `kvcalc check` sets its own beside each."""
+    import yaml
+
+    from kvcalc.serving.vllm.check import check_log
+    from kvcalc.serving.vllm.log import GiB, parse_vllm_log
+
+    case = yaml.safe_load((Path(__file__).parent / "data" / "vllm"
+                           / "qwen25-vl-7b-h100-0.8.2-qwenvl1057.yaml").read_text())
+    want, log = case["logged"], parse_vllm_log(case["log"])
+    assert (log.encoder_budget, log.encoder_items) == (want["encoder_cache_budget_tokens"],
+                                                       want["encoder_profiled_items"])
+    s = EngineSettings(vllm_version=case["vllm_version"], **case["settings"])
+    cap = serving_capacity(spec(QWEN), load_hardware(case["gpu"]), s)
+    assert any(f"a budget of {want['encoder_cache_budget_tokens']} tokens, and profiled with "
+               f"{want['encoder_profiled_items']} image items" in n for n in cap.notes)
+    assert cap.kv_cache_tokens == pytest.approx(want["kv_cache_tokens"], rel=0.05)
+    assert abs(cap.deciding.weights - want["weights_gib"] * GiB) <= GiB // 2
+    got = check_log(log, spec(QWEN), load_hardware(case["gpu"]),
+                    vllm_version=case["vllm_version"])  # 0.8.2 prints no version line
+    counts = {t.name: (t.logged, t.kvcalc) for t in got.counts}
+    assert counts["encoder_budget"] == (16384, 16384)
+    assert counts["encoder_items"] == (1, 1)
