@@ -4,6 +4,7 @@ figure against the engine's source rule (file and function cited) or a public lo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -91,6 +92,37 @@ def test_vllm_eagle3_weights_in_model_loading_and_one_layer_in_the_kv_groups(tmp
     page = spec_cap.block_size * 8 * 128 * 2 * 2  # one layer's page: 8 K/V heads of 128, bf16
     assert spec_cap.num_gpu_blocks == spec_cap.memory["kv_cache"] // (33 * page)
     assert spec_cap.draft["draft_kv_bytes_per_token"] == 8 * 128 * 2 * 2
+
+
+def test_vllm_public_eagle3_start_up_draft_layer_joins_the_group_as_logged():
+    """vllm-project/vllm-ascend#2667 (tests/data/speculative/vllm-ascend-2667-eagle3-
+    llama31-8b.yaml): Llama-3.1-8B with the EAGLE-3 head, the KV memory the worker
+    reported (34,184,553,369 bytes) and blocks of 128. vLLM sized 1,975 blocks, 252,800
+    tokens, 1975.00x at 128 tokens: 33 layers' pages a block, the head's one layer in the
+    target's group; the 32 target layers alone would give 2,037 blocks (260,736). The
+    weights it printed after the drafter loaded, 15.7847 GiB, are kvcalc's target and head
+    within 0.01 GiB (15.7801; 14.9888 GiB without the head). The NPU enters nowhere: the count is the
+    same on any device preset."""
+    case = yaml.safe_load((DATA / "speculative" / "vllm-ascend-2667-eagle3-llama31-8b.yaml")
+                          .read_text())
+    logged = case["logged"]
+    given = dict(case["settings"])
+    cfg = json.loads(given.pop("speculative_config"))
+    cfg["model"] = str(DATA / "speculative" / case["draft_config"])
+    s = EngineSettings(vllm_version="0.10.1.1", kv_cache_memory_bytes=logged[
+        "kv_cache_memory_bytes"], speculative_config=json.dumps(cfg), **given)
+    spec = load_model(case["model_preset"])
+    caps = [serving_capacity(spec, load_hardware(gpu), s) for gpu in ("h100-sxm", "a100-80gb")]
+    assert {c.kv_cache_tokens for c in caps} == {logged["kv_cache_tokens"]}
+    cap = caps[0]
+    assert cap.num_gpu_blocks == 1975 and f"{cap.max_concurrency:.2f}" == "1975.00"
+    [group] = cap.groups
+    assert group.layers == 33
+    alone = serving_capacity(spec, load_hardware("h100-sxm"),
+                             dataclasses.replace(s, speculative_config=None))
+    assert alone.kv_cache_tokens == 2037 * 128 != logged["kv_cache_tokens"]
+    assert abs(cap.deciding.weights - logged["weights_gib"] * GiB) <= GiB // 100
+    assert round(alone.deciding.weights / GiB, 4) == 14.9888
 
 
 def test_vllm_goldens_untouched_without_the_flag():
