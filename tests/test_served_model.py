@@ -376,3 +376,65 @@ def test_cli_bench_takes_each_engines_own_scheduler_flags():
     r = runner.invoke(app, [*base, "--engine", "sglang", "--gpu-memory-utilization", "0.8"])
     assert r.exit_code == 2
     assert "SGLang's is --mem-fraction-static" in r.output
+
+
+def _vllm_steps(spec):
+    from kvcalc.estimate import stored_weights, workload_for
+    from kvcalc.served.step import StepTimes, served_terms
+    from kvcalc.serving import engine_ref, schedule_for
+    from kvcalc.engines import load_engine
+
+    ref = engine_ref("vllm")
+    w = workload_for(spec, seq_len=32768, batch=1, tp=1, kv_dtype="bf16")
+    return StepTimes(spec, HW, load_engine("vllm")[0], w, stored_weights(spec, w.quantization, 1),
+                     served_terms(ref.name), schedule_for(ref))
+
+
+def test_a_prompt_chunks_attention_grows_as_each_layer_attends():
+    """Gemma 3 12B: 40 sliding layers attend to at most 1,024 positions, 8 global ones to
+    all before them. A chunk of `take` tokens after `start` cached costs, per query head,
+    2 (d_k + d_v) FLOPs a (query, key) pair: full layers take*start + take(take+1)/2
+    pairs, window layers sum(min(i, 1024)) over the chunk's positions; the quadratic
+    count for every layer (which the step charged before) is over 4x this at 32k."""
+    spec = load_model("gemma3-12b")
+    steps = _vllm_steps(spec)
+    per_pair = 2 * 16 * (256 + 256)  # heads x (d_k + d_v), the preset's
+    assert spec.layers == 48
+
+    def pairs_full(start, take):
+        return take * start + take * (take + 1) // 2
+
+    def pairs_window(start, take, w=1024):
+        return sum(min(i, w) for i in range(start + 1, start + take + 1))
+
+    for start, take in ((0, 2048), (8192, 2048), (30720, 2048), (0, 32768)):
+        flops = per_pair * (8 * pairs_full(start, take) + 40 * pairs_window(start, take))
+        assert steps.chunk_attention_s(start, take) == pytest.approx(
+            flops / steps.attention_flops_per_s, rel=1e-12)
+    quadratic = per_pair * 48 * pairs_full(0, 32768) / steps.attention_flops_per_s
+    assert quadratic > 4 * steps.chunk_attention_s(0, 32768)
+
+
+def test_a_recurrent_layers_prompt_cost_is_linear():
+    """Qwen3-Next: 36 of its 48 layers are Gated DeltaNet (a fixed cost a token), 12 full
+    attention (16 heads of 256: 2 x 16 x 512 FLOPs a pair). What a 2,048-token prompt
+    costs beyond its full layers' pairs is the recurrences' cost a token; a 32,768-token
+    prompt is then that x 32,768 plus its full layers' pairs, not the 2k prompt's
+    per-pair rate x 32k's pairs (the step's charge before)."""
+    spec = load_model("qwen3-next-80b-a3b")
+    steps = _vllm_steps(spec)
+    rate = steps.attention_flops_per_s
+    per_pair = 2 * 16 * (256 + 256) * 12
+
+    def pairs(n):
+        return n * (n + 1) // 2
+
+    short = steps.chunk_attention_s(0, 2048) * rate
+    recurrent_per_token = (short - per_pair * pairs(2048)) / 2048
+    assert recurrent_per_token > 0
+    long = steps.chunk_attention_s(0, 32768) * rate
+    assert long == pytest.approx(per_pair * pairs(32768) + recurrent_per_token * 32768,
+                                 rel=1e-9)
+    per_pair_before = ((short - steps.chunk_attention_s(0, 1024) * rate)
+                       / (pairs(2048) - pairs(1024)))
+    assert long < 0.9 * per_pair_before * pairs(32768)

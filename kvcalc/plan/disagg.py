@@ -86,13 +86,13 @@ def prefill_side(search, tp: int, kv: str, prompt: int, length: int) -> dict | N
     steps, budget = _steps(search, tp, kv, length), cap.max_num_batched_tokens
     if prompt <= budget:  # whole prompts a step, their causal attention each
         k = budget // prompt
-        service = steps.time(0, 0.0, k * prompt, k * prompt * (prompt + 1) / 2, k)
+        service = steps.time(0, 0.0, ((0, prompt),) * k, k)
         mu = k / service
     else:  # one prompt in chunks of the budget, each attending to all before it
         service, done = 0.0, 0
         while done < prompt:
             c = min(budget, prompt - done)
-            service += steps.time(0, 0.0, c, c * (done + (c + 1) / 2), 1)
+            service += steps.time(0, 0.0, ((done, c),), 1)
             done += c
         mu = 1 / service
     return {"tp": tp, "kv_cache_dtype": kv, "max_num_batched_tokens": budget,
@@ -111,7 +111,7 @@ def decode_side(search, tp: int, kv: str, prompt: int, output: int, length: int,
     steps, best = _steps(search, tp, kv, length), None
     context = prompt + output / 2
     for b in batches(search.held(cap)):
-        tpot = steps.time(b, context, 0, 0.0, b)
+        tpot = steps.time(b, context, (), b)
         if tpot_s is not None and tpot > tpot_s:
             break  # a step grows with the batch
         best = {"tp": tp, "kv_cache_dtype": kv, "batch": b, "held": search.held(cap),

@@ -345,19 +345,18 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
         run_decode = len(decoding) if (schedule.mixed or not prefilling) else 0
         room = ((budget - run_decode * width) if schedule.mixed
                 else (budget if prefilling else 0))
-        chunks, pairs, tokens = [], 0.0, 0
+        chunks, spans, tokens = [], [], 0
         for item in prefilling:
             if room <= 0 or (not schedule.chunks_prompts and item[3] > room):
                 break  # unchunked: a prompt waits, whole, and those behind it too
             take = min(room, item[3])
             chunks.append((item, take))
-            start = item[2] - item[3]
-            pairs += take * start + take * (take + 1) / 2
+            spans.append((item[2] - item[3], take))
             tokens += take
             room -= take
         context = ((context_base + len(decoding) * decode_steps * g) / len(decoding)
                    if decoding else 0.0)
-        dt = steps.time(run_decode, context, tokens, pairs, len(prefilling) + len(decoding))
+        dt = steps.time(run_decode, context, spans, len(prefilling) + len(decoding))
         if fetching:  # host-tier KV and images' encoding, before the first chunk's forward
             dt += sum(fetching.pop(item[0], 0.0) for item, _ in chunks)
         # Steps that nothing tells apart run as one: decode only (no prompt tokens: none

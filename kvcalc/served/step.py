@@ -110,7 +110,12 @@ class StepTimes:
         self.e_w = timing.efficiency(self.family)[0]
         self.e_float = float(timing.bandwidth_efficiency.get("float", self.e_w))
         self.moe = any(layer.mlp is not None and layer.mlp.experts for layer, _ in spec.groups())
-        self.matmul_s_per_token, self.attention_s_per_pair = self._prefill_rates()
+        self.matmul_s_per_token, self.attention_flops_per_s = self._prefill_rates()
+        # every layer's token mixers with their layer counts: a prompt chunk's attention
+        # is what each mixer's causal prefill adds from its start to its end (a window's
+        # or a recurrence's linear growth, full attention's quadratic one)
+        self.mixers = tuple((n, mx) for layer, n in spec.groups() for mx in layer.mixers)
+        self.chunk_cache: dict = {}
         self.comm_s_per_token = 0.0
         if w.tp > 1 and hw.interconnect_bandwidth_bytes_per_s:
             from kvcalc.speed.comm import decode_allreduce
@@ -139,8 +144,8 @@ class StepTimes:
 
     def _prefill_rates(self) -> tuple[float, float]:
         """Seconds of prompt matmuls per token (its routed experts' share at the MoE
-        share of the rate) and of causal attention per (query, key) pair on one device,
-        from the prefill FLOPs of a 1,024- and a 2,048-token prompt."""
+        share of the rate) on one device, from the prefill FLOPs of a 1,024- and a
+        2,048-token prompt; and the FLOPs/s the prompts' attention runs at."""
         from dataclasses import replace
 
         from kvcalc.speed.latency import step_figures
@@ -148,19 +153,17 @@ class StepTimes:
         def flops(n: int):
             f = step_figures(self.spec, replace(self.w, seq_len=n, batch=1, prompt_len=n),
                              stored=self.stored)
-            return f.prefill_flops - f.prefill_attention_flops, f.prefill_attention_flops
+            return f.prefill_flops - f.prefill_attention_flops
 
         if "prefill" not in self.shared:
             self.shared["prefill"] = (flops(1024), flops(2048))
-        (m1, a1), (m2, a2) = self.shared["prefill"]
+        m1, m2 = self.shared["prefill"]
         matmul = (m2 - m1) / 1024  # per prompt token, on one device
         d = self.spec.d_model
         routed = sum(2 * n * layer.mlp.active * layer.mlp.expert_params(d)
                      for layer, n in self.spec.groups()
                      if layer.mlp is not None and layer.mlp.experts) / self.w.tp
         routed = min(routed, matmul)
-        pairs = (2048 * 2049 - 1024 * 1025) / 2
-        attention = (a2 - a1) / pairs if pairs else 0.0
         attention_share = self.e.attention_mfu or self.mfu
         rate = self.peak * self.mfu
         # Routed experts at the 16-bit rate whatever their dtype: fitted on the published
@@ -172,7 +175,29 @@ class StepTimes:
         # (flashinfer-ai/flashinfer#5301).
         routed_rate = min(self.peak, self.e.peak_flops(self.hw, "bf16")) * self.mfu
         return ((matmul - routed) / rate + routed / (routed_rate * self.terms.moe_share),
-                attention / (self.peak * attention_share))
+                self.peak * attention_share)
+
+    def chunk_attention_s(self, start: int, take: int) -> float:
+        """Seconds of the attention of `take` prompt tokens after `start` already in
+        the cache, on one device: each layer's mixer as it grows (full attention over
+        every earlier position, a sliding window over at most its window, a linear-
+        attention or SSM layer a fixed cost a token)."""
+        key = (start, take)
+        got = self.chunk_cache.get(key)
+        if got is None:
+            end = start + take
+            flops = sum(n * (mx.prefill_flops(end) - mx.prefill_flops(start))
+                        for n, mx in self.mixers) if take else 0
+            if len(self.chunk_cache) > 65536:  # bounded: spread lengths make many keys
+                self.chunk_cache.clear()
+            got = self.chunk_cache[key] = flops / self.w.tp / self.attention_flops_per_s
+        return got
+
+    def prompt_s(self, spans) -> float:
+        """Seconds of the prompt chunks `spans`, (start, take) each, on one device:
+        their matmuls and their attention."""
+        return sum(take * self.matmul_s_per_token + self.chunk_attention_s(start, take)
+                   for start, take in spans)
 
     def _decode(self, b: int, c: int, k: int = 0) -> tuple:
         """(weights s, K/V s, activations s a token, FLOPs s) of `b` requests at context
@@ -210,9 +235,10 @@ class StepTimes:
             self.weights_cache[t] = got
         return got
 
-    def gpu_s(self, decoding: int, context: float, prompt_tokens: int, pairs: float) -> float:
+    def gpu_s(self, decoding: int, context: float, spans=()) -> float:
         """The GPU's seconds of one step (`time` without the host): the target's pass,
         and with speculation the draft's passes."""
+        prompt_tokens = sum(take for _, take in spans)
         b = max(decoding, 1)
         weights_s, kv_s, act_s, compute_s = self._decode(_bucket(b), _bucket(context),
                                                          self.k)
@@ -222,7 +248,7 @@ class StepTimes:
         if prompt_tokens and self.moe:
             weights_s = self._weights_s(tokens + prompt_tokens)
         memory_s = weights_s + kv_s + act_s * (tokens + prompt_tokens)
-        compute_s += prompt_tokens * self.matmul_s_per_token + pairs * self.attention_s_per_pair
+        compute_s += self.prompt_s(spans)
         out = (max(memory_s, compute_s) + self.serial_s
                + prompt_tokens * self.comm_s_per_token)
         if self.draft is not None:  # its first pass covers the prompt tokens too
@@ -231,18 +257,18 @@ class StepTimes:
                 key = (decoding, _bucket(context))
                 again = self.draft_cache.get(key)
                 if again is None:
-                    again = self.draft_cache[key] = self.draft.gpu_s(decoding, context, 0, 0.0)
-            out += ((self.draft.gpu_s(decoding, context, prompt_tokens, pairs)
+                    again = self.draft_cache[key] = self.draft.gpu_s(decoding, context)
+            out += ((self.draft.gpu_s(decoding, context, spans)
                      if prompt_tokens else again) + (self.k - 1) * again)
         return out
 
-    def time(self, decoding: int, context: float, prompt_tokens: int, pairs: float,
-             running: int) -> float:
-        """Seconds of one step: `decoding` requests at mean `context`, and `prompt_tokens`
-        prompt tokens whose causal attention covers `pairs` (query, key) pairs, with
-        `running` requests in the engine (its host work per request)."""
-        gpu_s = self.gpu_s(decoding, context, prompt_tokens, pairs)
-        if self.eager_s and not self.schedule.graphed(decoding, prompt_tokens):
+    def time(self, decoding: int, context: float, spans, running: int) -> float:
+        """Seconds of one step: `decoding` requests at mean `context`, and the prompt
+        chunks `spans` ((start, take): `take` prompt tokens after `start` already
+        cached), with `running` requests in the engine (its host work per request)."""
+        gpu_s = self.gpu_s(decoding, context, spans)
+        if self.eager_s and not self.schedule.graphed(
+                decoding, sum(take for _, take in spans)):
             gpu_s = max(gpu_s, self.eager_s)  # the GPU waits on Python's launches
         per_request_s = running * self.terms.running_s
         if self.overlaps:
@@ -297,8 +323,7 @@ def prefix_setup(spec, hw, counted, load, given: dict, steps: "StepTimes"):
         raise KvcalcError(f"a request's {host:,} host-tier tokens are over the "
                           f"{tier.tokens:,} the host tier holds")
     fetch_s = counted.bytes_per_token / hw.host_link_bandwidth_bytes_per_s
-    redo_s = host * steps.matmul_s_per_token + steps.attention_s_per_pair * (
-        host * gpu + host * (host + 1) / 2)
+    redo_s = steps.prompt_s(((gpu, host),))
     notes.append(f"{host:,} prompt tokens a request fetched from the host tier over "
                  f"{hw.host_link or 'the host link'}: {host * fetch_s * 1e3:.2f} ms, against "
                  f"{redo_s * 1e3:.2f} ms computing them again (the engine fetches)")
