@@ -11,7 +11,7 @@ rows are asked for; they come a chunk at a time (kvcalc.sweep.compute).
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable, Sequence
 
 from kvcalc.errors import KvcalcError, ParameterError, literal
 from kvcalc.ground.record import record
@@ -76,12 +76,14 @@ class SweepAnswer:
         return pd.concat([c.to_frame() for c in self.chunks()], ignore_index=True)
 
 
-def sweep(*, model, seq_len=None, batch=1, kv_heads=None, kv_dtype="bf16", tp=1,
+def sweep(*, model, seq_len: int | str | Sequence[int] | None = None,
+          batch: int | str | Sequence[int] = 1, kv_heads: int | str | Sequence[int] | None = None,
+          kv_dtype: str | Sequence[str] = "bf16", tp: int | str | Sequence[int] = 1,
           weight_dtype: str | None = None, group_size: int | None = None,
           gpu="h100-sxm", engine: str | None = None, kv_scale_bytes: int = 0,
           encoder_seq_len: int | None = None, memory_fraction: float | None = None,
           reserve_bytes: int | None = None, skip_invalid: bool = False, force: bool = False,
-          variant: Callable | None = None) -> SweepAnswer:
+          variant: Callable[[int], object] | None = None) -> SweepAnswer:
     """estimate() over a grid of configurations: one row per (kv_heads, kv_dtype, tp,
     seq_len, batch).
 
