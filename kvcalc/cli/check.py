@@ -1,6 +1,6 @@
-"""`kvcalc check LOG`: a vLLM, SGLang or TensorRT-LLM start-up log beside kvcalc's count
-(kvcalc.serving.vllm.check, kvcalc.serving.sglang.check, kvcalc.serving.trtllm.check), and
-for a start-up that failed, the cause the log gives and the fix (each engine's `fail`)."""
+"""`kvcalc check LOG`: read the log, call kvcalc.check (kvcalc/answers/check.py: a vLLM,
+SGLang or TensorRT-LLM start-up log beside kvcalc's count, or a failed start-up's cause and
+fix), write the calibration file (-o) and print its tables."""
 
 from pathlib import Path
 from typing import Annotated, Optional
