@@ -70,6 +70,11 @@ _LAZY = {
     "Workload": "kvcalc.workload",
     "FitAnswer": "kvcalc.answers.fit",
     "ParameterError": "kvcalc.errors",
+    # kvcalc check and kvcalc sweep (the package kvcalc.sweep, called, is the function)
+    "check": "kvcalc.answers.check",
+    "CheckAnswer": "kvcalc.answers.check",
+    "sweep": "kvcalc.sweep",
+    "SweepAnswer": "kvcalc.sweep.answer",
 }
 
 __all__ = sorted([*_LAZY, "KvcalcError", "__version__", "attention_variants", "estimate", "fit",
@@ -88,6 +93,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from kvcalc.workload import Memory, Workload
     from kvcalc.answers.fit import FitAnswer
     from kvcalc.errors import ParameterError
+    from kvcalc.answers.check import CheckAnswer, check
+    from kvcalc.sweep.answer import SweepAnswer
 
 
 def __getattr__(name: str) -> Any:

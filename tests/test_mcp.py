@@ -28,6 +28,13 @@ SGLANG = {"model": "llama3.1-8b", "gpu": "h100-sxm", "engine": "sglang",
           "mem_fraction_static": "0.8", "context_length": 32768}
 SGLANG_ARGV = ["fit", "--preset", "llama3.1-8b", "--gpu", "h100-sxm", "--engine", "sglang",
                "--mem-fraction-static", "0.8", "--context-length", "32768"]
+# kvcalc check (the log as its text) and kvcalc sweep (its rows under "rows")
+README_LOG = ROOT / "tests" / "data" / "vllm" / "logs" / "qwen2-7b-a100-0.25-dl.log"
+CHECK = {"log": README_LOG.read_text(), "model": "qwen2-7b", "gpu": "a100-80gb"}
+CHECK_ARGV = ["check", str(README_LOG), "qwen2-7b", "--gpu", "a100-80gb"]
+SWEEP = {"model": "llama3-8b", "seq_len": "1024:8192:*2", "batch": "1,8", "kv_dtype": "bf16,fp8"}
+SWEEP_ARGV = ["sweep", "--preset", "llama3-8b", "--seq-len", "1024:8192:*2", "--batch", "1,8",
+              "--kv-dtype", "bf16,fp8"]
 
 
 def _cli_json(argv: list[str]) -> dict:
@@ -69,6 +76,25 @@ def test_the_estimate_tool_is_kvcalc_estimate_at_the_commands_defaults():
     assert list(mine) == list(lib)
     assert {n for n in lib if mine[n].default != lib[n].default} == {"hardware", "engine"}
     assert tools()["estimate"].description().endswith(inspect.cleandoc(kvcalc.estimate.__doc__))
+
+
+def test_the_check_and_sweep_tools_are_the_library_functions():
+    import inspect
+
+    import kvcalc
+    from kvcalc.cli import tools as module
+
+    check = tools()["check"]
+    assert check.function is kvcalc.check and check.input_schema()["required"] == ["log"]
+    sweep = tools()["sweep"].input_schema()
+    assert sweep["required"] == ["model"]
+    assert sweep["properties"]["seq_len"]["type"] == ["integer", "string", "null"]
+    # kvcalc.sweep's parameters, less force (the tool answers 10,000 rows at most) and
+    # variant (a Python function)
+    mine = inspect.signature(module._sweep).parameters
+    lib = inspect.signature(kvcalc.sweep).parameters
+    assert list(mine) == [n for n in lib if n not in ("force", "variant")]
+    assert all(mine[n].default == lib[n].default for n in mine)
 
 
 def test_a_bad_argument_is_said_in_kvcalcs_words():
@@ -114,14 +140,20 @@ def test_the_server_end_to_end_with_the_sdks_client():
                 results["unknown"] = await client.call_tool("estimate", {"model": "nosuch-7b"})
                 results["negative"] = await client.call_tool("fit", {**FIT, "max_model_len": -5})
                 results["typed"] = await client.call_tool("fit", {**FIT, "tp": "two"})
+                results["check"] = await client.call_tool("check", CHECK)
+                results["sweep"] = await client.call_tool("sweep", SWEEP)
+                results["not_a_log"] = await client.call_tool("check", {"log": "hello"})
+                results["bad_spec"] = await client.call_tool("sweep", {**SWEEP, "seq_len": "0"})
+                results["too_many"] = await client.call_tool("sweep", {**SWEEP, "batch": "1:9999:+1"})
 
     anyio.run(session)
 
     listed = {t.name: t for t in results["list"].tools}
-    assert sorted(listed) == ["estimate", "fit"]
+    assert {"estimate", "fit", "check", "sweep"} <= set(listed)
     for name, tool in listed.items():
         assert tool.input_schema == tools()[name].input_schema()
-        assert {"model", "seq_len", "kv_dtype", "tp"} <= set(tool.input_schema["properties"])
+        if name != "check":  # a log's settings are the log's
+            assert {"model", "seq_len", "kv_dtype", "tp"} <= set(tool.input_schema["properties"])
         assert f"kvcalc {name} --format json" in tool.description
 
     for name, argv in (("estimate", ESTIMATE_ARGV), ("fit", FIT_ARGV), ("sglang", SGLANG_ARGV)):
@@ -132,9 +164,15 @@ def test_the_server_end_to_end_with_the_sdks_client():
         assert result.structured_content == want
     assert results["fit"].structured_content["fits"] is True
 
+    assert json.loads(results["check"].content[0].text) == _cli_json(CHECK_ARGV)
+    assert results["sweep"].structured_content == {"rows": _cli_json(SWEEP_ARGV), "skipped": []}
+
     for name, line in (("unknown", "unknown model 'nosuch-7b': not a preset"),
                        ("negative", "max_model_len must be positive, got -5"),
-                       ("typed", "tp must be a whole number, got 'two'")):
+                       ("typed", "tp must be a whole number, got 'two'"),
+                       ("not_a_log", "this does not look like a vLLM, SGLang or TensorRT-LLM"),
+                       ("bad_spec", "seq_len '0': the value must be positive, got 0"),
+                       ("too_many", "the sweep has 79,992 rows; the tool answers at most 10,000")):
         result = results[name]
         assert result.is_error, name
         text = result.content[0].text

@@ -1,6 +1,7 @@
 """`kvcalc sweep`: estimate over a grid of SPECs, streamed as tidy CSV (and a plot).
 
-Thin: parse, plan (kvcalc.sweep), stream the rows, optionally draw (kvcalc.plot).
+Thin: parse, call kvcalc.sweep (kvcalc/sweep/answer.py), stream the rows, optionally draw
+(kvcalc.plot).
 numpy and matplotlib are imported inside the command, so `kvcalc estimate`
 starts without them.
 """
@@ -19,8 +20,8 @@ from kvcalc.cli.parsing import command
 from kvcalc.errors import KvcalcError
 from kvcalc.ground.units import SUFFIX_HELP
 from kvcalc.cli.options import (
-    DEFAULT_GPU,
     DEFAULT_SEQ_LEN,
+    DEFAULT_GPU,
     EncoderLenOpt,
     SweepEngineOpt,
     GpuOpt,
@@ -112,97 +113,117 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         --plot s.png`; `kvcalc sweep --preset mistral-7b --seq-len 1024:65536:+1024
         --batch 1:64:+1 --kv-dtype bf16,fp8 --tp 1,2 -o mistral.csv`.
         """
-        from kvcalc.report.files import AtomicOutput, check_writable
-        from kvcalc.report.render import deliver
-        from kvcalc.plot import MISSING, check_plot_name, has_matplotlib
+        _sweep(dict(locals()))  # every option, by its parameter name
 
-        to_stdout = output is None or str(output) == "-"
-        if plot is not None and not to_stdout and output.resolve() == plot.resolve():
-            raise KvcalcError("--output and --plot name the same file")
-        fmt = output_format(fmt, None if to_stdout else output, tuple(OutputFormat)) \
-            if (fmt or not to_stdout) else OutputFormat.csv
+
+def _sweep(p: dict) -> None:
+    """sweep: the output checked before any row is computed, kvcalc.sweep called, its rows
+    written (streamed for csv and parquet), the plot drawn."""
+    from kvcalc.plot import MISSING
+    from kvcalc.sweep.answer import sweep
+
+    output, plot, force = p["output"], p["plot"], p["force"]
+    to_stdout = output is None or str(output) == "-"
+    fmt, draw = _checked_output(p["fmt"], output, plot, force, to_stdout)
+    hardware = resolve_gpu(p["gpu"])
+    reserve_bytes = device_memory(hardware, p["memory_fraction"], p["reserve"])[1]
+    request = p["request"]
+    answer = sweep(
+        model=request.resolve(), seq_len=p["seq_len"], batch=p["batch"],
+        kv_heads=p["kv_heads"], kv_dtype=p["kv_dtype"], tp=p["tp"],
+        weight_dtype=p["weight_dtype"], gpu=hardware, engine=p["engine"],
+        kv_scale_bytes=p["kv_scale_bytes"], encoder_seq_len=p["encoder_seq_len"],
+        memory_fraction=p["memory_fraction"],
+        reserve_bytes=None if p["reserve"] is None else reserve_bytes,
+        skip_invalid=p["skip_invalid"], force=force,
+        # Each K/V-head count resolved as `kvcalc estimate --kv-heads N` would.
+        variant=lambda g: dataclasses.replace(request, kv_heads=g).resolve())
+    streamed = fmt in (OutputFormat.csv, OutputFormat.parquet)
+    if not streamed and answer.rows > MAX_TABLE_ROWS:
+        raise KvcalcError(f"--format {fmt.value} holds every row in memory: this sweep has "
+                          f"{answer.rows:,} rows (limit {MAX_TABLE_ROWS:,}); use csv")
+    for line in answer.skipped:
+        _say(f"skipped {line}")
+    from kvcalc.sweep.plot_selection import PlotSelection
+
+    selection = PlotSelection(answer.plan) if draw else None
+    rows = _write(answer, fmt, output, force, selection)
+    if rows is None:  # the reader of stdout is gone
+        return
+    if plot is not None and not draw:
+        where = "stdout" if to_stdout else str(output)
+        raise KvcalcError(f"{MISSING}; the {rows:,} rows went to {where}, without the plot")
+    if not to_stdout and streamed:
+        _say(f"wrote {output} ({rows:,} rows x {len(answer.columns)} columns)")
+    if selection is not None:
+        from kvcalc.plot import plot_sweep
+
+        plot_sweep(selection, plot, force=force)
+        _say(f"wrote {plot}")
+
+
+def _checked_output(fmt, output, plot, force: bool, to_stdout: bool) -> tuple:
+    """(the format, whether the plot can be drawn): the files checked writable before any
+    row is computed."""
+    from kvcalc.plot import check_plot_name, has_matplotlib
+    from kvcalc.report.files import check_writable
+
+    if plot is not None and not to_stdout and output.resolve() == plot.resolve():
+        raise KvcalcError("--output and --plot name the same file")
+    fmt = output_format(fmt, None if to_stdout else output, tuple(OutputFormat)) \
+        if (fmt or not to_stdout) else OutputFormat.csv
+    if fmt is OutputFormat.parquet:
+        from kvcalc.sweep.parquet import PARQUET_MISSING, has_pyarrow
+
+        if to_stdout:
+            raise KvcalcError("Parquet is a binary file format: give -o FILE.parquet")
+        if not has_pyarrow():
+            raise KvcalcError(PARQUET_MISSING)
+    if not to_stdout:
+        check_writable(output, force)
+    draw = False
+    if plot is not None:
+        check_writable(plot, force)
+        check_plot_name(plot)
+        draw = has_matplotlib()  # without it: the rows first, then say what to install
+    return fmt, draw
+
+
+def _write(answer, fmt, output, force: bool, selection) -> int | None:
+    """The rows in `fmt` to `output` (stdout for None or -), each chunk also kept for the
+    plot (`selection`); the number of rows, None where stdout's reader left."""
+    from kvcalc.report.files import AtomicOutput
+    from kvcalc.report.render import deliver
+
+    with _progress(answer.plan) as advance:
+        def on_chunk(chunk) -> None:
+            if selection is not None:
+                selection.add(chunk)
+            advance(len(chunk))
+
         if fmt is OutputFormat.parquet:
-            from kvcalc.sweep.parquet import PARQUET_MISSING, has_pyarrow
-
-            if to_stdout:
-                raise KvcalcError("Parquet is a binary file format: give -o FILE.parquet")
-            if not has_pyarrow():
-                raise KvcalcError(PARQUET_MISSING)
-        if not to_stdout:
-            check_writable(output, force)
-        draw = False
-        if plot is not None:
-            check_writable(plot, force)
-            check_plot_name(plot)
-            draw = has_matplotlib()  # without it: the rows first, then say what to install
-        from kvcalc.sweep.csv import write_csv
-        from kvcalc.sweep.parquet import write_parquet
-        from kvcalc.sweep.plan import plan_sweep
-        from kvcalc.sweep.plot_selection import PlotSelection
-
-        hardware = resolve_gpu(gpu)
-        fraction, reserve_bytes = device_memory(hardware, memory_fraction, reserve)
-        spec = request.resolve()
-        plan = plan_sweep(
-            spec, seq_len if seq_len is not None else str(spec.max_context or DEFAULT_SEQ_LEN),
-            batch, kv_heads=kv_heads, kv_dtype=kv_dtype, tp=tp, weight_dtype=weight_dtype,
-            hardware=hardware, scale_bytes=kv_scale_bytes, encoder_seq_len=encoder_seq_len,
-            memory_fraction=fraction, reserve_bytes=reserve_bytes, force=force,
-            skip_invalid=skip_invalid, engine=_engine(engine, hardware),
-            memory_engine=_memory_engine(engine),
-            # Each K/V-head count resolved as `kvcalc estimate --kv-heads N` would.
-            make_variant=lambda g: dataclasses.replace(request, kv_heads=g).resolve())
-        streamed = fmt in (OutputFormat.csv, OutputFormat.parquet)
-        if not streamed and plan.rows > MAX_TABLE_ROWS:
-            raise KvcalcError(f"--format {fmt.value} holds every row in memory: this sweep has "
-                              f"{plan.rows:,} rows (limit {MAX_TABLE_ROWS:,}); use csv")
-        for line in plan.skipped:
-            _say(f"skipped {line}")
-
-        selection = PlotSelection(plan) if draw else None
-        with _progress(plan) as advance:
-            def on_chunk(chunk) -> None:
-                if selection is not None:
-                    selection.add(chunk)
-                advance(len(chunk))
-
-            if fmt is OutputFormat.parquet:
-                with AtomicOutput(output, force) as out:
-                    rows = write_parquet(plan, out, progress=on_chunk)
-            elif fmt is OutputFormat.json:  # the rows' own values: floats in full
-                from kvcalc.sweep.compute import chunks
-
-                data = []
-                for chunk in chunks(plan):
-                    data.extend(chunk.rows())
-                    on_chunk(chunk)
-                rows = len(data)
-                deliver("json", [], data=data, output=output, force=force)
-            elif fmt is not OutputFormat.csv:
-                buf = io.BytesIO()
-                rows = write_csv(plan, buf, progress=on_chunk)
-                _write_small(fmt, buf.getvalue().decode(), output, force, spec.name)
-            elif to_stdout:
-                out = sys.stdout.buffer
-                try:
-                    rows = write_csv(plan, out, progress=on_chunk)
-                    out.flush()
-                except BrokenPipeError:  # `kvcalc sweep ... | head`: the reader is gone
-                    _silence_stdout()
-                    return
-            else:
-                with AtomicOutput(output, force) as out:
-                    rows = write_csv(plan, out, progress=on_chunk)
-        if plot is not None and not draw:
-            where = "stdout" if to_stdout else str(output)
-            raise KvcalcError(f"{MISSING}; the {rows:,} rows went to {where}, without the plot")
-        if not to_stdout and streamed:
-            _say(f"wrote {output} ({rows:,} rows x {len(plan.columns)} columns)")
-        if selection is not None:
-            from kvcalc.plot import plot_sweep
-
-            plot_sweep(selection, plot, force=force)
-            _say(f"wrote {plot}")
+            with AtomicOutput(output, force) as out:
+                return answer.write_parquet(out, progress=on_chunk)
+        if fmt is OutputFormat.json:  # the rows' own values: floats in full
+            data = answer.row_dicts(progress=on_chunk)
+            deliver("json", [], data=data, output=output, force=force)
+            return len(data)
+        if fmt is not OutputFormat.csv:
+            buf = io.BytesIO()
+            rows = answer.write_csv(buf, progress=on_chunk)
+            _write_small(fmt, buf.getvalue().decode(), output, force, answer.plan.spec.name)
+            return rows
+        if output is None or str(output) == "-":
+            out = sys.stdout.buffer
+            try:
+                rows = answer.write_csv(out, progress=on_chunk)
+                out.flush()
+            except BrokenPipeError:  # `kvcalc sweep ... | head`: the reader is gone
+                _silence_stdout()
+                return None
+            return rows
+        with AtomicOutput(output, force) as out:
+            return answer.write_csv(out, progress=on_chunk)
 
 
 def _write_small(fmt: OutputFormat, text: str, output, force: bool, name: str) -> None:
@@ -267,19 +288,3 @@ def _progress(plan):
             self.progress.stop()
 
     return _Bar()
-
-
-def _engine(text, hardware):
-    """--engine NAME[@VERSION]: the engine file; `roofline`: None; not given: estimate's
-    default for the device (vLLM on a GPU, none on a CPU or without a device)."""
-    from kvcalc.cli.speed import DEFAULT, engine_option, resolve
-
-    return resolve(engine_option(text, default=DEFAULT), hardware)
-
-
-def _memory_engine(text):
-    """--engine vllm|sglang|tensorrt-llm[@VERSION]: whose count decides `fits` (None:
-    vLLM's default release)."""
-    from kvcalc.cli.speed import memory_engine
-
-    return memory_engine(text)

@@ -231,4 +231,65 @@ def tools() -> dict[str, Tool]:
             "(weights + KV) beside it, and the fixes when it does not."), extra={
                 # vLLM's own are fit's named parameters (dp is data_parallel_size there)
                 name: engines for name, engines in OWNER.items() if engines != ("vllm",)}),
+        **_check_and_sweep(),
+    }
+
+
+# kvcalc check and kvcalc sweep. An MCP answer is an object, so the sweep tool's rows (the
+# command's JSON, a list) come under "rows"; at most as many as `sweep --format json`
+# holds in memory.
+SWEEP_TOOL_ROWS = 10_000
+
+
+def _sweep(model, seq_len: int | str | None = None, batch: int | str = 1,
+           kv_heads: int | str | None = None, kv_dtype: str = "bf16", tp: int | str = 1,
+           weight_dtype: str | None = None, group_size: int | None = None,
+           gpu: str = "h100-sxm", engine: str | None = None, kv_scale_bytes: int = 0,
+           encoder_seq_len: int | None = None, memory_fraction: float | None = None,
+           reserve_bytes: int | None = None, skip_invalid: bool = False):
+    """estimate() over a grid: one row per (kv_heads, kv_dtype, tp, seq_len, batch), at
+    most 10,000 rows. `model`: a preset, Hub id, model folder or config file. `seq_len`
+    (tokens), `batch` (sequences), `kv_heads` and `tp` (devices) are SPECs: a value (8), a
+    comma list ("1,8,32"), a linear range "start:stop:+step" or a geometric one
+    "start:stop:*factor" (token counts take suffixes: 1k = 1,000, 1K = 1,024); `seq_len`
+    defaults to the model's max context, `kv_heads` to the model's own. `kv_dtype`: KV
+    cache dtypes, a comma list ("bf16,fp8"). `gpu`: a hardware preset ("none": no device
+    columns). `engine`: whose time per output token each row adds and whose count decides
+    `fits` (vllm, sglang, tensorrt-llm, llama.cpp, ...; "roofline": the roofline alone).
+    `memory_fraction`: the floor's share of device memory. `skip_invalid`: leave out
+    (kv_heads, tp) pairs estimate would reject (listed under "skipped")."""
+    from kvcalc.sweep.answer import sweep
+
+    answer = sweep(model=model, seq_len=seq_len, batch=batch, kv_heads=kv_heads,
+                   kv_dtype=kv_dtype, tp=tp, weight_dtype=weight_dtype, group_size=group_size,
+                   gpu=gpu, engine=engine, kv_scale_bytes=kv_scale_bytes,
+                   encoder_seq_len=encoder_seq_len, memory_fraction=memory_fraction,
+                   reserve_bytes=reserve_bytes, skip_invalid=skip_invalid)
+    if answer.rows > SWEEP_TOOL_ROWS:
+        raise KvcalcError(f"the sweep has {answer.rows:,} rows; the tool answers at most "
+                          f"{SWEEP_TOOL_ROWS:,}: narrow seq_len, batch, kv_heads, kv_dtype or "
+                          "tp (`kvcalc sweep` streams any number as CSV)")
+    return _SweepRows(answer)
+
+
+@dataclass(frozen=True)
+class _SweepRows:
+    answer: Any  # kvcalc.sweep.answer.SweepAnswer
+
+    def as_dict(self) -> dict:
+        return {"rows": self.answer.as_dict(), "skipped": list(self.answer.skipped)}
+
+
+def _check_and_sweep() -> dict[str, Tool]:
+    from kvcalc.answers.check import check
+
+    return {
+        "check": Tool("check", check, (
+            "`kvcalc check --format json`, the log given as its text: kvcalc's count "
+            "beside every figure a vLLM, SGLang or TensorRT-LLM start-up log printed, and "
+            "for a start-up that failed, the cause the log gives and the fix.")),
+        "sweep": Tool("sweep", _sweep, (
+            "`kvcalc sweep --format json`, its rows under \"rows\": a model's KV cache, "
+            "weights, decode roofline and fit on a device over a grid of lengths, batches, "
+            "K/V heads, KV dtypes and tensor-parallel degrees.")),
     }

@@ -10,6 +10,10 @@ same values), computed on whole arrays a chunk at a time:
     csvtext.py         numpy columns to CSV text (exact ints, floats as ".12g")
     csv.py             the CSV stream;  parquet.py: the Parquet file (pyarrow)
     plot_selection.py  the rows `--plot` draws, kept while the rest streams past
+    answer.py          `kvcalc sweep` as a library function (SweepAnswer)
+
+The package is also that function: `kvcalc.sweep(model=..., seq_len=...)` calls
+kvcalc.sweep.answer.sweep, while `kvcalc.sweep.sweep_frame` and the rest stay here.
 
 The Python API below is loaded on first use (PEP 562), so that importing the
 package, or its grammar alone, imports no numpy.
@@ -18,6 +22,8 @@ package, or its grammar alone, imports no numpy.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import Any
 
 # name -> submodule it comes from, imported when first asked for
@@ -29,12 +35,37 @@ _API = {
     "sweep_frame": "kvcalc.sweep.compute",
     "write_csv": "kvcalc.sweep.csv",
     "write_parquet": "kvcalc.sweep.parquet",
+    "SweepAnswer": "kvcalc.sweep.answer",
 }
 
 __all__ = sorted(_API)
 
 
+class _Sweep(types.ModuleType):
+    """kvcalc.sweep: this package, and called, the function kvcalc.sweep.answer.sweep.
+    Importing a submodule binds the package on kvcalc as `sweep`, so the function cannot
+    take that name there; the package answers calls for it instead."""
+
+    def __call__(self, *args, **parameters):
+        from kvcalc.sweep.answer import sweep
+
+        return sweep(*args, **parameters)
+
+    @property
+    def __signature__(self):  # the function's, for help() and inspect
+        import inspect
+
+        from kvcalc.sweep.answer import sweep
+
+        return inspect.signature(sweep)
+
+
+sys.modules[__name__].__class__ = _Sweep
+
+
 def __getattr__(name: str) -> Any:
+    if name == "sweep":  # kvcalc's lazy table names kvcalc.sweep by its `sweep`: itself
+        return sys.modules[__name__]
     module = _API.get(name)
     if module is None:
         raise AttributeError(f"module 'kvcalc.sweep' has no attribute {name!r}")
