@@ -11,6 +11,9 @@ const MAX_HEADER_BYTES = 100_000_000; // safetensors' own cap
 const KEYS = { src: "source", model: "model", name: "config_name", rev: "revision",
   gpu: "gpu", engine: "engine", ctx: "context", batch: "batch", kv: "kv_dtype",
   w: "weight_dtype", gpus: "gpus" };
+// The form field each of fit's fixes sets (gpu_memory_utilization has none here).
+const FIX_FIELDS = { tp: "gpus", max_model_len: "context", kv_dtype: "kv_dtype",
+  weight_dtype: "weight_dtype", max_num_seqs: "batch" };
 const KIND_TITLES = { weights: "weights", activations: "activations", "non-torch": "non-torch",
   graphs: "CUDA graphs", headroom: "headroom", kv: "KV cache" };
 
@@ -92,7 +95,9 @@ function fillForm(r) {
 function showSource() {
   const src = radio("src");
   for (const el of document.querySelectorAll("[data-src]")) el.hidden = el.dataset.src !== src;
-  $("context").placeholder = radio("engine") === "vllm" ? "auto" : "model's context";
+  const vllm = radio("engine") === "vllm";
+  $("context").placeholder = vllm ? "auto" : "model's context";
+  if (!vllm && $("context").value.trim().toLowerCase() === "auto") $("context").value = ""; // vLLM's alone
 }
 
 function options(select, items, keepFirst) {
@@ -204,7 +209,16 @@ function render(ans) {
   $("fixes").innerHTML = "";
   $("fixes-card").hidden = !ans.fixes.length && !(fit.refusal);
   if (fit.refusal) addItem($("fixes"), fit.refusal, "refusal");
-  for (const f of ans.fixes) addItem($("fixes"), f, "fix");
+  ans.fixes.forEach((text, i) => {
+    const li = addItem($("fixes"), text, "fix");
+    const fix = (fit.fixes || [])[i];
+    const field = fix && FIX_FIELDS[fix.setting];
+    if (!field) return;
+    const b = document.createElement("button");
+    b.type = "button"; b.className = "apply"; b.textContent = "Apply";
+    b.addEventListener("click", () => { $(field).value = String(fix.value); run(); });
+    li.append(" ", b);
+  });
   $("launch").textContent = ans.launch || "no layout serves: see below";
   $("copy").disabled = !ans.launch;
   $("plan-error").hidden = !ans.plan_error;
@@ -220,6 +234,7 @@ function addItem(list, text, cls) {
   li.className = cls;
   li.textContent = text;
   list.append(li);
+  return li;
 }
 
 function shellQuote(s) {
@@ -270,7 +285,7 @@ function drawPlot(plan) {
   if (!plan) { el.textContent = "No layout to plot."; return; }
   const best = plan.best || plan.engines?.[0]?.best;
   const layouts = plan.layouts || [best];
-  const W = 640, H = 300, L = 64, R = 16, T = 14, B = 44;
+  const W = 900, H = 320, L = 64, R = 16, T = 14, B = 44;
   const xs = layouts.map((x) => x.tokens_per_s_per_user), ys = layouts.map((x) => x.tokens_per_s_per_gpu);
   const xmax = nice(Math.max(...xs) * 1.08), ymax = nice(Math.max(...ys) * 1.1);
   const X = (v) => L + ((W - L - R) * v) / xmax, Y = (v) => H - B - ((H - T - B) * v) / ymax;
@@ -285,7 +300,10 @@ function drawPlot(plan) {
     const isBest = best && x.tokens_per_s_per_gpu === best.tokens_per_s_per_gpu && x.tokens_per_s_per_user === best.tokens_per_s_per_user;
     const label = `tp ${x.tp}${x.pp > 1 ? ` pp ${x.pp}` : ""}${x.replicas > 1 ? ` × ${x.replicas}` : ""}, batch ${x.max_num_seqs ?? x.batch}, KV ${x.kv_cache_dtype}`;
     svg.push(`<circle class="${isBest ? "pt best" : "pt"}" cx="${X(x.tokens_per_s_per_user)}" cy="${Y(x.tokens_per_s_per_gpu)}" r="${isBest ? 6 : 4}"><title>${label}: ${fmt(x.tokens_per_s_per_gpu, 1)} tok/s per GPU, ${fmt(x.tokens_per_s_per_user, 1)} per user</title></circle>`);
-    if (isBest) svg.push(`<text class="bestlabel" x="${X(x.tokens_per_s_per_user) + 9}" y="${Y(x.tokens_per_s_per_gpu) - 8}">best: ${label}</text>`);
+    if (isBest) {
+      const right = X(x.tokens_per_s_per_user) > W * 0.6; // keep the label inside the plot
+      svg.push(`<text class="bestlabel" x="${X(x.tokens_per_s_per_user) + (right ? -9 : 9)}" y="${Y(x.tokens_per_s_per_gpu) - 10}" text-anchor="${right ? "end" : "start"}">best: ${label}</text>`);
+    }
   }
   svg.push("</svg>");
   el.innerHTML = svg.join("");
@@ -294,10 +312,11 @@ function drawPlot(plan) {
 function nice(v) {
   if (!(v > 0)) return 1;
   const p = 10 ** Math.floor(Math.log10(v));
-  return [1, 2, 2.5, 5, 10].map((m) => m * p).find((c) => c >= v);
+  return [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10].map((m) => m * p).find((c) => c >= v - 1e-9);
 }
 function ticks(max) {
-  const step = nice(max / 5);
+  const p = 10 ** Math.floor(Math.log10(max / 5));
+  const step = [1, 2, 2.5, 5, 10].map((m) => m * p).find((c) => max / c <= 6);
   const out = [];
   for (let t = 0; t <= max + 1e-9; t += step) out.push(t);
   return out;
