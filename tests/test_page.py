@@ -318,3 +318,20 @@ def test_page_in_headless_chromium(tmp_path):
     assert out["shared"]["answer"]["fit"] == q2["answer"]["fit"]
     for path in shots:
         assert Path(path).stat().st_size > 10_000
+
+
+def test_the_page_imports_nothing_heavy(tmp_path):
+    """The page's Python is the standard library and kvcalc: an answer imports no numpy,
+    torch, pandas, rich or typer (Pyodide's core has none of them)."""
+    if not (WEB / "kvcalc_page.py").is_file():
+        pytest.skip("web/ is not beside tests/ (a copy of the tests alone)")
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import kvcalc_page as p; "
+            "a = json.loads(p.answer({'source': 'preset', 'model': 'llama3.1-8b', "
+            "'gpu': 'h100-sxm', 'engine': 'sglang'})); assert 'error' not in a, a; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'numpy', 'torch', 'pandas', 'rich', 'typer', 'click', 'huggingface_hub'}))")
+    p = subprocess.run([sys.executable, "-c", code, str(WEB)], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO),
+                            "KVCALC_PAGE_WORK": str(tmp_path)})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
