@@ -78,7 +78,7 @@ def _equal(a, b, where: str = "") -> None:
 def _same_as_cli(answer: dict, env: dict | None = None) -> None:
     assert "error" not in answer, answer
     _equal(answer["fit"], _cli(answer["commands"]["fit"], env), "fit")
-    _equal(answer["plan"], _cli(answer["commands_plan"], env), "plan")
+    _equal(answer["plan"], _cli(answer["commands"]["plan"], env), "plan")
     plan = answer["plan"]
     best = plan["best"] if "best" in plan else plan["engines"][0]["best"]
     assert answer["launch"] == best["command"]
@@ -169,7 +169,11 @@ def test_errors_come_back_as_one_line(tmp_path):
     page = _page_module(tmp_path)
     answer = json.loads(page.answer({"source": "preset", "model": "llama3.1-8b",
                                      "gpu": "h100-sxm", "batch": "many"}))
-    assert answer == {"error": "--max-num-seqs is a whole number, got 'many'"}
+    assert answer == {"error": "--max-num-seqs expects a whole number, e.g. 8, 1k (= 1,000) "
+                               "or 1K (= 1,024); got 'many'"}
+    answer = json.loads(page.answer({"source": "preset", "model": "llama3.1-8b",
+                                     "engine": "sglang", "context": "32K"}))
+    assert answer["commands"]["fit"][-4:] == ["--context-length", "32768", "--format", "json"]
 
 
 # --- the built site in headless Chromium ----------------------------------------------------

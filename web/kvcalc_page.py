@@ -82,7 +82,8 @@ def catalogue() -> str:
 
 def answer(request: str | dict, hub: str | dict | None = None) -> str:
     """The answer to one request, as JSON: {"fit", "plan"} each its command's JSON, with
-    "commands" (the argv of each), "headline", "fixes", "bar", "launch"; or {"error"}."""
+    "commands" (the argv of each), "headline", "fixes", "bar", "launch" (and "plan_error"
+    when no layout serves); or {"error"}: kvcalc's one line."""
     r = json.loads(request) if isinstance(request, str) else request
     h = json.loads(hub) if isinstance(hub, str) else hub
     try:
@@ -95,7 +96,7 @@ def _answer(r: dict, hub: dict | None) -> dict:
     engine = r.get("engine") or "vllm"
     if engine not in ENGINES:
         raise KvcalcError(f"engine {engine!r}: the page counts {', '.join(ENGINES)}")
-    gpus = _whole(r.get("gpus") or 1, "GPUs")
+    gpus = _whole(r.get("gpus") or 1, "--tp")
     spec, model_args, served = _model(r, hub)
     kwargs, flags = _engine_inputs(r, engine)
     gpu = r.get("gpu") or "h100-sxm"
@@ -106,7 +107,9 @@ def _answer(r: dict, hub: dict | None) -> dict:
                 *(["--engine", engine] if engine != "vllm" else []), *flags, "--format", "json"]
     out = {"fit": data, "headline": _headline(fit), "fixes": _fixes(fit),
            "bar": bar(data), "commands": {"fit": fit_argv}}
-    out.update(_plan(spec, gpu, gpus, engine, r, data, model_args, served))
+    plan_argv, planned = _plan(spec, gpu, gpus, engine, r, data, model_args, served)
+    out["commands"]["plan"] = plan_argv
+    out.update(planned)
     return out
 
 
@@ -184,22 +187,28 @@ def _engine_inputs(r: dict, engine: str) -> tuple[dict, list[str]]:
             value = "auto"  # vLLM's count needs a length: its longest that fits
         if not value:
             continue
-        if key in ("context", "batch") and value.lower() != "auto":
+        if key == "context" and value.lower() == "auto":
+            if engine != "vllm":
+                raise KvcalcError(f"{flag} auto: the longest that fits is vLLM's "
+                                  "--max-model-len auto; give tokens, or none for the "
+                                  "model's context")
+            kwargs[name] = "auto"
+        elif key in ("context", "batch"):
             kwargs[name] = _whole(value, flag)
-            value = str(kwargs[name])
         else:
-            kwargs[name] = value.lower() if key == "context" else value
-        flags += [flag, kwargs[name] if isinstance(kwargs[name], str) else value]
+            kwargs[name] = value
+        flags += [flag, str(kwargs[name])]
     return kwargs, flags
 
 
-def _whole(value, what: str) -> int:
-    try:
-        n = int(str(value).replace(",", "").replace("_", ""))
-    except ValueError:
-        raise KvcalcError(f"{what} is a whole number, got {value!r}") from None
+def _whole(value, flag: str) -> int:
+    """A count as the command line reads it (32768, 32k, 32K; kvcalc.ground.units), at
+    least 1."""
+    from kvcalc.ground.units import count
+
+    n = count(str(value).replace(",", ""), flag)
     if n < 1:
-        raise KvcalcError(f"{what} is at least 1, got {n}")
+        raise KvcalcError(f"{flag} is at least 1, got {n:,}")
     return n
 
 
@@ -253,10 +262,10 @@ def bar(data: dict) -> dict:
 
 
 def _plan(spec, gpu: str, gpus: int, engine: str, r: dict, fit: dict, model_args: list,
-          served: str | None) -> dict:
-    """`kvcalc plan` on the same model, GPU, device count and length: its JSON (vLLM's
-    front; another engine's best layout, as `plan --engine E` writes it), its argv, and
-    the best layout's launch line; {"plan_error"} when nothing serves."""
+          served: str | None) -> tuple[list[str], dict]:
+    """(the argv of `kvcalc plan` on the same model, GPU, device count and length, {its
+    JSON (vLLM's front; another engine's best layout, as `plan --engine E` writes it) and
+    the best layout's launch line}; "plan_error" when nothing serves)."""
     from kvcalc.plan import NothingFits
 
     context = str(r.get("context") or "").strip().lower()
@@ -274,9 +283,8 @@ def _plan(spec, gpu: str, gpus: int, engine: str, r: dict, fit: dict, model_args
             argv += ["--max-model-len", str(length), "--engine", engine, "--format", "json"]
             data, launch = engine_plan(spec, gpu, gpus, length, engine, served)
     except NothingFits as e:
-        return {"plan": None, "plan_error": " ".join(str(e).split()), "launch": None,
-                "commands_plan": argv}
-    return {"plan": data, "launch": launch, "commands_plan": argv}
+        return argv, {"plan": None, "plan_error": " ".join(str(e).split()), "launch": None}
+    return argv, {"plan": data, "launch": launch}
 
 
 def vllm_plan(spec, gpu: str, gpus: int, length, served: str | None):

@@ -225,7 +225,7 @@ function render(ans) {
   $("plan-error").textContent = ans.plan_error || "";
   drawPlot(ans.plan);
   $("cli-fit").textContent = "kvcalc " + ans.commands.fit.map(shellQuote).join(" ");
-  $("cli-plan").textContent = "kvcalc " + ans.commands_plan.map(shellQuote).join(" ");
+  $("cli-plan").textContent = "kvcalc " + ans.commands.plan.map(shellQuote).join(" ");
   $("json").textContent = JSON.stringify(fit, null, 2);
 }
 
