@@ -384,7 +384,7 @@ async function boot() {
     $("go").disabled = false;
     status.textContent = `Ready (Python loaded in ${fmt(timings.ready / 1000, 1)} s)`;
     status.dataset.state = "ready";
-    if (current.model || current.config) await run();
+    if (current.model || current.config || !location.hash) await run(); // a bare address: the defaults
   } catch (e) {
     status.textContent = `Could not load: ${e.message || e}`;
     status.dataset.state = "failed";
