@@ -3,8 +3,9 @@ here and in headless Chromium (Pyodide) when a built site, node and Chromium are
 
 The browser test loads the site from a local server, asks two questions (a preset on
 vLLM with --max-model-len auto from the address; a Hub id on SGLang typed into the form,
-its config.json and safetensors headers fetched by range requests from a mock Hub) and
-opens the address the second left, as a shared link. Each answer's JSON must equal
+its config.json and safetensors headers fetched by range requests from a mock Hub),
+opens the address the second left, as a shared link, and asks a third (a Hub id whose
+one model.safetensors has no index, on vLLM). Each answer's JSON must equal
 `kvcalc fit` / `kvcalc plan --format json` run here, and the page must draw those
 numbers. A screenshot of each question goes to KVCALC_PAGE_SCREENSHOT (default: the
 test's tmp folder; the second beside it, -2.png) for CI to keep.
@@ -33,7 +34,8 @@ from tests.hubcache import hf_cache, model_folder
 
 REPO = Path(__file__).resolve().parent.parent
 WEB = REPO / "web"
-REPO_ID = "kvcalc-test/Tiny-Qwen3"  # the mock Hub's repository
+REPO_ID = "kvcalc-test/Tiny-Qwen3"  # the mock Hub's repository: two shards and an index
+SINGLE_ID = "kvcalc-test/Tiny-Single"  # and one with model.safetensors alone
 
 
 def _page_module(tmp_path: Path):
@@ -101,6 +103,10 @@ def _tiny_repo(root: Path) -> tuple[Path, Path]:
     folder = model_folder(root / "folder", config, shards)
     home = root / "hf"
     snapshot = hf_cache(home, REPO_ID, folder)
+    single = model_folder(root / "single", config, {"model.safetensors": [
+        ("model.embed_tokens.weight", "BF16", [151936, 4096]),
+        ("model.layers.weight", "F8_E4M3", [36, 4096, 32768])]})
+    hf_cache(home, SINGLE_ID, single)
     return home, snapshot
 
 
@@ -196,10 +202,11 @@ class _SiteHandler(http.server.SimpleHTTPRequestHandler):
 
 
 class _HubHandler(http.server.BaseHTTPRequestHandler):
-    """The Hub's /ORG/NAME/resolve/REV/FILE with range requests and CORS, from a folder;
-    it counts the bytes it sends (the page must read headers, never weights)."""
+    """The Hub's /ORG/NAME/resolve/REV/FILE with range requests and CORS, from the
+    snapshots of a Hugging Face cache; it counts the bytes it sends (the page must read
+    headers, never weights)."""
 
-    folder: Path
+    hub: Path  # HF_HUB_CACHE
     sent = [0]
 
     def log_message(self, *args) -> None:
@@ -217,9 +224,10 @@ class _HubHandler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802
         parts = urllib.parse.urlparse(self.path).path.strip("/").split("/")
-        path = self.folder / parts[-1]
-        if len(parts) != 5 or "/".join(parts[:2]) != REPO_ID or parts[2] != "resolve" \
-                or not path.is_file():
+        repo = self.hub / f"models--{parts[0]}--{parts[1]}" if len(parts) == 5 else None
+        path = repo / "snapshots" / (repo / "refs" / "main").read_text().strip() / parts[4] \
+            if repo is not None and repo.is_dir() else None
+        if path is None or parts[2:4] != ["resolve", "main"] or not path.is_file():
             self.send_response(404)
             self._cors()
             self.end_headers()
@@ -262,7 +270,7 @@ def test_page_in_headless_chromium(tmp_path):
         missing("no node, or no playwright-core in web/node_modules: npm ci in web/")
     home, snapshot = _tiny_repo(tmp_path)
     hub_env = {"HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub"), "HF_HUB_OFFLINE": "1"}
-    hub_handler = type("Hub", (_HubHandler,), {"folder": snapshot, "sent": [0]})
+    hub_handler = type("Hub", (_HubHandler,), {"hub": home / "hub", "sent": [0]})
     shot = Path(os.environ.get("KVCALC_PAGE_SCREENSHOT") or tmp_path / "page.png")
     shot.parent.mkdir(parents=True, exist_ok=True)
     shots = [str(shot), str(shot.with_name(shot.stem + "-2" + shot.suffix))]
@@ -273,7 +281,9 @@ def test_page_in_headless_chromium(tmp_path):
         plan = {"chromium": chromium, "url": f"{site_url}/?hub={hub_url}#{first}",
                 "screenshots": shots, "timeout_ms": 240000,
                 "form": {"source": "hub", "model": REPO_ID, "gpu": "l4", "engine": "sglang",
-                         "context": "32768", "batch": "16"}}
+                         "context": "32768", "batch": "16"},
+                "third": {"source": "hub", "model": SINGLE_ID, "gpu": "h100-sxm",
+                          "engine": "vllm", "context": "8192", "batch": ""}}
         (tmp_path / "plan.json").write_text(json.dumps(plan))
         p = subprocess.run([node, str(WEB / "drive.mjs"), str(tmp_path / "plan.json")],
                            capture_output=True, text=True, timeout=600, cwd=WEB)
@@ -284,7 +294,10 @@ def test_page_in_headless_chromium(tmp_path):
     (shot.parent / (shot.stem + ".json")).write_text(p.stdout)  # what the page said, for CI
     out = json.loads(p.stdout)
     assert "failure" not in out, out["failure"]
-    assert not out["console"], out["console"]
+    # A repository without an index answers the page's look for one with 404, which
+    # Chromium logs; nothing else may be logged as an error.
+    index_404 = f"/{SINGLE_ID}/resolve/main/model.safetensors.index.json)"
+    assert not [c for c in out["console"] if not c.endswith(index_404)], out["console"]
     print(f"\npage: Python ready {out['first']['timings']['ready'] / 1000:.1f} s, first answer "
           f"{out['first']['timings']['first_answer'] / 1000:.1f} s after load "
           f"({out['first']['wall_ms'] / 1000:.1f} s wall); second answer "
@@ -320,6 +333,13 @@ def test_page_in_headless_chromium(tmp_path):
     # 3: the address the second question left gives its answer again
     assert out["shared"]["state"] == "done"
     assert out["shared"]["answer"]["fit"] == q2["answer"]["fit"]
+    # 4: a Hub id with model.safetensors alone (no index), typed in again
+    q3 = out["third"]
+    assert q3["state"] == "done", q3
+    _same_as_cli(q3["answer"], hub_env)
+    assert q3["answer"]["fit"]["model"] == SINGLE_ID
+    assert hub_handler.sent[0] < 1 << 20, hub_handler.sent[0]
+
     for path in shots:
         assert Path(path).stat().st_size > 10_000
 

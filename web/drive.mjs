@@ -1,7 +1,8 @@
 // Drives the page in headless Chromium for tests/test_page.py: `node web/drive.mjs PLAN.json`
-// prints one JSON object. PLAN: {chromium, url, form, screenshots: [first, second],
-// timeout_ms}. Question 1 comes from the address (url's #fragment); question 2 is typed
-// into the form; question 3 opens the address question 2 left, as a shared link would.
+// prints one JSON object. PLAN: {chromium, url, form, third, screenshots: [first, second],
+// timeout_ms}. Question 1 comes from the address (url's #fragment); question 2 (form) is
+// typed into the form; then the address question 2 left is opened, as a shared link would
+// be; question 3 (third, if given) is typed into the first page's form.
 import { chromium } from "playwright-core";
 import { readFileSync } from "node:fs";
 
@@ -34,6 +35,25 @@ async function answered(page) {
   });
 }
 
+async function ask(page, f) {
+  // a question typed into the form, then Calculate
+  await page.evaluate(() => { document.getElementById("result").dataset.state = "idle"; });
+  await page.click(`#source label:has(input[value="${f.source}"])`);
+  if (f.source === "hub") await page.fill("#hub_id", f.model);
+  if (f.source === "config") { await page.fill("#config", f.config); await page.fill("#config_name", f.config_name || ""); }
+  if (f.source === "preset") await page.selectOption("#preset", f.model);
+  await page.selectOption("#gpu", f.gpu);
+  await page.click(`#engine label:has(input[value="${f.engine}"])`);
+  await page.fill("#context", f.context || "");
+  await page.fill("#batch", f.batch || "");
+  if (f.kv_dtype !== undefined) await page.selectOption("#kv_dtype", f.kv_dtype);
+  const t = Date.now();
+  await page.click("#go");
+  const got = await answered(page);
+  got.wall_ms = Date.now() - t;
+  return got;
+}
+
 try {
   const context = await browser.newContext({ viewport: { width: 1360, height: 1000 }, deviceScaleFactor: 1 });
   const page = await context.newPage();
@@ -45,26 +65,13 @@ try {
   out.first.wall_ms = Date.now() - t0;
   await page.screenshot({ path: plan.screenshots[0], fullPage: true });
 
-  const f = plan.form;
-  await page.evaluate(() => { document.getElementById("result").dataset.state = "idle"; });
-  await page.click(`#source label:has(input[value="${f.source}"])`);
-  if (f.source === "hub") await page.fill("#hub_id", f.model);
-  if (f.source === "config") { await page.fill("#config", f.config); await page.fill("#config_name", f.config_name || ""); }
-  if (f.source === "preset") await page.selectOption("#preset", f.model);
-  await page.selectOption("#gpu", f.gpu);
-  await page.click(`#engine label:has(input[value="${f.engine}"])`);
-  await page.fill("#context", f.context || "");
-  await page.fill("#batch", f.batch || "");
-  if (f.kv_dtype !== undefined) await page.selectOption("#kv_dtype", f.kv_dtype);
-  const t1 = Date.now();
-  await page.click("#go");
-  out.second = await answered(page);
-  out.second.wall_ms = Date.now() - t1;
+  out.second = await ask(page, plan.form);
   await page.screenshot({ path: plan.screenshots[1], fullPage: true });
 
   const shared = await context.newPage();
   await shared.goto(new URL(out.second.hash, plan.url).href, { waitUntil: "load", timeout });
   out.shared = await answered(shared);
+  if (plan.third) out.third = await ask(page, plan.third);
 } catch (e) {
   out.failure = String(e && e.stack || e);
 } finally {
