@@ -169,3 +169,32 @@ def test_estimate_json_is_the_functions_as_dict_on_the_golden_cases(monkeypatch)
         monkeypatch.chdir(where)  # config paths are relative to it
         est = kvcalc.estimate(argv[2], hardware="h100-sxm", engine="vllm")
         assert json.loads(json.dumps(est.as_dict())) == want, name
+
+
+def _int_flags(engine: str) -> list[str]:
+    """The engine's own flags whose field in its flags record takes a whole number."""
+    import typing
+
+    from kvcalc.serving.flags import OWNER
+    from kvcalc.serving.sglang import SglangFlags
+    from kvcalc.serving.trtllm import TrtllmFlags
+
+    hints = typing.get_type_hints(SglangFlags if engine == "sglang" else TrtllmFlags)
+    return sorted(n for n, owners in OWNER.items() if owners == (engine,) and n in hints
+                  and int in (typing.get_args(hints[n]) or (hints[n],))
+                  and bool not in (typing.get_args(hints[n]) or (hints[n],)))
+
+
+@pytest.mark.parametrize("engine", ["sglang", "tensorrt-llm"])
+def test_another_engines_flag_of_the_wrong_type_is_named(engine):
+    """SGLang's and TensorRT-LLM's flags reach the library by name, past the CLI's
+    parsers: a whole-number flag given "auto" or 0.5 (the page once sent context_length
+    "auto") is a ParameterError naming it, never a TypeError from deep in the count."""
+    names = _int_flags(engine)
+    assert {"sglang": "context_length", "tensorrt-llm": "max_seq_len"}[engine] in names
+    for name in names:
+        for bad in ("auto", 0.5, True):
+            with pytest.raises(ParameterError) as e:
+                kvcalc.fit(model="llama3.1-8b", engine=engine, **{name: bad})
+            assert e.value.parameters == (name,)
+            assert str(e.value).startswith(f"{name} takes a whole number")

@@ -222,7 +222,7 @@ def _other_engine(ref, p: dict) -> FitAnswer:
     from kvcalc.estimate import approximate_fields, weights_source
     from kvcalc.serving import count
     from kvcalc.serving.drafts import draft_of
-    from kvcalc.serving.flags import engine_flags
+    from kvcalc.serving.flags import check_types, engine_flags
     from kvcalc.serving.offload import host_tier
     from kvcalc.serving.vllm.settings import settings_for
 
@@ -238,6 +238,7 @@ def _other_engine(ref, p: dict) -> FitAnswer:
                                    "enable_prefix_caching", "kv_offloading_size",
                                    "kv_offloading_backend")}}
     given = {**p["engine_flags"], **{k: v for k, v in shared.items() if v is not None}}
+    check_types(ref.name, given)
     speed_engine = speed.engine_option(p["engine"], p["mfu"], p["bandwidth_efficiency"],
                                        speed.DEFAULT)
     mfu, bandwidth_efficiency = speed.shares(p["mfu"], p["bandwidth_efficiency"])

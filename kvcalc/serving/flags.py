@@ -9,11 +9,12 @@ name (`--gpu-memory-utilization` with SGLang: "give --mem-fraction-static").
 
 from __future__ import annotations
 
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 from kvcalc.serving.offload import OFFLOAD_FLAGS, OFFLOAD_UNITS
 from kvcalc.serving.releases import TITLES
 
-__all__ = ["ALIKE", "ELSEWHERE", "OWNER", "SIDE", "check_owners", "engine_flags"]
+__all__ = ["ALIKE", "ELSEWHERE", "OWNER", "SIDE", "check_owners", "check_types",
+           "engine_flags"]
 
 # parameter name -> the engines that take it
 OWNER = {
@@ -131,6 +132,45 @@ def check_owners(engine: str, given: dict, spell=lambda name: name) -> None:
                           f"{owners[0]}), and the engine counted is {TITLES[engine]}{instead}")
 
 
+# what a flag's field takes, in words, by the Python type of its record's annotation
+_TAKES = {int: "a whole number", bool: "true or false", float: "a number", str: "text"}
+
+
+def check_types(engine: str, given: dict) -> None:
+    """Each flag in `given` of a type its field in `engine`'s flags record (SglangFlags,
+    TrtllmFlags; vLLM's settings are checked as the library reads them) takes: a whole number where the engine's parser wants an int (not
+    "auto", not 0.5, not True), a switch a bool; ParameterError naming the flag's
+    parameter otherwise (the library's callers give these by name, past the CLI's
+    parsers)."""
+    import types
+    import typing
+
+    if engine == "sglang":
+        from kvcalc.serving.sglang import SglangFlags as flags_class
+    elif engine == "tensorrt-llm":
+        from kvcalc.serving.trtllm import TrtllmFlags as flags_class
+    else:
+        return
+    hints = typing.get_type_hints(flags_class)
+    for name, value in given.items():
+        hint = hints.get(name)
+        if hint is None or value is None:
+            continue
+        allowed = tuple(t for t in (typing.get_args(hint) if isinstance(hint, types.UnionType)
+                                    else (hint,)) if t in _TAKES)
+        if not allowed:
+            continue
+        if isinstance(value, bool) and bool not in allowed:
+            ok = False
+        elif float in allowed:
+            ok = isinstance(value, (*allowed, int))
+        else:
+            ok = isinstance(value, allowed)
+        if not ok:
+            what = " or ".join(_TAKES[t] for t in allowed)
+            raise ParameterError(f"{{{name}}} takes {what}, got {literal(repr(value))}", name)
+
+
 def engine_flags(ref, settings, *, kv_scale_bytes: int = 0, **given):
     """The record `ref`'s wing takes: `settings` (kvcalc.serving.vllm.settings.EngineSettings,
     what the workload says: dtypes, weights, tp, pp) and `given` (the engine's own
@@ -153,6 +193,7 @@ def engine_flags(ref, settings, *, kv_scale_bytes: int = 0, **given):
     if ref.name == "sglang":
         from kvcalc.serving.sglang import SglangFlags, allow_long_context_from_env
 
+        check_types(ref.name, given)
         layout = Layout(tp=settings.tp, pp=pp, dp=given.pop("dp_size", 1),
                         dp_attention=bool(given.pop("enable_dp_attention", False)))
         given.setdefault("context_length", settings.max_model_len)
@@ -161,6 +202,7 @@ def engine_flags(ref, settings, *, kv_scale_bytes: int = 0, **given):
                            allow_long_context=allow_long_context_from_env(), **given)
     from kvcalc.serving.trtllm import TrtllmFlags
 
+    check_types(ref.name, given)
     path = given.pop("extra_llm_api_options", None)
     if path is not None:
         from kvcalc.serving.speculative import llm_api_speculative_config
