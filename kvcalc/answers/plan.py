@@ -88,49 +88,36 @@ def plan(*, model, gpu="h100-sxm", gpus: int = 1, max_model_len: int | str | Non
     (`max_model_len`: a number or "auto", the longest each layout fits; `prompt_len`,
     `output_len`), `concurrency` in requests across all replicas, latency targets in
     milliseconds (`ttft_ms`, `tpot_ms`), `acceptance_rate` a share in [0, 1].
-    `engine`: vllm (default), sglang or tensorrt-llm (@release), a comma-separated list
-    or "any" for each engine's own count side by side; "roofline" times vLLM's layouts
-    on the datasheet roofline. `vllm_version`: whose count (default 0.33, or the
-    calibration's). `calibration`: a file `kvcalc check LOG -o FILE` wrote, its measured
-    terms for the layouts of its tp and pp. vLLM's speculative, LoRA and multimodal
-    parameters by their vLLM names; another engine's by its own (`engine_flags`:
-    speculative_algorithm, speculative_num_steps, extra_llm_api_options, ...).
+    `engine`: vllm (default), sglang or tensorrt-llm (@release), a list ("vllm,sglang")
+    or "any", each under its own count; "roofline": vLLM's on the datasheet roofline.
+    `vllm_version`: whose count (default 0.33, or the calibration's). `calibration`: a
+    file `kvcalc check LOG -o FILE` wrote, measured terms for its tp and pp. vLLM's
+    speculative, LoRA and multimodal parameters by their vLLM names; another engine's by
+    its own (`engine_flags`: speculative_algorithm, extra_llm_api_options, ...).
     `disaggregated`: also prefill and decode on separate instances (xPyD), the KV moved
     at `transfer_bandwidth_gb_per_s` per GPU in GB/s (1e9 bytes a second; default the
     device's interconnect). `launch_model`: the name the launch line gives the model
     (default: MODEL as given for a Hub id or folder, else the preset's Hub id).
     """
     unexpected("plan", engine_flags, ENGINE_FLAGS)
-    hardware = device(gpu, "plan")
-    length = _length(max_model_len)
-    learnt = None
-    if calibration is not None:
-        from kvcalc.serving.vllm.calibration import read_calibration
-
-        learnt = read_calibration(calibration)
+    hardware, length = device(gpu, "plan"), _length(max_model_len)
+    learnt = _calibration(calibration)
     refs = _engines(engine)
-    lora = {"enable_lora": enable_lora or None, "max_loras": max_loras,
-            "max_lora_rank": max_lora_rank, "lora_dtype": lora_dtype,
-            "lora_target_modules": lora_target_modules}
-    given = {"speculative_config": speculative_config, **engine_flags, **lora,
-             "limit_mm_per_prompt": limit_mm_per_prompt, "mm_encoder_tp_mode": mm_encoder_tp_mode}
-    features = _features(refs, {k: given.get(k) for k in _FEATURES})
-    if launch_model is None and isinstance(model, str):
-        launch_model = launch_name(model)
+    features = _features(refs, {
+        "speculative_config": speculative_config, **engine_flags,
+        "enable_lora": enable_lora or None, "max_loras": max_loras,
+        "max_lora_rank": max_lora_rank, "lora_dtype": lora_dtype,
+        "lora_target_modules": lora_target_modules, "limit_mm_per_prompt": limit_mm_per_prompt,
+        "mm_encoder_tp_mode": mm_encoder_tp_mode})
+    launch_model = launch_model or (launch_name(model) if isinstance(model, str) else None)
     spec = model_spec(model)
     if learnt is not None:
         learnt.check_for(spec, hardware, str(calibration))
     _check(refs, features, data_parallel_size, enable_expert_parallel, disaggregated,
            transfer_bandwidth_gb_per_s, engine)
-    for name, value in (("ttft_ms", ttft_ms), ("tpot_ms", tpot_ms)):
-        if value is not None and not value > 0:
-            raise ParameterError("{" + name + "} must be a positive number of milliseconds",
-                                 name)
-    targets = {"ttft_s": None if ttft_ms is None else ttft_ms / 1000,
-               "tpot_s": None if tpot_ms is None else tpot_ms / 1000}
     common = dict(gpus=gpus, max_model_len=length, concurrency=concurrency,
                   prompt_len=prompt_len, output_len=output_len, model=launch_model,
-                  **targets)
+                  **_targets(ttft_ms, tpot_ms))
     if refs is not None:
         return _compare(refs, spec, hardware, common, vllm_version=vllm_version,
                         learnt=learnt, features=features, acceptance_rate=acceptance_rate)
@@ -139,6 +126,25 @@ def plan(*, model, gpu="h100-sxm", gpus: int = 1, max_model_len: int | str | Non
         features=features, data_parallel_size=data_parallel_size,
         enable_expert_parallel=enable_expert_parallel, acceptance_rate=acceptance_rate,
         disaggregated=disaggregated, transfer_bandwidth_gb_per_s=transfer_bandwidth_gb_per_s))
+
+
+def _calibration(path):
+    """The calibration file's terms (kvcalc.serving.vllm.calibration), or None."""
+    if path is None:
+        return None
+    from kvcalc.serving.vllm.calibration import read_calibration
+
+    return read_calibration(path)
+
+
+def _targets(ttft_ms, tpot_ms) -> dict:
+    """The latency targets in seconds, as kvcalc.plan takes them (positive, or None)."""
+    for name, value in (("ttft_ms", ttft_ms), ("tpot_ms", tpot_ms)):
+        if value is not None and not value > 0:
+            raise ParameterError("{" + name + "} must be a positive number of milliseconds",
+                                 name)
+    return {"ttft_s": None if ttft_ms is None else ttft_ms / 1000,
+            "tpot_s": None if tpot_ms is None else tpot_ms / 1000}
 
 
 def _length(value):
@@ -211,6 +217,7 @@ def _features(refs, given: dict) -> dict:
     speculative flags (LoRA is counted for vLLM only). A flag of another engine than the
     one planned is one error naming its own."""
     engine = refs[0].name if refs is not None and len(refs) == 1 else "vllm"
+    given = {k: given.get(k) for k in _FEATURES}
     features = {k: v for k, v in given.items() if v is not None}
     if refs is not None and len(refs) > 1 and features:
         raise ParameterError("plan counts speculative decoding and LoRA for one engine at a "
