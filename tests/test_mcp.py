@@ -28,6 +28,15 @@ SGLANG = {"model": "llama3.1-8b", "gpu": "h100-sxm", "engine": "sglang",
           "mem_fraction_static": "0.8", "context_length": 32768}
 SGLANG_ARGV = ["fit", "--preset", "llama3.1-8b", "--gpu", "h100-sxm", "--engine", "sglang",
                "--mem-fraction-static", "0.8", "--context-length", "32768"]
+# kvcalc.plan and kvcalc.bench (bench's runs a list, as the command's 1,8)
+PLAN = {"model": "qwen3-0.6b", "gpu": "l4", "max_model_len": 4096, "prompt_len": 1000,
+        "output_len": 200}
+PLAN_ARGV = ["plan", "--preset", "qwen3-0.6b", "--gpu", "l4", "--max-model-len", "4096",
+             "--prompt-len", "1000", "--output-len", "200"]
+BENCH = {"model": "llama3.1-8b", "gpu": "h100-sxm", "concurrency": [1, 8], "input_len": 1024,
+         "output_len": 128}
+BENCH_ARGV = ["bench", "--preset", "llama3.1-8b", "--gpu", "h100-sxm", "--concurrency", "1,8",
+              "--input-len", "1024", "--output-len", "128"]
 
 
 def _cli_json(argv: list[str]) -> dict:
@@ -88,6 +97,23 @@ def test_a_bad_argument_is_said_in_kvcalcs_words():
         fit.call({"model": "llama3-8b", "dp": 2})
 
 
+def test_plan_and_bench_take_their_own_arguments():
+    """kvcalc.plan and kvcalc.bench as tools: bench's runs a list, its max_model_len
+    tokens only (plan's may be "auto"), each engine's own flags by name."""
+    with pytest.raises(KvcalcError, match=r"^plan takes no argument 'max_model_length' \(did "
+                                          r"you mean max_model_len\?\); it takes model, gpu, "):
+        tools()["plan"].call({"model": "llama3-8b", "max_model_length": 8192})
+    with pytest.raises(KvcalcError, match=r"^concurrency must be a whole number or a list or "
+                                          r"null, got '1,8'$"):
+        tools()["bench"].call({"model": "llama3-8b", "concurrency": "1,8"})
+    bench = tools()["bench"].input_schema()["properties"]
+    assert bench["concurrency"]["type"] == ["integer", "array", "null"]
+    assert bench["max_model_len"]["description"].startswith("In tokens. ")
+    assert tools()["plan"].input_schema()["properties"]["max_model_len"]["type"] == [
+        "integer", "string", "null"]
+    assert "sglang: mem_fraction_static, max_running_requests," in tools()["bench"].description()
+
+
 def test_the_server_end_to_end_with_the_sdks_client():
     pytest.importorskip("mcp", reason="the MCP SDK is the `mcp` extra: pip install 'kvcalc[mcp]'")
     import anyio
@@ -114,17 +140,25 @@ def test_the_server_end_to_end_with_the_sdks_client():
                 results["unknown"] = await client.call_tool("estimate", {"model": "nosuch-7b"})
                 results["negative"] = await client.call_tool("fit", {**FIT, "max_model_len": -5})
                 results["typed"] = await client.call_tool("fit", {**FIT, "tp": "two"})
+                results["plan"] = await client.call_tool("plan", PLAN)
+                results["bench"] = await client.call_tool("bench", BENCH)
+                results["bad_plan"] = await client.call_tool("plan", {**PLAN, "ttft_ms": -1})
+                results["bad_bench"] = await client.call_tool("bench", {**BENCH,
+                                                                        "dataset_name": "x"})
 
     anyio.run(session)
 
     listed = {t.name: t for t in results["list"].tools}
-    assert sorted(listed) == ["estimate", "fit"]
+    assert sorted(listed) == sorted(tools())
     for name, tool in listed.items():
         assert tool.input_schema == tools()[name].input_schema()
-        assert {"model", "seq_len", "kv_dtype", "tp"} <= set(tool.input_schema["properties"])
+        assert "model" in tool.input_schema["required"]
+        if name in ("estimate", "fit"):
+            assert {"seq_len", "kv_dtype", "tp"} <= set(tool.input_schema["properties"])
         assert f"kvcalc {name} --format json" in tool.description
 
-    for name, argv in (("estimate", ESTIMATE_ARGV), ("fit", FIT_ARGV), ("sglang", SGLANG_ARGV)):
+    for name, argv in (("estimate", ESTIMATE_ARGV), ("fit", FIT_ARGV), ("sglang", SGLANG_ARGV),
+                       ("plan", PLAN_ARGV), ("bench", BENCH_ARGV)):
         result = results[name]
         assert not result.is_error, result.content
         want = _cli_json(argv)
@@ -134,7 +168,9 @@ def test_the_server_end_to_end_with_the_sdks_client():
 
     for name, line in (("unknown", "unknown model 'nosuch-7b': not a preset"),
                        ("negative", "max_model_len must be positive, got -5"),
-                       ("typed", "tp must be a whole number, got 'two'")):
+                       ("typed", "tp must be a whole number, got 'two'"),
+                       ("bad_plan", "ttft_ms must be a positive number of milliseconds"),
+                       ("bad_bench", "dataset_name must be random or sharegpt, got 'x'")):
         result = results[name]
         assert result.is_error, name
         text = result.content[0].text

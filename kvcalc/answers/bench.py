@@ -95,9 +95,9 @@ def bench(*, model, gpu="h100-sxm", engine: str | None = None, tp: int | None = 
     fitted terms time the steps; `tp`: devices (default 1, or the result file's).
     Lengths in tokens (`input_len`, `output_len`: default 1,024 and 128, each request's
     mean; `max_model_len`); `num_prompts`: requests sent (default 1,000, or 10 x the
-    concurrency). `concurrency`: the closed loop's requests in flight, one run each of a
-    list; else `request_rate` in requests a second (Poisson; math.inf: all at once, the
-    default). `prefix_hit`, `host_hit`: shares of each prompt already in the prefix cache,
+    concurrency). `concurrency`: the closed loop's requests in flight (a list: a run
+    each); `request_rate`: else the open loop's Poisson arrivals a second (a list: a run
+    each; math.inf: all at once, the default). `prefix_hit`, `host_hit`: shares of each prompt already in the prefix cache,
     or in the host tier, in [0, 1). `dataset_name`: "random" (lengths spread by
     `random_range_ratio` in [0, 1]) or "sharegpt". `past_saturation`: a rate over what
     the engine sustains runs anyway. `against`: a `vllm bench serve --save-result` JSON
