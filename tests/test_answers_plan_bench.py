@@ -116,7 +116,20 @@ def test_the_functions_are_keyword_only_and_name_their_parameters():
              "mem_fraction_static is SGLang's flag (count with engine sglang), and the engine "
              "counted is vLLM; vLLM's is gpu_memory_utilization"),
             (lambda: kvcalc.bench(model=model, image_size="10x10"),
-             "image_size sizes the images of images_per_request: give both")):
+             "image_size sizes the images of images_per_request: give both"),
+            # the models beneath (kvcalc.plan, kvcalc.served) name the parameters too
+            (lambda: kvcalc.plan(model=model, max_model_len=1000, output_len=2000),
+             "output_len 2,000 leaves no prompt in max_model_len 1,000"),
+            (lambda: kvcalc.plan(model=model, data_parallel_size=4),
+             "data_parallel_size 4 replicas need at least as many GPUs; gpus is 1"),
+            (lambda: kvcalc.plan(model=model, disaggregated=True),
+             "disaggregated needs a prefill and a decode instance: gpus 2 at least"),
+            (lambda: kvcalc.bench(model=model, against="tests/data/nosuch.json"),
+             "against tests/data/nosuch.json: no such file"),
+            (lambda: kvcalc.bench(model=model, concurrency=1, num_prompts=1,
+                                  acceptance_rate=0.5),
+             "acceptance_rate times speculative decoding: give the engine's speculative flag "
+             "(speculative_config, speculative_algorithm, extra_llm_api_options)")):
         with pytest.raises(ParameterError) as e:
             call()
         assert str(e.value) == message
