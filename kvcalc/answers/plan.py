@@ -164,6 +164,8 @@ def _length(value):
 
 def _check(refs, features, dp, expert_parallel, disaggregated, bandwidth, engine) -> None:
     """vLLM's layout parameters and the disaggregated plan are vLLM's alone."""
+    if dp is not None:
+        sized("data_parallel_size", dp, 4096)
     if refs is not None and (dp is not None or expert_parallel):
         name = "data_parallel_size" if dp is not None else "enable_expert_parallel"
         raise ParameterError("{" + name + "} is vLLM's flag: plan vLLM's layouts with it "
