@@ -18,6 +18,9 @@ from dataclasses import field
 from kvcalc.answers.given import device, model_spec, owned, unexpected
 from kvcalc.errors import ParameterError, literal
 from kvcalc.ground.record import record
+from kvcalc.served import BenchResult
+from kvcalc.served.against import Against
+from kvcalc.serving import EngineRef
 
 DEFAULT_INPUT_LEN = 1024  # tokens, vllm bench serve's random dataset's
 DEFAULT_OUTPUT_LEN = 128
@@ -45,7 +48,7 @@ class BenchAnswer:
     is what its table says. One predicted run per load (`results`, its JSON row in
     `runs`), or with `against` the file's runs beside kvcalc's."""
 
-    engine: object  # kvcalc.serving.EngineRef: the serving engine and its release
+    engine: EngineRef  # the serving engine and its release
     model: str
     gpu: str
     gpus: int  # tp: the devices one engine runs on
@@ -55,9 +58,9 @@ class BenchAnswer:
     closed_loop: bool  # runs by concurrency (else by request rate)
     images_per_request: int = 0
     image_tokens: int = 0  # the images' tokens in each prompt
-    results: tuple = ()  # kvcalc.served.BenchResult, one a load
+    results: tuple[BenchResult, ...] = ()  # one a load
     runs: tuple[dict, ...] = ()  # each run's JSON: its metrics, per GPU, the speculation gain
-    against: object | None = None  # kvcalc.served.against.Against, with a result file
+    against: Against | None = None  # with a result file: its runs beside kvcalc's
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def as_dict(self) -> dict:
@@ -97,14 +100,14 @@ def bench(*, model, gpu="h100-sxm", engine: str | None = None, tp: int | None = 
     mean; `max_model_len`); `num_prompts`: requests sent (default 1,000, or 10 x the
     concurrency). `concurrency`: the closed loop's requests in flight (a list: a run
     each); `request_rate`: else the open loop's Poisson arrivals a second (a list: a run
-    each; math.inf: all at once, the default). `prefix_hit`, `host_hit`: shares of each prompt already in the prefix cache,
-    or in the host tier, in [0, 1). `dataset_name`: "random" (lengths spread by
-    `random_range_ratio` in [0, 1]) or "sharegpt". `past_saturation`: a rate over what
-    the engine sustains runs anyway. `against`: a `vllm bench serve --save-result` JSON
-    or SGLang bench_serving JSONL, its runs beside kvcalc's. `images_per_request` images
-    of `image_size` ("WxH" pixels) in each prompt. vLLM's own flags by their vLLM names
-    (`kv_offloading_size` in GiB over all ranks); another engine's by its own
-    (`engine_flags`: mem_fraction_static, max_running_requests, max_batch_size, ...).
+    each; math.inf: all at once, the default). `prefix_hit`, `host_hit`: shares of each
+    prompt already in the prefix cache, or in the host tier, in [0, 1). `dataset_name`:
+    "random" (lengths spread by `random_range_ratio` in [0, 1]) or "sharegpt".
+    `past_saturation`: a rate over what the engine sustains runs anyway. `against`: a
+    `vllm bench serve --save-result` JSON or SGLang bench_serving JSONL, its runs beside
+    kvcalc's. `images_per_request` images of `image_size` ("WxH" pixels) in each prompt.
+    vLLM's own flags by their vLLM names (`kv_offloading_size` in GiB over all ranks);
+    another engine's by its own (`engine_flags`: mem_fraction_static, max_batch_size, ...).
     """
     p = dict(locals())  # every parameter by its name
     unexpected("bench", engine_flags, ENGINE_FLAGS)

@@ -14,7 +14,8 @@ from __future__ import annotations
 from kvcalc.answers.given import device, model_spec, owned, sized, unexpected
 from kvcalc.errors import ParameterError, literal
 from kvcalc.ground.record import record
-from kvcalc.plan.refusals import NothingFits
+from kvcalc.plan import NothingFits, Plan
+from kvcalc.plan.engines import EnginePlan
 
 # Another engine's speculative flags and SGLang's LoRA slots, by name (plan's
 # **engine_flags): kvcalc.serving.flags says whose each is.
@@ -43,8 +44,8 @@ class PlanAnswer:
     engine's best (`engines`, the winner by tokens/s per GPU first) and why the others
     serve nothing (`refusals`)."""
 
-    plan: object | None  # kvcalc.plan.Plan: vLLM's search, its front and launch line
-    engines: tuple = ()  # kvcalc.plan.engines.EnginePlan (or Plan for vLLM), best first
+    plan: Plan | None  # vLLM's search: its front, best layout and launch line
+    engines: tuple[EnginePlan | Plan, ...] = ()  # each engine's (Plan for vLLM's), best first
     refusals: tuple[str, ...] = ()  # an engine that serves no layout: why, one line each
 
     def as_dict(self) -> dict:
