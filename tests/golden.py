@@ -7,7 +7,9 @@ stdout is stored in tests/data/golden/<case>.<format>:
 - `fit --max-model-len ... --format json` (vLLM's count) for layouts that exercise each
   rule: dense, GQA with tp, sliding and chunked windows, MLA, MoE with quantized weights,
   hybrid state models, a multimodal model, pipeline stages;
-- two small `sweep` CSVs.
+- two small `sweep` CSVs;
+- `plan` and `bench --format json` (PLANS, BENCHES), which kvcalc.plan and kvcalc.bench
+  answer too (tests/test_answers_plan_bench.py).
 
 Regenerate on purpose only, in the commit that changes an answer, saying why:
     python tests/golden.py            # rewrite every file

@@ -4,6 +4,8 @@ record whose `as_dict()` is the command's `--format json`, exactly. The CLI only
 its flags into these parameters, calls, and prints (its tables read the same record).
 
 - `kvcalc.fit(...)` (fit.py): `kvcalc fit`, vLLM's start-up count and the floor beside it.
+- `kvcalc.plan(...)` (plan.py): `kvcalc plan`, the layouts N GPUs allow and the launch line.
+- `kvcalc.bench(...)` (bench.py): `kvcalc bench`, a served-load benchmark predicted.
 
 A value a function cannot take raises kvcalc.errors.ParameterError, naming the
 parameter (`max_model_len`); the command line says it as the flag (`--max-model-len`).
