@@ -124,6 +124,8 @@ def test_the_functions_are_keyword_only_and_name_their_parameters():
              "data_parallel_size 4 replicas need at least as many GPUs; gpus is 1"),
             (lambda: kvcalc.plan(model=model, disaggregated=True),
              "disaggregated needs a prefill and a decode instance: gpus 2 at least"),
+            (lambda: kvcalc.plan(model=model, calibration="tests/data/nosuch.yaml"),
+             "calibration tests/data/nosuch.yaml: no such file"),
             (lambda: kvcalc.bench(model=model, against="tests/data/nosuch.json"),
              "against tests/data/nosuch.json: no such file"),
             (lambda: kvcalc.bench(model=model, concurrency=1, num_prompts=1,

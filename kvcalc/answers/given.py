@@ -15,6 +15,8 @@ _MARK = re.compile("\x00([a-z0-9_]+)\x01")
 def device(gpu, command: str):
     """A Hardware: itself, a hardware preset's name or a hardware YAML file; None or
     "none" is refused: `command` needs a device."""
+    if isinstance(gpu, os.PathLike):
+        gpu = os.fspath(gpu)
     if isinstance(gpu, str) and gpu.strip().lower() != "none":
         from kvcalc.presets import hardware_named
 
