@@ -162,7 +162,7 @@ def _bench_command(p: dict) -> None:
             p[name] = _values(p[name], "--" + name.replace("_", "-"), kind)
     p["random_range_ratio"], p["dataset_name"] = p.pop("range_ratio"), p.pop("dataset")
     answer = bench(model=request.resolve(), **p)
-    items = _against_items(answer, p["against"]) if answer.against else _items(answer)
+    items = _items(answer) if answer.against is None else _against_items(answer, p["against"])
     deliver(fmt.value, items, data=answer.as_dict(), rows=answer.rows(), output=output,
             force=force)
 
