@@ -21,7 +21,7 @@ import functools
 from dataclasses import field
 
 from kvcalc.ground.record import record
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 
 # Weight format families an engine file names (a checkpoint's layout, or --weight-dtype).
 # "awq-gemv": an AWQ checkpoint packed for AutoAWQ's GEMV kernel (quantization_config
@@ -163,7 +163,8 @@ UNSUPPORTED = {
 def check_runs(engine: Engine, family: str) -> None:
     reason = UNSUPPORTED.get((engine.name, family))
     if reason:
-        raise KvcalcError(f"--engine {engine.name} cannot run {family} weights: {reason}")
+        raise ParameterError("{engine} " + literal(f"{engine.name} cannot run {family} weights: "
+                                                   f"{reason}"), "engine")
 
 
 def weight_family(weight_dtype_name: str, quantization) -> str:
@@ -222,6 +223,7 @@ def load_engine(text: str) -> tuple[Engine, str | None]:
     if version:
         known = [v.strip() for v in engine.versions.split(",") if v.strip()]
         if version not in known:
-            raise KvcalcError(f"--engine {stem}@{version}: no published rows of that version; "
-                              f"{stem}'s are: {', '.join(known) or 'unversioned'}")
+            raise ParameterError("{engine} " + literal(
+                f"{stem}@{version}: no published rows of that version; {stem}'s are: "
+                f"{', '.join(known) or 'unversioned'}"), "engine")
     return engine, version or None

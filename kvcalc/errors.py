@@ -67,3 +67,21 @@ class ParameterError(KvcalcError):
 def literal(text: object) -> str:
     """`text` safe inside a ParameterError template (its braces doubled)."""
     return str(text).replace("{", "{{").replace("}", "}}")
+
+
+# Library parameters whose flag is not the name with '-' for '_' (kvcalc.fit's, ...).
+_FLAGS = {"model": "MODEL", "kv_cache_memory_bytes": "--kv-cache-memory",
+          "reserve_bytes": "--reserve", "hardware": "--gpu", "dp": "--data-parallel-size",
+          "transfer_bandwidth_gb_per_s": "--transfer-bandwidth"}
+
+
+def flag_of(parameter: str) -> str:
+    """The command line's flag for a library function's parameter: max_model_len ->
+    --max-model-len (kvcalc.cli says a ParameterError with these)."""
+    return _FLAGS.get(parameter) or "--" + parameter.replace("_", "-")
+
+
+def as_flags(e: Exception) -> str:
+    """`e` as the command line says it, for text kept where the command's words are the
+    contract: a refusal carried into a command's JSON or into another error's message."""
+    return e.worded(flag_of) if isinstance(e, ParameterError) else str(e)

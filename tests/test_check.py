@@ -269,7 +269,7 @@ def test_check_is_pure_python_api() -> None:
     result = check_log(parse_vllm_log(case["log"]), load_model("qwen2-7b"),
                        load_hardware("a100-80gb"))
     assert result.settings.sampler == "flashinfer" and result.settings.max_num_batched_tokens == 2048
-    with pytest.raises(KvcalcError, match="--vllm-version"):
+    with pytest.raises(KvcalcError, match="give vllm_version"):
         check_log(parse_vllm_log("Available KV cache memory: 1.00 GiB\n"),
                   load_model("qwen2-7b"), load_hardware("a100-80gb"))
 

@@ -86,7 +86,7 @@ def test_sglang_buffers_come_out_of_the_pool_budget():
     assert lora.memory["weights"] == plain.memory["weights"]
     assert lora.memory["kv_cache"] == pytest.approx(plain.memory["kv_cache"] - buffers,
                                                     abs=plain.bytes_per_token)
-    with pytest.raises(KvcalcError, match="--max-lora-rank and --lora-target-modules"):
+    with pytest.raises(KvcalcError, match="give max_lora_rank and lora_target_modules"):
         sglang_count(spec, hw, SglangFlags(**base, enable_lora=True, max_lora_rank=64))
 
 

@@ -76,7 +76,7 @@ def test_sglang_refuses_a_host_pool_no_larger_than_the_device_pool():
 
 
 def test_sglang_hicache_flags_need_the_switch_and_a_read_release():
-    with pytest.raises(KvcalcError, match="--enable-hierarchical-cache"):
+    with pytest.raises(KvcalcError, match="only with enable_hierarchical_cache$"):
         host_tier(_pool("sglang@0.5.4", per_token=1), {"hicache_size": 8})
     with pytest.raises(KvcalcError, match="not read"):
         host_tier(_pool("sglang@0.5.23", per_token=1), {"enable_hierarchical_cache": True})

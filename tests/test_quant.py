@@ -284,9 +284,9 @@ def test_adhoc_int4_group_128_and_choices():
     assert adhoc("int8", None).group_size == 0 and not adhoc("int8").zero_points
     assert adhoc("fp8", 128).block == (128, 128) and adhoc("fp8").layout == "fp8_channel"
     assert adhoc("bf16") is None
-    with pytest.raises(KvcalcError, match="group-size"):
+    with pytest.raises(KvcalcError, match="group_size applies"):
         adhoc("bf16", 128)
-    with pytest.raises(KvcalcError, match="group-size"):
+    with pytest.raises(KvcalcError, match="group_size must be a positive"):
         adhoc("int4", 0)
     with pytest.raises(KvcalcError, match="unknown dtype"):
         adhoc("int3")

@@ -17,7 +17,7 @@ def test_force_through_a_symlink_replaces_the_file_and_keeps_the_link(tmp_path: 
     real.write_text("old\n")
     link = tmp_path / "link.csv"
     link.symlink_to(Path("data") / "real.csv")  # relative, as `ln -s` is usually used
-    with pytest.raises(KvcalcError, match="link.csv exists; pass --force"):
+    with pytest.raises(KvcalcError, match="link.csv exists; pass force to"):
         atomic_write(link, "new\n")
     atomic_write(link, "new\n", force=True)
     assert link.is_symlink() and os.readlink(link) == os.path.join("data", "real.csv")

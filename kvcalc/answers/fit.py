@@ -392,7 +392,7 @@ def _calibrated(est, learnt, calibration):
         raise ParameterError(
             "{calibration} " + literal(calibration) + ": learnt at "
             + literal(learnt.layout_words()) + f", not tp={s.tp} pp={s.pp}: its terms are per "
-            "device of the layout its log ran (plan --calibration prices other layouts by "
+            "device of the layout its log ran (plan {calibration} prices other layouts by "
             "kvcalc's models)", "calibration")
     note = (f"measured terms from {calibration} (vLLM {learnt.vllm_version} on "
             f"{learnt.gpu or 'its GPU'}) in place of kvcalc's models")

@@ -31,7 +31,7 @@ from typer.core import TyperGroup  # noqa: E402
 
 from kvcalc import __version__  # noqa: E402
 from kvcalc.cli.parsing import OptionProblem, refuse_repeats  # noqa: E402
-from kvcalc.errors import KvcalcError, ParameterError, os_problem  # noqa: E402
+from kvcalc.errors import KvcalcError, ParameterError, flag_of, os_problem  # noqa: E402
 
 
 OVERVIEW = """\
@@ -131,18 +131,6 @@ class KvcalcGroup(TyperGroup):
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)
-
-
-# Library parameters whose flag is not the name with '-' for '_' (kvcalc.fit's, ...).
-_FLAGS = {"model": "MODEL", "kv_cache_memory_bytes": "--kv-cache-memory",
-          "reserve_bytes": "--reserve", "hardware": "--gpu", "dp": "--data-parallel-size",
-          "transfer_bandwidth_gb_per_s": "--transfer-bandwidth"}
-
-
-def flag_of(parameter: str) -> str:
-    """The command line's flag for a library function's parameter: max_model_len ->
-    --max-model-len."""
-    return _FLAGS.get(parameter) or "--" + parameter.replace("_", "-")
 
 
 def _stdout_identity() -> tuple[int, int] | None:

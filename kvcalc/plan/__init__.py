@@ -65,7 +65,7 @@ from kvcalc.serving.vllm.settings import GiB, EngineSettings, default_batch_limi
 from kvcalc.serving.vllm.capacity import Capacity, serving_capacity
 from kvcalc.serving.room import serves
 from kvcalc.serving.vllm.verdict import auto_max_model_len, room_of
-from kvcalc.errors import KvcalcError, ParameterError, literal
+from kvcalc.errors import KvcalcError, ParameterError, as_flags, literal
 from kvcalc.model_source import hub_id
 from kvcalc.plan.search import MISSES, REFUSED, SERVED, TIMING, served_ref, timing_notes, walk
 from kvcalc.plan.search import batches as _batches, start_length as _length
@@ -366,7 +366,7 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
     ranked = sorted(layouts, key=_rank)
     best = next(filter(None, (recounted(search, x) for x in ranked)), None)
     if best is None:  # pragma: no cover - the count is monotone in max_num_seqs
-        raise NothingFits("no layout starts when counted again with its own --max-num-seqs")
+        raise NothingFits("no layout starts when counted again with its own max_num_seqs")
     front = [y for y in (best if _same(x, best) else recounted(search, x)
                          for x in _front(ranked)) if y is not None]
     name = model or hub_id(spec) or spec.name
@@ -422,7 +422,7 @@ def _counted(search: _Search, gpus: int, concurrency: int | None,
                     if least is not None and not cap.fits:
                         cap = _longest(search, cap, least)
                 except KvcalcError as e:  # a shape vLLM refuses before counting
-                    refused.append((tp, pp, kv, util, None, str(e)))
+                    refused.append((tp, pp, kv, util, None, as_flags(e)))
                     break
                 held = search.held(cap)
                 if held < 1:

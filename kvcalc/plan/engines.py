@@ -29,7 +29,7 @@ import shlex
 from dataclasses import field
 
 from kvcalc.ground.record import record
-from kvcalc.errors import KvcalcError, ParameterError, literal
+from kvcalc.errors import KvcalcError, ParameterError, as_flags, literal
 from kvcalc.model_source import hub_id
 from kvcalc.plan import DEFAULT_OUTPUT_LEN, NothingFits, pp_sizes, tp_sizes
 from kvcalc.plan.search import SERVED, SERVED_PROMPTS, SINGLE_STEP
@@ -247,7 +247,7 @@ def engine_plan(spec, hw, ref, *, gpus: int = 1, max_model_len: int | None = Non
                     flags = engine_flags(ref, settings, **{length_flag: length}, **own)
                     c = count(spec, hw, flags)
                 except KvcalcError as e:
-                    refusals.append(str(e))
+                    refusals.append(as_flags(e))
                     continue
                 if not c.starts or not c.kv_cache_tokens:
                     refusals.append(c.refusal or "; ".join(c.notes))
@@ -280,7 +280,7 @@ def engine_plan(spec, hw, ref, *, gpus: int = 1, max_model_len: int | None = Non
                     try:
                         ttft, tpot, rate, how = served(tp, kv, batch)
                     except KvcalcError as e:  # bench's own count refuses this batch
-                        refusals.append(str(e))
+                        refusals.append(as_flags(e))
                         continue
                 if (ttft_s is not None and ttft > ttft_s) or (
                         tpot_s is not None and tpot > tpot_s):

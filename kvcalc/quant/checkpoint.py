@@ -13,7 +13,7 @@ stands, as the headers' bytes do for the checkpoint's own size.
 from __future__ import annotations
 
 from kvcalc.ground.record import record
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError
 from kvcalc.formulas.step import StoredWeights
 from kvcalc.spec import ModelSpec, architecture
 
@@ -124,8 +124,8 @@ def weights_as(spec: ModelSpec, weight_dtype, group_size: int | None = None):
     A model read from a folder or the Hub with no dtype given: AsStored (its headers)."""
     if weight_dtype is None:
         if group_size is not None:
-            raise KvcalcError("--group-size needs a quantized --weight-dtype (int4, int8, fp8, "
-                              "awq, gptq, mxfp4 or nvfp4)")
+            raise ParameterError("{group_size} needs a quantized {weight_dtype} (int4, int8, "
+                                 "fp8, awq, gptq, mxfp4 or nvfp4)", "group_size", "weight_dtype")
         if "checkpoint" in spec.extra:
             return _as_stored(spec)
         if not (spec.extra.get("quantization") or spec.extra.get("quantization_error")):

@@ -50,7 +50,7 @@ from dataclasses import field
 
 from kvcalc.ground.record import record
 from kvcalc.ground.dtypes import weight_dtype as spec_weight_dtype
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 from kvcalc.spec import ModelSpec
 
 LAYOUTS = ("fp8_block", "fp8_channel", "fp8_tensor", "mxfp4", "nvfp4", "awq", "gptq",
@@ -408,7 +408,8 @@ def adhoc(weight_dtype: str, group_size: int | None = None) -> Quantization | No
     """
     key = weight_dtype.strip().lower().replace("-", "")
     if group_size is not None and group_size <= 0:
-        raise KvcalcError(f"--group-size must be a positive number of weights, got {group_size}")
+        raise ParameterError("{group_size} must be a positive number of weights, got "
+                             + literal(group_size), "group_size")
     g = group_size or 0
     if key in ("awq", "gptq"):
         # AutoAWQ writes bits 4, group_size 128, zero_point true, version gemm; AutoGPTQ
@@ -427,17 +428,20 @@ def adhoc(weight_dtype: str, group_size: int | None = None) -> Quantization | No
         return Quantization("adhoc", "fp8_channel", 8, source=f"--weight-dtype {weight_dtype}")
     if key in ("mxfp4", "fp4"):
         if g not in (0, 32):
-            raise KvcalcError("mxfp4 blocks are 32 weights; --group-size must be 32 or left out")
+            raise ParameterError("mxfp4 blocks are 32 weights; {group_size} must be 32 or left "
+                                 "out", "group_size")
         return Quantization("adhoc", "mxfp4", 4, group_size=32, scale_dtype="uint8",
                             source=f"--weight-dtype {weight_dtype}")
     if key == "nvfp4":
         if g not in (0, 16):
-            raise KvcalcError("nvfp4 blocks are 16 weights; --group-size must be 16 or left out")
+            raise ParameterError("nvfp4 blocks are 16 weights; {group_size} must be 16 or left "
+                                 "out", "group_size")
         return Quantization("adhoc", "nvfp4", 4, group_size=16, scale_dtype="fp8",
                             source=f"--weight-dtype {weight_dtype}")
     spec_weight_dtype(weight_dtype)  # bf16, fp16, fp32 (or an error naming the choices)
     if group_size:
-        raise KvcalcError(f"--group-size applies to quantized weights, not {weight_dtype}")
+        raise ParameterError("{group_size} applies to quantized weights, not "
+                             + literal(weight_dtype), "group_size")
     return None
 
 

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import IO
 
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 from kvcalc.report.consoles import error_console
 
 
@@ -107,7 +107,7 @@ def check_writable(path: str | os.PathLike, force: bool) -> None:
         raise KvcalcError(f"cannot write {path}: not a regular file (use stdout and a pipe)")
     target = write_target(path)
     if path.exists() and not force:
-        raise KvcalcError(f"{path} exists; pass --force to overwrite it")
+        raise ParameterError(literal(path) + " exists; pass {force} to overwrite it", "force")
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
         raise KvcalcError(f"cannot write {path}: folder {folder} does not exist")
@@ -123,10 +123,12 @@ def _publish(tmp: str, path: Path, force: bool, shown: Path | None = None) -> No
     try:
         os.link(tmp, path)
     except FileExistsError:
-        raise KvcalcError(f"{shown} exists; pass --force to overwrite it") from None
+        raise ParameterError(literal(shown) + " exists; pass {force} to overwrite it",
+                             "force") from None
     except OSError:  # file systems without hard links
         if path.exists():
-            raise KvcalcError(f"{shown} exists; pass --force to overwrite it") from None
+            raise ParameterError(literal(shown) + " exists; pass {force} to overwrite it",
+                                 "force") from None
         os.replace(tmp, path)
 
 

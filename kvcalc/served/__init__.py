@@ -39,7 +39,7 @@ from collections import deque
 from dataclasses import field
 
 from kvcalc.ground.record import record
-from kvcalc.errors import KvcalcError, ParameterError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 from kvcalc.served.lengths import random_lengths, sharegpt_lengths
 from kvcalc.served.step import ServedTerms, StepTimes, _bucket, prefix_setup, served_terms
 
@@ -539,10 +539,10 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
                          f"these are the times of {load.num_prompts:,} prompts, not a "
                          "steady state")
         elif load.request_rate > capacity:
-            raise KvcalcError(f"--request-rate {load.request_rate:g} is over what {tp} x "
-                              f"{hw.name} serves with {ref.title}: it saturates at "
-                              f"{capacity:.3g} requests/s of {load.input_len:,} + "
-                              f"{load.output_len:,} tokens (queues then grow without bound)")
+            raise ParameterError("{request_rate} " + literal(
+                f"{load.request_rate:g} is over what {tp} x {hw.name} serves with {ref.title}: "
+                f"it saturates at {capacity:.3g} requests/s of {load.input_len:,} + "
+                f"{load.output_len:,} tokens (queues then grow without bound)"), "request_rate")
     raw = _simulate(steps, load, limit=limit, pool=pool, budget=budget, schedule=schedule,
                     request_s=request_s, fetch_s=fetch_s, encode_s=encode_s)
     if raw["preempted"]:

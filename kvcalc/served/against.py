@@ -47,7 +47,8 @@ from dataclasses import field
 from pathlib import Path
 
 from kvcalc.ground.record import record
-from kvcalc.errors import KvcalcError, ParameterError, literal, quoted, value_problem
+from kvcalc.errors import (KvcalcError, ParameterError, as_flags, literal, quoted,
+                           value_problem)
 from kvcalc.served import METRICS
 
 __all__ = ["Comparison", "Against", "MeasuredRun", "against", "read_result"]
@@ -536,7 +537,7 @@ def against(path: str | os.PathLike, spec, hw, *, engine=None, tp: int | None = 
                                        weight_dtype=weight_dtype,
                                        max_model_len=max_model_len), None
         except KvcalcError as e:
-            predicted, refusal = None, str(e)
+            predicted, refusal = None, as_flags(e)  # the JSON's words: the flags
         out.append(Comparison(run=run, predicted=predicted, refusal=refusal,
                               notes=tuple(notes)))
     return Against(source=name, model=spec.name, gpu=hw.name, engine=ref, runs=tuple(out),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 
 from kvcalc.ground.record import record
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 
 __all__ = ["ServedTerms", "StepTimes", "prefix_setup", "served_terms"]
 
@@ -311,11 +311,13 @@ def prefix_setup(spec, hw, counted, load, given: dict, steps: "StepTimes"):
     if not load.host_hit:
         return load, 0.0, extra, notes
     if tier is None or not tier.tokens:
-        raise KvcalcError("--host-hit is the share fetched from a host KV tier: give the "
-                          "engine's (--kv-offloading-size, --enable-hierarchical-cache, "
-                          "--host-cache-size)")
+        raise ParameterError("{host_hit} is the share fetched from a host KV tier: give the "
+                             "engine's ({kv_offloading_size}, {enable_hierarchical_cache}, "
+                             "{host_cache_size})", "host_hit", "kv_offloading_size",
+                             "enable_hierarchical_cache", "host_cache_size")
     if not prefix.on:
-        raise KvcalcError(f"--host-hit needs {counted.engine.title}'s prefix caching on")
+        raise ParameterError("{host_hit} needs " + literal(counted.engine.title)
+                             + "'s prefix caching on", "host_hit")
     if not hw.host_link_bandwidth_bytes_per_s:
         raise KvcalcError(f"{hw.name} has no host link bandwidth in its preset "
                           "(host_link_bandwidth_bytes_per_s): a fetch cannot be timed")

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from kvcalc.ground.num import Linear
 from kvcalc.ground.record import record
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError
 
 __all__ = ["LoraSlots", "lora_bytes", "lora_modules"]
 
@@ -77,10 +77,11 @@ def lora_modules(text: str | None) -> tuple[str, ...] | None:
         return None
     names = [n for n in text.replace(",", " ").split() if n]
     if not names:
-        raise KvcalcError("--lora-target-modules is empty: give module names or all")
+        raise ParameterError("{lora_target_modules} is empty: give module names or all",
+                             "lora_target_modules")
     if "all" in names:
         if len(names) > 1:
-            raise KvcalcError("--lora-target-modules all stands alone")
+            raise ParameterError("{lora_target_modules} all stands alone", "lora_target_modules")
         return None
     out: list[str] = []
     for n in names:

@@ -23,7 +23,7 @@ from dataclasses import field
 from fractions import Fraction
 
 from kvcalc.ground.record import record
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 
 __all__ = ["HostTier", "OFFLOAD_FLAGS", "OFFLOAD_UNITS", "PoolFacts", "host_tier", "offload_given",
            "vllm_host_tier"]
@@ -83,21 +83,22 @@ def offload_given(given: dict) -> dict:
             if k in OFFLOAD_FLAGS and v is not None and v is not False}
 
 
-def _decimal(value, flag: str) -> Fraction:
+def _decimal(value, name: str) -> Fraction:
     try:
         f = Fraction(str(value).strip())
     except (ValueError, ZeroDivisionError):
-        raise KvcalcError(f"{flag} must be a number, got {value!r}") from None
+        raise ParameterError("{" + name + "} must be a number, got " + literal(repr(value)),
+                             name) from None
     if f < 0:
-        raise KvcalcError(f"{flag} must be >= 0, got {value!r}")
+        raise ParameterError("{" + name + "} must be >= 0, got " + literal(repr(value)), name)
     return f
 
 
-def _whole(value, flag: str) -> int:
+def _whole(value, name: str) -> int:
     text = str(value).strip()
     if not text.isdigit():
-        raise KvcalcError(f"{flag} must be a whole number (its engine's type is int), "
-                          f"got {value!r}")
+        raise ParameterError("{" + name + "} must be a whole number (its engine's type is "
+                             "int), got " + literal(repr(value)), name)
     return int(text)
 
 
@@ -152,8 +153,8 @@ def _vllm(count, own: dict, ranks: int, mla: bool) -> HostTier:
     rule = rules_for(count.engine.release).kv_offloading()
     release = count.engine.release
     if rule is None:
-        raise KvcalcError(f"vLLM {release} has no --kv-offloading-size (from 0.11.1: "
-                          "config/cache.py CacheConfig)")
+        raise ParameterError("vLLM " + literal(release) + " has no {kv_offloading_size} (from "
+                             "0.11.1: config/cache.py CacheConfig)", "kv_offloading_size")
     flags = tuple(sorted(own.items()))
     block = count.page_size
     empty = dict(engine="vllm", flags=flags, block_tokens=block, blocks=0, tokens=0,
@@ -167,10 +168,11 @@ def _vllm(count, own: dict, ranks: int, mla: bool) -> HostTier:
         return HostTier(**empty, notes=(
             f"vLLM {release} offloads only when --kv-offloading-size is set: "
             "--kv-offloading-backend alone keeps no host tier",))
-    size = _decimal(own["kv_offloading_size"], "--kv-offloading-size")
+    size = _decimal(own["kv_offloading_size"], "kv_offloading_size")
     backend = own.get("kv_offloading_backend") or rule["default_backend"]
     if backend not in (None, "native", "lmcache"):
-        raise KvcalcError(f"--kv-offloading-backend is native or lmcache, got {backend!r}")
+        raise ParameterError("{kv_offloading_backend} is native or lmcache, got "
+                             + literal(repr(backend)), "kv_offloading_backend")
     # one GPU block on one rank, every layer (vLLM 0.20+: the KV tensors' bytes // blocks)
     per_rank = count.bytes_per_block or block * count.bytes_per_token
     if backend is None:
@@ -226,8 +228,10 @@ def _sglang(count, own: dict, ranks: int) -> HostTier:
     rule = rules_for(release).hicache()
     flags = tuple(sorted(own.items()))
     if not own.get("enable_hierarchical_cache"):
-        raise KvcalcError("--hicache-ratio, --hicache-size and --hicache-write-policy size "
-                          "SGLang's host pool only with --enable-hierarchical-cache")
+        raise ParameterError("{hicache_ratio}, {hicache_size} and {hicache_write_policy} size "
+                             "SGLang's host pool only with {enable_hierarchical_cache}",
+                             "hicache_ratio", "hicache_size", "hicache_write_policy",
+                             "enable_hierarchical_cache")
     if rule is None:
         raise KvcalcError(f"SGLang {release}'s hierarchical cache is not read by kvcalc "
                           "(read: 0.4.6 to 0.5.4)")
@@ -237,12 +241,13 @@ def _sglang(count, own: dict, ranks: int) -> HostTier:
     per_token = count.bytes_per_token  # the device pool's size_per_token, on one rank
     page = max(count.page_size, 1)
     device = count.kv_cache_tokens
-    size_gb = _whole(own.get("hicache_size", 0), "--hicache-size")
-    ratio = _decimal(own.get("hicache_ratio", "2.0"), "--hicache-ratio")
+    size_gb = _whole(own.get("hicache_size", 0), "hicache_size")
+    ratio = _decimal(own.get("hicache_ratio", "2.0"), "hicache_ratio")
     policy = own.get("hicache_write_policy") or rule["write_policy"]
     if policy not in ("write_back", "write_through", "write_through_selective"):
-        raise KvcalcError("--hicache-write-policy is write_back, write_through or "
-                          f"write_through_selective, got {policy!r}")
+        raise ParameterError("{hicache_write_policy} is write_back, write_through or "
+                             "write_through_selective, got " + literal(repr(policy)),
+                             "hicache_write_policy")
     if size_gb > 0:
         tokens = size_gb * GB // per_token  # int(host_size * 1e9 // size_per_token)
     else:
@@ -269,7 +274,7 @@ def _trtllm(count, own: dict, ranks: int) -> HostTier:
     from kvcalc.serving.trtllm.rules import rules_for
 
     rule = rules_for(count.engine.release).host_cache(count.backend)
-    size = _whole(own["host_cache_size"], "--host-cache-size")
+    size = _whole(own["host_cache_size"], "host_cache_size")
     block = count.page_size
     per_block = block * count.bytes_per_token
     blocks = size // per_block if per_block else 0  # host / bytes_per_token / tokens_per_block

@@ -38,7 +38,7 @@ import functools
 import json
 
 from kvcalc.ground.record import record
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 from kvcalc.spec import ModelSpec
 
 __all__ = ["Draft", "METHODS", "draft_for", "expected_tokens", "merge_groups",
@@ -243,11 +243,12 @@ def vllm_draft(target: ModelSpec, text: str, methods: tuple[str, ...]) -> Draft:
     try:
         cfg = json.loads(text)
     except (TypeError, ValueError) as e:
-        raise KvcalcError(f"--speculative-config must be JSON, as vLLM reads it "
-                          f"('{{\"method\": \"eagle3\", \"model\": ..., "
-                          f"\"num_speculative_tokens\": 3}}'): {e}") from None
+        raise ParameterError("{speculative_config} must be JSON, as vLLM reads it "
+                             "('{{\"method\": \"eagle3\", \"model\": ..., "
+                             "\"num_speculative_tokens\": 3}}'): " + literal(e),
+                             "speculative_config") from None
     if not isinstance(cfg, dict):
-        raise KvcalcError("--speculative-config must be a JSON object")
+        raise ParameterError("{speculative_config} must be a JSON object", "speculative_config")
     method, model = cfg.get("method"), cfg.get("model")
     k = cfg.get("num_speculative_tokens")
     if method is None:
@@ -255,19 +256,22 @@ def vllm_draft(target: ModelSpec, text: str, methods: tuple[str, ...]) -> Draft:
         # model; the target's own MTP layers are found by its model type
         method = "draft_model" if model else ("mtp" if mtp_layer_count(target) else None)
     if method is None:
-        raise KvcalcError("--speculative-config: give \"method\" (eagle, eagle3, mtp, ngram, "
-                          "draft_model) or \"model\"")
+        raise ParameterError("{speculative_config}: give \"method\" (eagle, eagle3, mtp, "
+                             "ngram, draft_model) or \"model\"", "speculative_config")
     if method not in methods:
-        raise KvcalcError(f"--speculative-config: vLLM's method {method!r} is not one this "
-                          f"release counts; kvcalc counts {', '.join(methods)}")
+        raise ParameterError("{speculative_config}: vLLM's method " + literal(repr(method))
+                             + " is not one this release counts; kvcalc counts "
+                             + literal(", ".join(methods)), "speculative_config")
     if k is None:
         if method in _VLLM_MTP:
             k = 1  # vLLM: num_speculative_tokens defaults to the model's MTP layers
         else:
-            raise KvcalcError("--speculative-config: give \"num_speculative_tokens\"")
+            raise ParameterError("{speculative_config}: give \"num_speculative_tokens\"",
+                                 "speculative_config")
     kind = "mtp" if method in _VLLM_MTP else method
     if kind not in METHODS:
-        raise KvcalcError(f"--speculative-config: kvcalc does not count method {method!r}")
+        raise ParameterError("{speculative_config}: kvcalc does not count method "
+                             + literal(repr(method)), "speculative_config")
     return draft_for(target, kind, k, model)
 
 
@@ -278,8 +282,9 @@ def sglang_draft(target: ModelSpec, algorithm: str, model: str | None, steps: in
     with their own embedding and lm_head."""
     kind = _SGLANG.get(algorithm.upper())
     if kind is None:
-        raise KvcalcError(f"--speculative-algorithm must be one of {', '.join(_SGLANG)}, got "
-                          f"{algorithm!r}")
+        raise ParameterError("{speculative_algorithm} must be one of "
+                             + literal(", ".join(_SGLANG)) + ", got " + literal(repr(algorithm)),
+                             "speculative_algorithm")
     if kind in ("eagle", "eagle3") and not model:
         kind = "mtp"  # SGLang's EAGLE over the target's own MTP layers
     if kind == "mtp" and model and model == target.name:

@@ -25,7 +25,7 @@ from dataclasses import replace
 
 from kvcalc.ground import num as _num
 from kvcalc.ground.record import record
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 from kvcalc.speed.roofline import compute_dtype_for
 from kvcalc.ground.dtypes import MAX_BATCH, check_size, dtype as _dtype
 from kvcalc.formulas.cache import KVCache, kv_cache
@@ -210,8 +210,10 @@ def latency_from_figures(spec: ModelSpec, workload: Workload, figures: StepFigur
     seq_len, prompt_len, batch, tp = w.seq_len, w.prompt_tokens, w.batch, w.tp
     prefill_flops, prefill_bytes, step = figures.prefill_flops, figures.prefill_bytes, figures.step
     if hardware.calibration is not None and engine is not None:
-        raise KvcalcError(f"{hardware.name} is a calibration of {hardware.calibration.engine} on "
-                          f"one device; --engine {engine.name} times another engine: give one")
+        raise ParameterError(literal(f"{hardware.name} is a calibration of "
+                                     f"{hardware.calibration.engine} on one device; ")
+                             + "{engine} " + literal(engine.name)
+                             + " times another engine: give one", "engine")
     if hardware.calibration is not None:
         return _calibrated(hardware, spec, w, prefill_flops, prefill_bytes, step)
     if engine is not None:

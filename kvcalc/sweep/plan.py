@@ -24,7 +24,7 @@ from kvcalc.ground.dtypes import (
     dtype as _dtype,
     weight_dtype as _weight_dtype,
 )
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 from kvcalc.estimate import check_encoder_len, stored_weights, weights_as
 from kvcalc.serving.vllm.settings import EngineSettings, settings_for
 from kvcalc.floor import free_for_kv_bytes
@@ -217,11 +217,13 @@ def plan_sweep(
         heads = (spec.attention_shape and spec.attention_shape.kv_heads,)
     else:
         if spec.attention_free:
-            raise KvcalcError(f"{spec.name} has no attention ({spec.state_mixers} layers "
-                              "only): there are no K/V heads to sweep; drop --kv-heads")
+            raise ParameterError(literal(f"{spec.name} has no attention ({spec.state_mixers} "
+                                         "layers only)") + ": there are no K/V heads to sweep; "
+                                 "drop {kv_heads}", "kv_heads")
         if spec.mla is not None:
-            raise KvcalcError(f"{spec.name} uses MLA: its cache is one shared latent, so there "
-                              "are no K/V heads to sweep; drop --kv-heads")
+            raise ParameterError(literal(spec.name) + " uses MLA: its cache is one shared "
+                                 "latent, so there are no K/V heads to sweep; drop {kv_heads}",
+                                 "kv_heads")
         heads = _as_tuple(kv_heads, "--kv-heads", MAX_WIDTH)
     kdts = parse_names(kv_dtype, "--kv-dtype")
     tps = _as_tuple(tp, "--tp", MAX_TP)
@@ -237,11 +239,12 @@ def plan_sweep(
 
     total = seq.count * bat.count * len(heads) * len(kdts) * len(tps)
     if total > ROW_LIMIT and not force:
-        raise KvcalcError(f"the sweep has {total:,} rows, over the {ROW_LIMIT:,}-row limit; "
-                          "narrow a SPEC or pass --force")
+        raise ParameterError(f"the sweep has {total:,} rows, over the {ROW_LIMIT:,}-row limit; "
+                             "narrow a SPEC or pass {force}", "force")
 
     if engine is not None and hardware is None:
-        raise KvcalcError("--engine times the rows on a device: give --gpu NAME")
+        raise ParameterError("{engine} times the rows on a device: give {gpu} NAME", "engine",
+                             "gpu")
     memory = None if hardware is None else Memory(hardware=hardware, fraction=memory_fraction,
                                                   reserve_bytes=reserve_bytes)
     combos: list[Combo] = []
@@ -254,7 +257,7 @@ def plan_sweep(
                 spec_g = make_variant(g) if make_variant is not None else variant(spec, g)
         except KvcalcError as e:
             if not skip_invalid:
-                raise KvcalcError(f"--kv-heads {g}: {e}") from None
+                raise ParameterError("{kv_heads} " + literal(f"{g}: {e}"), "kv_heads") from None
             skipped.append(f"kv_heads={g}: {e}")
             continue
         for t in tps:
@@ -262,8 +265,8 @@ def plan_sweep(
                 kv_heads_per_device(spec_g, t)
             except KvcalcError as e:
                 if not skip_invalid:
-                    raise KvcalcError(f"kv_heads={g}, tp={t}: {e} (--skip-invalid leaves such "
-                                      "combinations out)") from None
+                    raise ParameterError(literal(f"kv_heads={g}, tp={t}: {e}") + " ({skip_invalid} "
+                                         "leaves such combinations out)", "skip_invalid") from None
                 skipped.append(f"kv_heads={g}, tp={t}: {e}")
                 continue
             for kname in kdts:

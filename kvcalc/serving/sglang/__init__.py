@@ -39,7 +39,7 @@ import os
 
 from kvcalc.ground.num import exact_ratio
 from kvcalc.ground.record import record
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 from kvcalc.serving.layout import Layout
 from kvcalc.serving.record import ServingCount
 from kvcalc.serving.sglang.rules import KV_DTYPES, GiB, MiB, parse_release, rules_for
@@ -186,8 +186,8 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
     notes: list[str] = []
     context = flags.context_length or spec.max_context
     if not context:
-        raise KvcalcError(f"{spec.name}'s config gives no context length: give "
-                          f"--context-length")
+        raise ParameterError(literal(spec.name) + "'s config gives no context length: give "
+                             "{context_length}", "context_length")
     if (flags.context_length and spec.max_context and flags.context_length > spec.max_context
             and not flags.allow_long_context):
         raise KvcalcError(
@@ -378,9 +378,9 @@ def speculative_draft(spec, flags: SglangFlags, rules):
     from kvcalc.serving.speculative import sglang_draft
 
     if not rules.speculative_counted():
-        raise KvcalcError(f"--speculative-algorithm: kvcalc counts SGLang's draft worker from "
-                          f"0.4.6; SGLang {flags.engine.release} sizes it by a profile of "
-                          f"its own, not read")
+        raise ParameterError("{speculative_algorithm}: kvcalc counts SGLang's draft worker "
+                             "from 0.4.6; SGLang " + literal(flags.engine.release) + " sizes "
+                             "it by a profile of its own, not read", "speculative_algorithm")
     algorithm = flags.speculative_algorithm
     if algorithm == "NGRAM":
         steps, topk, verify = 0, 0, flags.speculative_num_draft_tokens or 0
@@ -397,8 +397,9 @@ def speculative_draft(spec, flags: SglangFlags, rules):
         if topk == 1:
             verify = steps + 1
     if flags.layout.pp > 1:
-        raise KvcalcError("--speculative-algorithm with --pp over 1: SGLang's draft worker "
-                          "over pipeline ranks is not counted; give --pp 1")
+        raise ParameterError("{speculative_algorithm} with {pp} over 1: SGLang's draft worker "
+                             "over pipeline ranks is not counted; give {pp} 1",
+                             "speculative_algorithm", "pp")
     draft = sglang_draft(spec, algorithm, flags.speculative_draft_model_path,
                          max(steps, 1))
     return draft, (steps, topk, verify)
@@ -454,20 +455,22 @@ def _lora_bytes(spec, flags: SglangFlags, rules, notes: list) -> int:
              if getattr(flags, n) is not None]
     if not flags.enable_lora:
         if given:
-            raise KvcalcError(f"--{given[0].replace('_', '-')} needs --enable-lora")
+            raise ParameterError("{" + given[0] + "} needs {enable_lora}", given[0],
+                                 "enable_lora")
         return 0
     from kvcalc.serving.lora import LoraSlots, lora_bytes, lora_modules
 
     if not rules.lora_counted():
-        raise KvcalcError(f"--enable-lora: kvcalc counts SGLang's LoRA buffers from 0.4.10; "
-                          f"SGLang {flags.engine.release} is not read")
+        raise ParameterError("{enable_lora}: kvcalc counts SGLang's LoRA buffers from "
+                             "0.4.10; SGLang " + literal(flags.engine.release) + " is not read",
+                             "enable_lora")
     if flags.max_lora_rank is None or flags.lora_target_modules is None:
-        raise KvcalcError("--enable-lora: give --max-lora-rank and --lora-target-modules "
-                          "(SGLang needs both without --lora-paths; kvcalc reads no "
-                          "adapters)")
+        raise ParameterError("{enable_lora}: give {max_lora_rank} and {lora_target_modules} "
+                             "(SGLang needs both without --lora-paths; kvcalc reads no "
+                             "adapters)", "enable_lora", "max_lora_rank", "lora_target_modules")
     if flags.layout.pp > 1:
-        raise KvcalcError("--enable-lora with --pp over 1: the buffers per pipeline rank "
-                          "are not counted; give --pp 1")
+        raise ParameterError("{enable_lora} with {pp} over 1: the buffers per pipeline rank "
+                             "are not counted; give {pp} 1", "enable_lora", "pp")
     slots = LoraSlots(slots=flags.max_loras_per_batch or 8, rank=flags.max_lora_rank,
                       target_modules=lora_modules(flags.lora_target_modules))
     nbytes, more = lora_bytes(spec, slots, tp=flags.layout.attention_tp,

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 from kvcalc.ground.num import exact_ratio
 from kvcalc.ground.record import record
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError
 from kvcalc.serving.layout import Layout
 from kvcalc.serving.record import ServingCount
 from kvcalc.serving.trtllm.pool import blocks_for, per_token, pp_split, tokens_for
@@ -444,8 +444,8 @@ def _with_speculation(spec, flags: TrtllmFlags, notes: list) -> TrtllmFlags:
         raise KvcalcError("speculative_config: kvcalc counts it for the PyTorch backend "
                           "(trtllm-serve, the LLM API); a built engine's draft is not read")
     if flags.layout.pp > 1:
-        raise KvcalcError("speculative_config with --pp over 1: the draft's place over "
-                          "pipeline ranks is not counted; give --pp 1")
+        raise ParameterError("speculative_config with {pp} over 1: the draft's place over "
+                             "pipeline ranks is not counted; give {pp} 1", "pp")
     draft = trtllm_draft(spec, flags.speculative_config)
     if draft.method == "ngram":
         notes.append("speculative decoding (NGram): no draft weights or cache")

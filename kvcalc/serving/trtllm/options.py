@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 
 __all__ = ["cuda_graph_flags", "read_llm_api_options"]
 
@@ -19,7 +19,8 @@ def read_llm_api_options(path) -> dict:
     try:
         text = read_text(Path(path), where)
     except (FileNotFoundError, IsADirectoryError):
-        raise KvcalcError(f"--extra-llm-api-options {where}: no such file") from None
+        raise ParameterError("{extra_llm_api_options} " + literal(where) + ": no such file",
+                             "extra_llm_api_options") from None
     data = parse(text, where)
     if not isinstance(data, dict):
         raise KvcalcError(f"{where}: the LLM API options must be a mapping (key: value)")

@@ -32,7 +32,7 @@ import functools
 import math
 import struct
 
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError
 
 __all__ = ["GiB", "MiB", "Rules", "float32_ratio", "parse_release", "rules_for"]
 
@@ -70,8 +70,8 @@ class Rules:
     def check_backend(self, backend: str) -> None:
         """The PyTorch flow arrived in 0.17.0 (release notes 0.17.0, "experimental")."""
         if backend == "pytorch" and self.release < PYTORCH_FROM:
-            raise KvcalcError("TensorRT-LLM's PyTorch backend arrived in 0.17; before it give "
-                              "--backend tensorrt (a built engine)")
+            raise ParameterError("TensorRT-LLM's PyTorch backend arrived in 0.17; before it "
+                                 "give {backend} tensorrt (a built engine)", "backend")
 
     def default_backend(self) -> str:
         """The runtime trtllm-serve and the LLM API run without --backend: the PyTorch

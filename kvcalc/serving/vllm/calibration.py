@@ -80,17 +80,18 @@ class Calibration:
         """Refuse (one line) a file learnt on another GPU or another model: its terms say
         nothing of this one."""
         if self.gpu is not None and self.gpu != hw.name:
-            raise KvcalcError(f"--calibration {where}: learnt on {self.gpu}, not {hw.name}: "
-                              f"its measured terms are that GPU's")
+            raise ParameterError("{calibration} " + literal(
+                f"{where}: learnt on {self.gpu}, not {hw.name}: its measured terms are that "
+                "GPU's"), "calibration")
         if self.model_params is not None:
             from kvcalc.formulas.params import param_counts
 
             n = param_counts(spec).total
             if n != self.model_params:
-                raise KvcalcError(
-                    f"--calibration {where}: learnt on {self.model or 'another model'} "
+                raise ParameterError("{calibration} " + literal(
+                    f"{where}: learnt on {self.model or 'another model'} "
                     f"({self.model_params:,} parameters), not {spec.name} ({n:,}): its "
-                    f"measured weights and activation peak are that model's")
+                    f"measured weights and activation peak are that model's"), "calibration")
 
     def layout_words(self) -> str:
         return f"tp={self.tp} pp={self.pp}"

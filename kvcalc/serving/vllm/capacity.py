@@ -25,7 +25,7 @@ from dataclasses import field
 
 from kvcalc.ground.record import record
 from kvcalc.ground.dtypes import dtype
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 from kvcalc.formulas.cache import cache_groups
 from kvcalc.serving.layout import groups_on_stage, pipeline_layers
 from kvcalc.serving.vllm.block_size import engine_block_size
@@ -320,12 +320,14 @@ def speculative_draft(spec: ModelSpec, s: EngineSettings):
 
     methods = s.rules.speculative_methods()
     if not methods:
-        raise KvcalcError(f"--speculative-config: kvcalc counts speculative decoding in "
-                          f"vLLM's V1 engine from 0.10.1.1; vLLM {s.vllm_version} "
-                          f"({s.engine.upper()}) is not read")
+        raise ParameterError("{speculative_config}: kvcalc counts speculative decoding in "
+                             "vLLM's V1 engine from 0.10.1.1; vLLM " + literal(
+                                 f"{s.vllm_version} ({s.engine.upper()}) is not read"),
+                             "speculative_config")
     if s.pp > 1:
-        raise KvcalcError("--speculative-config with --pp over 1: where vLLM puts the draft "
-                          "over pipeline stages is not counted; give --pp 1")
+        raise ParameterError("{speculative_config} with {pp} over 1: where vLLM puts the "
+                             "draft over pipeline stages is not counted; give {pp} 1",
+                             "speculative_config", "pp")
     return vllm_draft(spec, s.speculative_config, methods)
 
 
@@ -337,25 +339,28 @@ def lora_weights(spec: ModelSpec, s: EngineSettings) -> tuple[int, list[str]]:
              if getattr(s, n) is not None] + (["lora_dtype"] if s.lora_dtype != "auto" else [])
     if not s.enable_lora:
         if given:
-            raise KvcalcError(f"--{given[0].replace('_', '-')} needs --enable-lora")
+            raise ParameterError("{" + given[0] + "} needs {enable_lora}", given[0],
+                                 "enable_lora")
         return 0, []
     from kvcalc.serving.lora import RANKS, LoraSlots, lora_bytes, lora_modules
 
     rules = s.rules
     if not rules.lora_counted():
-        raise KvcalcError(f"--enable-lora: kvcalc counts vLLM's LoRA slots in the V1 engine "
-                          f"from 0.10.1.1; vLLM {s.vllm_version} ({s.engine.upper()}) is not "
-                          f"read")
+        raise ParameterError("{enable_lora}: kvcalc counts vLLM's LoRA slots in the V1 "
+                             "engine from 0.10.1.1; vLLM " + literal(
+                                 f"{s.vllm_version} ({s.engine.upper()}) is not read"),
+                             "enable_lora")
     if s.pp > 1:
-        raise KvcalcError("--enable-lora with --pp over 1: the slots per pipeline stage are "
-                          "not counted; give --pp 1")
+        raise ParameterError("{enable_lora} with {pp} over 1: the slots per pipeline stage "
+                             "are not counted; give {pp} 1", "enable_lora", "pp")
     if s.lora_target_modules is not None and not rules.lora_target_modules_flag():
-        raise KvcalcError(f"--lora-target-modules is vLLM's from 0.19; vLLM {s.vllm_version} "
-                          f"adapts every linear module")
+        raise ParameterError("{lora_target_modules} is vLLM's from 0.19; vLLM "
+                             + literal(s.vllm_version) + " adapts every linear module",
+                             "lora_target_modules")
     rank = 16 if s.max_lora_rank is None else s.max_lora_rank  # `LoRAConfig`
     if rank not in RANKS:
-        raise KvcalcError(f"--max-lora-rank must be one of {', '.join(map(str, RANKS))} "
-                          f"(vLLM's MaxLoRARanks), got {rank}")
+        raise ParameterError("{max_lora_rank} must be one of " + ", ".join(map(str, RANKS))
+                             + f" (vLLM's MaxLoRARanks), got {rank}", "max_lora_rank")
     extra, pad = rules.lora_extra_vocab()
     slots = LoraSlots(slots=1 if s.max_loras is None else s.max_loras, rank=rank,
                       target_modules=lora_modules(s.lora_target_modules), dtype=s.lora_dtype,

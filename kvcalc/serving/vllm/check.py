@@ -32,7 +32,7 @@ from kvcalc.serving.vllm.rules import default_engine, rules_for, same_release
 from kvcalc.serving.vllm.settings import GiB, EngineSettings
 from kvcalc.serving.vllm.capacity import Capacity, serving_capacity
 from kvcalc.serving.vllm.log import KV_REFUSALS, TERMS, UNMODELLED_FLAGS, VllmLog
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError
 from kvcalc.spec import Hardware, ModelSpec
 
 __all__ = ["DIFF_FLOOR", "DIFF_SHARE", "FAILURE_LABELS", "Diagnosis", "LogCheck", "TermCheck",
@@ -187,8 +187,9 @@ def settings_from_log(log: VllmLog, spec: ModelSpec, *, vllm_version: str | None
     notes: list[str] = []
     version = log.vllm_version or vllm_version
     if version is None:
-        raise KvcalcError("the log does not print vLLM's version (no 'Initializing a V1 LLM "
-                          "engine (vX)' or 'version X' line): give --vllm-version")
+        raise ParameterError("the log does not print vLLM's version (no 'Initializing a V1 "
+                             "LLM engine (vX)' or 'version X' line): give {vllm_version}",
+                             "vllm_version")
     if vllm_version is not None and log.vllm_version is not None:
         if not same_release(vllm_version, log.vllm_version):
             notes.append(f"--vllm-version {vllm_version} given; the log says "

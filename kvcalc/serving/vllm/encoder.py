@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import json
 
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 from kvcalc.ground.record import record
 from kvcalc.ground.dtypes import dtype
 from kvcalc.serving.weights import FWD_HIDDEN_COPIES, FWD_MLP_COPIES
@@ -89,32 +89,38 @@ def parse_limit_mm_per_prompt(text: str, nested_ok: bool = True) -> dict[str, in
         try:
             raw = json.loads(text)
         except json.JSONDecodeError as e:
-            raise KvcalcError(f"--limit-mm-per-prompt: not JSON ({e.msg}): {text!r}") from None
+            raise ParameterError("{limit_mm_per_prompt}: not JSON (" + literal(e.msg) + "): "
+                                 + literal(repr(text)), "limit_mm_per_prompt") from None
     else:
         raw = {}
         for part in filter(None, (p.strip() for p in text.split(","))):
             key, sep, value = part.partition("=")
             if not sep or not value.strip().isdigit():
-                raise KvcalcError(f"--limit-mm-per-prompt takes JSON like '{{\"image\": 2}}' "
-                                  f"or image=2,video=0; got {text!r}")
+                raise ParameterError("{limit_mm_per_prompt} takes JSON like '{{\"image\": 2}}' "
+                                     "or image=2,video=0; got " + literal(repr(text)),
+                                     "limit_mm_per_prompt")
             raw[key.strip()] = int(value)
     out = {}
     for key, value in raw.items():
         if key not in _MODALITIES:
-            raise KvcalcError(f"--limit-mm-per-prompt: modality {key!r} is none of "
-                              f"{', '.join(_MODALITIES)}")
+            raise ParameterError("{limit_mm_per_prompt}: modality " + literal(repr(key))
+                                 + " is none of " + literal(", ".join(_MODALITIES)),
+                                 "limit_mm_per_prompt")
         if isinstance(value, dict):
             if not nested_ok:
-                raise KvcalcError("--limit-mm-per-prompt: the {\"count\": N, ...} form is "
-                                  "vLLM's from 0.11.2; give a number")
+                raise ParameterError("{limit_mm_per_prompt}: the {{\"count\": N, ...}} form "
+                                     "is vLLM's from 0.11.2; give a number",
+                                     "limit_mm_per_prompt")
             extra = set(value) - {"count"}
             if extra:
-                raise KvcalcError(f"--limit-mm-per-prompt: {', '.join(sorted(extra))} (the "
-                                  f"dummy image's size) is not counted; give the count alone")
+                raise ParameterError("{limit_mm_per_prompt}: " + literal(", ".join(sorted(extra)))
+                                     + " (the dummy image's size) is not counted; give the "
+                    "count alone", "limit_mm_per_prompt")
             value = value.get("count", DEFAULT_LIMIT)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise KvcalcError(f"--limit-mm-per-prompt: {key} must be a whole number >= 0, "
-                              f"got {value!r}")
+            raise ParameterError("{limit_mm_per_prompt}: " + literal(key) + " must be a whole "
+                                 "number >= 0, got " + literal(repr(value)),
+                                 "limit_mm_per_prompt")
         out[key] = value
     return out
 
@@ -127,20 +133,23 @@ def encoder_profile(spec, s, tokens: int, seqs: int) -> EncoderProfile | None:
 
     if not s.rules.encoder_profiled():
         if s.limit_mm_per_prompt is not None:
-            raise KvcalcError(f"--limit-mm-per-prompt: vLLM's multimodal profile is counted "
-                              f"in the V1 engine; vLLM {s.vllm_version} "
-                              f"({s.engine.upper()}) is not read")
+            raise ParameterError("{limit_mm_per_prompt}: vLLM's multimodal profile is "
+                                 "counted in the V1 engine; vLLM " + literal(
+                                     f"{s.vllm_version} ({s.engine.upper()}) is not read"),
+                                 "limit_mm_per_prompt")
         return None
     g = spec.extra.get("image")
     if g is None or g["family"] not in ENCODER_FAMILIES:
         if s.limit_mm_per_prompt is not None and g is None:
-            raise KvcalcError(f"--limit-mm-per-prompt: {spec.name} is read as a text model "
-                              f"(no vision tower with an image rule, kvcalc.formulas.images); "
-                              f"give a multimodal config")
+            raise ParameterError("{limit_mm_per_prompt}: " + literal(spec.name) + " is read "
+                                 "as a text model (no vision tower with an image rule, "
+                                 "kvcalc.formulas.images); give a multimodal config",
+                                 "limit_mm_per_prompt")
         if s.limit_mm_per_prompt is not None:
-            raise KvcalcError(f"--limit-mm-per-prompt: vLLM's encoder budget for "
-                              f"{g['family']} is not modelled (kvcalc counts it for "
-                              f"{', '.join(ENCODER_FAMILIES)})")
+            raise ParameterError("{limit_mm_per_prompt}: vLLM's encoder budget for "
+                                 + literal(g["family"]) + " is not modelled (kvcalc counts it "
+                                 "for " + literal(", ".join(ENCODER_FAMILIES)) + ")",
+                                 "limit_mm_per_prompt")
         return None
     limits = ({} if s.limit_mm_per_prompt is None else
               parse_limit_mm_per_prompt(s.limit_mm_per_prompt, s.rules.limit_mm_nested()))
@@ -171,15 +180,15 @@ def encoder_data_parallel(spec, s) -> bool:
     vLLM class supports it at this release (`Rules.encoder_tp_data`); "data" where vLLM
     falls back to "weights" counts as "weights", as vLLM runs it."""
     if s.mm_encoder_tp_mode not in ("weights", "data"):
-        raise KvcalcError(f"--mm-encoder-tp-mode is weights or data, got "
-                          f"{s.mm_encoder_tp_mode!r}")
+        raise ParameterError("{mm_encoder_tp_mode} is weights or data, got "
+                             + literal(repr(s.mm_encoder_tp_mode)), "mm_encoder_tp_mode")
     if s.mm_encoder_tp_mode == "weights":
         return False
     g = spec.extra.get("image")
     supported = s.rules.encoder_tp_data(g["family"] if g else "")
     if supported is None:
-        raise KvcalcError(f"--mm-encoder-tp-mode is vLLM's from 0.10.2; vLLM "
-                          f"{s.vllm_version} does not take it")
+        raise ParameterError("{mm_encoder_tp_mode} is vLLM's from 0.10.2; vLLM "
+                             + literal(s.vllm_version) + " does not take it", "mm_encoder_tp_mode")
     return bool(supported) and s.tp > 1
 
 
