@@ -318,7 +318,8 @@ def model_options(fn=None, *, exclude: tuple[str, ...] = ()):
         return functools.partial(model_options, exclude=exclude)
     # Built by kvcalc.cli.parsing.command only for the command this process runs: the
     # signature work below is start-up time.
-    fn.build_options = functools.partial(_with_model_options, fn, exclude)
+    inner = getattr(fn, "build_options", None)  # kvcalc.cli.parsing.with_options
+    fn.build_options = lambda: _with_model_options(inner() if inner else fn, exclude)
     return fn
 
 
