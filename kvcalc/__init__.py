@@ -30,14 +30,14 @@ from kvcalc.errors import KvcalcError
 
 class _Package(types.ModuleType):
     """kvcalc itself. Importing a submodule binds it on its package, and the submodules
-    kvcalc.estimate and kvcalc.floor would so replace the functions `estimate` and `floor`
-    below on their first import: the package keeps the functions (the modules are
-    sys.modules["kvcalc.estimate"], ["kvcalc.floor"]). So
+    kvcalc.estimate, kvcalc.floor and kvcalc.measure would so replace the functions
+    `estimate`, `floor` and `measure` on their first import: the package keeps the
+    functions (the modules are sys.modules["kvcalc.estimate"], ...). So
     `import kvcalc` imports nothing heavy, and the CLI starts its work before any model
     code loads (kvcalc/cli/__init__.py)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in ("estimate", "floor") and isinstance(value, types.ModuleType):
+        if name in ("estimate", "floor", "measure") and isinstance(value, types.ModuleType):
             return
         super().__setattr__(name, value)
 
@@ -71,6 +71,7 @@ _LAZY = {
     "FitAnswer": "kvcalc.answers.fit",
     "ParameterError": "kvcalc.errors",
 }
+_LAZY.update(measure="kvcalc.measure.answer", MeasureResult="kvcalc.measure.config")
 
 __all__ = sorted([*_LAZY, "KvcalcError", "__version__", "attention_variants", "estimate", "fit",
                   "floor", "kv_cache", "param_counts"])
@@ -88,6 +89,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from kvcalc.workload import Memory, Workload
     from kvcalc.answers.fit import FitAnswer
     from kvcalc.errors import ParameterError
+    from kvcalc.measure.answer import measure
+    from kvcalc.measure.config import MeasureResult
 
 
 def __getattr__(name: str) -> Any:
