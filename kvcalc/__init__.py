@@ -143,6 +143,13 @@ def estimate(model, seq_len: int | None = None, batch: int = 1, kv_dtype="bf16",
     hardware: TTFT for `batch` prompts of `prompt_len` tokens (default seq_len) and TPOT
     at seq_len, at the stated MFU and bandwidth efficiency, or as `engine` ('llama.cpp',
     'vllm@0.21.0', ...) runs them.
+
+    Units: `seq_len`, `prompt_len` and `encoder_seq_len` in tokens; `batch` in sequences,
+    `tp` in devices, `group_size` in weights per scale; `scale_bytes` in bytes per token
+    per K/V head, `reserve_bytes` in bytes per device; `memory_fraction`, `mfu` and
+    `bandwidth_efficiency` as shares in (0, 1]. Any parameter may be given by keyword
+    (`kvcalc estimate --format json` is `estimate(MODEL, hardware="h100-sxm",
+    engine="vllm").as_dict()`).
     """
     from kvcalc.estimate import estimate as _estimate, workload_for
     from kvcalc.workload import Memory

@@ -488,3 +488,29 @@ def test_measure_json_is_the_functions_as_dict(monkeypatch):
     defaults = {n: p.default for n, p in inspect.signature(kvcalc.measure).parameters.items()
                 if n not in ("progress", "notice")}
     assert calls == [{**defaults, **given}]
+
+
+def test_kvcalc_measure_is_public_names_its_parameters_and_loads_no_torch():
+    """kvcalc.measure is the package's (not the kvcalc.measure package, which importing
+    does not rebind); its refusals name its parameters, which the command says as flags;
+    reaching it imports no torch."""
+    code = ("import sys, kvcalc\n"
+            "f = kvcalc.measure\n"
+            "import kvcalc.measure.config\n"
+            "assert kvcalc.measure is f and 'measure' in kvcalc.__all__\n"
+            "try:\n"
+            "    f(kv_heads=8)\n"
+            "except kvcalc.ParameterError as e:\n"
+            "    print(e)\n"
+            "print('torch' in sys.modules)\n")
+    import os
+    from pathlib import Path
+
+    import kvcalc
+
+    env = {**os.environ, "PYTHONPATH": str(Path(kvcalc.__file__).resolve().parent.parent)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=env).stdout
+    assert out.splitlines() == ["give heads (and kv_heads), or preset NAME", "False"]
+    r = invoke("measure", "--kv-heads", "8")
+    assert r.exit_code == 2 and "give --heads (and --kv-heads), or --preset NAME" in r.stderr
