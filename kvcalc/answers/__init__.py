@@ -4,6 +4,8 @@ record whose `as_dict()` is the command's `--format json`, exactly. The CLI only
 its flags into these parameters, calls, and prints (its tables read the same record).
 
 - `kvcalc.fit(...)` (fit.py): `kvcalc fit`, vLLM's start-up count and the floor beside it.
+- `kvcalc.measure(...)`: `kvcalc measure`'s attention and layer steps; it lives in
+  kvcalc/measure/answer.py, beside the torch code it runs (a layer above this one).
 
 A value a function cannot take raises kvcalc.errors.ParameterError, naming the
 parameter (`max_model_len`); the command line says it as the flag (`--max-model-len`).

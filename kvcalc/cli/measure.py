@@ -1,7 +1,7 @@
 """`kvcalc measure`: time decode attention on this machine beside kvcalc's prediction.
 
-Thin: parse, build a MeasureConfig, call kvcalc.measure.run, render. Progress goes
-to stderr; stdout carries only the table, JSON or CSV.
+Thin: parse, call kvcalc.measure (the whole-model steps: kvcalc.cli.measure_model),
+render. Progress goes to stderr; stdout carries only the table, JSON or CSV.
 """
 
 import sys
@@ -61,7 +61,7 @@ def _mixed_step(*, calibrate, preset, config_file, device, dtype, seq_len, batch
                 tp, gpu, impl, l2, step) -> None:
     """--step mixed: a served scheduler step of a whole model (kvcalc.cli.measure_model)."""
     from kvcalc.cli import measure_model
-    from kvcalc.measure.answer import _cache_path
+    from kvcalc.measure.ceilings import default_cache_path
 
     if calibrate:
         raise KvcalcError("--calibrate and --step mixed are separate runs")
@@ -71,7 +71,7 @@ def _mixed_step(*, calibrate, preset, config_file, device, dtype, seq_len, batch
     measure_model.mixed_command(
         preset, config_file, device, dtype, _one(seq_len, "--seq-len"), _one(batch, "--batch"),
         _one(prefill_tokens, "--prefill-tokens") or 0, _one(prefill_start, "--prefill-start") or 0,
-        warmup, iters, cuda_graphs, _cache_path() if cache_ceilings else None,
+        warmup, iters, cuda_graphs, default_cache_path() if cache_ceilings else None,
         output_format(fmt, output), output, force, _run_with_progress)
 
 
