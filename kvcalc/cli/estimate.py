@@ -5,26 +5,9 @@ from __future__ import annotations  # the commands not run never evaluate their 
 import typer
 
 from kvcalc.cli import speed
-from kvcalc.cli.counting import _estimates, write
-from kvcalc.cli.options import ModelRequest, model_options, output_format
+from kvcalc.cli.counting import write
+from kvcalc.cli.options import ModelRequest, model_options, output_format, parse_size
 from kvcalc.cli.parsing import command, with_options
-from kvcalc.errors import KvcalcError
-
-
-def vllm_layout(ref, data_parallel_size, enable_expert_parallel) -> dict:
-    """--data-parallel-size and --enable-expert-parallel as EngineSettings' dp and
-    enable_expert_parallel for vLLM's count (`ref` None or vLLM); refused, in one line,
-    for another engine's."""
-    from kvcalc.cli import engine_flags as ef
-    from kvcalc.serving.flags import check_owners
-
-    given = {"dp": data_parallel_size, "enable_expert_parallel": enable_expert_parallel or None}
-    if ref is not None and ref.name != "vllm":
-        if ref.name == "sglang" and data_parallel_size is not None:
-            raise KvcalcError(f"--data-parallel-size with --engine {ref.name}: estimate counts "
-                              f"{ref.title} at its defaults; fit takes its layout (--dp-size)")
-        check_owners(ref.name, given, ef.flag_of)
-    return {k: v for k, v in given.items() if v is not None}
 
 
 def _estimate_items(est, detail: bool) -> list:
@@ -89,46 +72,21 @@ def register(app: typer.Typer, only: str | None = None) -> None:
 
 
 def _estimate_command(request: ModelRequest, *, compare: bool, detail: bool, fmt, output,
-                      force: bool, engine, mfu, bandwidth_efficiency, data_parallel_size,
-                      enable_expert_parallel, limit_mm_per_prompt, **workload) -> None:
-    """estimate: parse, call the estimate (or the MHA, GQA and MQA variants), write."""
+                      force: bool, reserve, **parameters) -> None:
+    """estimate: parse, call kvcalc.answers.estimate (the model, or with --compare its MHA,
+    GQA and MQA variants), write."""
+    from kvcalc.answers.estimate import estimate
+
     fmt = output_format(fmt, output)
-    ref = speed.memory_engine(engine)  # whose memory count (None: vLLM 0.33's)
-    speed_engine = speed.engine_option(engine, mfu, bandwidth_efficiency, speed.DEFAULT)
-    mfu, bandwidth_efficiency = speed.shares(mfu, bandwidth_efficiency)
-    memory = _memory_count(ref, vllm_layout(ref, data_parallel_size, enable_expert_parallel),
-                           limit_mm_per_prompt)
-    ests = _estimates(request, **workload, compare=compare, mfu=mfu,
-                      bandwidth_efficiency=bandwidth_efficiency, engine=speed_engine, **memory)
+    answer = estimate(model=request.resolve, kv_heads=request.kv_heads, compare=compare,
+                      reserve_bytes=None if reserve is None else parse_size(reserve),
+                      **parameters)
     if compare:
-        write(fmt, output, force,
-              lambda: {"variants": [e.as_dict() for e in ests],
-                       "reductions_vs_mha": [_reductions(ests[0], e) for e in ests[1:]]},
-              lambda: [{**e.as_row(), **_reductions(ests[0], e)} for e in ests],
-              lambda: _compare_items(ests))
+        write(fmt, output, force, answer.as_dict, answer.as_rows,
+              lambda: _compare_items(list(answer.estimates)))
         return
-    est = ests[0]
-    write(fmt, output, force, est.as_dict, lambda: [est.as_row()],
-          lambda: _estimate_items(est, detail))
-
-
-def _memory_count(ref, layout: dict, limit_mm_per_prompt) -> dict:
-    """The estimate's memory count: vLLM's release settings with the layout flags, or
-    another engine's count (`ref`)."""
-    if limit_mm_per_prompt is not None:
-        from kvcalc.cli import engine_flags as ef
-        from kvcalc.serving.flags import check_owners
-
-        check_owners(ref.name if ref else "vllm",
-                     {"limit_mm_per_prompt": limit_mm_per_prompt}, ef.flag_of)
-        layout = {**layout, "limit_mm_per_prompt": limit_mm_per_prompt}
-    if ref is not None and ref.name == "vllm":
-        from kvcalc.serving.vllm import release_settings
-
-        return {"serving": {**release_settings(ref.release), **layout}}
-    if ref is not None:
-        return {"memory_engine": ref}
-    return {"serving": layout} if layout else {}
+    write(fmt, output, force, answer.as_dict, lambda: [answer.as_row()],
+          lambda: _estimate_items(answer, detail))
 
 
 def _fit_command(p: dict) -> None:
@@ -242,16 +200,3 @@ def _fit_tables(answer) -> list:
     if answer.speculative is not None:
         out.append(speculative_table(answer.speculative, answer.speculative_timed_on))
     return [*out, *host_tier_tables(answer.host_tier)]
-
-
-def _reductions(base, other) -> dict:
-    """How many times smaller `other` makes each quantity than `base` (MHA)."""
-    out = {
-        "kv_bytes_reduction": base.cache.bytes / other.cache.bytes,
-        "params_reduction": base.params.total / other.params.total,
-        "decode_bytes_reduction": base.decode.bytes / other.decode.bytes,
-        "intensity_gain": other.decode.arithmetic_intensity / base.decode.arithmetic_intensity,
-    }
-    if base.roofline is not None:
-        out["roofline_speedup"] = base.roofline.time_s / other.roofline.time_s
-    return out
