@@ -4,6 +4,10 @@ record whose `as_dict()` is the command's `--format json`, exactly. The CLI only
 its flags into these parameters, calls, and prints (its tables read the same record).
 
 - `kvcalc.fit(...)` (fit.py): `kvcalc fit`, vLLM's start-up count and the floor beside it.
+- `estimate(...)` (estimate.py): `kvcalc estimate` at the command's defaults (an H100 SXM,
+  timed as vLLM runs it), with the engine's memory count, vLLM's layout and --compare;
+  kvcalc.estimate(MODEL, ...) counts at Python's defaults (no device unless named, the
+  roofline unless an engine is named) and always with vLLM's memory count.
 - `kvcalc.measure(...)`: `kvcalc measure`'s attention and layer steps; it lives in
   kvcalc/measure/answer.py, beside the torch code it runs (a layer above this one).
 

@@ -2,8 +2,9 @@
 the Estimate whose `as_dict()` is `kvcalc estimate --format json`, or with `compare` the
 Comparison of its MHA, GQA and MQA variants (`--compare --format json`). Keyword
 arguments only, named as the command's flags are; a value it cannot take raises
-ParameterError naming the parameter. kvcalc.estimate(MODEL, ...) is the same count with
-Python's defaults (no device unless named, the roofline unless an engine is named).
+ParameterError naming the parameter. kvcalc.estimate(MODEL, ...) counts at Python's
+defaults (no device unless named, the roofline unless an engine is named), always with
+vLLM's memory count.
 """
 
 from __future__ import annotations

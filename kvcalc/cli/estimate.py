@@ -1,4 +1,5 @@
-"""`kvcalc estimate` and `kvcalc fit`: parse, call kvcalc.estimate, render."""
+"""`kvcalc estimate` and `kvcalc fit`: parse, call kvcalc.answers.estimate or kvcalc.fit,
+render."""
 
 from __future__ import annotations  # the commands not run never evaluate their options
 
