@@ -18,7 +18,7 @@ from kvcalc.floor import Fit, fit as plain_fit
 from kvcalc.serving.vllm.settings import settings_for
 from kvcalc.serving.vllm.verdict import engine_verdict, smallest_tp
 from kvcalc.ground.dtypes import DType, check_size, dtype as _dtype, weight_dtype as _weight_dtype
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 from kvcalc.formulas.attention import ShazeerRatio, shazeer_ratio
 from kvcalc.formulas.cache import KVCache, kv_cache
 from kvcalc.formulas.params import ParamCounts, param_counts
@@ -408,9 +408,9 @@ def _shazeer_dict(r: ShazeerRatio) -> dict:
 def check_encoder_len(spec: ModelSpec, encoder_seq_len: int | None) -> None:
     """An encoder length is refused for a model that keeps no encoder's K/V."""
     if encoder_seq_len is not None and not spec.cross_attends:
-        raise KvcalcError(f"--encoder-seq-len applies to models that cross-attend to an "
-                          f"encoder's tokens (encoder-decoder, Mllama, MusicGen); {spec.name} "
-                          f"has no cross-attention")
+        raise ParameterError("{encoder_seq_len} applies to models that cross-attend to an "
+                             "encoder's tokens (encoder-decoder, Mllama, MusicGen); "
+                             + literal(spec.name) + " has no cross-attention", "encoder_seq_len")
 
 
 def workload_for(spec: ModelSpec, *, seq_len: int, batch: int = 1,
@@ -549,10 +549,12 @@ def default_gqa_kv_heads(heads: int) -> int:
 def attention_variants(spec: ModelSpec, kv_heads: int | None = None) -> list[ModelSpec]:
     """MHA, GQA and MQA of the same model (same query heads, head_dim and MLP)."""
     if spec.attention_free:
-        raise KvcalcError(f"{spec.name} has no attention ({spec.state_mixers} layers only); "
-                          "--compare needs MHA/GQA/MQA attention")
+        raise ParameterError(literal(f"{spec.name} has no attention ({spec.state_mixers} "
+                                     "layers only); ") + "{compare} needs MHA/GQA/MQA attention",
+                             "compare")
     if spec.mla is not None:
-        raise KvcalcError(f"{spec.name} uses MLA; --compare needs MHA/GQA/MQA attention")
+        raise ParameterError(literal(spec.name) + " uses MLA; {compare} needs MHA/GQA/MQA "
+                             "attention", "compare")
     heads = spec.attention_shape.heads
     g = kv_heads or spec.attention_shape.kv_heads
     if g in (1, heads):

@@ -307,11 +307,11 @@ def test_prediction_splits_decode_and_prefill_at_the_ceilings():
 
 
 @pytest.mark.parametrize("fields,words", [
-    ({"prefill_tokens": -1}, "--prefill-tokens must be >= 0"),
-    ({"prefill_start": -2, "prefill_tokens": 3}, "--prefill-start must be >= 0"),
-    ({"batch": 0}, "--batch must be >= 1"),
-    ({"seq_len": 0}, "--seq-len must be >= 1"),
-    ({"prefill_start": 4}, "give --prefill-tokens too"),
+    ({"prefill_tokens": -1}, "prefill_tokens must be >= 0"),
+    ({"prefill_start": -2, "prefill_tokens": 3}, "prefill_start must be >= 0"),
+    ({"batch": 0}, "batch must be >= 1"),
+    ({"seq_len": 0}, "seq_len must be >= 1"),
+    ({"prefill_start": 4}, "give prefill_tokens too"),
     ({"prefill_tokens": 2**40}, "absurdly large"),
 ])
 def test_bad_input_refused(fields, words):

@@ -107,8 +107,8 @@ def test_a_failing_rank_is_named_and_nothing_hangs():
     # Each launch returns within twice its own timeout: a hang never returns, and the
     # margin is for starting two torch processes (about 30 s each launch on this 2-core
     # VM under a load average of 12, where both launches together once took 65 s).
-    for target, message in ((_raises, r"--tp 2: rank 1 failed: boom on purpose"),
-                            (_killed, r"--tp 2: rank 1 was killed by signal SIGKILL")):
+    for target, message in ((_raises, r"^tp 2: rank 1 failed: boom on purpose"),
+                            (_killed, r"^tp 2: rank 1 was killed by signal SIGKILL")):
         t0 = time.perf_counter()
         with pytest.raises(KvcalcError, match=message):
             tp_mod.launch(target, 2, (), timeout_s=20)
@@ -116,9 +116,9 @@ def test_a_failing_rank_is_named_and_nothing_hangs():
 
 
 @pytest.mark.parametrize("kw, message", [
-    (dict(kv_heads=8, tp=(3,)), "--tp 3 must divide --heads"),
-    (dict(kv_heads=8, tp=(2,), step="both"), "--tp times one step"),
-    (dict(kv_heads=8, tp=(2,), compare=True), "drop --compare"),
+    (dict(kv_heads=8, tp=(3,)), "^tp 3 must divide heads"),
+    (dict(kv_heads=8, tp=(2,), step="both"), "^tp times one step: give step attention"),
+    (dict(kv_heads=8, tp=(2,), compare=True), "drop compare"),
 ])
 def test_tp_refusals(kw, message):
     cfg = {**TINY, **kw}
@@ -130,7 +130,7 @@ def test_one_gpu_says_tp_needs_as_many(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    with pytest.raises(KvcalcError, match=r"--tp 2 needs 2 GPUs \(one per rank\); this machine has 1"):
+    with pytest.raises(KvcalcError, match=r"^tp 2 needs 2 GPUs \(one per rank\); this machine has 1"):
         run(MeasureConfig(**{**TINY, "kv_heads": 8, "tp": (2,), "device": "cuda"}))
 
 

@@ -141,12 +141,12 @@ def allreduce_rank(rank: int, tp: int, init_method: str, result_path: str | None
 
 
 def allreduce_terms(device, dtype: str, tp: int) -> dict:
-    from kvcalc.errors import KvcalcError
+    from kvcalc.errors import ParameterError
     from kvcalc.measure import tp as tp_mod
 
     if device.type == "cuda" and torch.cuda.device_count() < tp:
-        raise KvcalcError(f"--tp {tp} needs {tp} GPUs (one per rank); this machine has "
-                          f"{torch.cuda.device_count()}")
+        raise ParameterError(f"{{tp}} {tp} needs {tp} GPUs (one per rank); this machine has "
+                             f"{torch.cuda.device_count()}", "tp")
     return tp_mod.launch(allreduce_rank, tp, (device.type, dtype))
 
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 
 CEILING_BYTES = {"cuda": 2**30, "cpu": 256 * 2**20}  # per buffer; the copy moves 2x this
 MATMUL_N = {("cuda", "fp32"): 4096, ("cuda", "bf16"): 8192, ("cuda", "fp16"): 8192,
@@ -62,8 +62,8 @@ def resolve_device(requested: str):
             built = torch.version.cuda
             why = (f"this torch {torch.__version__} is a CPU-only build" if not built
                    else f"torch {torch.__version__} (CUDA {built}) finds no usable GPU")
-            raise KvcalcError(f"--device cuda: no CUDA device available ({why}); "
-                              "use --device cpu or auto")
+            raise ParameterError("{device} cuda: no CUDA device available (" + literal(why)
+                                 + "); use {device} cpu or auto", "device")
     return torch.device("cpu")
 
 

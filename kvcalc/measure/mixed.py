@@ -32,7 +32,7 @@ from dataclasses import field, replace
 
 from kvcalc.ground.record import record
 from kvcalc.ground.dtypes import MAX_BATCH, MAX_SEQ_LEN
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 
 STEP = "mixed"
 SEQ_LEN = {"cuda": 1024, "cpu": 256}  # --step model's defaults
@@ -61,31 +61,37 @@ class MixedConfig:
     memory_fraction: float = 0.85
 
     def __post_init__(self) -> None:
-        checks = (("--batch", self.batch, 1, MAX_BATCH), ("--seq-len", self.seq_len, 1, MAX_SEQ_LEN),
-                  ("--prefill-tokens", self.prefill_tokens, 0, MAX_SEQ_LEN),
-                  ("--prefill-start", self.prefill_start, 0, MAX_SEQ_LEN))
-        for flag, value, low, high in checks:
-            if value is None and flag == "--seq-len":
+        checks = (("batch", self.batch, 1, MAX_BATCH), ("seq_len", self.seq_len, 1, MAX_SEQ_LEN),
+                  ("prefill_tokens", self.prefill_tokens, 0, MAX_SEQ_LEN),
+                  ("prefill_start", self.prefill_start, 0, MAX_SEQ_LEN))
+        for name, value, low, high in checks:
+            if value is None and name == "seq_len":
                 continue
             if isinstance(value, bool) or not isinstance(value, int):
-                raise KvcalcError(f"{flag} takes a whole number, got {value!r}")
+                raise ParameterError("{" + name + "} takes a whole number, got "
+                                     + literal(repr(value)), name)
             if value < low:
-                raise KvcalcError(f"{flag} must be >= {low} (got {value:,})"
-                                  + ("; a step needs at least one decode token (a prefill-only "
-                                     "step is not measured here)" if flag == "--batch" else ""))
+                raise ParameterError("{" + name + f"}} must be >= {low} (got {value:,})"
+                                     + ("; a step needs at least one decode token (a "
+                                        "prefill-only step is not measured here)"
+                                        if name == "batch" else ""), name)
             if value > high:
-                raise KvcalcError(f"{flag} {value:,} is absurdly large (limit {high:,})")
+                raise ParameterError("{" + name + f"}} {value:,} is absurdly large (limit "
+                                     f"{high:,})", name)
         if self.prefill_start and not self.prefill_tokens:
-            raise KvcalcError("--prefill-start places a chunk: give --prefill-tokens too")
+            raise ParameterError("{prefill_start} places a chunk: give {prefill_tokens} too",
+                                 "prefill_start", "prefill_tokens")
         if self.device not in ("auto", "cuda", "cpu"):
-            raise KvcalcError(f"--device must be one of auto, cuda, cpu, got {self.device!r}")
+            raise ParameterError("{device} must be one of auto, cuda, cpu, got "
+                                 + literal(repr(self.device)), "device")
         if self.prefill_start + self.prefill_tokens > MAX_SEQ_LEN:
-            raise KvcalcError("--prefill-start + --prefill-tokens is absurdly large "
-                              f"(limit {MAX_SEQ_LEN:,})")
-        for flag, value in (("--warmup", self.warmup), ("--iters", self.iters)):
-            if value is not None and (value < (1 if flag == "--iters" else 0) or value > 100_000):
-                raise KvcalcError(f"{flag} must be between {1 if flag == '--iters' else 0} and "
-                                  f"100,000 (got {value:,})")
+            raise ParameterError("{prefill_start} + {prefill_tokens} is absurdly large "
+                                 f"(limit {MAX_SEQ_LEN:,})", "prefill_start", "prefill_tokens")
+        for name, value in (("warmup", self.warmup), ("iters", self.iters)):
+            if value is not None and (value < (1 if name == "iters" else 0) or value > 100_000):
+                raise ParameterError("{" + name + f"}} must be between "
+                                     f"{1 if name == 'iters' else 0} and 100,000 (got {value:,})",
+                                     name)
 
 
 @record

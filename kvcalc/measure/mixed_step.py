@@ -27,7 +27,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 from kvcalc.measure import ceilings as ceil_mod
 from kvcalc.measure import impls
 from kvcalc.measure import terms as terms_mod
@@ -171,9 +171,10 @@ def run_mixed(config: MixedConfig, progress: Progress | None = None,
     except (RuntimeError, MemoryError) as e:
         if not impls.out_of_memory(e):
             raise
-        raise KvcalcError(f"out of {state['kind']} memory while {state['phase']} "
-                          f"({impls.allocation_failure(e)}); try a smaller --batch, --seq-len "
-                          "or --prefill-tokens, or free some memory") from None
+        raise ParameterError(literal(f"out of {state['kind']} memory while {state['phase']} "
+                                     f"({impls.allocation_failure(e)}); ")
+                             + "try a smaller {batch}, {seq_len} or {prefill_tokens}, or free "
+                             "some memory", "batch", "seq_len", "prefill_tokens") from None
 
 
 def _run(config: MixedConfig, progress: Progress | None, notice, state: dict) -> MixedResult:
@@ -183,7 +184,8 @@ def _run(config: MixedConfig, progress: Progress | None, notice, state: dict) ->
     kind = device.type
     state["kind"] = kind
     if config.cuda_graphs and kind != "cuda":
-        raise KvcalcError("--cuda-graphs needs a CUDA device (this run is on the cpu)")
+        raise ParameterError("{cuda_graphs} needs a CUDA device (this run is on the cpu)",
+                             "cuda_graphs")
     meta = ceil_mod.device_info(device)
     from kvcalc.measure.config import DEFAULTS
 
@@ -205,11 +207,12 @@ def _run(config: MixedConfig, progress: Progress | None, notice, state: dict) ->
     usable = int(free * config.memory_fraction)
     if max(need, ceiling_ws) > usable:
         chunk = f" with a chunk of {n:,} tokens at position {s:,}" if n else ""
-        raise KvcalcError(f"{STEP_FLAG}: {spec.name} at batch {b:,} x {c:,} tokens{chunk} needs "
-                          f"{human_bytes(need)} (weights, caches, activations) but "
-                          f"{human_bytes(usable)} of {kind} memory is usable "
-                          f"({config.memory_fraction:.0%} of {human_bytes(free)} free); try a "
-                          "smaller --batch, --seq-len or --prefill-tokens")
+        raise ParameterError(literal(
+            f"{STEP_FLAG}: {spec.name} at batch {b:,} x {c:,} tokens{chunk} needs "
+            f"{human_bytes(need)} (weights, caches, activations) but {human_bytes(usable)} of "
+            f"{kind} memory is usable ({config.memory_fraction:.0%} of {human_bytes(free)} "
+            "free); try a smaller ") + "{batch}, {seq_len} or {prefill_tokens}", "batch",
+            "seq_len", "prefill_tokens")
 
     steps = 3 + (2 if n else 0)  # ceilings, allocation, [check], decode timing, [mixed timing]
     done = 0

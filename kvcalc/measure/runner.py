@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 
 from kvcalc.ground.record import record
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 from kvcalc.measure import ceilings as ceil_mod
 from kvcalc.measure import impls
 from kvcalc.measure import terms as terms_mod
@@ -95,15 +95,16 @@ def _setting(config: MeasureConfig, ceiling_buffer_bytes: int | None, state: dic
     kind = device.type
     state["kind"] = kind
     if config.cuda_graphs and kind != "cuda":
-        raise KvcalcError("--cuda-graphs needs a CUDA device (this run is on the cpu)")
+        raise ParameterError("{cuda_graphs} needs a CUDA device (this run is on the cpu)",
+                             "cuda_graphs")
     defaults = DEFAULTS[kind]
     dtype = config.dtype or defaults.dtype
     tdtype = ceil_mod.torch_dtype(dtype)
     warmup = defaults.warmup if config.warmup is None else config.warmup
     iters = config.iters or defaults.iters
     if config.d_model is None and config.heads * config.head_dim > MAX_WIDTH:
-        raise KvcalcError(f"--heads x --head-dim = {config.heads * config.head_dim:,} is absurdly "
-                          f"large (limit {MAX_WIDTH:,})")
+        raise ParameterError(f"{{heads}} x {{head_dim}} = {config.heads * config.head_dim:,} is "
+                             f"absurdly large (limit {MAX_WIDTH:,})", "heads", "head_dim")
     for kv in config.kv_variants():
         block(config.heads, kv, config.head_dim, config.d_model)
     free = ceil_mod.free_bytes(device)
@@ -120,9 +121,10 @@ def _probe(s: _Setting, probe_seq_len: int, kv: int) -> dict[str, str]:
     probe_need = probe_bytes(config.heads, max(config.kv_variants()), config.head_dim,
                              probe_seq_len, s.dtype)
     if probe_need > s.room.usable:
-        raise KvcalcError(f"even a {probe_seq_len}-token SDPA probe needs "
-                          f"{human_bytes(probe_need)} but {human_bytes(s.room.usable)} of {s.kind} "
-                          f"memory is usable; try a smaller --heads or --head-dim")
+        raise ParameterError(literal(
+            f"even a {probe_seq_len}-token SDPA probe needs {human_bytes(probe_need)} but "
+            f"{human_bytes(s.room.usable)} of {s.kind} memory is usable; try a smaller ")
+            + "{heads} or {head_dim}", "heads", "head_dim")
     return impls.probe_sdpa(s.device, s.tdtype, config.heads, kv, config.head_dim, probe_seq_len)
 
 
@@ -350,9 +352,11 @@ def _bench(group: Group, s: _Setting, seq_len: int, batch: int, ceilings: dict,
     except (RuntimeError, MemoryError) as e:
         if not impls.out_of_memory(e):
             raise
-        raise KvcalcError(f"out of {device.type} memory allocating {group.slots} x "
-                          f"{human_bytes(pred.kv_cache_bytes + pred.weight_bytes)} (planned peak "
-                          f"{human_bytes(group.needed_bytes)}); try a smaller --seq-len or --batch") from None
+        raise ParameterError(literal(
+            f"out of {device.type} memory allocating {group.slots} x "
+            f"{human_bytes(pred.kv_cache_bytes + pred.weight_bytes)} (planned peak "
+            f"{human_bytes(group.needed_bytes)}); try a smaller ") + "{seq_len} or {batch}",
+            "seq_len", "batch") from None
     # Accounting: the tensors' bytes are the formula's bytes, exactly.
     for slot in slots:
         if slot.cache_bytes() != pred.kv_cache_bytes:
@@ -372,9 +376,10 @@ def _bench(group: Group, s: _Setting, seq_len: int, batch: int, ceilings: dict,
     except (RuntimeError, MemoryError) as e:
         if not impls.out_of_memory(e):
             raise
-        raise KvcalcError(f"out of {device.type} memory for the flush buffer or the float64 "
-                          f"reference (planned peak {human_bytes(group.needed_bytes)}); try a "
-                          f"smaller --seq-len or --batch") from None
+        raise ParameterError(literal(
+            f"out of {device.type} memory for the flush buffer or the float64 reference "
+            f"(planned peak {human_bytes(group.needed_bytes)}); try a smaller ")
+            + "{seq_len} or {batch}", "seq_len", "batch") from None
     # Flush by reading, not writing: a written buffer leaves dirty lines whose write-back
     # would land inside the next timed call.
     flush = flush_buf.sum if flush_buf is not None else None

@@ -33,7 +33,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 from kvcalc.measure.allreduce import (
     ALLREDUCE_LARGE_BYTES,
     allreduce_buffers,
@@ -82,17 +82,18 @@ def launch(fn, tp: int, args: tuple, timeout_s: float = TIMEOUT_S) -> Any:
             mp.spawn(fn, args=(tp, init, result_path, timeout_s) + tuple(args), nprocs=tp,
                      join=True)
         except mp.ProcessRaisedException as e:
-            raise KvcalcError(f"--tp {tp}: rank {e.error_index} failed: "
-                              f"{_last_line(str(e))}") from None
+            raise ParameterError("{tp} " + literal(f"{tp}: rank {e.error_index} failed: "
+                                                   f"{_last_line(str(e))}"), "tp") from None
         except mp.ProcessExitedException as e:
             how = (f"was killed by signal {e.signal_name}" if getattr(e, "signal_name", None)
                    else f"exited with code {e.exit_code}")
-            raise KvcalcError(f"--tp {tp}: rank {e.error_index} {how}") from None
+            raise ParameterError("{tp} " + literal(f"{tp}: rank {e.error_index} {how}"),
+                                 "tp") from None
         try:
             with open(result_path) as f:
                 return json.load(f)
         except (OSError, ValueError):
-            raise KvcalcError(f"--tp {tp}: rank 0 ended without a result") from None
+            raise ParameterError(f"{{tp}} {tp}: rank 0 ended without a result", "tp") from None
 
 
 def _last_line(text: str) -> str:
@@ -385,25 +386,28 @@ def run_tp(config, progress=None, notice=None):
 
     tps = list(config.tp)
     if config.step == "both":
-        raise KvcalcError("--tp times one step: give --step attention or --step layer")
+        raise ParameterError("{tp} times one step: give {step} attention or {step} layer",
+                             "tp", "step")
     if config.compare:
-        raise KvcalcError("--tp runs one K/V-head count: drop --compare (run it once per "
-                          "--kv-heads)")
+        raise ParameterError("{tp} runs one K/V-head count: drop {compare} (run it once per "
+                             "{kv_heads})", "tp", "compare", "kv_heads")
     if config.cuda_graphs:
-        raise KvcalcError("--tp does not capture CUDA graphs: drop --cuda-graphs")
+        raise ParameterError("{tp} does not capture CUDA graphs: drop {cuda_graphs}", "tp",
+                             "cuda_graphs")
     names = config.impl_names()
     if len(names) != 1 or names[0] == "all":
-        raise KvcalcError("--tp times one implementation: give --impl NAME (or auto)")
+        raise ParameterError("{tp} times one implementation: give {impl} NAME (or auto)",
+                             "tp", "impl")
     impl = "grouped" if names[0] == "auto" else names[0]
     device = ceil_mod.resolve_device(config.device)
     kind = device.type
     if kind == "cuda" and max(tps) > torch.cuda.device_count():
-        raise KvcalcError(f"--tp {max(tps)} needs {max(tps)} GPUs (one per rank); this machine "
-                          f"has {torch.cuda.device_count()}")
+        raise ParameterError(f"{{tp}} {max(tps)} needs {max(tps)} GPUs (one per rank); this "
+                             f"machine has {torch.cuda.device_count()}", "tp")
     torchrun = launched_by_torchrun()
     if torchrun and (len(tps) != 1 or int(os.environ["WORLD_SIZE"]) != tps[0]):
-        raise KvcalcError(f"under torchrun --tp must equal WORLD_SIZE "
-                          f"({os.environ['WORLD_SIZE']}), got {','.join(map(str, tps))}")
+        raise ParameterError("under torchrun {tp} must equal WORLD_SIZE (" + literal(
+            f"{os.environ['WORLD_SIZE']}), got {','.join(map(str, tps))}"), "tp")
     meta = ceil_mod.device_info(device)
     d = DEFAULTS[kind]
     dtype = config.dtype or d.dtype
@@ -427,16 +431,18 @@ def run_tp(config, progress=None, notice=None):
     rows: list[dict] = []
     for tp in tps:
         if config.heads % tp:
-            raise KvcalcError(f"--tp {tp} must divide --heads ({config.heads})")
+            raise ParameterError(f"{{tp}} {tp} must divide {{heads}} ({config.heads})", "tp",
+                                 "heads")
         if config.kv_heads % tp and tp % config.kv_heads:
-            raise KvcalcError(f"--tp {tp} and --kv-heads {config.kv_heads}: one must divide the "
-                              f"other (K/V heads are split, or replicated tp/kv_heads times)")
+            raise ParameterError(f"{{tp}} {tp} and {{kv_heads}} {config.kv_heads}: one must "
+                                 "divide the other (K/V heads are split, or replicated "
+                                 "tp/kv_heads times)", "tp", "kv_heads")
         kv_dev = blk.attention.kv_heads_per_device(tp)
         for r in range(tp):
             q, kvr = rank_heads(config.heads, config.kv_heads, tp, r)
             if len(kvr) != kv_dev or (len(q) % len(kvr)):
-                raise KvcalcError(f"rank {r} of --tp {tp} would read {len(kvr)} K/V heads, "
-                                  f"the formulas count {kv_dev}")
+                raise ParameterError(f"rank {r} of {{tp}} {tp} would read {len(kvr)} K/V "
+                                     f"heads, the formulas count {kv_dev}", "tp")
         local = block(config.heads // tp, kv_dev, config.head_dim, blk.d_model)
         pred = predict(config.step, local, batch, seq_len, dtype)
         full = predict(config.step, blk, batch, seq_len, dtype)
@@ -454,8 +460,9 @@ def run_tp(config, progress=None, notice=None):
         reference = (full.kv_cache_bytes + full.weight_bytes) * (1 + 8 // e)
         need = (shared * per_rank if kind == "cpu" else per_rank) + reference
         if need > usable:
-            raise KvcalcError(f"--tp {tp} needs {human_bytes(need)} but {human_bytes(usable)} of "
-                              f"{kind} memory is usable; try a smaller --seq-len or --batch")
+            raise ParameterError(f"{{tp}} {tp} needs {human_bytes(need)} but "
+                                 f"{human_bytes(usable)} of {kind} memory is usable; try a "
+                                 "smaller {seq_len} or {batch}", "tp", "seq_len", "batch")
         job = {"device_type": kind, "step": config.step, "dtype": dtype, "impl": impl,
                "heads": config.heads, "kv_heads": config.kv_heads, "head_dim": config.head_dim,
                "d_model": blk.d_model, "batch": batch, "seq_len": seq_len, "seed": config.seed,
