@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")  # the `measure` extra; CI installs it, so these run
 
-from kvcalc.errors import KvcalcError  # noqa: E402
+from kvcalc.errors import KvcalcError, flag_of  # noqa: E402
 from kvcalc.formulas.attention import attention_step  # noqa: E402
 from kvcalc.formulas.params import param_counts  # noqa: E402
 from kvcalc.formulas.step import decode_step  # noqa: E402
@@ -275,7 +275,8 @@ def test_memory_guard_refuses_before_allocating(monkeypatch):
     with pytest.raises(KvcalcError) as e:
         run(MeasureConfig(heads=32, kv_heads=8, seq_len=1 << 30, batch=4, device="cpu"))
     msg = str(e.value)
-    assert msg.startswith("needs ") and "is free on cpu" in msg and "try --seq-len" in msg
+    assert msg.startswith("needs ") and "is free on cpu" in msg and "try seq_len" in msg
+    assert "try --seq-len" in e.value.worded(flag_of)  # the command line's words
 
 
 def test_guard_suggestion_fits(monkeypatch):
@@ -285,7 +286,7 @@ def test_guard_suggestion_fits(monkeypatch):
     monkeypatch.setattr(ceilings, "cpu_llc_bytes", lambda: 32 * 2**20)
     with pytest.raises(KvcalcError) as e:
         run(MeasureConfig(heads=32, kv_heads=8, seq_len=65536, batch=32, device="cpu"))
-    msg = str(e.value)
+    msg = e.value.worded(flag_of)  # as the command line says it
     suggested = int(msg.split("--seq-len ")[1].split()[0])
     assert suggested < 65536
     assert "--batch" in msg

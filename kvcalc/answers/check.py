@@ -238,7 +238,8 @@ def _one_request(log, d, model, gpu, release, notes: list):
     try:
         counted = count(_model(model, None), _hardware(gpu), flags_from_log(log, ref, Weights()))
     except KvcalcError as e:
-        notes.append(f"kvcalc could not count {_name(model)} for the one-request fraction: {e}")
+        notes.append(f"kvcalc could not count {_name(model)} for the one-request fraction: "
+                     f"{_as_flags(e)}")
         return d
     return with_one_request(d, counted)
 

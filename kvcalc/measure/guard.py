@@ -13,7 +13,7 @@ import math
 from dataclasses import field
 
 from kvcalc.ground.record import record
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 from kvcalc.measure import ceilings as ceil_mod
 from kvcalc.measure import terms as terms_mod
 from kvcalc.measure.config import DEFAULTS, MeasureConfig
@@ -240,9 +240,10 @@ def fit_sizes(config: MeasureConfig, dtype: str, room: MemoryRoom, impl_names: l
         sl //= 2
         need = peak(sl, b)
     if need > room.usable:
-        raise KvcalcError(_refusal(need, room.free, room.usable, room.kind, sl, b, peak, config,
-                                   lambda: _fixed_need(config, dtype, room, impl_names, copies,
-                                                       sl, b)))
+        raise ParameterError(_refusal(need, room.free, room.usable, room.kind, sl, b, peak,
+                                      config, lambda: _fixed_need(config, dtype, room,
+                                                                  impl_names, copies, sl, b)),
+                             "seq_len", "batch", "d_model")
     return sl, b
 
 
@@ -273,17 +274,19 @@ def ceiling_need(room: MemoryRoom, dtype: str) -> int:
 
 def _refusal(need: int, free: int, usable: int, kind: str, seq_len: int, batch: int,
              peak, config: MeasureConfig, fixed_need=None) -> str:
+    """Why the sizes do not fit, a ParameterError's template: {seq_len}, {batch} and
+    {d_model} name the parameters."""
     words = limit_words(kind)
-    msg = (f"needs {human_bytes(need)} but {human_bytes(free)} is free on {kind} "
-           + (f"under {words} " if words else "")
-           + f"({config.memory_fraction:.0%} usable: {human_bytes(usable)})")
+    msg = literal(f"needs {human_bytes(need)} but {human_bytes(free)} is free on {kind} "
+                  + (f"under {words} " if words else "")
+                  + f"({config.memory_fraction:.0%} usable: {human_bytes(usable)})")
     tries = []
     sl = _largest_fitting(lambda s: peak(s, batch) <= usable, seq_len)
     if sl:
-        tries.append(f"--seq-len {sl}")
+        tries.append(f"{{seq_len}} {sl}")
     b = _largest_fitting(lambda x: peak(seq_len, x) <= usable, batch)
     if b:
-        tries.append(f"--batch {b}")
+        tries.append(f"{{batch}} {b}")
     if tries:
         return f"{msg}; try {' or '.join(tries)}"
     if fixed_need is not None:
@@ -293,13 +296,14 @@ def _refusal(need: int, free: int, usable: int, kind: str, seq_len: int, batch: 
         if fixed > usable:
             return (f"{msg}; smaller sizes do not fit either: the bandwidth ceilings at the "
                     f"step's shapes and the cache flush alone need {human_bytes(fixed)} (they "
-                    f"stream at least 8x the {_cache_name(kind)}, whatever --seq-len and "
-                    f"--batch); free some memory" + (" or raise the limit" if words else ""))
+                    f"stream at least 8x the {_cache_name(kind)}, whatever {{seq_len}} and "
+                    f"{{batch}}); free some memory" + (" or raise the limit" if words else ""))
     if config.step in ("layer", "both"):
-        return (f"{msg}; even --seq-len 1 --batch 1 does not fit: the layer step holds its "
+        return (f"{msg}; even {{seq_len}} 1 {{batch}} 1 does not fit: the layer step holds its "
                 f"weights (d_model {config.d_model or config.heads * config.head_dim:,}); try a "
-                f"smaller --d-model, fewer heads or a smaller head_dim")
-    return f"{msg}; even --seq-len 1 --batch 1 does not fit: try fewer heads or a smaller head_dim"
+                f"smaller {{d_model}}, fewer heads or a smaller head_dim")
+    return (f"{msg}; even {{seq_len}} 1 {{batch}} 1 does not fit: try fewer heads or a smaller "
+            "head_dim")
 
 
 def _cache_name(kind: str) -> str:

@@ -55,18 +55,19 @@ def run(config: MeasureConfig, progress: Progress | None = None,
     except (RuntimeError, MemoryError) as e:
         if not impls.out_of_memory(e):
             raise
-        raise KvcalcError(_oom_message(e, state)) from None
+        raise ParameterError(_oom_message(e, state), "seq_len", "batch") from None
 
 
 def _oom_message(e: BaseException, state: dict) -> str:
+    """The failed allocation in words, a ParameterError's template ({seq_len}, {batch})."""
     kind = state["kind"]
     msg = f"out of {kind} memory while {state['phase']} ({impls.allocation_failure(e)})"
     if state["planned"] is not None:
         msg += (f"; the memory guard planned a peak of {human_bytes(state['planned'])} of "
                 f"{human_bytes(state['usable'])} usable")
     words = limit_words(kind)
-    return msg + (f" under {words}" if words else "") + (
-        "; try a smaller --seq-len or --batch, or free some memory")
+    return literal(msg + (f" under {words}" if words else "")) + (
+        "; try a smaller {seq_len} or {batch}, or free some memory")
 
 
 @record
