@@ -95,3 +95,17 @@ def test_a_bad_parameter_is_named_and_the_command_says_its_flag(call, parameter,
     assert r.exit_code == 2
     assert f"kvcalc: error: {caught.value.worded(flag_of)}\n" in r.output
     assert flag in r.output
+
+
+def test_a_plan_that_meets_no_target_names_it_and_the_command_says_its_flag():
+    from kvcalc.plan import NothingFits
+
+    args = dict(model="llama3.1-8b", gpu="h100-sxm", gpus=1, max_model_len=32768)
+    with pytest.raises(NothingFits) as caught:
+        kvcalc.plan(**args, ttft_ms=100)
+    assert str(caught.value).startswith("no layout meets ttft_ms even with one request")
+    r = CliRunner().invoke(app, ["plan", "llama3.1-8b", "--gpu", "h100-sxm", "--gpus", "1",
+                                 "--max-model-len", "32768", "--ttft-ms", "100"])
+    assert r.exit_code == 1  # a question answered no
+    assert r.output == f"kvcalc: {caught.value.worded(flag_of)}\n"
+    assert r.output.startswith("kvcalc: no layout meets --ttft-ms even with one request")

@@ -24,6 +24,7 @@ from kvcalc.serving.vllm.settings import EngineSettings
 from kvcalc.serving.vllm.capacity import serving_capacity
 from kvcalc.cli import app
 from kvcalc.engines import load_engine
+from kvcalc.errors import flag_of
 from kvcalc.plan import NothingFits, plan, pp_sizes, tp_sizes
 from kvcalc.presets import load_hardware, load_model
 
@@ -137,7 +138,8 @@ def test_latency_targets_drop_the_layouts_that_miss_them():
     FLOPs = 5.2e14 FLOPs at under 1e15 FLOP/s): a 100 ms TTFT target keeps nothing."""
     with pytest.raises(NothingFits) as e:
         _plan("llama3.1-8b", "h100-sxm", 1, "32768", ttft_s=0.1)
-    assert "--ttft-ms" in str(e.value)
+    assert "no layout meets ttft_ms even" in str(e.value)  # the parameter; the command:
+    assert "no layout meets --ttft-ms even" in e.value.worded(flag_of)  # its flag
     loose = _plan("llama3.1-8b", "h100-sxm", 1, "32768")
     tight = _plan("llama3.1-8b", "h100-sxm", 1, "32768", tpot_s=loose.best.tpot_s / 2)
     # The loose best misses the tighter target: another layout (a smaller batch, or a

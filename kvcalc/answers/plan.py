@@ -12,7 +12,7 @@ kvcalc.plan.NothingFits (NoEngineServes when several engines were asked, one rea
 from __future__ import annotations
 
 from kvcalc.answers.given import device, model_spec, owned, sized, unexpected
-from kvcalc.errors import ParameterError, literal
+from kvcalc.errors import ParameterError, as_flags, literal
 from kvcalc.ground.record import record
 from kvcalc.plan import NothingFits, Plan
 from kvcalc.plan.engines import EnginePlan
@@ -34,7 +34,7 @@ class NoEngineServes(NothingFits):
 
     def __init__(self, refusals: tuple[str, ...]):
         self.refusals = tuple(refusals)
-        super().__init__("; ".join(self.refusals))
+        super().__init__(literal("; ".join(self.refusals)))
 
 
 @record
@@ -295,7 +295,7 @@ def _compare(refs, spec, hardware, common: dict, *, vllm_version, learnt, featur
                 vllm_version=ref.release if ref.named else vllm_version,
                 allow_long_max_model_len=allows_long_max_model_len(), calibration=learnt))
         except NothingFits as e:
-            failures.append(" ".join(str(e).split()))
+            failures.append(" ".join(as_flags(e).split()))  # the JSON's words
     if not plans:
         raise NoEngineServes(tuple(failures))
     plans.sort(key=lambda p: -p.best.tokens_per_s_per_gpu)

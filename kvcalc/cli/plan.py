@@ -127,6 +127,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
 def _plan_command(p: dict) -> None:
     """plan: parse, call kvcalc.plan, write (and draw); exit 1 when no layout serves."""
     from kvcalc.answers.plan import plan
+    from kvcalc.errors import flag_of
     from kvcalc.plan import NothingFits
 
     fmt = output_format(p["fmt"], p["output"])
@@ -146,7 +147,7 @@ def _plan_command(p: dict) -> None:
         answer = plan(model=request.resolve(), max_model_len=length,
                       launch_model=_served_name(request), **p)
     except NothingFits as e:  # a valid question answered no (bad input exits 2)
-        for line in getattr(e, "refusals", None) or [" ".join(str(e).split())]:
+        for line in getattr(e, "refusals", None) or [" ".join(e.worded(flag_of).split())]:
             sys.stderr.write(f"kvcalc: {line}\n")
         raise typer.Exit(1)
     _write(answer, fmt, calibration=p["calibration"], **shown)

@@ -355,10 +355,10 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
                                 kv_choices, utilizations,
                                 least=(prompt_len or 1) + out_len if auto else None)
     if not counted:
-        raise NothingFits(nothing_starts(spec, hw, gpus, length, auto, refused))
+        raise NothingFits(literal(nothing_starts(spec, hw, gpus, length, auto, refused)))
     layouts, searched, kept, untimed = _layouts(search, counted, gpus, concurrency)
     if not layouts:
-        raise NothingFits(nothing_meets(search, counted))
+        raise NothingFits(nothing_meets(search, counted), "ttft_ms", "tpot_ms")
 
     # The search counted each setting once, at the engine's default --max-num-seqs; the
     # printed ones are counted again as printed (a smaller max_num_seqs profiles less,

@@ -297,8 +297,8 @@ def engine_plan(spec, hw, ref, *, gpus: int = 1, max_model_len: int | None = Non
         [x for x in shapes if x[1] > 1])
     if not kept:
         why = refusals[0] if refusals else "no layout meets the latency targets"
-        raise NothingFits(f"{ref.title}: no layout of up to {gpus} x {hw.name} serves "
-                          f"{spec.name} at {length:,} tokens: {why}")
+        raise NothingFits(literal(f"{ref.title}: no layout of up to {gpus} x {hw.name} "
+                                  f"serves {spec.name} at {length:,} tokens: {why}"))
     best = min(kept, key=lambda x: (-x.tokens_per_s_per_gpu, -x.tokens_per_s_per_user,
                                     x.kv_dtype != "auto", x.tp * x.pp))
     name = model or hub_id(spec) or spec.name

@@ -3,12 +3,13 @@ what it lacks), or none meets the time targets even with one request (the closes
 
 from __future__ import annotations
 
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import ParameterError, literal
 from kvcalc.serving.vllm.settings import GiB
 
 
-class NothingFits(KvcalcError):
-    """No layout starts (or none meets the latency targets): the reason and the closest."""
+class NothingFits(ParameterError):
+    """No layout starts (or none meets the latency targets): the reason and the closest.
+    A template as ParameterError's: {ttft_ms} names the parameter, other text literal()."""
 
 
 def nothing_starts(spec, hw, gpus, length, auto, refused) -> str:
@@ -43,8 +44,9 @@ def nothing_meets(search, counted: list) -> str:
 
     cap = min(counted, key=lambda c: one(c)[1])
     (ttft, tpot), s = one(cap), cap.settings
-    targets = " and ".join(f for f, v in (("--ttft-ms", search.ttft_s),
-                                          ("--tpot-ms", search.tpot_s)) if v is not None)
+    targets = " and ".join(f for f, v in (("{ttft_ms}", search.ttft_s),
+                                          ("{tpot_ms}", search.tpot_s)) if v is not None)
     return (f"no layout meets {targets} even with one request ({len(counted)} settings "
-            f"start); closest: tp={s.tp} pp={s.pp}, KV {s.kv_dtype}: time to first token "
-            f"{ttft * 1000:,.3g} ms, per output token {tpot * 1000:,.3g} ms")
+            f"start); closest: " + literal(f"tp={s.tp} pp={s.pp}, KV {s.kv_dtype}")
+            + f": time to first token {ttft * 1000:,.3g} ms, per output token "
+            f"{tpot * 1000:,.3g} ms")

@@ -19,7 +19,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from kvcalc.errors import KvcalcError, ParameterError
+from kvcalc.errors import KvcalcError, ParameterError, as_flags, literal
 
 __all__ = ["engine_on_and_off", "on_and_off"]
 
@@ -85,10 +85,10 @@ def _both(run_on, run_off):
         try:
             out.append((run(), ""))
         except NothingFits as e:
-            out.append((None, " ".join(str(e).split())))
+            out.append((None, " ".join(as_flags(e).split())))  # the JSON's words
     (on, why_on), (off, why_off) = out
     if on is None and off is None:
-        raise NothingFits(f"with speculative decoding: {why_on}; without: {why_off}")
+        raise NothingFits(literal(f"with speculative decoding: {why_on}; without: {why_off}"))
     return on, off, why_on, why_off
 
 
