@@ -78,7 +78,7 @@ _LAZY = {
 }
 
 __all__ = sorted([*_LAZY, "KvcalcError", "__version__", "attention_variants", "estimate", "fit",
-                  "floor", "kv_cache", "param_counts"])
+                  "floor", "kv_cache", "param_counts", "schema"])
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from kvcalc.estimate import Estimate
@@ -235,3 +235,13 @@ def attention_variants(model, kv_heads: int | None = None):
     from kvcalc.estimate import attention_variants as _variants
 
     return _variants(_model(model), kv_heads)
+
+
+def schema(command: str) -> dict:
+    """The JSON Schema (draft 2020-12) of `kvcalc COMMAND --format json`, the record its
+    function returns as `as_dict()`: "estimate", "fit", "check" or "sweep" (the row list);
+    every property typed, with its unit. Read from kvcalc/schemas/COMMAND.json (a fresh
+    dict); `kvcalc schema COMMAND` prints it."""
+    from kvcalc.schemas import schema as _schema
+
+    return _schema(command)

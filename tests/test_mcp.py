@@ -167,6 +167,16 @@ def test_the_server_end_to_end_with_the_sdks_client():
     assert json.loads(results["check"].content[0].text) == _cli_json(CHECK_ARGV)
     assert results["sweep"].structured_content == {"rows": _cli_json(SWEEP_ARGV), "skipped": []}
 
+    # Each tool declares its command's JSON Schema as outputSchema (kvcalc.schema), and
+    # its structured result validates against the schema it declared.
+    from jsonschema import Draft202012Validator
+
+    for name, tool in listed.items():
+        assert tool.output_schema == tools()[name].output_schema()
+    for key, name in (("estimate", "estimate"), ("fit", "fit"), ("sglang", "fit"),
+                      ("check", "check"), ("sweep", "sweep")):
+        Draft202012Validator(listed[name].output_schema).validate(results[key].structured_content)
+
     for name, line in (("unknown", "unknown model 'nosuch-7b': not a preset"),
                        ("negative", "max_model_len must be positive, got -5"),
                        ("typed", "tp must be a whole number, got 'two'"),

@@ -83,6 +83,10 @@ class Tool:
                   "additionalProperties": self.extra is not None}
         return schema
 
+    def output_schema(self) -> dict:
+        """The JSON Schema of what call() returns (MCP's outputSchema): the command's."""
+        return output_schema(self.name)
+
     def call(self, arguments: dict | None) -> dict:
         """The function's as_dict() for these arguments, as JSON would carry it; a bad
         argument raises KvcalcError naming it."""
@@ -293,3 +297,18 @@ def _check_and_sweep() -> dict[str, Tool]:
             "weights, decode roofline and fit on a device over a grid of lengths, batches, "
             "K/V heads, KV dtypes and tensor-parallel degrees.")),
     }
+
+
+# Each tool's outputSchema is its command's (kvcalc.schema, kvcalc/schemas/); the sweep
+# tool's answer is an object, its rows (the command's list) under "rows".
+def output_schema(name: str) -> dict:
+    import kvcalc
+
+    if name != "sweep":
+        return kvcalc.schema(name)
+    rows = kvcalc.schema("sweep")
+    return {"$schema": rows.pop("$schema"), "title": "kvcalc's sweep tool", "type": "object",
+            "properties": {"rows": rows, "skipped": {
+                "description": "The (kv_heads, tp) pairs left out by skip_invalid, in words.",
+                "type": "array", "items": {"type": "string"}}},
+            "required": ["rows", "skipped"], "additionalProperties": False}
