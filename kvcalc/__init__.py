@@ -31,13 +31,13 @@ from kvcalc.errors import KvcalcError
 class _Package(types.ModuleType):
     """kvcalc itself. Importing a submodule binds it on its package, and the submodules
     kvcalc.estimate and kvcalc.floor would so replace the functions `estimate` and `floor`
-    below on their first import: the package keeps the functions (the modules are
-    sys.modules["kvcalc.estimate"], ["kvcalc.floor"]). So
+    below on their first import (kvcalc.plan the function `plan`): the package keeps the
+    functions (the modules are sys.modules["kvcalc.estimate"], ["kvcalc.floor"]). So
     `import kvcalc` imports nothing heavy, and the CLI starts its work before any model
     code loads (kvcalc/cli/__init__.py)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in ("estimate", "floor") and isinstance(value, types.ModuleType):
+        if name in ("estimate", "floor", "plan") and isinstance(value, types.ModuleType):
             return
         super().__setattr__(name, value)
 
@@ -77,6 +77,11 @@ _LAZY = {
     "SweepAnswer": "kvcalc.sweep.answer",
 }
 
+# `kvcalc plan` and `kvcalc bench` as functions (kvcalc/answers): keyword-only, returning
+# records whose as_dict() is the command's JSON
+_LAZY.update({"plan": "kvcalc.answers.plan", "PlanAnswer": "kvcalc.answers.plan",
+              "bench": "kvcalc.answers.bench", "BenchAnswer": "kvcalc.answers.bench"})
+
 __all__ = sorted([*_LAZY, "KvcalcError", "__version__", "attention_variants", "estimate", "fit",
                   "floor", "kv_cache", "param_counts", "schema"])
 
@@ -95,6 +100,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from kvcalc.errors import ParameterError
     from kvcalc.answers.check import CheckAnswer, check
     from kvcalc.sweep.answer import SweepAnswer
+    from kvcalc.answers.plan import PlanAnswer, plan
+    from kvcalc.answers.bench import BenchAnswer, bench
 
 
 def __getattr__(name: str) -> Any:

@@ -7,7 +7,9 @@ stdout is stored in tests/data/golden/<case>.<format>:
 - `fit --max-model-len ... --format json` (vLLM's count) for layouts that exercise each
   rule: dense, GQA with tp, sliding and chunked windows, MLA, MoE with quantized weights,
   hybrid state models, a multimodal model, pipeline stages;
-- two small `sweep` CSVs.
+- two small `sweep` CSVs;
+- `plan` and `bench --format json` (PLANS, BENCHES), which kvcalc.plan and kvcalc.bench
+  answer too (tests/test_answers_plan_bench.py).
 
 Regenerate on purpose only, in the commit that changes an answer, saying why:
     python tests/golden.py            # rewrite every file
@@ -73,6 +75,53 @@ SWEEPS = {
                             "--batch", "1:4:+1", "--tp", "1,2", "--gpu", "a100-80gb"],
 }
 
+# `kvcalc plan` and `kvcalc bench` (kvcalc.plan and kvcalc.bench give the same:
+# tests/test_answers_plan_bench.py): vLLM's search with a target, every engine side by
+# side, disaggregated, speculation on and off; closed and open loops, ShareGPT's spread,
+# another engine's flags, the host tier, speculation, a real run's file beside kvcalc's
+_NGRAM = '{"method": "ngram", "num_speculative_tokens": 3}'
+_EAGLE3 = ('{"method": "eagle3", "model": "tests/data/speculative/eagle3-llama3.1-8b.json", '
+           '"num_speculative_tokens": 3}')
+PLANS = {
+    "plan-qwen3-0.6b-l4-2gpus-tpot": ["--preset", "qwen3-0.6b", "--gpu", "l4", "--gpus", "2",
+                                      "--max-model-len", "4096", "--prompt-len", "1000",
+                                      "--output-len", "200", "--tpot-ms", "40"],
+    "plan-llama3.1-8b-h100-engines": ["--preset", "llama3.1-8b", "--gpu", "h100-sxm",
+                                      "--max-model-len", "8192", "--engine", "any"],
+    "plan-llama3.1-8b-h100-disaggregated": ["--preset", "llama3.1-8b", "--gpu", "h100-sxm",
+                                            "--gpus", "2", "--max-model-len", "8192",
+                                            "--disaggregated", "--ttft-ms", "500",
+                                            "--tpot-ms", "30"],
+    "plan-qwen3-0.6b-l4-ngram": ["--preset", "qwen3-0.6b", "--gpu", "l4", "--max-model-len",
+                                 "4096", "--prompt-len", "1000", "--output-len", "200",
+                                 "--speculative-config", _NGRAM, "--acceptance-rate", "0.8"],
+}
+BENCHES = {
+    "bench-llama3.1-8b-h100-concurrency": ["--preset", "llama3.1-8b", "--gpu", "h100-sxm",
+                                           "--concurrency", "1,8", "--input-len", "1024",
+                                           "--output-len", "128"],
+    "bench-llama3.1-8b-h100-sharegpt-rate": ["--preset", "llama3.1-8b", "--gpu", "h100-sxm",
+                                             "--request-rate", "2", "--num-prompts", "100",
+                                             "--dataset-name", "sharegpt"],
+    "bench-llama3.1-8b-h100-sglang": ["--preset", "llama3.1-8b", "--gpu", "h100-sxm",
+                                      "--engine", "sglang", "--max-running-requests", "32",
+                                      "--concurrency", "16"],
+    "bench-llama3.1-8b-h100-host-tier": ["--preset", "llama3.1-8b", "--gpu", "h100-sxm",
+                                         "--concurrency", "4", "--num-prompts", "8",
+                                         "--input-len", "4096", "--output-len", "16",
+                                         "--prefix-hit", "0.25", "--host-hit", "0.5",
+                                         "--kv-offloading-size", "16"],
+    "bench-llama3.1-8b-h100-eagle3": ["--preset", "llama3.1-8b", "--gpu", "h100-sxm",
+                                      "--max-model-len", "4096", "--input-len", "1024",
+                                      "--output-len", "128", "--concurrency", "1,64",
+                                      "--num-prompts", "64", "--speculative-config", _EAGLE3,
+                                      "--acceptance-rate", "0.7"],
+    "bench-llama3-8b-h100-against": [
+        "--preset", "llama3-8b", "--gpu", "h100-sxm", "--against",
+        "tests/data/bench_results/"
+        "lambdalabs-vllm-1xH100-80GB-SXM-Meta-Llama-3-8B-Instruct_tp1_len2048-prompt10.json"],
+}
+
 
 def cases() -> dict[str, tuple[list[str], str, Path]]:
     """{case name: (kvcalc argv, file suffix, folder it runs in)}. Config paths are given
@@ -95,6 +144,9 @@ def cases() -> dict[str, tuple[list[str], str, Path]]:
         out[f"fit-{name}"] = (["fit", *args, "--format", "json"], "json", ROOT)
     for name, args in SWEEPS.items():
         out[name] = (args, "csv", ROOT)
+    for command, table in (("plan", PLANS), ("bench", BENCHES)):
+        for name, args in table.items():
+            out[name] = ([command, *args, "--format", "json"], "json", ROOT)
     return out
 
 

@@ -589,6 +589,20 @@ def test_a_wrapper_without_text_config_reads_its_class_sub_config_defaults(wrapp
     assert param_counts(spec_from_hf_config(cfg, "m")).total == truth["text"]
 
 
+def test_fuyu_reads_a_short_text_config_with_its_class_defaults_not_its_flat_fields():
+    """adept/fuyu-8b's published config: `"text_config": {"model_type": "persimmon"}` and the
+    geometry at the top level. FuyuConfig pops flat fields only when text_config is absent;
+    a given one is read with the class's text defaults (Fuyu-8B's), the flat fields ignored.
+    Here the flat fields say another model (5 layers of 1024), which must not be read."""
+    cfg = {"model_type": "fuyu", "hidden_size": 1024, "num_hidden_layers": 5,
+           "num_attention_heads": 8, "text_config": {"model_type": "persimmon",
+                                                     "num_hidden_layers": 2}}
+    truth = hf_truth.meta_param_count(cfg)
+    spec = spec_from_hf_config(cfg, "fuyu")
+    assert len(spec.layer_list()) == 2 and spec.d_model == 4096
+    assert param_counts(spec).total == truth["text"]
+
+
 # The expert count under the other names its configuration class accepts (an
 # attribute_map key, a legacy name __post_init__ takes): transformers reads each as
 # n_routed_experts, and so must kvcalc (96 is no class's default, so a reader that falls

@@ -35,6 +35,15 @@ CHECK_ARGV = ["check", str(README_LOG), "qwen2-7b", "--gpu", "a100-80gb"]
 SWEEP = {"model": "llama3-8b", "seq_len": "1024:8192:*2", "batch": "1,8", "kv_dtype": "bf16,fp8"}
 SWEEP_ARGV = ["sweep", "--preset", "llama3-8b", "--seq-len", "1024:8192:*2", "--batch", "1,8",
               "--kv-dtype", "bf16,fp8"]
+# kvcalc.plan and kvcalc.bench (bench's runs a list, as the command's 1,8)
+PLAN = {"model": "qwen3-0.6b", "gpu": "l4", "max_model_len": 4096, "prompt_len": 1000,
+        "output_len": 200}
+PLAN_ARGV = ["plan", "--preset", "qwen3-0.6b", "--gpu", "l4", "--max-model-len", "4096",
+             "--prompt-len", "1000", "--output-len", "200"]
+BENCH = {"model": "llama3.1-8b", "gpu": "h100-sxm", "concurrency": [1, 8], "input_len": 1024,
+         "output_len": 128}
+BENCH_ARGV = ["bench", "--preset", "llama3.1-8b", "--gpu", "h100-sxm", "--concurrency", "1,8",
+              "--input-len", "1024", "--output-len", "128"]
 
 
 def _cli_json(argv: list[str]) -> dict:
@@ -114,6 +123,23 @@ def test_a_bad_argument_is_said_in_kvcalcs_words():
         fit.call({"model": "llama3-8b", "dp": 2})
 
 
+def test_plan_and_bench_take_their_own_arguments():
+    """kvcalc.plan and kvcalc.bench as tools: bench's runs a list, its max_model_len
+    tokens only (plan's may be "auto"), each engine's own flags by name."""
+    with pytest.raises(KvcalcError, match=r"^plan takes no argument 'max_model_length' \(did "
+                                          r"you mean max_model_len\?\); it takes model, gpu, "):
+        tools()["plan"].call({"model": "llama3-8b", "max_model_length": 8192})
+    with pytest.raises(KvcalcError, match=r"^concurrency must be a whole number or a list or "
+                                          r"null, got '1,8'$"):
+        tools()["bench"].call({"model": "llama3-8b", "concurrency": "1,8"})
+    bench = tools()["bench"].input_schema()["properties"]
+    assert bench["concurrency"]["type"] == ["integer", "array", "null"]
+    assert bench["max_model_len"]["description"].startswith("In tokens. ")
+    assert tools()["plan"].input_schema()["properties"]["max_model_len"]["type"] == [
+        "integer", "string", "null"]
+    assert "sglang: mem_fraction_static, max_running_requests," in tools()["bench"].description()
+
+
 def test_the_server_end_to_end_with_the_sdks_client():
     pytest.importorskip("mcp", reason="the MCP SDK is the `mcp` extra: pip install 'kvcalc[mcp]'")
     import anyio
@@ -126,7 +152,7 @@ def test_the_server_end_to_end_with_the_sdks_client():
     results = {}
 
     async def session():
-        with anyio.fail_after(60):
+        with anyio.fail_after(240):
             await _session()
 
     async def _session():
@@ -145,18 +171,25 @@ def test_the_server_end_to_end_with_the_sdks_client():
                 results["not_a_log"] = await client.call_tool("check", {"log": "hello"})
                 results["bad_spec"] = await client.call_tool("sweep", {**SWEEP, "seq_len": "0"})
                 results["too_many"] = await client.call_tool("sweep", {**SWEEP, "batch": "1:9999:+1"})
+                results["plan"] = await client.call_tool("plan", PLAN)
+                results["bench"] = await client.call_tool("bench", BENCH)
+                results["bad_plan"] = await client.call_tool("plan", {**PLAN, "ttft_ms": -1})
+                results["bad_bench"] = await client.call_tool("bench", {**BENCH,
+                                                                        "dataset_name": "x"})
 
     anyio.run(session)
 
     listed = {t.name: t for t in results["list"].tools}
-    assert {"estimate", "fit", "check", "sweep"} <= set(listed)
+    assert sorted(listed) == sorted(tools())
     for name, tool in listed.items():
         assert tool.input_schema == tools()[name].input_schema()
-        if name != "check":  # a log's settings are the log's
-            assert {"model", "seq_len", "kv_dtype", "tp"} <= set(tool.input_schema["properties"])
+        assert ("log" if name == "check" else "model") in tool.input_schema["required"]
+        if name in ("estimate", "fit"):
+            assert {"seq_len", "kv_dtype", "tp"} <= set(tool.input_schema["properties"])
         assert f"kvcalc {name} --format json" in tool.description
 
-    for name, argv in (("estimate", ESTIMATE_ARGV), ("fit", FIT_ARGV), ("sglang", SGLANG_ARGV)):
+    for name, argv in (("estimate", ESTIMATE_ARGV), ("fit", FIT_ARGV), ("sglang", SGLANG_ARGV),
+                       ("plan", PLAN_ARGV), ("bench", BENCH_ARGV)):
         result = results[name]
         assert not result.is_error, result.content
         want = _cli_json(argv)
@@ -182,7 +215,9 @@ def test_the_server_end_to_end_with_the_sdks_client():
                        ("typed", "tp must be a whole number, got 'two'"),
                        ("not_a_log", "this does not look like a vLLM, SGLang or TensorRT-LLM"),
                        ("bad_spec", "seq_len '0': the value must be positive, got 0"),
-                       ("too_many", "the sweep has 79,992 rows; the tool answers at most 10,000")):
+                       ("too_many", "the sweep has 79,992 rows; the tool answers at most 10,000"),
+                       ("bad_plan", "ttft_ms must be a positive number of milliseconds"),
+                       ("bad_bench", "dataset_name must be random or sharegpt, got 'x'")):
         result = results[name]
         assert result.is_error, name
         text = result.content[0].text

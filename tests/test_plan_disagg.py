@@ -111,7 +111,7 @@ def test_verdict_names_the_winner_and_ratio(short, long):
 def test_one_gpu_has_no_split():
     p = plan(load_model(MODEL), load_hardware(GPU), gpus=1, prompt_len=500,
              output_len=OUTPUT, engine=VLLM)
-    with pytest.raises(KvcalcError, match="--gpus 2"):
+    with pytest.raises(KvcalcError, match="gpus 2 at least"):  # the parameter: --gpus on the CLI
         with_disaggregated(p)
 
 

@@ -101,9 +101,9 @@ def test_a_tpot_target_only_speculation_meets(good):
 
 def test_the_rate_and_the_timing_are_checked_first():
     spec, hw = load_model(MODEL), load_hardware(GPU)
-    with pytest.raises(KvcalcError, match="--speculative-config"):
+    with pytest.raises(KvcalcError, match="give speculative_config"):  # the parameter's name
         plan(spec, hw, max_model_len=LENGTH, engine=VLLM, acceptance_rate=0.7)
-    with pytest.raises(KvcalcError, match="--acceptance-rate"):  # ngram: no published rate
+    with pytest.raises(KvcalcError, match="give acceptance_rate"):  # ngram: no published rate
         plan(spec, hw, max_model_len=LENGTH, engine=VLLM, features={"speculative_config": NGRAM})
     with pytest.raises(KvcalcError, match="roofline"):
         plan(spec, hw, max_model_len=LENGTH, engine=None, features={"speculative_config": NGRAM},

@@ -55,6 +55,23 @@ def test_unquantized_is_param_counts_times_dtype(path):
 # --------------------------------------------------------------------------------
 # Published checkpoints
 # --------------------------------------------------------------------------------
+def test_bitnet_online_weighs_its_stored_bf16_and_offline_is_refused():
+    """BitNet's quantization_config (transformers' BitNetHfQuantizer): "online"
+    (microsoft/bitnet-b1.58-2B-4T-bf16) keeps bf16 weights and ternarises them when run,
+    so the checkpoint weighs its 2,412,820,480 parameters in bf16; "offline" packs four
+    ternary values a uint8, a layout kvcalc does not model: refused, saying so."""
+    path = DATA / "microsoft__bitnet-b1.58-2B-4T-bf16.json"
+    cfg = json.loads(path.read_text())
+    assert quantization_from_hf(cfg) is None
+    spec = spec_from_hf_config_file(path)
+    assert weight_bytes(spec, quantization_of(spec), "bf16").total == 2 * 2_412_820_480 + \
+        weight_bytes(spec, None, "bf16").breakdown.get("buffers", 0)
+    offline = {"quantization_config": {**cfg["quantization_config"],
+                                       "quantization_mode": "offline"}}
+    with pytest.raises(KvcalcError, match="packed 2-bit ternary"):
+        quantization_from_hf(offline)
+
+
 @pytest.mark.parametrize("stem, total_size", [
     ("openai__gpt-oss-20b", 13_761_264_768),
     ("openai__gpt-oss-120b", 65_248_815_744),

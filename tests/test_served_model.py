@@ -276,7 +276,7 @@ def test_random_lengths_as_each_client_draws_them():
     assert min(p for p, _ in s) >= 1 and max(p for p, _ in s) <= 1000
     assert abs(sum(p for p, _ in s) / len(s) - 500.5) < 15
     assert set(random_lengths(1000, 100, 50, 1.0, "sglang")) == {(1000, 100)}
-    with pytest.raises(KvcalcError, match="random-range-ratio"):
+    with pytest.raises(KvcalcError, match="random_range_ratio"):
         random_lengths(1000, 100, 5, 1.5)
 
 

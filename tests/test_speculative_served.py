@@ -111,7 +111,7 @@ def test_vllm_bench_json_names_the_round():
     assert s["acceptance_source"] == "given"
     assert isinstance(r.as_dict()["peak_kv_tokens"], int)  # tokens held: a whole number
     assert any("speculative decoding (eagle3" in n for n in r.notes)
-    with pytest.raises(KvcalcError, match="--acceptance-rate"):  # no published rate
+    with pytest.raises(KvcalcError, match="give acceptance_rate"):  # no published rate
         bench(spec, hw, Load(1024, 128, 8, concurrency=4, warmup=False), max_model_len=4096,
               engine_flags={"speculative_config": cfg})
     with pytest.raises(KvcalcError, match="speculative flag"):

@@ -66,7 +66,7 @@ def test_no_default_acceptance_without_a_published_figure():
 
     target = load_model("llama3.1-8b")
     head = draft_for(target, "eagle3", 3, str(DATA / "speculative" / "eagle3-llama3.1-8b.json"))
-    with pytest.raises(KvcalcError, match="--acceptance-rate"):
+    with pytest.raises(KvcalcError, match="give acceptance_rate"):
         speculative_time(target, workload_for(target, seq_len=4096), head,
                          hardware=load_hardware("h100-sxm"))
     mtp = speculative_time(spec, w, draft_for(spec, "mtp", 1), hardware=hw, engine=engine)

@@ -7,6 +7,8 @@ its flags into these parameters, calls, and prints (its tables read the same rec
 - `kvcalc.check(...)` (check.py): `kvcalc check LOG`, a start-up log beside kvcalc's count.
 - `kvcalc.sweep(...)`: `kvcalc sweep`, in kvcalc/sweep/answer.py (the sweep's layer sits
   above this one).
+- `kvcalc.plan(...)` (plan.py): `kvcalc plan`, the layouts N GPUs allow and the launch line.
+- `kvcalc.bench(...)` (bench.py): `kvcalc bench`, a served-load benchmark predicted.
 
 A value a function cannot take raises kvcalc.errors.ParameterError, naming the
 parameter (`max_model_len`); the command line says it as the flag (`--max-model-len`).

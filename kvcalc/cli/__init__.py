@@ -135,7 +135,8 @@ class KvcalcGroup(TyperGroup):
 
 # Library parameters whose flag is not the name with '-' for '_' (kvcalc.fit's, ...).
 _FLAGS = {"model": "MODEL", "kv_cache_memory_bytes": "--kv-cache-memory",
-          "reserve_bytes": "--reserve", "hardware": "--gpu", "dp": "--data-parallel-size"}
+          "reserve_bytes": "--reserve", "hardware": "--gpu", "dp": "--data-parallel-size",
+          "transfer_bandwidth_gb_per_s": "--transfer-bandwidth"}
 
 
 def flag_of(parameter: str) -> str:

@@ -63,9 +63,12 @@ def server():
             structured_content=data)
 
     return Server("kvcalc", version=__version__,
-                  instructions="LLM inference memory per serving engine: `estimate` sizes a "
-                  "model's KV cache, weights and decode speed; `fit` says whether it fits "
-                  "on a GPU as vLLM, SGLang or TensorRT-LLM count their start-up.",
+                  instructions="LLM inference memory and speed per serving engine: `estimate` "
+                  "sizes a model's KV cache, weights and decode speed; `fit` says whether it "
+                  "fits on a GPU as vLLM, SGLang or TensorRT-LLM count their start-up; `plan` "
+                  "finds the layouts and launch line for N GPUs; `bench` predicts what "
+                  "`vllm bench serve` measures under load; `check` sets a start-up log beside "
+                  "kvcalc's count; `sweep` tabulates a grid.",
                   on_list_tools=list_tools, on_call_tool=call_tool)
 
 
@@ -89,7 +92,8 @@ def serve() -> None:
 def register(app: typer.Typer, only: str | None = None) -> None:
     @command(app, only, name="mcp")
     def mcp_command() -> None:
-        """Serve kvcalc's estimate and fit as Model Context Protocol tools over stdio
+        """Serve kvcalc's estimate, fit, plan, bench, check and sweep as Model Context
+        Protocol tools over stdio
         (for an agent: README "MCP"); needs `pip install 'kvcalc[mcp]'`."""
         try:
             serve()

@@ -29,6 +29,10 @@ _TOKENS = {"seq_len", "max_model_len", "prompt_len", "encoder_seq_len", "context
 _SHARES = {"gpu_memory_utilization", "memory_fraction", "mfu", "bandwidth_efficiency",
            "acceptance_rate"}
 _UNITS = {"kv_offloading_size": "GiB over all ranks, as vLLM takes it"}
+# plan's and bench's
+_TOKENS |= {"input_len", "output_len"}
+_UNITS.update(concurrency="requests in flight", request_rate="requests a second",
+              transfer_bandwidth_gb_per_s="GB/s per GPU (1e9 bytes a second), one direction")
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,7 @@ def _json_type(hint: Any, default: Any) -> dict:
         hint) is typing.Union else (hint,)
     kinds = []
     for m in members:
-        kind = _JSON_TYPES.get(m, "string")
+        kind = "array" if typing.get_origin(m) is list else _JSON_TYPES.get(m, "string")
         if kind not in kinds:
             kinds.append(kind)
     if "integer" in kinds and "number" in kinds:  # JSON's number holds the integers
@@ -145,7 +149,7 @@ def _describe(name: str, doc: str, default: Any) -> str:
         parts.append("In bytes.")
     elif name.endswith("_ms"):
         parts.append("In milliseconds.")
-    elif name == "max_model_len":
+    elif name == "max_model_len" and '"auto"' in doc:
         parts.append('In tokens, or "auto": the longest that fits, as vLLM\'s auto-fit finds it.')
     elif name in _TOKENS:
         parts.append("In tokens.")
@@ -185,7 +189,7 @@ def _sentence(name: str, doc: str) -> str | None:
 def _check_type(name: str, value: Any, prop: dict) -> None:
     kinds = prop["type"] if isinstance(prop["type"], list) else [prop["type"]]
     ok = {"null": value is None, "boolean": isinstance(value, bool),
-          "string": isinstance(value, str),
+          "string": isinstance(value, str), "array": isinstance(value, list),
           "integer": isinstance(value, int) and not isinstance(value, bool),
           "number": isinstance(value, (int, float)) and not isinstance(value, bool)
           and (not isinstance(value, float) or math.isfinite(value))}
@@ -195,7 +199,7 @@ def _check_type(name: str, value: Any, prop: dict) -> None:
 
 
 _WORDS = {"null": "null", "boolean": "true or false", "string": "a string",
-          "integer": "a whole number", "number": "a number"}
+          "integer": "a whole number", "number": "a number", "array": "a list"}
 
 
 # kvcalc.estimate at the command's defaults (an H100 SXM, timed as vLLM runs it), so that
@@ -236,6 +240,27 @@ def tools() -> dict[str, Tool]:
                 # vLLM's own are fit's named parameters (dp is data_parallel_size there)
                 name: engines for name, engines in OWNER.items() if engines != ("vllm",)}),
         **_check_and_sweep(),
+        **_plan_and_bench(OWNER),
+    }
+
+
+def _plan_and_bench(owner: dict) -> dict[str, Tool]:
+    """kvcalc.plan and kvcalc.bench as tools; each engine's own flags by name."""
+    from kvcalc.answers import bench, plan
+
+    return {
+        "plan": Tool("plan", plan.plan, (
+            "`kvcalc plan --format json`: the serving layouts (tensor x pipeline parallel "
+            "x replicas, KV dtype, batch limits) up to `gpus` GPUs allow under the "
+            "engine's start-up count and the latency targets, the best by output tokens/s "
+            "per GPU, and its launch line (`vllm serve ...`)."),
+            extra={n: owner[n] for n in plan.ENGINE_FLAGS}),
+        "bench": Tool("bench", bench.bench, (
+            "`kvcalc bench --format json`: what `vllm bench serve` would print for the "
+            "model on these GPUs (TTFT, TPOT, ITL, latency in ms; throughput), predicted "
+            "by simulating the engine's scheduler; or, with `against`, a real run's "
+            "result file beside kvcalc's prediction."),
+            extra={n: owner[n] for n in bench.ENGINE_FLAGS}),
     }
 
 

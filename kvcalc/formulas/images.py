@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 
 __all__ = ["IMAGE_FAMILIES", "image_geometry", "image_tokens", "max_image_tokens",
            "parse_image_size"]
@@ -166,6 +166,6 @@ def parse_image_size(text: str) -> tuple[int, int]:
     """`WxH` (e.g. 1024x768) as (width, height)."""
     w, sep, h = text.lower().replace(" ", "").partition("x")
     if not sep or not w.isdigit() or not h.isdigit() or int(w) <= 0 or int(h) <= 0:
-        raise KvcalcError(f"--image-size takes WIDTHxHEIGHT in pixels (e.g. 1024x768), "
-                          f"got {text!r}")
+        raise ParameterError("{image_size} takes WIDTHxHEIGHT in pixels (e.g. 1024x768), got "
+                             + literal(repr(text)), "image_size")
     return int(w), int(h)

@@ -78,6 +78,15 @@ _MOSS_TEXT_DEFAULTS = {"hidden_size": 1024, "intermediate_size": 3072, "num_hidd
                        "num_attention_heads": 16, "num_key_value_heads": 8,
                        "max_position_embeddings": 131_072, "vocab_size": 151936}
 
+# FuyuConfig's text_config defaults (its SubConfigSpec init_kwargs, transformers 5.24: Fuyu-8B's
+# Persimmon, which PersimmonConfig's own defaults equal). A text_config given is read with
+# these, the flat fields beside it ignored: adept/fuyu-8b's published config states
+# `"text_config": {"model_type": "persimmon"}` and its geometry at the top level.
+_FUYU_TEXT_DEFAULTS = {"vocab_size": 262144, "max_position_embeddings": 16384,
+                       "hidden_size": 4096, "intermediate_size": 16384,
+                       "num_hidden_layers": 36, "num_attention_heads": 64,
+                       "hidden_act": "relu2", "layer_norm_eps": 1e-5, "qk_layernorm": True}
+
 # Phi4MultimodalConfig's defaults where Phi3Config's differ (transformers 5.24).
 _PHI4_MULTIMODAL_DEFAULTS = {"vocab_size": 200064, "num_key_value_heads": 8,
                              "max_position_embeddings": 131072}
@@ -109,6 +118,9 @@ def text_config(cfg: dict, model_type: str, where: str) -> dict:
         raise KvcalcError(f"{where}: model_type {model_type!r} needs a "
                           f"'{_TEXT_KEY.get(model_type, 'text_config')}' object")
     text = dict(text)
+    if model_type == "fuyu":
+        for key, value in _FUYU_TEXT_DEFAULTS.items():
+            text.setdefault(key, value)
     text.setdefault("model_type", WRAPPERS[model_type])
     if model_type == "kimi_k25" and text["model_type"] == "kimi_k2":
         text["model_type"] = "deepseek_v3"  # Kimi_K25Config.__post_init__ (remote code's name)

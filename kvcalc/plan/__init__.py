@@ -65,10 +65,10 @@ from kvcalc.serving.vllm.settings import GiB, EngineSettings, default_batch_limi
 from kvcalc.serving.vllm.capacity import Capacity, serving_capacity
 from kvcalc.serving.room import serves
 from kvcalc.serving.vllm.verdict import auto_max_model_len, room_of
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 from kvcalc.model_source import hub_id
 from kvcalc.plan.search import MISSES, REFUSED, SERVED, TIMING, served_ref, timing_notes, walk
-from kvcalc.plan.search import batches as _batches
+from kvcalc.plan.search import batches as _batches, start_length as _length
 from kvcalc.plan.refusals import NothingFits, nothing_meets, nothing_starts
 from kvcalc.plan.search import Search as _Search
 from kvcalc.spec import Hardware, ModelSpec
@@ -281,10 +281,11 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
 
     check_size("gpus", gpus, 4096)
     if data_parallel_size is not None:
-        check_size("--data-parallel-size", data_parallel_size, 4096)
+        check_size("data_parallel_size", data_parallel_size, 4096)
         if data_parallel_size > gpus:
-            raise KvcalcError(f"--data-parallel-size {data_parallel_size} replicas need at "
-                              f"least as many GPUs; --gpus is {gpus}")
+            raise ParameterError(f"{{data_parallel_size}} {data_parallel_size} replicas need "
+                                 f"at least as many GPUs; {{gpus}} is {gpus}",
+                                 "data_parallel_size", "gpus")
     if calibration is not None:
         calibration.check_for(spec, hw, calibration.source)
         if calibration.visible_memory_bytes:  # the driver's total, the GPU's own
@@ -301,24 +302,26 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
                     ("output_len", output_len)):
         if v is not None:
             check_size(name, v, 1 << 40)
-    for name, v in (("ttft", ttft_s), ("tpot", tpot_s)):
+    for name, v in (("ttft_ms", ttft_s), ("tpot_ms", tpot_s)):
         if v is not None and not v > 0:
-            raise KvcalcError(f"--{name}-ms must be a positive number of milliseconds")
+            raise ParameterError("{" + name + "} must be a positive number of milliseconds", name)
     from kvcalc.serving.vllm import release_settings
 
     if release_settings(vllm_version)["engine"] == "v0":  # V0 took other flags, counted otherwise
-        raise KvcalcError(f"plan follows vLLM's V1 engine (0.8 and later); --vllm-version "
-                          f"{vllm_version} is older")
+        raise ParameterError("plan follows vLLM's V1 engine (0.8 and later); {vllm_version} "
+                             + literal(vllm_version) + " is older", "vllm_version")
     auto = max_model_len == "auto"
     length = _length(spec, max_model_len, prompt_len, output_len, allow_long_max_model_len)
     out_len = output_len if output_len is not None else min(DEFAULT_OUTPUT_LEN, length - 1)
     if not 0 < out_len < length and prompt_len is None:
-        raise KvcalcError(f"--output-len {out_len:,} leaves no prompt in max_model_len "
-                          f"{length:,}")
+        raise ParameterError(f"{{output_len}} {out_len:,} leaves no prompt in max_model_len "
+                             f"{length:,}", "output_len")
     p_len = prompt_len if prompt_len is not None else length - out_len
     if not auto and p_len + out_len > length:
-        raise KvcalcError(f"--prompt-len + --output-len ({p_len + out_len:,} tokens) is over "
-                          f"--max-model-len {length:,}: the engine would refuse such requests")
+        raise ParameterError(f"{{prompt_len}} + {{output_len}} ({p_len + out_len:,} tokens) is "
+                             f"over {{max_model_len}} {length:,}: the engine would refuse such "
+                             "requests",
+                             "prompt_len", "output_len", "max_model_len")
     from kvcalc.estimate import stored_weights, workload_for
 
     # The weights as estimate stores them (a folder's or Hub checkpoint's headers, else its
@@ -340,8 +343,8 @@ def plan(spec: ModelSpec, hw: Hardware, *, gpus: int = 1, max_model_len: int | s
 
             acceptance_of(draft, acceptance_rate)
     if acceptance_rate is not None and base.speculative_config is None:
-        raise KvcalcError("--acceptance-rate times speculative decoding: give "
-                          "--speculative-config")
+        raise ParameterError("{acceptance_rate} times speculative decoding: give "
+                             "{speculative_config}", "acceptance_rate", "speculative_config")
     search = _Search(spec=spec, hw=hw, prompt_len=prompt_len, output_len=out_len, ttft_s=ttft_s,
                      tpot_s=tpot_s, engine=engine, base=base, calibration=calibration,
                      ref=served_ref(engine, vllm_version), replicas=data_parallel_size,
@@ -546,23 +549,6 @@ def _profiles(hw: Hardware, s: EngineSettings) -> tuple[int | None, ...]:
     profiling pass where the default is larger."""
     default = default_batch_limits(hw, s)[0]
     return (None,) + ((SMALL_BATCHED_TOKENS,) if SMALL_BATCHED_TOKENS < default else ())
-
-
-def _length(spec, max_model_len, prompt_len, output_len, allow_long) -> int:
-    """The max_model_len the search starts from."""
-    context = spec.max_context or 0
-    if max_model_len == "auto":
-        if not context:
-            raise KvcalcError(f"--max-model-len auto needs the model's context, and "
-                              f"{spec.name} states none: give a number")
-        return context
-    if max_model_len is not None:
-        return max_model_len
-    if prompt_len is not None and output_len is not None:
-        return prompt_len + output_len
-    if not context:
-        raise KvcalcError(f"{spec.name} states no context length: give --max-model-len")
-    return context
 
 
 def _longest(search: _Search, cap: Capacity, least: int) -> Capacity:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 
 __all__ = ["disaggregated", "prefill_side", "decode_side", "transfer_bytes", "with_disaggregated"]
 
@@ -145,17 +145,19 @@ def disaggregated(search, *, gpus: int, prompt: int, output: int, length: int,
     from kvcalc.plan import tp_sizes
 
     if search.ref is None:
-        raise KvcalcError("--disaggregated times prefill and decode on kvcalc bench's served "
-                          "step, vLLM's fitted terms: drop --engine roofline")
+        raise ParameterError("{disaggregated} times prefill and decode on kvcalc bench's "
+                             "served step, vLLM's fitted terms: drop {engine} roofline",
+                             "disaggregated", "engine")
     if gpus < 2:
-        raise KvcalcError("--disaggregated needs a prefill and a decode instance: --gpus 2 "
-                          "at least")
+        raise ParameterError("{disaggregated} needs a prefill and a decode instance: {gpus} 2 "
+                             "at least", "disaggregated", "gpus")
     bw = transfer_bandwidth_bytes_per_s or search.hw.interconnect_bandwidth_bytes_per_s
     link = "--transfer-bandwidth" if transfer_bandwidth_bytes_per_s else (
         search.hw.interconnect or "the GPU's interconnect")
     if not bw:
-        raise KvcalcError(f"{search.hw.name} has no interconnect bandwidth in its preset: "
-                          f"give --transfer-bandwidth")
+        raise ParameterError(literal(search.hw.name) + " has no interconnect bandwidth in its "
+                             "preset: give {transfer_bandwidth_gb_per_s}",
+                             "transfer_bandwidth_gb_per_s")
     tps = tp_sizes(search.spec, gpus - 1)
     best = None
     for kv in kv_dtypes:

@@ -29,7 +29,7 @@ import shlex
 from dataclasses import field
 
 from kvcalc.ground.record import record
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 from kvcalc.model_source import hub_id
 from kvcalc.plan import DEFAULT_OUTPUT_LEN, NothingFits, pp_sizes, tp_sizes
 from kvcalc.plan.search import SERVED, SERVED_PROMPTS, SINGLE_STEP
@@ -173,12 +173,13 @@ def engine_plan(spec, hw, ref, *, gpus: int = 1, max_model_len: int | None = Non
     length = max_model_len or (prompt_len + output_len if prompt_len and output_len
                                else spec.max_context)
     if not length:
-        raise KvcalcError(f"{spec.name} states no context length: give --max-model-len")
+        raise ParameterError(literal(spec.name) + " states no context length: give "
+                             "{max_model_len}", "max_model_len")
     out_len = output_len if output_len is not None else min(DEFAULT_OUTPUT_LEN, length - 1)
     p_len = prompt_len if prompt_len is not None else length - out_len
     if p_len < 1 or p_len + out_len > length:
-        raise KvcalcError(f"--prompt-len + --output-len ({p_len + out_len:,} tokens) do not "
-                          f"fit max_model_len {length:,}")
+        raise ParameterError(f"{{prompt_len}} + {{output_len}} ({p_len + out_len:,} tokens) do "
+                             f"not fit max_model_len {length:,}", "prompt_len", "output_len")
     timing = load_engine(ref.name)[0]
     length_flag = "context_length" if ref.name == "sglang" else "max_seq_len"
     batch_flag = "max_running_requests" if ref.name == "sglang" else "max_batch_size"
@@ -199,8 +200,8 @@ def engine_plan(spec, hw, ref, *, gpus: int = 1, max_model_len: int | None = Non
         if draft is not None:
             acceptance_of(draft, acceptance_rate)
     if draft is None and acceptance_rate is not None:
-        raise KvcalcError("--acceptance-rate times speculative decoding: give the engine's "
-                          "speculative flag")
+        raise ParameterError("{acceptance_rate} times speculative decoding: give the "
+                             "engine's speculative flag", "acceptance_rate")
 
     def single_step(tp: int, kv: str, batch: int, prompts: int) -> tuple:
         """kvcalc.speed.latency's step of `batch` requests: (TTFT of `prompts` prompts s, TPOT at

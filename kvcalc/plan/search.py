@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import field
 
+from kvcalc.errors import ParameterError, literal
 from kvcalc.ground.record import record
 from kvcalc.serving.room import largest_batch
 from kvcalc.serving.vllm.calibration import Calibration
@@ -200,3 +201,22 @@ def batches(top: int) -> list[int]:
     """Powers of two below `top`, then `top`: the front from one user to the most."""
     out = [1 << i for i in range(max(top, 1).bit_length()) if (1 << i) < top]
     return out + [top] if top >= 1 else []
+
+
+def start_length(spec, max_model_len, prompt_len, output_len, allow_long) -> int:
+    """The max_model_len plan's search starts from (kvcalc.plan.plan)."""
+    context = spec.max_context or 0
+    if max_model_len == "auto":
+        if not context:
+            raise ParameterError("{max_model_len} auto needs the model's context, and "
+                                 + literal(spec.name) + " states none: give a number",
+                                 "max_model_len")
+        return context
+    if max_model_len is not None:
+        return max_model_len
+    if prompt_len is not None and output_len is not None:
+        return prompt_len + output_len
+    if not context:
+        raise ParameterError(literal(spec.name) + " states no context length: give "
+                             "{max_model_len}", "max_model_len")
+    return context

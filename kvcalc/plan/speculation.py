@@ -19,7 +19,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError
 
 __all__ = ["engine_on_and_off", "on_and_off"]
 
@@ -29,8 +29,9 @@ def on_and_off(plan_fn, args: dict):
     features) searched with speculation on and off: the winner's Plan, its `speculation`
     record saying which and why. Raises NothingFits when neither serves."""
     if args.get("engine") is None:
-        raise KvcalcError("plan compares speculative decoding on and off on kvcalc bench's "
-                          "served times, vLLM's fitted terms: drop --engine roofline")
+        raise ParameterError("plan compares speculative decoding on and off on kvcalc bench's "
+                             "served times, vLLM's fitted terms: drop {engine} roofline",
+                             "engine")
     features = dict(args["features"])
     plain = {k: v for k, v in features.items() if k != "speculative_config"}
     on, off, why_on, why_off = _both(

@@ -276,6 +276,18 @@ def quantization_from_hf(cfg: dict, where: str = "config.json") -> Quantization 
                           "nor load_in_8bit")
     if m == "compressed-tensors":
         return _compressed_tensors(qc, where)
+    if m == "bitnet":
+        # transformers' BitNetHfQuantizer (integrations/bitnet.py): "online" keeps the
+        # checkpoint's weights as they are stored (bf16, microsoft/bitnet-b1.58-2B-4T-bf16)
+        # and ternarises them on the fly, so they weigh what unquantized ones do; "offline"
+        # packs four ternary values into each uint8 with a scale a matrix, a layout kvcalc
+        # does not model
+        mode = _field(qc, "quantization_mode", where, (str,), "offline").lower()
+        if mode == "online":
+            return None
+        raise KvcalcError(f"{where}: quantization_config: bitnet with quantization_mode "
+                          f"{mode!r}: kvcalc models the online mode only (weights stored "
+                          "unpacked), not the packed 2-bit ternary layout")
     if m in ("modelopt", "modelopt_fp4", "modelopt_fp8"):
         return _modelopt(qc, where, "quantization_config", _patterns(qc, where, "ignore",
                                                                      "exclude_modules"))

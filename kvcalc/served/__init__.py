@@ -39,7 +39,7 @@ from collections import deque
 from dataclasses import field
 
 from kvcalc.ground.record import record
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError
 from kvcalc.served.lengths import random_lengths, sharegpt_lengths
 from kvcalc.served.step import ServedTerms, StepTimes, _bucket, prefix_setup, served_terms
 
@@ -513,9 +513,10 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
         extra["speculative"], note = speculate(spec, steps, draft, acceptance_rate, ref.name)
         notes.append(note)
     elif acceptance_rate is not None:
-        raise KvcalcError("--acceptance-rate times speculative decoding: give the engine's "
-                          "speculative flag (--speculative-config, --speculative-algorithm, "
-                          "--extra-llm-api-options)")
+        raise ParameterError("{acceptance_rate} times speculative decoding: give the engine's "
+                             "speculative flag ({speculative_config}, {speculative_algorithm}, "
+                             "{extra_llm_api_options})", "acceptance_rate", "speculative_config",
+                             "speculative_algorithm", "extra_llm_api_options")
     encode_s = load.encode_flops / (tp * steps.peak * steps.mfu) if load.encode_flops else 0.0
     holds = min(limit, pool // per_request)
     if load.concurrency is not None and load.concurrency > holds:

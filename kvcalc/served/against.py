@@ -47,7 +47,7 @@ from dataclasses import field
 from pathlib import Path
 
 from kvcalc.ground.record import record
-from kvcalc.errors import KvcalcError, quoted, value_problem
+from kvcalc.errors import KvcalcError, ParameterError, literal, quoted, value_problem
 from kvcalc.served import METRICS
 
 __all__ = ["Comparison", "Against", "MeasuredRun", "against", "read_result"]
@@ -214,9 +214,10 @@ def read_result(path: str | os.PathLike) -> list[MeasuredRun]:
     try:
         text = read_text(Path(path), name, MAX_RESULT_BYTES)
     except FileNotFoundError:
-        raise KvcalcError(f"--against {name}: no such file") from None
+        raise ParameterError("{against} " + literal(name) + ": no such file", "against") from None
     except IsADirectoryError:
-        raise KvcalcError(f"--against {name}: it is a folder, not a result file") from None
+        raise ParameterError("{against} " + literal(name) + ": it is a folder, not a result file",
+                             "against") from None
     bad = f"{name} is not a vllm bench serve or bench_serving result"
     if not text.strip():
         raise KvcalcError(f"{bad}: it is empty")
@@ -408,22 +409,22 @@ def _select(runs: list[MeasuredRun], name: str, *, input_len, output_len, concur
             return f"{stated:,}-token {which}s (random_{which}_len)"
         return f"{which}s of {mean:,.1f} tokens on average"
 
-    checks = []
+    checks = []  # (the asked value, a ParameterError's template, and its parameter; ...)
     if input_len is not None:
-        checks.append((f"--input-len {input_len:,}",
+        checks.append((f"{{input_len}} {input_len:,}",
                        lambda r: length_ok(r.input_len, r.mean_input_len, input_len),
                        lambda r: length_text(r.input_len, r.mean_input_len, "input")))
     if output_len is not None:
-        checks.append((f"--output-len {output_len:,}",
+        checks.append((f"{{output_len}} {output_len:,}",
                        lambda r: length_ok(r.output_len, r.mean_output_len, output_len),
                        lambda r: length_text(r.output_len, r.mean_output_len, "output")))
     if concurrency is not None:
-        checks.append((f"--concurrency {','.join(map(str, concurrency))}",
+        checks.append((f"{{concurrency}} {','.join(map(str, concurrency))}",
                        lambda r: r.max_concurrency in concurrency,
                        lambda r: ("no concurrency cap" if r.max_concurrency is None
                                   else f"concurrency {r.max_concurrency:,}")))
     if request_rate is not None:
-        checks.append((f"--request-rate {','.join(map(_rate_text, request_rate))}",
+        checks.append((f"{{request_rate}} {','.join(map(_rate_text, request_rate))}",
                        lambda r: r.max_concurrency is None and any(
                            math.isclose(r.request_rate, x) or r.request_rate == x
                            for x in request_rate),
@@ -431,17 +432,19 @@ def _select(runs: list[MeasuredRun], name: str, *, input_len, output_len, concur
                                   if r.max_concurrency is not None
                                   else f"request rate {_rate_text(r.request_rate)}")))
     if num_prompts is not None:
-        checks.append((f"--num-prompts {num_prompts:,}", lambda r: r.num_prompts == num_prompts,
+        checks.append((f"{{num_prompts}} {num_prompts:,}", lambda r: r.num_prompts == num_prompts,
                        lambda r: f"{r.num_prompts:,} requests"))
     kept = runs
-    for flag, ok, describe in checks:
+    for asked, ok, describe in checks:
         left = [r for r in kept if ok(r)]
         if not left:
             seen = list(dict.fromkeys(describe(r) for r in kept))
+            parameter = asked[1:asked.index("}")]
             if len(runs) == 1:
-                raise KvcalcError(f"{name} ran {seen[0]}, not {flag}")
-            raise KvcalcError(f"no run in {name} has {flag}: its runs have "
-                              + "; ".join(seen))
+                raise ParameterError(literal(name) + " ran " + literal(seen[0]) + ", not "
+                                     + asked, parameter)
+            raise ParameterError("no run in " + literal(name) + " has " + asked + ": its runs "
+                                 "have " + literal("; ".join(seen)), parameter)
         kept = left
     return kept
 
@@ -453,8 +456,8 @@ def _engine_for(run: MeasuredRun, asked):
 
     named = _BACKEND_ENGINE.get((run.backend or "").strip().lower())
     if asked is not None and named is not None and asked.name != named:
-        raise KvcalcError(f"{run.source} ran against {run.backend} (its backend), not "
-                          f"--engine {asked.name}")
+        raise ParameterError(literal(run.source) + " ran against " + literal(run.backend)
+                             + " (its backend), not {engine} " + asked.name, "engine")
     if asked is not None:
         return asked, None
     if named is None:
@@ -494,8 +497,8 @@ def against(path: str | os.PathLike, spec, hw, *, engine=None, tp: int | None = 
             notes.append(f"the file records no engine release: {ref.title}'s terms "
                          f"(--engine {ref.name}@VERSION says otherwise)")
         if tp is not None and run.tp is not None and run.tp != tp:
-            raise KvcalcError(f"{name} ran on {run.tp} GPUs (its tensor-parallel size), "
-                              f"not --tp {tp}")
+            raise ParameterError(literal(name) + f" ran on {run.tp} GPUs (its tensor-parallel "
+                                 f"size), not {{tp}} {tp}", "tp")
         gpus = tp or run.tp or 1
         if run.tp is None:
             notes.append(f"the file records no GPU count: {gpus} x {hw.name} as asked "

@@ -20,7 +20,7 @@ rate for prompt tokens): the encoder's weights are split over tp by default
 
 from __future__ import annotations
 
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import ParameterError, literal
 from kvcalc.formulas.images import image_patches, image_tokens
 
 __all__ = ["image_load", "vision_flops"]
@@ -55,10 +55,12 @@ def image_load(spec, images: int, width: int, height: int) -> tuple[int, int]:
     `spec` (a multimodal config with an image rule, kvcalc.formulas.images)."""
     g = spec.extra.get("image")
     if g is None:
-        raise KvcalcError(f"--images-per-request: {spec.name} is read as a text model (no "
-                          f"vision tower with an image rule); give a multimodal config")
+        raise ParameterError("{images_per_request}: " + literal(spec.name) + " is read as a "
+                             "text model (no vision tower with an image rule); give a "
+                             "multimodal config", "images_per_request")
     if images < 0:
-        raise KvcalcError(f"--images-per-request must be 0 or more, got {images}")
+        raise ParameterError(f"{{images_per_request}} must be 0 or more, got {images}",
+                             "images_per_request")
     tokens = image_tokens(g, width, height)
     flops = vision_flops(g, image_patches(g, width, height), tokens, spec.d_model)
     return images * tokens, images * flops

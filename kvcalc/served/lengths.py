@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import random
 
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 
 __all__ = ["random_lengths", "sharegpt_lengths"]
 
@@ -18,7 +18,8 @@ def random_lengths(input_len: int, output_len: int, n: int, range_ratio: float,
     serve's RandomDataset between floor(len x (1 - r)) and ceil(len x (1 + r)); SGLang's
     bench_serving (`client` "sglang") between max(int(len x r), 1) and len."""
     if not 0 <= range_ratio <= 1:
-        raise KvcalcError(f"--random-range-ratio must be in [0, 1], got {range_ratio!r}")
+        raise ParameterError("{random_range_ratio} must be in [0, 1], got "
+                             + literal(repr(range_ratio)), "random_range_ratio")
     rng = random.Random(seed)
 
     def bounds(length: int) -> tuple[int, int]:

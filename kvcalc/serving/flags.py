@@ -128,7 +128,7 @@ def check_owners(engine: str, given: dict, spell=lambda name: name) -> None:
             instead = f"; {TITLES[engine]} has {other}"
         else:
             instead = f"; {TITLES[engine]} has no such flag"
-        raise KvcalcError(f"{spell(name)} is {theirs}'s flag (count with --engine "
+        raise KvcalcError(f"{spell(name)} is {theirs}'s flag (count with {spell('engine')} "
                           f"{owners[0]}), and the engine counted is {TITLES[engine]}{instead}")
 
 

@@ -27,7 +27,7 @@ import functools
 from dataclasses import replace
 
 from kvcalc.ground.record import record
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 
 __all__ = ["SpeculativeTime", "acceptance_for_length", "acceptance_of", "draft_step_spec",
            "speculative_time", "verify_step"]
@@ -123,11 +123,12 @@ def acceptance_of(draft, acceptance_rate=None) -> tuple[float, str]:
     if acceptance_rate is not None:
         a = float(acceptance_rate)
         if not 0 <= a <= 1:
-            raise KvcalcError(f"--acceptance-rate must be in [0, 1], got {acceptance_rate}")
+            raise ParameterError(f"{{acceptance_rate}} must be in [0, 1], got "
+                                 + literal(acceptance_rate), "acceptance_rate")
         return a, "given"
     if draft.method not in PUBLISHED_ACCEPTANCE:
-        raise KvcalcError(f"give --acceptance-rate: kvcalc has no published acceptance "
-                          f"rate for {draft.method} drafts")
+        raise ParameterError("give {acceptance_rate}: kvcalc has no published acceptance "
+                             "rate for " + literal(draft.method) + " drafts", "acceptance_rate")
     text, source = PUBLISHED_ACCEPTANCE[draft.method]
     return float(text), source
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from kvcalc.ground.record import record
 from kvcalc.serving.vllm.rules import parse_release
 from kvcalc.serving.vllm.settings import EngineSettings
-from kvcalc.errors import KvcalcError
+from kvcalc.errors import KvcalcError, ParameterError, literal
 
 __all__ = ["Calibration", "calibration_text", "read_calibration"]
 
@@ -170,9 +170,11 @@ def read_calibration(path: Path) -> Calibration:
     try:
         data = parse(read_text(Path(path), where), where)
     except FileNotFoundError:
-        raise KvcalcError(f"--calibration {path}: no such file") from None
+        raise ParameterError("{calibration} " + literal(path) + ": no such file",
+                             "calibration") from None
     except IsADirectoryError:
-        raise KvcalcError(f"--calibration {path}: is a folder, not a file") from None
+        raise ParameterError("{calibration} " + literal(path) + ": is a folder, not a file",
+                             "calibration") from None
     if not isinstance(data, dict):
         raise KvcalcError(f"{where}: a calibration file is a mapping of keys "
                           f"({', '.join(_KEYS)})")
