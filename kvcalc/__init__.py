@@ -246,7 +246,8 @@ def attention_variants(model, kv_heads: int | None = None):
 
 def schema(command: str) -> dict:
     """The JSON Schema (draft 2020-12) of `kvcalc COMMAND --format json`, the record its
-    function returns as `as_dict()`: "estimate", "fit", "check" or "sweep" (the row list);
+    function returns as `as_dict()`: "estimate", "fit", "check", "sweep" (the row list),
+    "plan" or "bench";
     every property typed, with its unit. Read from kvcalc/schemas/COMMAND.json (a fresh
     dict); `kvcalc schema COMMAND` prints it."""
     from kvcalc.schemas import schema as _schema

@@ -87,10 +87,38 @@ SWEEP = {
 }
 
 
+PLAN = {
+    "sglang": ["--preset", "llama3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "8192",
+               "--engine", "sglang", "--tpot-ms", "30"],
+    "trtllm": ["--preset", "llama3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "8192",
+               "--engine", "tensorrt-llm"],
+    "moe-dp-lora": ["--preset", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--gpus", "4",
+                    "--max-model-len", "16384", "--enable-lora", "--ttft-ms", "800"],
+    "images": ["--config", QWEN_VL, "--gpu", "h100-sxm", "--gpus", "2", "--max-model-len",
+               "16384", "--limit-mm-per-prompt", "image=1"],
+}
+
+BENCH = {
+    "trtllm": [*_L8, "--engine", "tensorrt-llm", "--concurrency", "8", "--num-prompts", "16",
+               "--input-len", "512", "--output-len", "64"],
+    "sglang-hicache": [*_L8, "--engine", "sglang", "--concurrency", "4", "--num-prompts", "8",
+                       "--input-len", "2048", "--output-len", "16", "--prefix-hit", "0.5",
+                       "--host-hit", "0.25", "--enable-hierarchical-cache"],
+    "rate-random": [*_L8, "--request-rate", "4", "--num-prompts", "32", "--dataset-name",
+                    "random", "--random-range-ratio", "0.5", "--seed", "1"],
+    "images": ["--config", QWEN_VL, "--gpu", "h100-sxm", "--concurrency", "2",
+               "--num-prompts", "4", "--images-per-request", "1", "--image-size", "1280x720",
+               "--output-len", "16"],
+    "saturated": ["--preset", "llama3-70b", "--gpu", "h100-sxm", "--tp", "4", "--concurrency",
+                  "256", "--num-prompts", "256", "--input-len", "4096", "--output-len", "32", "--max-model-len", "8192"],
+}
+
+
 def argvs() -> dict[str, list[str]]:
-    """{"COMMAND-CASE": full kvcalc argv with --format json} for estimate, fit and sweep."""
+    """{"COMMAND-CASE": full kvcalc argv with --format json} for each command but check."""
     out = {}
-    for command, cases in (("estimate", ESTIMATE), ("fit", FIT), ("sweep", SWEEP)):
+    for command, cases in (("estimate", ESTIMATE), ("fit", FIT), ("sweep", SWEEP),
+                           ("plan", PLAN), ("bench", BENCH)):
         for name, args in cases.items():
             out[f"{command}-{name}"] = [command, *args, "--format", "json"]
     return out

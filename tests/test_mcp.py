@@ -207,7 +207,7 @@ def test_the_server_end_to_end_with_the_sdks_client():
     for name, tool in listed.items():
         assert tool.output_schema == tools()[name].output_schema()
     for key, name in (("estimate", "estimate"), ("fit", "fit"), ("sglang", "fit"),
-                      ("check", "check"), ("sweep", "sweep")):
+                      ("check", "check"), ("sweep", "sweep"), ("plan", "plan"), ("bench", "bench")):
         Draft202012Validator(listed[name].output_schema).validate(results[key].structured_content)
 
     for name, line in (("unknown", "unknown model 'nosuch-7b': not a preset"),

@@ -102,7 +102,7 @@ def test_kvcalc_schema_is_lazy_and_says_the_commands():
                          env=env, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
     with pytest.raises(ParameterError, match=r"^command 'plan9': kvcalc's schemas are for "
-                                             r"estimate, fit, check, sweep$"):
+                                             r"estimate, fit, check, sweep, plan, bench$"):
         kvcalc.schema("plan9")
     assert kvcalc.schema("fit") is not kvcalc.schema("fit")  # a fresh dict each time
 
@@ -119,7 +119,7 @@ def test_the_schema_command_refuses_an_unknown_command_in_one_line():
     r = CliRunner().invoke(app, ["schema", "plan9"])
     assert r.exit_code == 2 and r.stdout == ""
     assert r.stderr.splitlines() == ["kvcalc: error: COMMAND 'plan9': kvcalc's schemas are for "
-                                     "estimate, fit, check, sweep"]
+                                     "estimate, fit, check, sweep, plan, bench"]
 
 
 # --- the answers against them ------------------------------------------------------------------
@@ -128,7 +128,7 @@ GOLDEN_JSON = sorted(p.stem for p in golden.GOLDEN.glob("*.json"))
 
 @pytest.mark.parametrize("name", GOLDEN_JSON)
 def test_every_golden_answer_validates(name):
-    command = "fit" if name.startswith("fit-") else "estimate"
+    command = name.split("-")[0] if name.split("-")[0] in ("fit", "plan", "bench") else "estimate"
     _validate(command, json.loads((golden.GOLDEN / f"{name}.json").read_text()))
 
 

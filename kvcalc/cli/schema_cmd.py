@@ -14,7 +14,7 @@ def register(app: typer.Typer, only: str | None = None) -> None:
     @command(app, only, name="schema")
     def schema_command(
         name: Annotated[str, typer.Argument(
-            metavar="COMMAND", help="estimate, fit, check or sweep.")],
+            metavar="COMMAND", help="estimate, fit, check, sweep, plan or bench.")],
     ) -> None:
         """Print the JSON Schema (draft 2020-12) of COMMAND's `--format json`: every
         property typed, with its unit (kvcalc/schemas/COMMAND.json, kvcalc.schema(COMMAND)).

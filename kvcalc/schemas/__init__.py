@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kvcalc.errors import ParameterError
 
-COMMANDS = ("estimate", "fit", "check", "sweep")
+COMMANDS = ("estimate", "fit", "check", "sweep", "plan", "bench")
 
 _HERE = Path(__file__).resolve().parent
 
