@@ -30,14 +30,15 @@ from kvcalc.errors import KvcalcError
 
 class _Package(types.ModuleType):
     """kvcalc itself. Importing a submodule binds it on its package, and the submodules
-    kvcalc.estimate and kvcalc.floor would so replace the functions `estimate` and `floor`
-    below on their first import (kvcalc.plan the function `plan`): the package keeps the
-    functions (the modules are sys.modules["kvcalc.estimate"], ["kvcalc.floor"]). So
+    kvcalc.estimate, kvcalc.floor, kvcalc.measure and kvcalc.plan would so replace the
+    functions `estimate`, `floor`, `measure` and `plan` on their first import: the package
+    keeps the functions (the modules are sys.modules["kvcalc.estimate"], ...). So
     `import kvcalc` imports nothing heavy, and the CLI starts its work before any model
     code loads (kvcalc/cli/__init__.py)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in ("estimate", "floor", "plan") and isinstance(value, types.ModuleType):
+        if (name in ("estimate", "floor", "measure", "plan")
+                and isinstance(value, types.ModuleType)):
             return
         super().__setattr__(name, value)
 
@@ -76,6 +77,7 @@ _LAZY = {
     "sweep": "kvcalc.sweep",
     "SweepAnswer": "kvcalc.sweep.answer",
 }
+_LAZY.update(measure="kvcalc.measure.answer", MeasureResult="kvcalc.measure.config")
 
 # `kvcalc plan` and `kvcalc bench` as functions (kvcalc/answers): keyword-only, returning
 # records whose as_dict() is the command's JSON
@@ -102,6 +104,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from kvcalc.sweep.answer import SweepAnswer
     from kvcalc.answers.plan import PlanAnswer, plan
     from kvcalc.answers.bench import BenchAnswer, bench
+    from kvcalc.measure.answer import measure
+    from kvcalc.measure.config import MeasureResult
 
 
 def __getattr__(name: str) -> Any:
@@ -154,6 +158,13 @@ def estimate(model, seq_len: int | None = None, batch: int = 1, kv_dtype="bf16",
     hardware: TTFT for `batch` prompts of `prompt_len` tokens (default seq_len) and TPOT
     at seq_len, at the stated MFU and bandwidth efficiency, or as `engine` ('llama.cpp',
     'vllm@0.21.0', ...) runs them.
+
+    Units: `seq_len`, `prompt_len` and `encoder_seq_len` in tokens; `batch` in sequences,
+    `tp` in devices, `group_size` in weights per scale; `scale_bytes` in bytes per token
+    per K/V head, `reserve_bytes` in bytes per device; `memory_fraction`, `mfu` and
+    `bandwidth_efficiency` as shares in (0, 1]. Any parameter may be given by keyword
+    (`kvcalc estimate --format json` is `estimate(MODEL, hardware="h100-sxm",
+    engine="vllm").as_dict()`).
     """
     from kvcalc.estimate import estimate as _estimate, workload_for
     from kvcalc.workload import Memory

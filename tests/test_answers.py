@@ -198,3 +198,39 @@ def test_another_engines_flag_of_the_wrong_type_is_named(engine):
                 kvcalc.fit(model="llama3.1-8b", engine=engine, **{name: bad})
             assert e.value.parameters == (name,)
             assert str(e.value).startswith(f"{name} takes a whole number")
+
+
+@pytest.mark.parametrize("model, argv, parameters", [
+    ("llama3-8b", ["--compare"], dict(compare=True)),
+    ("llama3-8b", ["--kv-heads", "4", "--compare"], dict(kv_heads=4, compare=True)),
+    ("llama3-8b", ["--engine", "sglang"], dict(engine="sglang")),
+    ("qwen3-30b-a3b", ["--data-parallel-size", "2", "--enable-expert-parallel"],
+     dict(data_parallel_size=2, enable_expert_parallel=True)),
+    ("llama3-8b", ["--gpu", "none", "--seq-len", "8192"], dict(gpu="none", seq_len=8192)),
+    ("llama3-8b", ["--gpu", "a100-80gb", "--reserve", "2GiB", "--memory-fraction", "0.9"],
+     dict(gpu="a100-80gb", reserve_bytes=2 * 2**30, memory_fraction=0.9)),
+])
+def test_estimate_json_is_the_commands_function(model, argv, parameters):
+    """`kvcalc estimate` beyond its defaults (another engine's count, vLLM's layout, the
+    MHA/GQA/MQA comparison, no device) is kvcalc.answers.estimate.estimate's as_dict()."""
+    from typer.testing import CliRunner
+
+    from kvcalc.answers.estimate import estimate
+    from kvcalc.cli import app
+
+    r = CliRunner().invoke(app, ["estimate", model, *argv, "--format", "json"])
+    assert r.exit_code == 0, r.output
+    want = json.loads(json.dumps(estimate(model=model, **parameters).as_dict()))
+    assert json.loads(r.stdout) == want
+
+
+def test_estimates_refusals_name_its_parameters():
+    from kvcalc.answers.estimate import estimate
+
+    with pytest.raises(ParameterError, match=r"^memory_fraction and reserve_bytes apply to a "
+                       r"device's memory, and gpu none has none"):
+        estimate(model="llama3-8b", gpu="none", memory_fraction=0.5, reserve_bytes=1)
+    with pytest.raises(ParameterError, match=r"^data_parallel_size with engine sglang: "):
+        estimate(model="llama3-8b", engine="sglang", data_parallel_size=2)
+    with pytest.raises(ParameterError, match=r"^enable_expert_parallel is vLLM's flag"):
+        estimate(model="llama3-8b", engine="sglang", enable_expert_parallel=True)

@@ -439,3 +439,78 @@ def test_mixed_step_too_big_for_memory_is_one_line():
     assert r.exit_code == 2 and len(r.stderr.splitlines()) == 1, r.stderr
     assert r.stderr.startswith("kvcalc: error: --step mixed: llama3-70b at batch 64 x 100,000")
     assert "usable" in r.stderr
+
+
+@needs_torch
+def test_measure_json_is_the_functions_as_dict(monkeypatch):
+    """`kvcalc measure --format json` is kvcalc.measure(...).as_dict(): the command parses
+    its flags into the function's parameters (its defaults where a flag is not given),
+    calls it and prints its record. Timings differ run to run, so a real run of each is
+    held alike in shape and in every field that is not timed, and the command's printing
+    of one record is held to that record's as_dict() exactly."""
+    import inspect
+
+    import kvcalc
+    from kvcalc.measure import answer
+
+    given = dict(heads=8, kv_heads=2, head_dim=16, seq_len=64, batch=2, iters=3, warmup=1,
+                 device="cpu")
+    result = kvcalc.measure(**given)
+    r = invoke("measure", *TINY, "--format", "json")
+    assert r.exit_code == 0, r.output
+    mine, lib = json.loads(r.stdout), json.loads(json.dumps(result.as_dict()))
+    assert list(mine) == list(lib) == ["device", "ceilings", "config", "rows"]
+    moment = ("measured_at", "free_memory_bytes")  # when it ran, what was free then
+
+    def settled(d: dict) -> dict:
+        return {k: v for k, v in d.items() if k not in moment}
+
+    for part in ("config", "device", "ceilings"):
+        assert list(mine[part]) == list(lib[part]), part
+    assert settled(mine["config"]) == settled(lib["config"])
+    assert settled(mine["device"]) == settled(lib["device"])
+    untimed = ("impl", "backend", "heads", "kv_heads", "head_dim", "seq_len", "batch", "dtype",
+               "kv_cache_bytes", "bytes_moved", "flops", "step", "attention", "correct")
+    for row, twin in zip(mine["rows"], lib["rows"], strict=True):
+        assert list(row) == list(twin)
+        assert {k: row[k] for k in untimed} == {k: twin[k] for k in untimed}
+
+    calls = []
+
+    def called(**parameters):
+        calls.append({k: v for k, v in parameters.items() if k not in ("progress", "notice")})
+        return result
+
+    monkeypatch.setattr(answer, "measure", called)
+    r = invoke("measure", *TINY, "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) == lib
+    defaults = {n: p.default for n, p in inspect.signature(kvcalc.measure).parameters.items()
+                if n not in ("progress", "notice")}
+    assert calls == [{**defaults, **given}]
+
+
+def test_kvcalc_measure_is_public_names_its_parameters_and_loads_no_torch():
+    """kvcalc.measure is the package's (not the kvcalc.measure package, which importing
+    does not rebind); its refusals name its parameters, which the command says as flags;
+    reaching it imports no torch."""
+    code = ("import sys, kvcalc\n"
+            "f = kvcalc.measure\n"
+            "import kvcalc.measure.config\n"
+            "assert kvcalc.measure is f and 'measure' in kvcalc.__all__\n"
+            "try:\n"
+            "    f(kv_heads=8)\n"
+            "except kvcalc.ParameterError as e:\n"
+            "    print(e)\n"
+            "print('torch' in sys.modules)\n")
+    import os
+    from pathlib import Path
+
+    import kvcalc
+
+    env = {**os.environ, "PYTHONPATH": str(Path(kvcalc.__file__).resolve().parent.parent)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=env).stdout
+    assert out.splitlines() == ["give heads (and kv_heads), or preset NAME", "False"]
+    r = invoke("measure", "--kv-heads", "8")
+    assert r.exit_code == 2 and "give --heads (and --kv-heads), or --preset NAME" in r.stderr

@@ -128,9 +128,13 @@ def _hub_files(snapshot: Path) -> dict:
 def test_preset_on_vllm_answers_as_the_cli(tmp_path):
     page = _page_module(tmp_path)
     answer = json.loads(page.answer({"source": "preset", "model": "llama3.1-8b",
-                                     "gpu": "h100-sxm", "engine": "vllm", "context": "auto"}))
+                                     "gpu": "h100-sxm", "engine": "vllm", "context": "auto",
+                                     "prompt": "1000", "output": "200"}))
     assert answer["commands"]["fit"] == ["fit", "--preset", "llama3.1-8b", "--gpu", "h100-sxm",
                                          "--max-model-len", "auto", "--format", "json"]
+    # the plan's requests at the page's lengths, as `kvcalc plan --prompt-len --output-len`
+    assert answer["commands"]["plan"][-6:] == ["--prompt-len", "1000", "--output-len", "200",
+                                               "--format", "json"]
     _same_as_cli(answer)
     assert answer["headline"].startswith("vLLM ") and " starts: " in answer["headline"]
     assert [p["kind"] for p in answer["bar"]["parts"]] == [
@@ -277,7 +281,7 @@ def test_page_in_headless_chromium(tmp_path):
     site_server, site_url = _serve(functools.partial(_SiteHandler, directory=str(site)))
     hub_server, hub_url = _serve(hub_handler)
     try:
-        first = "src=preset&model=llama3.1-8b&gpu=h100-sxm&engine=vllm&ctx=auto"
+        first = "src=preset&model=llama3.1-8b&gpu=h100-sxm&engine=vllm&ctx=auto&in=1000&out=200"
         plan = {"chromium": chromium, "url": f"{site_url}/?hub={hub_url}#{first}",
                 "screenshots": shots, "timeout_ms": 240000,
                 "form": {"source": "hub", "model": REPO_ID, "gpu": "l4", "engine": "sglang",

@@ -264,48 +264,31 @@ def bar(data: dict) -> dict:
 def _plan(spec, gpu: str, gpus: int, engine: str, r: dict, fit: dict, model_args: list,
           served: str | None) -> tuple[list[str], dict]:
     """(the argv of `kvcalc plan` on the same model, GPU, device count and length, {its
-    JSON (vLLM's front; another engine's best layout, as `plan --engine E` writes it) and
-    the best layout's launch line}; "plan_error" when nothing serves)."""
+    JSON (kvcalc.plan's: vLLM's front; another engine's best layout) and the best
+    layout's launch line}; "plan_error" when nothing serves). The requests' prompt and
+    output lengths are the page's when given, else the command's defaults (the prompt
+    fills the context)."""
     from kvcalc.plan import NothingFits
 
     context = str(r.get("context") or "").strip().lower()
-    argv = ["plan", *model_args, "--gpu", gpu, "--gpus", str(gpus)]
+    lengths = {name: _whole(r[key], flag) for key, name, flag in (
+        ("prompt", "prompt_len", "--prompt-len"), ("output", "output_len", "--output-len"))
+        if str(r.get(key) or "").strip()}
+    if engine == "vllm":
+        length = "auto" if context in ("", "auto") else _whole(context, "--max-model-len")
+    else:  # another engine plans at a length: the one asked, else the one its count took
+        length = _whole(context, "--max-model-len") if context else fit["context_len"]
+    argv = ["plan", *model_args, "--gpu", gpu, "--gpus", str(gpus),
+            "--max-model-len", str(length),
+            *(["--engine", engine] if engine != "vllm" else []),
+            *(f for name, v in lengths.items() for f in (f"--{name.replace('_', '-')}", str(v))),
+            "--format", "json"]
     try:
-        if engine == "vllm":
-            length = "auto" if context in ("", "auto") else _whole(context, "--max-model-len")
-            argv += ["--max-model-len", str(length), "--format", "json"]
-            result = vllm_plan(spec, gpu, gpus, length, served)
-            data = result.as_dict()
-            launch = result.command
-        else:
-            # Another engine plans at a length: the one asked, else the one its count took.
-            length = _whole(context, "--max-model-len") if context else fit["context_len"]
-            argv += ["--max-model-len", str(length), "--engine", engine, "--format", "json"]
-            data, launch = engine_plan(spec, gpu, gpus, length, engine, served)
+        answer = kvcalc.plan(model=spec, gpu=gpu, gpus=gpus, max_model_len=length,
+                             engine=None if engine == "vllm" else engine,
+                             launch_model=served, **lengths)
     except NothingFits as e:
         return argv, {"plan": None, "plan_error": " ".join(str(e).split()), "launch": None}
-    return argv, {"plan": data, "launch": launch}
-
-
-def vllm_plan(spec, gpu: str, gpus: int, length, served: str | None):
-    """kvcalc.plan.plan as `kvcalc plan` calls it: vLLM's fitted terms for the device."""
-    from kvcalc.answers.fit import allows_long_max_model_len
-    from kvcalc.answers.speed import DEFAULT, engine_option, resolve
-    from kvcalc.plan import plan
-    from kvcalc.presets import hardware_named
-
-    hw = hardware_named(gpu)
-    return plan(spec, hw, gpus=gpus, max_model_len=length,
-                engine=resolve(engine_option(None, default=DEFAULT), hw), model=served,
-                allow_long_max_model_len=allows_long_max_model_len())
-
-
-def engine_plan(spec, gpu: str, gpus: int, length: int, engine: str, served: str | None):
-    """(`kvcalc plan --engine E --format json`, the best layout's launch line)."""
-    from kvcalc.plan.engines import engine_plan as run
-    from kvcalc.presets import hardware_named
-    from kvcalc.answers.speed import memory_engine
-
-    p = run(spec, hardware_named(gpu), memory_engine(engine), gpus=gpus, max_model_len=length,
-            model=served)
-    return {"engines": [p.as_dict()], "winner": p.engine.name}, p.command
+    launch = (answer.plan.command if answer.plan is not None
+              else answer.engines[0].command)
+    return argv, {"plan": answer.as_dict(), "launch": launch}

@@ -10,7 +10,7 @@ const MAX_HEADER_BYTES = 100_000_000; // safetensors' own cap
 // The #fragment's keys: the request's field each holds.
 const KEYS = { src: "source", model: "model", name: "config_name", rev: "revision",
   gpu: "gpu", engine: "engine", ctx: "context", batch: "batch", kv: "kv_dtype",
-  w: "weight_dtype", gpus: "gpus" };
+  w: "weight_dtype", gpus: "gpus", in: "prompt", out: "output" };
 // The form field each of fit's fixes sets (gpu_memory_utilization has none here).
 const FIX_FIELDS = { tp: "gpus", max_model_len: "context", kv_dtype: "kv_dtype",
   weight_dtype: "weight_dtype", max_num_seqs: "batch" };
@@ -74,6 +74,7 @@ function readForm() {
     gpu: $("gpu").value, engine: radio("engine"), context: $("context").value.trim(),
     batch: $("batch").value.trim(), kv_dtype: $("kv_dtype").value,
     weight_dtype: $("weight_dtype").value, gpus: $("gpus").value.trim() || "1",
+    prompt: $("prompt").value.trim(), output: $("output").value.trim(),
     hub: current.hub,
   };
 }
@@ -86,7 +87,7 @@ function fillForm(r) {
   if (r.config_name) $("config_name").value = r.config_name;
   if (r.gpu) $("gpu").value = r.gpu;
   if (r.engine) setRadio("engine", r.engine);
-  for (const f of ["context", "batch", "kv_dtype", "weight_dtype", "gpus"]) {
+  for (const f of ["context", "batch", "kv_dtype", "weight_dtype", "gpus", "prompt", "output"]) {
     if (r[f] !== undefined) $(f).value = r[f];
   }
   showSource();

@@ -1,62 +1,14 @@
-"""`kvcalc estimate` and `kvcalc fit`: parse, call kvcalc.estimate, render."""
+"""`kvcalc estimate` and `kvcalc fit`: parse, call kvcalc.answers.estimate or kvcalc.fit,
+render."""
 
 from __future__ import annotations  # the commands not run never evaluate their options
 
-from pathlib import Path
-from typing import Annotated, Optional
-
 import typer
 
-from kvcalc.cli import feature_flags as ff
 from kvcalc.cli import speed
-from kvcalc.cli.counting import _estimates, write
-from kvcalc.cli.parsing import command
-
-from kvcalc.cli.options import (
-    DEFAULT_GPU,
-    EngineOpt,
-    FitEngineOpt,
-    BatchOpt,
-    FitBatchOpt,
-    BandwidthEffOpt,
-    EncoderLenOpt,
-    GroupSizeOpt,
-    MfuOpt,
-    PromptLenOpt,
-    ForceOpt,
-    FormatOpt,
-    GpuOpt,
-    KvDtypeOpt,
-    MemFractionOpt,
-    ModelRequest,
-    OutputOpt,
-    ReserveOpt,
-    SUFFIXES,
-    ScaleOpt,
-    SeqLenOpt,
-    TpOpt,
-    WeightDtypeOpt,
-    DataParallelOpt,
-    ExpertParallelOpt,
-    model_options,
-    output_format,
-)
-from kvcalc.errors import KvcalcError
-
-def vllm_layout(ref, data_parallel_size, enable_expert_parallel) -> dict:
-    """--data-parallel-size and --enable-expert-parallel as EngineSettings' dp and
-    enable_expert_parallel for vLLM's count (`ref` None or vLLM); refused, in one line,
-    for another engine's."""
-    from kvcalc.cli import engine_flags as ef
-    from kvcalc.serving.flags import check_owners
-
-    given = {"dp": data_parallel_size, "enable_expert_parallel": enable_expert_parallel or None}
-    if ref is not None and ref.name != "vllm":
-        if ref.name == "sglang" and data_parallel_size is not None:
-            raise KvcalcError(f"--data-parallel-size with --engine {ref.name}: estimate counts "
-                              f"{ref.title} at its defaults; fit takes its layout (--dp-size)")
-        check_owners(ref.name, given, ef.flag_of)
-    return {k: v for k, v in given.items() if v is not None}
+from kvcalc.cli.counting import write
+from kvcalc.cli.options import ModelRequest, model_options, output_format, parse_size
+from kvcalc.cli.parsing import command, with_options
 
 
 def _estimate_items(est, detail: bool) -> list:
@@ -81,41 +33,10 @@ def _notes(est) -> list[str]:
 
 
 def register(app: typer.Typer, only: str | None = None) -> None:
-    if only in (None, "fit"):  # fit's engine flags: their annotations name this module's `ef`
-        global ef
-        from kvcalc.cli import engine_flags as ef
-
     @command(app, only)
     @model_options
-    def estimate(
-        request: ModelRequest,
-        seq_len: SeqLenOpt = None,
-        batch: BatchOpt = 1,
-        kv_dtype: KvDtypeOpt = "bf16",
-        weight_dtype: WeightDtypeOpt = None,
-        group_size: GroupSizeOpt = None,
-        tp: TpOpt = 1,
-        gpu: GpuOpt = DEFAULT_GPU,
-        prompt_len: PromptLenOpt = None,
-        mfu: MfuOpt = None,
-        bandwidth_efficiency: BandwidthEffOpt = None,
-        engine: EngineOpt = None,
-        compare: Annotated[bool, typer.Option(
-            "--compare", help="MHA, GQA and MQA of this model side by side.")] = False,
-        detail: Annotated[bool, typer.Option(
-            "--detail", help="Every breakdown (cache, parameters matrix by matrix, decode bytes "
-            "and FLOPs, Shazeer's terms, roofline, fit) instead of the compact table.")] = False,
-        data_parallel_size: DataParallelOpt = None,
-        enable_expert_parallel: ExpertParallelOpt = False,
-        limit_mm_per_prompt: ff.LimitMmPerPromptOpt = None,
-        kv_scale_bytes: ScaleOpt = 0,
-        encoder_seq_len: EncoderLenOpt = None,
-        memory_fraction: MemFractionOpt = None,
-        reserve: ReserveOpt = None,
-        fmt: FormatOpt = None,
-        output: OutputOpt = None,
-        force: ForceOpt = False,
-    ) -> None:
+    @with_options("kvcalc.cli.fit_options:ESTIMATE")
+    def estimate(request: ModelRequest, options: dict) -> None:
         """KV cache, parameters, decode time and what fits, for one model: one line, then a
         compact table (--detail for every breakdown).
 
@@ -124,159 +45,12 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         --seq-len 8192 --batch 16 --tp 4 --format json`; `kvcalc estimate --preset
         llama2-7b --compare`; `-o r.md` writes markdown.
         """
-        fmt = output_format(fmt, output)
-        ref = speed.memory_engine(engine)  # whose memory count (None: vLLM 0.33's)
-        speed_engine = speed.engine_option(engine, mfu, bandwidth_efficiency, speed.DEFAULT)
-        mfu, bandwidth_efficiency = speed.shares(mfu, bandwidth_efficiency)
-        memory = {}
-        layout = vllm_layout(ref, data_parallel_size, enable_expert_parallel)
-        if limit_mm_per_prompt is not None:
-            from kvcalc.cli import engine_flags as ef
-            from kvcalc.serving.flags import check_owners
-
-            check_owners(ref.name if ref else "vllm",
-                         {"limit_mm_per_prompt": limit_mm_per_prompt}, ef.flag_of)
-            layout = {**layout, "limit_mm_per_prompt": limit_mm_per_prompt}
-        if ref is not None and ref.name == "vllm":
-            from kvcalc.serving.vllm import release_settings
-
-            memory["serving"] = {**release_settings(ref.release), **layout}
-        elif ref is not None:
-            memory["memory_engine"] = ref
-        elif layout:
-            memory["serving"] = layout
-        ests = _estimates(request, seq_len=seq_len, batch=batch, kv_dtype=kv_dtype,
-                          weight_dtype=weight_dtype, tp=tp, gpu=gpu,
-                          kv_scale_bytes=kv_scale_bytes, encoder_seq_len=encoder_seq_len,
-                          memory_fraction=memory_fraction, reserve=reserve,
-                          prompt_len=prompt_len, group_size=group_size, compare=compare,
-                          mfu=mfu, bandwidth_efficiency=bandwidth_efficiency,
-                          engine=speed_engine, **memory)
-        if compare:
-            write(fmt, output, force,
-                  lambda: {"variants": [e.as_dict() for e in ests],
-                           "reductions_vs_mha": [_reductions(ests[0], e) for e in ests[1:]]},
-                  lambda: [{**e.as_row(), **_reductions(ests[0], e)} for e in ests],
-                  lambda: _compare_items(ests))
-            return
-        est = ests[0]
-        write(fmt, output, force, est.as_dict, lambda: [est.as_row()],
-              lambda: _estimate_items(est, detail))
+        _estimate_command(request, **options)
 
     @command(app, only)
     @model_options
-    def fit(
-        request: ModelRequest,
-        seq_len: SeqLenOpt = None,
-        batch: FitBatchOpt = None,
-        kv_dtype: KvDtypeOpt = "bf16",
-        weight_dtype: WeightDtypeOpt = None,
-        group_size: GroupSizeOpt = None,
-        tp: TpOpt = 1,
-        pp: Annotated[Optional[int], typer.Option(
-            "--pp", show_default=False, help="Pipeline-parallel stages (engine count; "
-            "default 1).")] = None,
-        gpu: Annotated[str, typer.Option("--gpu", help="Hardware preset (or YAML file) to "
-                                         "fit on.")] = DEFAULT_GPU,
-        max_model_len: Annotated[Optional[str], typer.Option(
-            "--max-model-len", show_default=False,
-            metavar="<tokens>|auto",
-            help="Engine: requests up to this many tokens; {SUFFIXES}; auto (or -1, as vLLM "
-            "spells it): the longest that fits, as vLLM's own auto-fit finds it (default: "
-            "--seq-len, else the model's max context).".replace("{SUFFIXES}", SUFFIXES))]
-        = None,
-        kv_cache_memory: Annotated[Optional[str], typer.Option(
-            "--kv-cache-memory", "--kv-cache-memory-bytes", show_default=False,
-            metavar="<bytes>",
-            help="Engine: KV cache memory per device, skipping the profile as vLLM's "
-            "--kv-cache-memory-bytes does: 8GiB (2^30 each), 500MB (10^6 each), 8G = 8GiB "
-            "(default: the budget less weights, activations, non-torch memory and CUDA "
-            "graphs).")] = None,
-        gpu_memory_utilization: ef.GpuMemoryUtilizationOpt = None,
-        block_size: Annotated[Optional[int], typer.Option(
-            "--block-size", show_default=False, help="Engine: tokens per KV block "
-            "(default 16, raised for hybrid models as vLLM does).")] = None,
-        max_num_batched_tokens: ef.MaxNumBatchedTokensOpt = None,
-        max_num_seqs: ef.MaxNumSeqsOpt = None,
-        enforce_eager: Annotated[bool, typer.Option(
-            "--enforce-eager", help="Engine: no CUDA graphs (their memory is not reserved).")
-        ] = False,
-        vllm_version: Annotated[Optional[str], typer.Option(
-            "--vllm-version", show_default=False,
-            help="Engine: the vLLM release whose rules to follow (default 0.33).")] = None,
-        calibration: Annotated[Optional[Path], typer.Option(
-            "--calibration", show_default=False, metavar="<file>",
-            help="Engine: the terms a start-up log taught (`kvcalc check LOG -o FILE`): its "
-            "weights, activation peak, non-torch memory and CUDA graphs in place of "
-            "kvcalc's models, its release and driver-visible memory by default.")] = None,
-        ttft_ms: Annotated[Optional[float], typer.Option(
-            "--ttft-ms", show_default=False,
-            help="Largest batch whose time to first token stays under this (ms).")] = None,
-        tpot_ms: Annotated[Optional[float], typer.Option(
-            "--tpot-ms", show_default=False,
-            help="Largest batch whose time per output token stays under this (ms).")] = None,
-        prompt_len: PromptLenOpt = None,
-        mfu: MfuOpt = None,
-        bandwidth_efficiency: BandwidthEffOpt = None,
-        speed_engine: FitEngineOpt = None,
-        mem_fraction_static: ef.MemFractionStaticOpt = None,
-        context_length: ef.ContextLengthOpt = None,
-        max_running_requests: ef.MaxRunningRequestsOpt = None,
-        max_total_tokens: ef.MaxTotalTokensOpt = None,
-        page_size: ef.PageSizeOpt = None,
-        chunked_prefill_size: ef.ChunkedPrefillOpt = None,
-        cuda_graph_max_bs: ef.CudaGraphMaxBsOpt = None,
-        disable_cuda_graph: ef.DisableCudaGraphOpt = False,
-        dp_size: ef.DpSizeOpt = None,
-        enable_dp_attention: ef.DpAttentionOpt = False,
-        mamba_full_memory_ratio: ef.MambaRatioOpt = None,
-        max_mamba_cache_size: ef.MaxMambaCacheOpt = None,
-        swa_full_tokens_ratio: ef.SwaRatioOpt = None,
-        disable_hybrid_swa_memory: ef.DisableHybridSwaOpt = False,
-        free_gpu_memory_fraction: ef.FreeFractionOpt = None,
-        max_batch_size: ef.MaxBatchSizeOpt = None,
-        max_num_tokens: ef.MaxNumTokensOpt = None,
-        max_seq_len: ef.MaxSeqLenOpt = None,
-        tokens_per_block: ef.TokensPerBlockOpt = None,
-        backend: ef.BackendOpt = None,
-        max_tokens_in_paged_kv_cache: ef.MaxTokensPagedOpt = None,
-        speculative_config: ff.SpeculativeConfigOpt = None,
-        speculative_algorithm: ff.SpecAlgorithmOpt = None,
-        speculative_draft_model_path: ff.SpecDraftPathOpt = None,
-        speculative_num_steps: ff.SpecStepsOpt = None,
-        speculative_eagle_topk: ff.SpecTopkOpt = None,
-        speculative_num_draft_tokens: ff.SpecDraftTokensOpt = None,
-        extra_llm_api_options: ff.ExtraLlmApiOptionsOpt = None,
-        acceptance_rate: ff.AcceptanceRateOpt = None,
-        enable_lora: ff.EnableLoraOpt = False,
-        max_loras: ff.MaxLorasOpt = None,
-        max_loras_per_batch: ff.MaxLorasPerBatchOpt = None,
-        max_lora_rank: ff.MaxLoraRankOpt = None,
-        lora_dtype: ff.LoraDtypeOpt = None,
-        lora_target_modules: ff.LoraTargetModulesOpt = None,
-        limit_mm_per_prompt: ff.LimitMmPerPromptOpt = None,
-        mm_encoder_tp_mode: ff.MmEncoderTpModeOpt = None,
-        max_attention_window: ef.MaxAttentionWindowOpt = None,
-        data_parallel_size: ef.DataParallelOpt = None,
-        enable_expert_parallel: ef.ExpertParallelOpt = False,
-        kv_offloading_size: ef.KvOffloadingSizeOpt = None,
-        kv_offloading_backend: ef.KvOffloadingBackendOpt = None,
-        enable_prefix_caching: ef.PrefixCachingOpt = None,
-        enable_hierarchical_cache: ef.HicacheOpt = False,
-        hicache_ratio: ef.HicacheRatioOpt = None,
-        hicache_size: ef.HicacheSizeOpt = None,
-        hicache_write_policy: ef.HicacheWritePolicyOpt = None,
-        disable_radix_cache: ef.DisableRadixCacheOpt = False,
-        host_cache_size: ef.HostCacheSizeOpt = None,
-        enable_block_reuse: ef.BlockReuseOpt = None,
-        kv_scale_bytes: ScaleOpt = 0,
-        encoder_seq_len: EncoderLenOpt = None,
-        memory_fraction: MemFractionOpt = None,
-        reserve: ReserveOpt = None,
-        fmt: FormatOpt = None,
-        output: OutputOpt = None,
-        force: ForceOpt = False,
-    ) -> None:
+    @with_options("kvcalc.cli.fit_options:FIT")
+    def fit(request: ModelRequest, options: dict) -> None:
         """Does it fit? vLLM's own start-up count decides, the floor (weights + KV) beside it.
 
         vLLM's arithmetic (V1 engine): driver-visible memory x --gpu-memory-utilization,
@@ -295,7 +69,25 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         `kvcalc fit --config config.json --gpu h100-sxm --tp 4 --max-model-len 32768
         --gpu-memory-utilization 0.95 --format json`.
         """
-        _fit_command(dict(locals()))  # every option, by its parameter name
+        _fit_command({**options, "request": request})  # every option, by its parameter name
+
+
+def _estimate_command(request: ModelRequest, *, compare: bool, detail: bool, fmt, output,
+                      force: bool, reserve, **parameters) -> None:
+    """estimate: parse, call kvcalc.answers.estimate (the model, or with --compare its MHA,
+    GQA and MQA variants), write."""
+    from kvcalc.answers.estimate import estimate
+
+    fmt = output_format(fmt, output)
+    answer = estimate(model=request.resolve, kv_heads=request.kv_heads, compare=compare,
+                      reserve_bytes=None if reserve is None else parse_size(reserve),
+                      **parameters)
+    if compare:
+        write(fmt, output, force, answer.as_dict, answer.as_rows,
+              lambda: _compare_items(list(answer.estimates)))
+        return
+    write(fmt, output, force, answer.as_dict, lambda: [answer.as_row()],
+          lambda: _estimate_items(answer, detail))
 
 
 def _fit_command(p: dict) -> None:
@@ -328,6 +120,7 @@ def _engine_flags_given(p: dict, ref) -> tuple:
     belongs to (kvcalc.serving.flags): (the memory engine's own, the offload and prefix
     flags, vLLM's dp, its expert parallelism)."""
     from kvcalc.cli import engine_flags as ef
+    from kvcalc.cli import feature_flags as ff
     from kvcalc.serving.flags import check_owners
 
     names = ("mem_fraction_static", "context_length", "max_running_requests",
@@ -408,16 +201,3 @@ def _fit_tables(answer) -> list:
     if answer.speculative is not None:
         out.append(speculative_table(answer.speculative, answer.speculative_timed_on))
     return [*out, *host_tier_tables(answer.host_tier)]
-
-
-def _reductions(base, other) -> dict:
-    """How many times smaller `other` makes each quantity than `base` (MHA)."""
-    out = {
-        "kv_bytes_reduction": base.cache.bytes / other.cache.bytes,
-        "params_reduction": base.params.total / other.params.total,
-        "decode_bytes_reduction": base.decode.bytes / other.decode.bytes,
-        "intensity_gain": other.decode.arithmetic_intensity / base.decode.arithmetic_intensity,
-    }
-    if base.roofline is not None:
-        out["roofline_speedup"] = base.roofline.time_s / other.roofline.time_s
-    return out

@@ -157,8 +157,6 @@ class ModelRequest:
 
     def resolve(self) -> ModelSpec:
         """The ModelSpec: MODEL, a preset or config file with overrides, or ad hoc flags."""
-        from kvcalc import presets
-
         if self.model is not None and (self.preset or self.config):
             given = "--preset" if self.preset else "--config"
             raise KvcalcError(f"give MODEL or {given}, not both (MODEL {quoted(self.model)} "
@@ -170,48 +168,61 @@ class ModelRequest:
             ("layers", self.layers), ("d_model", self.d_model), ("heads", self.heads),
             ("head_dim", self.head_dim), ("d_ff", self.d_ff), ("vocab", self.vocab),
             ("mlp", self.mlp)) if v is not None}
-        if self.preset or self.config or self.model is not None:
-            if self.model is not None:
-                spec = _resolve_model(self.model)
-            elif self.preset:
-                spec = presets.load_model(self.preset)
-            elif self.config.suffix.lower() == ".json":
-                from kvcalc import hfconfig
+        if not (self.preset or self.config or self.model is not None):
+            return self._ad_hoc()
+        spec = self._overridden(self._named(), overrides)
+        if spec.extra.get("approximate"):
+            # Data stays on stdout; the person reads why the figures are approximate.
+            sys.stderr.write(f"kvcalc: warning: {spec.name} is approximate: "
+                             f"{spec.extra['approximate']}\n")
+        return spec
 
-                spec = hfconfig.spec_from_hf_config_file(self.config)
-            else:
-                spec = presets.model_from_yaml_file(self.config, require_source=False)
-            if spec.attention_free and (self.kv_heads is not None
-                                        or {"heads", "head_dim"} & overrides.keys()):
-                raise KvcalcError(f"{spec.name} has no attention ({spec.state_mixers} layers "
-                                  "only): --heads, --kv-heads and --head-dim do not apply")
-            own_kv = spec.attention_shape and spec.attention_shape.kv_heads  # the layers'
-            if self.kv_heads is not None and self.kv_heads != own_kv:
-                if spec.mla is not None:
-                    raise KvcalcError(f"{spec.name} uses MLA: it has no K/V heads to change")
-                overrides["kv_heads"] = self.kv_heads
-            if overrides:
-                if spec.mla is not None and {"heads", "head_dim"} & overrides.keys():
-                    raise KvcalcError(f"{spec.name} uses MLA: --heads/--head-dim do not apply")
-                if ("heads" in overrides and "kv_heads" not in overrides
-                        and spec.mla is None and spec.kv_heads == spec.heads):
-                    overrides["kv_heads"] = overrides["heads"]  # an MHA preset stays MHA
-                elif "heads" in overrides and "kv_heads" not in overrides and (
-                        overrides["heads"] % spec.kv_heads):
-                    raise KvcalcError(f"--heads {overrides['heads']} is not divisible by the preset's "
-                                      f"{spec.kv_heads} K/V heads; give --kv-heads too")
-                if "head_dim" in overrides and spec.v_head_dim == spec.head_dim:
-                    overrides["v_head_dim"] = overrides["head_dim"]  # V follows K's width
-                # One replace, so heads and kv_heads are validated together.
-                changed = spec.replace(**overrides, **_modified_labels(spec, overrides))
-                if self.kv_heads is not None and self.kv_heads != own_kv:
-                    changed = changed.with_kv_heads(self.kv_heads)  # names the variant
-                spec = changed
-            if spec.extra.get("approximate"):
-                # Data stays on stdout; the person reads why the figures are approximate.
-                sys.stderr.write(f"kvcalc: warning: {spec.name} is approximate: "
-                                 f"{spec.extra['approximate']}\n")
+    def _named(self) -> ModelSpec:
+        """MODEL, --preset or --config, as it is."""
+        from kvcalc import presets
+
+        if self.model is not None:
+            return _resolve_model(self.model)
+        if self.preset:
+            return presets.load_model(self.preset)
+        if self.config.suffix.lower() == ".json":
+            from kvcalc import hfconfig
+
+            return hfconfig.spec_from_hf_config_file(self.config)
+        return presets.model_from_yaml_file(self.config, require_source=False)
+
+    def _overridden(self, spec: ModelSpec, overrides: dict) -> ModelSpec:
+        """A named model with the architecture flags given (and --kv-heads' variant)."""
+        if spec.attention_free and (self.kv_heads is not None
+                                    or {"heads", "head_dim"} & overrides.keys()):
+            raise KvcalcError(f"{spec.name} has no attention ({spec.state_mixers} layers "
+                              "only): --heads, --kv-heads and --head-dim do not apply")
+        own_kv = spec.attention_shape and spec.attention_shape.kv_heads  # the layers'
+        if self.kv_heads is not None and self.kv_heads != own_kv:
+            if spec.mla is not None:
+                raise KvcalcError(f"{spec.name} uses MLA: it has no K/V heads to change")
+            overrides["kv_heads"] = self.kv_heads
+        if not overrides:
             return spec
+        if spec.mla is not None and {"heads", "head_dim"} & overrides.keys():
+            raise KvcalcError(f"{spec.name} uses MLA: --heads/--head-dim do not apply")
+        if ("heads" in overrides and "kv_heads" not in overrides
+                and spec.mla is None and spec.kv_heads == spec.heads):
+            overrides["kv_heads"] = overrides["heads"]  # an MHA preset stays MHA
+        elif "heads" in overrides and "kv_heads" not in overrides and (
+                overrides["heads"] % spec.kv_heads):
+            raise KvcalcError(f"--heads {overrides['heads']} is not divisible by the preset's "
+                              f"{spec.kv_heads} K/V heads; give --kv-heads too")
+        if "head_dim" in overrides and spec.v_head_dim == spec.head_dim:
+            overrides["v_head_dim"] = overrides["head_dim"]  # V follows K's width
+        # One replace, so heads and kv_heads are validated together.
+        changed = spec.replace(**overrides, **_modified_labels(spec, overrides))
+        if self.kv_heads is not None and self.kv_heads != own_kv:
+            changed = changed.with_kv_heads(self.kv_heads)  # names the variant
+        return changed
+
+    def _ad_hoc(self) -> ModelSpec:
+        """A uniform model from --layers, --d-model and --heads (and the rest's defaults)."""
         missing = [f for f, v in (("--layers", self.layers), ("--d-model", self.d_model),
                                   ("--heads", self.heads)) if v is None]
         if missing:
@@ -318,7 +329,8 @@ def model_options(fn=None, *, exclude: tuple[str, ...] = ()):
         return functools.partial(model_options, exclude=exclude)
     # Built by kvcalc.cli.parsing.command only for the command this process runs: the
     # signature work below is start-up time.
-    fn.build_options = functools.partial(_with_model_options, fn, exclude)
+    inner = getattr(fn, "build_options", None)  # kvcalc.cli.parsing.with_options
+    fn.build_options = lambda: _with_model_options(inner() if inner else fn, exclude)
     return fn
 
 

@@ -150,6 +150,42 @@ def plain_options(fn):
     return fn
 
 
+def with_options(table: str):
+    """Give a command the options of `table` ("module:NAME", a sequence of (parameter,
+    Annotated[T, typer.Option(...)] alias, default) read when the command is built), in
+    order, after its own parameters; it receives them as one dict, `options`. A command's
+    options so live in a module of their own, and the command stays parse, call, print."""
+    def decorate(fn):
+        inner = getattr(fn, "build_options", None)
+        fn.build_options = lambda: _with_table(inner() if inner else fn, table)
+        return fn
+
+    return decorate
+
+
+def _with_table(fn, table: str):
+    import functools
+    import importlib
+    import inspect
+
+    module, _, name = table.partition(":")
+    rows = getattr(importlib.import_module(module), name)
+    sig = inspect.signature(fn, eval_str=True)
+    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+           for p in sig.parameters.values() if p.name != "options"]
+    extra = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=default,
+                               annotation=alias) for n, alias, default in rows]
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        options = {n: kwargs.pop(n) for n, _, _ in rows}
+        return fn(*args, options=options, **kwargs)
+
+    wrapper.__signature__ = sig.replace(parameters=own + extra)
+    wrapper.__annotations__ = {p.name: p.annotation for p in own + extra}
+    return wrapper
+
+
 def command(app, only: str | None = None, name: str | None = None):
     """`app.command(name=name)` over plain_options. `only`: the command this process
     runs (kvcalc/cli/__init__.py reads it off argv): the others of the module are not

@@ -152,6 +152,12 @@ class MeasureResult:
         return {"device": self.device, "ceilings": self.ceilings, "config": self.config,
                 "rows": self.rows}
 
+    def as_dict(self) -> dict[str, Any]:
+        """`kvcalc measure --format json`: to_dict(), a copy the caller may change."""
+        import copy
+
+        return copy.deepcopy(self.to_dict())
+
 
 # progress(description, done, total): the runner reports steps; the CLI draws a bar.
 Progress = Callable[[str, int, int], None]
