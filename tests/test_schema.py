@@ -224,3 +224,24 @@ def test_random_fits_validate(model, gpu, length, kv_dtype, tp, engine, batch, t
     except KvcalcError:
         assume(False)
     _validate("fit", json.loads(json.dumps(answer.as_dict())))
+
+
+def test_the_page_publishes_the_wheels_schemas(tmp_path):
+    """web/build.py lays each schema the wheel carries out as schemas/COMMAND.json."""
+    import importlib.util
+    import zipfile
+
+    spec = importlib.util.spec_from_file_location("web_build", ROOT / "web" / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    wheel = tmp_path / "kvcalc-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("kvcalc/__init__.py", "")
+        for command in COMMANDS:
+            z.writestr(f"kvcalc/schemas/{command}.json", json.dumps(kvcalc.schema(command)))
+    out = tmp_path / "site"
+    out.mkdir()
+    assert build.publish_schemas(wheel, out) == sorted(f"{c}.json" for c in COMMANDS)
+    for command in COMMANDS:
+        assert json.loads((out / "schemas" / f"{command}.json").read_text()) == kvcalc.schema(
+            command)
