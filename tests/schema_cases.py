@@ -29,6 +29,8 @@ ESTIMATE = {
     "prompt-len": [*_L8, "--prompt-len", "512", "--batch", "8"],
     "adhoc": ["--layers", "24", "--d-model", "2048", "--heads", "16", "--kv-heads", "4"],
     "mamba": ["--preset", "mamba-2.8b", "--gpu", "a10"],
+    "compare": ["--preset", "llama3-8b", "--compare"],
+    "compare-no-gpu": ["--preset", "mistral-7b", "--compare", "--gpu", "none"],
 }
 
 FIT = {

@@ -70,21 +70,26 @@ def test_the_schemas_come_from_the_signatures():
     est = tools()["estimate"].input_schema()
     assert est["additionalProperties"] is False
     # the command's defaults: an H100 SXM, timed as vLLM runs it
-    assert est["properties"]["hardware"]["default"] == "h100-sxm"
-    assert est["properties"]["engine"]["default"] == "vllm"
+    assert est["properties"]["gpu"]["default"] == "h100-sxm"
+    assert est["properties"]["engine"]["default"] is None
+    assert "(default: vLLM on a GPU)" in est["properties"]["engine"]["description"]
+    assert est["properties"]["tp"]["description"].startswith("`tp` and `data_parallel_size` "
+                                                           "in devices")
 
 
-def test_the_estimate_tool_is_kvcalc_estimate_at_the_commands_defaults():
+def test_the_estimate_tool_is_kvcalc_estimate():
+    """The tool is the command's library function itself: its schema from its signature,
+    its description ending in its docstring."""
     import inspect
 
     import kvcalc
-    from kvcalc.cli import tools as module
 
-    mine = inspect.signature(module._estimate).parameters
-    lib = inspect.signature(kvcalc.estimate).parameters
-    assert list(mine) == list(lib)
-    assert {n for n in lib if mine[n].default != lib[n].default} == {"hardware", "engine"}
-    assert tools()["estimate"].description().endswith(inspect.cleandoc(kvcalc.estimate.__doc__))
+    est = tools()["estimate"]
+    assert est.function is kvcalc.estimate
+    assert est.input_schema()["required"] == ["model"]
+    assert list(est.input_schema()["properties"]) == list(
+        inspect.signature(kvcalc.estimate).parameters)
+    assert est.description().endswith(inspect.cleandoc(kvcalc.estimate.__doc__))
 
 
 def test_the_check_and_sweep_tools_are_the_library_functions():

@@ -197,8 +197,9 @@ EXAMPLES = int(os.environ.get("KVCALC_SCHEMA_EXAMPLES", "30"))
        engine=st.sampled_from([None, "vllm", "sglang", "llama.cpp", "roofline"]))
 def test_random_estimates_validate(model, gpu, seq_len, batch, kv_dtype, weight_dtype, tp, engine):
     try:
-        est = kvcalc.estimate(model, seq_len, batch, kv_dtype, weight_dtype, tp,
-                              hardware=gpu, engine=None if gpu == "none" else engine)
+        est = kvcalc.estimate(model=model, seq_len=seq_len, batch=batch, kv_dtype=kv_dtype,
+                              weight_dtype=weight_dtype, tp=tp, gpu=gpu,
+                              engine=None if gpu == "none" else engine)
     except KvcalcError:
         assume(False)
     _validate("estimate", json.loads(json.dumps(est.as_dict())))

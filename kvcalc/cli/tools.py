@@ -202,24 +202,6 @@ _WORDS = {"null": "null", "boolean": "true or false", "string": "a string",
           "integer": "a whole number", "number": "a number", "array": "a list"}
 
 
-# kvcalc.estimate at the command's defaults (an H100 SXM, timed as vLLM runs it), so that
-# the tool answers what `kvcalc estimate --format json` does (tests/test_mcp.py holds the
-# two signatures alike).
-def _estimate(model, seq_len: int | None = None, batch: int = 1, kv_dtype="bf16",
-              weight_dtype=None, tp: int = 1, hardware="h100-sxm", scale_bytes: int = 0,
-              encoder_seq_len: int | None = None, memory_fraction: float | str = 1,
-              reserve_bytes: int = 0, prompt_len: int | None = None,
-              mfu: float | str = "0.5", bandwidth_efficiency: float | str = "0.8",
-              group_size: int | None = None, engine: str | None = "vllm"):
-    import kvcalc
-
-    return kvcalc.estimate(model, seq_len, batch, kv_dtype, weight_dtype, tp, hardware,
-                           scale_bytes, encoder_seq_len, memory_fraction, reserve_bytes,
-                           prompt_len=prompt_len, mfu=mfu,
-                           bandwidth_efficiency=bandwidth_efficiency, group_size=group_size,
-                           engine=engine)
-
-
 def tools() -> dict[str, Tool]:
     """The tools, by name."""
     import kvcalc
@@ -227,11 +209,10 @@ def tools() -> dict[str, Tool]:
     from kvcalc.serving.flags import OWNER
 
     return {
-        "estimate": Tool("estimate", _estimate, (
+        "estimate": Tool("estimate", kvcalc.estimate, (
             "`kvcalc estimate --format json`: a model's KV cache, parameters, weights, "
             "decode roofline and vLLM's memory verdict on a device (bytes as exact "
-            "integers). `hardware` \"none\" leaves the device out."),
-            doc=kvcalc.estimate.__doc__),
+            "integers). `gpu` \"none\" leaves the device out.")),
         "fit": Tool("fit", fit, (
             "`kvcalc fit --format json`: does the model fit on the GPU at this length, "
             "as the serving engine counts its start-up (vLLM by default, or engine "
