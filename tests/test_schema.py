@@ -171,9 +171,13 @@ def test_a_key_the_schema_does_not_declare_fails():
             _validate(command, data)
         del where["undeclared"]
         _validate(command, data)
-    est["kv_cache_bytes"] = "1 GiB"  # a byte count is an integer
-    with pytest.raises(AssertionError, match="kv_cache_bytes"):
-        _validate("estimate", est)
+    for bad in ("1 GiB", -1, 1.5):  # a byte count is a whole number, never negative
+        est["kv_cache_bytes"] = bad
+        with pytest.raises(AssertionError, match="kv_cache_bytes"):
+            _validate("estimate", est)
+    fit["memory"]["kv_cache"] = -1  # what the KV cache lacks is kv_cache_shortfall_bytes
+    with pytest.raises(AssertionError, match="memory/kv_cache"):
+        _validate("fit", fit)
 
 
 # --- random valid invocations -------------------------------------------------------------------
