@@ -9,9 +9,15 @@ experts:
     >>> import kvcalc
     >>> kvcalc.kv_cache("gpt3", seq_len=2048, kv_dtype="fp16").bytes
     9663676416
-    >>> est = kvcalc.estimate("llama3-8b", 8192, hardware="h100-sxm")
-    >>> est.fit.fits, round(est.roofline.tokens_per_s)
-    (True, 208)
+    >>> est = kvcalc.estimate(model="llama3-8b", seq_len=8192)
+    >>> est.fits, est.as_dict()["kv_cache_bytes"]
+    (True, 1073741824)
+
+Each command is a function taking its flags by keyword, whose record's `as_dict()` is the
+command's `--format json` (kvcalc/answers): `est` above is `kvcalc estimate llama3-8b
+--seq-len 8192`, and so are fit, plan, bench, check, sweep and measure.
+`kvcalc.figures(model, seq_len, ...)` is the estimate's lower-level form: positional,
+no device unless named, timed on the roofline unless an engine is named.
 
 No torch, pandas or rich is imported here, and the modules behind the names are
 imported on first use (PEP 562), so `import kvcalc.cli` stays quick.
@@ -50,6 +56,9 @@ __version__ = "0.1.0"
 # name -> module it comes from, imported when first asked for
 _LAZY = {
     "Estimate": "kvcalc.estimate",
+    # `kvcalc estimate` as a function (kvcalc/answers/estimate.py), keyword-only
+    "estimate": "kvcalc.answers.estimate",
+    "Comparison": "kvcalc.answers.estimate",
     "attention_step": "kvcalc.formulas.attention",
     "decode_step": "kvcalc.formulas.step",
     "kv_bytes_per_token_per_layer": "kvcalc.formulas.cache",
@@ -84,11 +93,12 @@ _LAZY.update(measure="kvcalc.measure.answer", MeasureResult="kvcalc.measure.conf
 _LAZY.update({"plan": "kvcalc.answers.plan", "PlanAnswer": "kvcalc.answers.plan",
               "bench": "kvcalc.answers.bench", "BenchAnswer": "kvcalc.answers.bench"})
 
-__all__ = sorted([*_LAZY, "KvcalcError", "__version__", "attention_variants", "estimate", "fit",
-                  "floor", "kv_cache", "param_counts"])
+__all__ = sorted([*_LAZY, "KvcalcError", "__version__", "attention_variants", "figures", "fit",
+                  "floor", "kv_cache", "param_counts", "schema"])
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from kvcalc.estimate import Estimate
+    from kvcalc.answers.estimate import Comparison, estimate
     from kvcalc.formulas.attention import attention_step, shazeer_ratio
     from kvcalc.formulas.cache import kv_bytes_per_token_per_layer, kv_heads_per_device
     from kvcalc.formulas.step import decode_step
@@ -143,13 +153,14 @@ def _hardware(hardware):
     return hardware
 
 
-def estimate(model, seq_len: int | None = None, batch: int = 1, kv_dtype="bf16",
-             weight_dtype=None, tp: int = 1, hardware=None, scale_bytes: int = 0,
-             encoder_seq_len: int | None = None, memory_fraction: float | str = 1,
-             reserve_bytes: int = 0, *, prompt_len: int | None = None, mfu: float | str = "0.5",
-             bandwidth_efficiency: float | str = "0.8", group_size: int | None = None,
-             engine: str | None = None):
-    """Every figure `kvcalc estimate` prints, as an Estimate (`.as_dict()` is its JSON).
+def figures(model, seq_len: int | None = None, batch: int = 1, kv_dtype="bf16",
+            weight_dtype=None, tp: int = 1, hardware=None, scale_bytes: int = 0,
+            encoder_seq_len: int | None = None, memory_fraction: float | str = 1,
+            reserve_bytes: int = 0, *, prompt_len: int | None = None, mfu: float | str = "0.5",
+            bandwidth_efficiency: float | str = "0.8", group_size: int | None = None,
+            engine: str | None = None):
+    """The estimate's figures at Python's defaults, as an Estimate: the lower-level form
+    of `estimate(model=...)` (`kvcalc estimate`), positional, for objects and grids.
 
     `model` is a ModelSpec or MODEL (a preset, Hub id, folder or config file); `hardware`
     a Hardware, a preset name or None (no roofline, no fit); `seq_len` defaults to the model's max context (or 4096);
@@ -162,9 +173,11 @@ def estimate(model, seq_len: int | None = None, batch: int = 1, kv_dtype="bf16",
     Units: `seq_len`, `prompt_len` and `encoder_seq_len` in tokens; `batch` in sequences,
     `tp` in devices, `group_size` in weights per scale; `scale_bytes` in bytes per token
     per K/V head, `reserve_bytes` in bytes per device; `memory_fraction`, `mfu` and
-    `bandwidth_efficiency` as shares in (0, 1]. Any parameter may be given by keyword
-    (`kvcalc estimate --format json` is `estimate(MODEL, hardware="h100-sxm",
-    engine="vllm").as_dict()`).
+    `bandwidth_efficiency` as shares in (0, 1]. Any parameter may be given by keyword.
+    Unlike the command (and `estimate(model=...)`), no device unless `hardware` is named,
+    the roofline's time unless an `engine` is, and always vLLM's memory count:
+    `figures(MODEL, hardware="h100-sxm", engine="vllm").as_dict()` is `kvcalc estimate
+    MODEL --format json`.
     """
     from kvcalc.estimate import estimate as _estimate, workload_for
     from kvcalc.workload import Memory
@@ -209,7 +222,7 @@ def floor(model, hardware, seq_len: int, batch: int = 1, weight_dtype=None, kv_d
           tp: int = 1, scale_bytes: int = 0, memory_fraction: float | str = 1,
           reserve_bytes: int = 0, encoder_seq_len: int | None = None):
     """The floor: what fits on `tp` devices after the weights (weights + KV only; the
-    verdict, vLLM's count, is `fit(...)` or `estimate(...).verdict`). `weight_dtype` None
+    verdict, vLLM's count, is `fit(...)` or `estimate(model=...).verdict`). `weight_dtype` None
     reads the weights as the config stores them (its quantization_config), as estimate
     does; the model as a ModelSpec or MODEL (a preset, Hub id, folder or config file), the
     hardware as a Hardware or a preset name."""
@@ -249,7 +262,17 @@ def fit(**parameters):
 
 
 def attention_variants(model, kv_heads: int | None = None):
-    """MHA, GQA and MQA of the same model (a ModelSpec or MODEL, as estimate takes it)."""
+    """MHA, GQA and MQA of the same model (a ModelSpec or MODEL, as figures takes it)."""
     from kvcalc.estimate import attention_variants as _variants
 
     return _variants(_model(model), kv_heads)
+
+
+def schema(command: str) -> dict:
+    """The JSON Schema (draft 2020-12) of `kvcalc COMMAND --format json`, the record its
+    function returns as `as_dict()`: "estimate", "fit", "check", "sweep" (the row list),
+    "plan" or "bench"; every property typed, with its unit. Read from
+    kvcalc/schemas/COMMAND.json (a fresh dict); `kvcalc schema COMMAND` prints it."""
+    from kvcalc.schemas import schema as _schema
+
+    return _schema(command)

@@ -160,15 +160,38 @@ ESTIMATES = {name: case for name, case in golden.cases().items() if case[0][0] =
 
 
 def test_estimate_json_is_the_functions_as_dict_on_the_golden_cases(monkeypatch):
-    """`kvcalc estimate MODEL --format json` is kvcalc.estimate(MODEL, ...).as_dict() at
-    the command's defaults (an H100 SXM, timed as vLLM runs it), for every golden
-    estimate case: every model preset and every kept config.json."""
+    """`kvcalc estimate MODEL --format json` is kvcalc.estimate(model=MODEL).as_dict(),
+    the function at its own defaults being the command at its (an H100 SXM, timed and
+    counted as vLLM runs it), for every golden estimate case: every model preset and
+    every kept config.json. kvcalc.figures, the lower-level form, gives the same at those
+    settings."""
     assert len(ESTIMATES) >= 100
     for name, (argv, _, where) in sorted(ESTIMATES.items()):
+        assert argv[1] in ("--preset", "--config") and argv[3:] == ["--format", "json"]
         want = json.loads((golden.GOLDEN / f"{name}.json").read_text())
         monkeypatch.chdir(where)  # config paths are relative to it
-        est = kvcalc.estimate(argv[2], hardware="h100-sxm", engine="vllm")
+        est = kvcalc.estimate(model=argv[2])
         assert json.loads(json.dumps(est.as_dict())) == want, name
+        low = kvcalc.figures(argv[2], hardware="h100-sxm", engine="vllm")
+        assert json.loads(json.dumps(low.as_dict())) == want, name
+
+
+def test_estimate_is_the_commands_function_keyword_only():
+    """kvcalc.estimate is kvcalc.answers.estimate.estimate: keyword-only, the command's
+    defaults, the package's function even after the module kvcalc.estimate is imported."""
+    import inspect
+    import sys
+
+    import kvcalc.estimate  # noqa: F401  (the module; the package keeps the function)
+    from kvcalc.answers import estimate as answers
+
+    assert kvcalc.estimate is answers.estimate and callable(kvcalc.estimate)
+    assert sys.modules["kvcalc.estimate"] is not kvcalc.estimate
+    parameters = inspect.signature(kvcalc.estimate).parameters.values()
+    assert all(p.kind is p.KEYWORD_ONLY for p in parameters)
+    assert inspect.signature(kvcalc.estimate).parameters["gpu"].default == "h100-sxm"
+    with pytest.raises(TypeError):
+        kvcalc.estimate("llama3-8b")
 
 
 def _int_flags(engine: str) -> list[str]:
@@ -212,20 +235,19 @@ def test_another_engines_flag_of_the_wrong_type_is_named(engine):
 ])
 def test_estimate_json_is_the_commands_function(model, argv, parameters):
     """`kvcalc estimate` beyond its defaults (another engine's count, vLLM's layout, the
-    MHA/GQA/MQA comparison, no device) is kvcalc.answers.estimate.estimate's as_dict()."""
+    MHA/GQA/MQA comparison, no device) is kvcalc.estimate's as_dict()."""
     from typer.testing import CliRunner
 
-    from kvcalc.answers.estimate import estimate
     from kvcalc.cli import app
 
     r = CliRunner().invoke(app, ["estimate", model, *argv, "--format", "json"])
     assert r.exit_code == 0, r.output
-    want = json.loads(json.dumps(estimate(model=model, **parameters).as_dict()))
+    want = json.loads(json.dumps(kvcalc.estimate(model=model, **parameters).as_dict()))
     assert json.loads(r.stdout) == want
 
 
 def test_estimates_refusals_name_its_parameters():
-    from kvcalc.answers.estimate import estimate
+    estimate = kvcalc.estimate
 
     with pytest.raises(ParameterError, match=r"^memory_fraction and reserve_bytes apply to a "
                        r"device's memory, and gpu none has none"):

@@ -558,7 +558,7 @@ def test_an_awq_log_is_counted_from_the_awq_config_and_its_graphs_are_not_a_miss
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["vllm_version"] == "0.19.0"
-    assert out["settings"]["gpu_memory_utilization"] == "0.7000"  # the log's own line
+    assert out["settings"]["gpu_memory_utilization"] == 0.7  # the log's own line, a number
     weights = out["terms"]["weights"]
     assert "status" not in weights
     assert abs(weights["kvcalc_bytes"] - logged["weights_gib"] * GiB) <= GiB // 50

@@ -468,7 +468,7 @@ def test_every_presets_answer_fits_two_lines_of_80_columns():
         for kw in ({"hardware": "h100-sxm"}, {"hardware": "none"},
                    {"hardware": "h100-sxm", "tp": 8, "batch": 64, "seq_len": 131072}):
             try:
-                est = api.estimate(name, **kw)
+                est = api.figures(name, **kw)
             except KvcalcError:  # tp 8 does not divide falcon-7b's 71 heads
                 continue
             text = headline(est)
@@ -518,7 +518,9 @@ def test_closed_stdout_ascii_stdout_and_columns_0():
 def test_python_api_takes_preset_names():
     import kvcalc as api
 
-    est = api.estimate("gpt3", 2048, kv_dtype="fp16", hardware="h100-sxm")
+    est = api.estimate(model="gpt3", seq_len=2048, kv_dtype="fp16")  # on an H100 SXM
+    assert est.cache.bytes == 9_663_676_416 and est.min_tp_that_fits == 6
+    est = api.figures("gpt3", 2048, kv_dtype="fp16", hardware="h100-sxm")
     assert est.cache.bytes == 9_663_676_416 and est.min_tp_that_fits == 6
     assert api.kv_cache("gpt3", 2048, kv_dtype="fp16").bytes == 9_663_676_416
 

@@ -32,12 +32,12 @@ def test_llama_decode_allreduce_by_hand():
 def test_estimate_carries_the_allreduce_term_and_says_when_it_dominates():
     from dataclasses import replace
 
-    from kvcalc import estimate
+    from kvcalc import figures
     from kvcalc.presets import load_hardware
 
     spec = load_model("llama3-8b")
     h100 = load_hardware("h100-sxm")  # NVLink 4: 450 GB/s one direction
-    d = estimate(spec, 8192, 8, tp=2, hardware=h100).as_dict()
+    d = figures(spec, 8192, 8, tp=2, hardware=h100).as_dict()
     a = d["allreduce"]
     # 64 all-reduces of 8 x 4,096 x 2 B; on two devices each sends the whole message once.
     assert (a["count"], a["message_bytes"], a["bytes_on_link"]) == (64, 65_536, 4_194_304)
@@ -45,12 +45,12 @@ def test_estimate_carries_the_allreduce_term_and_says_when_it_dominates():
     assert a["time_s"] == pytest.approx(64 * 9.5e-6 + 4_194_304 / 450e9)
     assert a["step_time_with_allreduce_s"] == pytest.approx(d["roofline"]["time_s"] + a["time_s"])
     assert a["dominates"] is False
-    assert estimate(spec, 8192, 8, tp=1, hardware=h100).as_dict()["allreduce"] is None
-    assert estimate(spec, 8192, 8, tp=2).as_dict()["allreduce"] is None  # no hardware
+    assert figures(spec, 8192, 8, tp=1, hardware=h100).as_dict()["allreduce"] is None
+    assert figures(spec, 8192, 8, tp=2).as_dict()["allreduce"] is None  # no hardware
     # A 1 GB/s link: 4,194,304 B take 4.2 ms, more than the step's memory time.
     slow = replace(h100, interconnect_bandwidth_bytes_per_s=10**9, interconnect="a slow link",
                    allreduce_latency_s=0.0)
-    e = estimate(spec, 8192, 8, tp=2, hardware=slow)
+    e = figures(spec, 8192, 8, tp=2, hardware=slow)
     assert e.as_dict()["allreduce"]["dominates"] is True
     assert any("over a slow link" in n and "the all-reduce dominates" in n for n in e.notes())
 
@@ -58,13 +58,13 @@ def test_estimate_carries_the_allreduce_term_and_says_when_it_dominates():
 def test_latency_from_the_preset_by_hand():
     """The H100 preset's published small-message latency (sglang PR #2904: vLLM's custom
     all-reduce, 512 B, 9.5 us at tp 2) is paid by every all-reduce of a decode step."""
-    from kvcalc import estimate
+    from kvcalc import figures
     from kvcalc.presets import load_hardware
 
     h100 = load_hardware("h100-sxm")
     assert h100.allreduce_latency_s == 9.5e-6 and "2904" in h100.allreduce_latency_source
     spec = load_model("llama3-70b")  # 80 layers: 160 all-reduces of 1 x 8,192 x 2 B
-    a = estimate(spec, 8192, 1, tp=4, hardware=h100).as_dict()["allreduce"]
+    a = figures(spec, 8192, 1, tp=4, hardware=h100).as_dict()["allreduce"]
     assert (a["count"], a["message_bytes"]) == (160, 16_384)
     bandwidth = 160 * 2 * 3 / 4 * 16_384 / 450e9
     assert a["bandwidth_s"] == pytest.approx(bandwidth)
@@ -72,6 +72,6 @@ def test_latency_from_the_preset_by_hand():
     # At batch 1 the latency is 99% of it: a bandwidth-only model would be 175x too fast.
     assert a["time_s"] / a["bandwidth_s"] > 100
     # A device without a latency figure says so.
-    a100 = estimate(spec, 8192, 1, tp=4, hardware=load_hardware("a100-80gb")).as_dict()
+    a100 = figures(spec, 8192, 1, tp=4, hardware=load_hardware("a100-80gb")).as_dict()
     assert a100["allreduce"]["latency_s"] == 0.0
     assert "latency not included" in a100["allreduce"]["model"]

@@ -466,14 +466,14 @@ def test_t5_prefill_counts_encoder_and_cross_attention():
 
 
 def test_min_tp_that_fits_is_none_when_nothing_fits():
-    from kvcalc import estimate
+    from kvcalc import figures
     from kvcalc.presets import load_hardware
 
     h100 = load_hardware("h100-sxm")
     # Llama-2-7B: 32 layers x 2 x 32 heads x 128 x 2 B = 512 KiB per token; 10M tokens
     # are 5.2 TB, beyond 80 GiB even with the cache split 32 ways.
-    too_long = estimate(LLAMA2_7B, 10_000_000, hardware=h100)
+    too_long = figures(LLAMA2_7B, 10_000_000, hardware=h100)
     assert too_long.min_tp_that_fits is None
     assert too_long.as_dict()["fit"]["min_tp_that_fits"] is None
-    assert estimate(LLAMA2_7B, 4096, hardware=h100).min_tp_that_fits == 1
-    assert estimate(LLAMA2_7B, 4096).min_tp_that_fits is None  # no hardware: no fit at all
+    assert figures(LLAMA2_7B, 4096, hardware=h100).min_tp_that_fits == 1
+    assert figures(LLAMA2_7B, 4096).min_tp_that_fits is None  # no hardware: no fit at all

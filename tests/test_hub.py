@@ -210,9 +210,10 @@ def test_the_python_api_takes_model_too(tmp_path: Path):
 
     folder = H.model_folder(tmp_path / "tiny", H.TINY_LLAMA,
                             {"model.safetensors": H.tiny_llama_tensors("F32")})
-    est = api.estimate(str(folder), 1024, hardware="none")
+    est = api.estimate(model=str(folder), seq_len=1024, gpu="none")
     assert est.weight_bytes == 4 * 86_848
-    assert api.estimate(folder, 1024).weight_bytes == 4 * 86_848  # a Path as well
+    assert api.estimate(model=folder, seq_len=1024).weight_bytes == 4 * 86_848  # a Path too
+    assert api.figures(folder, 1024).weight_bytes == 4 * 86_848
     assert api.param_counts(str(folder)).total == 86_848
     assert api.kv_cache("llama3-8b", 1024).bytes == 2 * 32 * 8 * 128 * 2 * 1024
 

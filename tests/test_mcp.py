@@ -70,21 +70,26 @@ def test_the_schemas_come_from_the_signatures():
     est = tools()["estimate"].input_schema()
     assert est["additionalProperties"] is False
     # the command's defaults: an H100 SXM, timed as vLLM runs it
-    assert est["properties"]["hardware"]["default"] == "h100-sxm"
-    assert est["properties"]["engine"]["default"] == "vllm"
+    assert est["properties"]["gpu"]["default"] == "h100-sxm"
+    assert est["properties"]["engine"]["default"] is None
+    assert "(default: vLLM on a GPU)" in est["properties"]["engine"]["description"]
+    assert est["properties"]["tp"]["description"].startswith("`tp` and `data_parallel_size` "
+                                                           "in devices")
 
 
-def test_the_estimate_tool_is_kvcalc_estimate_at_the_commands_defaults():
+def test_the_estimate_tool_is_kvcalc_estimate():
+    """The tool is the command's library function itself: its schema from its signature,
+    its description ending in its docstring."""
     import inspect
 
     import kvcalc
-    from kvcalc.cli import tools as module
 
-    mine = inspect.signature(module._estimate).parameters
-    lib = inspect.signature(kvcalc.estimate).parameters
-    assert list(mine) == list(lib)
-    assert {n for n in lib if mine[n].default != lib[n].default} == {"hardware", "engine"}
-    assert tools()["estimate"].description().endswith(inspect.cleandoc(kvcalc.estimate.__doc__))
+    est = tools()["estimate"]
+    assert est.function is kvcalc.estimate
+    assert est.input_schema()["required"] == ["model"]
+    assert list(est.input_schema()["properties"]) == list(
+        inspect.signature(kvcalc.estimate).parameters)
+    assert est.description().endswith(inspect.cleandoc(kvcalc.estimate.__doc__))
 
 
 def test_the_check_and_sweep_tools_are_the_library_functions():
@@ -199,6 +204,16 @@ def test_the_server_end_to_end_with_the_sdks_client():
 
     assert json.loads(results["check"].content[0].text) == _cli_json(CHECK_ARGV)
     assert results["sweep"].structured_content == {"rows": _cli_json(SWEEP_ARGV), "skipped": []}
+
+    # Each tool declares its command's JSON Schema as outputSchema (kvcalc.schema), and
+    # its structured result validates against the schema it declared.
+    from jsonschema import Draft202012Validator
+
+    for name, tool in listed.items():
+        assert tool.output_schema == tools()[name].output_schema()
+    for key, name in (("estimate", "estimate"), ("fit", "fit"), ("sglang", "fit"),
+                      ("check", "check"), ("sweep", "sweep"), ("plan", "plan"), ("bench", "bench")):
+        Draft202012Validator(listed[name].output_schema).validate(results[key].structured_content)
 
     for name, line in (("unknown", "unknown model 'nosuch-7b': not a preset"),
                        ("negative", "max_model_len must be positive, got -5"),

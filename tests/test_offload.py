@@ -41,7 +41,7 @@ def test_sglang_ratio_host_pool_matches_the_public_log():
                  tokens=d["max_total_num_tokens"])
     tier = host_tier(pool, {"enable_hierarchical_cache": True,
                             "hicache_ratio": d["hicache_ratio"]})
-    assert dict(tier.engine_says)["host_memory_gb"] == d["logged_gb"]
+    assert dict(tier.engine_says)["host_memory_gb"] == float(d["logged_gb"])  # GB, a number
     assert tier.tokens == 2 * d["max_total_num_tokens"] and not tier.refusal
 
 
@@ -50,7 +50,7 @@ def test_sglang_hicache_size_is_gb_per_rank():
     per_token = _sglang_size_per_token(DATA["sglang_ratio_log"]["model"], tp=d["tp"])
     tier = host_tier(_pool("sglang@0.5.4", per_token=per_token, tp=d["tp"]),
                      {"enable_hierarchical_cache": True, "hicache_size": d["hicache_size"]})
-    assert dict(tier.engine_says)["host_memory_gb"] == d["logged_gb"]
+    assert dict(tier.engine_says)["host_memory_gb"] == float(d["logged_gb"])  # GB, a number
     # every rank its own: the tier is tp times the size, whole tokens of it
     assert tier.host_bytes == d["tp"] * tier.host_bytes_per_rank
     assert d["tier_gb"] * 10**9 - d["tp"] * per_token < tier.host_bytes <= d["tier_gb"] * 10**9
@@ -60,7 +60,7 @@ def test_sglang_hicache_size_40_prints_40_00():
     d = DATA["sglang_size_refused_host_memory"]
     tier = host_tier(_pool("sglang@0.5.4", per_token=131072),
                      {"enable_hierarchical_cache": True, "hicache_size": d["hicache_size"]})
-    assert dict(tier.engine_says)["host_memory_gb"] == d["logged_gb"]
+    assert dict(tier.engine_says)["host_memory_gb"] == float(d["logged_gb"])  # GB, a number
 
 
 def test_sglang_refuses_a_host_pool_no_larger_than_the_device_pool():

@@ -491,11 +491,11 @@ def test_qwen3_next_published_total_is_the_model_plus_one_mtp_layer() -> None:
 def test_quantized_presets_weigh_what_their_checkpoints_store() -> None:
     """gpt-oss ships its experts in MXFP4: the estimate's weight bytes are the checkpoint's
     model.safetensors.index.json total_size (tests/data/quant/README.md), not 2 B a weight."""
-    from kvcalc import estimate
+    from kvcalc import figures
 
-    assert estimate(load_model("gpt-oss-20b"), 1024).weight_bytes == 13_761_264_768
-    assert estimate(load_model("gpt-oss-120b"), 1024).weight_bytes == 65_248_815_744
-    dense = estimate(load_model("gpt-oss-20b"), 1024, weight_dtype="bf16")
+    assert figures(load_model("gpt-oss-20b"), 1024).weight_bytes == 13_761_264_768
+    assert figures(load_model("gpt-oss-120b"), 1024).weight_bytes == 65_248_815_744
+    dense = figures(load_model("gpt-oss-20b"), 1024, weight_dtype="bf16")
     assert dense.weight_bytes == 2 * param_counts(load_model("gpt-oss-20b")).total
 
 

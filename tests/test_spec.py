@@ -150,7 +150,7 @@ def _outputs(spec: ModelSpec, monkeypatch) -> dict:
         assert r.exit_code == 0, r.output
         out[" ".join(argv)] = json.loads(r.stdout) if "json" in argv else r.stdout
     h100 = presets.load_hardware("h100-sxm")
-    est = kvcalc.estimate(spec, 8192, batch=4, hardware=h100)
+    est = kvcalc.estimate(model=spec, seq_len=8192, batch=4, gpu=h100)
     out["estimate"] = est.as_dict()
     out["row"] = est.as_row()
     out["cache"] = kvcalc.kv_cache(spec, 8192, 4, tp=valid_tps(spec)[-1])

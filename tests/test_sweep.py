@@ -1,4 +1,4 @@
-"""kvcalc sweep: SPEC parsing, rows equal to estimate(), properties, CSV, plot and CLI."""
+"""kvcalc sweep: SPEC parsing, rows equal to kvcalc.figures(), properties, CSV, plot and CLI."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from kvcalc import estimate
+from kvcalc import figures
 from kvcalc.cli import app
 from kvcalc.errors import KvcalcError
 from kvcalc.report.csv_json import rows_to_csv
@@ -141,7 +141,7 @@ def test_row_limit_needs_force():
 
 
 # --------------------------------------------------------------------------------
-# Rows equal estimate(...).as_row()
+# Rows equal figures(...).as_row()
 # --------------------------------------------------------------------------------
 def same_row(got: dict, want: dict) -> list[str]:
     """Columns that differ: ints, strings and bools exactly (and same type), floats to 1e-12."""
@@ -185,9 +185,9 @@ def test_rows_equal_estimate_on_random_samples(case):
         for i in rng.sample(range(len(chunk)), min(8, len(chunk))) + corners:
             got = chunk.row(i)
             c = chunk.combo
-            est = estimate(c.spec, got["seq_len"], got["batch"], c.workload.kv_dtype,
-                           plan.weight_dtype, c.workload.tp, hardware, plan.scale_bytes,
-                           plan.encoder_seq_len, plan.memory_fraction, plan.reserve_bytes)
+            est = figures(c.spec, got["seq_len"], got["batch"], c.workload.kv_dtype,
+                          plan.weight_dtype, c.workload.tp, hardware, plan.scale_bytes,
+                          plan.encoder_seq_len, plan.memory_fraction, plan.reserve_bytes)
             want = est.as_row()
             assert not same_row(got, want), (case, got["seq_len"], got["batch"],
                                              same_row(got, want))
@@ -203,7 +203,7 @@ def test_every_row_of_a_small_grid_and_its_csv_text():
     """Every row equals estimate; the CSV is byte-identical to report.rows_to_csv."""
     plan = plan_sweep(MISTRAL, "1,4095,4096,4097,50000", "1,3,4096", kv_heads="1,8,32",
                       tp="1,2", kv_dtype="bf16,int4", hardware=GPU)
-    want = [estimate(c.spec, s, b, c.workload.kv_dtype, "bf16", c.workload.tp, GPU).as_row()
+    want = [figures(c.spec, s, b, c.workload.kv_dtype, "bf16", c.workload.tp, GPU).as_row()
             for c in plan.combos for s in plan.seq_len.values() for b in plan.batch.values()]
     got = list(iter_rows(plan))
     assert len(got) == len(want) == plan.rows == 3 * 2 * 2 * 5 * 3
@@ -218,10 +218,10 @@ def test_every_row_of_a_small_grid_and_its_csv_text():
 
 
 def test_columns_are_estimates():
-    est = estimate(ADHOC, 1024, 2, hardware=GPU)
+    est = figures(ADHOC, 1024, 2, hardware=GPU)
     plan = plan_sweep(ADHOC, 1024, 2, hardware=GPU)
     assert list(plan.columns) == list(est.as_row())
-    assert list(plan_sweep(ADHOC, 1024, 2).columns) == list(estimate(ADHOC, 1024, 2).as_row())
+    assert list(plan_sweep(ADHOC, 1024, 2).columns) == list(figures(ADHOC, 1024, 2).as_row())
 
 
 def test_a_row_reads_the_estimates_figures(monkeypatch):
@@ -229,7 +229,7 @@ def test_a_row_reads_the_estimates_figures(monkeypatch):
     cache, decode step, roofline and fit were computed once, by estimate)."""
     import sys
 
-    est = estimate(ADHOC, 1024, 2, hardware=GPU)
+    est = figures(ADHOC, 1024, 2, hardware=GPU)
     want = est.as_row()
 
     def unplugged(*args, **kwargs):
@@ -267,7 +267,7 @@ def test_values_past_int64_stay_exact():
     rows = list(iter_rows(plan))
     assert max(r["decode_flops"] for r in rows) > 2**63
     for r in rows:
-        want = estimate(big, r["seq_len"], r["batch"], hardware=GPU).as_row()
+        want = figures(big, r["seq_len"], r["batch"], hardware=GPU).as_row()
         assert not same_row(r, want), same_row(r, want)
     text = io.BytesIO()
     write_csv(plan, text)
@@ -338,7 +338,7 @@ def test_sweep_dataframe_api():
     import kvcalc.sweep
 
     df = kvcalc.sweep.sweep_frame(ADHOC, "1024:4096:*2", "1,4", kv_heads="1,32")
-    assert len(df) == 12 and list(df.columns) == list(estimate(ADHOC, 1, 1).as_row())
+    assert len(df) == 12 and list(df.columns) == list(figures(ADHOC, 1, 1).as_row())
     assert df["kv_cache_bytes"].dtype == np.int64
 
 
@@ -528,7 +528,7 @@ def test_encoder_length_that_decides_the_fit():
     plan = plan_sweep(T5, 128, "1,64", hardware=GPU, encoder_seq_len=1024)
     rows = [row for chunk in chunks(plan) for row in chunk.rows()]
     for row in rows:
-        want = estimate(T5, 128, row["batch"], "bf16", "bf16", 1, GPU, 0, 1024).as_row()
+        want = figures(T5, 128, row["batch"], "bf16", "bf16", 1, GPU, 0, 1024).as_row()
         assert not same_row(row, want)
     # The floor (weights + KV only) holds one such request, not 64; the verdict (vLLM's
     # count, with its activation peak and CUDA graphs on a 24 GiB device) neither.

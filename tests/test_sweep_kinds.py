@@ -1,8 +1,8 @@
-"""The sweep's array arithmetic equals estimate()'s exact integers, row for row, for
+"""The sweep's array arithmetic equals kvcalc.figures()'s exact integers, row for row, for
 every cache kind: full, sliding, chunked, MLA, linear-attention and SSM state, short
 convolution, cross-attention, and MoE on some layers.
 
-The sweep calls the same formulas on int64 (or object) arrays that estimate() calls on
+The sweep calls the same formulas on int64 (or object) arrays that figures() calls on
 Python ints; this checks that nothing in them branches on an axis value, overflows, or
 rounds differently, on a few thousand random (seq_len, batch) points per kind,
 including points just below and above every window.
@@ -16,7 +16,7 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from kvcalc import estimate  # noqa: E402
+from kvcalc import figures  # noqa: E402
 from kvcalc.hfconfig import spec_from_hf_config  # noqa: E402
 from kvcalc.presets import load_hardware, load_model  # noqa: E402
 from kvcalc.sweep.compute import iter_rows  # noqa: E402
@@ -94,8 +94,8 @@ def test_sweep_rows_equal_estimate(name):
     rows = list(iter_rows(plan))
     assert len(rows) == len(seqs) * len(batches) * 2
     for row in rng.sample(rows, 150):
-        want = estimate(spec, row["seq_len"], row["batch"], row["kv_dtype"], None,
-                        hardware=hw).as_row()
+        want = figures(spec, row["seq_len"], row["batch"], row["kv_dtype"], None,
+                       hardware=hw).as_row()
         assert rows_equal(row, want) == [], (row["seq_len"], row["batch"])
 
 

@@ -233,7 +233,7 @@ def test_quantized_checkpoints_are_one_thing_everywhere(model, gpu, tp, label, s
     est = json.loads(kvcalc("estimate", *args, "--format", "json").stdout)
     (row,) = list(csv.DictReader(io.StringIO(kvcalc("sweep", *args).stdout)))
     fit = json.loads(kvcalc("fit", *args, "--format", "json").stdout)
-    py = api.estimate(model, 4096, tp=tp, hardware=gpu)
+    py = api.estimate(model=model, seq_len=4096, tp=tp, gpu=gpu)
     assert est["weight_bytes"] == int(row["weight_bytes"]) == py.weight_bytes == stored
     assert est["inputs"]["weight_dtype"] == row["weight_dtype"] == fit["weight_dtype"] \
         == py.weight_label == label
@@ -419,7 +419,7 @@ def test_a_quantized_folder_is_one_thing_in_every_command(tmp_path, name, tensor
                               *(["--kv-dtype", "fp8"] if best["kv_cache_dtype"] == "fp8"
                                 else []), "--format", "json").stdout)
     assert again["num_gpu_blocks"] == best["num_gpu_blocks"]
-    py = api.estimate(str(folder), 1024, hardware="l4")
+    py = api.estimate(model=str(folder), seq_len=1024, gpu="l4")
     assert py.weight_bytes == stored and py.weight_label == label
     assert py.verdict.capacity.memory["weights"] == stored + ROPE_BYTES
     assert api.floor(str(folder), "l4", 1024).weight_bytes == stored

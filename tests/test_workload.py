@@ -74,5 +74,8 @@ def test_python_fit_refuses_a_bad_tp_in_kvcalcs_words(tp, message):
         kvcalc.floor("llama3-8b", "h100-sxm", 8192, tp=tp)
     assert str(e.value) == message
     with pytest.raises(KvcalcError) as e:
-        kvcalc.estimate("llama3-8b", 8192, hardware="h100-sxm", tp=tp)
+        kvcalc.estimate(model="llama3-8b", seq_len=8192, gpu="h100-sxm", tp=tp)
+    assert str(e.value) == message
+    with pytest.raises(KvcalcError) as e:
+        kvcalc.figures("llama3-8b", 8192, hardware="h100-sxm", tp=tp)
     assert str(e.value) == message

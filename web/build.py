@@ -2,7 +2,8 @@
 in the browser (README: "The page"). Serve it with `python -m http.server -d OUT`.
 
 OUT gets the page (index.html, page.js, page.css, kvcalc_page.py), the kvcalc wheel built
-from this checkout (pip wheel, as CI builds it), Pyodide's core from the npm package
+from this checkout (pip wheel, as CI builds it), the JSON Schema of each command's answer
+from that wheel (schemas/COMMAND.json, as `kvcalc schema COMMAND` prints it), Pyodide's core from the npm package
 web/package-lock.json pins (`npm ci` in web/ when web/node_modules lacks it), and
 site.json naming the wheel. Nothing else is fetched: the page needs no package beyond
 Python's standard library and kvcalc (presets come parsed in the wheel's index).
@@ -52,6 +53,22 @@ def build_wheel(source: Path, into: Path) -> Path:
     return wheels[0]
 
 
+def publish_schemas(wheel: Path, out: Path) -> list[str]:
+    """The wheel's kvcalc/schemas/*.json in out/schemas/, so the site serves the schema of
+    each answer the page shows (fit's, plan's); their names."""
+    import zipfile
+
+    (out / "schemas").mkdir(exist_ok=True)
+    names = []
+    with zipfile.ZipFile(wheel) as z:
+        for member in z.namelist():
+            folder, _, name = member.rpartition("/")
+            if folder == "kvcalc/schemas" and name.endswith(".json"):
+                (out / "schemas" / name).write_bytes(z.read(member))
+                names.append(name)
+    return sorted(names)
+
+
 def build(out: Path, *, wheel: Path | None = None, source: Path = REPO,
           node_modules: Path = WEB / "node_modules") -> dict:
     """Lay the site out in `out` (emptied first when it is a site this script built)."""
@@ -64,6 +81,7 @@ def build(out: Path, *, wheel: Path | None = None, source: Path = REPO,
         made = wheel or build_wheel(source, Path(tmp))
         out.mkdir(parents=True, exist_ok=True)
         shutil.copy2(made, out / made.name)
+        publish_schemas(made, out)
         for name in PAGE_FILES:
             shutil.copy2(WEB / name, out / name)
         (out / "pyodide").mkdir()

@@ -9,10 +9,10 @@ its flags into these parameters, calls, and prints (its tables read the same rec
   above this one).
 - `kvcalc.plan(...)` (plan.py): `kvcalc plan`, the layouts N GPUs allow and the launch line.
 - `kvcalc.bench(...)` (bench.py): `kvcalc bench`, a served-load benchmark predicted.
-- `estimate(...)` (estimate.py): `kvcalc estimate` at the command's defaults (an H100 SXM,
-  timed as vLLM runs it), with the engine's memory count, vLLM's layout and --compare;
-  kvcalc.estimate(MODEL, ...) counts at Python's defaults (no device unless named, the
-  roofline unless an engine is named) and always with vLLM's memory count.
+- `kvcalc.estimate(...)` (estimate.py): `kvcalc estimate` at the command's defaults (an
+  H100 SXM, timed as vLLM runs it), with the engine's memory count, vLLM's layout and
+  --compare; kvcalc.figures(MODEL, ...) is its lower-level form, positional, at Python's
+  defaults (no device unless named, the roofline unless an engine is named).
 - `kvcalc.measure(...)`: `kvcalc measure`'s attention and layer steps; it lives in
   kvcalc/measure/answer.py, beside the torch code it runs (a layer above this one).
 

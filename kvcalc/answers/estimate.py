@@ -1,14 +1,15 @@
-"""`kvcalc estimate` as the command runs it: `estimate(model=..., gpu=..., ...)` returns
-the Estimate whose `as_dict()` is `kvcalc estimate --format json`, or with `compare` the
-Comparison of its MHA, GQA and MQA variants (`--compare --format json`). Keyword
-arguments only, named as the command's flags are; a value it cannot take raises
-ParameterError naming the parameter. kvcalc.estimate(MODEL, ...) counts at Python's
-defaults (no device unless named, the roofline unless an engine is named), always with
-vLLM's memory count.
+"""`kvcalc estimate` as the command runs it, and kvcalc.estimate: `estimate(model=...,
+gpu=..., ...)` returns the Estimate whose `as_dict()` is `kvcalc estimate --format json`,
+or with `compare` the Comparison of its MHA, GQA and MQA variants (`--compare --format
+json`). Keyword arguments only, named as the command's flags are, at the command's
+defaults; a value it cannot take raises ParameterError naming the parameter.
+kvcalc.figures(MODEL, ...) is the lower-level form, positional, at Python's defaults (no
+device unless named, the roofline unless an engine is named).
 """
 
 from __future__ import annotations
 
+import os
 import re
 
 from kvcalc.errors import KvcalcError, ParameterError, literal
@@ -54,19 +55,24 @@ def estimate(*, model, seq_len: int | None = None, batch: int = 1, kv_dtype="bf1
              encoder_seq_len: int | None = None, memory_fraction: float | None = None,
              reserve_bytes: int | None = None):
     """KV cache, parameters, decode time and what fits, for one model, as `kvcalc
-    estimate` counts them.
+    estimate` counts them: an Estimate whose `as_dict()` is `kvcalc estimate MODEL
+    --format json` with the same flags (`seq_len=8192` is `--seq-len 8192`), its defaults
+    the command's (an H100 SXM, timed and counted as vLLM runs it).
 
     `model`: a ModelSpec or MODEL (a preset, Hub id, folder or config file), or a
     function returning the ModelSpec, called once the device is checked; `gpu`: a
     Hardware, a hardware preset or YAML file, or None / "none" (no roofline, no fit).
-    Lengths in tokens (`seq_len`, default the model's max context or 4096; `prompt_len`,
-    default seq_len; `encoder_seq_len`), `batch` in sequences, `tp` and
-    `data_parallel_size` in devices, `group_size` in weights per scale, `kv_scale_bytes`
-    in bytes per token per K/V head, `reserve_bytes` in bytes per device;
-    `memory_fraction`, `mfu` and `bandwidth_efficiency` shares in (0, 1]. `engine`
-    ("vllm@0.21.0", "sglang", "llama.cpp", "roofline", ...) times the tokens and, for a
-    serving engine, counts the memory (default: vLLM on a GPU). `compare`: the MHA, GQA
-    and MQA variants (GQA at `kv_heads`) as a Comparison.
+    `kv_dtype` and `weight_dtype`: dtype names ("bf16", "fp8", "int4", ...; `weight_dtype`
+    None reads the weights as the checkpoint stores them). Lengths in tokens: `seq_len`
+    (default the model's max context, or 4096), `prompt_len` (default seq_len) and
+    `encoder_seq_len`. `batch` in sequences; `tp` and `data_parallel_size` in devices;
+    `group_size` in weights per scale; `kv_scale_bytes` in bytes per token per K/V head;
+    `reserve_bytes` in bytes per device; `memory_fraction`, `mfu` and
+    `bandwidth_efficiency` shares in (0, 1]. `engine` ("vllm@0.21.0", "sglang",
+    "llama.cpp", "roofline", ...) times the tokens and, for a serving engine, counts the
+    memory (default: vLLM on a GPU). `compare`: the MHA, GQA and MQA variants (GQA at
+    `kv_heads`) as a Comparison. `data_parallel_size`, `enable_expert_parallel` and
+    `limit_mm_per_prompt` are vLLM's flags of those names, for its memory count.
     """
     from kvcalc.answers import speed
 
@@ -108,7 +114,7 @@ def _count(model, hardware, device_memory: tuple, *, compare: bool, kv_heads, se
 def _model(model):
     if callable(model):  # resolved once the device is checked (the command's --preset ...)
         return model()
-    if isinstance(model, str):
+    if isinstance(model, (str, os.PathLike)):  # a path as a Path as well
         from kvcalc.model_source import resolve_model
 
         return resolve_model(model)

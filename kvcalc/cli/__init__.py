@@ -274,7 +274,7 @@ def _main(
 # completion and anything else import them all).
 _MODULES = {"estimate": "estimate", "fit": "estimate", "presets": "presets_cmd",
             "measure": "measure", "sweep": "sweep", "check": "check", "plan": "plan",
-            "bench": "bench", "mcp": "mcp"}
+            "bench": "bench", "mcp": "mcp", "schema": "schema_cmd"}
 
 
 def _register() -> None:

@@ -41,7 +41,8 @@ def server():
     from kvcalc.cli.tools import tools
 
     known = tools()
-    listed = [types.Tool(name=t.name, description=t.description(), input_schema=t.input_schema())
+    listed = [types.Tool(name=t.name, description=t.description(), input_schema=t.input_schema(),
+                         output_schema=t.output_schema())
               for t in known.values()]
 
     async def list_tools(ctx, params):

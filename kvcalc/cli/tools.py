@@ -87,6 +87,10 @@ class Tool:
                   "additionalProperties": self.extra is not None}
         return schema
 
+    def output_schema(self) -> dict:
+        """The JSON Schema of what call() returns (MCP's outputSchema): the command's."""
+        return output_schema(self.name)
+
     def call(self, arguments: dict | None) -> dict:
         """The function's as_dict() for these arguments, as JSON would carry it; a bad
         argument raises KvcalcError naming it."""
@@ -198,24 +202,6 @@ _WORDS = {"null": "null", "boolean": "true or false", "string": "a string",
           "integer": "a whole number", "number": "a number", "array": "a list"}
 
 
-# kvcalc.estimate at the command's defaults (an H100 SXM, timed as vLLM runs it), so that
-# the tool answers what `kvcalc estimate --format json` does (tests/test_mcp.py holds the
-# two signatures alike).
-def _estimate(model, seq_len: int | None = None, batch: int = 1, kv_dtype="bf16",
-              weight_dtype=None, tp: int = 1, hardware="h100-sxm", scale_bytes: int = 0,
-              encoder_seq_len: int | None = None, memory_fraction: float | str = 1,
-              reserve_bytes: int = 0, prompt_len: int | None = None,
-              mfu: float | str = "0.5", bandwidth_efficiency: float | str = "0.8",
-              group_size: int | None = None, engine: str | None = "vllm"):
-    import kvcalc
-
-    return kvcalc.estimate(model, seq_len, batch, kv_dtype, weight_dtype, tp, hardware,
-                           scale_bytes, encoder_seq_len, memory_fraction, reserve_bytes,
-                           prompt_len=prompt_len, mfu=mfu,
-                           bandwidth_efficiency=bandwidth_efficiency, group_size=group_size,
-                           engine=engine)
-
-
 def tools() -> dict[str, Tool]:
     """The tools, by name."""
     import kvcalc
@@ -223,11 +209,10 @@ def tools() -> dict[str, Tool]:
     from kvcalc.serving.flags import OWNER
 
     return {
-        "estimate": Tool("estimate", _estimate, (
+        "estimate": Tool("estimate", kvcalc.estimate, (
             "`kvcalc estimate --format json`: a model's KV cache, parameters, weights, "
             "decode roofline and vLLM's memory verdict on a device (bytes as exact "
-            "integers). `hardware` \"none\" leaves the device out."),
-            doc=kvcalc.estimate.__doc__),
+            "integers). `gpu` \"none\" leaves the device out.")),
         "fit": Tool("fit", fit, (
             "`kvcalc fit --format json`: does the model fit on the GPU at this length, "
             "as the serving engine counts its start-up (vLLM by default, or engine "
@@ -318,3 +303,18 @@ def _check_and_sweep() -> dict[str, Tool]:
             "weights, decode roofline and fit on a device over a grid of lengths, batches, "
             "K/V heads, KV dtypes and tensor-parallel degrees.")),
     }
+
+
+# Each tool's outputSchema is its command's (kvcalc.schema, kvcalc/schemas/); the sweep
+# tool's answer is an object, its rows (the command's list) under "rows".
+def output_schema(name: str) -> dict:
+    import kvcalc
+
+    if name != "sweep":
+        return kvcalc.schema(name)
+    rows = kvcalc.schema("sweep")
+    return {"$schema": rows.pop("$schema"), "title": "kvcalc's sweep tool", "type": "object",
+            "properties": {"rows": rows, "skipped": {
+                "description": "The (kv_heads, tp) pairs left out by skip_invalid, in words.",
+                "type": "array", "items": {"type": "string"}}},
+            "required": ["rows", "skipped"], "additionalProperties": False}

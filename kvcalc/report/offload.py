@@ -21,7 +21,7 @@ def host_tier_table(tier) -> Tab:
              exact_bytes(tier.host_bytes)]]
     for name, value in tier.engine_says:
         rows.append([f"engine: {name}", f"{value:,}" if isinstance(value, int)
-                     else str(value)])
+                     else f"{value:.2f}" if isinstance(value, float) else str(value)])
     flags = ", ".join(f"{k}={v}" for k, v in tier.flags)
     notes = [*(f"refused: {tier.refusal}",) * bool(tier.refusal),
              *(f"note: {n}" for n in tier.notes), f"rule: {tier.source}"]

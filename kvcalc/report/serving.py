@@ -105,10 +105,10 @@ def serving_table(est, c, slo: int | None = None) -> Tab:
 def _knob(engine: str, flags: dict) -> str:
     if engine == "sglang":
         default = " (its default)" if flags.get("mem_fraction_static_default") else ""
-        return f"mem_fraction_static {flags['mem_fraction_static']}{default}"
+        return f"mem_fraction_static {flags['mem_fraction_static']:g}{default}"
     if engine == "tensorrt-llm":
         return (f"{flags['backend']} backend, free_gpu_memory_fraction "
-                f"{flags['free_gpu_memory_fraction']}")
+                f"{flags['free_gpu_memory_fraction']:g}")
     return f"gpu_memory_utilization {flags.get('gpu_memory_utilization')}"
 
 

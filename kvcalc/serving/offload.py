@@ -67,13 +67,22 @@ class HostTier:
     source: str = ""
 
     def as_dict(self) -> dict:
-        return {"engine": self.engine, "flags": dict(self.flags),
+        return {"engine": self.engine, "flags": {k: _figure(k, v) for k, v in self.flags},
                 "host_tokens": self.tokens, "host_blocks": self.blocks,
                 "block_tokens": self.block_tokens, "bytes_per_block": self.bytes_per_block,
                 "bytes_per_block_covers": self.per, "ranks": self.ranks,
                 "host_bytes_per_rank": self.host_bytes_per_rank,
                 "host_bytes": self.host_bytes, "engine_says": dict(self.engine_says),
                 "refusal": self.refusal, "notes": list(self.notes), "source": self.source}
+
+
+def _figure(name: str, value):
+    """A size or ratio flag as JSON types it, a number (its text as given stays in
+    `flags`, which the table prints): whole as an integer, else a float."""
+    if name not in OFFLOAD_UNITS and name != "hicache_ratio" or isinstance(value, bool):
+        return value
+    f = Fraction(str(value).strip())
+    return int(f) if f.denominator == 1 else float(f)
 
 
 def offload_given(given: dict) -> dict:
@@ -264,7 +273,7 @@ def _sglang(count, own: dict, ranks: int) -> HostTier:
                     block_tokens=page, blocks=tokens // page, tokens=tokens,
                     bytes_per_block=page * per_token, per="rank", ranks=ranks,
                     host_bytes_per_rank=host, host_bytes=host * ranks,
-                    engine_says=(("host_memory_gb", said),
+                    engine_says=(("host_memory_gb", float(said)),
                                  ("log", f"Allocating {said} GB host memory for hierarchical "
                                          "KV cache.")),
                     refusal=refusal, source=rule["source"])

@@ -298,7 +298,7 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
     if draft is not None:
         terms, starts, refusal = _draft_terms(draft, flags, rules, terms, tokens, starts,
                                               refusal, attn_tp, notes)
-    flag_values = (("mem_fraction_static", f"{num / den:.4f}".rstrip("0").rstrip(".")),
+    flag_values = (("mem_fraction_static", round(num / den, 4)),  # a share, 0-1
                    ("mem_fraction_static_default", flags.mem_fraction_static is None),
                    ("context_length", context), ("page_size", page),
                    ("chunked_prefill_size", chunked), ("cuda_graph_max_bs", graphs or 0),

@@ -405,7 +405,7 @@ def count(spec, hw, flags: TrtllmFlags) -> ServingCount:
     terms = tuple(zip(names, values))
     num, den = fnum, fden
     flag_values = (("backend", flags.backend),
-                   ("free_gpu_memory_fraction", f"{num / den:g}"),
+                   ("free_gpu_memory_fraction", float(f"{num / den:g}")),  # a share, 0-1
                    ("max_batch_size", batch), ("max_num_tokens", num_tokens),
                    ("max_seq_len", max_seq), ("tokens_per_block", block),
                    ("kv_cache_dtype", flags.kv_cache_dtype),

@@ -142,7 +142,7 @@ class LogCheck:
             "version_printed": log.vllm_version is not None,
             "model": log.model or self.model, "gpu": self.hardware,
             "settings": {"max_model_len": self.settings.max_model_len,
-                         "gpu_memory_utilization": str(self.settings.gpu_memory_utilization),
+                         "gpu_memory_utilization": float(self.settings.gpu_memory_utilization),
                          "tp": self.settings.tp, "pp": self.settings.pp,
                          "max_num_batched_tokens": cap.max_num_batched_tokens,
                          "max_num_seqs": cap.max_num_seqs, "block_size": cap.block_size,
