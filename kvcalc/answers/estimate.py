@@ -86,7 +86,7 @@ def estimate(*, model, seq_len: int | None = None, batch: int = 1, kv_dtype="bf1
     if hardware is None and speed_engine is not None:
         raise ParameterError("{engine} times tokens on a device: give {gpu} NAME",
                              "engine", "gpu")
-    return _count(model, hardware, _device_memory(hardware, memory_fraction, reserve_bytes),
+    return _count(model, hardware, device_memory(hardware, memory_fraction, reserve_bytes),
                   compare=compare, kv_heads=kv_heads, seq_len=seq_len, batch=batch,
                   kv_dtype=kv_dtype, weight_dtype=weight_dtype, tp=tp,
                   scale_bytes=kv_scale_bytes, encoder_seq_len=encoder_seq_len,
@@ -95,7 +95,7 @@ def estimate(*, model, seq_len: int | None = None, batch: int = 1, kv_dtype="bf1
                                engine=speed_engine))
 
 
-def _count(model, hardware, device_memory: tuple, *, compare: bool, kv_heads, seq_len,
+def _count(model, hardware, memory: tuple, *, compare: bool, kv_heads, seq_len,
            options: dict, **workload):
     from kvcalc.estimate import attention_variants, estimate as run_estimate, workload_for
     from kvcalc.workload import Memory
@@ -103,7 +103,7 @@ def _count(model, hardware, device_memory: tuple, *, compare: bool, kv_heads, se
     spec = _model(model)
     length = seq_len if seq_len is not None else spec.max_context or 4096
     specs = attention_variants(spec, kv_heads) if compare else [spec]
-    fraction, reserve = device_memory
+    fraction, reserve = memory
     memory = None if hardware is None else Memory(hardware=hardware, fraction=fraction,
                                                   reserve_bytes=reserve)
     ests = [run_estimate(s, workload_for(s, seq_len=length, **workload), memory=memory,
@@ -131,9 +131,9 @@ def _hardware(gpu):
     return gpu
 
 
-def _device_memory(hardware, memory_fraction, reserve_bytes) -> tuple:
+def device_memory(hardware, memory_fraction, reserve_bytes) -> tuple:
     """(memory_fraction, reserve_bytes), checked; refused without a device, where no
-    device memory exists for them to shape."""
+    device memory exists for them to shape (estimate's and sweep's, one rule)."""
     if hardware is None and (memory_fraction is not None or reserve_bytes is not None):
         names = [n for n, v in (("memory_fraction", memory_fraction),
                                 ("reserve_bytes", reserve_bytes)) if v is not None]

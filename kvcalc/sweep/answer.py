@@ -106,11 +106,12 @@ def sweep(*, model, seq_len: int | str | Sequence[int] | None = None,
     K/V-head variant (default: ModelSpec.with_kv_heads).
     """
     from kvcalc.answers import speed
+    from kvcalc.answers.estimate import device_memory
     from kvcalc.answers.fit import DEFAULT_SEQ_LEN
     from kvcalc.sweep.plan import plan_sweep
 
     hardware = _hardware(gpu)
-    fraction, reserve = _device_memory(hardware, memory_fraction, reserve_bytes)
+    fraction, reserve = device_memory(hardware, memory_fraction, reserve_bytes)
     spec = _model(model)
     engine_timed = speed.resolve(speed.engine_option(engine, default=speed.DEFAULT), hardware)
     memory_engine = speed.memory_engine(engine)
@@ -152,22 +153,6 @@ def _by_parameter(e: KvcalcError) -> KvcalcError:
 
     template = _FLAG.sub(parameter, literal(e))
     return ParameterError(template, *dict.fromkeys(named)) if named else e
-
-
-def _device_memory(hardware, memory_fraction, reserve_bytes) -> tuple[float, int]:
-    """(memory_fraction, reserve_bytes), checked: only a device has memory to shape."""
-    if hardware is None and (memory_fraction is not None or reserve_bytes is not None):
-        given = [n for n, v in (("memory_fraction", memory_fraction),
-                                ("reserve_bytes", reserve_bytes)) if v is not None]
-        verb = "apply" if len(given) > 1 else "applies"
-        raise ParameterError(" and ".join("{" + n + "}" for n in given) + f" {verb} to a "
-                             "device's memory, and {gpu} none has none: name a device with "
-                             "{gpu}, or leave it out", *given, "gpu")
-    fraction = 1.0 if memory_fraction is None else memory_fraction
-    if not 0 < fraction <= 1:
-        raise ParameterError("{memory_fraction} must be in (0, 1], got " + literal(fraction),
-                             "memory_fraction")
-    return fraction, reserve_bytes or 0
 
 
 def _hardware(gpu):
