@@ -9,6 +9,8 @@ name (`--gpu-memory-utilization` with SGLang: "give --mem-fraction-static").
 
 from __future__ import annotations
 
+import functools
+
 from kvcalc.errors import KvcalcError, ParameterError, literal
 from kvcalc.serving.offload import OFFLOAD_FLAGS, OFFLOAD_UNITS
 from kvcalc.serving.releases import TITLES
@@ -136,12 +138,11 @@ def check_owners(engine: str, given: dict, spell=lambda name: name) -> None:
 _TAKES = {int: "a whole number", bool: "true or false", float: "a number", str: "text"}
 
 
-def check_types(engine: str, given: dict) -> None:
-    """Each flag in `given` of a type its field in `engine`'s flags record (SglangFlags,
-    TrtllmFlags; vLLM's settings are checked as the library reads them) takes: a whole number where the engine's parser wants an int (not
-    "auto", not 0.5, not True), a switch a bool; ParameterError naming the flag's
-    parameter otherwise (the library's callers give these by name, past the CLI's
-    parsers)."""
+@functools.lru_cache(maxsize=None)  # the records' annotations never change in a run
+def _field_types(engine: str) -> dict:
+    """{flag: the types in _TAKES its field in `engine`'s flags record takes}; {} for an
+    engine whose settings the library reads itself (vLLM's). Resolving the annotations
+    takes about a millisecond, and plan and sweep build a record a layout or a row."""
     import types
     import typing
 
@@ -150,15 +151,26 @@ def check_types(engine: str, given: dict) -> None:
     elif engine == "tensorrt-llm":
         from kvcalc.serving.trtllm import TrtllmFlags as flags_class
     else:
-        return
-    hints = typing.get_type_hints(flags_class)
-    for name, value in given.items():
-        hint = hints.get(name)
-        if hint is None or value is None:
-            continue
+        return {}
+    out = {}
+    for name, hint in typing.get_type_hints(flags_class).items():
         allowed = tuple(t for t in (typing.get_args(hint) if isinstance(hint, types.UnionType)
                                     else (hint,)) if t in _TAKES)
-        if not allowed:
+        if allowed:
+            out[name] = allowed
+    return out
+
+
+def check_types(engine: str, given: dict) -> None:
+    """Each flag in `given` of a type its field in `engine`'s flags record (SglangFlags,
+    TrtllmFlags) takes: a whole number where the engine's parser wants an int (not
+    "auto", not 0.5, not True), a switch a bool; ParameterError naming the flag's
+    parameter otherwise (the library's callers give these by name, past the CLI's
+    parsers)."""
+    types_of = _field_types(engine)
+    for name, value in given.items():
+        allowed = types_of.get(name)
+        if allowed is None or value is None:
             continue
         if isinstance(value, bool) and bool not in allowed:
             ok = False
