@@ -15,7 +15,10 @@ its own adapter's A and B. Per step:
   8-512 columns) and launched per wrapped module, so at decode their count, not their
   work, sets their time. The fixed time of one kernel is the engine's fitted fixed time of
   a layer (presets/engines layer_cycles, fitted without LoRA) over the kernels of a dense
-  decoder layer (BASE_LAYER_KERNELS).
+  decoder layer (BASE_LAYER_KERNELS);
+- a step that replays no CUDA graph launches them from Python too: its floor (the served
+  terms' eager_layer_s a layer, kvcalc.served.step.StepTimes.time) grows by the same
+  share a kernel.
 
 Kernels per wrapped module, read in the engines' source:
 
@@ -92,7 +95,8 @@ def _slots(engine: str, given: dict) -> tuple[int, int, tuple | None]:
 
 def lora_time(spec, steps, given: dict, engine: str) -> tuple[LoraTime, str]:
     """The LoRA time of `steps` (a StepTimes of `spec`) under `engine`'s LoRA flags in
-    `given` (kvcalc.serving.flags' names), and a note."""
+    `given` (kvcalc.serving.flags' names), and a note; `steps`' eager floor grows by the
+    kernels' launches."""
     from kvcalc.ground.dtypes import dtype
     from kvcalc.serving.lora import slot_elements, wrapped_modules
 
@@ -111,6 +115,7 @@ def lora_time(spec, steps, given: dict, engine: str) -> tuple[LoraTime, str]:
     kernel_s = steps.e.layer_s(steps.hw, steps.family) / BASE_LAYER_KERNELS
     got = LoraTime(flops_per_token=2 * elements, adapter_bytes=dt.nbytes(elements),
                    slots=slots, kernels=kernels, kernel_s=kernel_s)
+    steps.eager_s += kernels * steps.terms.eager_layer_s / BASE_LAYER_KERNELS
     note = (f"LoRA time: {kernels:,} kernels a step at {kernel_s * 1e6:.1f} us each "
             f"(the engine's fixed time of a layer over its {BASE_LAYER_KERNELS} kernels), "
             f"plus rank {rank}'s shrink and expand FLOPs and up to {slots} adapter(s) of "
