@@ -101,20 +101,22 @@ def _hw():
 
 def test_kernels_per_step_by_hand():
     """vLLM (punica_gpu.py add_lora_linear): zeroed buffer, lora_shrink, lora_expand per
-    wrapped module (qkv, o, gate_up, down), plus the lm_head's 3 and the embedding's 2;
+    wrapped module (qkv, o, gate_up, down), plus the lm_head's 3 (add_lora_logits) and the
+    embedding's 3 (vocab_parallel_embedding.py: index offset, F.embedding, lora_expand);
     SGLang (chunked_backend.py): shrink and expand per wrapped module."""
-    assert _lora("vllm")["lora_kernels_per_step"] == L * 4 * 3 + 5
+    assert _lora("vllm")["lora_kernels_per_step"] == L * 4 * 3 + 3 + 3
     assert _lora("vllm", lora_target_modules="q_proj,v_proj")["lora_kernels_per_step"] == L * 3
     assert _lora("sglang@0.5.8", max_lora_rank=64,
                  lora_target_modules="all")["lora_kernels_per_step"] == L * 4 * 2
 
 
 def test_flops_and_bytes_by_hand():
-    """One adapter of rank 16 on every linear module and the lm_head, bf16: A (rank x in)
-    and B (out x rank) of q, k, v, o, gate, up, down a layer, and the lm_head's."""
+    """One adapter of rank 16 on every linear module, the lm_head and the embedding, bf16:
+    A (rank x in) and B (out x rank) of q, k, v, o, gate, up, down a layer, the lm_head's
+    A and B, and the embedding's B (its A's rows are looked up, not read whole)."""
     r = 16
     layer = r * (H + H + H + Q + H + H + FF) + r * (Q + KV + KV + H + 2 * FF + H)
-    elements = L * layer + r * H + V * r
+    elements = L * layer + (r * H + V * r) + H * r
     got = _lora("vllm", max_lora_rank=r, max_loras=2)
     assert got["lora_flops_per_token"] == 2 * elements
     assert got["lora_adapter_bytes"] == 2 * elements

@@ -26,8 +26,10 @@ Kernels per wrapped module, read in the engines' source:
   a float32 buffer zeroed (`torch.zeros` up to 0.11; from 0.14 `torch.empty` and
   `output_tensor.zero_()` in `lora/ops/triton_ops/lora_shrink_op.py::_lora_shrink`), one
   `lora_shrink` and one `lora_expand` Triton kernel for all the module's slices: 3. The
-  lm_head (`add_lora_logits`: the same 3) and the embedding (`add_lora_embedding`: one
-  `lora_expand`, after the lookup of A's rows) add 5 a step.
+  lm_head (`add_lora_logits`: the same 3) and the embedding
+  (`lora/layers/vocab_parallel_embedding.py::VocabParallelEmbeddingWithLoRA.forward`: the
+  indices' offset, `F.embedding` of A's rows, one `lora_expand`) add 3 each a step, and
+  their B (and the lm_head's A) are read too.
 - SGLang (0.5.8 `lora/backend/chunked_backend.py`, csgmv, the default backend;
   `triton_backend.py` likewise): `chunked_sgmv_lora_shrink_forward` and
   `chunked_sgmv_lora_expand_forward` (qkv and gate_up fused into one each, the expand
@@ -41,10 +43,11 @@ from __future__ import annotations
 from kvcalc.errors import ParameterError
 from kvcalc.ground.record import record
 
-__all__ = ["BASE_LAYER_KERNELS", "KERNELS", "LoraTime", "lora_time"]
+__all__ = ["BASE_LAYER_KERNELS", "KERNELS", "VOCAB_KERNELS", "LoraTime", "lora_time"]
 
-# Kernels per LoRA-wrapped linear layer, and a step's own (lm_head and embedding), by engine
-KERNELS = {"vllm": (3, 5), "sglang": (2, 0)}
+# Kernels per LoRA-wrapped linear layer, by engine; vLLM's lm_head's and embedding's each
+KERNELS = {"vllm": 3, "sglang": 2}
+VOCAB_KERNELS = 3
 # The kernels of a dense decoder layer's decode step in vLLM (`models/llama.py::
 # LlamaDecoderLayer.forward`): the input and post-attention fused add + RMSNorm, the qkv
 # GEMM, rotary embedding, the K/V cache write, attention, the o GEMM, the gate_up GEMM,
@@ -103,15 +106,16 @@ def lora_time(spec, steps, given: dict, engine: str) -> tuple[LoraTime, str]:
     slots, rank, modules = _slots(engine, given)
     tp = steps.w.tp
     elements = slot_elements(spec, rank, modules, tp)
-    per_module, per_step = KERNELS[engine]
-    head = engine == "vllm" and (modules is None or "lm_head" in modules)
-    if head:  # the lm_head's A and B, whole on every rank
-        elements += rank * spec.d_model + spec.vocab * rank
+    kernels = wrapped_modules(spec, modules) * KERNELS[engine]
+    d, vocab = spec.d_model, spec.vocab
+    for name, more in (("lm_head", rank * d + vocab * rank), ("embed_tokens", d * rank)):
+        if engine == "vllm" and (modules is None or name in modules):  # whole on every rank
+            elements += more
+            kernels += VOCAB_KERNELS
     lora_dtype = given.get("lora_dtype") or "auto"
     if lora_dtype == "auto":  # the activations' 16-bit dtype (8-bit weights' too)
         lora_dtype = steps.cdt if steps.cdt in ("fp16", "bf16", "fp32") else "bf16"
     dt = dtype(lora_dtype)
-    kernels = wrapped_modules(spec, modules) * per_module + (per_step if head else 0)
     kernel_s = steps.e.layer_s(steps.hw, steps.family) / BASE_LAYER_KERNELS
     got = LoraTime(flops_per_token=2 * elements, adapter_bytes=dt.nbytes(elements),
                    slots=slots, kernels=kernels, kernel_s=kernel_s)
