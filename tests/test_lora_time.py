@@ -33,8 +33,10 @@ MISSES = {
         "kvcalc 0.902 against the published 0.664 (1.36x): the run is vLLM's V0 engine "
         "(main of 2024-12-17), which launches 3 kernels per slice, not per module (0.6.5 "
         "lora/punica_wrapper/punica_gpu.py::add_lora_linear: a torch.zeros buffer per "
-        "slice, add_shrink and add_expand loop over the slices: 21 a Llama layer, not 12) "
-        "and runs every prefill step without CUDA graphs; kvcalc times V1's kernels"),
+        "slice, add_shrink and add_expand loop over the slices; lora/layers.py: qkv 3 "
+        "slices, gate_up 2: 21 a Llama layer, not 12) and graphs decode steps only, so "
+        "every prefill step launches them from Python (vllm-project/vllm#11436: a Llama-2 "
+        "prefill of ~25 ms took ~105 ms with LoRA); kvcalc times V1's kernels"),
     "vllm-11267-llama2-7b-a100-r8-loras4": (
         "kvcalc 0.901 against the published 0.665 (1.36x): V0's kernels and eager "
         "prefill, as the max_loras 1 row"),
@@ -155,3 +157,25 @@ def test_bench_with_lora_is_slower_and_says_so():
     assert q["lora_time"]["lora_slots"] == 4
     assert q["mean_tpot_ms"] > p["mean_tpot_ms"]
     assert any(n.startswith("LoRA time:") for n in q["notes"])
+
+
+def test_bench_against_a_file_refuses_lora():
+    from kvcalc.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="LoRA run without") as e:
+        bench(model="llama3.1-8b", against="no-such.json", enable_lora=True)
+    assert e.value.parameters == ("against",)
+
+
+def test_plan_times_its_layouts_with_the_adapters():
+    """plan on vLLM's fitted terms benches each layout (kvcalc.plan.search.served_times)
+    with the plan's LoRA flags: the same layout is slower with them."""
+    from kvcalc.engines import load_engine
+    from kvcalc.plan import plan
+
+    spec, hw, e = load_model("llama3.1-8b"), _hw(), load_engine("vllm")[0]
+    plain = plan(spec, hw, max_model_len=8192, engine=e).best
+    lora = plan(spec, hw, max_model_len=8192, engine=e,
+                features={"enable_lora": True, "max_loras": 4, "max_lora_rank": 32}).best
+    assert plain.timing == lora.timing == "served"
+    assert lora.tpot_s > plain.tpot_s

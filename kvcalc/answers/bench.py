@@ -164,6 +164,9 @@ def _against(spec, hardware, engine, flags: dict, p: dict) -> BenchAnswer:
             "speculative_config", "speculative_algorithm", "extra_llm_api_options")):
         raise ParameterError("{against} predicts the file's runs as measured; bench a "
                              "speculative run without {against}", "against")
+    if flags["enable_lora"]:
+        raise ParameterError("{against} predicts the file's runs as measured; bench a "
+                             "LoRA run without {against}", "against")
     for name in ("tp", "input_len", "output_len", "num_prompts"):
         if p[name] is not None and p[name] < 1:
             raise ParameterError("{" + name + "} must be a positive whole number, got "
