@@ -23,7 +23,7 @@ its own adapter's A and B. Per step:
 Kernels per wrapped module, read in the engines' source:
 
 - vLLM (0.10.1.1-0.33, `lora/punica_wrapper/punica_gpu.py::PunicaWrapperGPU.add_lora_linear`):
-  a float32 buffer zeroed (`torch.zeros` up to 0.11; from 0.14 `torch.empty` and
+  a float32 buffer zeroed (`torch.zeros` up to 0.11; from 0.12 `torch.empty` and
   `output_tensor.zero_()` in `lora/ops/triton_ops/lora_shrink_op.py::_lora_shrink`), one
   `lora_shrink` and one `lora_expand` Triton kernel for all the module's slices: 3. The
   lm_head (`add_lora_logits`: the same 3) and the embedding
