@@ -111,6 +111,8 @@ BENCH = {
     "images": ["--config", QWEN_VL, "--gpu", "h100-sxm", "--concurrency", "2",
                "--num-prompts", "4", "--images-per-request", "1", "--image-size", "1280x720",
                "--output-len", "16"],
+    "lora": [*_L8, "--concurrency", "4", "--num-prompts", "8", "--input-len", "256",
+             "--output-len", "16", "--enable-lora", "--max-loras", "2"],
     "saturated": ["--preset", "llama3-70b", "--gpu", "h100-sxm", "--tp", "4", "--concurrency",
                   "256", "--num-prompts", "256", "--input-len", "4096", "--output-len", "32", "--max-model-len", "8192"],
 }

@@ -34,12 +34,13 @@ ENGINE_FLAGS = (
     "cuda_graph_max_bs", "disable_cuda_graph", "limit_mm_per_prompt", "speculative_config",
     "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
     "speculative_eagle_topk", "speculative_num_draft_tokens", "extra_llm_api_options",
-    "kv_offloading_size", "kv_offloading_backend", "enable_prefix_caching",
+    "enable_lora", "max_loras", "max_loras_per_batch", "max_lora_rank", "lora_dtype",
+    "lora_target_modules", "kv_offloading_size", "kv_offloading_backend", "enable_prefix_caching",
     "enable_hierarchical_cache", "hicache_ratio", "hicache_size", "hicache_write_policy",
     "disable_radix_cache", "host_cache_size", "enable_block_reuse")
 # Switches whose False is the engine's default (not given)
 _SWITCHES = ("enable_chunked_prefill", "enforce_eager", "disable_cuda_graph",
-             "enable_hierarchical_cache", "disable_radix_cache")
+             "enable_hierarchical_cache", "disable_radix_cache", "enable_lora")
 
 
 @record
@@ -87,6 +88,9 @@ def bench(*, model, gpu="h100-sxm", engine: str | None = None, tp: int | None = 
           max_num_batched_tokens: int | None = None, enforce_eager: bool = False,
           speculative_config: str | None = None, acceptance_rate: float | None = None,
           limit_mm_per_prompt: str | None = None, enable_prefix_caching: bool | None = None,
+          enable_lora: bool = False, max_loras: int | None = None,
+          max_lora_rank: int | None = None, lora_dtype: str | None = None,
+          lora_target_modules: str | None = None,
           kv_offloading_size: float | str | None = None,
           kv_offloading_backend: str | None = None, **engine_flags) -> BenchAnswer:
     """A `vllm bench serve` run predicted: TTFT, TPOT, ITL and end-to-end latency (mean,
@@ -106,8 +110,10 @@ def bench(*, model, gpu="h100-sxm", engine: str | None = None, tp: int | None = 
     `past_saturation`: a rate over what the engine sustains runs anyway. `against`: a
     `vllm bench serve --save-result` JSON or SGLang bench_serving JSONL, its runs beside
     kvcalc's. `images_per_request` images of `image_size` ("WxH" pixels) in each prompt.
-    vLLM's own flags by their vLLM names (`kv_offloading_size` in GiB over all ranks);
-    another engine's by its own (`engine_flags`: mem_fraction_static, max_batch_size, ...).
+    vLLM's own flags by their vLLM names (`kv_offloading_size` in GiB over all ranks;
+    `enable_lora` with its slots, rank, dtype and modules: the slots in the count, the
+    adapters' kernels in every step, kvcalc.served.lora); another engine's by its own
+    (`engine_flags`: mem_fraction_static, max_batch_size, max_loras_per_batch, ...).
     """
     p = dict(locals())  # every parameter by its name
     unexpected("bench", engine_flags, ENGINE_FLAGS)
@@ -158,6 +164,9 @@ def _against(spec, hardware, engine, flags: dict, p: dict) -> BenchAnswer:
             "speculative_config", "speculative_algorithm", "extra_llm_api_options")):
         raise ParameterError("{against} predicts the file's runs as measured; bench a "
                              "speculative run without {against}", "against")
+    if flags["enable_lora"]:
+        raise ParameterError("{against} predicts the file's runs as measured; bench a "
+                             "LoRA run without {against}", "against")
     for name in ("tp", "input_len", "output_len", "num_prompts"):
         if p[name] is not None and p[name] < 1:
             raise ParameterError("{" + name + "} must be a positive whole number, got "

@@ -119,6 +119,10 @@ class Search:
                  "allow_long_max_model_len": self.base.allow_long_max_model_len}
         if self.base.speculative_config is not None:  # the draft's pool, its rounds' times
             flags["speculative_config"] = self.base.speculative_config
+        if self.base.enable_lora:  # the slots in the pool's count, the kernels in the steps
+            flags.update({k: getattr(self.base, k) for k in (
+                "enable_lora", "max_loras", "max_lora_rank", "lora_target_modules")})
+            flags["lora_dtype"] = None if self.base.lora_dtype == "auto" else self.base.lora_dtype
         if self.calibrated(s.tp, s.pp):
             learnt = self.calibration.apply(self.base)
             flags.update({k: getattr(learnt, k) for k in (

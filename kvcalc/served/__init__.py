@@ -504,6 +504,12 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
     steps = StepTimes(spec, hw, timing, w, stored, terms, schedule)
     request_s = terms.request_s
     load, fetch_s, extra, notes = prefix_setup(spec, hw, counted, load, given, steps)
+    if given.get("enable_lora"):  # the adapters' kernels in every step
+        from kvcalc.served.lora import lora_time
+
+        steps.lora, note = lora_time(spec, steps, given, ref.name)
+        extra["lora_time"] = steps.lora.as_dict()
+        notes.append(note)
     from kvcalc.serving.drafts import draft_of
 
     draft = draft_of(spec, engine_flags_)

@@ -132,6 +132,7 @@ class StepTimes:
         # verifying k + 1 positions a request (`width`) and emitting `emitted` tokens on
         # average; 0, 1, 1 without it.
         self.k, self.width, self.emitted, self.draft = 0, 1, 1, None
+        self.lora = None  # with LoRA adapters: their kernels' time (kvcalc.served.lora)
 
     def speculate(self, k: int, emitted: float, draft: "StepTimes | None") -> None:
         """Time every decode step as a speculative round: the target's verification of
@@ -251,6 +252,9 @@ class StepTimes:
         compute_s += self.prompt_s(spans)
         out = (max(memory_s, compute_s) + self.serial_s
                + prompt_tokens * self.comm_s_per_token)
+        if self.lora is not None:  # the adapters' shrink and expand kernels
+            out += self.lora.step_s(tokens + prompt_tokens, decoding + len(spans),
+                                    self.peak * self.mfu, self.bw * self.e_w)
         if self.draft is not None:  # its first pass covers the prompt tokens too
             again = 0.0
             if decoding:  # the draft's pass over the decodes: exact by (batch, bucket)

@@ -31,7 +31,8 @@ from kvcalc.ground.num import Linear
 from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError, ParameterError
 
-__all__ = ["LoraSlots", "lora_bytes", "lora_modules"]
+__all__ = ["LoraSlots", "adapted", "lora_bytes", "lora_modules", "slot_elements",
+           "wrapped_modules"]
 
 ROW = frozenset({"o_proj", "down_proj"})
 REPLICATED = frozenset({"q_a_proj", "kv_a_proj_with_mqa"})
@@ -101,17 +102,15 @@ def _module_elements(t: Linear, name: str, rank: int, tp: int, kv_heads: int) ->
     return rank * t.fan_in + out * rank
 
 
-def lora_bytes(spec, lora: LoraSlots, *, tp: int, model_dtype: str) -> tuple[int, list[str]]:
-    """Bytes of `lora`'s slots on one rank of `tp`, and notes on what is not counted."""
-    from kvcalc.ground.dtypes import dtype
+def adapted(spec, target_modules: tuple[str, ...] | None, notes: list[str] | None = None):
+    """Each adapted linear module of `spec`'s layers: (its layers, name, Linear, its mixer's
+    K/V heads, the layer group's index), routed experts left out (a note in `notes` says
+    so)."""
     from kvcalc.layers import MoE
 
-    dt = dtype(model_dtype if lora.dtype == "auto" else lora.dtype)
-    wanted = None if lora.target_modules is None else set(lora.target_modules)
+    wanted = None if target_modules is None else set(target_modules)
     d = spec.d_model
-    per_slot = 0
-    notes: list[str] = []
-    for layer, n in spec.groups():
+    for g, (layer, n) in enumerate(spec.groups()):
         tensors = {}
         for mx in layer.mixers:
             tensors.update({(k, id(mx)): (t, getattr(mx, "kv_heads", 0))
@@ -120,16 +119,44 @@ def lora_bytes(spec, lora: LoraSlots, *, tp: int, model_dtype: str) -> tuple[int
         if mlp is not None:
             if isinstance(mlp, MoE):
                 note = "LoRA slots of the routed experts are not counted"
-                if note not in notes:
+                if notes is not None and note not in notes:
                     notes.append(note)
             else:
                 tensors.update({(k, id(mlp)): (t, 0) for k, t in mlp.tensors(d).items()
                                 if isinstance(t, Linear)})
         for (key, _), (t, kv_heads) in tensors.items():
             name = t.module or key
-            if wanted is not None and name not in wanted:
-                continue
-            per_slot += n * _module_elements(t, name, lora.rank, tp, kv_heads)
+            if wanted is None or name in wanted:
+                yield n, name, t, kv_heads, g
+
+
+def slot_elements(spec, rank: int, target_modules, tp: int) -> int:
+    """A and B elements of one slot's linear modules on one rank of `tp`."""
+    return sum(n * _module_elements(t, name, rank, tp, kv_heads)
+               for n, name, t, kv_heads, _ in adapted(spec, target_modules))
+
+
+def wrapped_modules(spec, target_modules) -> int:
+    """The engine's LoRA-wrapped linear layers over every layer: q, k and v one packed
+    module (qkv_proj), gate and up another (gate_up_proj), as both engines pack them."""
+    part_of = {part: packed for packed, parts in PACKED.items() if packed != "kv_proj"
+               for part in parts}
+    per_group: dict = {}
+    for n, name, _, _, g in adapted(spec, target_modules):
+        per_group.setdefault((g, n), set()).add(part_of.get(name, name))
+    return sum(n * len(names) for (_, n), names in per_group.items())
+
+
+def lora_bytes(spec, lora: LoraSlots, *, tp: int, model_dtype: str) -> tuple[int, list[str]]:
+    """Bytes of `lora`'s slots on one rank of `tp`, and notes on what is not counted."""
+    from kvcalc.ground.dtypes import dtype
+
+    dt = dtype(model_dtype if lora.dtype == "auto" else lora.dtype)
+    wanted = None if lora.target_modules is None else set(lora.target_modules)
+    d = spec.d_model
+    notes: list[str] = []
+    per_slot = sum(n * _module_elements(t, name, lora.rank, tp, kv_heads)
+                   for n, name, t, kv_heads, _ in adapted(spec, lora.target_modules, notes))
     total = dt.nbytes(lora.slots * per_slot)
     if lora.embeddings:
         vocab, r, pad = spec.vocab, lora.rank, lora.vocab_padding
