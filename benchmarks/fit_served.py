@@ -105,6 +105,7 @@ def main(argv: list[str]) -> int:
         grids = dict(pool.map(_simulate_one, todo, chunksize=1))
     # cells[(publisher, engine, regime, (moe, kv, eager), rs, rq)] = [within, n]
     cells: dict = defaultdict(lambda: [0, 0])
+    scored = []  # (publisher, engine, regime, kind, row, run id, out_len): every scored row
     for rid, measured in runs:
         grid = grids.get(rid)
         if grid is None:
@@ -113,6 +114,12 @@ def main(argv: list[str]) -> int:
         floors = score_served.ttft_floor_ms(run)
         out_len = run.output_len or (run.total_output_tokens / run.completed
                                      if run.total_output_tokens and run.completed else 0)
+        for row in measured:
+            if (row.metric in SCORED and row.value > 0
+                    and not score_served.below_floor(run, row, floors)):
+                kind = "TTFT" if row.metric.endswith("ttft_ms") else "TPOT+tput"
+                scored.append((run.publisher, run.engine, score_served.regime(run), kind, row,
+                               rid, out_len))
         for (shared, rs), metrics in grid.items():
             for rq in REQUEST:
                 for row in measured:
@@ -185,6 +192,25 @@ def main(argv: list[str]) -> int:
         moe, kv, eager = params[0]
         print(f"| {pub} | {moe} | {kv} | {eager} | {eng} | " + " | ".join(cellsout) + " |")
 
+    # Each held-out row's error, predicted / measured as a factor off (max(r, 1/r) - 1),
+    # with the terms fitted on the other publishers: the band kvcalc bench prints beside
+    # its figures (kvcalc.served.step.ServedTerms.held_out_error), per kind and regime.
+    errors: dict = defaultdict(list)
+    for pub in publishers:
+        (shared, per_engine) = fit(lambda p, pub=pub: p != pub)
+        for p, eng, reg, kind, row, rid, out_len in scored:
+            if p != pub:
+                continue
+            rs, rq = per_engine[eng]
+            value = _shifted(grids[rid][(shared, rs)], row.metric, rq, out_len)
+            value /= row.gpus if row.per == "gpu" else 1
+            r = value / row.value
+            errors[(kind, reg)].append(max(r, 1 / r) - 1)
+
+    def quantile(xs, q):
+        xs = sorted(xs)
+        return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]
+
     def pct(c):
         return f"{c[0]}/{c[1]} ({c[0] / c[1]:.0%})" if c[1] else "-"
 
@@ -192,6 +218,9 @@ def main(argv: list[str]) -> int:
     for r in regimes:
         print(f"- {r}: held out {pct(held[r])}; in-sample {pct(insample[r])}")
     (moe, kv, eager), per_engine = full
+    for (kind, reg), xs in sorted(errors.items()):
+        print(f"- held-out error, {kind} {reg}: half within {quantile(xs, 0.5):.0%}, 80% within "
+              f"{quantile(xs, 0.8):.0%} ({len(xs)} rows)")
     print(f"\nfitted on every publisher: moe_share {moe}, kv_share {kv}, eager_layer_s {eager}, "
           + ", ".join(f"{e}: running_s {rs}, request_s {rq}" for e, (rs, rq) in per_engine.items()))
     if "--dry-run" in argv:
@@ -223,6 +252,13 @@ def main(argv: list[str]) -> int:
     for r in regimes:
         lines.append(f"  {r.replace(' ', '_').replace('+', '_')}: {{held_out: {held[r][0]}, in_sample: "
                      f"{insample[r][0]}, rows: {held[r][1]}}}")
+    lines += ["# each held-out row's error (predicted / measured as a factor off: max(r, 1/r) - 1),",
+              "# the terms fitted on the other publishers: half and 80% of rows within",
+              "held_out_error:"]
+    for (kind, reg), xs in sorted(errors.items()):
+        key = f"{'TTFT' if kind == 'TTFT' else 'TPOT_tput'}_{reg.replace(' ', '_')}"
+        lines.append(f"  {key}: {{p50: {quantile(xs, 0.5):.3f}, p80: {quantile(xs, 0.8):.3f}, "
+                     f"rows: {len(xs)}}}")
     tmp = OUT.with_suffix(".tmp")
     tmp.write_text("\n".join(lines) + "\n")
     tmp.replace(OUT)

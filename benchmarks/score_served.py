@@ -54,11 +54,10 @@ _WEIGHTS = {"bf16": None, "fp16": None, "fp8": "fp8", "int4": "int4", "awq": "aw
 
 
 def regime(run) -> str:
-    if run.concurrency is not None:
-        return "batch 1" if run.concurrency == 1 else "under load"
-    if math.isinf(run.request_rate):
-        return "batch 1" if run.num_prompts == 1 else "under load"
-    return "under load"
+    """"batch 1" or "under load", as kvcalc bench names its held-out band."""
+    from kvcalc.served.step import regime as of
+
+    return of(run.concurrency, run.request_rate, run.num_prompts)
 
 
 def server_flags(run) -> tuple[dict, int | None, str]:

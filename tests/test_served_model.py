@@ -438,3 +438,27 @@ def test_a_recurrent_layers_prompt_cost_is_linear():
     per_pair_before = ((short - steps.chunk_attention_s(0, 1024) * rate)
                        / (pairs(2048) - pairs(1024)))
     assert long < 0.9 * per_pair_before * pairs(32768)
+
+
+def test_bench_says_how_far_off_it_came_on_runs_held_out_by_publisher():
+    """Each run carries its regime's held-out error band from presets/served/terms.yaml:
+    the rows it was scored on are the rows fit_served.py counted held out (two tallies of
+    one leave-one-publisher-out, the band's per row, the counts' per cell), and half of
+    the rows lie within p50, which is no wider than p80."""
+    from kvcalc.presets import read_preset
+
+    terms = read_preset("served", "terms")
+    for kind, name in (("TPOT_tput", "TPOT_tput"), ("TTFT", "TTFT")):
+        for regime in ("batch_1", "under_load"):
+            band = terms["held_out_error"][f"{name}_{regime}"]
+            assert band["rows"] == terms["loso"][f"{regime}_{kind}"]["rows"]
+            assert 0 <= band["p50"] <= band["p80"]
+    spec, hw = load_model("llama3.1-8b"), load_hardware("h100-sxm")
+    one = bench(spec, hw, Load(input_len=512, output_len=16, num_prompts=2, concurrency=1))
+    many = bench(spec, hw, Load(input_len=512, output_len=16, num_prompts=32, concurrency=16))
+    for r, regime in ((one, "batch_1"), (many, "under_load")):
+        got = r.as_dict()["held_out_error"]
+        assert got["regime"] == regime.replace("_", " ")
+        assert got["TTFT"] == terms["held_out_error"][f"TTFT_{regime}"]
+        assert got["TPOT_and_throughput"] == terms["held_out_error"][f"TPOT_tput_{regime}"]
+        assert any(n.startswith(f"accuracy, {got['regime']}, ") for n in r.notes)

@@ -41,7 +41,8 @@ from dataclasses import field
 from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError, ParameterError, literal
 from kvcalc.served.lengths import random_lengths, sharegpt_lengths
-from kvcalc.served.step import ServedTerms, StepTimes, _bucket, prefix_setup, served_terms
+from kvcalc.served.step import (ServedTerms, StepTimes, _bucket, held_out_error, held_out_note,
+                                 prefix_setup, regime, served_terms)
 
 __all__ = ["BenchResult", "Load", "ServedTerms", "bench", "random_lengths", "served_terms",
            "sharegpt_lengths", "METRICS"]
@@ -576,6 +577,10 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
     if terms.extrapolated:
         notes.append(f"served terms for {ref.name} extrapolated: fitted on fewer than three "
                      "publishers' runs (presets/served/terms.yaml)")
+    error = held_out_error(regime(load.concurrency, load.request_rate, load.num_prompts))
+    if error:  # how far off such figures came on runs the terms never saw
+        extra["held_out_error"] = error
+        notes.append(held_out_note(error))
     return BenchResult(engine=ref, model=spec.name, gpu=hw.name, tp=tp, load=load,
                        metrics=metrics, completed=completed, duration_s=duration,
                        max_running=raw["most"], running_limit=holds,

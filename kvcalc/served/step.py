@@ -10,7 +10,7 @@ import functools
 from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError, ParameterError, literal
 
-__all__ = ["ServedTerms", "StepTimes", "prefix_setup", "served_terms"]
+__all__ = ["ServedTerms", "StepTimes", "held_out_error", "prefix_setup", "regime", "served_terms"]
 
 
 @record
@@ -60,6 +60,45 @@ def served_terms(engine: str) -> ServedTerms:
                        eager_layer_s=float(shared.get("eager_layer_s", 0.0)),
                        publishers=int(own.get("publishers", 0)),
                        source=str(data.get("source", "")))
+
+
+def regime(concurrency: int | None, request_rate: float, num_prompts: int) -> str:
+    """"batch 1" (one request at a time) or "under load", as benchmarks/fit_served.py
+    scores the published runs by regime."""
+    import math
+
+    if concurrency is not None:
+        return "batch 1" if concurrency == 1 else "under load"
+    return "batch 1" if math.isinf(request_rate) and num_prompts == 1 else "under load"
+
+
+@functools.lru_cache(maxsize=2)
+def held_out_error(regime_name: str) -> dict:
+    """How far off kvcalc bench's figures came on published runs it never saw, for
+    `regime_name`: each publisher's rows predicted with the terms fitted on the others
+    (presets/served/terms.yaml held_out_error, benchmarks/fit_served.py), the error of
+    a row max(predicted / measured, measured / predicted) - 1; half of the rows (p50)
+    and 80% (p80) were within these. {} where the file has none."""
+    from kvcalc.presets import read_preset
+
+    table = read_preset("served", "terms").get("held_out_error") or {}
+    key = regime_name.replace(" ", "_")
+    out = {kind: {k: table[f"{name}_{key}"][k] for k in ("p50", "p80", "rows")}
+           for kind, name in (("TPOT_and_throughput", "TPOT_tput"), ("TTFT", "TTFT"))
+           if f"{name}_{key}" in table}
+    return {"regime": regime_name, **out} if out else {}
+
+
+def held_out_note(error: dict) -> str:
+    """bench's line for held_out_error's figures."""
+    def off(e: float) -> str:  # within 15%, or 2.1x off
+        return f"{e:.0%}" if e < 1 else f"{1 + e:.1f}x"
+
+    tp, ft = error["TPOT_and_throughput"], error["TTFT"]
+    return (f"accuracy, {error['regime']}, on published runs held out by publisher "
+            f"(presets/served/terms.yaml): TPOT and output throughput half of them within "
+            f"{off(tp['p50'])}, 80% within {off(tp['p80'])} ({tp['rows']} rows); TTFT "
+            f"{off(ft['p50'])} and {off(ft['p80'])} ({ft['rows']} rows)")
 
 
 # (spec, workload, unstored) -> the figures of its steps, shared by every run of one
