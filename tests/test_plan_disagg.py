@@ -421,3 +421,29 @@ def test_vllm_parses_the_split_lines_to_the_same_values(request, which):
                                   pipeline_parallel_size=1,
                                   data_parallel_size=engine.data_parallel_size)
         assert parallel.world_size_across_dp == s["tp"] * s["instances"]
+
+
+def test_launch_of_a_record_alone():
+    """kvcalc.plan.disagg_launch.launch on a record written here: 2 prefill instances of tp
+    2 and 3 decode instances of tp 1 take GPUs 0-3 and 4-6, the decode side's NIXL ports
+    start past the prefill ranks' (5600 + 2 x 2), whole prompts a step fill the prefill's
+    --max-num-seqs; a state model at two tps gets the compatibility matrix's word."""
+    from kvcalc.plan.disagg_launch import launch
+
+    x = {"name": "2P3D", "kv_cache_dtype": "auto",
+         "prefill": {"tp": 2, "instances": 2, "max_num_batched_tokens": 8192},
+         "decode": {"tp": 1, "instances": 3, "batch": 64}}
+    run = launch("org/m x", x, prompt=1000, length=1200, util="0.9")
+    pre, dec = _flags(run["prefill"]), _flags(run["decode"])
+    assert pre["model"] == "org/m x" and run["prefill"].startswith("vllm serve 'org/m x' ")
+    assert (pre["data-parallel-size"], pre["tensor-parallel-size"], pre["max-num-seqs"]) == (
+        "2", "2", "8")
+    assert (dec["data-parallel-size"], dec["tensor-parallel-size"], dec["max-num-seqs"]) == (
+        "3", "1", "64")
+    assert "kv-cache-dtype" not in pre and "kv-cache-dtype" not in dec
+    assert "CUDA_VISIBLE_DEVICES=0,1,2,3 VLLM_NIXL_SIDE_CHANNEL_PORT=5600" in run["between"]
+    assert "CUDA_VISIBLE_DEVICES=4,5,6 VLLM_NIXL_SIDE_CHANNEL_PORT=5604" in run["between"]
+    assert "Mamba" not in run["between"]
+    assert "Mamba" in launch("m", x, prompt=1000, length=1200, util="0.9", state=True)["between"]
+    longer = launch("m", x, prompt=9000, length=9200, util="0.9")  # one prompt in chunks
+    assert _flags(longer["prefill"])["max-num-seqs"] == "1"

@@ -230,7 +230,7 @@ def with_disaggregated(plan, *, ttft_s: float | None = None, tpot_s: float | Non
     record.update(_verdict(d, colo, plan.prompt_len, ttft_s, tpot_s))
     record["launch"] = None if d is None else launch(
         _served(plan.command), d, prompt=plan.prompt_len, length=b.max_model_len,
-        util=UTILIZATION)
+        util=UTILIZATION, state=search.spec.state_mixers != "no mixer")
     return replace(plan, disaggregated=record, notes=(*plan.notes, record["why"]))
 
 

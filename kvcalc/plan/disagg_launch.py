@@ -101,9 +101,11 @@ def _instances(n: int, tp: int, side: str) -> str:
     return said + (" (its line's --data-parallel-size)" if n > 1 else "")
 
 
-def launch(model: str, x: dict, *, prompt: int, length: int, util: str) -> dict:
+def launch(model: str, x: dict, *, prompt: int, length: int, util: str,
+           state: bool = False) -> dict:
     """The split `x` (kvcalc.plan.disagg.disaggregated's record) as vLLM lines: prefill,
-    decode, and what runs between them (`between`, words), JSON-ready."""
+    decode, and what runs between them (`between`, words), JSON-ready. `state`: the model
+    has state (Mamba-like) layers, for which NIXL wants one tp on both sides."""
     pre, dec, kv = x["prefill"], x["decode"], x["kv_cache_dtype"]
     first_decode_port = SIDE_CHANNEL_PORT + pre["instances"] * pre["tp"]
     gpus = pre["instances"] * pre["tp"]
@@ -120,6 +122,9 @@ def launch(model: str, x: dict, *, prompt: int, length: int, util: str) -> dict:
         f"ships none, its docs (docs/features/nixl_connector_usage.md) run {PROXY} from "
         f"vLLM's source tree --port 8192 --prefiller-hosts localhost --prefiller-ports "
         f"{PORTS['prefill']} --decoder-hosts localhost --decoder-ports {PORTS['decode']}")
+    if state and pre["tp"] != dec["tp"]:  # docs/features/nixl_connector_compatibility.md
+        between += ("; vLLM's NIXL compatibility matrix wants hybrid state (Mamba) models at "
+                    "one tp on both sides (heterogeneous tp is work in progress there)")
     return {"connector": CONNECTOR,
             "prefill": _line(model, "prefill", pre["tp"], pre["instances"], length, util,
                              prefill_seqs(pre, prompt), kv, pre["max_num_batched_tokens"]),
