@@ -381,12 +381,15 @@ def test_vllm_parses_the_split_lines_to_the_same_values(request, which):
     start-up checks take them."""
     pytest.importorskip("vllm")
     from vllm.config import KVTransferConfig, ParallelConfig, SchedulerConfig
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.entrypoints.cli.serve import ServeSubcommand
     from vllm.entrypoints.launchers.cli_args import validate_parsed_serve_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     import shlex
+
+    from kvcalc.serving.vllm.settings import default_batch_limits
 
     parser = FlexibleArgumentParser(description="vLLM CLI")
     ServeSubcommand().subparser_init(parser.add_subparsers(required=False, dest="subparser"))
@@ -401,6 +404,7 @@ def test_vllm_parses_the_split_lines_to_the_same_values(request, which):
         kv = engine.kv_transfer_config
         kv = kv if isinstance(kv, KVTransferConfig) else KVTransferConfig(**kv)
         assert (kv.kv_connector, kv.kv_role) == ("NixlConnector", role)
+        assert kv.kv_connector in KVConnectorFactory._registry  # the name vLLM registers
         assert kv.is_kv_producer == (side == "prefill")
         assert kv.is_kv_consumer == (side == "decode")
         assert engine.tensor_parallel_size == s["tp"]
@@ -414,9 +418,12 @@ def test_vllm_parses_the_split_lines_to_the_same_values(request, which):
         assert engine.max_num_batched_tokens == tokens
         assert seqs == (s["batch"] if side == "decode" else
                         max(1, s["max_num_batched_tokens"] // p.prompt_len))
+        if tokens is None:  # the engine's default at this --max-num-seqs, as kvcalc counts it
+            tokens = default_batch_limits(p.search.hw, p.search.base.replace(
+                tp=s["tp"], kv_dtype=x["kv_cache_dtype"], gpu_memory_utilization="0.9",
+                max_num_seqs=seqs, max_model_len=engine.max_model_len))[0]
         SchedulerConfig(max_model_len=engine.max_model_len, is_encoder_decoder=False,
-                        max_num_seqs=seqs,
-                        max_num_batched_tokens=tokens or max(seqs, 8192))
+                        max_num_seqs=seqs, max_num_batched_tokens=tokens)
         parallel = ParallelConfig(tensor_parallel_size=engine.tensor_parallel_size,
                                   pipeline_parallel_size=1,
                                   data_parallel_size=engine.data_parallel_size)
