@@ -12,6 +12,14 @@ Against published figures (tests/data/disagg): one case, Qwen3-32B on 8 H200, wh
 planner (AIConfigurator) predicts 1.08x and a tuning guide reports 2.02-2.48x measured;
 kvcalc is checked only to pick the same winner, land inside that span and split the GPUs
 as the planner does (test_against_published_qwen3_32b_h200), not to match either.
+
+The split's launch lines (kvcalc.plan.disagg_launch, issue #41 point 6): the README case's
+lines as printed; each line's instances, tp and memory flags are the JSON's, and vLLM's
+count starts them; the --kv-transfer-config JSON sets only KVTransferConfig fields both
+releases read (a table transcribed from vLLM 0.11.0's and 0.33.0's source, checked
+against that source where KVCALC_VLLM_SOURCE names the unpacked wheels); and, in the
+vLLM tier (marker `vllm`, the recipe of tests/test_plan_vllm.py), vLLM's own `vllm serve`
+parser reads every line back to the same values.
 """
 
 from __future__ import annotations
