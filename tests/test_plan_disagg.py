@@ -253,15 +253,17 @@ def test_lines_carry_the_records_counts_and_memory(request, which):
     assert x["name"] == f"{run['prefill_instances']}P{run['decode_instances']}D"
 
 
-def test_each_line_starts_under_vllms_count(long):
+@pytest.mark.parametrize("which", ["short", "long"])
+def test_each_line_starts_under_vllms_count(request, which):
     """The lines' own settings, counted again (the plan's Search.count, as plan recounts
     its front): each side starts and holds its --max-num-seqs."""
     from kvcalc.serving.room import serves
     from kvcalc.serving.vllm.verdict import room_of
 
-    search, x = long.search, long.disaggregated["xpyd"]
+    p = request.getfixturevalue(which)
+    search, x = p.search, p.disaggregated["xpyd"]
     for side in ("prefill", "decode"):
-        f = _flags(long.disaggregated["launch"][side])
+        f = _flags(p.disaggregated["launch"][side])
         tokens = f.get("max-num-batched-tokens")
         cap = search.count(int(f["tensor-parallel-size"]), 1, f.get("kv-cache-dtype", "auto"),
                            f["gpu-memory-utilization"], tokens and int(tokens),

@@ -109,12 +109,14 @@ def launch(model: str, x: dict, *, prompt: int, length: int, util: str,
     pre, dec, kv = x["prefill"], x["decode"], x["kv_cache_dtype"]
     first_decode_port = SIDE_CHANNEL_PORT + pre["instances"] * pre["tp"]
     gpus = pre["instances"] * pre["tp"]
+    total = gpus + dec["instances"] * dec["tp"]
     devices = {"prefill": ",".join(map(str, range(gpus))),
-               "decode": ",".join(map(str, range(gpus, gpus + dec["instances"] * dec["tp"])))}
+               "decode": ",".join(map(str, range(gpus, total)))}
     between = (
         f"{_instances(pre['instances'], pre['tp'], 'prefill')} and "
-        f"{_instances(dec['instances'], dec['tp'], 'decode')}, {CONNECTOR} (pip install nixl); where the {gpus + dec['instances'] * dec['tp']} GPUs are "
-        f"one host, run the prefill line with CUDA_VISIBLE_DEVICES={devices['prefill']} "
+        f"{_instances(dec['instances'], dec['tp'], 'decode')}, {CONNECTOR} (pip install "
+        f"nixl); where the {total} GPUs are one host, run the prefill line with "
+        f"CUDA_VISIBLE_DEVICES={devices['prefill']} "
         f"VLLM_NIXL_SIDE_CHANNEL_PORT={SIDE_CHANNEL_PORT} and the decode line with "
         f"CUDA_VISIBLE_DEVICES={devices['decode']} "
         f"VLLM_NIXL_SIDE_CHANNEL_PORT={first_decode_port}; between them a proxy sends each "

@@ -61,7 +61,7 @@ def disaggregated_launch(d: dict) -> list:
     co-located layout wins, the split's should it run anyway; then what runs between."""
     x, run = d["xpyd"], d["launch"]
     won = d["winner"] == "disaggregated"
-    head = (f"{'disaggregated' if won else 'co-located wins; the split, should it run anyway:'}"
+    head = (f"{'disaggregated' if won else 'co-located wins; should the split run anyway,'}"
             f" {x['name']} in vLLM ({run['connector']})")
     return [f"{head}: prefill, {run['prefill_instances']} x tp {run['prefill_tp']}:",
             Verbatim(run["prefill"]),
