@@ -26,6 +26,9 @@ the pair min(x lambda, y requests/s of a decode instance); `prefill_per_decode` 
 balanced ratio (prefill instances one decode instance keeps busy). Both sides share the
 KV cache dtype (a connector moves the cache as stored).
 
+The record carries the split's launch lines in vLLM's spelling, prefill and decode, with
+the proxy vLLM's docs run between them (kvcalc.plan.disagg_launch).
+
 The co-located best is timed by kvcalc bench's closed loop (a different clock from this
 open-loop queue): the comparison is of tokens/s per GPU at the same targets.
 
@@ -37,6 +40,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kvcalc.errors import KvcalcError, ParameterError, literal
+from kvcalc.plan.disagg_launch import launch
 
 __all__ = ["disaggregated", "prefill_side", "decode_side", "transfer_bytes", "with_disaggregated"]
 
@@ -210,7 +214,9 @@ def _pair(p: dict, d: dict, lam: float, gpus: int, output: int):
 def with_disaggregated(plan, *, ttft_s: float | None = None, tpot_s: float | None = None,
                        transfer_bandwidth_bytes_per_s: float | None = None):
     """`plan` (kvcalc.plan.plan's Plan) with its `disaggregated` record: the best xPyD on
-    its GPUs at the targets, against its best co-located layout, and which wins and why."""
+    its GPUs at the targets, against its best co-located layout, which wins and why, and
+    the split's vLLM launch lines (`launch`, kvcalc.plan.disagg_launch; None without a
+    split)."""
     search, b = plan.search, plan.best
     kvs = ("auto",) if search.spec.attention_free else ("auto", "fp8")
     d = disaggregated(search, gpus=plan.gpus, prompt=plan.prompt_len,
@@ -222,7 +228,17 @@ def with_disaggregated(plan, *, ttft_s: float | None = None, tpot_s: float | Non
             "tokens_per_s_per_gpu": b.tokens_per_s_per_gpu}
     record = {"co_located": colo, "xpyd": d}
     record.update(_verdict(d, colo, plan.prompt_len, ttft_s, tpot_s))
+    record["launch"] = None if d is None else launch(
+        _served(plan.command), d, prompt=plan.prompt_len, length=b.max_model_len,
+        util=UTILIZATION, state=search.spec.state_mixers != "no mixer")
     return replace(plan, disaggregated=record, notes=(*plan.notes, record["why"]))
+
+
+def _served(command: str) -> str:
+    """The model as the co-located `vllm serve` line names it (its third word)."""
+    import shlex
+
+    return shlex.split(command)[2]
 
 
 def _verdict(d: dict | None, colo: dict, prompt: int, ttft_s, tpot_s) -> dict:

@@ -47,10 +47,26 @@ def plan_items(p) -> list:
     items = [head, plan_table(p), Verbatim(p.command)]
     if p.speculation and p.speculation.get("by_batch"):
         items.append(speculation_table(p.speculation))
-    if getattr(p, "disaggregated", None) and p.disaggregated.get("xpyd"):
-        items.append(disaggregated_table(p.disaggregated))
+    d = getattr(p, "disaggregated", None)
+    if d and d.get("xpyd"):
+        items.append(disaggregated_table(d))
     items += [f"note: {n}" for n in p.notes]
+    if d and d.get("launch"):
+        items += disaggregated_launch(d)
     return items
+
+
+def disaggregated_launch(d: dict) -> list:
+    """The split's vLLM lines (kvcalc.plan.disagg_launch), the winner's or, where the
+    co-located layout wins, the split's should it run anyway; then what runs between."""
+    x, run = d["xpyd"], d["launch"]
+    won = d["winner"] == "disaggregated"
+    head = (f"{'disaggregated' if won else 'co-located wins; should the split run anyway,'}"
+            f" {x['name']} in vLLM ({run['connector']})")
+    return [f"{head}: prefill, {run['prefill_instances']} x tp {run['prefill_tp']}:",
+            Verbatim(run["prefill"]),
+            f"decode, {run['decode_instances']} x tp {run['decode_tp']}:",
+            Verbatim(run["decode"]), f"note: {run['between']}"]
 
 
 def disaggregated_table(d: dict) -> Tab:
