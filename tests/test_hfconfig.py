@@ -380,6 +380,13 @@ def test_gemma_head_dim_left_out_is_the_class_256():
     assert spec_from_hf_config(cfg, "x", "t").head_dim == 256
 
 
+def test_nemotron_head_dim_left_out_is_hidden_over_heads_rounded_down():
+    cfg = load("nvidia__Minitron-8B-Base")
+    assert spec_from_hf_config(cfg, "x", "t").head_dim == 128  # stated: 48 heads of 128
+    del cfg["head_dim"]  # NemotronConfig: hidden_size // num_attention_heads, 4096 // 48
+    assert spec_from_hf_config(cfg, "x", "t").head_dim == 85
+
+
 def test_falcon_variants():
     base = load("tiiuae__falcon-7b")
     # Neither multi-query nor the new architecture: every head has its K/V.

@@ -110,7 +110,12 @@ def llama_variants(c: Config) -> dict:
         kv_heads = c.kv_heads_required(heads)
     else:
         kv_heads = c.opt_int("num_key_value_heads", heads)
-    head_dim = c.head_dim(hidden, heads)
+    if family == "nemotron":
+        # NemotronConfig: head_dim, else hidden_size // num_attention_heads rounded down
+        # (Minitron-8B: 48 heads of 128 in 4096; without head_dim the class builds 48 of 85)
+        head_dim = c.opt_int("head_dim", None) or hidden // heads
+    else:
+        head_dim = c.head_dim(hidden, heads)
     layernorm = family in ("stablelm", "nemotron", "phimoe")
     bias = c.opt_bool("use_qkv_bias" if family == "stablelm" else "attention_bias", False)
     out_bias = False if family == "stablelm" else bias
