@@ -406,6 +406,13 @@ def prefix_setup(spec, hw, counted, load, given: dict, steps: "StepTimes"):
         if tier.refusal:
             raise KvcalcError(f"{counted.engine.title} does not start: {tier.refusal}")
     gpu, host = split_prefix(load.input_len, load.prefix_hit, load.host_hit, prefix.block)
+    if prefix.on and gpu:  # the hit's blocks, referenced and so not evictable while used
+        blocks = gpu // prefix.block
+        extra["prefix_cache"]["pinned"] = {
+            "blocks": blocks, "tokens": blocks * prefix.block,
+            "bytes_per_device": blocks * prefix.block * counted.bytes_per_token,
+            "held": "once, for every request" if load.prefix_shared
+            else "by each running request"}
     if prefix.on and load.prefix_hit:
         notes.append(f"a prefix hit of {load.prefix_hit:g} is {gpu:,} of {load.input_len:,} "
                      f"prompt tokens: whole blocks of {prefix.block}, the last token computed"
