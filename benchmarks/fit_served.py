@@ -252,8 +252,9 @@ def main(argv: list[str]) -> int:
     for r in regimes:
         lines.append(f"  {r.replace(' ', '_').replace('+', '_')}: {{held_out: {held[r][0]}, in_sample: "
                      f"{insample[r][0]}, rows: {held[r][1]}}}")
-    lines += ["# each held-out row's error (predicted / measured as a factor off: max(r, 1/r) - 1),",
-              "# the terms fitted on the other publishers: half and 80% of rows within",
+    lines += ["# each held-out row's error, predicted / measured as a factor off",
+              "# (max(r, 1/r) - 1), the terms fitted on the other publishers: half (p50)",
+              "# and 80% (p80) of the rows within",
               "held_out_error:"]
     for (kind, reg), xs in sorted(errors.items()):
         key = f"{'TTFT' if kind == 'TTFT' else 'TPOT_tput'}_{reg.replace(' ', '_')}"
