@@ -230,3 +230,17 @@ def _is_test_config(model: str) -> bool:
     if not isinstance(model, str) or not model.startswith("tests/"):
         return False
     return (TESTS_DIR / model.removeprefix("tests/")).is_file()
+
+
+def check_feature_rows(rows: Mapping[str, Mapping]) -> None:
+    """A launch feature's published rows (tests/data/lora, tests/data/prefix): at least one
+    scored, each cited (a URL and the quoted figures), each unscored one saying why, each
+    scored one on a model and GPU kvcalc has presets for."""
+    from kvcalc.presets import load_hardware, load_model
+
+    assert any(r["scored"] for r in rows.values())
+    for name, row in rows.items():
+        assert row["source"].startswith("https://") and row["quoted"].strip(), name
+        assert row["scored"] or row["why"], name
+        if row["scored"]:
+            load_model(row["model"]), load_hardware(row["gpu"])

@@ -558,7 +558,14 @@ WRAPPER_DEFAULTS = ("llava", "gemma3", "mistral3", "qwen2_5_vl", "llama4", "fuyu
 _UNBUILT_CLASS_DEFAULTS = ("qwen4_exp",)
 
 
-@pytest.mark.parametrize("source", [*(s for s in CONFIGS if _cfg(s).get("vision_config")),
+# Published wrappers whose vision tower is a timm model (Gemma 3n's MobileNet-V5): transformers
+# cannot build the tower here (hf_truth._TOWERS_NEED_TIMM), so only their language model is
+# compared (test_parameters_equal_transformers_meta_model), as for their class defaults.
+_TOWERS_UNBUILT = {s for s in CONFIGS if _cfg(s).get("model_type") in hf_truth._TOWERS_NEED_TIMM}
+
+
+@pytest.mark.parametrize("source", [*(s for s in CONFIGS if _cfg(s).get("vision_config")
+                                      and s not in _TOWERS_UNBUILT),
                                     *(f"default:{w}" for w in WRAPPER_DEFAULTS)])
 def test_vision_towers_equal_transformers(source):
     """Multimodal configs: the language model is counted (above), the vision tower and

@@ -91,3 +91,15 @@ def test_host_hit_needs_a_tier():
                                  "--concurrency", "2", "--prefix-hit", "0.2",
                                  "--host-hit", "0.5"])
     assert r.exit_code == 2 and "host KV tier" in r.output
+
+
+def test_the_hits_blocks_are_pinned_once_when_shared_and_per_request_otherwise():
+    """A 4,096-token prompt with half of it cached: 2,048 tokens, 128 blocks of 16, each
+    token 131,072 B of Llama-3.1-8B's bf16 K/V (32 layers x 8 K/V heads x 128 x 2 x 2 B):
+    256 MiB, held once when every request shares the prefix."""
+    shared = _bench("--prefix-hit", "0.5", "--enable-prefix-caching", "--shared-prefix")
+    assert shared["prefix_cache"]["pinned"] == {
+        "blocks": 128, "tokens": 2048, "bytes_per_device": 128 * 16 * 32 * 8 * 128 * 2 * 2,
+        "held": "once, for every request"}
+    own = _bench("--prefix-hit", "0.5", "--enable-prefix-caching")
+    assert own["prefix_cache"]["pinned"]["held"] == "by each running request"

@@ -137,3 +137,45 @@ def test_python_example(code: str, shell_env: dict, tmp_path: Path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip(), "the README's Python example prints its results"
+
+
+def _outputs_shown() -> list[tuple[list[str], str]]:
+    """Each ```text block that follows a ```bash block (with only ```text blocks between):
+    the bash block's kvcalc commands and the text the README says they print."""
+    out, commands = [], None
+    for lang, body in BLOCKS:
+        if lang == "bash":
+            body = re.sub(r"\\\n\s*", "", body)
+            commands = [c.strip() for c in body.splitlines() if c.strip().startswith("kvcalc")]
+        elif lang == "text" and commands:
+            out.append((commands, body))
+        else:
+            commands = None
+    return out
+
+
+SHOWN = _outputs_shown()
+
+
+@pytest.mark.parametrize("commands,shown", SHOWN, ids=[f"{c[0][:60]}" for c, _ in SHOWN])
+def test_shown_output_is_what_the_command_prints(commands, shown, shell_env: dict,
+                                                 tmp_path: Path):
+    """A README block of output is what its command prints today: each line of it is in
+    the command's output (lines the README leaves out may be missing, and a line may be
+    wrapped at another width, so both are compared with whitespace runs as one space):
+    outputs went stale before."""
+    printed = []
+    wide = {**shell_env, "COLUMNS": "250"}  # no table cell wrapped, whatever the README's width
+    for command in commands:
+        if command.startswith("kvcalc measure"):
+            pytest.skip("measure's output is a measurement of this machine")
+        r = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=tmp_path / "work",
+                           env=wide, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, f"{command}\n{r.stderr}"
+        printed.append(r.stdout + r.stderr)
+    text = " ".join(" ".join(printed).split())
+    stale = [line for line in shown.splitlines()  # "...": lines the README leaves out
+             if line.strip().strip("─") not in ("", "...")  # rules: as wide as the table
+             and " ".join(line.split()) not in text]
+    assert not stale, (f"the README shows lines {commands[0]!r} no longer prints:\n"
+                       + "\n".join(stale[:10]))

@@ -80,7 +80,8 @@ def bench(*, model, gpu="h100-sxm", engine: str | None = None, tp: int | None = 
           input_len: int | None = None, output_len: int | None = None,
           num_prompts: int | None = None, concurrency: int | list[int] | None = None,
           request_rate: float | list[float] | None = None, prefix_hit: float = 0.0,
-          host_hit: float = 0.0, max_model_len: int | None = None, kv_dtype="bf16",
+          host_hit: float = 0.0, prefix_shared: bool = False,
+          max_model_len: int | None = None, kv_dtype="bf16",
           weight_dtype=None, random_range_ratio: float = 0.0, dataset_name: str = "random",
           past_saturation: bool = False, seed: int = 0, against=None,
           images_per_request: int = 0, image_size: str | None = None,
@@ -105,7 +106,9 @@ def bench(*, model, gpu="h100-sxm", engine: str | None = None, tp: int | None = 
     concurrency). `concurrency`: the closed loop's requests in flight (a list: a run
     each); `request_rate`: else the open loop's Poisson arrivals a second (a list: a run
     each; math.inf: all at once, the default). `prefix_hit`, `host_hit`: shares of each
-    prompt already in the prefix cache, or in the host tier, in [0, 1). `dataset_name`:
+    prompt already in the prefix cache, or in the host tier, in [0, 1); `prefix_shared`:
+    the cached part is one prefix every request shares, held once in the KV pool
+    (kvcalc.served.step.shared_prefix; else each request's own). `dataset_name`:
     "random" (lengths spread by `random_range_ratio` in [0, 1]) or "sharegpt".
     `past_saturation`: a rate over what the engine sustains runs anyway. `against`: a
     `vllm bench serve --save-result` JSON or SGLang bench_serving JSONL, its runs beside
@@ -167,6 +170,9 @@ def _against(spec, hardware, engine, flags: dict, p: dict) -> BenchAnswer:
     if flags["enable_lora"]:
         raise ParameterError("{against} predicts the file's runs as measured; bench a "
                              "LoRA run without {against}", "against")
+    if p["prefix_shared"]:
+        raise ParameterError("{against} predicts the file's runs as measured; bench a "
+                             "shared prefix without {against}", "against", "prefix_shared")
     for name in ("tp", "input_len", "output_len", "num_prompts"):
         if p[name] is not None and p[name] < 1:
             raise ParameterError("{" + name + "} must be a positive whole number, got "
@@ -224,7 +230,7 @@ def _served(spec, hardware, ref, flags: dict, p: dict) -> BenchAnswer:
                            output_len=output_len, image_tokens=image_tokens,
                            encode_flops=encode_flops, range_ratio=ratio,
                            sharegpt=dataset == "sharegpt",
-                           **{k: p[k] for k in ("prefix_hit", "host_hit", "seed",
+                           **{k: p[k] for k in ("prefix_hit", "host_hit", "prefix_shared", "seed",
                                                 "max_model_len", "kv_dtype", "weight_dtype",
                                                 "past_saturation", "acceptance_rate")})
 
@@ -243,7 +249,8 @@ def _served(spec, hardware, ref, flags: dict, p: dict) -> BenchAnswer:
 
 
 def _runs(spec, hardware, ref, flags: dict, loads: list, *, tp, input_len, output_len,
-          image_tokens, encode_flops, range_ratio, sharegpt, prefix_hit, host_hit, seed,
+          image_tokens, encode_flops, range_ratio, sharegpt, prefix_hit, host_hit,
+          prefix_shared, seed,
           max_model_len, kv_dtype, weight_dtype, past_saturation, acceptance_rate) -> tuple:
     """(kvcalc.served.bench's result a load, the speculation gain of each that drafts)."""
     from kvcalc.served import Load, bench as run, random_lengths, sharegpt_lengths
@@ -260,7 +267,8 @@ def _runs(spec, hardware, ref, flags: dict, loads: list, *, tp, input_len, outpu
         hits = dict(host_hit=host_hit, prefix_block=1) if host_hit else {}
         lengths = tuple((p + image_tokens, o) for p, o in lengths)  # images in each prompt
         load = Load(input_len=input_len + image_tokens, output_len=output_len,
-                    prefix_hit=prefix_hit, seed=seed, lengths=lengths,
+                    prefix_hit=prefix_hit, prefix_shared=prefix_shared, seed=seed,
+                    lengths=lengths,
                     encode_flops=encode_flops, **hits, **kw)
         results.append(run(spec, hardware, load, engine_flags=flags or None,
                            acceptance_rate=acceptance_rate, **common))

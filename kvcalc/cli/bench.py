@@ -52,6 +52,10 @@ HostHitOpt = Annotated[float, typer.Option(
     "--host-hit", help="Share of each prompt held in the engine's host KV tier "
     "beyond --prefix-hit (evicted from the GPU pool), fetched over the GPU's host "
     "link instead of computed; needs the tier's flag (default 0).")]
+SharedPrefixOpt = Annotated[bool, typer.Option(
+    "--shared-prefix", help="The --prefix-hit part is one prefix every request shares "
+    "(a system prompt; vllm bench serve's --random-prefix-len), held once in the KV "
+    "pool; default: each request's own, held by it.")]
 BenchMaxModelLenOpt = Annotated[Optional[int], typer.Option(
     "--max-model-len", show_default=False,
     help="The engine's longest request (default: the model's context).")]
@@ -97,10 +101,10 @@ def register(app: typer.Typer, only: str | None = None) -> None:
         output_len: BenchOutputLenOpt = None, num_prompts: NumPromptsOpt = None,
         concurrency: BenchConcurrencyOpt = None, request_rate: RequestRateOpt = None,
         prefix_hit: PrefixHitOpt = 0.0, host_hit: HostHitOpt = 0.0,
-        max_model_len: BenchMaxModelLenOpt = None, max_num_seqs: ef.MaxNumSeqsOpt = None,
+        prefix_shared: SharedPrefixOpt = False, max_model_len: BenchMaxModelLenOpt = None,
         gpu_memory_utilization: ef.GpuMemoryUtilizationOpt = None,
         max_num_batched_tokens: ef.MaxNumBatchedTokensOpt = None,
-        mem_fraction_static: ef.MemFractionStaticOpt = None,
+        mem_fraction_static: ef.MemFractionStaticOpt = None, max_num_seqs: ef.MaxNumSeqsOpt = None,
         max_running_requests: ef.MaxRunningRequestsOpt = None,
         chunked_prefill_size: ef.ChunkedPrefillOpt = None,
         free_gpu_memory_fraction: ef.FreeFractionOpt = None,

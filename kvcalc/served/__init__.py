@@ -41,8 +41,9 @@ from dataclasses import field
 from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError, ParameterError, literal
 from kvcalc.served.lengths import random_lengths, sharegpt_lengths
+from kvcalc.served.stats import stats as _stats
 from kvcalc.served.step import (ServedTerms, StepTimes, _bucket, held_out_error, held_out_note,
-                                 prefix_setup, regime, served_terms)
+                                 prefix_setup, regime, served_terms, shared_prefix)
 
 __all__ = ["BenchResult", "Load", "ServedTerms", "bench", "random_lengths", "served_terms",
            "sharegpt_lengths", "METRICS"]
@@ -84,6 +85,9 @@ class Load:
     prefix_caching: bool = True
     prefix_block: int = 0
     host_hit: float = 0.0
+    # the cached part is one prefix every request shares (a system prompt, the clients'
+    # --random-prefix-len): the pool holds it once (kvcalc.served.step.shared_prefix)
+    prefix_shared: bool = False
     # the vision encoder's FLOPs for one request's images (kvcalc.served.images), run in
     # the step that carries its first prompt chunk; the image tokens are in input_len
     encode_flops: int = 0
@@ -160,47 +164,6 @@ class BenchResult:
                 **self.extra, "notes": list(self.notes)}
 
 
-def _percentile(values: list[float], q: float) -> float:
-    """numpy.percentile's default (linear interpolation), as vllm bench serve takes it."""
-    if not values:
-        return 0.0
-    s = sorted(values)
-    pos = (len(s) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-def _stats(name: str, values: list[float], weights: list[int] | None = None) -> dict:
-    """mean, median and p99 of `values` in ms (`weights`: how many times each counts)."""
-    if weights is not None:  # expand step gaps by how many requests saw each
-        if not values:
-            return {f"mean_{name}_ms": 0.0, f"median_{name}_ms": 0.0, f"p99_{name}_ms": 0.0}
-        total = sum(weights)
-        mean = sum(v * n for v, n in zip(values, weights)) / total
-        pairs = sorted(zip(values, weights))
-
-        def pct(q: float) -> float:
-            pos = (total - 1) * q / 100
-            lo_i, hi_i = int(pos), min(int(pos) + 1, total - 1)
-            out, seen = [], 0
-            for v, n in pairs:
-                while len(out) < 2 and seen + n > (lo_i if not out else hi_i):
-                    out.append(v)
-                seen += n
-                if len(out) == 2:
-                    break
-            while len(out) < 2:
-                out.append(pairs[-1][0])
-            return out[0] + (out[1] - out[0]) * (pos - lo_i)
-
-        return {f"mean_{name}_ms": mean * 1e3, f"median_{name}_ms": pct(50) * 1e3,
-                f"p99_{name}_ms": pct(99) * 1e3}
-    mean = sum(values) / len(values) if values else 0.0
-    return {f"mean_{name}_ms": mean * 1e3, f"median_{name}_ms": _percentile(values, 50) * 1e3,
-            f"p99_{name}_ms": _percentile(values, 99) * 1e3}
-
-
 def _alike_steps(to_finish: int, to_full: int, context: float, dt: float, now: float,
                  next_arrival: float | None, grow: float = 1) -> int:
     """How many decode steps from now run alike (at least 1): up to the step a request
@@ -232,6 +195,9 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
     step that carries its request's first prompt chunk."""
     from kvcalc.serving.prefix import split_prefix
 
+    shared = shared_prefix(load)
+    pool -= shared  # held once, whoever runs
+    own: dict[int, int] = {}  # request -> its tokens of the shared prefix, not its own
     n = load.num_prompts
     pairs_of = load.lengths or ((load.input_len, load.output_len),) * n
     ins = [p for p, _ in pairs_of]
@@ -291,15 +257,18 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
     def fits(item) -> bool:
         rest = outs[item[0]] - item[4]  # outputs still to come
         if greedy:
-            return used() + item[2] <= pool
+            return used() + mine(item) <= pool
         if ratio_mode:
             left = prefill_left + left_base - len(decoding) * decode_steps * g
-            return used() + item[2] + min(rest, 4096) + ratio * left <= pool
-        return used() + item[2] + rest <= pool  # reserve: every request's whole length
+            return used() + mine(item) + min(rest, 4096) + ratio * left <= pool
+        return used() + mine(item) + rest <= pool  # reserve: every request's whole length
+
+    def mine(item) -> int:  # the tokens it holds of its own (not of a shared prefix)
+        return item[2] - own.get(item[0], 0)
 
     def admitted_tokens(item) -> int:
         # reserve holds the whole request from the start; the others their prompt
-        return item[2] + (0 if grows else outs[item[0]] - item[4])
+        return mine(item) + (0 if grows else outs[item[0]] - item[4])
 
     for _ in range(MAX_STEPS):
         while arrivals and arrivals[0] + request_s <= now:
@@ -324,6 +293,8 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
             if encode_s:
                 fetching[rid] = fetching.get(rid, 0.0) + encode_s
             fill = inp - cached - fetched
+            if shared:
+                own[rid] = min(cached, shared)
             waiting.append([rid, arrivals.popleft(), inp, max(fill, 1), 0])  # sent at
             arrived_at[rid] = waiting[-1][1]
             next_id += 1
@@ -390,7 +361,7 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
                     sent += 1
                 continue
             e = epoch.get(rid, 0)
-            held_now = held + 1 if grows else held + 1 + (out - generated)
+            held_now = held - own.get(rid, 0) + 1 + (0 if grows else out - generated)
             decoding[rid] = (decode_steps, generated, held_now, e, held + 1)
             held_base += held_now - (decode_steps * g if grows else 0)
             left_base += (out - generated) + decode_steps * g
@@ -429,10 +400,10 @@ def _simulate(steps: StepTimes, load: Load, *, limit: int, pool: int, budget: in
                 context_base -= context - joined * g
                 generated = min(outs[rid] - 1, generated + int((decode_steps - joined) * g))
                 epoch[rid] = e + 1
-                # computed again from its first token: prompt and output so far
+                # computed again from its first token: prompt and output so far (but
+                # a shared prefix, still cached)
                 waiting.appendleft([rid, arrived_at[rid], ins[rid] + generated,
-                                    ins[rid] + generated,
-                                    generated])
+                                    ins[rid] + generated - own.get(rid, 0), generated])
                 preempted += 1
                 if ratio_mode:
                     ratio = schedule.reserve_ratio
@@ -525,7 +496,7 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
                              "{extra_llm_api_options})", "acceptance_rate", "speculative_config",
                              "speculative_algorithm", "extra_llm_api_options")
     encode_s = load.encode_flops / (tp * steps.peak * steps.mfu) if load.encode_flops else 0.0
-    holds = min(limit, pool // per_request)
+    holds = min(limit, (pool - shared_prefix(load)) // (per_request - shared_prefix(load)))
     if load.concurrency is not None and load.concurrency > holds:
         notes.append(f"saturated: {ref.title} runs at most {holds:,} requests of "
                      f"{per_request:,} tokens at once ({'its KV pool' if pool // per_request < limit else 'its running-request limit'}); "
@@ -536,7 +507,8 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
                                     num_prompts=max(3 * holds, 8), concurrency=holds,
                                     prefix_hit=load.prefix_hit, warmup=False,
                                     prefix_caching=load.prefix_caching,
-                                    prefix_block=load.prefix_block, host_hit=load.host_hit),
+                                    prefix_block=load.prefix_block, host_hit=load.host_hit,
+                                    prefix_shared=load.prefix_shared),
                         limit=limit, pool=pool, budget=budget, schedule=schedule,
                         request_s=request_s, fetch_s=fetch_s, encode_s=encode_s)
         capacity = len(top["done"]) / top["end"] if top["end"] else math.inf

@@ -10,7 +10,8 @@ import functools
 from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError, ParameterError, literal
 
-__all__ = ["ServedTerms", "StepTimes", "held_out_error", "prefix_setup", "regime", "served_terms"]
+__all__ = ["ServedTerms", "StepTimes", "held_out_error", "prefix_setup", "regime", "served_terms",
+           "shared_prefix"]
 
 
 @record
@@ -172,6 +173,9 @@ class StepTimes:
         # average; 0, 1, 1 without it.
         self.k, self.width, self.emitted, self.draft = 0, 1, 1, None
         self.lora = None  # with LoRA adapters: their kernels' time (kvcalc.served.lora)
+        # tokens of a prefix every running request shares whose K/V a decode step reads
+        # once, not once a request (vLLM's cascade attention: cascade_setup)
+        self.cascade = 0
 
     def speculate(self, k: int, emitted: float, draft: "StepTimes | None") -> None:
         """Time every decode step as a speculative round: the target's verification of
@@ -282,6 +286,9 @@ class StepTimes:
         b = max(decoding, 1)
         weights_s, kv_s, act_s, compute_s = self._decode(_bucket(b), _bucket(context),
                                                          self.k)
+        if self.cascade and decoding >= CASCADE_MIN_REQUESTS:  # the prefix read once
+            kv_s = self._decode(_bucket(b), _bucket(context - self.cascade * (1 - 1 / b)),
+                                self.k)[1]
         if decoding == 0:
             kv_s, compute_s = 0.0, 0.0
         tokens = decoding * self.width  # each request's k + 1 verified positions
@@ -319,6 +326,53 @@ class StepTimes:
         return max(gpu_s, self.host_s) + per_request_s
 
 
+# vLLM's cascade attention (v1/attention/backends/flash_attn.py use_cascade_attention,
+# main of 2025-08, commit 0084b783): "common_prefix_len < 256: return False", "num_reqs
+# < 8: return False"
+CASCADE_MIN_PREFIX, CASCADE_MIN_REQUESTS = 256, 8
+
+
+def cascade_setup(steps: "StepTimes", load, engine) -> str:
+    """Time the decode steps' attention as vLLM's V1 runs it when every running request
+    shares a prefix of 256 tokens or more (kvcalc.served.step.shared_prefix): the
+    scheduler counts the blocks every request holds (KVCacheManager.
+    get_num_common_prefix_blocks: ref_cnt equal to the requests') and FlashAttention's
+    cascade_attention attends to that prefix once for all the step's queries, then to
+    each request's own suffix, so the prefix's K/V is read once a step, not once a
+    request. use_cascade_attention takes it with 8 requests or more whenever a step
+    carries a prompt chunk, and for pure decode when its CTA estimate beats
+    FlashDecoding's, once requests x KV heads outnumber the SMs (about 17 requests for 8
+    KV heads on 132 SMs); kvcalc, with no SM count in its presets, takes it from 8 on,
+    where the prefix's K/V is a small share of a step's reads. Returns the note (empty:
+    not taken)."""
+    from kvcalc.serving.vllm.rules import default_engine
+
+    shared = shared_prefix(load)
+    if (engine.name != "vllm" or default_engine(engine.release) == "v0"
+            or shared < CASCADE_MIN_PREFIX):
+        return ""
+    steps.cascade = shared
+    return (f"vLLM's cascade attention: the {shared:,}-token prefix every request shares "
+            f"is read once a decode step of {CASCADE_MIN_REQUESTS} requests or more")
+
+
+def shared_prefix(load) -> int:
+    """Tokens of the one prefix every request shares (`load.prefix_shared`: a system
+    prompt, vllm bench serve's --random-prefix-len, whose client puts one random prefix
+    before every prompt), held once in the KV pool while the engine's prefix caching is
+    on: a prompt of the mean length's hit, cut as split_prefix cuts it. A hit's blocks
+    are the pool's, not the request's: vLLM's KVCacheManager.allocate_slots (v1/core/
+    kv_cache_manager.py, main of 2026, commit 003df296) allocates blocks only for the
+    tokens to compute and appends the hit's cached blocks to the request with their
+    ref_cnt raised, so requests that share a prefix share its blocks. 0 otherwise: each
+    request's hit is its own (a conversation's history), held by it."""
+    from kvcalc.serving.prefix import split_prefix
+
+    if not (load.prefix_shared and load.prefix_caching and load.prefix_hit):
+        return 0
+    return split_prefix(load.input_len, load.prefix_hit, 0.0, max(load.prefix_block, 1))[0]
+
+
 def prefix_setup(spec, hw, counted, load, given: dict, steps: "StepTimes"):
     """The load as the engine's prefix caching and host tier take it, when any of their
     flags (kvcalc.serving.flags SIDE) or a host hit is given; else the load unchanged.
@@ -337,20 +391,33 @@ def prefix_setup(spec, hw, counted, load, given: dict, steps: "StepTimes"):
 
     side = {k: v for k, v in given.items() if k in SIDE and v is not None}
     if not side and not load.host_hit:
-        return load, 0.0, {}, []
+        note = cascade_setup(steps, load, counted.engine)
+        return load, 0.0, {}, [note] if note else []
     prefix = prefix_cache(spec, counted, side)
     tier = host_tier(counted, side, mla=spec.mla is not None)
     load = replace(load, prefix_caching=prefix.on, prefix_block=prefix.block)
     extra = {"prefix_cache": prefix.as_dict()}
     notes = [f"prefix caching {prefix.switch}" + (f": {prefix.note}" if prefix.note else "")]
+    cascade = cascade_setup(steps, load, counted.engine)
+    if cascade:
+        notes.append(cascade)
     if tier is not None:
         extra["host_tier"] = tier.as_dict()
         if tier.refusal:
             raise KvcalcError(f"{counted.engine.title} does not start: {tier.refusal}")
     gpu, host = split_prefix(load.input_len, load.prefix_hit, load.host_hit, prefix.block)
+    if prefix.on and gpu:  # the hit's blocks, referenced and so not evictable while used
+        blocks = gpu // prefix.block
+        extra["prefix_cache"]["pinned"] = {
+            "blocks": blocks, "tokens": blocks * prefix.block,
+            "bytes_per_device": blocks * prefix.block * counted.bytes_per_token,
+            "held": "once, for every request" if load.prefix_shared
+            else "by each running request"}
     if prefix.on and load.prefix_hit:
         notes.append(f"a prefix hit of {load.prefix_hit:g} is {gpu:,} of {load.input_len:,} "
-                     f"prompt tokens: whole blocks of {prefix.block}, the last token computed")
+                     f"prompt tokens: whole blocks of {prefix.block}, the last token computed"
+                     + (", one prefix every request shares, held once in the KV pool"
+                        if load.prefix_shared else ""))
     if not load.host_hit:
         return load, 0.0, extra, notes
     if tier is None or not tier.tokens:
