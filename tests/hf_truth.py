@@ -35,9 +35,13 @@ import warnings
 _DROP_KEYS = ("quantization_config", "auto_map", "_name_or_path", "transformers_version")
 
 # Families whose recurrent / conv state width is derived from hidden_size: hidden stays.
+# xLSTM's mLSTM heads are hidden_size x qk_dim_factor / v_dim_factor over num_heads whatever
+# its head_dim says (NX-AI/xLSTM-7b states 512), and its embedding_dim, the same width under
+# its original name, stays beside a shrunk hidden_size in the class: a reduced copy whose
+# blocks and norms disagree.
 _HIDDEN_IS_STATE = {
     "mamba", "falcon_mamba", "mamba2", "jamba", "lfm2", "lfm2_moe", "bamba", "zamba",
-    "zamba2", "falcon_h1", "granitemoehybrid", "nemotron_h", "rwkv",
+    "zamba2", "falcon_h1", "granitemoehybrid", "nemotron_h", "rwkv", "xlstm",
 }
 
 # Families whose o_proj is Linear(hidden_size, hidden_size) whatever heads x head_dim is

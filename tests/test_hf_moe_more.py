@@ -88,6 +88,20 @@ def test_jetmoe_counts_its_attention_experts_exactly():
     assert spec.heads == kv * k
 
 
+
+def test_jetmoe_reads_its_remote_code_names():
+    """JetMoE-8B's published files (and their fine-tunes') name the MLP width, experts and
+    top-k as JetMoE's own JetMoEConfig did: ffn_hidden_size, moe_num_experts, moe_top_k.
+    Read as the sizes they state (transformers' JetMoeConfig fills in its 5632, 8 and 2,
+    the same numbers); a canonical name, where present, wins."""
+    remote = {k: v for k, v in JETMOE.items()
+              if k not in ("intermediate_size", "num_local_experts", "num_experts_per_tok")}
+    remote.update(ffn_hidden_size=5632, moe_num_experts=8, moe_top_k=2)
+    assert _counts(remote) == _counts(JETMOE)
+    wider = dict(remote, ffn_hidden_size=4096, moe_num_experts=4)
+    assert _counts(wider).total < _counts(JETMOE).total
+    assert _counts(dict(wider, intermediate_size=5632, num_local_experts=8)) == _counts(JETMOE)
+
 def test_cohere2_moe_and_exaone_moe_active_parameters():
     d, layers = 8192, 40
     per_layer = 4 * d * 64 * 128 + d + 8 * d  # attention, one norm, router

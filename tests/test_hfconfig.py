@@ -735,3 +735,21 @@ def test_lfm2_tie_embedding_is_the_legacy_tie_word_embeddings():
                                "lfm2", "t")
     untied = spec_from_hf_config({**LFM2, "tie_embedding": False}, "lfm2", "t")
     assert tied.tied_embeddings and not untied.tied_embeddings
+
+
+def test_exaone_reads_its_checkpoints_own_field_names():
+    """EXAONE 3.0/3.5's config.json says num_layers, layer_norm_epsilon and
+    activation_function (heegyu/EXAONE-3.0-7.8B-Instruct-bf16, as LGAI-EXAONE's remote-code
+    ExaoneConfig wrote them); transformers' ExaoneConfig maps them by its attribute_map to
+    num_hidden_layers, rms_norm_eps and hidden_act. Read so, a canonical name winning."""
+    from kvcalc.formulas.params import param_counts
+
+    cfg = load("heegyu__EXAONE-3.0-7.8B-Instruct-bf16")
+    assert "num_hidden_layers" not in cfg and cfg["num_layers"] == 32
+    spec = spec_from_hf_config(cfg, "e")
+    assert spec.layers == 32
+    canonical = {k: v for k, v in cfg.items() if k != "num_layers"}
+    canonical["num_hidden_layers"] = 32
+    assert param_counts(spec_from_hf_config(canonical, "e")) == param_counts(spec)
+    both = dict(cfg, num_hidden_layers=2)
+    assert spec_from_hf_config(both, "e").layers == 2

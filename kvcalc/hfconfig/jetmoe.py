@@ -17,10 +17,17 @@ def jetmoe(c: Config) -> dict:
     hidden = c.req_dim("hidden_size")
     layers = c.req_dim("num_hidden_layers")
     vocab = c.req_dim("vocab_size")
-    d_ff = c.req_dim("intermediate_size")
+    # JetMoE's own remote-code JetMoEConfig (jetmoe/jetmoe-8b's `auto_map`) names the MLP
+    # width, the experts and top-k ffn_hidden_size, moe_num_experts and moe_top_k, and
+    # JetMoE-8B's published files and their fine-tunes still say so (idoru/jetmoe-8b-
+    # ultrainteract-sft-v4). transformers' JetMoeConfig takes none of them and fills in its
+    # own 5632, 8 and 2, which are JetMoE-8B's: the same model on those files. Read here as
+    # the sizes the checkpoint states, the canonical name winning.
+    d_ff = c.req_dim("intermediate_size", "ffn_hidden_size")
     kv_heads = c.req_dim("num_key_value_heads")
     head_dim = c.req_dim("kv_channels", "head_dim")  # JetMoeConfig: head_dim -> kv_channels
-    experts, top_k = c.req_dim("num_local_experts"), c.req_dim("num_experts_per_tok")
+    experts = c.req_dim("num_local_experts", "moe_num_experts")
+    top_k = c.req_dim("num_experts_per_tok", "moe_top_k")
     # JetMoeConfig sets num_attention_heads = num_key_value_heads x num_experts_per_tok,
     # whatever config.json says.
     heads = kv_heads * top_k

@@ -391,6 +391,17 @@ def llama_biased(c: Config) -> dict:
     return decoder(c, qkv_bias=bias, out_bias=bias, mlp_bias=c.opt_bool("mlp_bias", False))
 
 
+def exaone(c: Config) -> dict:
+    """EXAONE 3: Llama with attention_bias and mlp_bias, its checkpoints' own field names
+    read as ExaoneConfig's attribute_map reads them."""
+    # EXAONE 3.0/3.5's files say num_layers, layer_norm_epsilon and activation_function
+    # (LGAI-EXAONE's remote-code ExaoneConfig); transformers' ExaoneConfig maps them to
+    # num_hidden_layers, rms_norm_eps and hidden_act
+    return llama_biased(c.renamed({"num_layers": "num_hidden_layers",
+                                   "layer_norm_epsilon": "rms_norm_eps",
+                                   "activation_function": "hidden_act"}))
+
+
 def cwm(c: Config) -> dict:
     """CWM (Code World Model): Llama with layer_types (three sliding layers to one
     global) and mlp_bias; its attention has no biases (attention_bias is not read)."""
@@ -474,7 +485,7 @@ READERS: dict[str, Callable[[Config], dict]] = {
     "stablelm": llama_variants, "nemotron": llama_variants, "phimoe": llama_variants,
     "seed_oss": seed_oss, "smollm3": smollm3, "apertus": apertus, "arcee": arcee,
     "helium": helium, "ministral": ministral, "ministral3": ministral, "cwm": cwm,
-    "internlm3": llama_biased, "iquestcoder": llama_biased, "exaone": llama_biased,
+    "internlm3": llama_biased, "iquestcoder": llama_biased, "exaone": exaone,
     "apertus1p5_text": apertus1p5_text, "mllama_text_model": mllama_text, "jais2": jais2,
     "nanochat": nanochat, "doge": doge,
 }
