@@ -454,3 +454,52 @@ def test_modelopt_nvfp4_one_moe_layer_by_hand(tmp_path):
     assert wb.breakdown["moe/shared_experts"] == 23 * (nvfp4(fs, d) + nvfp4(d, fs))
     assert wb.breakdown["moe/router"] == 23 * 2 * e * d
     assert wb.breakdown["attention/q"] == 6 * 2 * 4096 * d  # every attention block excluded
+
+
+def _matches_one_by_one(name: str, patterns: tuple) -> bool:
+    """kvcalc.quant.formats._matches as it was written before its patterns were compiled
+    into one alternation: each pattern matched alone (the reference)."""
+    import re
+
+    from kvcalc.quant.formats import _PREFIXES
+
+    for p in patterns:
+        regex = p[3:] if p.startswith("re:") else None
+        for prefix in _PREFIXES:
+            full = name if name == "lm_head" and prefix not in ("", "language_model.") else prefix + name
+            if regex is not None:
+                if re.match(regex, full):
+                    return True
+                continue
+            try:
+                if re.match(rf"(?:{p})(?:(?<=\.)|(?=\.|$))", full) or full.endswith(p):
+                    return True
+            except re.error:
+                if full == p or full.startswith(p + ".") or full.endswith(p):
+                    return True
+    return False
+
+
+def test_ignore_lists_match_as_each_pattern_alone_and_quickly():
+    """Llama 4 Scout's FP8 ignore list (449 modules) matched as one alternation answers as
+    its patterns one by one, over every matrix name kvcalc asks about; and a few odd
+    patterns (a regex prefix, an invalid regex, a backreference, a parent module)."""
+    import time
+
+    from kvcalc.quant.formats import _matches
+
+    cfg = json.loads((DATA / "RedHatAI__Llama-4-Scout-17B-16E-Instruct-FP8-dynamic.json").read_text())
+    ignore = tuple(cfg["quantization_config"]["ignore"])
+    odd = ("re:.*\\.router$", "layers.1.self_attn.(", r"layers\.(\d)\.mlp\.\1", "layers.2",
+           "lm_head", "mlp.gate")
+    names = [f"layers.{i}.{m}" for i in range(4) for m in (
+        "self_attn.q_proj", "self_attn.o_proj", "mlp.gate", "mlp.router", "mlp.experts.0.up_proj",
+        "feed_forward.router", "mlp.shared_expert.down_proj")] + ["lm_head", "layers.1.mlp.1"]
+    for patterns in (ignore, odd, ignore + odd):
+        for name in names:
+            assert _matches(name, patterns) == _matches_one_by_one(name, patterns), (name, patterns[:3])
+    started = time.process_time()
+    for i in range(48):
+        for m in ("self_attn.q_proj", "feed_forward.experts.gate_up_proj", "feed_forward.router"):
+            _matches(f"layers.{i}.{m}", ignore)
+    assert time.process_time() - started < 2.0
