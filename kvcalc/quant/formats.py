@@ -469,13 +469,13 @@ def _matches(name: str, patterns: tuple[str, ...]) -> bool:
     `mixer` is matched against the name with the block's module so renamed."""
     if not patterns:
         return False
-    if any(".mixer." in p or p.endswith(".mixer") for p in patterns):
+    regexes, module, plain, broken, mixer = _compiled(patterns)
+    if mixer:
         parts = name.split(".")
         if len(parts) > 3 and parts[0] == "layers" and parts[2] != "mixer":
             renamed = ".".join(parts[:2] + ["mixer"] + parts[3:])
             if _matches(renamed, patterns):
                 return True
-    regexes, module, plain, broken = _compiled(patterns)
     for prefix in _PREFIXES:
         full = name if name == "lm_head" and prefix not in ("", "language_model.") else prefix + name
         if any(r.match(full) for r in regexes):
@@ -493,7 +493,8 @@ def _compiled(patterns: tuple[str, ...]) -> tuple:
     each matched against every matrix: Llama 4 Scout's FP8 ignore list of 449 took 17 s
     matched one by one): the "re:" ones as given; the others as one alternation, each a
     module name or its parent's (`p` then a dot or the end), which a name matches where one
-    of them does; those that are no regex, by their text."""
+    of them does; those that are no regex, by their text; and whether any names a
+    Nemotron-H `mixer`."""
     suffix = r"(?:(?<=\.)|(?=\.|$))"  # the module itself or a parent of it
     regexes = [re.compile(p[3:]) for p in patterns if p.startswith("re:")]
     plain = tuple(p for p in patterns if not p.startswith("re:"))
@@ -510,4 +511,5 @@ def _compiled(patterns: tuple[str, ...]) -> tuple:
             valid.append(p)
     alternation = "|".join(f"(?:{p})" for p in valid)
     module = re.compile(rf"(?:{alternation}){suffix}") if valid else None
-    return tuple(regexes), module, plain, tuple(broken)
+    mixer = any(".mixer." in p or p.endswith(".mixer") for p in patterns)
+    return tuple(regexes), module, plain, tuple(broken), mixer
