@@ -185,10 +185,12 @@ def test_cascade_attention_reads_the_shared_prefix_once_a_decode_step():
 ])
 def test_cascade_is_vllm_v1s_with_a_prefix_of_256_or_more(engine, prefix, taken):
     from kvcalc.served.step import cascade_setup
+    from kvcalc.serving import schedule_for
 
     got = _served(engine, prefix_shared=True, prefix_hit=prefix, prefix_block=16)
     steps = _steps()
-    assert bool(cascade_setup(steps, got.load, got.engine)) == taken
+    steps.schedule = schedule_for(got.engine)  # the engine's own scheduler at its release
+    assert bool(cascade_setup(steps, got.load)) == taken
     assert steps.cascade == (1536 if taken else 0)
     assert any("cascade" in n for n in got.notes) == taken
 

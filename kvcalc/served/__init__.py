@@ -496,7 +496,8 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
                              "{extra_llm_api_options})", "acceptance_rate", "speculative_config",
                              "speculative_algorithm", "extra_llm_api_options")
     encode_s = load.encode_flops / (tp * steps.peak * steps.mfu) if load.encode_flops else 0.0
-    holds = min(limit, (pool - shared_prefix(load)) // (per_request - shared_prefix(load)))
+    shared = shared_prefix(load)  # held once in the pool, not by each request
+    holds = min(limit, (pool - shared) // (per_request - shared))
     if load.concurrency is not None and load.concurrency > holds:
         notes.append(f"saturated: {ref.title} runs at most {holds:,} requests of "
                      f"{per_request:,} tokens at once ({'its KV pool' if pool // per_request < limit else 'its running-request limit'}); "

@@ -6,6 +6,7 @@ runs (presets/served/terms.yaml, benchmarks/fit_served.py)."""
 from __future__ import annotations
 
 import functools
+import math
 
 from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError, ParameterError, literal
@@ -66,28 +67,30 @@ def served_terms(engine: str) -> ServedTerms:
 def regime(concurrency: int | None, request_rate: float, num_prompts: int) -> str:
     """"batch 1" (one request at a time) or "under load", as benchmarks/fit_served.py
     scores the published runs by regime."""
-    import math
-
     if concurrency is not None:
         return "batch 1" if concurrency == 1 else "under load"
     return "batch 1" if math.isinf(request_rate) and num_prompts == 1 else "under load"
 
 
-@functools.lru_cache(maxsize=2)
 def held_out_error(regime_name: str) -> dict:
     """How far off kvcalc bench's figures came on published runs it never saw, for
     `regime_name`: each publisher's rows predicted with the terms fitted on the others
     (presets/served/terms.yaml held_out_error, benchmarks/fit_served.py), the error of
     a row max(predicted / measured, measured / predicted) - 1; half of the rows (p50)
     and 80% (p80) were within these. {} where the file has none."""
-    from kvcalc.presets import read_preset
-
-    table = read_preset("served", "terms").get("held_out_error") or {}
+    table = _held_out_table()  # read once; each answer gets dicts of its own
     key = regime_name.replace(" ", "_")
     out = {kind: {k: table[f"{name}_{key}"][k] for k in ("p50", "p80", "rows")}
            for kind, name in (("TPOT_and_throughput", "TPOT_tput"), ("TTFT", "TTFT"))
            if f"{name}_{key}" in table}
     return {"regime": regime_name, **out} if out else {}
+
+
+@functools.lru_cache(maxsize=1)  # the file never changes within a run
+def _held_out_table() -> dict:
+    from kvcalc.presets import read_preset
+
+    return read_preset("served", "terms").get("held_out_error") or {}
 
 
 def held_out_note(error: dict) -> str:
@@ -286,7 +289,7 @@ class StepTimes:
         b = max(decoding, 1)
         weights_s, kv_s, act_s, compute_s = self._decode(_bucket(b), _bucket(context),
                                                          self.k)
-        if self.cascade and decoding >= CASCADE_MIN_REQUESTS:  # the prefix read once
+        if self.cascade and decoding >= self.schedule.cascade_requests:  # prefix read once
             kv_s = self._decode(_bucket(b), _bucket(context - self.cascade * (1 - 1 / b)),
                                 self.k)[1]
         if decoding == 0:
@@ -326,34 +329,17 @@ class StepTimes:
         return max(gpu_s, self.host_s) + per_request_s
 
 
-# vLLM's cascade attention (v1/attention/backends/flash_attn.py use_cascade_attention,
-# main of 2025-08, commit 0084b783): "common_prefix_len < 256: return False", "num_reqs
-# < 8: return False"
-CASCADE_MIN_PREFIX, CASCADE_MIN_REQUESTS = 256, 8
-
-
-def cascade_setup(steps: "StepTimes", load, engine) -> str:
-    """Time the decode steps' attention as vLLM's V1 runs it when every running request
-    shares a prefix of 256 tokens or more (kvcalc.served.step.shared_prefix): the
-    scheduler counts the blocks every request holds (KVCacheManager.
-    get_num_common_prefix_blocks: ref_cnt equal to the requests') and FlashAttention's
-    cascade_attention attends to that prefix once for all the step's queries, then to
-    each request's own suffix, so the prefix's K/V is read once a step, not once a
-    request. use_cascade_attention takes it with 8 requests or more whenever a step
-    carries a prompt chunk, and for pure decode when its CTA estimate beats
-    FlashDecoding's, once requests x KV heads outnumber the SMs (about 17 requests for 8
-    KV heads on 132 SMs); kvcalc, with no SM count in its presets, takes it from 8 on,
-    where the prefix's K/V is a small share of a step's reads. Returns the note (empty:
-    not taken)."""
-    from kvcalc.serving.vllm.rules import default_engine
-
-    shared = shared_prefix(load)
-    if (engine.name != "vllm" or default_engine(engine.release) == "v0"
-            or shared < CASCADE_MIN_PREFIX):
+def cascade_setup(steps: "StepTimes", load) -> str:
+    """Time the decode steps' attention with the shared prefix's K/V read once a step
+    where the engine's scheduler does (kvcalc.serving.record.Schedule cascade_prefix and
+    cascade_requests: vLLM V1's cascade attention, its wing's schedule) and every request
+    shares a prefix that long (shared_prefix). Returns the note (empty: not taken)."""
+    shared, rule = shared_prefix(load), steps.schedule
+    if not rule.cascade_prefix or shared < rule.cascade_prefix:
         return ""
     steps.cascade = shared
     return (f"vLLM's cascade attention: the {shared:,}-token prefix every request shares "
-            f"is read once a decode step of {CASCADE_MIN_REQUESTS} requests or more")
+            f"is read once a decode step of {rule.cascade_requests} requests or more")
 
 
 def shared_prefix(load) -> int:
@@ -391,14 +377,14 @@ def prefix_setup(spec, hw, counted, load, given: dict, steps: "StepTimes"):
 
     side = {k: v for k, v in given.items() if k in SIDE and v is not None}
     if not side and not load.host_hit:
-        note = cascade_setup(steps, load, counted.engine)
+        note = cascade_setup(steps, load)
         return load, 0.0, {}, [note] if note else []
     prefix = prefix_cache(spec, counted, side)
     tier = host_tier(counted, side, mla=spec.mla is not None)
     load = replace(load, prefix_caching=prefix.on, prefix_block=prefix.block)
     extra = {"prefix_cache": prefix.as_dict()}
     notes = [f"prefix caching {prefix.switch}" + (f": {prefix.note}" if prefix.note else "")]
-    cascade = cascade_setup(steps, load, counted.engine)
+    cascade = cascade_setup(steps, load)
     if cascade:
         notes.append(cascade)
     if tier is not None:

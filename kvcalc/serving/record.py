@@ -122,7 +122,10 @@ class Schedule:
     graph, and a step carrying prompt tokens does when its tokens are at most
     `graph_tokens` (vLLM's piecewise graphs, SGLang's prefill graphs); any other step
     launches its kernels one by one from Python (eager; `graphed`). None: a built
-    TensorRT engine, whose steps launch no Python kernels at all."""
+    TensorRT engine, whose steps launch no Python kernels at all.
+    Cascade attention: a decode step of at least `cascade_requests` requests that all
+    share a cached prefix of at least `cascade_prefix` tokens reads that prefix's K/V
+    once, not once a request (0: the engine never does)."""
 
     admission: str
     mixed: bool
@@ -135,6 +138,8 @@ class Schedule:
     graph_batches: tuple[int, ...] | None = None
     graph_pads: bool = True
     graph_tokens: int = 0
+    cascade_prefix: int = 0
+    cascade_requests: int = 0
 
     def graphed(self, decoding: int, prompt_tokens: int) -> bool:
         """Whether a step of `decoding` requests and `prompt_tokens` prompt tokens runs
