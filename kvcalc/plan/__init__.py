@@ -70,6 +70,7 @@ from kvcalc.model_source import hub_id
 from kvcalc.plan.search import MISSES, REFUSED, SERVED, TIMING, served_ref, timing_notes, walk
 from kvcalc.plan.search import batches as _batches, start_length as _length
 from kvcalc.plan.refusals import NothingFits, nothing_meets, nothing_starts
+from kvcalc.plan.launch import serve_command
 from kvcalc.plan.search import Search as _Search
 from kvcalc.spec import Hardware, ModelSpec
 
@@ -183,43 +184,6 @@ class Plan:
                 **({"calibration": self.calibration} if self.calibration else {}),
                 **({"speculation": self.speculation} if self.speculation else {}),
                 **({"disaggregated": self.disaggregated} if self.disaggregated else {})}
-
-
-def serve_command(model: str, layout: Layout, features: dict | None = None) -> str:
-    """The `vllm serve` line for `layout`: only flags vLLM 0.32's parser takes, then the
-    features it was counted with (`features`: EngineSettings' speculative_config and LoRA
-    fields, spelled as vLLM's parser takes them)."""
-    import shlex
-
-    parts = ["vllm", "serve", shlex.quote(model),
-             "--tensor-parallel-size", str(layout.tp),
-             "--pipeline-parallel-size", str(layout.pp)]
-    if layout.replicas > 1:
-        parts += ["--data-parallel-size", str(layout.replicas)]
-    if layout.expert_parallel:
-        parts += ["--enable-expert-parallel"]
-    parts += ["--max-model-len", str(layout.max_model_len),
-              "--gpu-memory-utilization", layout.gpu_memory_utilization,
-              "--max-num-seqs", str(layout.max_num_seqs)]
-    if layout.batched_tokens_given:
-        parts += ["--max-num-batched-tokens", str(layout.max_num_batched_tokens)]
-    if layout.kv_dtype != "auto":
-        parts += ["--kv-cache-dtype", layout.kv_dtype]
-    f = features or {}
-    if f.get("speculative_config") is not None:
-        parts += ["--speculative-config", shlex.quote(f["speculative_config"])]
-    if f.get("enable_lora"):
-        parts.append("--enable-lora")
-        for name in ("max_loras", "max_lora_rank", "lora_dtype"):
-            if f.get(name) is not None:
-                parts += ["--" + name.replace("_", "-"), str(f[name])]
-        if f.get("lora_target_modules") is not None:  # nargs="+": one word a module
-            parts += ["--lora-target-modules",
-                      *f["lora_target_modules"].replace(",", " ").split()]
-    for name in ("limit_mm_per_prompt", "mm_encoder_tp_mode"):
-        if f.get(name) is not None:
-            parts += ["--" + name.replace("_", "-"), shlex.quote(f[name])]
-    return " ".join(parts)
 
 
 def tp_sizes(spec: ModelSpec, gpus: int) -> list[int]:

@@ -32,7 +32,7 @@ Read from vLLM's source (the wheels of 0.11.0 and 0.33.0; plan's lines are check
   kv_transfer_params the prefill answered; its defaults are prefill port 8100 and decode
   port 8200, the ports these lines give.
 
-Memory flags as plan's co-located line writes them (kvcalc.plan.serve_command): each
+Memory flags as plan's co-located line writes them (kvcalc.plan.launch.serve_words): each
 side's tp, --max-model-len, the --gpu-memory-utilization it was counted at,
 --max-num-seqs its batch (prefill: the prompts a step it was timed with; decode: the batch
 that meets --tpot-ms), the prefill's step budget (--max-num-batched-tokens, which its
@@ -81,16 +81,11 @@ def prefill_seqs(pre: dict, prompt: int) -> int:
 
 def _line(model: str, side: str, tp: int, instances: int, length: int, util: str,
           seqs: int, kv: str, budget: int | None) -> str:
-    parts = ["vllm", "serve", shlex.quote(model), "--tensor-parallel-size", str(tp),
-             "--pipeline-parallel-size", "1"]
-    if instances > 1:
-        parts += ["--data-parallel-size", str(instances)]
-    parts += ["--max-model-len", str(length), "--gpu-memory-utilization", util,
-              "--max-num-seqs", str(seqs)]
-    if budget is not None:
-        parts += ["--max-num-batched-tokens", str(budget)]
-    if kv != "auto":
-        parts += ["--kv-cache-dtype", kv]
+    from kvcalc.plan.launch import serve_words
+
+    parts = serve_words(model, tp=tp, pp=1, replicas=instances, max_model_len=length,
+                        gpu_memory_utilization=util, max_num_seqs=seqs,
+                        max_num_batched_tokens=budget, kv_dtype=kv)
     parts += ["--port", str(PORTS[side]),
               "--kv-transfer-config", shlex.quote(kv_transfer_config(side))]
     return " ".join(parts)
