@@ -551,14 +551,11 @@ class Hardware:
                               "[0, 1), e.g. 9.5e-6")
         if self.kind not in ("gpu", "cpu"):
             raise KvcalcError(f"hardware {self.name}: kind must be gpu or cpu, got {self.kind!r}")
-        copy = self.host_link_copy_bytes_per_s
-        if copy and not self.host_link_bandwidth_bytes_per_s:
-            raise KvcalcError(f"hardware {self.name}: host_link_copy_bytes_per_s needs the "
-                              "link's datasheet rate, host_link_bandwidth_bytes_per_s")
-        if copy > self.host_link_bandwidth_bytes_per_s:
+        copy, sheet = self.host_link_copy_bytes_per_s, self.host_link_bandwidth_bytes_per_s
+        if copy > sheet:  # a copy over the link cannot beat it (0: no datasheet rate)
             raise KvcalcError(f"hardware {self.name}: host_link_copy_bytes_per_s ({copy:,}) "
-                              "exceeds the link's datasheet rate, host_link_bandwidth_bytes_per_s "
-                              f"({self.host_link_bandwidth_bytes_per_s:,})")
+                              "needs the link's datasheet rate, host_link_bandwidth_bytes_per_s "
+                              f"({sheet:,}), and cannot exceed it")
         if copy and not self.host_link_copy_source.strip():
             raise KvcalcError(f"hardware {self.name}: host_link_copy_bytes_per_s needs "
                               "host_link_copy_source: the published run it comes from")
