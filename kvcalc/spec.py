@@ -509,6 +509,13 @@ class Hardware:
     # NVLink-C2C on Grace parts): what KV fetched from a host tier crosses. 0: unknown.
     host_link_bandwidth_bytes_per_s: int = 0
     host_link: str = ""  # its name, e.g. "PCIe Gen5 x16 (128 GB/s both directions)"
+    # What a host-to-device copy from pinned memory over that link achieves, decimal
+    # bytes/s, as a published run measured it (nvbandwidth, CUDA bandwidthTest): real
+    # copies stop short of the datasheet (packet and protocol overhead), so a KV fetch
+    # from a host tier is timed at this rate. 0: none published; the fetch is timed at
+    # the datasheet rate above, and kvcalc says so.
+    host_link_copy_bytes_per_s: int = 0
+    host_link_copy_source: str = ""  # the run: its URL, tool, settings and quoted line
     # Dense FP4 (NVFP4/MXFP4) tensor peak, FLOP/s; 0 where the chip has no FP4 unit.
     # Kept apart from flops_per_s because kvcalc has no fp4 storage dtype.
     fp4_flops_per_s: int = 0
@@ -533,7 +540,8 @@ class Hardware:
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise KvcalcError(f"hardware {self.name}: {name} must be a positive integer")
         for name in ("visible_memory_bytes", "smi_memory_bytes", "interconnect_bandwidth_bytes_per_s",
-                     "host_link_bandwidth_bytes_per_s", "fp4_flops_per_s", "boost_clock_hz", "fp16_accumulate_flops_per_s"):
+                     "host_link_bandwidth_bytes_per_s", "host_link_copy_bytes_per_s",
+                     "fp4_flops_per_s", "boost_clock_hz", "fp16_accumulate_flops_per_s"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise KvcalcError(f"hardware {self.name}: {name} must be an integer >= 0")
@@ -543,6 +551,14 @@ class Hardware:
                               "[0, 1), e.g. 9.5e-6")
         if self.kind not in ("gpu", "cpu"):
             raise KvcalcError(f"hardware {self.name}: kind must be gpu or cpu, got {self.kind!r}")
+        copy, sheet = self.host_link_copy_bytes_per_s, self.host_link_bandwidth_bytes_per_s
+        if copy > sheet:  # a copy over the link cannot beat it (0: no datasheet rate)
+            raise KvcalcError(f"hardware {self.name}: host_link_copy_bytes_per_s ({copy:,}) "
+                              "needs the link's datasheet rate, host_link_bandwidth_bytes_per_s "
+                              f"({sheet:,}), and cannot exceed it")
+        if copy and not self.host_link_copy_source.strip():
+            raise KvcalcError(f"hardware {self.name}: host_link_copy_bytes_per_s needs "
+                              "host_link_copy_source: the published run it comes from")
         if self.visible_memory_bytes > self.memory_bytes:
             raise KvcalcError(f"hardware {self.name}: visible_memory_bytes exceeds memory_bytes")
         if not self.flops_per_s:
@@ -551,6 +567,13 @@ class Hardware:
             dtype(key)  # validates the name
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise KvcalcError(f"hardware {self.name}: flops_per_s.{key} must be a positive integer")
+
+    @property
+    def host_fetch_bytes_per_s(self) -> int:
+        """The rate KV fetched from host memory crosses the host link at: the published
+        host-to-device copy rate where the preset has one, else the link's datasheet rate
+        (0: neither is known)."""
+        return self.host_link_copy_bytes_per_s or self.host_link_bandwidth_bytes_per_s
 
     @property
     def usable_memory_bytes(self) -> int:

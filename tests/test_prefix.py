@@ -78,12 +78,34 @@ def test_caching_off_computes_every_prompt_and_a_host_hit_is_fetched_at_the_link
     fetched = _bench("--prefix-hit", "0.25", "--host-hit", "0.5", "--kv-offloading-size", "16")
     f = fetched["host_fetch"]
     # H100 SXM's PCIe Gen5 x16: 128 GB/s both directions (datasheet), 64 GB/s each way;
+    # a pinned host-to-device copy over it reaches 54.8 GB/s in CUDA bandwidthTest
+    # (presets/hardware/h100-sxm.yaml host_link_copy_source), the rate a fetch takes.
     # Llama-3.1-8B bf16: 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes a token
     per_token = 32 * 8 * 128 * 2 * 2
     assert load_hardware("h100-sxm").host_link_bandwidth_bytes_per_s == 64 * 10**9
     assert f["tokens"] == split_prefix(4096, 0.25, 0.5, 16)[1]
-    assert f["fetch_ms"] == pytest.approx(f["tokens"] * per_token / 64e9 * 1e3)
+    assert f["fetch_ms"] == pytest.approx(f["tokens"] * per_token / 54.8e9 * 1e3)
+    assert (f["link_bytes_per_s"], f["link_rate"]) == (54_800_000_000, "published copy")
+    assert any("at 54.8 GB/s, a published pinned host-to-device copy's rate" in n
+               for n in fetched["notes"])
     assert f["fetch_ms"] < f["recompute_ms"]
+
+
+def test_a_gpu_without_a_published_copy_rate_fetches_at_the_datasheet_rate_and_says_so():
+    """The H100 PCIe card has no published host-to-device copy measurement in its preset:
+    its fetch takes PCIe Gen5 x16's datasheet 64 GB/s one way, and the note says so."""
+    r = CliRunner().invoke(app, ["bench", "--preset", "llama3.1-8b", "--gpu", "h100-pcie",
+                                 "--concurrency", "4", "--num-prompts", "8", "--input-len",
+                                 "4096", "--output-len", "16", "--format", "json",
+                                 "--prefix-hit", "0.25", "--host-hit", "0.5",
+                                 "--kv-offloading-size", "16"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    f = got["host_fetch"]
+    assert (f["link_bytes_per_s"], f["link_rate"]) == (64 * 10**9, "datasheet")
+    assert f["fetch_ms"] == pytest.approx(f["tokens"] * 32 * 8 * 128 * 2 * 2 / 64e9 * 1e3)
+    assert any("at 64 GB/s, its datasheet rate one way: no published copy measurement"
+               in n for n in got["notes"])
 
 
 def test_host_hit_needs_a_tier():

@@ -250,6 +250,49 @@ def test_h100_sxm_datasheet_figures() -> None:
     assert h200.memory_bandwidth_bytes_per_s == 4_800_000_000_000
 
 
+def test_host_link_copy_rates_are_cited_and_no_more_than_the_datasheet() -> None:
+    """host_link_copy_bytes_per_s (issue #41): the rate a published pinned host-to-device
+    copy achieved on the GPU, which a KV fetch from a host tier is timed at. Each is at
+    most the link's datasheet rate one way, and its source names the run (a repository
+    pinned to a commit, accessed 2026-11-29) and prints the figure as the field holds it;
+    GPUs without one keep the datasheet rate (h100-pcie, l4: none found)."""
+    cited = {}
+    for name in hardware_names():
+        hw = load_hardware(name)
+        if not hw.host_link_copy_bytes_per_s:
+            assert hw.host_fetch_bytes_per_s == hw.host_link_bandwidth_bytes_per_s, name
+            continue
+        cited[name] = hw.host_link_copy_bytes_per_s
+        assert hw.host_link_copy_bytes_per_s <= hw.host_link_bandwidth_bytes_per_s, name
+        assert hw.host_fetch_bytes_per_s == hw.host_link_copy_bytes_per_s, name
+        src = hw.host_link_copy_source
+        assert re.search(r"github\.com/\S+ at commit [0-9a-f]{40}", src), name
+        assert "(accessed 2026-11-29)" in src, name
+        # the figure as the run prints it, GB/s (before any corroborating run)
+        assert f" {hw.host_link_copy_bytes_per_s / 1e9:g} " in src.split("Also")[0], name
+    assert cited == {"h100-sxm": 54_800_000_000, "h200": 52_000_000_000,
+                     "a100-80gb": 26_280_000_000, "gb200": 201_000_000_000}
+    for name in ("h100-pcie", "l4"):
+        assert load_hardware(name).host_link_copy_bytes_per_s == 0
+
+
+@pytest.mark.parametrize("extra,message", [
+    ({"host_link_copy_bytes_per_s": 65, "host_link_copy_source": "run"},
+     r"host_link_copy_bytes_per_s \(65\) needs the link's datasheet rate.*\(64\), and "
+     r"cannot exceed it"),
+    ({"host_link_copy_bytes_per_s": 50}, r"needs host_link_copy_source"),
+])
+def test_a_copy_rate_over_the_datasheet_or_without_its_run_is_refused(extra, message) -> None:
+    base = {"source": "s", "memory_bytes": 1, "memory_bandwidth_bytes_per_s": 2,
+            "flops_per_s": {"bf16": 3}, "host_link_bandwidth_bytes_per_s": 64}
+    with pytest.raises(KvcalcError, match=message):
+        hardware_from_mapping({**base, **extra}, "x.yaml")
+    with pytest.raises(KvcalcError, match=r"needs the link's datasheet rate"):
+        hardware_from_mapping({**base, "host_link_bandwidth_bytes_per_s": 0,
+                               "host_link_copy_bytes_per_s": 50,
+                               "host_link_copy_source": "run"}, "x.yaml")
+
+
 # --- strict loading -----------------------------------------------------------------------
 def test_unknown_preset_suggests_near_names() -> None:
     with pytest.raises(KvcalcError, match=r"unknown model preset 'llama-7b'; did you mean: ") as e:

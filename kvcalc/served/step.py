@@ -364,9 +364,11 @@ def prefix_setup(spec, hw, counted, load, given: dict, steps: "StepTimes"):
     flags (kvcalc.serving.flags SIDE) or a host hit is given; else the load unchanged.
     Returns (load, seconds a host-tier token takes to fetch, the JSON's extra fields,
     notes). A fetched token's KV (the pool's bytes per token on one rank; every rank
-    fetches its own shard over its own link at once) crosses the GPU's host link
-    (presets/hardware host_link_bandwidth_bytes_per_s) instead of being computed again:
-    the engines fetch it (vLLM's offloading connector, SGLang's hierarchical cache,
+    fetches its own shard over its own link at once) crosses the GPU's host link instead
+    of being computed again, at the rate a published pinned host-to-device copy achieves
+    on that GPU (presets/hardware host_link_copy_bytes_per_s), else at the link's
+    datasheet rate (host_link_bandwidth_bytes_per_s), the note and JSON saying which: the
+    engines fetch it (vLLM's offloading connector, SGLang's hierarchical cache,
     TensorRT-LLM's secondary pool), and the note sets the transfer beside the prefill it
     replaces."""
     from dataclasses import replace
@@ -414,17 +416,24 @@ def prefix_setup(spec, hw, counted, load, given: dict, steps: "StepTimes"):
     if not prefix.on:
         raise ParameterError("{host_hit} needs " + literal(counted.engine.title)
                              + "'s prefix caching on", "host_hit")
-    if not hw.host_link_bandwidth_bytes_per_s:
+    rate = hw.host_fetch_bytes_per_s
+    if not rate:
         raise KvcalcError(f"{hw.name} has no host link bandwidth in its preset "
                           "(host_link_bandwidth_bytes_per_s): a fetch cannot be timed")
     if host > tier.tokens:
         raise KvcalcError(f"a request's {host:,} host-tier tokens are over the "
                           f"{tier.tokens:,} the host tier holds")
-    fetch_s = counted.bytes_per_token / hw.host_link_bandwidth_bytes_per_s
+    fetch_s = counted.bytes_per_token / rate
     redo_s = steps.prompt_s(((gpu, host),))
+    measured = bool(hw.host_link_copy_bytes_per_s)
+    basis = ("a published pinned host-to-device copy's rate (presets/hardware "
+             "host_link_copy_source)" if measured else
+             "its datasheet rate one way: no published copy measurement for this GPU")
     notes.append(f"{host:,} prompt tokens a request fetched from the host tier over "
-                 f"{hw.host_link or 'the host link'}: {host * fetch_s * 1e3:.2f} ms, against "
-                 f"{redo_s * 1e3:.2f} ms computing them again (the engine fetches)")
+                 f"{hw.host_link or 'the host link'} at {rate / 1e9:g} GB/s, {basis}: "
+                 f"{host * fetch_s * 1e3:.2f} ms, against {redo_s * 1e3:.2f} ms computing them "
+                 "again (the engine fetches)")
     extra["host_fetch"] = {"tokens": host, "fetch_ms": host * fetch_s * 1e3,
-                           "recompute_ms": redo_s * 1e3}
+                           "recompute_ms": redo_s * 1e3, "link_bytes_per_s": rate,
+                           "link_rate": "published copy" if measured else "datasheet"}
     return load, fetch_s, extra, notes
