@@ -457,6 +457,20 @@ def _compaction_candidates(d: dict) -> list[dict]:
                     if ep is not None:
                         c.update(expert_layer_period=ep, expert_layer_offset=eo)
                     out.append(c)
+    # Layers named by index or by kind (Bamba's attn_layer_indices, Nemotron-H's
+    # hybrid_override_pattern, which transformers reads as layers_block_type): each kind's
+    # first layer moved up front, the rest as it was, so the prefix that shows every kind is
+    # a few layers, not the 8-10 before the first attention layer (the SSM mixers'
+    # reference scan on CPU is what takes the time).
+    for k, v in d.items():
+        if k in _INDEX_LIST_KEYS and isinstance(v, list) and v and isinstance(v[0], int) and v[0] > 1:
+            out.append({k: [1] + [i for i in v[1:] if i > 1]})
+        elif (isinstance(v, str) and k.endswith("pattern")) or (
+                k == "layers_block_type" and isinstance(v, list)):
+            kinds = list(dict.fromkeys(v))
+            if kinds != list(v[:len(kinds)]):
+                moved = kinds + list(v[len(kinds):])
+                out.append({k: "".join(moved) if isinstance(v, str) else moved})
     return out
 
 
@@ -470,7 +484,9 @@ def reduced_config(cfg: dict, window: int = 8) -> dict:
     chunks / gpt_neo window (-> ``window``), q_lora_rank (32), hidden_size (64) where the
     family takes an explicit head_dim and no state width derives from hidden_size. Layers:
     the shortest prefix of the original layer list that holds every distinct layer
-    signature (cache kind, module structure such as MoE vs dense, rope / sliding flags);
+    signature (cache kind, module structure such as MoE vs dense, rope / sliding flags), or
+    of a compacted list of the same signatures (_compaction_candidates: a shorter period,
+    each kind's first layer moved up front) where that prefix is shorter;
     per-layer lists are cut to that prefix, index lists filtered. For a multimodal config the
     result is the text model's config (towers do not cache). Checked on the meta device: the
     reduced layers have the same signatures and attention geometry as the original prefix.

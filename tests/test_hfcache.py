@@ -140,7 +140,9 @@ def test_a_hub_that_accepts_and_never_answers_is_asked_once(cached: Path):
     assert r.returncode == 2 and r.stdout == ""
     [line] = r.stderr.splitlines()
     assert line.startswith("kvcalc: error: org/not-downloaded: cannot reach the Hugging Face Hub")
-    assert elapsed < QUICK_S + 1
+    # one 1-s try and the process's start; the slack is for a machine busy with the
+    # other tests (6.0 s seen with two xdist workers and more running)
+    assert elapsed < QUICK_S + 3
 
 
 def test_a_config_only_cache_online_without_a_network(tmp_path: Path):
