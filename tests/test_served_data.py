@@ -286,3 +286,22 @@ def test_validate_accepts_the_good_document_an_hf_id_and_a_per_gpu_throughput():
     assert (row.per, row.unit, row.request_rate) == ("gpu", "tok/s", math.inf)
     eager = _broken(lambda d, c, r: c.update(engine_options={"enforce_eager": True}))
     assert validate({"good.yaml": eager})[0].engine_options == {"enforce_eager": True}
+
+
+def test_violet_quartz_rtx4090_qwen2_5_7b():
+    # violet-quartz/vllm-serving-experiments @ c007f08, notes.md 2.3, '并发为 1': vLLM 0.25.1,
+    # one RTX 4090, 200 ShareGPT prompts at --max-concurrency 1, "Mean TTFT (ms): 27.44",
+    # "Median TPOT (ms): 15.91", "Total input tokens: 43560"; run1/results.md's concurrency-64
+    # row: mean TPOT 27.7 ms, output 2039.2 tok/s, 400 prompts, prefix caching off.
+    row = BY_ID["violet-quartz-qwen2.5-7b-rtx4090-sharegpt-completions-c1-mean-ttft"]
+    assert (row.engine, row.engine_version, row.model, row.hf_id, row.gpu, row.gpus) == (
+        "vllm", "0.25.1", "qwen2-7b", "Qwen/Qwen2.5-7B-Instruct", "rtx4090", 1)
+    assert (row.dataset, row.num_prompts, row.concurrency, row.total_input_tokens) == (
+        "sharegpt", 200, 1, 43560)
+    assert row.value == 27.44 and row.excluded is None
+    assert BY_ID["violet-quartz-qwen2.5-7b-rtx4090-sharegpt-completions-c1-median-tpot"].value == 15.91
+    # the later runs re-sent the same prompts with prefix caching on: their TTFT is kept out
+    assert BY_ID["violet-quartz-qwen2.5-7b-rtx4090-sharegpt-completions-c8-mean-ttft"].excluded
+    c64 = BY_ID["violet-quartz-qwen2.5-7b-rtx4090-sharegpt-chat-c64-mean-tpot"]
+    assert (c64.value, c64.num_prompts, c64.concurrency, c64.prefix_caching) == (27.7, 400, 64, False)
+    assert BY_ID["violet-quartz-qwen2.5-7b-rtx4090-sharegpt-chat-c64-out-tput"].value == 2039.2
