@@ -305,3 +305,23 @@ def test_violet_quartz_rtx4090_qwen2_5_7b():
     c64 = BY_ID["violet-quartz-qwen2.5-7b-rtx4090-sharegpt-chat-c64-mean-tpot"]
     assert (c64.value, c64.num_prompts, c64.concurrency, c64.prefix_caching) == (27.7, 400, 64, False)
     assert BY_ID["violet-quartz-qwen2.5-7b-rtx4090-sharegpt-chat-c64-out-tput"].value == 2039.2
+
+
+def test_zhjunqin_rtx3090_llama3_8b_vllm_and_trtllm():
+    # zhjunqin/LLM-Learning @ 17aa102, inference/benchmark/README.md: vLLM 0.4.1 on one RTX 3090,
+    # ShareGPT at 1 request/s, 100 prompts: 'P50 TTFT (ms)' 68.75, 'P50 TPOT (ms)' 24.68,
+    # 22925 input tokens; TRT-LLM 0.9.0 (Triton, max batch 40) at 2 requests/s: P50 TTFT
+    # 103.35, output 339.68 tok/s.
+    row = BY_ID["zhjunqin-llama3-8b-rtx3090-vllm-sharegpt-rate1-median-ttft"]
+    assert (row.engine, row.engine_version, row.model, row.gpu, row.weights) == (
+        "vllm", "0.4.1", "llama3-8b", "rtx3090", "bf16")
+    assert (row.request_rate, row.concurrency, row.num_prompts, row.total_input_tokens) == (
+        1, None, 100, 22925)
+    assert row.value == 68.75
+    assert BY_ID["zhjunqin-llama3-8b-rtx3090-vllm-sharegpt-rate1-median-tpot"].value == 24.68
+    trt = BY_ID["zhjunqin-llama3-8b-rtx3090-trtllm-sharegpt-rate2-median-ttft"]
+    assert (trt.engine, trt.engine_version, trt.value) == ("tensorrt-llm", "0.9.0", 103.35)
+    assert trt.engine_options["max_batch_size"] == 40
+    assert BY_ID["zhjunqin-llama3-8b-rtx3090-trtllm-sharegpt-rate2-out-tput"].value == 339.68
+    # the P50 TPOT equal to its P90 at 5 requests/s is kept out
+    assert BY_ID["zhjunqin-llama3-8b-rtx3090-vllm-sharegpt-rate5-median-tpot"].excluded
