@@ -325,3 +325,22 @@ def test_zhjunqin_rtx3090_llama3_8b_vllm_and_trtllm():
     assert BY_ID["zhjunqin-llama3-8b-rtx3090-trtllm-sharegpt-rate2-out-tput"].value == 339.68
     # the P50 TPOT equal to its P90 at 5 requests/s is kept out
     assert BY_ID["zhjunqin-llama3-8b-rtx3090-vllm-sharegpt-rate5-median-tpot"].excluded
+
+
+def test_livinfly_a100_mistral_7b_sglang_and_vllm():
+    # Livinfly/MLsys-Learning-Record-2 @ 1fd64c9, benchmark/Mistral-7B-Instruct: SGLang
+    # 0.4.7.post1's first online record (random 1024/1024, 300 prompts at 1 request/s):
+    # "mean_ttft_ms": 76.70844654242198, 152612 input tokens; vLLM 0.9.1's 1,000-request
+    # 1024/1024 burst completed 997 with 511075 input tokens.
+    row = BY_ID["livinfly-mistral-7b-a100-40gb-sglang-random-1024-1024-rate1-mean-ttft"]
+    assert (row.engine, row.engine_version, row.model, row.gpu, row.client) == (
+        "sglang", "0.4.7.post1", "mistral-7b", "a100-40gb", "sglang.bench_serving")
+    assert (row.request_rate, row.num_prompts, row.completed, row.total_input_tokens) == (
+        1, 300, 300, 152612)
+    assert (row.range_ratio, row.prefix_caching) == (0.0, None)
+    assert row.value == 76.70844654242198
+    burst = BY_ID["livinfly-mistral-7b-a100-40gb-vllm-random-1024-1024-all-at-once-median-tpot"]
+    assert (burst.engine_version, burst.completed, burst.total_input_tokens) == ("0.9.1", 997, 511075)
+    assert math.isinf(burst.request_rate) and burst.concurrency is None
+    # the 256/256 SGLang burst, whose two unlabelled files disagree, is kept out
+    assert BY_ID["livinfly-mistral-7b-a100-40gb-sglang-random-256-256-all-at-once-out-tput"].excluded
