@@ -286,3 +286,63 @@ def test_validate_accepts_the_good_document_an_hf_id_and_a_per_gpu_throughput():
     assert (row.per, row.unit, row.request_rate) == ("gpu", "tok/s", math.inf)
     eager = _broken(lambda d, c, r: c.update(engine_options={"enforce_eager": True}))
     assert validate({"good.yaml": eager})[0].engine_options == {"enforce_eager": True}
+
+
+def test_violet_quartz_rtx4090_qwen2_5_7b():
+    # violet-quartz/vllm-serving-experiments @ c007f08, notes.md 2.3, '并发为 1': vLLM 0.25.1,
+    # one RTX 4090, 200 ShareGPT prompts at --max-concurrency 1, "Mean TTFT (ms): 27.44",
+    # "Median TPOT (ms): 15.91", "Total input tokens: 43560"; run1/results.md's concurrency-64
+    # row: mean TPOT 27.7 ms, output 2039.2 tok/s, 400 prompts, prefix caching off.
+    row = BY_ID["violet-quartz-qwen2.5-7b-rtx4090-sharegpt-completions-c1-mean-ttft"]
+    assert (row.engine, row.engine_version, row.model, row.hf_id, row.gpu, row.gpus) == (
+        "vllm", "0.25.1", "qwen2-7b", "Qwen/Qwen2.5-7B-Instruct", "rtx4090", 1)
+    assert (row.dataset, row.num_prompts, row.concurrency, row.total_input_tokens) == (
+        "sharegpt", 200, 1, 43560)
+    assert row.value == 27.44 and row.excluded is None
+    assert BY_ID["violet-quartz-qwen2.5-7b-rtx4090-sharegpt-completions-c1-median-tpot"].value == 15.91
+    # the later runs re-sent the same prompts with prefix caching on: their TTFT is kept out
+    assert BY_ID["violet-quartz-qwen2.5-7b-rtx4090-sharegpt-completions-c8-mean-ttft"].excluded
+    c64 = BY_ID["violet-quartz-qwen2.5-7b-rtx4090-sharegpt-chat-c64-mean-tpot"]
+    assert (c64.value, c64.num_prompts, c64.concurrency, c64.prefix_caching) == (27.7, 400, 64, False)
+    assert BY_ID["violet-quartz-qwen2.5-7b-rtx4090-sharegpt-chat-c64-out-tput"].value == 2039.2
+
+
+def test_zhjunqin_rtx3090_llama3_8b_vllm_and_trtllm():
+    # zhjunqin/LLM-Learning @ 17aa102, inference/benchmark/README.md: vLLM 0.4.1 on one RTX 3090,
+    # ShareGPT at 1 request/s, 100 prompts: 'P50 TTFT (ms)' 68.75, 'P50 TPOT (ms)' 24.68,
+    # 22925 input tokens; TRT-LLM 0.9.0 (Triton, max batch 40) at 2 requests/s: P50 TTFT
+    # 103.35, output 339.68 tok/s.
+    row = BY_ID["zhjunqin-llama3-8b-rtx3090-vllm-sharegpt-rate1-median-ttft"]
+    assert (row.engine, row.engine_version, row.model, row.gpu, row.weights) == (
+        "vllm", "0.4.1", "llama3-8b", "rtx3090", "bf16")
+    assert (row.request_rate, row.concurrency, row.num_prompts, row.total_input_tokens) == (
+        1, None, 100, 22925)
+    assert row.value == 68.75
+    assert BY_ID["zhjunqin-llama3-8b-rtx3090-vllm-sharegpt-rate1-median-tpot"].value == 24.68
+    trt = BY_ID["zhjunqin-llama3-8b-rtx3090-trtllm-sharegpt-rate2-median-ttft"]
+    assert (trt.engine, trt.engine_version, trt.value) == ("tensorrt-llm", "0.9.0", 103.35)
+    assert trt.engine_options["max_batch_size"] == 40
+    assert BY_ID["zhjunqin-llama3-8b-rtx3090-trtllm-sharegpt-rate2-out-tput"].value == 339.68
+    # the P50 TPOT equal to its P90 at 5 requests/s is kept out
+    assert BY_ID["zhjunqin-llama3-8b-rtx3090-vllm-sharegpt-rate5-median-tpot"].excluded
+
+
+def test_livinfly_a100_mistral_7b_sglang_and_vllm():
+    # Livinfly/MLsys-Learning-Record-2 @ 1fd64c9, benchmark/Mistral-7B-Instruct: SGLang
+    # 0.4.7.post1's first online record (random 1024/1024, 300 prompts at 1 request/s):
+    # "mean_ttft_ms": 76.70844654242198, 152612 input tokens; vLLM 0.9.1's 1,000-request
+    # 1024/1024 burst completed 997 with 511075 input tokens.
+    row = BY_ID["livinfly-mistral-7b-a100-40gb-sglang-random-1024-1024-rate1-mean-ttft"]
+    assert (row.engine, row.engine_version, row.model, row.gpu, row.client) == (
+        "sglang", "0.4.7.post1", "mistral-7b", "a100-40gb", "sglang.bench_serving")
+    assert (row.request_rate, row.num_prompts, row.completed, row.total_input_tokens) == (
+        1, 300, 300, 152612)
+    assert (row.range_ratio, row.prefix_caching) == (0.0, None)
+    assert row.value == 76.70844654242198
+    burst = BY_ID["livinfly-mistral-7b-a100-40gb-vllm-random-1024-1024-all-at-once-median-tpot"]
+    assert (burst.engine_version, burst.completed, burst.total_input_tokens) == ("0.9.1", 997, 511075)
+    assert math.isinf(burst.request_rate) and burst.concurrency is None
+    # the 256/256 SGLang burst, whose two unlabelled files disagree, is kept out, and vLLM run
+    # as V0 in 0.9.1 (VLLM_USE_V1=0) too
+    assert BY_ID["livinfly-mistral-7b-a100-40gb-sglang-random-256-256-all-at-once-out-tput"].excluded
+    assert burst.excluded and "V0" in burst.excluded
