@@ -346,3 +346,25 @@ def test_livinfly_a100_mistral_7b_sglang_and_vllm():
     # as V0 in 0.9.1 (VLLM_USE_V1=0) too
     assert BY_ID["livinfly-mistral-7b-a100-40gb-sglang-random-256-256-all-at-once-out-tput"].excluded
     assert burst.excluded and "V0" in burst.excluded
+
+
+def test_datacrunch_h200_llama_sglang():
+    # datacrunch-research/h200-benchmarks @ c091ef5, sglang/outputs/llama_3_3_70b_online_output.jsonl
+    # line 1 (random 1024/1024, 300 prompts at 1 request/s, Llama-3.3-70B on 4 H200):
+    # "median_ttft_ms": 85.74514742940664, "median_itl_ms": 13.638956006616354, 152612 input
+    # tokens; llama_405b_online_output.jsonl line 4 (2400 at 8 requests/s, 8 H200):
+    # "output_throughput": 1820.6538850305435.
+    row = BY_ID["datacrunch-llama3.3-70b-h200-tp4-sglang-random-1024-1024-rate1-median-ttft"]
+    assert (row.engine, row.engine_version, row.model, row.gpu, row.gpus, row.tp) == (
+        "sglang", "unknown", "llama3.3-70b", "h200", 4, 4)
+    assert (row.request_rate, row.num_prompts, row.completed, row.total_input_tokens) == (
+        1, 300, 300, 152612)
+    assert (row.range_ratio, row.prefix_caching, row.concurrency) == (0.0, False, None)
+    assert row.value == 85.74514742940664
+    assert BY_ID["datacrunch-llama3.3-70b-h200-tp4-sglang-random-1024-1024-rate1-median-itl"].value == 13.638956006616354
+    big = BY_ID["datacrunch-llama3.1-405b-h200-tp8-sglang-random-1024-1024-rate8-out-tput"]
+    assert (big.model, big.gpus, big.num_prompts) == ("llama3.1-405b", 8, 2400)
+    assert big.value == 1820.6538850305435
+    burst = BY_ID["datacrunch-llama3.3-70b-h200-tp4-sglang-random-4096-1024-all-at-once-out-tput"]
+    assert math.isinf(burst.request_rate) and burst.num_prompts == 1500
+    assert burst.value == 1654.9938601765348
