@@ -368,3 +368,18 @@ def test_datacrunch_h200_llama_sglang():
     burst = BY_ID["datacrunch-llama3.3-70b-h200-tp4-sglang-random-4096-1024-all-at-once-out-tput"]
     assert math.isinf(burst.request_rate) and burst.num_prompts == 1500
     assert burst.value == 1654.9938601765348
+
+
+def test_lambda_h100_mistral_7b_vllm_054():
+    # LambdaLabsML/vllm-benchmark @ de55d46, results/prompt_320/1xH100-80GB-SXM/
+    # Mistral-7B-Instruct-v0.3_tp1_len2000.json: "output_throughput": 3281.190660455182,
+    # "median_itl_ms": 27.231118991039693 (benchmark_v0.md's '3281.19/27.23'), 73671 input tokens.
+    row = BY_ID["lambda-mistral-7b-h100-sxm-vllm-sharegpt-n320-out-tput"]
+    assert (row.engine, row.engine_version, row.model, row.gpu, row.client, row.dataset) == (
+        "vllm", "0.5.4", "mistral-7b", "h100-sxm", "vllm benchmark_serving.py", "sharegpt")
+    assert (row.num_prompts, row.completed, row.total_input_tokens) == (320, 320, 73671)
+    assert math.isinf(row.request_rate) and row.concurrency is None
+    assert row.value == 3281.190660455182 and row.excluded is None
+    assert BY_ID["lambda-mistral-7b-h100-sxm-vllm-sharegpt-n320-median-itl"].value == 27.231118991039693
+    # the zero TTFTs of requests that streamed no token are in the client's TTFT figures
+    assert BY_ID["lambda-mistral-7b-h100-sxm-vllm-sharegpt-n10-mean-ttft"].excluded
