@@ -76,6 +76,11 @@ def _count(d, **change):
         given["mem_fraction_static"] = str(s["mem_fraction_static"])
     if s.get("disable_cuda_graph"):
         given["disable_cuda_graph"] = True
+    if s.get("enable_lora"):
+        # the adapters' slots as the echo gives them (kvcalc.serving.lora)
+        given.update(enable_lora=True, max_loras_per_batch=int(s["max_loras_per_batch"]),
+                     max_lora_rank=int(s["max_lora_rank"]),
+                     lora_target_modules=str(s["lora_target_modules"]))
     weight_dtype = {"fp8": "fp8", "w8a8_fp8": "fp8"}.get(s.get("quantization") or "", None)
     kv = s.get("kv_cache_dtype") or "auto"
     layout = Layout(tp=int(s.get("tp_size") or 1), pp=int(s.get("pp_size") or 1),
@@ -158,6 +163,23 @@ def test_weights_within_half_a_gib(name, d):
         pytest.skip("the log gives no weight-load figure")
     _, _, c = _count(d)
     assert c.memory["weights"] / GiB == pytest.approx(used, abs=0.5)
+
+
+@pytest.mark.parametrize("name, d", LOGS)
+def test_lora_buffers_and_pool_within_half_a_gib_of_the_logged_drop(name, d):
+    """With --enable-lora SGLang builds the adapters' slots after "Load weight end" and
+    before the pool (`ModelRunner.initialize`), so the free memory it logs falls, between
+    "Load weight end" and "Memory pool end", by the slots plus the K and V pool: kvcalc's
+    LoRA buffers and KV cache within 0.5 GiB of that drop (the logged GB are GiB)."""
+    why = _countable(d)
+    logged = d.get("logged") or {}
+    if why or not (d.get("settings") or {}).get("enable_lora"):
+        pytest.skip(why or "LoRA is not enabled")
+    _, _, c = _count(d)
+    drop = logged["avail_mem_after_weights_gb"] - logged["avail_mem_after_pool_gb"]
+    got = c.memory["avail_mem_after_weights"] - c.memory["avail_mem_after_pool"]
+    assert c.memory["lora_buffers"] > 0
+    assert got / GiB == pytest.approx(drop, abs=0.5), (got / GiB, drop)
 
 
 @pytest.mark.parametrize("name, d", LOGS)
