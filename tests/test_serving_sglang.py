@@ -166,11 +166,14 @@ def test_weights_within_half_a_gib(name, d):
 
 
 @pytest.mark.parametrize("name, d", LOGS)
-def test_lora_buffers_and_pool_within_half_a_gib_of_the_logged_drop(name, d):
+def test_lora_buffers_and_pool_within_a_tenth_of_a_gib_of_the_logged_drop(name, d):
     """With --enable-lora SGLang builds the adapters' slots after "Load weight end" and
     before the pool (`ModelRunner.initialize`), so the free memory it logs falls, between
-    "Load weight end" and "Memory pool end", by the slots plus the K and V pool: kvcalc's
-    LoRA buffers and KV cache within 0.5 GiB of that drop (the logged GB are GiB)."""
+    "Load weight end" and "Memory pool end", by the slots, the request-to-token table and
+    the K and V pool, each as the segments PyTorch's allocator takes for them: kvcalc's
+    drop within 0.1 GiB of the logged one (the logged GB are GiB; 0.01 GiB off on the
+    free H200, 0.08 on the shared 0.5.1.post3 machine, as the non-LoRA capped 0.4.10 and
+    0.5.0rc0 runs are 0.06-0.07 GiB over kvcalc)."""
     why = _countable(d)
     logged = d.get("logged") or {}
     if why or not (d.get("settings") or {}).get("enable_lora"):
@@ -179,7 +182,7 @@ def test_lora_buffers_and_pool_within_half_a_gib_of_the_logged_drop(name, d):
     drop = logged["avail_mem_after_weights_gb"] - logged["avail_mem_after_pool_gb"]
     got = c.memory["avail_mem_after_weights"] - c.memory["avail_mem_after_pool"]
     assert c.memory["lora_buffers"] > 0
-    assert got / GiB == pytest.approx(drop, abs=0.5), (got / GiB, drop)
+    assert got / GiB == pytest.approx(drop, abs=0.1), (got / GiB, drop)
 
 
 @pytest.mark.parametrize("name, d", LOGS)
@@ -336,3 +339,22 @@ def test_check_cli_reads_an_sglang_log(tmp_path):
     assert got["tokens_from_logged_start"] == pytest.approx(444_500, rel=0.002)
     r = CliRunner().invoke(app, ["check", str(path), "llama3.1-8b"])
     assert r.exit_code == 2 and "SGLang logs do not name the GPU" in r.stderr
+
+
+def test_allocator_segments_by_pytorchs_rules():
+    """PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp at 001074d2:
+    kSmallSize 1 MiB, kSmallBuffer 2 MiB, kLargeBuffer 20 MiB, kMinLargeAlloc 10 MiB,
+    kRoundLarge 2 MiB, best fit, a large block split only past 1 MiB left), by hand:
+    Llama-3.1-8B's K buffer of 20,480 + 1 tokens (8 heads x 128 x bf16) takes a segment
+    rounded up to 21 x 2 MiB; Qwen2.5-0.5B's (2 heads x 64) is 5 MiB + 256 B, three to a
+    20 MiB segment; requests up to 1 MiB share 2 MiB segments."""
+    from kvcalc.serving.sglang.segments import segments
+
+    MiB = 1 << 20
+    llama = 20481 * 8 * 128 * 2
+    assert segments([llama]) == 21 * 2 * MiB
+    assert segments([llama] * 64) == 64 * 21 * 2 * MiB
+    qwen = 20481 * 2 * 64 * 2
+    assert segments([qwen] * 48) == 16 * 20 * MiB
+    assert segments([700 * 1024] * 2) == 2 * MiB  # two in one 2 MiB segment
+    assert segments([700 * 1024] * 3) == 2 * 2 * MiB  # the third past it

@@ -15,6 +15,8 @@ TERM_WORDS = {
     "headroom": "headroom: free at start x (1 - mem_fraction_static)",
     "kv_cache": "KV cache",
     "mamba_cache": "state cache (Mamba slots)",
+    "req_to_token": "request-to-token table",
+    "segment_rounding": "allocator rounding and pad page",
     "avail_mem_after_pool": "free after the pools",
     "lora_buffers": "LoRA buffers (before the pool's profile; no log line)",
     # SGLang's speculative draft worker, its second "Load weight" / "KV Cache" block

@@ -31,8 +31,8 @@ from kvcalc.ground.num import Linear
 from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError, ParameterError
 
-__all__ = ["LoraSlots", "adapted", "lora_bytes", "lora_modules", "slot_elements",
-           "wrapped_modules"]
+__all__ = ["LoraSlots", "adapted", "lora_bytes", "lora_modules", "packed_elements",
+           "slot_elements", "wrapped_modules"]
 
 ROW = frozenset({"o_proj", "down_proj"})
 REPLICATED = frozenset({"q_a_proj", "kv_a_proj_with_mqa"})
@@ -92,14 +92,36 @@ def lora_modules(text: str | None) -> tuple[str, ...] | None:
 
 def _module_elements(t: Linear, name: str, rank: int, tp: int, kv_heads: int) -> int:
     """A and B of one slot of one module on one rank."""
+    return sum(_module_ab(t, name, rank, tp, kv_heads))
+
+
+def _module_ab(t: Linear, name: str, rank: int, tp: int, kv_heads: int) -> tuple[int, int]:
+    """A (rank x input) and B (output x rank) elements of one slot of one module on one
+    rank of `tp`."""
     if name in REPLICATED:
-        return rank * t.fan_in + t.fan_out * rank
+        return rank * t.fan_in, t.fan_out * rank
     if name in ROW:
-        return rank * -(-t.fan_in // tp) + t.fan_out * rank
+        return rank * -(-t.fan_in // tp), t.fan_out * rank
     out = -(-t.fan_out // tp)
     if t.kv and kv_heads:  # K/V heads replicated where fewer than tp
         out = t.fan_out // kv_heads * max(1, kv_heads // tp)
-    return rank * t.fan_in + out * rank
+    return rank * t.fan_in, out * rank
+
+
+def packed_elements(spec, rank: int, target_modules, tp: int) -> list[tuple[str, int, int, int]]:
+    """One slot's A and B elements a layer for each packed module the engine wraps (q, k
+    and v in qkv_proj, gate and up in gate_up_proj: the packed buffer holds its parts'
+    A rows and B rows stacked): (packed name, its layers, A elements, B elements), in the
+    order the model lists them."""
+    part_of = {part: packed for packed, parts in PACKED.items() if packed != "kv_proj"
+               for part in parts}
+    out: dict = {}
+    for n, name, t, kv_heads, g in adapted(spec, target_modules):
+        a, b = _module_ab(t, name, rank, tp, kv_heads)
+        key = (g, part_of.get(name, name))
+        _, layers, sa, sb = out.get(key, (None, n, 0, 0))
+        out[key] = (key[1], layers, sa + a, sb + b)
+    return list(out.values())
 
 
 def adapted(spec, target_modules: tuple[str, ...] | None, notes: list[str] | None = None):

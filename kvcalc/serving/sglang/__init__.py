@@ -230,7 +230,7 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
     if type(spec.mla).__name__ == "IndexedLatent" and rules.dsa_served():
         flags, layout, page, mfs = _dsa_settings(rules, flags, layout, page, mfs, hw, notes)
 
-    lora = _lora_bytes(spec, flags, rules, notes)
+    lora, lora_tensors = _lora_bytes(spec, flags, rules, notes)
     total = _visible(hw)
     pre = total - CONTEXT_BYTES - (COMM_BYTES if layout.tp * layout.pp > 1 else 0)
     if flags.start_free_bytes is not None:
@@ -289,12 +289,19 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
     kv_bytes = split.kv_bytes if tokens is not None and tokens > 0 else 0
     if tokens is not None and split.tokens and tokens != split.tokens:
         kv_bytes = kv_bytes * tokens // split.tokens  # capped by --max-total-tokens
+    window = ()
+    if starts and draft is None and not mla and not flags.kv_scale_bytes and split.layer_bytes:
+        reqs = (flags.max_running_requests if flags.max_running_requests is not None
+                else rules.max_num_reqs(split.profiled, context)) + rules.req_pool_extra()
+        window = _window(lora, lora_tensors, reqs, context, tokens, page, split.layer_bytes,
+                         kv_bytes)
     terms = (("total", total), ("avail_mem_at_start", pre), ("weights", weights),
              ("avail_mem_after_weights", post + lora),  # as "Load weight end" logs it
              *((("lora_buffers", lora),) if flags.enable_lora else ()),
              ("headroom", reserved),
-             ("kv_cache", kv_bytes), *split.state_terms,
-             ("avail_mem_after_pool", post - kv_bytes - split.state_bytes))
+             ("kv_cache", kv_bytes), *split.state_terms, *window,
+             ("avail_mem_after_pool", post - kv_bytes - split.state_bytes
+              - sum(b for _, b in window)))
     if draft is not None:
         terms, starts, refusal = _draft_terms(draft, flags, rules, terms, tokens, starts,
                                               refusal, attn_tp, notes)
@@ -447,18 +454,45 @@ def _draft_terms(draft, flags, rules, terms, tokens, starts, refusal, attn_tp, n
     return terms, starts, refusal
 
 
-def _lora_bytes(spec, flags: SglangFlags, rules, notes: list) -> int:
+def _window(lora: int, lora_tensors: list[int], reqs: int, context: int, tokens: int,
+            page: int, layer_bytes: tuple[int, ...], kv_bytes: int):
+    """What the free memory SGLang logs loses from "Load weight end" to "Memory pool end"
+    beyond the LoRA buffers' and the K/V pool's bytes (read in 0.5.1.post3 and 0.5.9:
+    `ModelRunner.initialize` runs `init_lora_manager` then `init_memory_pool`, which builds
+    `ReqToTokenPool` and then `MHATokenToKVPool._create_buffers`, every layer's K buffer
+    and then every layer's V, each of the pool's tokens plus one page): the request-to-token
+    table, max_num_reqs x (context_len + 4) int32 (`extra_max_context_len`, 4 without
+    speculative decoding), and the rest of the segments PyTorch's allocator takes for the
+    LoRA buffers, that table and those buffers (kvcalc.serving.sglang.segments): the pad
+    page and the rounding. The LoRA buffers' own rounding is taken before the pool's
+    profile in SGLang; kvcalc leaves it in the pool's budget (within 20 MiB a slot of
+    rank 256 over Llama-3.1-8B's linear modules)."""
+    from kvcalc.serving.sglang.segments import segments
+
+    table = reqs * (context + 4) * 4
+    kv = [(tokens + page) * b // 2 for b in layer_bytes]  # K then V, each half a layer's
+    taken = segments([*lora_tensors, table, *kv, *kv])
+    return (("req_to_token", table), ("segment_rounding", taken - lora - table - kv_bytes))
+
+
+def _lora_bytes(spec, flags: SglangFlags, rules, notes: list) -> tuple[int, list[int]]:
     """--enable-lora's buffers on one GPU (kvcalc.serving.lora): `max_loras_per_batch`
     slots (8) of --max-lora-rank over --lora-target-modules in the model dtype, taken
-    after the weights and before the pool's profile (`Rules.lora_counted`)."""
+    after the weights and before the pool's profile (`Rules.lora_counted`); and each
+    buffer's bytes in the order SGLang allocates them (`LoRAMemoryPool.init_buffers`,
+    0.5.1.post3 and 0.5.9: each packed module's A buffer (slots, rank x stacked, input)
+    for every layer, module by module, then the B buffers (slots, output, rank) likewise;
+    SGLang walks the modules as a Python set, whose order changes from process to process,
+    kvcalc in the model's order)."""
     given = [n for n in ("max_loras_per_batch", "max_lora_rank", "lora_target_modules")
              if getattr(flags, n) is not None]
     if not flags.enable_lora:
         if given:
             raise ParameterError("{" + given[0] + "} needs {enable_lora}", given[0],
                                  "enable_lora")
-        return 0
-    from kvcalc.serving.lora import LoraSlots, lora_bytes, lora_modules
+        return 0, []
+    from kvcalc.ground.dtypes import dtype
+    from kvcalc.serving.lora import LoraSlots, lora_bytes, lora_modules, packed_elements
 
     if not rules.lora_counted():
         raise ParameterError("{enable_lora}: kvcalc counts SGLang's LoRA buffers from "
@@ -478,4 +512,8 @@ def _lora_bytes(spec, flags: SglangFlags, rules, notes: list) -> int:
     notes.append(f"LoRA: {slots.slots} adapter slot(s) of rank {slots.rank}, "
                  f"{nbytes / GiB:.2f} GiB out of the KV pool's budget (no log line)")
     notes.extend(more)
-    return nbytes
+    dt = dtype(flags.weights.model_dtype)
+    packed = packed_elements(spec, slots.rank, slots.target_modules, flags.layout.attention_tp)
+    order = [dt.nbytes(slots.slots * ab[i]) for i in (0, 1) for _, layers, *ab in packed
+             for _ in range(layers)]
+    return nbytes, order

@@ -95,6 +95,9 @@ class Split:
     stored_bytes: int = 0  # one token as the pool stores it, where not cell_bytes (DSA)
     state_terms: tuple[tuple[str, int], ...] = ()
     notes: tuple[str, ...] = ()
+    # one token's K and V bytes in each layer, where the pool is one K and one V buffer a
+    # layer of every layer's full tokens (none: swa, state, DSA or draft layers in it)
+    layer_bytes: tuple[int, ...] = ()
 
 
 def _dsa(mx) -> bool:
@@ -196,8 +199,11 @@ def pools(spec, flags, rules, *, rest: int, attn_tp: int, stage: int, sizes, con
                              else per[id(g)]) for g, k in kinds if k == "full")
     if draft_layers:
         stored = full  # the draft's share as the budget counts it
+    plain = not draft_layers and stored == full and all(k == "full" for _, k in kinds)
     return Split(tokens=tokens, cell_bytes=full, kv_bytes=max(tokens, 0) * stored,
-                 profiled=profiled, stored_bytes=stored if stored != full else 0)
+                 profiled=profiled, stored_bytes=stored if stored != full else 0,
+                 layer_bytes=tuple(per[id(g)] for g, _ in kinds for _ in range(g.layers))
+                 if plain else ())
 
 
 def _with_state(flags, rules, *, rest: int, cell: int, per_request: int, floor: int,
