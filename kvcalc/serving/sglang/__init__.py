@@ -31,6 +31,10 @@ Facts (quoted, not copied code; paths inside `sglang/srt/` of the PyPI wheels):
 * LoRA (`--enable-lora`; kvcalc.serving.lora): the adapters' buffers are built after the
   weights and before the pool's profile (`ModelRunner.initialize`), so the pool is
   smaller by them, in no log line of their own.
+* after the profile (`_window`, read in 0.4.6.post4, 0.5.1.post3 and 0.5.9): the
+  request-to-token table and the segments PyTorch's caching allocator takes for the LoRA
+  buffers, the table and the K/V buffers (kvcalc.serving.sglang.segments) also leave
+  "Memory pool end"'s free memory, out of the headroom.
 """
 
 from __future__ import annotations
