@@ -463,7 +463,8 @@ def _compaction_candidates(d: dict) -> list[dict]:
     # a few layers, not the 8-10 before the first attention layer (the SSM mixers'
     # reference scan on CPU is what takes the time).
     for k, v in d.items():
-        if k in _INDEX_LIST_KEYS and isinstance(v, list) and v and isinstance(v[0], int) and v[0] > 1:
+        if (k in _INDEX_LIST_KEYS and isinstance(v, list) and v and isinstance(v[0], int)
+                and v[0] > 1):
             out.append({k: [1] + [i for i in v[1:] if i > 1]})
         elif (isinstance(v, str) and k.endswith("pattern")) or (
                 k == "layers_block_type" and isinstance(v, list)):

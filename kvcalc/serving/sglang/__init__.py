@@ -295,10 +295,8 @@ def count(spec, hw, flags: SglangFlags) -> ServingCount:
         kv_bytes = kv_bytes * tokens // split.tokens  # capped by --max-total-tokens
     window = ()
     if starts and draft is None and not mla and not flags.kv_scale_bytes and split.layer_bytes:
-        reqs = (flags.max_running_requests if flags.max_running_requests is not None
-                else rules.max_num_reqs(split.profiled, context)) + rules.req_pool_extra()
-        window = _window(lora, lora_tensors, reqs, context, tokens, page, split.layer_bytes,
-                         kv_bytes)
+        window = _window(lora, lora_tensors, _request_pool(rules, flags, tokens, split, context),
+                         context, tokens, page, split.layer_bytes, kv_bytes)
     terms = (("total", total), ("avail_mem_at_start", pre), ("weights", weights),
              ("avail_mem_after_weights", post + lora),  # as "Load weight end" logs it
              *((("lora_buffers", lora),) if flags.enable_lora else ()),
@@ -361,6 +359,17 @@ def _dsa_settings(rules, flags, layout, page, mfs, hw, notes):
     return flags, layout, page, mfs
 
 
+def _request_pool(rules, flags, tokens: int, split, context: int) -> int:
+    """The request pool's slots (`ReqToTokenPool`'s size): --max-running-requests, else
+    int(tokens / context x 512) in 2048..4096, a state model's slots // 3 at most, and the
+    release's extra slot."""
+    pool = (flags.max_running_requests if flags.max_running_requests is not None
+            else rules.max_num_reqs(split.profiled or tokens, context))
+    if split.slots is not None:
+        pool = min(pool, split.slot_cap)
+    return pool + rules.req_pool_extra()
+
+
 def _running(rules, flags, layout, tokens: int, split, context: int) -> int:
     """The most requests the scheduler runs at once (`TpModelWorker.__init__` up to
     0.5.4, `ModelRunner.initialize` 0.5.8, `resolve_max_num_reqs` 0.5.23): the request
@@ -368,11 +377,7 @@ def _running(rules, flags, layout, tokens: int, split, context: int) -> int:
     state model's slots // 3 at most), and tokens // 2; a given value is per DP-attention
     group."""
     dp = layout.dp if layout.dp_attention else 1
-    pool = (flags.max_running_requests if flags.max_running_requests is not None
-            else rules.max_num_reqs(split.profiled or tokens, context))
-    if split.slots is not None:
-        pool = min(pool, split.slot_cap)
-    pool += rules.req_pool_extra()
+    pool = _request_pool(rules, flags, tokens, split, context)
     if flags.max_running_requests is not None:
         return min(max(1, flags.max_running_requests // dp), tokens // 2, pool)
     return min(tokens // 2, pool)

@@ -15,7 +15,7 @@ split only when more than 1 MiB would be left.
 
 from __future__ import annotations
 
-from bisect import insort
+from bisect import bisect_left, insort
 
 __all__ = ["segments"]
 
@@ -36,8 +36,8 @@ def segments(sizes) -> int:
         size = max(MIN_BLOCK, -(-size // MIN_BLOCK) * MIN_BLOCK)
         small = size <= SMALL_SIZE
         pool = free[small]
-        fit = next((i for i, block in enumerate(pool) if block >= size), None)
-        if fit is not None:
+        fit = bisect_left(pool, size)  # the smallest free block it fits (best fit)
+        if fit < len(pool):
             block = pool.pop(fit)
         else:
             block = (SMALL_BUFFER if small else LARGE_BUFFER if size < MIN_LARGE_ALLOC
