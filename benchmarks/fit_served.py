@@ -4,10 +4,12 @@ presets/served/terms.yaml.
 
 The terms: per engine, `request_s` (host time before a request's first token) and
 `running_s` (host time per running request per step); shared by the engines, `moe_share`
-(MoE grouped GEMMs' share of the dense 16-bit prefill rate), `kv_share` (the decode
+(MoE grouped GEMMs' share of the dense 16-bit prefill rate) and `moe_half_tokens` (the
+rows an expert gets in a step at which that share is halved), `kv_share` (the decode
 attention kernel's K/V bandwidth share under load) and `eager_layer_s` (a layer's Python
 kernel launches in a step without a CUDA graph; set, not fitted: EAGER). Each run is
-simulated once per grid point of (moe_share, kv_share, eager_layer_s, running_s);
+simulated once per grid point of (moe_share, moe_half_tokens, kv_share, eager_layer_s,
+running_s);
 request_s delays each request's arrival at the scheduler, so its effect is applied
 afterwards (TTFT + r; a closed loop's throughput falls a little, which the fit leaves
 out; the written terms are scored by simulation).
@@ -42,7 +44,12 @@ import score_served  # noqa: E402
 
 from kvcalc.served import ServedTerms  # noqa: E402
 
-MOE = (0.3, 0.2, 0.15)
+MOE = (0.2, 0.3, 0.4, 0.5)
+# The rows each expert's grouped GEMM gets in a step (tokens x top-k / experts) at which it
+# runs at half of moe_share (0: one share at any rows). On six MoE publishers the flat
+# share (0.15-0.3) held out 269/531 rows, this grid 276/531 (TTFT 62 -> 73 of 206, TPOT
+# and throughput 207 -> 203 of 325; README); a grid of 0.15-0.6 x 0-256 picked the same.
+HALF = (0.0, 64.0, 128.0, 256.0, 512.0)
 KV = (0.0, 0.6)  # 0: the engine file's own share
 # A layer's Python launches in a step without a CUDA graph: not fitted here (fitted on
 # these runs it lands at the grid's edge, 1-1.5 ms, and scores worse held out than without
@@ -76,17 +83,18 @@ def _simulate_one(args):
 
     if run.model not in model_names():
         return rid, None
-    moe_grid = MOE if _is_moe(run.model) else (1.0,)
+    moe_grid = tuple(itertools.product(MOE, HALF)) if _is_moe(run.model) else ((1.0, 0.0),)
     out = {}
-    for moe, kv, eager, rs in itertools.product(moe_grid, KV, EAGER, RUNNING):
+    for (moe, half), kv, eager, rs in itertools.product(moe_grid, KV, EAGER, RUNNING):
         terms = ServedTerms(request_s=0.0, running_s=rs, moe_share=moe, kv_share=kv,
-                            eager_layer_s=eager)
+                            eager_layer_s=eager, moe_half_tokens=half)
         got, why = score_served.predict(run, terms)
         if got is None:
             return rid, None
-        out[((moe, kv, eager), rs)] = got
-    if len(moe_grid) == 1:  # a dense model's runs do not depend on moe_share
-        out = {((m, kv, eager), rs): v for ((_, kv, eager), rs), v in out.items() for m in MOE}
+        out[(((moe, half), kv, eager), rs)] = got
+    if len(moe_grid) == 1:  # a dense model's runs do not depend on the MoE terms
+        out = {((m, kv, eager), rs): v for ((_, kv, eager), rs), v in out.items()
+               for m in itertools.product(MOE, HALF)}
     return rid, out
 
 
@@ -142,7 +150,7 @@ def main(argv: list[str]) -> int:
         """The grid point and per-engine (running_s, request_s) with the most rows within
         15% on the publishers `keep` admits."""
         best = None
-        for shared in itertools.product(MOE, KV, EAGER):
+        for shared in itertools.product(itertools.product(MOE, HALF), KV, EAGER):
             total, per_engine = 0, {}
             for eng in engines:
                 score, pick = -1, (0.0, 0.0)
@@ -189,8 +197,8 @@ def main(argv: list[str]) -> int:
             insample[r][1] += n2
         eng = ", ".join(f"{e} ({rs * 1e6:.0f} us, {rq * 1e3:.0f} ms)"
                         for e, (rs, rq) in params[1].items())
-        moe, kv, eager = params[0]
-        print(f"| {pub} | {moe} | {kv} | {eager} | {eng} | " + " | ".join(cellsout) + " |")
+        (moe, half), kv, eager = params[0]
+        print(f"| {pub} | {moe} / {half:g} | {kv} | {eager} | {eng} | " + " | ".join(cellsout) + " |")
 
     # Each held-out row's error, predicted / measured as a factor off (max(r, 1/r) - 1),
     # with the terms fitted on the other publishers: the band kvcalc bench prints beside
@@ -217,11 +225,11 @@ def main(argv: list[str]) -> int:
     print()
     for r in regimes:
         print(f"- {r}: held out {pct(held[r])}; in-sample {pct(insample[r])}")
-    (moe, kv, eager), per_engine = full
+    ((moe, half), kv, eager), per_engine = full
     for (kind, reg), xs in sorted(errors.items()):
         print(f"- held-out error, {kind} {reg}: half within {quantile(xs, 0.5):.0%}, 80% within "
               f"{quantile(xs, 0.8):.0%} ({len(xs)} rows)")
-    print(f"\nfitted on every publisher: moe_share {moe}, kv_share {kv}, eager_layer_s {eager}, "
+    print(f"\nfitted on every publisher: moe_share {moe}, moe_half_tokens {half:g}, kv_share {kv}, eager_layer_s {eager}, "
           + ", ".join(f"{e}: running_s {rs}, request_s {rq}" for e, (rs, rq) in per_engine.items()))
     if "--dry-run" in argv:
         return 0
@@ -239,6 +247,8 @@ def main(argv: list[str]) -> int:
         f"  in-sample {pct(insample['all'])}",
         "shared:",
         f"  moe_share: {moe}",
+        "  # tokens an expert gets in a step at which its GEMMs run at half moe_share",
+        f"  moe_half_tokens: {half:g}",
         f"  kv_share: {kv}",
         "  # set, not fitted: between two published eager measurements",
         "  # (benchmarks/fit_served.py, EAGER), extrapolated",

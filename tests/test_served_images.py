@@ -136,9 +136,9 @@ def test_engine_time_of_one_1080p_image_request_within_the_band():
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "kvcalc's per-request host time (request_s, 70 ms) is fitted on text requests; the "
+    "kvcalc's per-request host time (request_s, 40 ms) is fitted on text requests; the "
     "trace spends 167 ms before the engine queues the request (HTTP, the image's decode "
-    "and the processor's resize on the CPU), so kvcalc's TTFT is 152 ms against 293 (0.52)"))
+    "and the processor's resize on the CPU), so kvcalc's TTFT is 122 ms against 293 (0.42)"))
 def test_ttft_of_one_1080p_image_request_within_the_band():
     assert _trace_ttft_ms(engine_only=False) == pytest.approx(
         TRACE["measured_ms"]["ttft"], rel=TIME_TOL)

@@ -31,14 +31,17 @@ class ServedTerms:
     step that replays no CUDA graph (kvcalc.serving.record.Schedule.graphed: a batch
     over the engine's captured sizes, a prefill where the engine has no prefill
     graphs), which such a step takes at least; `kv_share`: the share of bandwidth the decode attention kernel
-    reads K/V at with many requests at once. `extrapolated`: fitted on fewer than three
-    publishers (or not at all)."""
+    reads K/V at with many requests at once; `moe_half_tokens`: the tokens a step routes
+    to each expert at which the grouped GEMMs run at half of `moe_share` (a GEMM of few
+    rows is a skinny one: its share grows as M / (M + moe_half_tokens); 0: the same share
+    at any M). `extrapolated`: fitted on fewer than three publishers (or not at all)."""
 
     request_s: float
     running_s: float
     moe_share: float
     kv_share: float
     eager_layer_s: float = 0.0
+    moe_half_tokens: float = 0.0
     publishers: int = 0
     source: str = ""
 
@@ -60,6 +63,7 @@ def served_terms(engine: str) -> ServedTerms:
     return ServedTerms(request_s=float(own["request_s"]), running_s=float(own["running_s"]),
                        moe_share=float(shared["moe_share"]), kv_share=float(shared["kv_share"]),
                        eager_layer_s=float(shared.get("eager_layer_s", 0.0)),
+                       moe_half_tokens=float(shared.get("moe_half_tokens", 0.0)),
                        publishers=int(own.get("publishers", 0)),
                        source=str(data.get("source", "")))
 
@@ -153,7 +157,15 @@ class StepTimes:
         self.e_w = timing.efficiency(self.family)[0]
         self.e_float = float(timing.bandwidth_efficiency.get("float", self.e_w))
         self.moe = any(layer.mlp is not None and layer.mlp.experts for layer, _ in spec.groups())
-        self.matmul_s_per_token, self.attention_flops_per_s = self._prefill_rates()
+        self.matmul_s_per_token, self.routed_s_per_token, self.attention_flops_per_s = (
+            self._prefill_rates())
+        # a step's tokens each expert receives per step token (its layers' top-k over
+        # their experts, the most of any MoE layer): every rank holds every expert's
+        # slice under tensor parallelism, so its grouped GEMMs have rows = tokens x this
+        self.rows_per_token = max((layer.mlp.active / layer.mlp.experts
+                                   for layer, _ in spec.groups()
+                                   if layer.mlp is not None and layer.mlp.experts),
+                                  default=0.0)
         # every layer's token mixers with their layer counts: a prompt chunk's attention
         # is what each mixer's causal prefill adds from its start to its end (a window's
         # or a recurrence's linear growth, full attention's quadratic one)
@@ -189,10 +201,11 @@ class StepTimes:
         self.cache.clear()
         self.draft_cache: dict = {}
 
-    def _prefill_rates(self) -> tuple[float, float]:
-        """Seconds of prompt matmuls per token (its routed experts' share at the MoE
-        share of the rate) on one device, from the prefill FLOPs of a 1,024- and a
-        2,048-token prompt; and the FLOPs/s the prompts' attention runs at."""
+    def _prefill_rates(self) -> tuple[float, float, float]:
+        """Seconds a prompt token's matmuls take on one device, from the prefill FLOPs
+        of a 1,024- and a 2,048-token prompt: those outside the routed experts, and the
+        routed experts' at the MoE share of the rate (moe_s scales them by the step's
+        rows an expert); and the FLOPs/s the prompts' attention runs at."""
         from dataclasses import replace
 
         from kvcalc.speed.latency import step_figures
@@ -221,8 +234,18 @@ class StepTimes:
         # its MXFP8 experts 1.7x its BF16 ones at 512 tokens, not 2x
         # (flashinfer-ai/flashinfer#5301).
         routed_rate = min(self.peak, self.e.peak_flops(self.hw, "bf16")) * self.mfu
-        return ((matmul - routed) / rate + routed / (routed_rate * self.terms.moe_share),
+        return ((matmul - routed) / rate, routed / (routed_rate * self.terms.moe_share),
                 self.peak * attention_share)
+
+    def moe_s(self, prompt_tokens: int, step_tokens: int) -> float:
+        """Seconds of the routed experts' matmuls for `prompt_tokens` prompt tokens in a
+        step of `step_tokens` tokens: at moe_share of the rate, slower by
+        (M + moe_half_tokens) / M where M, the rows each expert's GEMM gets, is few."""
+        if not self.routed_s_per_token or not prompt_tokens:
+            return 0.0
+        half = self.terms.moe_half_tokens
+        rows = max(step_tokens, prompt_tokens, 1) * self.rows_per_token
+        return prompt_tokens * self.routed_s_per_token * (1 + half / rows if half else 1)
 
     def chunk_attention_s(self, start: int, take: int) -> float:
         """Seconds of the attention of `take` prompt tokens after `start` already in
@@ -240,11 +263,13 @@ class StepTimes:
             got = self.chunk_cache[key] = flops / self.w.tp / self.attention_flops_per_s
         return got
 
-    def prompt_s(self, spans) -> float:
-        """Seconds of the prompt chunks `spans`, (start, take) each, on one device:
-        their matmuls and their attention."""
-        return sum(take * self.matmul_s_per_token + self.chunk_attention_s(start, take)
-                   for start, take in spans)
+    def prompt_s(self, spans, step_tokens: int = 0) -> float:
+        """Seconds of the prompt chunks `spans`, (start, take) each, on one device, in a
+        step of `step_tokens` tokens (0: the chunks alone): their matmuls and their
+        attention."""
+        tokens = sum(take for _, take in spans)
+        return (tokens * self.matmul_s_per_token + self.moe_s(tokens, step_tokens)
+                + sum(self.chunk_attention_s(start, take) for start, take in spans))
 
     def _decode(self, b: int, c: int, k: int = 0) -> tuple:
         """(weights s, K/V s, activations s a token, FLOPs s) of `b` requests at context
@@ -298,7 +323,7 @@ class StepTimes:
         if prompt_tokens and self.moe:
             weights_s = self._weights_s(tokens + prompt_tokens)
         memory_s = weights_s + kv_s + act_s * (tokens + prompt_tokens)
-        compute_s += self.prompt_s(spans)
+        compute_s += self.prompt_s(spans, tokens + prompt_tokens)
         out = (max(memory_s, compute_s) + self.serial_s
                + prompt_tokens * self.comm_s_per_token)
         if self.lora is not None:  # the adapters' shrink and expand kernels
