@@ -50,6 +50,11 @@ MOE = (0.2, 0.3, 0.4, 0.5)
 # share (0.15-0.3) held out 269/531 rows, this grid 276/531 (TTFT 62 -> 73 of 206, TPOT
 # and throughput 207 -> 203 of 325; README); a grid of 0.15-0.6 x 0-256 picked the same.
 HALF = (0.0, 64.0, 128.0, 256.0, 512.0)
+# Each engine its own moe_share (its own MoE kernels), or one for all: tried on eleven
+# publishers, one per engine held out 199/531 against one for all 276/531 (left without a
+# dense publisher, each engine's (moe_share, running_s, request_s) follows its MoE
+# publishers: dennislee22 held out 29/78 against 63), so one for all.
+MOE_PER_ENGINE = os.environ.get("FIT_MOE_PER_ENGINE", "0") == "1"
 KV = (0.0, 0.6)  # 0: the engine file's own share
 # A layer's Python launches in a step without a CUDA graph: not fitted here (fitted on
 # these runs it lands at the grid's edge, 1-1.5 ms, and scores worse held out than without
@@ -109,8 +114,26 @@ def main(argv: list[str]) -> int:
     runs = _runs()
     todo = [(rid, measured[0]) for rid, measured in runs]
     workers = max(1, min(int(os.environ.get("FIT_WORKERS", "2")), os.cpu_count() or 1))
-    with ProcessPoolExecutor(workers) as pool:
-        grids = dict(pool.map(_simulate_one, todo, chunksize=1))
+    # FIT_GRIDS=FILE keeps the simulated grid between runs (the fit's choices tried on
+    # the same simulations); it is read back only for the same grid and runs, so remove it
+    # after changing kvcalc's model
+    saved = os.environ.get("FIT_GRIDS")
+    key = (MOE, HALF, KV, EAGER, RUNNING, tuple(rid for rid, _ in todo))
+    grids = None
+    if saved and os.path.exists(saved):
+        import pickle
+
+        with open(saved, "rb") as f:
+            got = pickle.load(f)
+        grids = got["grids"] if got.get("key") == key else None
+    if grids is None:
+        with ProcessPoolExecutor(workers) as pool:
+            grids = dict(pool.map(_simulate_one, todo, chunksize=1))
+        if saved:
+            import pickle
+
+            with open(saved, "wb") as f:
+                pickle.dump({"key": key, "grids": grids}, f)
     # cells[(publisher, engine, regime, (moe, kv, eager), rs, rq)] = [within, n]
     cells: dict = defaultdict(lambda: [0, 0])
     scored = []  # (publisher, engine, regime, kind, row, run id, out_len): every scored row
@@ -147,30 +170,40 @@ def main(argv: list[str]) -> int:
     engines = sorted({k[1] for k in cells})
 
     def fit(keep) -> tuple:
-        """The grid point and per-engine (running_s, request_s) with the most rows within
-        15% on the publishers `keep` admits."""
+        """The grid point ((moe_half_tokens, kv_share, eager_layer_s)) and per-engine
+        (moe_share, running_s, request_s) with the most rows within 15% on the publishers
+        `keep` admits; one moe_share for every engine unless MOE_PER_ENGINE."""
         best = None
-        for shared in itertools.product(itertools.product(MOE, HALF), KV, EAGER):
-            total, per_engine = 0, {}
-            for eng in engines:
-                score, pick = -1, (0.0, 0.0)
-                for rs, rq in itertools.product(RUNNING, REQUEST):
-                    s = sum(cells.get((p, eng, "all", shared, rs, rq), (0, 0))[0]
-                            for p in publishers if keep(p))
-                    if s > score:
-                        score, pick = s, (rs, rq)
-                per_engine[eng] = pick
-                total += max(score, 0)
-            if best is None or total > best[0]:
-                best = (total, shared, per_engine)
+        for moe_all in ((None,) if MOE_PER_ENGINE else MOE):
+            for shared in itertools.product(HALF, KV, EAGER):
+                half, kv, eager = shared
+                total, per_engine = 0, {}
+                for eng in engines:
+                    score, pick = -1, (MOE[0], 0.0, 0.0)
+                    for moe, rs, rq in itertools.product(
+                            MOE if moe_all is None else (moe_all,), RUNNING, REQUEST):
+                        cell = ((moe, half), kv, eager)
+                        s = sum(cells.get((p, eng, "all", cell, rs, rq), (0, 0))[0]
+                                for p in publishers if keep(p))
+                        if s > score:
+                            score, pick = s, (moe, rs, rq)
+                    per_engine[eng] = pick
+                    total += max(score, 0)
+                if best is None or total > best[0]:
+                    best = (total, shared, per_engine)
         return best[1:]
 
+    def cell_of(params, eng) -> tuple:
+        """(grid point, running_s, request_s) of `eng` under `params`."""
+        (half, kv, eager), per_engine = params
+        moe, rs, rq = per_engine[eng]
+        return ((moe, half), kv, eager), rs, rq
+
     def score(params, pub, regime="all"):
-        shared, per_engine = params
         ok = n = 0
         for eng in engines:
-            rs, rq = per_engine[eng]
-            c = cells.get((pub, eng, regime, shared, rs, rq), (0, 0))
+            cell, rs, rq = cell_of(params, eng)
+            c = cells.get((pub, eng, regime, cell, rs, rq), (0, 0))
             ok, n = ok + c[0], n + c[1]
         return ok, n
 
@@ -181,7 +214,7 @@ def main(argv: list[str]) -> int:
     held = {r: [0, 0] for r in regimes}
     insample = {r: [0, 0] for r in regimes}
     full = fit(lambda p: True)
-    print("| publisher left out | moe_share | kv_share | eager_layer_s | per engine (running_s, request_s) "
+    print("| publisher left out | moe_half_tokens | kv_share | eager_layer_s | per engine (moe_share, running_s, request_s) "
           "| held out: " + " | ".join(regimes) + " |")
     print("|---|---|---|---|---|" + "---|" * len(regimes))
     for pub in publishers:
@@ -195,22 +228,22 @@ def main(argv: list[str]) -> int:
             ok2, n2 = score(full, pub, r)
             insample[r][0] += ok2
             insample[r][1] += n2
-        eng = ", ".join(f"{e} ({rs * 1e6:.0f} us, {rq * 1e3:.0f} ms)"
-                        for e, (rs, rq) in params[1].items())
-        (moe, half), kv, eager = params[0]
-        print(f"| {pub} | {moe} / {half:g} | {kv} | {eager} | {eng} | " + " | ".join(cellsout) + " |")
+        eng = ", ".join(f"{e} ({moe}, {rs * 1e6:.0f} us, {rq * 1e3:.0f} ms)"
+                        for e, (moe, rs, rq) in params[1].items())
+        half, kv, eager = params[0]
+        print(f"| {pub} | {half:g} | {kv} | {eager} | {eng} | " + " | ".join(cellsout) + " |")
 
     # Each held-out row's error, predicted / measured as a factor off (max(r, 1/r) - 1),
     # with the terms fitted on the other publishers: the band kvcalc bench prints beside
     # its figures (kvcalc.served.step.ServedTerms.held_out_error), per kind and regime.
     errors: dict = defaultdict(list)
     for pub in publishers:
-        (shared, per_engine) = fit(lambda p, pub=pub: p != pub)
+        params = fit(lambda p, pub=pub: p != pub)
         for p, eng, reg, kind, row, rid, out_len in scored:
             if p != pub:
                 continue
-            rs, rq = per_engine[eng]
-            value = _shifted(grids[rid][(shared, rs)], row.metric, rq, out_len)
+            cell, rs, rq = cell_of(params, eng)
+            value = _shifted(grids[rid][(cell, rs)], row.metric, rq, out_len)
             value /= row.gpus if row.per == "gpu" else 1
             r = value / row.value
             errors[(kind, reg)].append(max(r, 1 / r) - 1)
@@ -225,15 +258,17 @@ def main(argv: list[str]) -> int:
     print()
     for r in regimes:
         print(f"- {r}: held out {pct(held[r])}; in-sample {pct(insample[r])}")
-    ((moe, half), kv, eager), per_engine = full
+    (half, kv, eager), per_engine = full
     for (kind, reg), xs in sorted(errors.items()):
         print(f"- held-out error, {kind} {reg}: half within {quantile(xs, 0.5):.0%}, 80% within "
               f"{quantile(xs, 0.8):.0%} ({len(xs)} rows)")
-    print(f"\nfitted on every publisher: moe_share {moe}, moe_half_tokens {half:g}, kv_share {kv}, eager_layer_s {eager}, "
-          + ", ".join(f"{e}: running_s {rs}, request_s {rq}" for e, (rs, rq) in per_engine.items()))
+    print(f"\nfitted on every publisher: moe_half_tokens {half:g}, kv_share {kv}, eager_layer_s {eager}, "
+          + ", ".join(f"{e}: moe_share {moe}, running_s {rs}, request_s {rq}"
+                      for e, (moe, rs, rq) in per_engine.items()))
     if "--dry-run" in argv:
         return 0
     pubs_of = {e: len({k[0] for k in cells if k[1] == e}) for e in engines}
+    moe = max(MOE, key=lambda m: sum(p[0] == m for p in per_engine.values()))
     lines = [
         "# Generated by benchmarks/fit_served.py: do not edit by hand; rerun it.",
         "source: >-",
@@ -256,8 +291,10 @@ def main(argv: list[str]) -> int:
         "engines:",
     ]
     for e in ("vllm", "sglang", "tensorrt-llm"):
-        rs, rq = per_engine.get(e, (0.0, 0.0))
-        lines.append(f"  {e}: {{request_s: {rq}, running_s: {rs}, publishers: {pubs_of.get(e, 0)}}}")
+        own, rs, rq = per_engine.get(e, (moe, 0.0, 0.0))
+        share = f", moe_share: {own}" if MOE_PER_ENGINE else ""
+        lines.append(f"  {e}: {{request_s: {rq}, running_s: {rs}{share}, "
+                     f"publishers: {pubs_of.get(e, 0)}}}")
     lines.append("loso:")
     for r in regimes:
         lines.append(f"  {r.replace(' ', '_').replace('+', '_')}: {{held_out: {held[r][0]}, in_sample: "

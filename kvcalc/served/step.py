@@ -61,7 +61,8 @@ def served_terms(engine: str) -> ServedTerms:
     if own is None:
         raise KvcalcError(f"presets/served/terms.yaml has no terms for {engine}")
     return ServedTerms(request_s=float(own["request_s"]), running_s=float(own["running_s"]),
-                       moe_share=float(shared["moe_share"]), kv_share=float(shared["kv_share"]),
+                       moe_share=float(own.get("moe_share", shared["moe_share"])),
+                       kv_share=float(shared["kv_share"]),
                        eager_layer_s=float(shared.get("eager_layer_s", 0.0)),
                        moe_half_tokens=float(shared.get("moe_half_tokens", 0.0)),
                        publishers=int(own.get("publishers", 0)),
