@@ -23,6 +23,10 @@ held-out share. The file written holds the fit on every publisher, with both sco
 
     python benchmarks/fit_served.py            # fit, print both scores, write the file
     python benchmarks/fit_served.py --dry-run  # print only
+    python benchmarks/fit_served.py --dry-run --sharegpt-spread  # ShareGPT runs spread
+
+FIT_GRIDS=FILE keeps the simulations for another run of the same grid and runs (remove it
+after changing kvcalc's model); FIT_MOE_PER_ENGINE=1 fits a moe_share per engine.
 """
 
 from __future__ import annotations
@@ -111,6 +115,9 @@ def _shifted(metrics: dict, metric: str, r: float, out_len: float) -> float:
 
 
 def main(argv: list[str]) -> int:
+    # --sharegpt-spread: ShareGPT runs at kvcalc.served.sharegpt_lengths' spread, not their
+    # means (score_served's switch; the worker processes inherit it)
+    score_served.SHAREGPT_SPREAD = "--sharegpt-spread" in argv
     runs = _runs()
     todo = [(rid, measured[0]) for rid, measured in runs]
     workers = max(1, min(int(os.environ.get("FIT_WORKERS", "2")), os.cpu_count() or 1))
@@ -118,7 +125,8 @@ def main(argv: list[str]) -> int:
     # the same simulations); it is read back only for the same grid and runs, so remove it
     # after changing kvcalc's model
     saved = os.environ.get("FIT_GRIDS")
-    key = (MOE, HALF, KV, EAGER, RUNNING, tuple(rid for rid, _ in todo))
+    key = (MOE, HALF, KV, EAGER, RUNNING, score_served.SHAREGPT_SPREAD,
+           tuple(rid for rid, _ in todo))
     grids = None
     if saved and os.path.exists(saved):
         import pickle
