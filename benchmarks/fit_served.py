@@ -26,7 +26,8 @@ held-out share. The file written holds the fit on every publisher, with both sco
     python benchmarks/fit_served.py --dry-run --sharegpt-spread  # ShareGPT runs spread
 
 FIT_GRIDS=FILE keeps the simulations for another run of the same grid and runs (remove it
-after changing kvcalc's model); FIT_MOE_PER_ENGINE=1 fits a moe_share per engine.
+after changing kvcalc's model); FIT_MOE_PER_ENGINE=1 fits a moe_share per engine and
+FIT_HALF_BY_DTYPE=1 a moe_half_tokens for 8-bit experts apart (both tried and left).
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ HALF = (0.0, 64.0, 128.0, 256.0, 512.0)
 # dense publisher, each engine's (moe_share, running_s, request_s) follows its MoE
 # publishers: dennislee22 held out 29/78 against 63), so one for all.
 MOE_PER_ENGINE = os.environ.get("FIT_MOE_PER_ENGINE", "0") == "1"
+# 8-bit experts their own moe_half_tokens (their grouped GEMMs are other kernels: block-
+# scaled fp8 with its activations quantized each step), or one for all experts: tried on
+# eleven publishers, 270/531 held out (in-sample 306) against one for all 276 (300), so one.
+HALF_BY_DTYPE = os.environ.get("FIT_HALF_BY_DTYPE", "0") == "1"
 KV = (0.0, 0.6)  # 0: the engine file's own share
 # A layer's Python launches in a step without a CUDA graph: not fitted here (fitted on
 # these runs it lands at the grid's edge, 1-1.5 ms, and scores worse held out than without
@@ -83,6 +88,15 @@ def _is_moe(model: str) -> bool:
 
     spec = load_model(model)
     return any(layer.mlp is not None and layer.mlp.experts for layer, _ in spec.groups())
+
+
+def _expert_class(run) -> str:
+    """"dense", "8-bit" (MoE with 8-bit experts) or "16-bit" (other MoE) for `run`."""
+    from kvcalc.presets import model_names
+
+    if run.model not in model_names() or not _is_moe(run.model):
+        return "dense"
+    return "8-bit" if run.weights in ("fp8", "int8") else "16-bit"
 
 
 def _simulate_one(args):
@@ -142,7 +156,7 @@ def main(argv: list[str]) -> int:
 
             with open(saved, "wb") as f:
                 pickle.dump({"key": key, "grids": grids}, f)
-    # cells[(publisher, engine, regime, (moe, kv, eager), rs, rq)] = [within, n]
+    # cells[(publisher, engine, regime, expert class, ((moe, half), kv, eager), rs, rq)] = [within, n]
     cells: dict = defaultdict(lambda: [0, 0])
     scored = []  # (publisher, engine, regime, kind, row, run id, out_len): every scored row
     for rid, measured in runs:
@@ -150,6 +164,7 @@ def main(argv: list[str]) -> int:
         if grid is None:
             continue
         run = measured[0]
+        cls = _expert_class(run)
         floors = score_served.ttft_floor_ms(run)
         out_len = run.output_len or (run.total_output_tokens / run.completed
                                      if run.total_output_tokens and run.completed else 0)
@@ -158,7 +173,7 @@ def main(argv: list[str]) -> int:
                     and not score_served.below_floor(run, row, floors)):
                 kind = "TTFT" if row.metric.endswith("ttft_ms") else "TPOT+tput"
                 scored.append((run.publisher, run.engine, score_served.regime(run), kind, row,
-                               rid, out_len))
+                               rid, out_len, cls))
         for (shared, rs), metrics in grid.items():
             for rq in REQUEST:
                 for row in measured:
@@ -171,11 +186,18 @@ def main(argv: list[str]) -> int:
                     reg = score_served.regime(run)
                     kind = "TTFT" if row.metric.endswith("ttft_ms") else "TPOT+tput"
                     for regime in ("all", reg, f"{reg} {kind}", f"all {kind}"):
-                        c = cells[(run.publisher, run.engine, regime, shared, rs, rq)]
+                        c = cells[(run.publisher, run.engine, regime, cls, shared, rs, rq)]
                         c[0] += ok
                         c[1] += 1
     publishers = sorted({k[0] for k in cells})
     engines = sorted({k[1] for k in cells})
+    classes = sorted({k[3] for k in cells})
+    # (8-bit experts' moe_half_tokens, 16-bit experts'): one for both unless HALF_BY_DTYPE
+    halves = (tuple(itertools.product(HALF, HALF)) if HALF_BY_DTYPE
+              else tuple((h, h) for h in HALF))
+
+    def half_of(pair, cls) -> float:
+        return pair[0] if cls == "8-bit" else pair[1]
 
     def fit(keep) -> tuple:
         """The grid point ((moe_half_tokens, kv_share, eager_layer_s)) and per-engine
@@ -183,16 +205,16 @@ def main(argv: list[str]) -> int:
         `keep` admits; one moe_share for every engine unless MOE_PER_ENGINE."""
         best = None
         for moe_all in ((None,) if MOE_PER_ENGINE else MOE):
-            for shared in itertools.product(HALF, KV, EAGER):
-                half, kv, eager = shared
+            for shared in itertools.product(halves, KV, EAGER):
+                pair, kv, eager = shared
                 total, per_engine = 0, {}
                 for eng in engines:
                     score, pick = -1, (MOE[0], 0.0, 0.0)
                     for moe, rs, rq in itertools.product(
                             MOE if moe_all is None else (moe_all,), RUNNING, REQUEST):
-                        cell = ((moe, half), kv, eager)
-                        s = sum(cells.get((p, eng, "all", cell, rs, rq), (0, 0))[0]
-                                for p in publishers if keep(p))
+                        s = sum(cells.get((p, eng, "all", c, ((moe, half_of(pair, c)), kv,
+                                                               eager), rs, rq), (0, 0))[0]
+                                for p in publishers if keep(p) for c in classes)
                         if s > score:
                             score, pick = s, (moe, rs, rq)
                     per_engine[eng] = pick
@@ -201,18 +223,20 @@ def main(argv: list[str]) -> int:
                     best = (total, shared, per_engine)
         return best[1:]
 
-    def cell_of(params, eng) -> tuple:
-        """(grid point, running_s, request_s) of `eng` under `params`."""
-        (half, kv, eager), per_engine = params
+    def cell_of(params, eng, cls) -> tuple:
+        """(grid point, running_s, request_s) of `eng`'s runs of class `cls` under
+        `params`."""
+        (pair, kv, eager), per_engine = params
         moe, rs, rq = per_engine[eng]
-        return ((moe, half), kv, eager), rs, rq
+        return ((moe, half_of(pair, cls)), kv, eager), rs, rq
 
     def score(params, pub, regime="all"):
         ok = n = 0
         for eng in engines:
-            cell, rs, rq = cell_of(params, eng)
-            c = cells.get((pub, eng, regime, cell, rs, rq), (0, 0))
-            ok, n = ok + c[0], n + c[1]
+            for cls in classes:
+                cell, rs, rq = cell_of(params, eng, cls)
+                c = cells.get((pub, eng, regime, cls, cell, rs, rq), (0, 0))
+                ok, n = ok + c[0], n + c[1]
         return ok, n
 
     # the issue's marks are on TPOT and output throughput (batch 1 and under load) and,
@@ -238,8 +262,8 @@ def main(argv: list[str]) -> int:
             insample[r][1] += n2
         eng = ", ".join(f"{e} ({moe}, {rs * 1e6:.0f} us, {rq * 1e3:.0f} ms)"
                         for e, (moe, rs, rq) in params[1].items())
-        half, kv, eager = params[0]
-        print(f"| {pub} | {half:g} | {kv} | {eager} | {eng} | " + " | ".join(cellsout) + " |")
+        (h8, h16), kv, eager = params[0]
+        print(f"| {pub} | {h8:g} / {h16:g} | {kv} | {eager} | {eng} | " + " | ".join(cellsout) + " |")
 
     # Each held-out row's error, predicted / measured as a factor off (max(r, 1/r) - 1),
     # with the terms fitted on the other publishers: the band kvcalc bench prints beside
@@ -247,10 +271,10 @@ def main(argv: list[str]) -> int:
     errors: dict = defaultdict(list)
     for pub in publishers:
         params = fit(lambda p, pub=pub: p != pub)
-        for p, eng, reg, kind, row, rid, out_len in scored:
+        for p, eng, reg, kind, row, rid, out_len, cls in scored:
             if p != pub:
                 continue
-            cell, rs, rq = cell_of(params, eng)
+            cell, rs, rq = cell_of(params, eng, cls)
             value = _shifted(grids[rid][(cell, rs)], row.metric, rq, out_len)
             value /= row.gpus if row.per == "gpu" else 1
             r = value / row.value
@@ -266,11 +290,11 @@ def main(argv: list[str]) -> int:
     print()
     for r in regimes:
         print(f"- {r}: held out {pct(held[r])}; in-sample {pct(insample[r])}")
-    (half, kv, eager), per_engine = full
+    ((half8, half), kv, eager), per_engine = full
     for (kind, reg), xs in sorted(errors.items()):
         print(f"- held-out error, {kind} {reg}: half within {quantile(xs, 0.5):.0%}, 80% within "
               f"{quantile(xs, 0.8):.0%} ({len(xs)} rows)")
-    print(f"\nfitted on every publisher: moe_half_tokens {half:g}, kv_share {kv}, eager_layer_s {eager}, "
+    print(f"\nfitted on every publisher: moe_half_tokens {half:g} (8-bit experts {half8:g}), kv_share {kv}, eager_layer_s {eager}, "
           + ", ".join(f"{e}: moe_share {moe}, running_s {rs}, request_s {rq}"
                       for e, (moe, rs, rq) in per_engine.items()))
     if "--dry-run" in argv:
@@ -292,6 +316,10 @@ def main(argv: list[str]) -> int:
         f"  moe_share: {moe}",
         "  # tokens an expert gets in a step at which its GEMMs run at half moe_share",
         f"  moe_half_tokens: {half:g}",
+    ] + ([
+        "  # the same for 8-bit experts (block-scaled fp8 grouped GEMMs)",
+        f"  moe_half_tokens_8bit: {half8:g}",
+    ] if HALF_BY_DTYPE else []) + [
         f"  kv_share: {kv}",
         "  # set, not fitted: between two published eager measurements",
         "  # (benchmarks/fit_served.py, EAGER), extrapolated",
