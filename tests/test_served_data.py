@@ -383,3 +383,23 @@ def test_lambda_h100_mistral_7b_vllm_054():
     assert BY_ID["lambda-mistral-7b-h100-sxm-vllm-sharegpt-n320-median-itl"].value == 27.231118991039693
     # the zero TTFTs of requests that streamed no token are in the client's TTFT figures
     assert BY_ID["lambda-mistral-7b-h100-sxm-vllm-sharegpt-n10-mean-ttft"].excluded
+
+
+def test_shaamil101_trtllm_016_llama31_70b_h100_tp8():
+    # shaamil101-etched/trtllm-benchmarks @ aeec9f2, results/result_128_1024_7500.txt (trtllm-bench
+    # throughput, 'TensorRT-LLM Version: 0.16.0', 'TP Size: 8', 'Quantization: FP8'):
+    # "Token Throughput (tokens/sec): 19787.6318", "Request Throughput (req/sec): 19.3239";
+    # results/result_8192_1024_400.txt: "Token Throughput (tokens/sec): 2379.9472".
+    row = BY_ID["shaamil-llama3.1-70b-h100-tp8-trtllm-fp8-128-1024-out-tput"]
+    assert (row.engine, row.engine_version, row.model, row.hf_id, row.gpu, row.gpus, row.tp) == (
+        "tensorrt-llm", "0.16.0", "llama3.3-70b", "meta-llama/Llama-3.1-70B-Instruct",
+        "h100-sxm", 8, 8)
+    assert (row.weights, row.kv_dtype, row.client, row.dataset, row.per) == (
+        "fp8", "fp8", "trtllm-bench", "synthetic", None)
+    assert (row.input_len, row.output_len, row.num_prompts, row.completed) == (128, 1024, 7500, 7500)
+    assert math.isinf(row.request_rate) and row.concurrency is None
+    assert row.value == 19787.6318
+    assert BY_ID["shaamil-llama3.1-70b-h100-tp8-trtllm-fp8-128-1024-req-tput"].value == 19.3239
+    assert BY_ID["shaamil-llama3.1-70b-h100-tp8-trtllm-fp8-8192-1024-out-tput"].value == 2379.9472
+    # 16384/16384 (50 requests) printed no report: no run
+    assert "shaamil-llama3.1-70b-h100-tp8-trtllm-fp8-16384-16384" not in RUNS
