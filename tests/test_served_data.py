@@ -403,3 +403,22 @@ def test_shaamil101_trtllm_016_llama31_70b_h100_tp8():
     assert BY_ID["shaamil-llama3.1-70b-h100-tp8-trtllm-fp8-8192-1024-out-tput"].value == 2379.9472
     # 16384/16384 (50 requests) printed no report: no run
     assert "shaamil-llama3.1-70b-h100-tp8-trtllm-fp8-16384-16384" not in RUNS
+
+
+def test_cssnoeasy_a100_pcie_qwen2_5_7b_vllm_019():
+    # cssnoeasy/a100-vllm-benchmark-blog @ e4226b0, docs/reports/a100-tp1-vs-tp2-formal-baseline.md,
+    # section 十: "| `tp1-short_short_low-r2` | 2.63 | 68.74 | 108.45 | 134.84 | 11.33 | 2977.45 | 0 |"
+    # (vLLM 0.19.0, --dtype float16, --max-model-len 4096, 100 random 512/256 prompts at
+    # --max-concurrency 8).
+    row = BY_ID["cssnoeasy-qwen2.5-7b-a100-80gb-pcie-tp1-vllm-0.19-random-512-256-c8-r2-p99-tpot"]
+    assert (row.engine, row.engine_version, row.model, row.hf_id, row.weights, row.gpu, row.tp) == (
+        "vllm", "0.19.0", "qwen2-7b", "Qwen/Qwen2.5-7B-Instruct", "fp16", "a100-80gb", 1)
+    assert (row.input_len, row.output_len, row.num_prompts, row.concurrency) == (512, 256, 100, 8)
+    assert row.value == 11.33 and row.excluded is None
+    assert BY_ID["cssnoeasy-qwen2.5-7b-a100-80gb-pcie-tp1-vllm-0.19-random-512-256-c8-r2-req-tput"].value == 2.63
+    # round 2 resent round 1's seed-0 prompts to the same server: its TTFT is a cache hit
+    ttft = BY_ID["cssnoeasy-qwen2.5-7b-a100-80gb-pcie-tp1-vllm-0.19-random-512-256-c8-r2-median-ttft"]
+    assert ttft.value == 68.74 and "prefix-cache" in ttft.excluded
+    # TP 2 ran over PCIe across NUMA nodes, no NVLink: kept out
+    tp2 = BY_ID["cssnoeasy-qwen2.5-7b-a100-80gb-pcie-tp2-vllm-0.19-random-512-256-c8-r3-p99-tpot"]
+    assert tp2.value == 8.09 and tp2.gpus == 2 and "NVLink" in tp2.excluded
