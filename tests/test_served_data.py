@@ -383,3 +383,42 @@ def test_lambda_h100_mistral_7b_vllm_054():
     assert BY_ID["lambda-mistral-7b-h100-sxm-vllm-sharegpt-n320-median-itl"].value == 27.231118991039693
     # the zero TTFTs of requests that streamed no token are in the client's TTFT figures
     assert BY_ID["lambda-mistral-7b-h100-sxm-vllm-sharegpt-n10-mean-ttft"].excluded
+
+
+def test_shaamil101_trtllm_016_llama31_70b_h100_tp8():
+    # shaamil101-etched/trtllm-benchmarks @ aeec9f2, results/result_128_1024_7500.txt (trtllm-bench
+    # throughput, 'TensorRT-LLM Version: 0.16.0', 'TP Size: 8', 'Quantization: FP8'):
+    # "Token Throughput (tokens/sec): 19787.6318", "Request Throughput (req/sec): 19.3239";
+    # results/result_8192_1024_400.txt: "Token Throughput (tokens/sec): 2379.9472".
+    row = BY_ID["shaamil-llama3.1-70b-h100-tp8-trtllm-fp8-128-1024-out-tput"]
+    assert (row.engine, row.engine_version, row.model, row.hf_id, row.gpu, row.gpus, row.tp) == (
+        "tensorrt-llm", "0.16.0", "llama3.3-70b", "meta-llama/Llama-3.1-70B-Instruct",
+        "h100-sxm", 8, 8)
+    assert (row.weights, row.kv_dtype, row.client, row.dataset, row.per) == (
+        "fp8", "fp8", "trtllm-bench", "synthetic", None)
+    assert (row.input_len, row.output_len, row.num_prompts, row.completed) == (128, 1024, 7500, 7500)
+    assert math.isinf(row.request_rate) and row.concurrency is None
+    assert row.value == 19787.6318
+    assert BY_ID["shaamil-llama3.1-70b-h100-tp8-trtllm-fp8-128-1024-req-tput"].value == 19.3239
+    assert BY_ID["shaamil-llama3.1-70b-h100-tp8-trtllm-fp8-8192-1024-out-tput"].value == 2379.9472
+    # 16384/16384 (50 requests) printed no report: no run
+    assert "shaamil-llama3.1-70b-h100-tp8-trtllm-fp8-16384-16384" not in RUNS
+
+
+def test_cssnoeasy_a100_pcie_qwen2_5_7b_vllm_019():
+    # cssnoeasy/a100-vllm-benchmark-blog @ e4226b0, docs/reports/a100-tp1-vs-tp2-formal-baseline.md,
+    # section 十: "| `tp1-short_short_low-r2` | 2.63 | 68.74 | 108.45 | 134.84 | 11.33 | 2977.45 | 0 |"
+    # (vLLM 0.19.0, --dtype float16, --max-model-len 4096, 100 random 512/256 prompts at
+    # --max-concurrency 8).
+    row = BY_ID["cssnoeasy-qwen2.5-7b-a100-80gb-pcie-tp1-vllm-0.19-random-512-256-c8-r2-p99-tpot"]
+    assert (row.engine, row.engine_version, row.model, row.hf_id, row.weights, row.gpu, row.tp) == (
+        "vllm", "0.19.0", "qwen2-7b", "Qwen/Qwen2.5-7B-Instruct", "fp16", "a100-80gb", 1)
+    assert (row.input_len, row.output_len, row.num_prompts, row.concurrency) == (512, 256, 100, 8)
+    assert row.value == 11.33 and row.excluded is None
+    assert BY_ID["cssnoeasy-qwen2.5-7b-a100-80gb-pcie-tp1-vllm-0.19-random-512-256-c8-r2-req-tput"].value == 2.63
+    # round 2 resent round 1's seed-0 prompts to the same server: its TTFT is a cache hit
+    ttft = BY_ID["cssnoeasy-qwen2.5-7b-a100-80gb-pcie-tp1-vllm-0.19-random-512-256-c8-r2-median-ttft"]
+    assert ttft.value == 68.74 and "prefix-cache" in ttft.excluded
+    # TP 2 ran over PCIe across NUMA nodes, no NVLink: kept out
+    tp2 = BY_ID["cssnoeasy-qwen2.5-7b-a100-80gb-pcie-tp2-vllm-0.19-random-512-256-c8-r3-p99-tpot"]
+    assert tp2.value == 8.09 and tp2.gpus == 2 and "NVLink" in tp2.excluded
