@@ -151,10 +151,25 @@ def _engine(name, features, **kw):
                        acceptance_rate=0.62, **kw)
 
 
-def test_trtllm_speculation_stops_paying_as_the_batch_grows(trtllm_options):
-    """TensorRT-LLM (no host time a running request on its fitted terms): the gain falls
-    with the batch until the verify step of 4 positions a request is compute-bound and
-    the baseline wins; its launch line then has no options file."""
+def test_trtllm_speculation_stops_paying_as_the_batch_grows(trtllm_options, monkeypatch):
+    """TensorRT-LLM with no host time a running request (the GPU's step decides): the
+    gain falls with the batch until the verify step of 4 positions a request is
+    compute-bound and the baseline wins; its launch line then has no options file. (Its
+    fitted terms now carry 50 us a running request a step, which holds the baseline's
+    large batches back more than speculation's, whose step emits 2.24 tokens a request:
+    on then wins at every batch, test_trtllm_speculation_with_host_time_per_request.)"""
+    import dataclasses
+
+    import kvcalc.served
+    import kvcalc.served.step
+
+    fitted = kvcalc.served.step.served_terms
+
+    def no_host_per_request(engine):
+        return dataclasses.replace(fitted(engine), running_s=0.0)
+
+    monkeypatch.setattr(kvcalc.served, "served_terms", no_host_per_request)
+    monkeypatch.setattr(kvcalc.served.step, "served_terms", no_host_per_request)
     p = _engine("tensorrt-llm", {"extra_llm_api_options": str(trtllm_options)})
     s = p.speculation
     gains = [r["tokens_per_s_gain"] for r in s["by_batch"]]
@@ -163,6 +178,17 @@ def test_trtllm_speculation_stops_paying_as_the_batch_grows(trtllm_options):
     assert f"off from batch {s['stops_paying_from_batch']}" in s["why"]
     assert "compute-bound" in s["why"]
     assert p.as_dict()["speculation"]["winner"] == "off"
+
+
+def test_trtllm_speculation_with_host_time_per_request(trtllm_options):
+    """On TensorRT-LLM's fitted terms (host time per running request a step): the gain
+    still falls with the batch, where the verify step turns compute-bound, but stays
+    over 1, so speculation wins and the line keeps its options file."""
+    p = _engine("tensorrt-llm", {"extra_llm_api_options": str(trtllm_options)})
+    s = p.speculation
+    gains = [r["tokens_per_s_gain"] for r in s["by_batch"]]
+    assert gains[0] > 1.5 and min(gains) > 1 and gains[-1] < gains[0]
+    assert s["winner"] == "on" and "--extra_llm_api_options" in p.command
 
 
 def test_trtllm_speculation_wins_at_a_tight_tpot(trtllm_options):
