@@ -175,6 +175,7 @@ def test_the_reader_joins_a_wrapped_line_and_reads_the_1_2_banner():
 POOL_BYTES = {
     "gpt-oss-120b-dgx-spark-tp1-trtllm110rc3-jeansblog": (1, "bf16"),
     "llama31-8b-fp8-h100-pcie-tp1-trtllm6294": (1, "fp8"),
+    "llama31-70b-fp8-h100-tp8-trtllm016-shaamil": (8, "fp8"),
     "llama31-8b-fp8-rtx5090-tp1-trtllm4275": (1, "fp8"),
     "llava15-7b-h100-nvl-tp2-backend-multimodal": (2, "fp16"),
     "mistral-7b-a10g-tp4-refused-backend366": (4, "fp16"),
@@ -250,6 +251,35 @@ def test_the_logged_blocks_from_the_logged_free_memory(name):
     assert lo <= want <= hi and hi - lo <= 6, (lo, want, hi)
     flo, fhi = _blocks_between(logged["available_gib"], fraction, per, tpb, "floor")
     assert not flo <= want <= fhi
+
+
+def test_a_built_70b_engines_pool_and_what_the_settings_alone_miss():
+    """TensorRT-LLM 0.16's built Llama-3.1-70B FP8 engine at TP 8 (shaamil101-etched):
+    0.9 x rank 0's logged "available: 57.87 GiB" at kvcalc's FP8 bytes per token on a rank
+    (80 layers x 2 x 1 KV head x 128 x 1 B = 20,480) holds the logged 42,668 blocks of 64.
+    From the settings alone kvcalc counts 3,111,360 tokens: the free memory it leaves is
+    higher than rank 0's by what the log shows it does not count: the runtime buffers
+    (1.63 GB) and decoder (3.30 GB) a built engine allocates, and what rank 0 holds beyond
+    the other seven ranks (their "available" 61.38-61.64 GiB, 61.39 the median:
+    trtllm-bench's own process), within 0.1 GiB."""
+    name = "llama31-70b-fp8-h100-tp8-trtllm016-shaamil"
+    d = LOGS[name]
+    logged = d["logged"]
+    per = _pool_bytes(name)
+    assert per == 80 * 2 * 1 * 128
+    rules = rules_for("0.16.0")
+    fraction = rules.fraction_as_used(
+        "tensorrt", *Fraction(str(d["settings"]["free_gpu_memory_fraction"])).as_integer_ratio())
+    lo, hi = _blocks_between(logged["available_gib"], fraction, per, 64,
+                             rules.pool_rounding("tensorrt"))
+    assert lo <= logged["blocks"] <= hi and logged["blocks"] * 64 == logged["max_tokens"]
+    counted = _from_settings(d).kv_cache_tokens
+    assert counted == 3_111_360
+    num, den = fraction
+    kvcalc_free_gib = counted * per * den / num / GiB
+    missed_gib = ((logged["runtime_buffers_gb"] + logged["decoder_gb"]) * 1e9 / GiB
+                  + (61.39 - logged["available_gib"]))
+    assert kvcalc_free_gib - logged["available_gib"] == pytest.approx(missed_gib, abs=0.1)
 
 
 def test_the_rounding_of_an_unnamed_models_pool():
@@ -331,6 +361,13 @@ WHY = {
         "build time by max_batch_size 2048, the vocabulary and max_num_tokens) are not "
         "logged and not derivable from the settings; the log's total (31.84 GiB) is also "
         "above the rtx5090 preset's typical 31.36"),
+    "llama31-70b-fp8-h100-tp8-trtllm016-shaamil": (
+        "a built engine: kvcalc counts 3,111,360 tokens (+14%) where the log allocates "
+        "2,730,752; its execution context (1,013.01 MiB), runtime buffers (1.63 GB) and "
+        "decoder (3.30 GB, sized at build time by max_batch_size 2048 and the vocabulary) "
+        "are not derivable from the settings, and rank 0, which sizes every rank's pool, "
+        "has 3.5 GiB less available than the other seven (57.87 against 61.38-61.64 GiB: "
+        "trtllm-bench's own process)"),
     "llava15-7b-h100-nvl-tp2-backend-multimodal": (
         "the GPU (93.10 GiB visible, an H100 NVL) has no kvcalc preset, the release is a "
         "0.18 development snapshot, and a built engine's buffers are not derivable"),
