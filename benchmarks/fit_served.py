@@ -26,8 +26,8 @@ held-out share of rows. The file written holds the fit on every publisher, with 
     python benchmarks/fit_served.py --dry-run  # print only
     python benchmarks/fit_served.py --dry-run --sharegpt-spread  # ShareGPT runs spread
 
-FIT_GRIDS=FILE keeps the simulations for another run of the same grid and runs (remove it
-after changing kvcalc's model); FIT_MOE_PER_ENGINE=1 fits a moe_share per engine and
+FIT_GRIDS=FILE keeps the simulations for another run of the same grid, runs, data and
+code; FIT_MOE_PER_ENGINE=1 fits a moe_share per engine and
 FIT_HALF_BY_DTYPE=1 a moe_half_tokens for 8-bit experts apart (both tried and left).
 """
 
@@ -97,6 +97,22 @@ def _is_moe(model: str) -> bool:
     return any(layer.mlp is not None and layer.mlp.experts for layer, _ in spec.groups())
 
 
+def _model_digest() -> str:
+    """A digest of what the simulations depend on besides the grid: kvcalc's code, its
+    presets but the served terms this script writes, and the published runs."""
+    import hashlib
+
+    h = hashlib.sha256()
+    files = sorted([*(ROOT / "kvcalc").rglob("*.py"), *(ROOT / "presets").rglob("*.yaml"),
+                    *(ROOT / "tests" / "data" / "served").glob("*.yaml")])
+    for path in files:
+        if path == OUT:
+            continue
+        h.update(str(path.relative_to(ROOT)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
 def _expert_class(run) -> str:
     """"dense", "8-bit" (MoE with 8-bit experts) or "16-bit" (other MoE) for `run`."""
     from kvcalc.presets import model_names
@@ -143,11 +159,11 @@ def main(argv: list[str]) -> int:
     todo = [(rid, measured[0]) for rid, measured in runs]
     workers = max(1, min(int(os.environ.get("FIT_WORKERS", "2")), os.cpu_count() or 1))
     # FIT_GRIDS=FILE keeps the simulated grid between runs (the fit's choices tried on
-    # the same simulations); it is read back only for the same grid and runs, so remove it
-    # after changing kvcalc's model
+    # the same simulations); it is read back only for the same grid, runs, data and model
+    # (_model_digest)
     saved = os.environ.get("FIT_GRIDS")
     key = (MOE, HALF, KV, EAGER, RUNNING, score_served.SHAREGPT_SPREAD,
-           tuple(rid for rid, _ in todo))
+           tuple(rid for rid, _ in todo), _model_digest())
     grids = None
     if saved and os.path.exists(saved):
         import pickle
