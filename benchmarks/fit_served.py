@@ -52,9 +52,10 @@ from kvcalc.served import ServedTerms  # noqa: E402
 
 MOE = (0.2, 0.3, 0.4, 0.5)
 # The rows each expert's grouped GEMM gets in a step (tokens x top-k / experts) at which it
-# runs at half of moe_share (0: one share at any rows). On six MoE publishers the flat
-# share (0.15-0.3) held out 269/531 rows, this grid 276/531 (TTFT 62 -> 73 of 206, TPOT
-# and throughput 207 -> 203 of 325; README); a grid of 0.15-0.6 x 0-256 picked the same.
+# runs at half of moe_share (0: one share at any rows). On eleven publishers, every row
+# alike, the flat share (0.15-0.3) held out 269/531 rows, this grid 276/531 (TTFT 62 -> 73
+# of 206, TPOT and throughput 207 -> 203 of 325; README); a grid of 0.15-0.6 x 0-256 picked
+# the same.
 HALF = (0.0, 64.0, 128.0, 256.0, 512.0)
 # Each engine its own moe_share (its own MoE kernels), or one for all: tried on eleven
 # publishers, one per engine held out 199/531 against one for all 276/531 (left without a
@@ -123,7 +124,8 @@ def _expert_class(run) -> str:
 
 
 def _simulate_one(args):
-    """One run at every grid point it depends on: {((moe, kv, eager), running): metrics}."""
+    """One run at every grid point it depends on:
+    {(((moe, half), kv, eager), running): metrics}."""
     rid, run = args
     from kvcalc.presets import model_names
 
@@ -181,7 +183,7 @@ def main(argv: list[str]) -> int:
                 pickle.dump({"key": key, "grids": grids}, f)
     # cells[(publisher, engine, regime, expert class, ((moe, half), kv, eager), rs, rq)] = [within, n]
     cells: dict = defaultdict(lambda: [0, 0])
-    scored = []  # (publisher, engine, regime, kind, row, run id, out_len): every scored row
+    scored = []  # (publisher, engine, regime, kind, row, run id, out_len, expert class)
     for rid, measured in runs:
         grid = grids.get(rid)
         if grid is None:
@@ -278,11 +280,13 @@ def main(argv: list[str]) -> int:
     held = {r: [0, 0] for r in regimes}
     insample = {r: [0, 0] for r in regimes}
     full = fit(lambda p: True)
+    # each publisher's held-out terms, fitted once for its scores and its rows' errors
+    held_out = {pub: fit(lambda p, pub=pub: p != pub) for pub in publishers}
     print("| publisher left out | moe_half_tokens | kv_share | eager_layer_s | per engine (moe_share, running_s, request_s) "
           "| held out: " + " | ".join(regimes) + " |")
     print("|---|---|---|---|---|" + "---|" * len(regimes))
     for pub in publishers:
-        params = fit(lambda p, pub=pub: p != pub)
+        params = held_out[pub]
         cellsout = []
         for r in regimes:
             ok, n = score(params, pub, r)
@@ -302,7 +306,7 @@ def main(argv: list[str]) -> int:
     # its figures (kvcalc.served.step.ServedTerms.held_out_error), per kind and regime.
     errors: dict = defaultdict(list)
     for pub in publishers:
-        params = fit(lambda p, pub=pub: p != pub)
+        params = held_out[pub]
         for p, eng, reg, kind, row, rid, out_len, cls in scored:
             if p != pub:
                 continue

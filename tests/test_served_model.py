@@ -97,18 +97,26 @@ def test_cli_bench_json_and_one_line_errors():
             message in r.stderr and r.stderr.count("\n") == 1, r.stderr
 
 
-def _published_within(regime: str) -> tuple[int, int]:
-    """benchmarks/score_served.py's predictions of tests/data/served's runs in `regime`:
-    (rows within 15%, rows) of time per output token and output throughput."""
+def _scorer():
+    """benchmarks/score_served.py and tests/served.py (the published runs' loader); skips
+    in a copy of tests/ without the repository."""
     import sys
     from pathlib import Path
 
     scripts = Path(__file__).resolve().parent.parent / "benchmarks"
-    if not (scripts / "score_served.py").is_file():  # a copy of tests/ without the repository
+    if not (scripts / "score_served.py").is_file():
         pytest.skip("benchmarks/score_served.py is not beside tests/")
     sys.path.insert(0, str(scripts))
     import score_served
     import served
+
+    return score_served, served
+
+
+def _published_within(regime: str) -> tuple[int, int]:
+    """benchmarks/score_served.py's predictions of tests/data/served's runs in `regime`:
+    (rows within 15%, rows) of time per output token and output throughput."""
+    score_served, served = _scorer()
 
     within = total = 0
     for run_id, measured in served.runs([r for r in served.load() if not r.excluded]).items():
@@ -494,19 +502,11 @@ def _cookbook_deepseek_c1():
     """SGLang's cookbook's DeepSeek-R1 run at one request (B200, TP 8, random prompts of up
     to 1,000 tokens): (its measured rows, kvcalc's prediction with the fitted terms, the
     same with one MoE share at any rows an expert gets)."""
-    import sys
     from dataclasses import replace
-    from pathlib import Path
 
     from kvcalc.served.step import served_terms
 
-    scripts = Path(__file__).resolve().parent.parent / "benchmarks"
-    if not (scripts / "score_served.py").is_file():
-        pytest.skip("benchmarks/score_served.py is not beside tests/")
-    sys.path.insert(0, str(scripts))
-    import score_served
-    import served
-
+    score_served, served = _scorer()
     runs = served.runs([r for r in served.load() if not r.excluded])
     measured = runs["sglang-cookbook-deepseek-r1-b200-tp8-random-1000-1000-c1"]
     fitted = served_terms("sglang")
