@@ -12,6 +12,7 @@ anything. The schema is in tests/data/served/README.md.
 from __future__ import annotations
 
 import datetime
+import json
 import math
 import re
 from dataclasses import dataclass, field, fields
@@ -24,6 +25,9 @@ from kvcalc.presets import hardware_names, model_names
 
 TESTS_DIR = Path(__file__).parent
 SERVED_DIR = TESTS_DIR / "data" / "served"
+# Per-request ShareGPT lengths of served runs, copied from the clients' result files
+# (tests/data/served/lengths/README.md); pool/ holds files of runs not in the set.
+LENGTHS_DIR = SERVED_DIR / "lengths"
 
 ENGINES = ("vllm", "sglang", "tensorrt-llm")
 # The metric names `vllm bench serve --save-result` writes, each with its unit.
@@ -156,6 +160,28 @@ def runs(rows: list[ServedRow]) -> dict[str, list[ServedRow]]:
     for row in rows:
         out.setdefault(row.run, []).append(row)
     return out
+
+
+def lengths_files(folder: Path = LENGTHS_DIR) -> dict[str, dict]:
+    """Each per-request lengths file of `folder` (file name -> parsed JSON), pool/ included."""
+    return {str(path.relative_to(folder)): json.loads(path.read_text(encoding="utf-8"))
+            for path in sorted(folder.rglob("*.json"))}
+
+
+def lengths(run_id: str, folder: Path = LENGTHS_DIR) -> tuple[tuple[int, int], ...] | None:
+    """The (prompt, output) tokens of each request of run `run_id`, in the client's order, as
+    its result file lists them (input_lens, output_lens); None where no file has the run.
+    A request the file marks failed (a non-empty entry of its "errors" list, as later vLLM
+    clients write) is dropped; without such a list every request is kept: vLLM 0.5's client
+    writes 0 for a failed request and for a completed one that streamed no text alike, and
+    the stored files' completed counts and input totals show none failed (README.md)."""
+    for doc in lengths_files(folder).values():
+        if doc.get("run") != run_id:
+            continue
+        errors = doc.get("errors") or [""] * len(doc["input_lens"])
+        return tuple((i, o) for i, o, e in zip(doc["input_lens"], doc["output_lens"], errors,
+                                               strict=True) if not e)
+    return None
 
 
 def _rows(doc: Any, name: str) -> list[ServedRow]:

@@ -17,6 +17,8 @@ from served import (
     METRICS,
     SERVED_DIR,
     ServedDataError,
+    lengths,
+    lengths_files,
     load,
     numbers_in,
     runs,
@@ -422,3 +424,58 @@ def test_cssnoeasy_a100_pcie_qwen2_5_7b_vllm_019():
     # TP 2 ran over PCIe across NUMA nodes, no NVLink: kept out
     tp2 = BY_ID["cssnoeasy-qwen2.5-7b-a100-80gb-pcie-tp2-vllm-0.19-random-512-256-c8-r3-p99-tpot"]
     assert tp2.value == 8.09 and tp2.gpus == 2 and "NVLink" in tp2.excluded
+
+
+LENGTHS = lengths_files()
+_PINNED = re.compile(r"https://github\.com/([^/]+/[^/]+)/blob/([0-9a-f]{40})/\S+\.jsonl?")
+
+
+def test_lengths_files_cover_runs_and_pool():
+    # tests/data/served/lengths/README.md: four Lambda runs; the other sources have no lists
+    runs_with = {doc["run"] for doc in LENGTHS.values() if doc["run"] is not None}
+    assert runs_with == {f"lambda-mistral-7b-h100-sxm-vllm-sharegpt-n{n}" for n in (10, 20, 160, 320)}
+    assert all(name.startswith("pool/") for name, doc in LENGTHS.items() if doc["run"] is None)
+
+
+@pytest.mark.parametrize("name", sorted(LENGTHS))
+def test_lengths_file_is_pinned_and_sums_to_its_totals(name):
+    doc = LENGTHS[name]
+    assert _PINNED.fullmatch(doc["source"]), doc["source"]
+    assert doc["accessed"] == "2026-11-30"
+    ins, outs = doc["input_lens"], doc["output_lens"]
+    assert all(type(n) is int and n >= 0 for n in ins + outs)
+    assert len(ins) == len(outs) == doc["num_prompts"]
+    assert sum(ins) == doc["total_input_tokens"] and sum(outs) == doc["total_output_tokens"]
+    failed = sum(1 for e in doc.get("errors", []) if e)
+    assert doc["completed"] == doc["num_prompts"] - failed
+
+
+@pytest.mark.parametrize("name", sorted(n for n, d in LENGTHS.items() if d["run"] is not None))
+def test_lengths_match_their_run_in_the_served_set(name):
+    doc = LENGTHS[name]
+    assert doc["run"] in RUNS, doc["run"]
+    row = RUNS[doc["run"]][0]
+    assert row.dataset == "sharegpt"
+    # the same repository and commit as the run's source
+    repo, commit = _PINNED.fullmatch(doc["source"]).groups()
+    assert f"github.com/{repo}/" in row.source and commit in row.source
+    pairs = lengths(doc["run"])
+    assert len(pairs) == row.completed == doc["completed"]
+    assert row.num_prompts == doc["num_prompts"]
+    assert sum(i for i, _ in pairs) == row.total_input_tokens
+    assert sum(o for _, o in pairs) == row.total_output_tokens
+
+
+def test_lambda_n10_lengths_as_read():
+    # LambdaLabsML/vllm-benchmark @ de55d46, results/prompt_10/1xH100-80GB-SXM/
+    # Mistral-7B-Instruct-v0.3_tp1_len2000.json: "input_lens": [14, 30, 28, 12, 375, 29, 487,
+    # 369, 5, 236], "output_lens": [129, 890, 273, 169, 0, 928, 10, 26, 8, 57]. The fifth request
+    # streamed no text (its ttft 0.0) yet counts as completed (completed 10, and its 375 prompt
+    # tokens are in the 1,585 the 0.5 client sums over successful requests only): kept.
+    assert lengths("lambda-mistral-7b-h100-sxm-vllm-sharegpt-n10") == (
+        (14, 129), (30, 890), (28, 273), (12, 169), (375, 0), (29, 928), (487, 10), (369, 26),
+        (5, 8), (236, 57))
+    # n320's last request: "output_lens": [..., 316, 221]; its prompts begin as n160's do
+    n320 = lengths("lambda-mistral-7b-h100-sxm-vllm-sharegpt-n320")
+    assert n320[-1] == (25, 221) and n320[:3] == ((14, 129), (30, 854), (28, 273))
+    assert lengths("violet-quartz-qwen2.5-7b-rtx4090-sharegpt-chat-c8") is None
