@@ -184,6 +184,14 @@ def lengths(run_id: str, folder: Path = LENGTHS_DIR) -> tuple[tuple[int, int], .
     return None
 
 
+def lengths_pool(folder: Path = LENGTHS_DIR) -> dict[str, tuple[tuple[int, int], ...]]:
+    """The (prompt, output) tokens of each request of the pool's runs (lengths/pool/: runs of
+    the same sources outside the served set, kept for the spread of ShareGPT lengths), by
+    file name; every request kept (no pool file marks one failed)."""
+    return {name: tuple(zip(doc["input_lens"], doc["output_lens"], strict=True))
+            for name, doc in lengths_files(folder).items() if name.startswith("pool/")}
+
+
 def _rows(doc: Any, name: str) -> list[ServedRow]:
     if not isinstance(doc, dict):
         raise ServedDataError(f"{name}: the top level must be a mapping")

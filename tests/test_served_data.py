@@ -19,6 +19,7 @@ from served import (
     ServedDataError,
     lengths,
     lengths_files,
+    lengths_pool,
     load,
     numbers_in,
     runs,
@@ -479,3 +480,17 @@ def test_lambda_n10_lengths_as_read():
     n320 = lengths("lambda-mistral-7b-h100-sxm-vllm-sharegpt-n320")
     assert n320[-1] == (25, 221) and n320[:3] == ((14, 129), (30, 854), (28, 273))
     assert lengths("violet-quartz-qwen2.5-7b-rtx4090-sharegpt-chat-c8") is None
+
+
+def test_lengths_pool_as_read():
+    # LambdaLabsML/vllm-benchmark @ de55d46, results/prompt_320/1xH100-80GB-SXM/
+    # Meta-Llama-3.1-8B-FP8_tp1_len8000.json: "input_lens": [13, 25, 27, 10, 329, ...],
+    # "output_lens": [120, 1, 1, 194, 0, ...]; Mistral-Nemo-Instruct-2407_tp1_len16000.json:
+    # "input_lens": [13, 27, 28, 12, 336, ...], "output_lens": [124, 816, 241, 96, 0, ...]
+    pool = lengths_pool()
+    llama = pool["pool/lambda-llama3.1-8b-fp8-h100-sxm-vllm-sharegpt-n320-len8000.json"]
+    nemo = pool["pool/lambda-mistral-nemo-h100-sxm-vllm-sharegpt-n320-len16000.json"]
+    assert llama[:5] == ((13, 120), (25, 1), (27, 1), (10, 194), (329, 0))
+    assert nemo[:5] == ((13, 124), (27, 816), (28, 241), (12, 96), (336, 0))
+    assert len(llama) == len(nemo) == 320
+    assert all(doc["run"] is None for name, doc in LENGTHS.items() if name in pool)
