@@ -6,7 +6,7 @@ fitted on these very runs, so this score is in-sample.
 
     python benchmarks/score_served.py            # the summary (markdown)
     python benchmarks/score_served.py --rows     # every run's ratios too
-    python benchmarks/score_served.py --sharegpt-spread  # ShareGPT runs with its spread
+    python benchmarks/score_served.py --sharegpt-means  # ShareGPT runs at their means
 
 The served terms (presets/served/terms.yaml) are fitted on these runs by
 benchmarks/fit_served.py, which scores them leave one publisher out: its held-out share
@@ -76,9 +76,9 @@ def server_flags(run) -> tuple[dict, int | None, str]:
     return out, length, kv
 
 
-# ShareGPT runs timed with kvcalc.served.sharegpt_lengths' spread (--sharegpt-spread)
-# instead of every request at the run's mean lengths
-SHAREGPT_SPREAD = False
+# ShareGPT runs timed with kvcalc.served.sharegpt_lengths' spread, or (--sharegpt-means)
+# every request at the run's mean lengths
+SHAREGPT_SPREAD = True
 
 # clients that send the first prompt once before the run (vllm bench serve's initial test
 # run, benchmark_serving.py's, bench_serving's warmup)
@@ -161,10 +161,13 @@ def predict(run, terms=None):
         kw["request_rate"] = run.request_rate / replicas
     # the client's warm-up request leaves the first prompt in the prefix cache
     kw["warmup"] = run.client in WARMUP_CLIENTS and run.prefix_caching is not False
-    # ShareGPT's spread of lengths at the run's means (kvcalc.served.sharegpt_lengths),
-    # with --sharegpt-spread only: the means by default (README: the spread scores more of
-    # the ShareGPT rows with the terms as fitted, and fewer of all rows held out)
-    if run.dataset == "sharegpt" and SHAREGPT_SPREAD:
+    # ShareGPT's spread of lengths at the run's means (kvcalc.served.sharegpt_lengths: a
+    # published draw, scaled), unless --sharegpt-means; each request's own where its result
+    # file lists them (tests/data/served/lengths)
+    exact = served.lengths(run.run) if run.dataset == "sharegpt" else None
+    if exact and len(exact) == num:  # the lengths its result file records, request by request
+        kw["lengths"] = tuple((p, max(o, 1)) for p, o in exact)  # 0: an empty reply, one token
+    elif run.dataset == "sharegpt" and SHAREGPT_SPREAD:
         kw["lengths"] = sharegpt_lengths(inp, out, num)
     # a random dataset's lengths as the client draws them at its range ratio
     if run.dataset == "random" and run.input_len and run.output_len:
@@ -189,7 +192,7 @@ def predict(run, terms=None):
 
 def main(argv: list[str]) -> int:
     global SHAREGPT_SPREAD
-    SHAREGPT_SPREAD = "--sharegpt-spread" in argv
+    SHAREGPT_SPREAD = "--sharegpt-means" not in argv
     rows = [r for r in served.load() if not r.excluded]
     runs = served.runs(rows)
     scores = defaultdict(lambda: [0, 0])  # (publisher|engine|regime, metric) -> [within, n]

@@ -480,7 +480,8 @@ def estimate(spec: ModelSpec, workload: Workload, *, memory: Memory | None = Non
     if w.tp > 1 and hardware.interconnect_bandwidth_bytes_per_s:
         from kvcalc.speed.comm import decode_allreduce
 
-        comm = decode_allreduce(spec, w.batch, w.tp, compute_dtype,
+        comm = decode_allreduce(spec, w.batch, w.tp,
+                                roofline.exchanged_dtype_for(w.weight_dtype),
                                 hardware.interconnect_bandwidth_bytes_per_s,
                                 hardware.interconnect, hardware.allreduce_latency_s)
     return Estimate(spec=spec, workload=w, cache=cache, params=params, decode=decode,

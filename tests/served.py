@@ -12,6 +12,7 @@ anything. The schema is in tests/data/served/README.md.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import math
 import re
@@ -162,6 +163,7 @@ def runs(rows: list[ServedRow]) -> dict[str, list[ServedRow]]:
     return out
 
 
+@functools.lru_cache(maxsize=4)  # read once: the fit asks for a run's lengths at every grid point
 def lengths_files(folder: Path = LENGTHS_DIR) -> dict[str, dict]:
     """Each per-request lengths file of `folder` (file name -> parsed JSON), pool/ included."""
     return {str(path.relative_to(folder)): json.loads(path.read_text(encoding="utf-8"))

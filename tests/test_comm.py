@@ -75,3 +75,24 @@ def test_latency_from_the_preset_by_hand():
     a100 = figures(spec, 8192, 1, tp=4, hardware=load_hardware("a100-80gb")).as_dict()
     assert a100["allreduce"]["latency_s"] == 0.0
     assert "latency not included" in a100["allreduce"]["model"]
+
+
+def test_fp8_weights_all_reduce_16_bit_outputs():
+    """W8A8 quantizes each GEMM's input, not what the layers exchange: vLLM's
+    apply_fp8_linear (model_executor/layers/quantization/utils/w8a8_utils.py) quantizes
+    the input with ops.scaled_fp8_quant and has the GEMM write its output in input.dtype,
+    and SGLang's fp8_utils.apply_fp8_linear returns output.to(dtype=input_dtype): the
+    row-parallel layer's output, which tensor parallelism all-reduces, stays in the
+    model's 16-bit dtype. So an fp8 checkpoint at TP 8 all-reduces as many bytes as a
+    bf16 one, and its steps take as long on the link."""
+    from kvcalc import figures
+    from kvcalc.presets import load_hardware
+    from kvcalc.speed.roofline import compute_dtype_for
+
+    spec = load_model("llama3.3-70b")  # d_model 8,192
+    h100 = load_hardware("h100-sxm")
+    fp8 = figures(spec, 8192, 4, tp=8, hardware=h100, weight_dtype="fp8").as_dict()["allreduce"]
+    bf16 = figures(spec, 8192, 4, tp=8, hardware=h100).as_dict()["allreduce"]
+    assert compute_dtype_for("fp8") == "fp8"  # the GEMMs themselves run at the fp8 rate
+    assert fp8["message_bytes"] == bf16["message_bytes"] == 4 * 8_192 * 2
+    assert fp8["time_s"] == bf16["time_s"]

@@ -165,8 +165,8 @@ def test_trtllm_speculation_stops_paying_as_the_batch_grows(trtllm_options, monk
 
     fitted = kvcalc.served.step.served_terms
 
-    def no_host_per_request(engine):
-        return dataclasses.replace(fitted(engine), running_s=0.0)
+    def no_host_per_request(engine, host_path=""):
+        return dataclasses.replace(fitted(engine, host_path), running_s=0.0)
 
     monkeypatch.setattr(kvcalc.served, "served_terms", no_host_per_request)
     monkeypatch.setattr(kvcalc.served.step, "served_terms", no_host_per_request)

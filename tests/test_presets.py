@@ -584,8 +584,9 @@ def test_preset_files_and_presets_show_fit_80_columns():
     files = sorted(root.glob("*/*.yaml"))
     from kvcalc.engines import engine_names
 
-    served = sorted(root.glob("served/*.yaml"))  # the served-load terms (fit_served.py)
-    assert [p.name for p in served] == ["terms.yaml"]
+    # the served-load terms (fit_served.py) and ShareGPT's published draw of lengths
+    served = sorted(root.glob("served/*.yaml"))
+    assert [p.name for p in served] == ["sharegpt.yaml", "terms.yaml"]
     assert len(files) == (len(model_names()) + len(hardware_names()) + len(engine_names())
                           + len(served))
     too_long = [f"{path.relative_to(root)}:{n}: {len(line)} chars"

@@ -110,3 +110,29 @@ def test_in_flight_tokens():
     assert rules_for("0.26").in_flight(2048, True) == 2048
     assert rules_for("0.27").in_flight(2048, True) == 4096
     assert rules_for("0.27").async_scheduling(1) and not rules_for("0.27").async_scheduling(2)
+
+
+def test_before_0_6_the_api_server_shares_the_engine_process_and_its_host_terms_are_its_own():
+    """vLLM's v0.6.0 performance update (blog.vllm.ai/2024/09/05/perf-update.html): 0.5.3
+    ran its HTTP API server in the engine's process ("The HTTP API server takes 33% of the
+    total execution time" of Llama 3 8B on one H100) and 0.6.0 separated them, so a step's
+    host work per running request differs across that release: those releases' runs are
+    timed on host terms fitted on their own runs (presets/served/terms.yaml `paths`),
+    the later ones' on vLLM's."""
+    import yaml
+
+    from kvcalc.presets import presets_dir
+    from kvcalc.served import served_terms
+    from kvcalc.serving import engine_ref, schedule_for
+
+    path = schedule_for(engine_ref("vllm@0.5.4")).host_path
+    assert path and schedule_for(engine_ref("vllm@0.4.1")).host_path == path
+    assert schedule_for(engine_ref("vllm@0.6.0")).host_path == ""
+    assert schedule_for(engine_ref("vllm")).host_path == ""
+    written = yaml.safe_load((presets_dir() / "served" / "terms.yaml").read_text())
+    own = written["engines"]["vllm"]["paths"][path]
+    terms = served_terms("vllm", path)
+    assert (terms.running_s, terms.request_s, terms.publishers) == (
+        own["running_s"], own["request_s"], own["publishers"])
+    assert terms.extrapolated  # fitted on fewer than three publishers (Lambda, zhjunqin)
+    assert served_terms("vllm").running_s == written["engines"]["vllm"]["running_s"]

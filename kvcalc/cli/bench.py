@@ -65,9 +65,9 @@ RangeRatioOpt = Annotated[float, typer.Option(
     "(0: every request the same).")]
 DatasetOpt = Annotated[str, typer.Option(
     "--dataset-name", "--dataset", help="random (the lengths given, spread by "
-    "--random-range-ratio) or sharegpt (lengths spread as ShareGPT's are, at the "
-    "given lengths as means: exponential, kept as vllm bench serve keeps ShareGPT "
-    "requests; a model of the spread, not the dataset).")]
+    "--random-range-ratio) or sharegpt (lengths spread as ShareGPT's are when vllm "
+    "bench serve draws them: a published draw of 320 requests, presets/served/"
+    "sharegpt.yaml, scaled to the given lengths as means).")]
 PastSaturationOpt = Annotated[bool, typer.Option(
     "--past-saturation", help="Run a --request-rate over what the engine sustains "
     "anyway: the finite run's times, its queue growing throughout (else refused "

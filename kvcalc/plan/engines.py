@@ -165,7 +165,7 @@ def engine_plan(spec, hw, ref, *, gpus: int = 1, max_model_len: int | None = Non
     from kvcalc.speed.latency import latency
     from kvcalc.plan import _batches
     from kvcalc.served import Load, bench, served_terms
-    from kvcalc.serving import count
+    from kvcalc.serving import count, schedule_for
     from kvcalc.serving.flags import engine_flags
     from kvcalc.serving.vllm.settings import settings_for
 
@@ -189,7 +189,7 @@ def engine_plan(spec, hw, ref, *, gpus: int = 1, max_model_len: int | None = Non
     refusals: list[str] = []
     times: dict = {}
     runs: dict = {}
-    terms = served_terms(ref.name)
+    terms = served_terms(ref.name, schedule_for(ref).host_path)
     own = dict(features or {})  # the engine's speculative flags
     draft = None
     if own:  # the draft and its rate now, not one refusal per layout

@@ -138,9 +138,10 @@ class Search:
                s.max_num_batched_tokens, s.max_model_len, batch)
         if key not in self.runs:
             from kvcalc.served import Load, bench, served_terms
+            from kvcalc.serving import schedule_for
 
             if self.terms is None:  # bench's own default, read once for every run
-                self.terms = served_terms(self.ref.name)
+                self.terms = served_terms(self.ref.name, schedule_for(self.ref).host_path)
             load = Load(input_len=self.prompt(s.max_model_len), output_len=self.output_len,
                         num_prompts=SERVED_PROMPTS * batch, concurrency=batch, warmup=False)
             r = bench(self.spec, self.hw, load, engine=self.ref, tp=s.tp,

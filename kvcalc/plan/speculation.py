@@ -212,8 +212,9 @@ def _bound(spec, hw, timing, engine: str, kv: str, tp: int, length: int, context
 
     w = workload_for(spec, seq_len=length, batch=1, tp=tp,
                      **({} if kv == "auto" else {"kv_dtype": kv}))
+    schedule = schedule_for(engine_ref(engine))
     steps = StepTimes(spec, hw, timing, w, stored_weights(spec, w.quantization, tp),
-                      served_terms(engine), schedule_for(engine_ref(engine)))
+                      served_terms(engine, schedule.host_path), schedule)
     weights_s, kv_s, act_s, compute_s = steps._decode(batch, context, k)
     memory_s = weights_s + kv_s + act_s * batch * (k + 1)
     return "compute-bound" if compute_s > memory_s else "memory-bound"

@@ -465,8 +465,8 @@ def bench(spec, hw, load: Load, *, engine=None, tp: int = 1, kv_dtype: str = "bf
         raise KvcalcError(f"one request of {per_request:,} tokens is over the "
                           f"{pool:,}-token KV pool {ref.title} counts: it never runs")
     timing = load_engine(ref.name)[0]
-    terms = terms or served_terms(ref.name)
     schedule = schedule_for(ref, {**flags, **given})
+    terms = terms or served_terms(ref.name, schedule.host_path)
     longest_prompt = max((p for p, _ in load.lengths), default=load.input_len)
     if not schedule.chunks_prompts and longest_prompt > budget:
         raise KvcalcError(f"{ref.title} refuses a {longest_prompt:,}-token prompt: without "

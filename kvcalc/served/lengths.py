@@ -1,8 +1,9 @@
 """Each request's lengths as a benchmark client draws them: vllm bench serve's and SGLang's
-random dataset at a range ratio, and ShareGPT's spread (modelled)."""
+random dataset at a range ratio, and ShareGPT's spread (a published draw, scaled)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 
@@ -32,19 +33,30 @@ def random_lengths(input_len: int, output_len: int, n: int, range_ratio: float,
 
 
 def sharegpt_lengths(input_mean: float, output_mean: float, n: int, seed: int = 0) -> tuple:
-    """Each request's (prompt, output) tokens spread as ShareGPT conversations are, at
-    the given means: exponential (the replies are mostly short, "many answers are <20
-    tokens, and very few are longer than 200", CentML flexible-inference-bench #103),
-    kept as vllm bench serve's ShareGPT sampling keeps them (datasets.py
-    is_valid_sequence: prompt and output at least 4 tokens, a prompt at most 1,024, the
-    two at most 2,048). A model of the spread, not the dataset: kvcalc has no copy of it."""
-    if not (input_mean >= 4 and output_mean >= 4):
-        raise KvcalcError("ShareGPT's mean prompt and output lengths must be 4 tokens or more")
-    rng = random.Random(seed)
-    out = []
-    while len(out) < n:
-        p = round(rng.expovariate(1 / input_mean))
-        o = round(rng.expovariate(1 / output_mean))
-        if 4 <= p <= 1024 and o >= 4 and p + o <= 2048:
-            out.append((p, o))
-    return tuple(out)
+    """Each request's (prompt, output) tokens spread as ShareGPT's are when vllm bench
+    serve draws them, at the given means: the published draw of presets/served/
+    sharegpt.yaml (a seeded client sends the first n of its list, in order; seed s > 0
+    a shuffle of it), repeated past its length, each request's prompt and output scaled
+    so that the n requests have the means asked. An output the source records as 0 (a
+    reply that streamed no text) is one token: the engine still generated one."""
+    if not (input_mean >= 1 and output_mean >= 1):
+        raise KvcalcError("ShareGPT's mean prompt and output lengths must be 1 token or more")
+    if n < 1:
+        raise KvcalcError(f"ShareGPT needs at least one request, got {n}")
+    pairs = list(_sharegpt_draw())
+    if seed:
+        random.Random(seed).shuffle(pairs)
+    drawn = [pairs[i % len(pairs)] for i in range(n)]
+    scale_in = input_mean * n / sum(p for p, _ in drawn)
+    scale_out = output_mean * n / sum(o for _, o in drawn)
+    return tuple((max(round(p * scale_in), 1), max(round(o * scale_out), 1)) for p, o in drawn)
+
+
+@functools.lru_cache(maxsize=1)  # the file never changes within a run
+def _sharegpt_draw() -> tuple:
+    """presets/served/sharegpt.yaml's (prompt, output) pairs, an empty reply as 1 token."""
+    from kvcalc.presets import read_preset
+
+    data = read_preset("served", "sharegpt")
+    return tuple((int(p), max(int(o), 1))
+                 for p, o in zip(data["input_lens"], data["output_lens"], strict=True))

@@ -51,8 +51,10 @@ class ServedTerms:
 
 
 @functools.lru_cache(maxsize=8)  # the file never changes within a run
-def served_terms(engine: str) -> ServedTerms:
-    """`engine`'s fitted terms (kvcalc.serving's canonical name)."""
+def served_terms(engine: str, host_path: str = "") -> ServedTerms:
+    """`engine`'s fitted terms (kvcalc.serving's canonical name), on its release's host
+    path (kvcalc.serving.record.Schedule.host_path: its own host time per request and
+    per running request where the file has that path's, else the engine's)."""
     from kvcalc.presets import read_preset
 
     data = read_preset("served", "terms")
@@ -60,6 +62,7 @@ def served_terms(engine: str) -> ServedTerms:
     own = data["engines"].get(engine)
     if own is None:
         raise KvcalcError(f"presets/served/terms.yaml has no terms for {engine}")
+    own = {**own, **((own.get("paths") or {}).get(host_path) or {})} if host_path else own
     return ServedTerms(request_s=float(own["request_s"]), running_s=float(own["running_s"]),
                        moe_share=float(own.get("moe_share", shared["moe_share"])),
                        kv_share=float(shared["kv_share"]),
@@ -175,9 +178,11 @@ class StepTimes:
         self.comm_s_per_token = 0.0
         if w.tp > 1 and hw.interconnect_bandwidth_bytes_per_s:
             from kvcalc.speed.comm import decode_allreduce
+            from kvcalc.speed.roofline import exchanged_dtype_for
 
             self.comm_s_per_token = decode_allreduce(
-                spec, 1024, w.tp, self.cdt, hw.interconnect_bandwidth_bytes_per_s).bandwidth_s / 1024
+                spec, 1024, w.tp, exchanged_dtype_for(w.weight_dtype),
+                hw.interconnect_bandwidth_bytes_per_s).bandwidth_s / 1024
         layers = spec.layers
         self.serial_s = (layers * timing.layer_s(hw, self.family)
                          + (2 * layers * timing.allreduce_s if w.tp > 1 else 0.0))
@@ -325,8 +330,9 @@ class StepTimes:
             weights_s = self._weights_s(tokens + prompt_tokens)
         memory_s = weights_s + kv_s + act_s * (tokens + prompt_tokens)
         compute_s += self.prompt_s(spans, tokens + prompt_tokens)
+        # every token of the step crosses the all-reduces, a decode's as a prompt's
         out = (max(memory_s, compute_s) + self.serial_s
-               + prompt_tokens * self.comm_s_per_token)
+               + (tokens + prompt_tokens) * self.comm_s_per_token)
         if self.lora is not None:  # the adapters' shrink and expand kernels
             out += self.lora.step_s(tokens + prompt_tokens, decoding + len(spans),
                                     self.peak * self.mfu, self.bw * self.e_w)

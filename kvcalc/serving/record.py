@@ -125,7 +125,11 @@ class Schedule:
     TensorRT engine, whose steps launch no Python kernels at all.
     Cascade attention: a decode step of at least `cascade_requests` requests that all
     share a cached prefix of at least `cascade_prefix` tokens reads that prefix's K/V
-    once, not once a request (0: the engine never does)."""
+    once, not once a request (0: the engine never does).
+    `host_path`: where a release's host does other work per running request than the
+    engine's other releases (vLLM before 0.6.0: its API server in the engine's own
+    process), the name its served terms are fitted under (presets/served/terms.yaml
+    `paths`); "": the engine's own."""
 
     admission: str
     mixed: bool
@@ -140,6 +144,7 @@ class Schedule:
     graph_tokens: int = 0
     cascade_prefix: int = 0
     cascade_requests: int = 0
+    host_path: str = ""
 
     def graphed(self, decoding: int, prompt_tokens: int) -> bool:
         """Whether a step of `decoding` requests and `prompt_tokens` prompt tokens runs

@@ -26,7 +26,7 @@ from dataclasses import replace
 from kvcalc.ground import num as _num
 from kvcalc.ground.record import record
 from kvcalc.errors import KvcalcError, ParameterError, literal
-from kvcalc.speed.roofline import compute_dtype_for
+from kvcalc.speed.roofline import compute_dtype_for, exchanged_dtype_for
 from kvcalc.ground.dtypes import MAX_BATCH, check_size, dtype as _dtype
 from kvcalc.formulas.cache import KVCache, kv_cache
 from kvcalc.formulas.params import ParamCounts, param_counts, weight_params_per_device
@@ -340,7 +340,8 @@ def _engine_latency(engine, family: str, hardware: Hardware, spec: ModelSpec, w:
     if w.tp > 1 and hardware.interconnect_bandwidth_bytes_per_s:
         from kvcalc.speed.comm import decode_allreduce
 
-        prefill_comm_s = decode_allreduce(spec, w.prompt_tokens * w.batch, w.tp, compute_dtype,
+        prefill_comm_s = decode_allreduce(spec, w.prompt_tokens * w.batch, w.tp,
+                                          exchanged_dtype_for(w.weight_dtype),
                                           hardware.interconnect_bandwidth_bytes_per_s).bandwidth_s
     peak = engine.peak_flops(hardware, compute_dtype)
     attention = figures.prefill_attention_flops

@@ -85,3 +85,14 @@ def compute_dtype_for(weight_dtype: DType | str) -> str:
     both follow this one choice."""
     name = weight_dtype.name if isinstance(weight_dtype, DType) else _dtype(weight_dtype).name
     return "bf16" if name == "int4" else name
+
+
+def exchanged_dtype_for(weight_dtype: DType | str) -> str:
+    """The dtype tensor parallelism's all-reduces carry: a GEMM's output, which W8A8
+    writes in 16 bits (its 8-bit activations are quantized inside the GEMM's input, not
+    between layers), so 16-bit whatever the weights; fp32 weights exchange fp32. vLLM
+    all-reduces the row-parallel layer's output in the model dtype
+    (RowParallelLinear.forward, tensor_model_parallel_all_reduce), as do SGLang and
+    TensorRT-LLM's default NCCL all-reduce."""
+    name = weight_dtype.name if isinstance(weight_dtype, DType) else _dtype(weight_dtype).name
+    return "fp32" if name == "fp32" else "bf16"

@@ -10,6 +10,9 @@ from kvcalc.serving.vllm.rules import default_engine, rules_for
 # main of 2025-08, commit 0084b783): "common_prefix_len < 256: return False", "num_reqs
 # < 8: return False"
 CASCADE_MIN_PREFIX, CASCADE_MIN_REQUESTS = 256, 8
+# the host path of releases before 0.6.0 (Rules.frontend_in_engine): its served terms'
+# name in presets/served/terms.yaml
+FRONTEND_IN_ENGINE = "api-server-in-engine"
 
 
 def schedule(release: str, *, max_num_seqs: int = 256, enforce_eager: bool = False) -> Schedule:
@@ -38,5 +41,6 @@ def schedule(release: str, *, max_num_seqs: int = 256, enforce_eager: bool = Fal
                     graph_batches=batches, graph_tokens=tokens,
                     cascade_prefix=CASCADE_MIN_PREFIX if v1 else 0,
                     cascade_requests=CASCADE_MIN_REQUESTS if v1 else 0,
+                    host_path=FRONTEND_IN_ENGINE if rules.frontend_in_engine() else "",
                     source="vllm/v1/core/sched/scheduler.py Scheduler.schedule; async "
                            "scheduling by default from v0.14.0 (#27614)")
