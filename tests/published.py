@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
+import yamlload
 
 from kvcalc.presets import hardware_names, model_names
 
@@ -93,7 +93,7 @@ def load(folder: Path = PUBLISHED_DIR) -> list[PublishedRow]:
     documents = {}
     for path in sorted(folder.glob("*.yaml")):
         with path.open(encoding="utf-8") as f:
-            documents[path.name] = yaml.safe_load(f)
+            documents[path.name] = yamlload.safe_load(f)
     return validate(documents)
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
+import yamlload
 
 from kvcalc.presets import hardware_names, model_names
 
@@ -123,7 +123,7 @@ def load(folder: Path = SERVED_DIR) -> list[ServedRow]:
     documents = {}
     for path in sorted(folder.glob("*.yaml")):
         with path.open(encoding="utf-8") as f:
-            documents[path.name] = yaml.safe_load(f)
+            documents[path.name] = yamlload.safe_load(f)
     return validate(documents)
 
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
+import yamlload
 from typer.testing import CliRunner
 
 import golden
@@ -92,12 +92,12 @@ def _log(path: Path, tmp_path: Path) -> Path:
     if path.suffix == ".log":
         return path
     f = tmp_path / f"{path.stem}.log"
-    f.write_text(yaml.safe_load(path.read_text())["log"])
+    f.write_text(yamlload.safe_load(path.read_text())["log"])
     return f
 
 
 FAILED = [*(p for p in sorted((DATA / "vllm" / "check").glob("*.yaml"))
-            if yaml.safe_load(p.read_text())["logged"]["refused"]),
+            if yamlload.safe_load(p.read_text())["logged"]["refused"]),
           *sorted((DATA / "sglang" / "check").glob("*.yaml")),
           *sorted((DATA / "trtllm" / "check").glob("*.yaml"))]
 CHECKS = {  # name: (the log, MODEL and flags)
@@ -142,7 +142,7 @@ def test_the_calibration_file_is_the_functions(tmp_path):
     _cli(["check", str(README_LOG), "qwen2-7b", "--gpu", "a100-80gb", "-o", str(out)])
     answer = kvcalc.check(log=README_LOG.read_text(), model="qwen2-7b", gpu="a100-80gb")
     assert answer.calibration_text(README_LOG.name) == out.read_text()
-    failed = kvcalc.check(log=yaml.safe_load(FAILED[0].read_text())["log"])
+    failed = kvcalc.check(log=yamlload.safe_load(FAILED[0].read_text())["log"])
     assert failed.calibration_text("x.log") is None
 
 
@@ -150,9 +150,9 @@ def test_check_is_keyword_only_and_its_errors_name_the_parameter():
     text = README_LOG.read_text()
     with pytest.raises(TypeError):
         kvcalc.check(text)
-    sglang = yaml.safe_load((DATA / "sglang" / "llama31-8b-h100-tp1-docs-0.4.1.yaml")
+    sglang = yamlload.safe_load((DATA / "sglang" / "llama31-8b-h100-tp1-docs-0.4.1.yaml")
                             .read_text())["log"]
-    trtllm = yaml.safe_load((DATA / "trtllm" / "llama2-7b-a10-tp1-trtllm224.yaml")
+    trtllm = yamlload.safe_load((DATA / "trtllm" / "llama2-7b-a10-tp1-trtllm224.yaml")
                             .read_text())["log"]
     cases = [
         (dict(log=text, model="qwen2-7b", gpu="none"),

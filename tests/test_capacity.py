@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
-import yaml
+import yamlload
 
 from kvcalc.serving.vllm.blocks import blocks_per_request, kv_cache_groups
 from kvcalc.serving.vllm.settings import GiB, EngineSettings, default_batch_limits
@@ -35,7 +35,7 @@ MEMORY_TOL = GiB // 2
 
 
 def load(path: Path) -> dict:
-    return yaml.safe_load(path.read_text())
+    return yamlload.safe_load(path.read_text())
 
 
 def run(case: dict):

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+import yamlload
 from hypothesis import HealthCheck, given, settings, strategies as st
 from typer.testing import CliRunner
 
@@ -30,12 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "vllm"
 HF = Path(__file__).parent / "data" / "hf"
 RAW = [p for p in sorted(DATA.glob("*.yaml"))
-       if yaml.safe_load(p.read_text()).get("log_kind") != "summary"]
+       if yamlload.safe_load(p.read_text()).get("log_kind") != "summary"]
 README_LOG = DATA / "logs" / "qwen2-7b-a100-0.25-dl.log"
 
 
 def _case(path: Path) -> dict:
-    return yaml.safe_load(path.read_text())
+    return yamlload.safe_load(path.read_text())
 
 
 def _spec(case: dict):

@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 
 import pytest
-import yaml
+import yamlload
 from typer.testing import CliRunner
 
 from kvcalc.cli import app
@@ -33,7 +33,7 @@ MiB = 1 << 20
 
 
 def _case(path: Path) -> dict:
-    return yaml.safe_load(path.read_text())
+    return yamlload.safe_load(path.read_text())
 
 
 def _flat(text: str) -> str:

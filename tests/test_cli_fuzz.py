@@ -164,8 +164,25 @@ def tmp(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("fuzz")
     patch = pytest.MonkeyPatch()
     patch.setenv("XDG_CACHE_HOME", str(d / "cache"))  # measure's ceilings cache
+    _small_ceilings(patch)
     yield from _files(d)
     patch.undo()
+
+
+def _small_ceilings(patch: pytest.MonkeyPatch) -> None:
+    """measure's ceilings on small buffers, as tests/test_cli_measure.py times them: what
+    is judged here is how the command answers or refuses, never its figures, and the
+    default 256 MiB streams (each case's shape ceilings, read again every round) made the
+    fuzz's dozen measure cases 38 of its 80 s. The default sizes run in
+    tests/test_measure_tiny.py (time and memory bounds) and the README's measure examples."""
+    from kvcalc.measure import ceilings
+
+    patch.setitem(ceilings.CEILING_BYTES, "cpu", 4 * 2**20)
+    if importlib.util.find_spec("torch") is None:
+        return  # kvcalc.measure.terms needs torch; without it measure refuses before timing
+    from kvcalc.measure import terms
+
+    patch.setattr(terms, "stream_bytes", lambda cache_bytes, working_set=0: 2**20)
 
 
 # Files that once crashed, hung or ate gigabytes (issue 24): nesting PyYAML's C composer

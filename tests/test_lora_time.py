@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
+import yamlload
 from typer.testing import CliRunner
 
 from kvcalc.answers.bench import bench
@@ -22,7 +22,7 @@ from kvcalc.cli import app
 from kvcalc.presets import load_model
 from kvcalc.served.lora import BASE_LAYER_KERNELS, LoraTime
 
-ROWS = yaml.safe_load((Path(__file__).parent / "data" / "lora" / "published.yaml").read_text())
+ROWS = yamlload.safe_load((Path(__file__).parent / "data" / "lora" / "published.yaml").read_text())
 PRESETS = Path(__file__).parent.parent / "presets"
 BAND = 0.15
 H, Q, KV, FF, V, L = 4096, 32 * 128, 8 * 128, 14336, 128256, 32  # Llama-3.1-8B
@@ -126,7 +126,7 @@ def test_flops_and_bytes_by_hand():
 
 def test_kernel_time_is_a_layers_fixed_time_over_its_kernels():
     """presets/engines/vllm.yaml layer_cycles at the H100 SXM's 1,980 MHz boost clock."""
-    cycles = yaml.safe_load((PRESETS / "engines" / "vllm.yaml").read_text())["layer_cycles"]
+    cycles = yamlload.safe_load((PRESETS / "engines" / "vllm.yaml").read_text())["layer_cycles"]
     got = _lora("vllm")["lora_kernel_us"]
     assert got == pytest.approx(cycles / 1.98e9 / BASE_LAYER_KERNELS * 1e6)
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
+import yamlload
 from typer.testing import CliRunner
 
 from kvcalc.cli import app
@@ -18,7 +18,7 @@ from kvcalc.errors import KvcalcError
 from kvcalc.serving import engine_ref
 from kvcalc.serving.offload import PoolFacts, host_tier
 
-DATA = yaml.safe_load((Path(__file__).parent / "data" / "offload" / "public.yaml").read_text())
+DATA = yamlload.safe_load((Path(__file__).parent / "data" / "offload" / "public.yaml").read_text())
 GiB = 1 << 30
 
 
@@ -223,7 +223,7 @@ def test_sglang_host_pool_of_a_public_tp4_start_up():
 
 
 # -- Time: a published single-request TTFT, loaded from the CPU tier or computed -------------
-TIMED = yaml.safe_load((Path(__file__).parent / "data" / "offload" / "published-ttft.yaml")
+TIMED = yamlload.safe_load((Path(__file__).parent / "data" / "offload" / "published-ttft.yaml")
                        .read_text())["vllm-blog-offloading-connector-h100"]
 TTFT_TOL = 0.15  # the band kvcalc's served terms are fitted to (presets/served/terms.yaml)
 

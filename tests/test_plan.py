@@ -339,9 +339,9 @@ def test_a_model_no_vllm_release_serves_is_one_line(tmp_path):
 def _tp2_calibration(tmp_path: Path) -> Path:
     """`kvcalc check` of a public log of Qwen2-7B-Instruct served with `-tp 2` on two
     A100 80GB (vLLM 0.10.1.1, tests/data/vllm): its weights per device, 7.1217 GiB."""
-    import yaml
+    import yamlload
 
-    case = yaml.safe_load((ROOT / "tests" / "data" / "vllm" /
+    case = yamlload.safe_load((ROOT / "tests" / "data" / "vllm" /
                            "qwen2-7b-2xa100-tp2-0.5-dl.yaml").read_text())
     log = tmp_path / "tp2.log"
     log.write_text(case["log"])

@@ -148,9 +148,9 @@ def test_against_published_qwen3_32b_h200():
     measurements, not the planner's), and the same half of the GPUs prefilling."""
     from pathlib import Path
 
-    import yaml
+    import yamlload
 
-    pub = yaml.safe_load((Path(__file__).parent / "data/disagg/qwen3-32b-h200-xpyd.yaml")
+    pub = yamlload.safe_load((Path(__file__).parent / "data/disagg/qwen3-32b-h200-xpyd.yaml")
                          .read_text(encoding="utf-8"))
     p = plan(load_model("qwen3-32b"), load_hardware(pub["gpu"].split()[0]), gpus=pub["gpus"],
              prompt_len=pub["prompt_len"], output_len=pub["output_len"], ttft_s=0.6,

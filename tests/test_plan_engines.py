@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-import yaml
+import yamlload
 from typer.testing import CliRunner
 
 from kvcalc.cli import app
@@ -45,7 +45,7 @@ def test_any_sets_the_three_engines_side_by_side_winner_first():
 
 
 def _trtllm_options(release: str) -> set[str]:
-    doc = yaml.safe_load((DATA / "serve-options.yaml").read_text())
+    doc = yamlload.safe_load((DATA / "serve-options.yaml").read_text())
     have: set[str] = set()
     for since, names in doc["options"].items():
         if tuple(int(p) for p in since.split(".")) <= tuple(int(p) for p in

@@ -13,12 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
+import yamlload
 
 from kvcalc.answers.bench import bench
 from kvcalc.presets import load_hardware, load_model
 
-ROWS = yaml.safe_load((Path(__file__).parent / "data" / "prefix" / "published.yaml")
+ROWS = yamlload.safe_load((Path(__file__).parent / "data" / "prefix" / "published.yaml")
                       .read_text())
 BAND = 0.15
 

@@ -8,7 +8,7 @@ import copy
 import re
 
 import pytest
-import yaml
+import yamlload
 
 from published import (
     PUBLISHED_DIR,
@@ -42,7 +42,7 @@ def test_every_value_is_a_number_in_its_quote():
 
 
 def test_one_file_per_source():
-    sources = [yaml.safe_load(p.read_text(encoding="utf-8"))["source"]
+    sources = [yamlload.safe_load(p.read_text(encoding="utf-8"))["source"]
                for p in sorted(PUBLISHED_DIR.glob("*.yaml"))]
     assert len(sources) == len(set(sources))
 

@@ -10,7 +10,7 @@ import re
 from collections import Counter
 
 import pytest
-import yaml
+import yamlload
 
 from served import (
     ENGINES,
@@ -67,7 +67,7 @@ def test_a_run_is_one_configuration():
 
 
 def test_one_file_per_source():
-    sources = [yaml.safe_load(p.read_text(encoding="utf-8"))["source"]
+    sources = [yamlload.safe_load(p.read_text(encoding="utf-8"))["source"]
                for p in sorted(SERVED_DIR.glob("*.yaml"))]
     assert len(sources) == len(set(sources))
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
+import yamlload
 from typer.testing import CliRunner
 
 from kvcalc.cli import app
@@ -91,7 +91,7 @@ def test_bench_cli_takes_images():
 
 
 # -- A published measurement: vllm#41267 (tests/data/images) ---------------------------
-TRACE = yaml.safe_load((Path(__file__).parent / "data" / "images"
+TRACE = yamlload.safe_load((Path(__file__).parent / "data" / "images"
                         / "vllm-41267-qwen25-vl-7b-h100-1080p.yaml").read_text())
 TIME_TOL = 0.15  # the band kvcalc's served terms are fitted to (presets/served/terms.yaml)
 

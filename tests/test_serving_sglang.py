@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
+import yamlload
 
 from kvcalc.errors import KvcalcError
 from kvcalc.presets import load_hardware, load_model
@@ -35,7 +35,7 @@ GiB = 1 << 30
 def _logs():
     out = []
     for path in sorted(DATA.glob("*.yaml")):
-        d = yaml.safe_load(path.read_text())
+        d = yamlload.safe_load(path.read_text())
         out.append(pytest.param(path.stem, d, id=path.stem))
     return out
 
@@ -327,13 +327,13 @@ def test_check_cli_reads_an_sglang_log(tmp_path):
 
     from kvcalc.cli import app
 
-    d = yaml.safe_load((DATA / "llama31-8b-h100-tp1-docs-0.4.1.yaml").read_text())
+    d = yamlload.safe_load((DATA / "llama31-8b-h100-tp1-docs-0.4.1.yaml").read_text())
     path = tmp_path / "sglang.log"
     path.write_text(d["log"])
     r = CliRunner().invoke(app, ["check", str(path), "llama3.1-8b", "--gpu", "h100-sxm",
                                  "--engine", "sglang@0.4.1", "--format", "json"])
     assert r.exit_code == 0, r.output
-    got = yaml.safe_load(r.stdout)
+    got = yamlload.safe_load(r.stdout)
     figures = {f["figure"]: f for f in got["figures"]}
     assert figures["KV tokens"]["logged"] == 444_500
     assert got["tokens_from_logged_start"] == pytest.approx(444_500, rel=0.002)

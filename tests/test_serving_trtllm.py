@@ -20,7 +20,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-import yaml
+import yamlload
 from typer.testing import CliRunner
 
 from kvcalc.errors import KvcalcError
@@ -41,7 +41,7 @@ GiB = 1 << 30
 def _load():
     out = {}
     for path in sorted(DATA.glob("*.yaml")):
-        d = yaml.safe_load(path.read_text())
+        d = yamlload.safe_load(path.read_text())
         if isinstance(d, dict) and d.get("source") and "log" in d:  # logs, not other data
             out[path.stem] = d
     return out
@@ -639,13 +639,13 @@ def test_check_cli_reads_a_trtllm_log(tmp_path):
 
     from kvcalc.cli import app
 
-    d = yaml.safe_load((DATA / "llama31-8b-fp8-h100-pcie-tp1-trtllm6294.yaml").read_text())
+    d = yamlload.safe_load((DATA / "llama31-8b-fp8-h100-pcie-tp1-trtllm6294.yaml").read_text())
     path = tmp_path / "trtllm.log"
     path.write_text(d["log"])
     r = CliRunner().invoke(app, ["check", str(path), "llama3.1-8b", "--gpu", "h100-pcie",
                                  "--engine", "tensorrt-llm@0.20.0", "--format", "json"])
     assert r.exit_code == 0, r.output
-    got = yaml.safe_load(r.stdout)
+    got = yamlload.safe_load(r.stdout)
     assert got["engine"] == "tensorrt-llm" and got["engine_release"] == "0.20.0"
     figures = {f["figure"]: f for f in got["figures"]}
     assert figures["max_tokens"]["logged"] == 860_320
@@ -806,7 +806,7 @@ def test_a_public_gpt_oss_log_keeps_its_sliding_layers_at_max_seq_len():
     the sliding ones sized as full, as one window of max_seq_len gives."""
     path = (Path(__file__).parent / "data/trtllm"
             / "gpt-oss-120b-dgx-spark-tp1-trtllm110rc3-jeansblog.yaml")
-    data = yaml.safe_load(path.read_text())
+    data = yamlload.safe_load(path.read_text())
     assert "kv size is 73728" in data["log"]
     spec = load_model("gpt-oss-120b")
     assert spec.sliding_layers == 18 and spec.layers == 36

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
+import yamlload
 
 from kvcalc.errors import KvcalcError
 from kvcalc.hfconfig import spec_from_hf_config_file
@@ -103,7 +103,7 @@ def test_vllm_public_eagle3_start_up_draft_layer_joins_the_group_as_logged():
     weights it printed after the drafter loaded, 15.7847 GiB, are kvcalc's target and head
     within 0.01 GiB (15.7801; 14.9888 GiB without the head). The NPU enters nowhere: the count is the
     same on any device preset."""
-    case = yaml.safe_load((DATA / "speculative" / "vllm-ascend-2667-eagle3-llama31-8b.yaml")
+    case = yamlload.safe_load((DATA / "speculative" / "vllm-ascend-2667-eagle3-llama31-8b.yaml")
                           .read_text())
     logged = case["logged"]
     given = dict(case["settings"])
@@ -153,7 +153,7 @@ def test_vllm_speculative_config_is_json():
 
 # -- SGLang ----------------------------------------------------------------------------
 def _mimo_log():
-    return yaml.safe_load((DATA / "sglang" / "mimo-7b-rl-mtp-h100-tp1-docs-capped-0.4.10.yaml")
+    return yamlload.safe_load((DATA / "sglang" / "mimo-7b-rl-mtp-h100-tp1-docs-capped-0.4.10.yaml")
                           .read_text())
 
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
+import yamlload
 
 from kvcalc.errors import KvcalcError
 from kvcalc.presets import load_hardware, load_model
@@ -19,7 +19,7 @@ from kvcalc.serving import engine_ref
 from kvcalc.serving.speculative import expected_tokens
 
 DATA = Path(__file__).parent / "data" / "speculative"
-PUBLISHED = yaml.safe_load((DATA / "served.yaml").read_text())
+PUBLISHED = yamlload.safe_load((DATA / "served.yaml").read_text())
 SGLANG, VLLM = "eagle3-llama3.1-8b-sglang-h100", "eagle3-llama3.1-8b-vllm-rtx3090"
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
+import yamlload
 
 from kvcalc.engines import load_engine
 from kvcalc.errors import KvcalcError
@@ -17,7 +17,7 @@ from kvcalc.serving.speculative import draft_for, expected_tokens
 from kvcalc.serving.speculative_time import acceptance_for_length, speculative_time
 
 DATA = Path(__file__).parent / "data"
-PUBLISHED = yaml.safe_load((DATA / "speculative" / "published.yaml").read_text())
+PUBLISHED = yamlload.safe_load((DATA / "speculative" / "published.yaml").read_text())
 
 
 def test_acceptance_for_length_inverts_the_expected_tokens():

@@ -191,12 +191,12 @@ def test_a_public_multimodal_start_up_log_budget_items_and_tokens():
     Qwen2.5-VL-7B on one H100 SXM, vLLM 0.8.2, the README's LLM(...): the budget and the
     images profiled as logged, exactly; the KV cache tokens and the weights within the
     capacity tests' bands (5%, 0.5 GiB), and `kvcalc check` sets its own beside each."""
-    import yaml
+    import yamlload
 
     from kvcalc.serving.vllm.check import check_log
     from kvcalc.serving.vllm.log import GiB, parse_vllm_log
 
-    case = yaml.safe_load((Path(__file__).parent / "data" / "vllm"
+    case = yamlload.safe_load((Path(__file__).parent / "data" / "vllm"
                            / "qwen25-vl-7b-h100-0.8.2-qwenvl1057.yaml").read_text())
     want, log = case["logged"], parse_vllm_log(case["log"])
     assert (log.encoder_budget, log.encoder_items) == (want["encoder_cache_budget_tokens"],

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
+import yamlload
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from kvcalc.serving.vllm.log import GiB, parse_vllm_log
@@ -16,7 +16,7 @@ from kvcalc.errors import KvcalcError
 
 DATA = Path(__file__).parent / "data" / "vllm"
 RAW = [p for p in sorted(DATA.glob("*.yaml"))
-       if yaml.safe_load(p.read_text()).get("log_kind") != "summary"]
+       if yamlload.safe_load(p.read_text()).get("log_kind") != "summary"]
 # logged: key -> (the parser's term or field, tolerance)
 _GIB_TERMS = {"weights_gib": "weights", "activation_peak_gib": "activation_peak",
               "non_torch_gib": "non_torch", "kv_cache_gib": "kv_cache",
@@ -26,7 +26,7 @@ HALF_CENT = GiB // 200  # vLLM prints two decimals of GiB
 
 
 def _case(path: Path) -> dict:
-    return yaml.safe_load(path.read_text())
+    return yamlload.safe_load(path.read_text())
 
 
 def test_most_logs_are_raw_logs_the_parser_reads() -> None:

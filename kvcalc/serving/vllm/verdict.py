@@ -216,8 +216,10 @@ _RECENT_MAX = 32
 def _count(spec: ModelSpec, hw: Hardware, s: EngineSettings, kv_scale_bytes: int):
     """(capacity, context): the count even past the model's context (whose refusal the
     room says), so that a refusal still has its memory terms."""
+    length = s.max_model_len  # a search's counts differ by it most often: compared first
     for m, h, settings, k, counted in _RECENT:
-        if m is spec and h is hw and k == kv_scale_bytes and settings == s:
+        if (m is spec and h is hw and k == kv_scale_bytes and settings.max_model_len == length
+                and settings == s):
             return counted
     context = 0 if s.allow_long_max_model_len else spec.max_context
     long = replace(s, allow_long_max_model_len=True) if context and s.max_model_len > context \
