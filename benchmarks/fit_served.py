@@ -23,7 +23,8 @@ prefix-cache hits) is left out of both.
 Leave one publisher out: for each publisher, the grid point and per-engine terms with the
 least loss on the other publishers' runs (each row's log(1 + (log(predicted / measured) /
 0.15)^2), a publisher's rows weighing 1 / their number: every publisher alike; GAIN),
-scored on that publisher's; the headline is the held-out share of rows within 15%. The file written holds the fit on every publisher, with both scores.
+scored on that publisher's; the headline is the held-out share of rows within 15%. The
+file written holds the fit on every publisher, with both scores.
 
     python benchmarks/fit_served.py            # fit, print both scores, write the file
     python benchmarks/fit_served.py --dry-run  # print only
@@ -78,8 +79,8 @@ BY_PUBLISHER = os.environ.get("FIT_WEIGHT", "publisher") == "publisher"
 # The decode attention's K/V share: the engine files' own (0), fitted on single-stream runs
 # (tests/data/published). With 0.6 in the grid too, the fits flip between the two as
 # publishers are left out (dennislee22's vLLM runs held out 50/78 with 0.6 against 62/78
-# without): on thirteen publishers 266/594 held out against 283/594 (in-sample 349 against
-# 334), so it is no longer fitted here.
+# without): on thirteen publishers, ShareGPT runs then at their means, 266/594 held out
+# against 283/594 (in-sample 349 against 334), so it is no longer fitted here.
 KV = (0.0,)
 # A layer's Python launches in a step without a CUDA graph: not fitted here (fitted on
 # these runs it lands at the grid's edge, 1-1.5 ms, and scores worse held out than without
@@ -102,10 +103,11 @@ def _runs():
 # What the fit maximizes: minus a smooth loss of each row's error (GAIN 2: log(1 +
 # (log(predicted / measured) / 0.15)^2), least squares within the band and growing only
 # logarithmically beyond, as fit_engines.py fits), or the rows within 15% (GAIN 0,
-# FIT_OBJECTIVE=within). On thirteen publishers the count held out 291/594 against the
-# loss's 283, with vLLM's request_s at 150 ms (its first token at one request 2-4x late:
-# batch-1 TTFT held out 2/21, 80% within 341%) where the loss puts it at 20 ms (4/21,
-# 80% within 204%): the loss's terms are the ones a request pays, so the loss it is.
+# FIT_OBJECTIVE=within). On thirteen publishers, ShareGPT runs then at their means, the
+# count held out 291/594 against the loss's 283, with vLLM's request_s at 150 ms (its
+# first token at one request 2-4x late: batch-1 TTFT held out 2/21, 80% within 341%) where
+# the loss puts it at 20 ms (4/21, 80% within 204%): the loss's terms are the ones a
+# request pays, so the loss it is.
 GAIN = 0 if os.environ.get("FIT_OBJECTIVE", "loss") == "within" else 2
 
 
@@ -215,7 +217,8 @@ def main(argv: list[str]) -> int:
 
             with open(saved, "wb") as f:
                 pickle.dump({"key": key, "grids": grids}, f)
-    # cells[(publisher, engine, regime, expert class, ((moe, half), kv, eager), rs, rq)] = [within, n]
+    # cells[(publisher, engine, regime, expert class, ((moe, half), kv, eager), rs, rq)]
+    # = [rows within 15%, rows, minus their summed loss]
     cells: dict = defaultdict(lambda: [0, 0, 0.0])
     scored = []  # (publisher, engine, regime, kind, row, run id, out_len, expert class)
     for rid, measured in runs:

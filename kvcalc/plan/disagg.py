@@ -67,10 +67,10 @@ def _steps(search, tp: int, kv: str, length: int):
     from kvcalc.serving import schedule_for
 
     w = workload_for(search.spec, seq_len=length, batch=1, tp=tp, kv_dtype=_kv(search, kv))
+    schedule = schedule_for(search.ref)
     return StepTimes(search.spec, search.hw, search.engine, w,
                      stored_weights(search.spec, w.quantization, tp),
-                     served_terms(search.ref.name, schedule_for(search.ref).host_path),
-                     schedule_for(search.ref))
+                     served_terms(search.ref.name, schedule.host_path), schedule)
 
 
 def _counted(search, tp: int, kv: str, length: int):
